@@ -1,0 +1,5 @@
+import sys
+
+from triage_tui.cli import main
+
+sys.exit(main())

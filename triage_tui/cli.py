@@ -1,0 +1,66 @@
+"""Entry point `triage`: the TUI by default, plus the headless subcommands of DESIGN.md.
+
+Each subcommand lives in ``triage_tui/commands/<name>.py`` and exposes
+``add_arguments(parser)`` and ``run(args) -> int``; this module only dispatches and turns
+``BadInput`` into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from triage_tui import __version__
+from triage_tui.core.errors import BadInput
+
+SUBCOMMANDS = {
+    "scan": "one pass: find runs, read scalars, raise flags",
+    "scalars": "every scalar point of a run or event file, exact",
+    "check": "all checks on a run and the ranked hypotheses",
+    "remap": "write a checkpoint whose lm_head rows follow the run's vocab mapping",
+    "demo": "a live fine-tune with the vocab-mapping bug, watched and fixed",
+    "samples": "regenerate sample_runs/ from the tiny EAGLE-3 world",
+}
+
+
+def _command_module(name: str):
+    return importlib.import_module(f"triage_tui.commands.{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triage",
+        description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.",
+    )
+    parser.add_argument("--version", action="version", version=f"triage {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        _command_module(name).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        # `triage [PATH ...]`: the TUI. Kept apart so `triage scan` never imports textual.
+        argv = ["tui", *argv]
+        module = _command_module("tui")
+        parser = argparse.ArgumentParser(prog="triage", description="The TUI, watching PATHs.")
+        module.add_arguments(parser)
+        args = parser.parse_args(argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
+        module = _command_module(args.command)
+    try:
+        return int(module.run(args))
+    except BadInput as err:
+        print(f"triage: {err.line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

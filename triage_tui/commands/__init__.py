@@ -1,0 +1,1 @@
+"""One module per subcommand: the core plus printing. Each exposes `run(args) -> int`."""
