@@ -1,0 +1,268 @@
+"""Run discovery, artifacts and the triage.toml manifest, on layouts the real trainers write."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch.utils.tensorboard import SummaryWriter
+
+from triage_tui.core import runs as runs_module
+from triage_tui.core.errors import BadInput
+from triage_tui.core.runs import ListingCache, discover_runs, load_manifest
+
+DRAFT_VOCAB = 32_000
+TARGET_VOCAB = 163_840
+
+
+# ----------------------------------------------------------------- writers shared by the tests
+
+
+def write_scalars(log_dir: Path, series: dict[str, list[tuple[int, float]]], *, wall_time: float | None = None) -> Path:
+    """Write scalars with torch's SummaryWriter (what SpecForge and speculators use); the file."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    before = set(log_dir.glob("*tfevents*"))
+    writer = SummaryWriter(log_dir=str(log_dir))
+    points = sorted((step, tag, value) for tag, pts in series.items() for step, value in pts)
+    for step, tag, value in points:
+        writer.add_scalar(tag, value, global_step=step, walltime=None if wall_time is None else wall_time + step)
+    writer.close()
+    (new_file,) = set(log_dir.glob("*tfevents*")) - before
+    return new_file
+
+
+def write_drafter_checkpoint(directory: Path, *, draft_vocab: int = DRAFT_VOCAB, hidden: int = 8) -> None:
+    """A SpecForge-style checkpoint dir: config.json + model.safetensors + training_state.pt."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": hidden,
+              "vocab_size": TARGET_VOCAB, "draft_vocab_size": draft_vocab}
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file({"lm_head.weight": torch.zeros(draft_vocab, hidden),
+               "d2t": torch.zeros(draft_vocab, dtype=torch.int64)}, str(directory / "model.safetensors"))
+    torch.save({"epoch": 0, "global_step": 100}, directory / "training_state.pt")
+
+
+def write_specforge_output(out: Path) -> Path:
+    """<out>/runs/events..., <out>/epoch_0_step_{100,1000}/, cache/vocab_mapping/<hash>.pt, dumps."""
+    event_file = write_scalars(out / "runs", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    write_drafter_checkpoint(out / "epoch_0_step_100")
+    write_drafter_checkpoint(out / "epoch_0_step_1000")
+    mapping_dir = out / "cache" / "vocab_mapping"
+    mapping_dir.mkdir(parents=True)
+    hot = np.sort(np.random.default_rng(0).choice(TARGET_VOCAB, DRAFT_VOCAB, replace=False))
+    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
+    t2d[hot] = True
+    torch.save({"d2t": torch.from_numpy(hot - np.arange(DRAFT_VOCAB)), "t2d": t2d},
+               mapping_dir / "8f14e45fceea167a5a36dedd4bea2543.pt")
+    rows = out / "hidden_states" / "rows_0-5000"
+    rows.mkdir(parents=True)
+    torch.save({"input_ids": torch.arange(4)}, rows / "data_0.ckpt")
+    return event_file
+
+
+def age_tree(root: Path, seconds: float = 60.0) -> None:
+    """Set every directory's mtime into the past, as on a tree nobody touched lately."""
+    past = time.time() - seconds
+    for directory, _dirs, _files in os.walk(root):
+        os.utime(directory, (past, past))
+
+
+# ----------------------------------------------------------------- layouts
+
+
+def test_specforge_output_dir_is_one_run_with_its_artifacts(tmp_path):
+    out = tmp_path / "k2-finetune"
+    event_file = write_specforge_output(out)
+
+    (run,) = discover_runs([tmp_path])
+
+    assert run.path == out
+    assert run.name == "k2-finetune"
+    assert run.event_files == (event_file,)
+    assert run.manifest is None
+    art = run.artifacts
+    assert art.checkpoints == (out / "epoch_0_step_100", out / "epoch_0_step_1000")
+    assert art.config_json == out / "epoch_0_step_1000" / "config.json"  # newest checkpoint's
+    assert art.mappings == (out / "cache/vocab_mapping/8f14e45fceea167a5a36dedd4bea2543.pt",)
+    assert art.dumps == out / "hidden_states"  # the root above rows_*/
+    assert art.training_state == out / "epoch_0_step_1000" / "training_state.pt"
+    assert art.target is None
+
+
+def test_pointing_at_the_runs_dir_still_finds_the_output_dir(tmp_path):
+    out = tmp_path / "out"
+    write_specforge_output(out)
+    (run,) = discover_runs([out / "runs"])
+    assert run.path == out
+    assert len(run.artifacts.checkpoints) == 2
+
+
+def test_a_runs_dir_without_checkpoints_or_config_beside_it_is_its_own_run(tmp_path):
+    write_scalars(tmp_path / "exp" / "runs", {"loss": [(0, 1.0)]})
+    (run,) = discover_runs([tmp_path])
+    assert run.path == tmp_path / "exp" / "runs"
+    assert run.name == "exp/runs"
+
+
+def test_speculators_logs_name_dirs_are_separate_runs(tmp_path):
+    first = write_scalars(tmp_path / "logs" / "k25-a", {"train/loss": [(0, 30.0)]})
+    second = write_scalars(tmp_path / "logs" / "k25-b", {"train/loss": [(0, 29.0)]})
+    write_drafter_checkpoint(tmp_path / "output" / "0")  # save_path/<epoch>/, not beside logs/
+
+    found = discover_runs([tmp_path])
+
+    assert [r.name for r in found] == ["logs/k25-a", "logs/k25-b"]
+    assert [r.event_files for r in found] == [(first,), (second,)]
+
+
+def test_event_files_in_subdirectories_belong_to_the_run_above_unless_it_has_a_manifest(tmp_path):
+    top = write_scalars(tmp_path / "run", {"loss": [(0, 1.0)]})
+    nested = write_scalars(tmp_path / "run" / "eval", {"loss": [(0, 2.0)]})
+    own = write_scalars(tmp_path / "run" / "ablation", {"loss": [(0, 3.0)]})
+    (tmp_path / "run" / "ablation" / "triage.toml").write_text("[run]\nvocab_size = 128256\n")
+
+    found = {r.name: r for r in discover_runs([tmp_path])}
+
+    assert set(found) == {"run", "run/ablation"}
+    assert set(found["run"].event_files) == {top, nested}
+    assert found["run/ablation"].event_files == (own,)
+    assert found["run/ablation"].manifest.vocab_size == 128256
+
+
+def test_the_given_directory_itself_can_be_the_run(tmp_path):
+    write_scalars(tmp_path, {"loss": [(0, 1.0)]})
+    (run,) = discover_runs([tmp_path])
+    assert run.path == tmp_path and run.name == tmp_path.name
+
+
+def test_a_single_event_file_is_a_run(tmp_path):
+    event_file = write_scalars(tmp_path / "r", {"loss": [(0, 1.0)]})
+    (run,) = discover_runs([event_file])
+    assert run.event_files == (event_file,)
+
+
+def test_hidden_pycache_profile_empty_and_empty_files_are_skipped(tmp_path):
+    write_scalars(tmp_path / ".hidden_run", {"loss": [(0, 1.0)]})
+    write_scalars(tmp_path / "__pycache__", {"loss": [(0, 1.0)]})
+    profile = tmp_path / "prof" / "plugins" / "events.out.tfevents.1700000000.host.profile-empty"
+    profile.parent.mkdir(parents=True)
+    profile.write_bytes(b"x" * 24)
+    empty = tmp_path / "fresh" / "events.out.tfevents.1700000000.host.1.0"
+    empty.parent.mkdir()
+    empty.touch()
+
+    cache = ListingCache()
+    assert discover_runs([tmp_path], cache=cache) == []
+
+    # The writer's first record lands: the same cache must notice without the dir changing.
+    age_tree(tmp_path)
+    empty.write_bytes(b"\0" * 24)
+    (run,) = discover_runs([tmp_path], cache=cache)
+    assert run.event_files == (empty,)
+
+
+def test_symlink_loops_do_not_hang_or_duplicate(tmp_path):
+    event_file = write_scalars(tmp_path / "run", {"loss": [(0, 1.0)]})
+    (tmp_path / "run" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "alias").symlink_to(tmp_path / "run", target_is_directory=True)
+    found = discover_runs([tmp_path])
+    assert [r.event_files for r in found] == [(event_file,)]
+
+
+def test_unreadable_directory_is_skipped(tmp_path, monkeypatch):
+    readable = write_scalars(tmp_path / "ok", {"loss": [(0, 1.0)]})
+    write_scalars(tmp_path / "locked", {"loss": [(0, 1.0)]})
+    real_scandir = os.scandir
+    locked = str(tmp_path / "locked")
+
+    def scandir(path="."):
+        if str(path) == locked:  # what a chmod 000 directory answers (tests run as root here)
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(runs_module.os, "scandir", scandir)
+    found = discover_runs([tmp_path])
+    assert [r.event_files for r in found] == [(readable,)]
+
+
+def test_missing_path_is_bad_input(tmp_path):
+    with pytest.raises(BadInput) as err:
+        discover_runs([tmp_path / "nope"])
+    assert "nope" in err.value.line()
+
+
+def test_unchanged_tree_is_not_listed_again(tmp_path):
+    for name in ("a", "b", "c"):
+        write_specforge_output(tmp_path / name)
+    age_tree(tmp_path)
+    cache = ListingCache()
+    assert len(discover_runs([tmp_path], cache=cache)) == 3
+    listed = cache.scandirs
+    assert listed > 10
+
+    assert len(discover_runs([tmp_path], cache=cache)) == 3
+    assert cache.scandirs == listed  # one stat per directory, no scandir
+
+    write_scalars(tmp_path / "d", {"loss": [(0, 1.0)]})  # a new run appears
+    assert [r.name for r in discover_runs([tmp_path], cache=cache)] == ["a", "b", "c", "d"]
+
+
+# ----------------------------------------------------------------- manifest
+
+
+def test_manifest_paths_are_absolute_and_override_discovery_inputs(tmp_path):
+    run = tmp_path / "runs" / "k2"
+    write_specforge_output(run)
+    (run / "triage.toml").write_text(
+        '[run]\nvocab_size = 32000\ncheckpoint = "../../drafters/k2"\nmapping = "cache/m.pt"\n'
+        'data = "hidden_states/"\ntarget = "~/models/target"\n'
+        'loss_tags = ["train/ploss_1"]\naccuracy_tags = ["train/acc_1"]\n'
+    )
+    (info,) = discover_runs([tmp_path])
+    manifest = info.manifest
+    assert manifest.path == run / "triage.toml"
+    assert manifest.vocab_size == 32000
+    assert manifest.checkpoint == tmp_path / "drafters" / "k2"
+    assert manifest.mapping == run / "cache" / "m.pt"
+    assert manifest.data == run / "hidden_states"
+    assert manifest.target == Path.home() / "models" / "target"
+    assert manifest.loss_tags == ("train/ploss_1",)
+    assert manifest.accuracy_tags == ("train/acc_1",)
+
+
+def test_an_empty_manifest_marks_a_run_without_event_files(tmp_path):
+    (tmp_path / "planned").mkdir()
+    (tmp_path / "planned" / "triage.toml").write_text("# filled in later\n")
+    (info,) = discover_runs([tmp_path])
+    assert info.event_files == () and info.manifest.vocab_size is None
+
+
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ("[run\nvocab_size = 1", "not valid TOML"),
+        ('[run]\nvocab_size = "32000"\n', "vocab_size must be an integer"),
+        ("[run]\nvocab_size = true\n", "vocab_size must be an integer"),
+        ("[run]\ncheckpoint = 3\n", "checkpoint must be a non-empty path"),
+        ('[run]\nloss_tags = "train/loss"\n', "loss_tags must be a list"),
+        ('[run]\nvocab-size = 32000\n', "unknown key(s) in [run]: vocab-size"),
+        ("run = 3\n", "[run] must be a table"),
+    ],
+)
+def test_malformed_manifest_is_bad_input_naming_the_file(tmp_path, text, complaint):
+    manifest = tmp_path / "triage.toml"
+    manifest.write_text(text)
+    with pytest.raises(BadInput) as err:
+        load_manifest(manifest)
+    assert err.value.path == str(manifest)
+    assert complaint in err.value.what
+    with pytest.raises(BadInput):
+        discover_runs([tmp_path])
+    (lenient,) = discover_runs([tmp_path], strict=False)
+    assert lenient.manifest is None and complaint in lenient.manifest_error

@@ -1,0 +1,545 @@
+"""What a run is: discovery of run directories, their artifacts, and the triage.toml manifest.
+
+DESIGN.md "What a run is": a directory holding ``triage.toml``, or else a directory holding
+event files; event files in its subdirectories belong to it unless a subdirectory is a run of
+its own (has ``triage.toml``). Without a manifest, an event-file directory named ``runs``,
+``logs`` or ``tensorboard`` whose parent holds checkpoints or a ``config.json`` makes that
+parent the run: SpecForge writes ``SummaryWriter(log_dir=<output_dir>/runs)`` beside its
+``epoch_{e}_step_{s}/`` checkpoints (``specforge/tracker.py``), speculators writes
+``logs/<run_name>/`` (``src/speculators/train/logger.py``), which stays a run of its own.
+
+Discovery runs every few seconds while the TUI watches, so it reads no file but
+``triage.toml`` (and nothing here reads ``config.json``; ``read_config`` is called by the
+watcher only when the file changed). Directory listings are cached by the directory's
+``(st_dev, st_ino, st_mtime_ns)``: a directory's mtime changes whenever an entry is added,
+removed or renamed, so an unchanged directory costs one ``stat`` instead of a ``scandir``.
+Artifacts are recognised by name only; no pickle is ever opened here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - pyproject pulls tomli in for 3.10
+    import tomli as tomllib
+
+MANIFEST_NAME = "triage.toml"
+CONFIG_NAME = "config.json"
+TRAINING_STATE_NAME = "training_state.pt"  # SpecForge: inside each epoch_{e}_step_{s}/ checkpoint
+# Event-file predicate of TensorBoard (io_wrapper.IsSummaryEventsFile) and rustboard
+# (EVENT_FILE_BASENAME_INFIX): basename contains "tfevents"; profiler placeholders excluded.
+EVENT_INFIX = "tfevents"
+PROFILE_EMPTY_SUFFIX = ".profile-empty"
+LOG_DIR_NAMES = frozenset({"runs", "logs", "tensorboard"})
+TARGET_DIR_NAMES = frozenset({"target", "target_model"})
+SKIPPED_DIR_NAMES = frozenset({"__pycache__"})
+# How far up from a given path to look for the triage.toml of the run it lies in
+# (`triage out/runs` when out/triage.toml exists): manifests sit at the output dir,
+# event files one or two levels below it.
+MANIFEST_SEARCH_LEVELS = 3
+# A listing taken within this many seconds of the directory's mtime may miss an entry added
+# in the same timestamp tick (coarse mtimes on NFS/ext3), so it is re-taken next time
+# (git's "racy index" rule).
+RACY_MTIME_SECS = 2.0
+MAX_CONFIG_BYTES = 4 << 20  # a drafter config.json is a few KiB; anything huge is not one
+
+_WEIGHT_NAMES = frozenset({"pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"})
+_HS_SAFETENSORS = re.compile(r"^hs_\d+\.safetensors$")  # speculators offline dumps
+_SPECFORGE_DUMP = re.compile(r"^data_\d+\.ckpt(\.gz)?$")  # SpecForge prepare_hidden_states.py
+_MAPPING_FILE = re.compile(r"(vocab.*mapping.*\.pt|^d2t\.pt|^d2t\.npy|^t2d\.npy|^t2d-\d+\.npy)$", re.IGNORECASE)
+_MAPPING_DIR = re.compile(r"vocab.*mapping", re.IGNORECASE)  # SpecForge cache/vocab_mapping/<hash>.pt
+_HIDDEN_DIR = re.compile(r"hidden", re.IGNORECASE)  # hidden_states/, hidden-states/, ...
+_NUMBER = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders epoch_0_step_900 before epoch_0_step_1000."""
+    return tuple(int(part) if part.isdigit() else part for part in _NUMBER.split(text))
+
+
+def is_event_file_name(name: str) -> bool:
+    return EVENT_INFIX in name and not name.endswith(PROFILE_EMPTY_SUFFIX)
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The ``[run]`` table of a triage.toml, paths made absolute against the run directory."""
+
+    path: Path
+    vocab_size: int | None = None
+    checkpoint: Path | None = None
+    mapping: Path | None = None
+    data: Path | None = None
+    target: Path | None = None
+    loss_tags: tuple[str, ...] = ()
+    accuracy_tags: tuple[str, ...] = ()
+
+
+_MANIFEST_PATH_KEYS = ("checkpoint", "mapping", "data", "target")
+_MANIFEST_TAG_KEYS = ("loss_tags", "accuracy_tags")
+_MANIFEST_KEYS = ("vocab_size", *_MANIFEST_PATH_KEYS, *_MANIFEST_TAG_KEYS)
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read a triage.toml; BadInput naming the file on malformed TOML or a wrong type."""
+    path = Path(path).absolute()
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as err:
+        raise BadInput(path, f"not valid TOML: {err}") from None
+    except OSError as err:
+        raise BadInput(path, f"cannot read: {err.strerror or err}") from None
+    table = document.get("run", {})
+    if not isinstance(table, dict):
+        raise BadInput(path, "[run] must be a table")
+    unknown = sorted(set(table) - set(_MANIFEST_KEYS))
+    if unknown:
+        # A misspelt key would otherwise be ignored without a word.
+        raise BadInput(path, f"unknown key(s) in [run]: {', '.join(unknown)} (known: {', '.join(_MANIFEST_KEYS)})")
+    run_dir = path.parent
+    values: dict[str, Any] = {}
+    vocab_size = table.get("vocab_size")
+    if vocab_size is not None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise BadInput(path, f"[run] vocab_size must be an integer >= 2, got {vocab_size!r}")
+        values["vocab_size"] = vocab_size
+    for key in _MANIFEST_PATH_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise BadInput(path, f"[run] {key} must be a non-empty path string, got {value!r}")
+        values[key] = Path(os.path.normpath(run_dir / Path(value).expanduser()))
+    for key in _MANIFEST_TAG_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(tag, str) and tag for tag in value):
+            raise BadInput(path, f"[run] {key} must be a list of tag strings, got {value!r}")
+        values[key] = tuple(value)
+    return Manifest(path=path, **values)
+
+
+def read_config(path: Path | None) -> dict | None:
+    """A run's config.json as a dict, or None when absent, unreadable, or not a JSON object.
+
+    Lenient on purpose: the watcher may read it while a trainer is still writing it, and it
+    only refines the chance line; a broken one falls back to the default vocab size.
+    """
+    if path is None:
+        return None
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class RunArtifacts:
+    """What discovery found on disk in a run directory (by name; nothing opened)."""
+
+    config_json: Path | None = None
+    checkpoints: tuple[Path, ...] = ()  # dirs holding weights, oldest first (natural name order)
+    mappings: tuple[Path, ...] = ()
+    dumps: Path | None = None
+    training_state: Path | None = None
+    target: Path | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run: its directory, the event files that belong to it, its manifest and artifacts.
+
+    ``manifest_error`` is set, and ``manifest`` is None, when discovery ran with
+    ``strict=False`` and the run's triage.toml was malformed (the watcher keeps going).
+    """
+
+    path: Path
+    name: str
+    event_files: tuple[Path, ...]
+    manifest: Manifest | None
+    artifacts: RunArtifacts
+    manifest_error: str | None = None
+
+
+# --------------------------------------------------------------------------- listing cache
+
+
+@dataclass(frozen=True)
+class _Listing:
+    key: tuple[int, int, int]  # (st_dev, st_ino, st_mtime_ns) of the directory when listed
+    trusted: bool
+    files: tuple[str, ...]
+    dirs: tuple[str, ...]  # real directories, then symlinks to directories
+
+
+@dataclass
+class ListingCache:
+    """Directory listings reused while the directory's mtime is unchanged (see module doc)."""
+
+    listings: dict[str, _Listing] = field(default_factory=dict)
+    manifests: dict[str, tuple[tuple[int, int], Manifest | BadInput]] = field(default_factory=dict)
+    scandirs: int = 0  # how many real scandir calls were made (for tests and benchmarks)
+
+    def listing(self, path: str, stat: os.stat_result) -> _Listing | None:
+        key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+        cached = self.listings.get(path)
+        if cached is not None and cached.key == key and cached.trusted:
+            return cached
+        files: list[str] = []
+        dirs: list[str] = []
+        linked_dirs: list[str] = []
+        try:
+            self.scandirs += 1
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith(".") or name in SKIPPED_DIR_NAMES:
+                        continue
+                    try:
+                        if entry.is_dir():  # follows symlinks; loops are cut by the walker
+                            (linked_dirs if entry.is_symlink() else dirs).append(name)
+                        elif entry.is_file():
+                            files.append(name)
+                    except OSError:
+                        continue  # dangling link, vanished entry
+        except OSError:
+            self.listings.pop(path, None)
+            return None  # unreadable or vanished: skip, never crash the watcher
+        files.sort(key=natural_key)
+        dirs.sort(key=natural_key)
+        # Real directories first, so a run is named by its real path, not by a link to it.
+        dirs.extend(sorted(linked_dirs, key=natural_key))
+        trusted = time.time() - stat.st_mtime > RACY_MTIME_SECS
+        listing = _Listing(key, trusted, tuple(files), tuple(dirs))
+        self.listings[path] = listing
+        return listing
+
+    def manifest(self, path: Path) -> Manifest:
+        """load_manifest, re-read only when the file's (mtime, size) changed."""
+        try:
+            stat = path.stat()
+        except OSError as err:
+            raise BadInput(path, f"cannot read: {err.strerror or err}") from None
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self.manifests.get(str(path))
+        if cached is None or cached[0] != key:
+            try:
+                result: Manifest | BadInput = load_manifest(path)
+            except BadInput as err:
+                result = err
+            cached = (key, result)
+            self.manifests[str(path)] = cached
+        if isinstance(cached[1], BadInput):
+            raise cached[1]
+        return cached[1]
+
+
+# --------------------------------------------------------------------------- the walk
+
+
+@dataclass
+class _Node:
+    path: Path
+    files: tuple[str, ...]
+    children: list[_Node]
+    event_files: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def has_manifest(self) -> bool:
+        return MANIFEST_NAME in self.files
+
+    @property
+    def has_config(self) -> bool:
+        return CONFIG_NAME in self.files
+
+    @property
+    def has_weights(self) -> bool:
+        return any(_is_weight_file(name) for name in self.files)
+
+
+def _is_weight_file(name: str) -> bool:
+    if name in _WEIGHT_NAMES:
+        return True
+    return name.endswith(".safetensors") and not _HS_SAFETENSORS.match(name)
+
+
+def _walk(path: Path, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    inode = (stat.st_dev, stat.st_ino)
+    if inode in visited:  # a symlink loop, or a second link to a directory already walked
+        return None
+    visited.add(inode)
+    listing = cache.listing(str(path), stat)
+    if listing is None:
+        return None
+    event_files = []
+    for name in listing.files:
+        if is_event_file_name(name):
+            file_path = path / name
+            try:
+                # Sizes change without the directory's mtime changing, so these few are
+                # stat'ed on every walk: a zero-size file joins once its first record lands.
+                if file_path.stat().st_size > 0:
+                    event_files.append(file_path)
+            except OSError:
+                continue
+    children = []
+    for name in listing.dirs:
+        child = _walk(path / name, cache, visited)
+        if child is not None:
+            children.append(child)
+    return _Node(path, listing.files, children, tuple(event_files))
+
+
+def _holds_output(node: _Node) -> bool:
+    """A trainer's output dir: a config.json, or a child directory holding weights."""
+    return node.has_config or any(child.has_weights for child in node.children)
+
+
+def _promotes_parent(node: _Node) -> bool:
+    """`node` holds a log dir (runs/, logs/, tensorboard/) of event files and is an output dir."""
+    return _holds_output(node) and any(
+        child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.has_manifest
+        for child in node.children
+    )
+
+
+@dataclass
+class _RunBuilder:
+    node: _Node
+    nodes: list[_Node] = field(default_factory=list)
+    event_files: list[Path] = field(default_factory=list)
+
+
+def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
+    if node.has_manifest or (run is None and (node.event_files or _promotes_parent(node))):
+        run = _RunBuilder(node)
+        runs.append(run)
+    if run is not None:
+        run.nodes.append(node)
+        run.event_files.extend(node.event_files)
+    for child in node.children:
+        _assign(child, run, runs)
+
+
+def _start_dir(root: Path, cache: ListingCache) -> Path:
+    """The directory to walk so that `root`'s events land in the run they belong to.
+
+    `triage out/runs` should show the run `out` when out/ has a triage.toml, or when runs/
+    is a log dir beside out/'s checkpoints: look a few levels up before walking down.
+    """
+    if (root / MANIFEST_NAME).is_file():
+        return root
+    for ancestor in list(root.parents)[:MANIFEST_SEARCH_LEVELS]:
+        if (ancestor / MANIFEST_NAME).is_file():
+            return ancestor
+    if root.name.lower() in LOG_DIR_NAMES:
+        parent = root.parent
+        probe = _walk_shallow(parent, cache)
+        if probe is not None and _promotes_parent(probe):
+            return parent
+    return root
+
+
+def _walk_shallow(path: Path, cache: ListingCache) -> _Node | None:
+    """The directory and its direct children only (enough for _promotes_parent)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    listing = cache.listing(str(path), stat)
+    if listing is None:
+        return None
+    children = []
+    for name in listing.dirs:
+        child_path = path / name
+        try:
+            child_listing = cache.listing(str(child_path), os.stat(child_path))
+        except OSError:
+            continue
+        if child_listing is None:
+            continue
+        events = tuple(child_path / n for n in child_listing.files if is_event_file_name(n))
+        children.append(_Node(child_path, child_listing.files, [], events))
+    return _Node(path, listing.files, children, ())
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
+    checkpoints: list[Path] = []
+    mappings: list[Path] = []
+    training_states: list[Path] = []
+    dumps: Path | None = None
+    target: Path | None = None
+    target_nodes: set[Path] = set()
+    for node in run.nodes:
+        if node.name.lower() in TARGET_DIR_NAMES and node.has_config and node.path != run.node.path:
+            target = target or node.path
+            target_nodes.add(node.path)
+    for node in run.nodes:
+        inside_target = any(_is_under(node.path, t) for t in target_nodes)
+        if inside_target:
+            continue
+        if node.has_weights:
+            checkpoints.append(node.path)
+        in_mapping_dir = bool(_MAPPING_DIR.search(node.name))
+        for name in node.files:
+            if _MAPPING_FILE.search(name) or (in_mapping_dir and name.endswith(".pt")):
+                mappings.append(node.path / name)
+            elif name == TRAINING_STATE_NAME:
+                training_states.append(node.path / name)
+        if dumps is None:
+            dumps = _dump_root(node, run.node.path)
+    checkpoints.sort(key=lambda p: natural_key(str(p)))
+    mappings.sort(key=lambda p: natural_key(str(p)))
+    training_states.sort(key=lambda p: natural_key(str(p)))
+    config_json = None
+    if run.node.has_config:
+        config_json = run.node.path / CONFIG_NAME
+    else:
+        # The newest checkpoint's config tells the draft vocab size of what is being trained.
+        for checkpoint in reversed(checkpoints):
+            if (checkpoint / CONFIG_NAME).is_file():
+                config_json = checkpoint / CONFIG_NAME
+                break
+    return RunArtifacts(
+        config_json=config_json,
+        checkpoints=tuple(checkpoints),
+        mappings=tuple(mappings),
+        dumps=dumps,
+        training_state=training_states[-1] if training_states else None,
+        target=target,
+    )
+
+
+def _dump_root(node: _Node, run_dir: Path) -> Path | None:
+    """The root of a hidden-state dump this directory is part of, if it is one."""
+    if any(_SPECFORGE_DUMP.match(name) for name in node.files):
+        # SpecForge groups files as <out>/rows_{g}-{g+n}/data_{i}.ckpt: the root is <out>.
+        if node.name.startswith("rows_") and node.path != run_dir:
+            return node.path.parent
+        return node.path
+    if any(_HS_SAFETENSORS.match(name) for name in node.files):
+        return node.path
+    if any(name.endswith(".pt") for name in node.files):
+        # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
+        for directory in (node.path, *node.path.parents):
+            if directory == run_dir or not _is_under(directory, run_dir):
+                break
+            if _HIDDEN_DIR.search(directory.name):
+                return directory
+    return None
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def discover_runs(
+    paths: Sequence[str | Path], *, cache: ListingCache | None = None, strict: bool = True
+) -> list[RunInfo]:
+    """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
+
+    With ``strict`` a malformed triage.toml raises BadInput; without it the run is kept with
+    ``manifest_error`` set, so one bad file cannot stop a watcher of many runs.
+    """
+    cache = cache if cache is not None else ListingCache()
+    found: dict[Path, RunInfo] = {}
+    for raw in paths:
+        root = Path(os.path.abspath(Path(raw).expanduser()))
+        if not root.exists():
+            raise BadInput(root, "no such file or directory")
+        if root.is_file():
+            for info in _file_run(root, cache, strict):
+                found.setdefault(info.path, info)
+            continue
+        start = _start_dir(root, cache)
+        tree = _walk(start, cache, set())
+        if tree is None:
+            continue  # unreadable directory: nothing to show, nothing to crash on
+        builders: list[_RunBuilder] = []
+        _assign(tree, None, builders)
+        for builder in sorted(builders, key=lambda b: natural_key(str(b.node.path))):
+            run_dir = builder.node.path
+            if not (_is_under(run_dir, root) or run_dir == start):
+                continue  # a sibling of the given path, reached only because we walked from above
+            if run_dir in found:
+                continue
+            found[run_dir] = _run_info(builder, root, cache, strict)
+    return list(found.values())
+
+
+def _run_name(run_dir: Path, root: Path) -> str:
+    if run_dir != root and _is_under(run_dir, root):
+        return run_dir.relative_to(root).as_posix()
+    return run_dir.name or str(run_dir)
+
+
+def _load_run_manifest(path: Path, cache: ListingCache, strict: bool) -> tuple[Manifest | None, str | None]:
+    try:
+        return cache.manifest(path), None
+    except BadInput as err:
+        if strict:
+            raise
+        return None, err.line()
+
+
+def _run_info(builder: _RunBuilder, root: Path, cache: ListingCache, strict: bool) -> RunInfo:
+    manifest, manifest_error = None, None
+    if builder.node.has_manifest:
+        manifest, manifest_error = _load_run_manifest(builder.node.path / MANIFEST_NAME, cache, strict)
+    return RunInfo(
+        path=builder.node.path,
+        name=_run_name(builder.node.path, root),
+        event_files=tuple(sorted(builder.event_files, key=lambda p: natural_key(str(p)))),
+        manifest=manifest,
+        artifacts=_collect_artifacts(builder),
+        manifest_error=manifest_error,
+    )
+
+
+def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
+    """A path that is a file: one event file is a run of its own; a triage.toml names its dir."""
+    if path.name == MANIFEST_NAME:
+        return discover_runs([path.parent], cache=cache, strict=strict)
+    if not is_event_file_name(path.name):
+        raise BadInput(path, "not a directory, an event file (*tfevents*) or a triage.toml")
+    manifest, manifest_error = None, None
+    if (path.parent / MANIFEST_NAME).is_file():
+        manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)
+    return [RunInfo(path.parent, path.name, (path,), manifest, RunArtifacts(), manifest_error)]
