@@ -1,0 +1,208 @@
+"""Verifier-mask check: does ``target_logits[..., t2d]`` line up with the drafter's rows?
+
+SpecForge/EAGLE build the training target as ``softmax(target_logits[..., t2d])`` and
+speculators as ``lm_head.weight[t2d]`` (reference/eagle3.md 4.2). A boolean mask selects in
+ascending target-id order, so column j of the target is draft row j only when the hot ids
+ascend; a frequency-ordered ``d2t`` (modelopt, section 2.4) paired with such a mask
+misaligns every row without any error (section 2.5). The mask must also have exactly
+``Vd`` True entries (SafeAILab/EAGLE #248) over exactly the target vocab.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.vocab import VocabMapping
+
+NAME = "verifier_mask"
+
+# Tokens per matmul batch and target-vocab rows per block when recomputing the verifier's
+# argmax: a [1024, 32768] float32 block is 128 MiB, small enough beside a 163 840-row head.
+TOKEN_BATCH = 1024
+VOCAB_BLOCK = 32768
+
+
+def check_verifier_mask(
+    checkpoint_mapping: VocabMapping | None,
+    run_mapping: VocabMapping | None,
+    *,
+    dumps: Any = None,
+    target: Any = None,
+    device: str = "cpu",
+    max_tokens: int = 2048,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> CheckResult:
+    """Mask invariants of the run's mapping (the one the trainer masks with), and the checkpoint's."""
+    if checkpoint_mapping is None and run_mapping is None:
+        return CheckResult.skipped(NAME, "no vocab mapping for the checkpoint or the run: pass --mapping")
+    target_vocab = int(target.vocab_size) if target is not None else None
+    invariants: list[dict[str, Any]] = []
+    numbers: dict[str, Any] = {}
+
+    # The trainer builds its verifier targets from the run's mapping; without one it keeps the
+    # checkpoint's buffers (SpecForge loads them with the weights).
+    trained_with = run_mapping if run_mapping is not None else checkpoint_mapping
+    trained_label = "run" if run_mapping is not None else "checkpoint (no run mapping)"
+    invariants += _mapping_invariants(trained_label, trained_with, target_vocab, ordering_required=True)
+    numbers["run_draft_vocab_size"] = trained_with.draft_vocab_size
+    numbers["run_ascending"] = trained_with.is_ascending()
+    numbers["run_has_stored_t2d"] = trained_with.stored_t2d is not None
+
+    if run_mapping is not None and checkpoint_mapping is not None:
+        # Engines read only d2t, so the checkpoint's own order matters only through its mask's consistency.
+        invariants += _mapping_invariants("checkpoint", checkpoint_mapping, target_vocab, ordering_required=False)
+        numbers["checkpoint_ascending"] = checkpoint_mapping.is_ascending()
+        ckpt_mask, run_mask = _effective_mask(checkpoint_mapping), _effective_mask(run_mapping)
+        if ckpt_mask.shape == run_mask.shape:
+            differing = int(np.count_nonzero(ckpt_mask != run_mask))
+            invariants.append(_invariant(
+                "checkpoint t2d == run t2d", differing == 0,
+                f"{differing} target ids differ in membership (the vocab_mapping check explains why)",
+                required=False))
+            numbers["t2d_differing_target_ids"] = differing
+        else:
+            invariants.append(_invariant(
+                "checkpoint t2d == run t2d", False,
+                f"masks cover {ckpt_mask.shape[0]} vs {run_mask.shape[0]} target ids", required=False))
+
+    outside = None
+    if dumps is not None and target is not None:
+        outside = _argmax_outside_draft_vocab(
+            dumps, target, {"run": run_mapping, "checkpoint": checkpoint_mapping},
+            device=device, max_tokens=max_tokens, progress=progress, cancel=cancel)
+        numbers["target_argmax_outside_draft_vocab"] = outside
+
+    failed = [i for i in invariants if i["required"] and not i["ok"]]
+    details = {"invariants": invariants, **numbers}
+    evidence = [f"{i['name']}: {i['detail']}" for i in invariants if not i["ok"]]
+    if outside and outside.get("run") is not None:
+        evidence.append(
+            f"{outside['run']:.1%} of {outside['tokens']} loss-masked positions have a target argmax outside the "
+            f"run's draft vocab (dropped from the loss by position_mask)")
+    if failed:
+        summary = "; ".join(f"{i['name']} fails: {i['detail']}" for i in failed[:3])
+        return CheckResult(NAME, "fail", summary, details, tuple(evidence))
+    summary = f"{sum(i['ok'] for i in invariants)} / {len(invariants)} mask invariants hold"
+    if outside and outside.get("run") is not None:
+        summary += f"; {outside['run']:.1%} of target argmaxes fall outside the run's draft vocab"
+    return CheckResult(NAME, "pass", summary, details, tuple(evidence))
+
+
+def _invariant(name: str, ok: bool, detail: str, *, required: bool = True) -> dict[str, Any]:
+    # `required`: a failure of this invariant alone breaks training; others are context.
+    return {"name": name, "ok": bool(ok), "detail": detail, "required": required}
+
+
+def _effective_mask(mapping: VocabMapping) -> np.ndarray:
+    """The mask a trainer would use: the stored one when the file had it, else the one d2t implies."""
+    return mapping.stored_t2d if mapping.stored_t2d is not None else mapping.t2d()
+
+
+def _mapping_invariants(label: str, mapping: VocabMapping, target_vocab: int | None, *,
+                        ordering_required: bool) -> list[dict[str, Any]]:
+    """reference/eagle3.md 2.5: len(d2t)==Vd, t2d.sum()==Vd, sorted(arange(Vd)+d2t)==t2d.nonzero()."""
+    vd = mapping.draft_vocab_size
+    mask = _effective_mask(mapping)
+    out = []
+    out_of_range = mapping.out_of_range()
+    out.append(_invariant(
+        f"{label}: hot ids within the target vocab", out_of_range.size == 0,
+        f"{out_of_range.size} draft positions point outside [0, {mapping.target_vocab_size})"
+        + (f", first at {int(out_of_range[0])}" if out_of_range.size else "")))
+    unique = int(np.unique(mapping.hot_ids).size)
+    out.append(_invariant(
+        f"{label}: hot ids unique", unique == vd, f"{vd - unique} draft positions repeat a target id"))
+    total = int(mask.sum())
+    out.append(_invariant(
+        f"{label}: t2d.sum() == draft_vocab_size", total == vd,
+        f"t2d selects {total} target ids for {vd} draft rows"
+        + (" (SafeAILab/EAGLE #248: target_p and logits shapes differ)" if total != vd else "")))
+    if target_vocab is not None:
+        out.append(_invariant(
+            f"{label}: len(t2d) == target vocab", mask.shape[0] == target_vocab,
+            f"t2d covers {mask.shape[0]} ids, the target model has {target_vocab}"))
+    if mapping.stored_t2d is not None:
+        implied = mapping.t2d()
+        if implied.shape == mapping.stored_t2d.shape:
+            differing = int(np.count_nonzero(implied != mapping.stored_t2d))
+            out.append(_invariant(
+                f"{label}: stored t2d == mask built from d2t", differing == 0,
+                f"{differing} target ids differ between the stored t2d and arange(Vd)+d2t"))
+        else:
+            out.append(_invariant(
+                f"{label}: stored t2d == mask built from d2t", False,
+                f"stored t2d has {mapping.stored_t2d.shape[0]} entries, d2t implies {implied.shape[0]}"))
+    descents = np.flatnonzero(np.diff(mapping.hot_ids) <= 0)
+    if descents.size:
+        detail = (f"{descents.size} places where the next draft position's target id is not larger, first at "
+                  f"draft id {int(descents[0]) + 1}; logits[..., t2d] is in ascending id order, so "
+                  f"column j would not be draft row j (frequency-ordered d2t, as modelopt writes it)")
+    else:
+        detail = "draft order is ascending target-id order, as logits[..., t2d] selects"
+    # A trainer that masks with t2d needs ascending ids; a mapping stored without any t2d was
+    # meant for d2t gathering (modelopt) and is fine there, so ordering is required only for
+    # the run's mapping when it carries a mask.
+    required = ordering_required and mapping.stored_t2d is not None
+    out.append(_invariant(f"{label}: hot ids strictly ascending", descents.size == 0, detail, required=required))
+    return out
+
+
+@torch.no_grad()
+def _argmax_outside_draft_vocab(dumps, target, mappings: dict[str, VocabMapping | None], *, device: str,
+                                max_tokens: int, progress, cancel) -> dict[str, Any] | None:
+    """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
+    hidden = []
+    budget = max_tokens
+    for sample in dumps.samples:
+        if sample.target_hidden is None or budget <= 0:
+            continue
+        h = sample.target_hidden.float()
+        if sample.loss_mask is not None:
+            keep = torch.from_numpy(np.asarray(sample.loss_mask).reshape(-1) != 0)
+            h = h[keep[: h.shape[0]]]
+        hidden.append(h[:budget])
+        budget -= int(hidden[-1].shape[0])
+    if not hidden:
+        return None
+    states = torch.cat(hidden).to(device)
+    if dumps.target_hidden_is_post_norm is False:
+        # speculators stores the pre-norm last hidden (reference/eagle3.md 4.2): apply the final norm.
+        norm = target.final_norm()
+        if norm is not None:
+            eps = float(target.config.get("rms_norm_eps", 1e-6))
+            variance = states.pow(2).mean(-1, keepdim=True)
+            states = states * torch.rsqrt(variance + eps) * norm.to(device=device, dtype=torch.float32)
+    head = target.lm_head()
+    vocab = int(head.shape[0])
+    best_value = torch.full((states.shape[0],), -torch.inf, device=device)
+    best_index = torch.zeros(states.shape[0], dtype=torch.int64, device=device)
+    # Outer loop over vocab blocks so each block of the (often bf16) head is converted once.
+    blocks = range(0, vocab, VOCAB_BLOCK)
+    for n, start in enumerate(blocks):
+        if cancel is not None and cancel.is_set():
+            return None
+        block = head[start:start + VOCAB_BLOCK].to(device=device, dtype=torch.float32)
+        for t in range(0, states.shape[0], TOKEN_BATCH):
+            logits = states[t:t + TOKEN_BATCH] @ block.T
+            value, index = logits.max(dim=-1)
+            better = value > best_value[t:t + TOKEN_BATCH]
+            best_value[t:t + TOKEN_BATCH] = torch.where(better, value, best_value[t:t + TOKEN_BATCH])
+            best_index[t:t + TOKEN_BATCH] = torch.where(better, index + start, best_index[t:t + TOKEN_BATCH])
+        if progress is not None:
+            progress((n + 1) / len(blocks), f"{NAME}: verifier argmax, vocab block {n + 1}/{len(blocks)}")
+    argmax = best_index.cpu().numpy()
+    result: dict[str, Any] = {"tokens": int(argmax.size)}
+    for label, mapping in mappings.items():
+        if mapping is None:
+            result[label] = None
+            continue
+        mask = _effective_mask(mapping)
+        inside = (argmax < mask.shape[0]) & mask[np.minimum(argmax, mask.shape[0] - 1)]
+        result[label] = float(1.0 - inside.mean())
+    return result
