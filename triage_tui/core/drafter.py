@@ -385,7 +385,15 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
 def load_drafter(checkpoint: "DrafterCheckpoint", *, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
     """Build the drafter a checkpoint directory holds, reading one tensor at a time."""
-    config = DrafterConfig.from_config(checkpoint.config, path=checkpoint.path)
+    raw = dict(checkpoint.config)
+    # modelopt exports and hand-written configs may omit the vocab sizes; the reader derived
+    # them from lm_head / t2d / embed_tokens shapes.
+    layer = raw.get("transformer_layer_config") if isinstance(raw.get("transformer_layer_config"), dict) else raw
+    if not (raw.get("vocab_size") or layer.get("vocab_size")) and checkpoint.target_vocab_size:
+        raw["vocab_size"] = checkpoint.target_vocab_size
+    if not raw.get("draft_vocab_size") and checkpoint.draft_vocab_size:
+        raw["draft_vocab_size"] = checkpoint.draft_vocab_size
+    config = DrafterConfig.from_config(raw, path=checkpoint.path)
     names = {canonical_key(k): k for k in checkpoint.tensors}
     return _build(config, names, checkpoint.tensor, path=checkpoint.path, device=device, dtype=dtype)
 
