@@ -1,0 +1,145 @@
+"""Ranked hypotheses: the story's evidence separates the mapping cause; a healthy run raises nothing."""
+
+import json
+
+import numpy as np
+import pytest
+
+from story_mappings import TARGET_VOCAB, story_mappings
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.verifier_mask import check_verifier_mask
+from triage_tui.core.checks.vocab import check_vocab_mapping
+from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
+from triage_tui.core.signals import Flag
+from triage_tui.core.vocab import VocabMapping
+
+ALWAYS = {"vocab_mapping_mismatch", "hidden_state_format", "verifier_mask_mismatch"}
+
+
+@pytest.fixture(scope="module")
+def story():
+    return story_mappings()
+
+
+def _replay(own: float, run: float, orders: dict[str, float] | None = None) -> CheckResult:
+    # The replay check's details contract (INTERFACES.md core/checks/replay.py).
+    details = {"tokens": 4096, "device": "cpu", "accuracy_checkpoint_mapping": own,
+               "accuracy_run_mapping": run, "loss_checkpoint_mapping": None, "loss_run_mapping": None,
+               "accuracy_by_chunk_order": orders or {}}
+    return CheckResult("replay", "fail" if own - run > 0.1 else "pass", "replay", details)
+
+
+def _hidden(issues: list[dict[str, str]]) -> CheckResult:
+    status = "fail" if any(i["severity"] == "error" for i in issues) else "pass"
+    return CheckResult("hidden_state", status, "hidden", {"issues": issues, "shapes": [], "rms_by_chunk": None})
+
+
+def _flag(kind: str, severity: str = "critical", value: float = 19.2) -> Flag:
+    return Flag(kind, severity, "train/ploss_0", 600, value, f"{kind} at step 600")
+
+
+def _by_id(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
+    return {h.id: h for h in hypotheses}
+
+
+def test_story_evidence_puts_the_mapping_first_and_everything_else_low(story):
+    checkpoint, run = story
+    checks = {
+        "vocab_mapping": check_vocab_mapping(checkpoint, run),
+        "hidden_state": _hidden([]),
+        "verifier_mask": check_verifier_mask(checkpoint, VocabMapping(run.hot_ids, TARGET_VOCAB,
+                                                                       stored_t2d=run.t2d())),
+        "replay": _replay(own=0.62, run=0.004),
+    }
+    ranked = rank_hypotheses(checks, [_flag("loss_above_chance"), _flag("accuracy_at_chance", value=0.04)])
+    assert ALWAYS <= {h.id for h in ranked}
+    assert ranked[0].id == "vocab_mapping_mismatch" and ranked[0].action == "remap"
+    assert ranked[0].score >= 0.9
+    assert all(h.score <= 0.3 for h in ranked[1:])
+    assert [h.score for h in ranked] == sorted((h.score for h in ranked), reverse=True)
+    evidence = " | ".join(ranked[0].evidence)
+    assert "252 / 32000" in evidence and "62.0%" in evidence and "0.4%" in evidence
+    json.dumps([h.to_json() for h in ranked])
+
+
+def test_the_vocab_check_alone_already_passes_one_half(story):
+    checkpoint, run = story
+    ranked = _by_id(rank_hypotheses({"vocab_mapping": check_vocab_mapping(checkpoint, run)}, []))
+    assert 0.5 <= ranked["vocab_mapping_mismatch"].score < 0.9
+
+
+def test_a_healthy_run_scores_everything_below_one_half(story):
+    checkpoint, _ = story
+    same = VocabMapping(checkpoint.hot_ids.copy(), TARGET_VOCAB, stored_t2d=checkpoint.t2d())
+    checks = {
+        "vocab_mapping": check_vocab_mapping(checkpoint, same),
+        "hidden_state": _hidden([]),
+        "verifier_mask": check_verifier_mask(checkpoint, same),
+        "replay": _replay(own=0.71, run=0.71, orders={"0,1,2": 0.71, "2,1,0": 0.05}),
+    }
+    assert checks["vocab_mapping"].status == checks["verifier_mask"].status == "pass"
+    ranked = rank_hypotheses(checks, [])
+    assert ALWAYS <= {h.id for h in ranked}
+    assert all(h.score < 0.5 for h in ranked)
+    assert all(h.score == 0.0 for h in ranked)
+
+
+def test_symptoms_alone_do_not_name_a_cause():
+    ranked = rank_hypotheses({}, [_flag("loss_at_chance", value=10.3), _flag("accuracy_at_chance", value=0.01)])
+    assert ALWAYS == {h.id for h in ranked}
+    assert all(h.score < 0.5 for h in ranked)
+
+
+def test_hidden_state_issues_raise_the_format_hypothesis():
+    only_last = {"kind": "only_last_layer", "severity": "error",
+                 "message": "dumps carry one hidden state per token (width 64 = Ht) instead of 3"}
+    ranked = rank_hypotheses({"hidden_state": _hidden([only_last])}, [_flag("loss_at_chance", value=10.3)])
+    assert ranked[0].id == "hidden_state_format" and ranked[0].score >= 0.9
+    assert only_last["message"] in ranked[0].evidence
+    # A replay where another chunk order wins is evidence of the same cause on its own.
+    ranked = _by_id(rank_hypotheses({"replay": _replay(0.1, 0.1, {"0,1,2": 0.1, "2,1,0": 0.6})}, []))
+    assert 0.5 <= ranked["hidden_state_format"].score < 0.9
+
+
+def test_off_by_one_and_missing_head_are_added_only_with_evidence():
+    issues = [
+        {"kind": "aux_layer_off_by_one", "severity": "error", "message": "dumps hold outputs of [2, 16, 29]"},
+        {"kind": "missing_lm_head", "severity": "error", "message": "checkpoint has no lm_head.weight"},
+    ]
+    ranked = _by_id(rank_hypotheses({"hidden_state": _hidden(issues)}, []))
+    assert ranked["aux_layer_off_by_one"].score == pytest.approx(0.6)
+    assert ranked["missing_lm_head"].score >= 0.9
+    plain = _by_id(rank_hypotheses({"hidden_state": _hidden([])}, []))
+    assert "aux_layer_off_by_one" not in plain and "missing_lm_head" not in plain
+
+
+def test_a_frequency_ordered_mask_raises_the_verifier_hypothesis(story):
+    checkpoint, run = story
+    rng = np.random.default_rng(1)
+    shuffled = rng.permutation(run.hot_ids)
+    bad = VocabMapping(shuffled, TARGET_VOCAB, stored_t2d=run.t2d())
+    ranked = rank_hypotheses({"verifier_mask": check_verifier_mask(None, bad)}, [])
+    assert ranked[0].id == "verifier_mask_mismatch" and ranked[0].score >= 0.9
+
+
+def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
+    metrics = {"loss": {"tag": "train/ploss_0", "last": 0.0, "min": 0.0, "count": 40},
+               "accuracy": {"tag": "train/acc_0", "last": 0.0, "min": 0.0, "count": 40}}
+    ranked = rank_hypotheses({}, [], metrics=metrics)
+    assert ranked[0].id == "empty_loss_mask" and ranked[0].score >= 0.9
+    assert "#392" in ranked[0].evidence[0]
+    low = dict(metrics, loss={"tag": "train/ploss_0", "last": 0.4, "min": 0.4, "count": 40})
+    assert "empty_loss_mask" not in _by_id(rank_hypotheses({}, [], metrics=low))
+
+
+def test_non_finite_and_diverging_flags_become_hypotheses():
+    ranked = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan")),
+                                         _flag("diverging", "warning", 25.0)]))
+    assert ranked["non_finite"].score >= 0.9
+    assert 0.5 <= ranked["diverged"].score < 0.9
+
+
+def test_errored_and_skipped_checks_carry_no_weight(story):
+    checks = {"vocab_mapping": CheckResult.error("vocab_mapping", "x.pt: not a mapping"),
+              "replay": CheckResult.skipped("replay", "needs --target")}
+    assert all(h.score == 0.0 for h in rank_hypotheses(checks, []))

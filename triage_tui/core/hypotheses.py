@@ -1,0 +1,330 @@
+"""Flags + check results -> ranked causes, each with the numbers behind it.
+
+How a score is made: every piece of evidence for a hypothesis carries a weight w in [0, 1],
+the probability-like strength with which that piece alone would convince us, and the pieces
+combine as ``1 - prod(1 - w_i)`` (a noisy-OR). Independent evidence therefore adds up
+without ever passing 1, one strong piece suffices, and many weak pieces stay weak. Each
+weight is a named constant below with the reason for its size. Symptoms from the loss curve
+(a loss at or above chance) say that *something* is wrong, not what: they add weight to a
+hypothesis only when a check already found structural evidence for it, except the one
+symptom that points at one cause (see ``W_ABOVE_CHANCE_ALONE``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from triage_tui.core.checks.result import CheckResult
+
+if TYPE_CHECKING:
+    from triage_tui.core.signals import Flag
+
+# -- vocab_mapping_mismatch -------------------------------------------------------------------
+# The vocab check measured the share of draft positions whose target token differs; weight =
+# W_VOCAB_CHECK x that share. 0.9 and not 1: a differing mapping is certain, that it is what
+# broke *this* run is not (the run may not have started from that checkpoint's head).
+W_VOCAB_CHECK = 0.9
+# Replay: the checkpoint scores far better with its own mapping than with the run's on the
+# run's own data. Weight = W_REPLAY_GAP x relative gap. It is direct evidence that the labels,
+# not the model, are wrong, so it is nearly as strong as the check itself.
+W_REPLAY_GAP = 0.7
+# A gap below 5 points is noise for a few thousand replayed tokens (std of an accuracy near 0.5
+# over 4096 tokens is 0.8 points; 5 points is > 6 sigma) or a drafter that predicts nothing.
+MIN_REPLAY_GAP = 0.05
+# Loss above chance (ln Vd) means confident *wrong* predictions: a trained head whose rows mean
+# other tokens does exactly that, a random head sits at chance. So it points at this cause
+# even with no check run, but alone it cannot pass 0.5 (a diverged run does it too).
+W_ABOVE_CHANCE_ALONE = 0.35
+# Any chance-level symptom (loss at/above chance, accuracy at chance) corroborating a
+# structural finding: it shows the finding matters for this run.
+W_SYMPTOM_CORROBORATES = 0.3
+
+# -- hidden_state_format ----------------------------------------------------------------------
+# Weights per issue kind the hidden-state check reports. Shape errors (width, chunk count, only
+# the last layer) make training impossible or meaningless: 0.9. A repeated chunk or a reversed
+# order keeps shapes valid but feeds states the drafter never saw: 0.75. A draft/target hidden
+# mismatch without target_hidden_size breaks loaders (vLLM #18906): 0.7.
+W_HIDDEN_ISSUE = {
+    "aux_width": 0.9, "only_last_layer": 0.9, "aux_chunk_count": 0.9, "fc_width": 0.9,
+    "length_mismatch": 0.8, "inconsistent_dumps": 0.6, "missing_fc": 0.9,
+    "repeated_aux_chunk": 0.75, "aux_chunk_order": 0.75, "aux_chunk_is_last_hidden": 0.75,
+    "draft_hidden_mismatch": 0.7, "target_vocab": 0.6, "aux_layer_mismatch": 0.6,
+}
+# Replay: another chunk order scores clearly better than the stored one (low, mid, high).
+W_REPLAY_CHUNK_ORDER = 0.7
+
+# -- aux_layer_off_by_one ---------------------------------------------------------------------
+# One layer off degrades rather than destroys (vLLM PR #43671: position-0 acceptance 10 % vs
+# 45 %), so it can explain a poor run but not a loss at chance: 0.6.
+W_AUX_OFF_BY_ONE = 0.6
+
+# -- verifier_mask_mismatch -------------------------------------------------------------------
+# A failed required invariant of the mask the trainer uses. Non-ascending ids with t2d masking
+# misalign every row silently (reference/eagle3.md 2.5): 0.9. A mask whose count or length is
+# wrong usually crashes (EAGLE #248) rather than trains at chance: 0.6. A stored mask that
+# disagrees with d2t selects other target columns than the rows mean: 0.8.
+W_MASK_INVARIANT = {"ascending": 0.9, "t2d.sum()": 0.6, "len(t2d)": 0.6, "stored t2d": 0.8,
+                    "within the target vocab": 0.6, "unique": 0.6}
+# The checkpoint's mask differs from the run's: a consequence of a different mapping, which
+# vocab_mapping_mismatch already explains and remap fixes; small on its own.
+W_MASKS_DIFFER = 0.1
+# Most verifier argmaxes fall outside the run's draft vocab: the vocab was built from other
+# data, so most positions are dropped from the loss. Weak: it slows training, it does not
+# make the loss random.
+W_ARGMAX_OUTSIDE = 0.25
+ARGMAX_OUTSIDE_THRESHOLD = 0.5
+
+# -- empty_loss_mask --------------------------------------------------------------------------
+# Loss and accuracy both exactly 0 are what an all-zero loss mask produces (ploss is a mean over
+# all positions; SpecForge #392). Nothing else gives exactly 0.0 for both: 0.9.
+W_LOSS_AND_ACC_ZERO = 0.9
+# Every dumped sample's loss mask is empty: direct evidence, a little short of certain because
+# the dumps are a sample of the data.
+W_DUMPS_ALL_MASKS_EMPTY = 0.8
+
+# -- missing_lm_head / non_finite / diverged ----------------------------------------------------
+W_MISSING_LM_HEAD = 0.9   # a random head: accept length 1.00 (sglang PR #27908)
+W_NON_FINITE = 0.9        # a NaN/inf loss is itself the failure
+W_DIVERGING = 0.6         # a rising loss: learning rate or data, the flag cannot tell which
+
+CHANCE_SYMPTOMS = ("loss_at_chance", "loss_above_chance", "accuracy_at_chance")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One possible cause, scored in [0, 1], with one-line evidence carrying numbers."""
+
+    id: str
+    title: str
+    score: float
+    evidence: tuple[str, ...]
+    action: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "score": round(self.score, 4),
+                "evidence": list(self.evidence), "action": self.action}
+
+
+class _Evidence:
+    """Accumulates (weight, line) pairs and combines them as a noisy-OR."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, str]] = []
+
+    def add(self, weight: float, line: str) -> None:
+        self.items.append((min(max(float(weight), 0.0), 1.0), line))
+
+    def note(self, line: str) -> None:
+        """Context that carries no weight (why a hypothesis is *not* supported, say)."""
+        self.items.append((0.0, line))
+
+    @property
+    def structural(self) -> bool:
+        return any(w > 0 for w, _ in self.items)
+
+    def score(self) -> float:
+        remaining = 1.0
+        for weight, _ in self.items:
+            remaining *= 1.0 - weight
+        return 1.0 - remaining
+
+    def lines(self) -> tuple[str, ...]:
+        return tuple(line for _, line in self.items)
+
+
+def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence["Flag"] = (), *,
+                    metrics: Mapping[str, Any] | None = None) -> list[Hypothesis]:
+    """Score every cause the evidence can speak to, best first.
+
+    ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
+    used for what no flag states, such as a loss and accuracy of exactly zero.
+    """
+    symptoms = [f for f in flags if f.kind in CHANCE_SYMPTOMS]
+    hypotheses = [
+        _vocab_mapping_mismatch(checks, flags, symptoms),
+        _hidden_state_format(checks, symptoms),
+        _verifier_mask_mismatch(checks, symptoms),
+    ]
+    for optional in (_aux_layer_off_by_one(checks, symptoms), _missing_lm_head(checks, symptoms),
+                     _empty_loss_mask(checks, metrics), _non_finite(flags), _diverged(flags)):
+        if optional is not None:
+            hypotheses.append(optional)
+    # Stable order for ties: the always-present ones first, in their listed order.
+    return sorted(hypotheses, key=lambda h: -h.score)
+
+
+def _check(checks: Mapping[str, CheckResult], name: str) -> CheckResult | None:
+    result = checks.get(name)
+    return result if result is not None and result.status in ("pass", "fail") else None
+
+
+def _corroborate(evidence: _Evidence, symptoms: Sequence["Flag"]) -> None:
+    if evidence.structural and symptoms:
+        flag = symptoms[0]
+        evidence.add(W_SYMPTOM_CORROBORATES, f"run flag {flag.kind}: {flag.message}")
+
+
+def _replay(checks: Mapping[str, CheckResult]) -> dict[str, Any] | None:
+    replay = checks.get("replay")
+    if replay is None or replay.status not in ("pass", "fail"):
+        return None
+    return replay.details
+
+
+def _vocab_mapping_mismatch(checks, flags, symptoms) -> Hypothesis:
+    ev = _Evidence()
+    vocab = _check(checks, "vocab_mapping")
+    if vocab is not None:
+        d = vocab.details
+        fraction = d.get("positional_match_fraction", 1.0)
+        line = (f"{d.get('positional_match')} / {d.get('draft_vocab_size')} draft positions map to the same target "
+                f"token in the checkpoint's and the run's mapping ({fraction:.2%})")
+        if vocab.status == "fail":
+            ev.add(W_VOCAB_CHECK * (1.0 - fraction), line)
+            tokens = d.get("training_tokens") or {}
+            if tokens.get("same_row_fraction") is not None:
+                ev.note(f"{tokens['same_row_fraction']:.1%} of {tokens['tokens']} loss-masked training tokens land "
+                        f"on the lm_head row trained for them")
+        else:
+            ev.note(line)
+    replay = _replay(checks)
+    if replay is not None:
+        own, run = replay.get("accuracy_checkpoint_mapping"), replay.get("accuracy_run_mapping")
+        if own is not None and run is not None:
+            line = (f"replay on {replay.get('tokens')} tokens: accuracy {own:.1%} with the checkpoint's mapping, "
+                    f"{run:.1%} with the run's")
+            if own - run >= MIN_REPLAY_GAP:
+                ev.add(W_REPLAY_GAP * (own - run) / own, line)
+            else:
+                ev.note(line)
+    above = [f for f in flags if f.kind == "loss_above_chance"]
+    if above:
+        ev.add(W_ABOVE_CHANCE_ALONE, f"run flag loss_above_chance: {above[0].message}")
+    else:
+        _corroborate(ev, symptoms)
+    return Hypothesis("vocab_mapping_mismatch",
+                      "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",
+                      ev.score(), ev.lines(), "remap")
+
+
+def _hidden_state_format(checks, symptoms) -> Hypothesis:
+    ev = _Evidence()
+    hidden = _check(checks, "hidden_state")
+    if hidden is not None:
+        for issue in hidden.details.get("issues", ()):
+            weight = W_HIDDEN_ISSUE.get(issue["kind"])
+            if weight is not None and issue["severity"] == "error":
+                ev.add(weight, issue["message"])
+        if not ev.structural:
+            ev.note(f"hidden-state check {hidden.status}: {hidden.summary}")
+    replay = _replay(checks)
+    if replay is not None and replay.get("accuracy_by_chunk_order"):
+        orders = replay["accuracy_by_chunk_order"]
+        stored = orders.get("0,1,2")
+        best_order, best = max(orders.items(), key=lambda kv: kv[1])
+        if stored is not None and best_order != "0,1,2" and best - stored >= MIN_REPLAY_GAP:
+            ev.add(W_REPLAY_CHUNK_ORDER * (best - stored) / best,
+                   f"replay accuracy {best:.1%} with aux chunks in order {best_order}, {stored:.1%} as stored")
+    _corroborate(ev, symptoms)
+    return Hypothesis("hidden_state_format",
+                      "The hidden-state dumps are not what the drafter's fc was trained to read",
+                      ev.score(), ev.lines(), None)
+
+
+def _verifier_mask_mismatch(checks, symptoms) -> Hypothesis:
+    ev = _Evidence()
+    mask = _check(checks, "verifier_mask")
+    if mask is not None:
+        for inv in mask.details.get("invariants", ()):
+            if inv["ok"]:
+                continue
+            line = f"{inv['name']}: {inv['detail']}"
+            if not inv["required"]:
+                if inv["name"].startswith("checkpoint t2d == run t2d"):
+                    ev.add(W_MASKS_DIFFER, line)
+                else:
+                    ev.note(line)
+                continue
+            weight = next((w for key, w in W_MASK_INVARIANT.items() if key in inv["name"]), 0.6)
+            ev.add(weight, line)
+        outside = (mask.details.get("target_argmax_outside_draft_vocab") or {}).get("run")
+        if outside is not None and outside > ARGMAX_OUTSIDE_THRESHOLD:
+            ev.add(W_ARGMAX_OUTSIDE, f"{outside:.1%} of verifier argmaxes fall outside the run's draft vocab")
+        if not ev.items:
+            ev.note(f"verifier-mask check {mask.status}: {mask.summary}")
+    # Only a failed required invariant is structural evidence here; differing masks follow from
+    # a differing mapping and should not pull in the chance-level symptom.
+    if any(w >= 0.5 for w, _ in ev.items):
+        _corroborate(ev, symptoms)
+    return Hypothesis("verifier_mask_mismatch",
+                      "The verifier mask (t2d) does not select target logits in the drafter's row order",
+                      ev.score(), ev.lines(), None)
+
+
+def _issues(checks, kind: str) -> list[dict[str, str]]:
+    hidden = _check(checks, "hidden_state")
+    if hidden is None:
+        return []
+    return [i for i in hidden.details.get("issues", ()) if i["kind"] == kind]
+
+
+def _aux_layer_off_by_one(checks, symptoms) -> Hypothesis | None:
+    found = _issues(checks, "aux_layer_off_by_one")
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_AUX_OFF_BY_ONE, found[0]["message"])
+    return Hypothesis("aux_layer_off_by_one",
+                      "The aux hidden states come from layers one off from those the config names",
+                      ev.score(), ev.lines(), None)
+
+
+def _missing_lm_head(checks, symptoms) -> Hypothesis | None:
+    found = _issues(checks, "missing_lm_head")
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_MISSING_LM_HEAD, found[0]["message"])
+    _corroborate(ev, symptoms)
+    return Hypothesis("missing_lm_head", "The checkpoint has no lm_head: the draft head starts random",
+                      ev.score(), ev.lines(), None)
+
+
+def _empty_loss_mask(checks, metrics) -> Hypothesis | None:
+    ev = _Evidence()
+    loss = (metrics or {}).get("loss") or {}
+    acc = (metrics or {}).get("accuracy") or {}
+    if loss.get("last") == 0.0 and acc.get("last") == 0.0:
+        ev.add(W_LOSS_AND_ACC_ZERO,
+               f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)")
+    vocab = checks.get("vocab_mapping")
+    tokens = (vocab.details.get("training_tokens") if vocab is not None else None) or {}
+    samples, empty = tokens.get("samples", 0), tokens.get("samples_with_empty_loss_mask", 0)
+    if samples and empty == samples:
+        ev.add(W_DUMPS_ALL_MASKS_EMPTY, f"all {samples} dumped samples have an all-zero loss_mask")
+    elif samples and empty:
+        ev.note(f"{empty} of {samples} dumped samples have an all-zero loss_mask")
+    if not ev.items:
+        return None
+    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained",
+                      ev.score(), ev.lines(), None)
+
+
+def _non_finite(flags) -> Hypothesis | None:
+    found = [f for f in flags if f.kind == "non_finite"]
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_NON_FINITE, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
+    return Hypothesis("non_finite", "The loss became NaN or infinite", ev.score(), ev.lines(), None)
+
+
+def _diverged(flags) -> Hypothesis | None:
+    found = [f for f in flags if f.kind == "diverging"]
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
+    return Hypothesis("diverged", "The run diverged (learning rate too high, or bad batches)",
+                      ev.score(), ev.lines(), None)
