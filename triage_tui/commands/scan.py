@@ -1,15 +1,78 @@
-"""`triage scan`: placeholder until its issue lands (see the issue tracker)."""
+"""`triage scan [PATH ...] [--json] [--vocab-size N] [--poll]`: one pass over the runs.
+
+Exit status (DESIGN.md): 0 no critical flag, 1 some run has a critical flag, 2 bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+from triage_tui.core.signals import fmt
+from triage_tui.core.watch import RunStatus, Watcher
+
+GLYPHS = {"ok": "✓", "warning": "!", "critical": "✗"}
+ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="run directories or parents of runs (default .)")
+    parser.add_argument("--json", action="store_true", help="print {\"runs\": [...]} as in DESIGN.md")
+    parser.add_argument("--vocab-size", type=_vocab_size, metavar="N",
+                        help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)")
+    parser.add_argument("--poll", action="store_true",
+                        help="polling only, no inotify (a single pass never uses it; accepted for symmetry with the TUI)")
+
+
+def _vocab_size(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError("must be >= 2")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
-    print("triage scan: not built yet", file=sys.stderr)
-    return 2
+    watcher = Watcher(args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True)
+    statuses = watcher.poll_once()
+    if args.json:
+        json.dump({"runs": [status.to_json() for status in statuses]}, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    elif not statuses:
+        print(f"triage scan: no runs under {', '.join(map(str, watcher.paths))}", file=sys.stderr)
+    else:
+        glyphs = GLYPHS if _can_print(GLYPHS) else ASCII_GLYPHS
+        width = max(len(status.info.name) for status in statuses)
+        for status in statuses:
+            print(summary_line(status, glyphs, width))
+    return 1 if any(status.status == "critical" for status in statuses) else 0
+
+
+def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:
+    """One line: glyph, name, step, loss against ln V, flag kinds."""
+    parts = [f"{glyphs[status.status]} {status.info.name.ljust(width)}"]
+    parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
+    loss = status.metrics.get("loss")
+    chance = f"ln {status.vocab_size} = {status.chance_loss:.2f}"
+    if loss and loss["last"] is not None:
+        parts.append(f"{loss['tag']} {fmt(loss['last'])} vs {chance}")
+    elif loss:
+        parts.append(f"{loss['tag']} (no finite value) vs {chance}")
+    accuracy = status.metrics.get("accuracy")
+    if accuracy and accuracy["last"] is not None:
+        parts.append(f"{accuracy['tag']} {fmt(accuracy['last'])}")
+    if status.flags:
+        # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
+        parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))
+    if status.info.manifest_error:
+        parts.append(f"bad triage.toml: {status.info.manifest_error}")
+    return "  ".join(parts)
+
+
+def _can_print(glyphs: dict[str, str]) -> bool:
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        "".join(glyphs.values()).encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True

@@ -1,0 +1,111 @@
+"""`triage scan` as a user runs it: a subprocess, its stdout, stderr and exit status."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from test_runs import write_scalars
+from test_signals import STEPS, T0, story_series
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scan(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "triage_tui", "scan", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+
+
+def write_series(log_dir: Path, series: dict[str, np.ndarray]) -> None:
+    write_scalars(log_dir, {tag: list(zip(STEPS.tolist(), values.tolist())) for tag, values in series.items()},
+                  wall_time=T0)
+
+
+def healthy_series() -> dict[str, np.ndarray]:
+    return {"train/ploss_0": 3.0 + 7.4 * np.exp(-STEPS / 300.0),
+            "train/acc_0": 0.7 * (1 - np.exp(-STEPS / 300.0))}
+
+
+def test_json_shape_and_exit_1_for_the_story_run(tmp_path):
+    write_series(tmp_path / "k2-finetune" / "runs", story_series())
+    write_series(tmp_path / "healthy", healthy_series())
+
+    result = scan(tmp_path, "--json")
+
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert list(document) == ["runs"]
+    runs = {run["name"]: run for run in document["runs"]}
+    assert set(runs) == {"k2-finetune/runs", "healthy"}
+    story = runs["k2-finetune/runs"]
+    assert story["status"] == "critical"
+    assert story["vocab_size"] == 32_000 and story["vocab_size_source"] == "default"
+    assert story["chance_loss"] == math.log(32_000)
+    assert story["last_step"] == 2000
+    assert story["metrics"]["loss"]["tag"] == "train/ploss_0" and story["metrics"]["loss"]["count"] == 41
+    assert {f["kind"] for f in story["flags"]} >= {"loss_above_chance", "accuracy_at_chance"}
+    assert runs["healthy"]["status"] in ("ok", "warning")  # a finished run may be "stalled"
+    assert not {f["severity"] for f in runs["healthy"]["flags"]} & {"critical"}
+
+
+def test_exit_0_when_no_run_is_critical_and_one_line_per_run(tmp_path):
+    write_series(tmp_path / "a", healthy_series())
+    write_series(tmp_path / "b", healthy_series())
+    result = scan(tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[1] == "a" and "step 2000" in lines[0]
+    assert re.search(r"train/ploss_0 3\.0\d* vs ln 32000 = 10\.37", lines[0])
+    assert lines[0].endswith("(stalled)")  # ended long ago: info, in parentheses
+
+
+def test_human_line_names_the_flags(tmp_path):
+    write_series(tmp_path / "k2", story_series())
+    result = scan(tmp_path / "k2")
+    assert result.returncode == 1
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("✗ k2")
+    assert "vs ln 32000 = 10.37" in line and "loss_above_chance" in line and "accuracy_at_chance" in line
+
+
+def test_vocab_size_flag_moves_the_chance_line(tmp_path):
+    write_series(tmp_path / "r", {"train/ploss_0": np.full(len(STEPS), math.log(32_000))})
+    at_chance = json.loads(scan(tmp_path, "--json").stdout)["runs"][0]
+    assert [f["kind"] for f in at_chance["flags"]][:1] == ["loss_at_chance"]
+    result = scan(tmp_path, "--json", "--vocab-size", "4000", "--poll")
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["vocab_size"] == 4000 and run["vocab_size_source"] == "flag"
+    assert "loss_above_chance" in {f["kind"] for f in run["flags"]}
+
+
+def test_missing_path_is_exit_2_with_one_line(tmp_path):
+    result = scan(tmp_path / "no-such-run")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"triage: {tmp_path / 'no-such-run'}: no such file or directory"]
+
+
+def test_malformed_manifest_is_exit_2_naming_the_file(tmp_path):
+    write_series(tmp_path / "r", healthy_series())
+    manifest = tmp_path / "r" / "triage.toml"
+    manifest.write_text("[run]\nvocab_size = [32000]\n")
+    before = manifest.read_bytes()
+    result = scan(tmp_path, "--json")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"triage: {manifest}: ") and "Traceback" not in result.stderr
+    assert manifest.read_bytes() == before
+
+
+def test_empty_directory_is_exit_0_with_a_note(tmp_path):
+    result = scan(tmp_path)
+    assert result.returncode == 0 and result.stdout == "" and "no runs" in result.stderr
+    assert json.loads(scan(tmp_path, "--json").stdout) == {"runs": []}

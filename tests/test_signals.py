@@ -1,0 +1,243 @@
+"""Flags on curves written by torch's SummaryWriter and read back by core.events.
+
+The story's curve (reference/case-252-in-32000.txt): ploss 18-20, accuracy 2-7 %, V = 32 000.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_runs import write_scalars
+from triage_tui.core.events import read_event_file
+from triage_tui.core.runs import Manifest
+from triage_tui.core.signals import (
+    is_summed_loss,
+    pick_metric_tags,
+    raise_flags,
+    resolve_vocab_size,
+)
+
+V = 32_000
+LN_V = math.log(V)  # 10.37
+T0 = 1_700_000_000.0  # wall time of step 0; step s is written at T0 + s seconds
+STEPS = np.arange(0, 2050, 50)  # SpecForge's default log interval, 41 points
+CHANCE_KINDS = {"loss_at_chance", "loss_above_chance", "accuracy_at_chance"}
+
+
+def curve_file(tmp_path: Path, series: dict[str, np.ndarray], steps: np.ndarray = STEPS) -> Path:
+    return write_scalars(tmp_path, {tag: list(zip(steps.tolist(), values.tolist())) for tag, values in series.items()},
+                         wall_time=T0)
+
+
+def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest=None, **kwargs):
+    scalars = read_event_file(curve_file(tmp_path, series, steps))
+    loss_tags, accuracy_tags = pick_metric_tags(scalars.tags(), manifest)
+    now = T0 + float(steps[-1]) + 1.0 if now is None else now
+    return raise_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags, accuracy_tags=accuracy_tags,
+                       now=now, **kwargs)
+
+
+def by_kind(flags):
+    return {flag.kind: flag for flag in flags}
+
+
+def story_series(seed: int = 252) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = len(STEPS)
+    plosses = [rng.uniform(18.0, 20.0, n) + i * 0.3 for i in range(7)]
+    series = {f"train/ploss_{i}": p for i, p in enumerate(plosses)}
+    series.update({f"train/acc_{i}": rng.uniform(0.02, 0.07, n) / (i + 1) for i in range(7)})
+    series["train/loss"] = sum(0.8**i * p for i, p in enumerate(plosses))  # SpecForge main's total
+    series["train/lr"] = np.full(n, 1e-4)
+    return series
+
+
+# ----------------------------------------------------------------- the three chance flags
+
+
+def test_story_curve_is_above_chance_with_accuracy_at_chance(tmp_path):
+    flags = flags_for(tmp_path, story_series())
+    kinds = by_kind(flags)
+
+    assert set(kinds) == {"loss_above_chance", "accuracy_at_chance"}
+    above = kinds["loss_above_chance"]
+    assert above.severity == "critical" and above.tag == "train/ploss_0"
+    assert above.step == STEPS[5]  # first point past warm-up (5 points and 100 steps)
+    assert 18.0 <= above.value <= 20.0
+    assert "above ln 32000 = 10.37" in above.message and f"step {above.step}" in above.message
+    accuracy = kinds["accuracy_at_chance"]
+    assert accuracy.tag == "train/acc_0" and accuracy.severity == "critical"
+    assert 2.0 <= float(accuracy.message.split(" = ")[1].split(" %")[0]) <= 7.0
+
+
+def test_loss_sitting_at_ln_v_is_at_chance(tmp_path):
+    rng = np.random.default_rng(1)
+    series = {"train/ploss_0": LN_V + rng.normal(0, 0.05, len(STEPS)),
+              "train/acc_0": rng.uniform(0.0, 0.01, len(STEPS))}
+    kinds = by_kind(flags_for(tmp_path, series))
+    assert set(kinds) == {"loss_at_chance", "accuracy_at_chance"}
+    assert kinds["loss_at_chance"].severity == "critical"
+    assert "at chance ln 32000 = 10.37" in kinds["loss_at_chance"].message
+
+
+def test_healthy_run_falling_well_below_ln_v_raises_none_of_them(tmp_path):
+    rng = np.random.default_rng(2)
+    loss = 3.0 + (LN_V - 3.0) * np.exp(-STEPS / 300.0) + rng.normal(0, 0.08, len(STEPS))
+    accuracy = 0.7 * (1 - np.exp(-STEPS / 300.0)) + rng.normal(0, 0.01, len(STEPS))
+    flags = flags_for(tmp_path, {"train/ploss_0": loss, "train/acc_0": accuracy})
+    assert not CHANCE_KINDS & set(by_kind(flags))
+    assert all(flag.severity != "critical" for flag in flags)
+
+
+def test_from_scratch_run_still_descending_from_ln_v_is_not_at_chance(tmp_path):
+    steps = np.arange(0, 420, 20)
+    loss = LN_V + 0.1 - 1.0 * steps / steps[-1]  # 10.47 -> 9.47, inside the band, falling
+    kinds = by_kind(flags_for(tmp_path, {"train/ploss_0": loss}, steps=steps))
+    assert "loss_at_chance" not in kinds
+
+
+def test_warm_up_keeps_a_young_run_unflagged(tmp_path):
+    steps = np.arange(0, 250, 50)  # 5 points, all inside warm-up
+    kinds = by_kind(flags_for(tmp_path, {"train/ploss_0": np.full(5, 19.0)}, steps=steps))
+    assert not CHANCE_KINDS & set(kinds)
+
+
+def test_chance_line_follows_the_vocab_size(tmp_path):
+    # 11.0 is inside the band for V = 32 000 (up to 11.41) but above ln 8 000 + 1 = 9.99.
+    series = {"train/ploss_0": np.full(len(STEPS), 11.0)}
+    assert "loss_at_chance" in by_kind(flags_for(tmp_path / "a", series, vocab_size=32_000))
+    above = by_kind(flags_for(tmp_path / "b", series, vocab_size=8_000))["loss_above_chance"]
+    assert "ln 8000 = 8.99" in above.message
+
+
+def test_percent_accuracy_is_read_as_percent(tmp_path):
+    rng = np.random.default_rng(3)
+    series = {"train/ploss_0": np.full(len(STEPS), 3.0), "accuracy": rng.uniform(2.0, 7.0, len(STEPS))}
+    accuracy = by_kind(flags_for(tmp_path, series))["accuracy_at_chance"]
+    assert 2.0 <= accuracy.value <= 7.0
+
+
+# ----------------------------------------------------------------- other flags
+
+
+def test_nan_is_non_finite_at_the_step_it_appeared(tmp_path):
+    loss = np.linspace(10.0, 3.0, len(STEPS))
+    loss[20:] = np.nan
+    loss[25] = np.inf
+    flags = flags_for(tmp_path, {"train/ploss_0": loss})
+    flag = by_kind(flags)["non_finite"]
+    assert flag.severity == "critical" and flag.step == STEPS[20] and math.isnan(flag.value)
+    assert "train/ploss_0 = nan at step 1000" in flag.message and "21 of 41" in flag.message
+    assert flag.to_json()["value"] is None  # JSON has no NaN
+
+
+def test_divergence_after_learning(tmp_path):
+    steps = np.arange(0, 3050, 50)
+    loss = np.where(steps <= 1500, 10.0 - 8.0 * steps / 1500, 2.0 + 6.0 * (steps - 1500) / 1500)
+    flags = flags_for(tmp_path, {"train/ploss_0": loss}, steps=steps)
+    diverging = by_kind(flags)["diverging"]
+    assert diverging.severity == "critical"
+    assert 1500 < diverging.step < 2500
+    assert "best was 2" in diverging.message
+
+
+def test_one_spike_is_not_a_divergence(tmp_path):
+    loss = np.linspace(6.0, 2.0, len(STEPS))
+    loss[-1] = 12.0
+    assert "diverging" not in by_kind(flags_for(tmp_path, {"train/ploss_0": loss}))
+
+
+def test_plateau_is_info(tmp_path):
+    steps = np.arange(0, 5000, 50)
+    loss = np.where(steps < 2000, 6.0 - 3.0 * steps / 2000, 3.0)
+    flag = by_kind(flags_for(tmp_path, {"train/ploss_0": loss}, steps=steps))["plateau"]
+    assert flag.severity == "info" and "flat at 3" in flag.message
+
+
+@pytest.mark.parametrize(
+    "silence, seen_live, expected",
+    [
+        (100.0, False, None),  # within the writer's 120 s flush interval
+        (170.0, False, None),  # within flush + margin
+        (600.0, False, "warning"),  # 10 minutes: stopped recently
+        (3 * 86400.0, False, "info"),  # a post-mortem on a run that ended days ago
+        (3 * 86400.0, True, "warning"),  # it stopped while we were watching
+    ],
+)
+def test_stall_is_measured_against_now(tmp_path, silence, seen_live, expected):
+    series = {"train/ploss_0": np.linspace(10.0, 3.0, len(STEPS))}
+    last_wall = T0 + float(STEPS[-1])
+    flags = flags_for(tmp_path, series, now=last_wall + silence, seen_live=seen_live)
+    stalled = by_kind(flags).get("stalled")
+    assert (stalled.severity if stalled else None) == expected
+    if stalled and expected == "warning":
+        assert "no new data for 10 min" in stalled.message or seen_live
+
+
+def test_stall_threshold_grows_with_the_runs_own_gaps(tmp_path):
+    steps = np.arange(0, 41) * 600  # one point every 10 minutes
+    series = {"train/ploss_0": np.linspace(10.0, 3.0, len(steps))}
+    quiet = flags_for(tmp_path, series, steps=steps, now=T0 + steps[-1] + 1200.0)  # 2 gaps late
+    assert "stalled" not in by_kind(quiet)
+
+
+# ----------------------------------------------------------------- tags and vocab size
+
+
+def test_summed_ttt_loss_is_never_the_primary_or_compared_with_chance(tmp_path):
+    rng = np.random.default_rng(4)
+    n = len(STEPS)
+    plosses = [np.linspace(6.0, 2.0, n) + i * 0.2 for i in range(7)]
+    series = {f"train/ploss_{i}": p for i, p in enumerate(plosses)}
+    # 0.8-weighted sum over 7 steps: ~14 -> ~9 falls *through* the band; per step it is healthy.
+    series["train/loss"] = sum(0.8**i * p for i, p in enumerate(plosses)) + rng.normal(0, 0.01, n)
+    scalars = read_event_file(curve_file(tmp_path, series))
+    loss_tags, _ = pick_metric_tags(scalars.tags())
+    assert loss_tags[0] == "train/ploss_0" and loss_tags[-1] == "train/loss"
+    assert is_summed_loss("train/loss", scalars.tags())
+    forced = raise_flags(scalars, vocab_size=V, loss_tags=["train/loss"], accuracy_tags=[],
+                         now=T0 + 2001)
+    assert not CHANCE_KINDS & set(by_kind(forced))  # not comparable: no chance flag from it
+
+
+def test_plain_train_loss_without_step_siblings_is_compared_with_chance(tmp_path):
+    series = {"train/loss": np.full(len(STEPS), LN_V), "train/loss_scale": np.full(len(STEPS), 65536.0)}
+    flags = flags_for(tmp_path, series)
+    assert by_kind(flags)["loss_at_chance"].tag == "train/loss"
+
+
+def test_tag_choice_for_each_trainer():
+    specforge = ["train/lr", "train/ploss_1", "train/ploss_0", "train/acc_1", "train/acc_0", "eval/ploss_0",
+                 "train/acceptance_rate_0", "train/loss", "train/acc", "train/grad_norm"]
+    loss, accuracy = pick_metric_tags(specforge)
+    assert loss[:3] == ["train/ploss_0", "eval/ploss_0", "train/ploss_1"] and loss[-1] == "train/loss"
+    assert accuracy[0] == "train/acc_0" and "train/acceptance_rate_0" not in accuracy
+
+    speculators = ["train/loss", "train/loss_0", "train/loss_1", "train/full_acc_0", "train/cond_acc_1",
+                   "val/loss_epoch", "val/full_acc_0_epoch", "lr", "epoch"]
+    loss, accuracy = pick_metric_tags(speculators)
+    assert loss[0] == "train/loss_0" and loss[-1] == "train/loss"
+    assert accuracy[0] == "train/full_acc_0"
+
+    generic = ["loss", "accuracy", "lr", "loss_scale"]
+    assert pick_metric_tags(generic) == (["loss"], ["accuracy"])
+
+
+def test_manifest_tags_override_discovery():
+    manifest = Manifest(Path("/r/triage.toml"), loss_tags=("custom/xent",), accuracy_tags=("custom/top1",))
+    assert pick_metric_tags(["train/ploss_0", "train/acc_0"], manifest) == (["custom/xent"], ["custom/top1"])
+
+
+def test_vocab_size_flag_beats_manifest_beats_config_beats_default():
+    manifest = Manifest(Path("/r/triage.toml"), vocab_size=64_000)
+    config = {"vocab_size": 163_840, "draft_vocab_size": 32_000}
+    assert resolve_vocab_size(16_000, manifest, config) == (16_000, "flag")
+    assert resolve_vocab_size(None, manifest, config) == (64_000, "manifest")
+    assert resolve_vocab_size(None, None, config) == (32_000, "config.json")
+    assert resolve_vocab_size(None, None, {"vocab_size": 128_256}) == (128_256, "config.json")
+    assert resolve_vocab_size(None, Manifest(Path("/r/triage.toml")), None) == (32_000, "default")
+    assert resolve_vocab_size(None, None, {"draft_vocab_size": "32000"}) == (32_000, "default")

@@ -1,0 +1,213 @@
+"""The live watcher: polling finds appended data without inotify, watchdog only wakes it."""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from test_runs import write_drafter_checkpoint, write_scalars
+from triage_tui.core.watch import RunStatus, Watcher
+
+LN_32000 = math.log(32_000)
+
+
+def open_writer(log_dir, first_steps=range(0, 100, 10), start=10.0):
+    """A SummaryWriter left open, as a trainer holds it, with some points already flushed."""
+    writer = SummaryWriter(log_dir=str(log_dir))
+    for step in first_steps:
+        writer.add_scalar("train/ploss_0", start - step / 100, global_step=step)
+    writer.flush()
+    return writer
+
+
+def only(statuses: list[RunStatus]) -> RunStatus:
+    assert len(statuses) == 1, [s.info.name for s in statuses]
+    return statuses[0]
+
+
+def test_polling_alone_sees_appended_data_on_the_next_poll(tmp_path):
+    # NFS: another host appends, inotify here sees nothing; only stat + read can notice.
+    writer = open_writer(tmp_path / "run")
+    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600)
+    try:
+        first = only(watcher.poll_once())
+        assert first.metrics["loss"]["count"] == 10 and first.last_step == 90
+        for step in range(100, 150, 10):
+            writer.add_scalar("train/ploss_0", 5.0, global_step=step)
+        writer.flush()
+        second = only(watcher.poll_once())
+    finally:
+        writer.close()
+    assert second.metrics["loss"] == {"tag": "train/ploss_0", "last": 5.0, "min": 5.0, "count": 15}
+    assert second.last_step == 140
+
+
+def test_idle_poll_returns_the_same_status_objects(tmp_path):
+    write_scalars(tmp_path / "a", {"loss": [(0, 3.0), (10, 2.0)]})
+    write_scalars(tmp_path / "b", {"loss": [(0, 3.0), (10, 2.0)]})
+    watcher = Watcher([tmp_path], use_watchdog=False)
+    first = watcher.poll_once()
+    second = watcher.poll_once()
+    assert [a is b for a, b in zip(first, second)] == [True, True]
+
+
+def test_new_runs_and_files_appear_on_rescan_and_deleted_runs_go(tmp_path):
+    write_scalars(tmp_path / "a", {"loss": [(0, 3.0)]})
+    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=0.0)
+    assert [s.info.name for s in watcher.poll_once()] == ["a"]
+    write_scalars(tmp_path / "b", {"loss": [(0, 3.0)]})
+    write_scalars(tmp_path / "a" / "eval", {"eval/loss": [(0, 4.0)]})  # a second file of run a
+    statuses = {s.info.name: s for s in watcher.poll_once()}
+    assert set(statuses) == {"a", "b"}
+    assert set(statuses["a"].scalars.tags()) == {"loss", "eval/loss"}
+    for path in sorted((tmp_path / "b").iterdir()):
+        path.unlink()
+    (tmp_path / "b").rmdir()
+    assert [s.info.name for s in watcher.poll_once()] == ["a"]
+
+
+def _run_in_thread(watcher):
+    updates: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(updates.put, stop), daemon=True)
+    thread.start()
+    return updates, stop, thread
+
+
+def _wait_for(updates: queue.Queue, predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            statuses = updates.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if predicate(statuses):
+            return time.monotonic()
+    return None
+
+
+def _count(statuses):
+    return statuses[0].metrics["loss"]["count"] if statuses else 0
+
+
+def test_watchdog_events_suppressed_still_sees_data_within_the_poll_interval(tmp_path, monkeypatch):
+    writer = open_writer(tmp_path / "run")
+    monkeypatch.setattr(Watcher, "_on_fs_event", lambda self, event: None)  # inotify goes silent
+    watcher = Watcher([tmp_path], poll_interval=0.5, rescan_interval=3600, use_watchdog=True)
+    updates, stop, thread = _run_in_thread(watcher)
+    try:
+        assert _wait_for(updates, lambda s: _count(s) == 10, timeout=10.0)
+        assert watcher.watchdog_active  # the observer runs; its events just never arrive
+        writer.add_scalar("train/ploss_0", 4.0, global_step=200)
+        writer.flush()
+        appended = time.monotonic()
+        seen = _wait_for(updates, lambda s: _count(s) == 11, timeout=5.0)
+    finally:
+        stop.set()
+        thread.join(timeout=5.0)
+        writer.close()
+    assert seen is not None, "appended data never reached on_update"
+    # One poll interval plus scheduling slack on a loaded 2-core machine.
+    assert seen - appended < 0.5 + 1.0
+    assert not thread.is_alive()
+
+
+def test_watchdog_wakes_the_poller_long_before_the_interval(tmp_path):
+    writer = open_writer(tmp_path / "run")
+    watcher = Watcher([tmp_path], poll_interval=60.0, rescan_interval=3600, use_watchdog=True)
+    updates, stop, thread = _run_in_thread(watcher)
+    try:
+        assert _wait_for(updates, lambda s: _count(s) == 10, timeout=10.0)
+        assert watcher.watchdog_active
+        writer.add_scalar("train/ploss_0", 4.0, global_step=200)
+        writer.flush()
+        appended = time.monotonic()
+        seen = _wait_for(updates, lambda s: _count(s) == 11, timeout=10.0)
+    finally:
+        stop.set()
+        watcher.wake()
+        thread.join(timeout=5.0)
+        writer.close()
+    assert seen is not None and seen - appended < 5.0  # vs a 60 s poll interval
+
+
+def test_stall_severity_depends_on_whether_the_run_stopped_while_watched(tmp_path):
+    writer = open_writer(tmp_path / "live")
+    write_scalars(tmp_path / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]},
+                  wall_time=1_600_000_000.0)
+    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600)
+    try:
+        watcher.poll_once()
+        writer.add_scalar("train/ploss_0", 4.0, global_step=200)
+        writer.flush()
+        watcher.poll_once()
+    finally:
+        writer.close()
+    days_later = time.time() + 3 * 86400
+    statuses = {s.info.name: s for s in watcher.poll_once(now=days_later)}
+    live_flag = [f for f in statuses["live"].flags if f.kind == "stalled"]
+    old_flag = [f for f in statuses["old"].flags if f.kind == "stalled"]
+    assert [f.severity for f in live_flag] == ["warning"] and statuses["live"].status == "warning"
+    assert [f.severity for f in old_flag] == ["info"] and statuses["old"].status == "ok"
+    assert "finished or stopped" in old_flag[0].message
+
+
+def test_vocab_size_source_config_manifest_flag(tmp_path):
+    out = tmp_path / "out"
+    write_scalars(out / "runs", {"train/ploss_0": [(0, 9.0)]})
+    write_drafter_checkpoint(out / "epoch_0_step_100", draft_vocab=16_000)
+
+    status = only(Watcher([tmp_path], use_watchdog=False).poll_once())
+    assert (status.vocab_size, status.vocab_size_source) == (16_000, "config.json")
+    assert status.chance_loss == pytest.approx(math.log(16_000))
+
+    (out / "triage.toml").write_text("[run]\nvocab_size = 32000\n")
+    status = only(Watcher([tmp_path], use_watchdog=False).poll_once())
+    assert (status.vocab_size, status.vocab_size_source) == (32_000, "manifest")
+
+    status = only(Watcher([tmp_path], vocab_size=8_000, use_watchdog=False).poll_once())
+    assert (status.vocab_size, status.vocab_size_source) == (8_000, "flag")
+
+
+def test_manifest_edit_is_picked_up_while_watching(tmp_path):
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(0, 9.0)], "custom": [(0, 1.0)]})
+    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=0.0)
+    assert only(watcher.poll_once()).loss_tag == "train/ploss_0"
+    (tmp_path / "run" / "triage.toml").write_text('[run]\nloss_tags = ["custom"]\n')
+    assert only(watcher.poll_once()).loss_tag == "custom"
+
+
+def test_bad_manifest_does_not_stop_a_lenient_watcher(tmp_path):
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(0, 3.0)]})
+    (tmp_path / "run" / "triage.toml").write_text("[run]\nvocab_size = 'many'\n")
+    status = only(Watcher([tmp_path], use_watchdog=False).poll_once())
+    assert status.status == "warning"
+    assert "vocab_size must be an integer" in status.to_json()["manifest_error"]
+
+
+def test_to_json_has_exactly_the_scan_fields(tmp_path):
+    rng = np.random.default_rng(0)
+    write_scalars(tmp_path / "run", {
+        "train/ploss_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(18, 20, 20))],
+        "train/acc_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(0.02, 0.07, 20))],
+    })
+    document = only(Watcher([tmp_path], use_watchdog=False).poll_once()).to_json()
+    json.dumps(document, allow_nan=False)
+    assert list(document) == ["path", "name", "status", "vocab_size", "vocab_size_source", "chance_loss",
+                              "last_step", "last_update", "metrics", "flags"]
+    assert document["status"] == "critical" and document["vocab_size_source"] == "default"
+    assert document["chance_loss"] == pytest.approx(LN_32000)
+    assert document["last_step"] == 950
+    assert set(document["metrics"]) == {"loss", "accuracy"}
+    assert set(document["metrics"]["loss"]) == {"tag", "last", "min", "count"}
+    assert document["metrics"]["accuracy"]["tag"] == "train/acc_0"
+    assert {f["kind"] for f in document["flags"]} >= {"loss_above_chance", "accuracy_at_chance"}
+    for flag in document["flags"]:
+        assert list(flag) == ["kind", "severity", "tag", "step", "value", "message"]

@@ -1,0 +1,352 @@
+"""The headless live monitor: polls event files, rescans for runs, recomputes flags.
+
+Polling is what guarantees correctness: inotify never fires for writes made by another NFS
+client, and NFS attribute caching delays size changes (reference/tensorboard-events.md 4.3),
+so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
+(core.events.RunEvents), and every ``rescan_interval`` the given paths are walked again for
+new runs and files (core.runs, cheap thanks to its listing cache). A watchdog Observer, where
+it works, only calls ``wake()`` so a local write shows up at once instead of within a poll
+interval; ``use_watchdog=False`` (``--poll``) leaves polling alone.
+
+``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread.
+An idle ``poll_once`` (nothing appended) costs one stat per event file plus a clock
+comparison per run: flags that depend on values are recomputed only when a run's scalars
+changed (``RunScalars.version``), the ``stalled`` flag (which depends on the clock) is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.events import RunEvents
+from triage_tui.core.runs import (
+    CONFIG_NAME,
+    MANIFEST_NAME,
+    ListingCache,
+    RunInfo,
+    discover_runs,
+    is_event_file_name,
+    read_config,
+)
+from triage_tui.core.series import RunScalars
+from triage_tui.core.signals import (
+    Activity,
+    Flag,
+    chance_loss,
+    comparable_to_chance,
+    json_number,
+    last_step_of,
+    pick_metric_tags,
+    resolve_vocab_size,
+    sort_flags,
+    stall_flag,
+    value_flags,
+    worst_severity,
+)
+
+DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval
+# A burst of watchdog events (tensorboardX issues 4 writes per record) is coalesced into one
+# poll: after a wake-up the watcher waits this long before polling.
+WAKE_COALESCE_SECS = 0.05
+# Longest sleep between checks of the stop event, so a TUI quits promptly.
+STOP_CHECK_SECS = 0.25
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Everything the TUI and `scan --json` show about one run at one moment."""
+
+    info: RunInfo
+    status: str  # "ok" | "warning" | "critical"
+    vocab_size: int
+    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "default"
+    chance_loss: float
+    last_step: int | None
+    last_update: float | None  # unix time of the newest event
+    metrics: dict[str, Any]
+    flags: tuple[Flag, ...]
+    loss_tag: str | None
+    accuracy_tag: str | None
+    scalars: RunScalars = field(compare=False, repr=False)  # live object, for plots
+
+    def to_json(self) -> dict[str, Any]:
+        """The per-run object of DESIGN.md's `scan --json`."""
+        document: dict[str, Any] = {
+            "path": str(self.info.path),
+            "name": self.info.name,
+            "status": self.status,
+            "vocab_size": self.vocab_size,
+            "vocab_size_source": self.vocab_size_source,
+            "chance_loss": self.chance_loss,
+            "last_step": self.last_step,
+            "last_update": self.last_update,
+            "metrics": self.metrics,
+            "flags": [flag.to_json() for flag in self.flags],
+        }
+        if self.info.manifest_error:
+            document["manifest_error"] = self.info.manifest_error
+        return document
+
+
+def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
+    if tag is None:
+        return None
+    series = scalars.get(tag)
+    if series is None or not len(series):
+        return {"tag": tag, "last": None, "min": None, "count": 0}
+    last = series.last()
+    return {"tag": tag, "last": json_number(last[2] if last else None),
+            "min": json_number(series.finite_min()), "count": len(series)}
+
+
+@dataclass
+class _Tracked:
+    """The watcher's state for one run."""
+
+    info: RunInfo
+    events: RunEvents
+    config_key: tuple[int, int] | None = None
+    config: dict | None = None
+    version: int | None = None  # scalars.version the value flags were computed for
+    settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
+    seen_live: bool = False  # new data arrived after the first read, in this session
+    value_flags: tuple[Flag, ...] = ()
+    activity: Activity | None = None
+    derived: dict[str, Any] = field(default_factory=dict)
+    status: RunStatus | None = None
+
+
+class Watcher:
+    """Watches PATHs for runs; `poll_once` returns every run's current RunStatus."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        vocab_size: int | None = None,
+        poll_interval: float = 1.0,
+        rescan_interval: float = 5.0,
+        use_watchdog: bool = True,
+        strict: bool = False,
+        flush_secs: float = DEFAULT_FLUSH_SECS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.paths = [Path(p) for p in (paths or ["."])]
+        self.vocab_size = vocab_size
+        self.poll_interval = poll_interval
+        self.rescan_interval = rescan_interval
+        self.use_watchdog = use_watchdog
+        self.strict = strict  # `scan`: a bad path or manifest is BadInput; the TUI keeps going
+        self.flush_secs = flush_secs
+        self.clock = clock
+        self.watchdog_active = False  # True while an Observer delivers wake-ups
+        self._cache = ListingCache()
+        self._runs: dict[Path, _Tracked] = {}
+        self._next_rescan = 0.0  # time.monotonic() deadline; 0 = at the first poll
+        self._rescan_requested = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # poll_once may be called from the TUI and the worker
+
+    # ------------------------------------------------------------------ public
+
+    def wake(self, *, rescan: bool = False) -> None:
+        """Poll now instead of at the next interval (a watchdog hint; never required)."""
+        if rescan:
+            self._rescan_requested.set()
+        self._wake.set()
+
+    def poll_once(self, now: float | None = None) -> list[RunStatus]:
+        """Rescan if due, read appended bytes, recompute flags; every run's status."""
+        with self._lock:
+            if self._rescan_requested.is_set() or time.monotonic() >= self._next_rescan:
+                self._rescan_requested.clear()
+                self._rescan()
+                self._next_rescan = time.monotonic() + self.rescan_interval
+            now = self.clock() if now is None else now
+            return [self._update(tracked, now) for tracked in self._runs.values()]
+
+    def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
+        """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
+        observer = self._start_observer() if self.use_watchdog else None
+        previous: list[RunStatus] | None = None
+        try:
+            while not stop.is_set():
+                statuses = self.poll_once()
+                if previous is None or len(statuses) != len(previous) or any(
+                    a is not b for a, b in zip(statuses, previous)
+                ):
+                    on_update(statuses)
+                previous = statuses
+                self._sleep(stop)
+        finally:
+            if observer is not None:
+                observer.stop()
+                observer.join(timeout=2.0)
+            self.watchdog_active = False
+
+    # ------------------------------------------------------------------ discovery
+
+    def _rescan(self) -> None:
+        found: dict[Path, RunInfo] = {}
+        for path in self.paths:
+            try:
+                infos = discover_runs([path], cache=self._cache, strict=self.strict)
+            except BadInput:
+                if self.strict:
+                    raise
+                # A watched directory deleted mid-session drops its runs; the TUI keeps going.
+                continue
+            for info in infos:
+                found.setdefault(info.path, info)
+        for path in list(self._runs):
+            if path not in found:
+                del self._runs[path]
+        for path, info in found.items():
+            tracked = self._runs.get(path)
+            if tracked is None:
+                events = RunEvents()
+                events.set_files(info.event_files)
+                tracked = _Tracked(info, events)
+                self._runs[path] = tracked
+            elif info != tracked.info:
+                if info.event_files != tracked.info.event_files:
+                    tracked.events.set_files(info.event_files)
+                if info.manifest != tracked.info.manifest or info.artifacts != tracked.info.artifacts:
+                    tracked.settings_changed = True
+                tracked.info = info
+            self._refresh_config(tracked)
+        # New runs keep discovery order; the dict preserves insertion order.
+        self._runs = {path: self._runs[path] for path in found}
+
+    def _refresh_config(self, tracked: _Tracked) -> None:
+        """Re-read config.json only when its (mtime, size) changed."""
+        path = tracked.info.artifacts.config_json
+        key = None
+        if path is not None:
+            try:
+                stat = os.stat(path)
+                key = (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                key = None
+        if key != tracked.config_key:
+            tracked.config_key = key
+            tracked.config = read_config(path) if key is not None else None
+            tracked.settings_changed = True
+
+    # ------------------------------------------------------------------ per-run update
+
+    def _update(self, tracked: _Tracked, now: float) -> RunStatus:
+        tracked.events.poll()
+        scalars = tracked.events.scalars
+        recompute = tracked.settings_changed or scalars.version != tracked.version
+        if recompute:
+            if tracked.version is not None and scalars.version != tracked.version:
+                tracked.seen_live = True
+            self._recompute(tracked, scalars)
+        derived = tracked.derived
+        stalled = stall_flag(tracked.activity, now=now, flush_secs=self.flush_secs,
+                             seen_live=tracked.seen_live, last_step=derived["last_step"])
+        flags = tracked.value_flags + ((stalled,) if stalled is not None else ())
+        if not recompute and tracked.status is not None and flags == tracked.status.flags:
+            return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
+        flags = tuple(sort_flags(flags))
+        status = worst_severity(flags)
+        if tracked.info.manifest_error and status == "ok":
+            status = "warning"
+        tracked.status = RunStatus(
+            info=tracked.info,
+            status=status,
+            vocab_size=derived["vocab_size"],
+            vocab_size_source=derived["vocab_size_source"],
+            chance_loss=chance_loss(derived["vocab_size"]),
+            last_step=derived["last_step"],
+            last_update=scalars.last_wall_time,
+            metrics=derived["metrics"],
+            flags=flags,
+            loss_tag=derived["loss_tag"],
+            accuracy_tag=derived["accuracy_tag"],
+            scalars=scalars,
+        )
+        return tracked.status
+
+    def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
+        manifest = tracked.info.manifest
+        vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config)
+        tags = scalars.tags()
+        loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)
+        loss_tag = loss_tags[0] if loss_tags else None
+        accuracy_tag = accuracy_tags[0] if accuracy_tags else None
+        comparable = loss_tag is None or comparable_to_chance(loss_tag, tags, manifest)
+        tracked.value_flags = tuple(value_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags,
+                                                accuracy_tags=accuracy_tags, chance_comparable=comparable))
+        tracked.activity = Activity.of(scalars, loss_tag)
+        tracked.derived = {
+            "vocab_size": vocab_size,
+            "vocab_size_source": source,
+            "last_step": last_step_of(scalars),
+            "loss_tag": loss_tag,
+            "accuracy_tag": accuracy_tag,
+            "metrics": {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)},
+        }
+        tracked.version = scalars.version
+        tracked.settings_changed = False
+
+    # ------------------------------------------------------------------ waiting
+
+    def _sleep(self, stop: threading.Event) -> None:
+        deadline = time.monotonic() + self.poll_interval
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if self._wake.wait(min(remaining, STOP_CHECK_SECS)):
+                time.sleep(WAKE_COALESCE_SECS)
+                self._wake.clear()
+                return
+
+    def _start_observer(self):
+        """A watchdog Observer on the watched paths, or None where it cannot run."""
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            return None
+        watcher = self
+
+        class _Hint(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:  # runs on the observer's thread
+                watcher._on_fs_event(event)
+
+        observer = Observer()
+        try:
+            for path in self.paths:
+                if path.is_dir():
+                    observer.schedule(_Hint(), str(path), recursive=True)
+            observer.start()
+        except (OSError, RuntimeError):
+            # inotify watch/instance limits (ENOSPC / EMFILE): polling alone still works.
+            return None
+        self.watchdog_active = True
+        return observer
+
+    def _on_fs_event(self, event) -> None:
+        """Wake for event files, manifests, configs and new directories; ignore the rest
+        (a hidden-state dump being written must not turn into a poll storm)."""
+        for raw in (getattr(event, "src_path", ""), getattr(event, "dest_path", "")):
+            name = os.path.basename(os.fsdecode(raw)) if raw else ""
+            if not name:
+                continue
+            created = event.event_type in ("created", "moved", "deleted")
+            if is_event_file_name(name):
+                self.wake(rescan=created)
+                return
+            if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
+                self.wake(rescan=True)
+                return
