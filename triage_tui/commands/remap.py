@@ -1,15 +1,89 @@
-"""`triage remap`: placeholder until its issue lands (see the issue tracker)."""
+"""`triage remap`: write a checkpoint whose lm_head rows follow the run's vocab mapping (core/remap.py)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
+
+# Same values as triage_tui.core.remap.INIT_STRATEGIES (a test keeps them equal); spelled out here
+# so that building the parser does not import torch.
+INIT_CHOICES = ("target", "mean", "zeros")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*")
+    parser.add_argument("checkpoint", help="the drafter checkpoint directory (or its weights file)")
+    parser.add_argument("--mapping", help="the run's vocab mapping: .pt {d2t,t2d}, d2t.npy, or a checkpoint")
+    parser.add_argument("--out", help="output directory (default: beside the checkpoint, "
+                                      "<name>-remapped-<mapping sha256 prefix>)")
+    parser.add_argument("--init-missing", choices=INIT_CHOICES, default=None,
+                        help="rows for tokens the checkpoint never had: the target's lm_head row "
+                             "(default with --target), the mean of the old rows (default), or zeros")
+    parser.add_argument("--target", help="target model directory (lm_head rows for --init-missing target; replay)")
+    parser.add_argument("--data", help="hidden-state dumps: replay accuracy before and after (needs --target)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (gather and replay)")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens the replay scores (default 4096)")
+    parser.add_argument("--force", action="store_true", help="replace an existing output written by triage")
+    parser.add_argument("--keep-checkpoint-mapping", action="store_true",
+                        help="the opposite fix: write the checkpoint's own d2t/t2d (vocab_mapping.pt, "
+                             "d2t.npy, t2d.npy) for the trainer to load; no weights are written")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _sigterm_as_interrupt(signum, frame) -> None:
+    # A terminated remap unwinds like Ctrl-C, so its temporary directory is removed on the way out.
+    raise KeyboardInterrupt
+
+
+def _progress_line(fraction: float, text: str) -> None:
+    sys.stderr.write(f"\r{fraction:4.0%} {text[:60]:<60}")
+    sys.stderr.flush()
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f} %"
 
 
 def run(args: argparse.Namespace) -> int:
-    print("triage remap: not built yet", file=sys.stderr)
-    return 2
+    from triage_tui.core.errors import BadInput
+    from triage_tui.core.remap import keep_checkpoint_mapping, remap_checkpoint
+
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    if args.keep_checkpoint_mapping:
+        kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
+        if args.json:
+            print(json.dumps(kept.to_json(), indent=2))
+        else:
+            print(f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
+                  f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched")
+            for file in kept.files:
+                print(f"  {file}")
+            print("  SpecForge: vocab_mapping_path = vocab_mapping.pt;  speculators: --d2t-path d2t.npy "
+                  "--t2d-path t2d.npy")
+            for note in kept.notes:
+                print(f"  note: {note}")
+        return 0
+    if not args.mapping:
+        raise BadInput(None, "--mapping is required (the run's vocab mapping), unless --keep-checkpoint-mapping")
+    show_progress = not args.json and sys.stderr.isatty()
+    try:
+        report = remap_checkpoint(args.checkpoint, args.mapping, out=args.out, init=args.init_missing,
+                                  target=args.target, data=args.data, force=args.force, device=args.device,
+                                  max_tokens=args.max_tokens, progress=_progress_line if show_progress else None)
+    finally:
+        if show_progress:
+            sys.stderr.write("\r" + " " * 66 + "\r")
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    print(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
+    print(f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
+          f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all")
+    print(f"  d2t/t2d from {report.mapping} (sha256 {report.mapping_sha256[:12]})")
+    if report.accuracy_before is not None and report.accuracy_after is not None:
+        print(f"  replay accuracy under the run's mapping: {_percent(report.accuracy_before)} -> "
+              f"{_percent(report.accuracy_after)} ({report.accuracy_device})")
+    for note in report.notes:
+        print(f"  note: {note}")
+    return 0

@@ -1,0 +1,603 @@
+"""`triage remap` on checkpoints written by the real writers, with the story's mappings at full size.
+
+Source checkpoints come from ``safetensors.torch.save_file`` / ``torch.save`` (test_formats_checkpoint's
+writers: SpecForge ``midlayer.*``, speculators ``layers.0.*`` + embedding, modelopt, sharded), the
+run's mapping from ``write_mapping_pt``. Outputs are read back with safetensors' own ``load_file``,
+never with the code under test, and every copied row is compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from story_mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB, story_mappings
+from test_formats_checkpoint import HIDDEN, drafter_config, drafter_state, write_drafter
+from triage_tui import __version__
+from triage_tui.commands import remap as remap_command
+from triage_tui.core import remap
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.mapping import write_mapping_npy, write_mapping_pt
+from triage_tui.core.vocab import VocabMapping
+
+ONLY_IN_CHECKPOINT = DRAFT_VOCAB - OVERLAP
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` (the "nothing changed" witness)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes, so that equality means bit-for-bit (NaN and -0.0 included)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def expected_source_rows(checkpoint: VocabMapping, run: VocabMapping) -> np.ndarray:
+    """Independent of the code under test: a dict from target id to old row."""
+    where = {int(t): i for i, t in enumerate(checkpoint.hot_ids)}
+    return np.array([where.get(int(t), -1) for t in run.hot_ids], dtype=np.int64)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """`triage remap ARGV` in-process, with the CLI's own BadInput -> exit 2 rule."""
+    from triage_tui.cli import main
+
+    code = main(["remap", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def story():
+    return story_mappings()
+
+
+@pytest.fixture(scope="module")
+def expected_rows(story):
+    return expected_source_rows(*story)
+
+
+@pytest.fixture
+def world(tmp_path, story):
+    """A SpecForge safetensors drafter with the story's checkpoint mapping, and the run's mapping file."""
+    ckpt_mapping, run_mapping = story
+    state = drafter_state("specforge", ckpt_mapping)
+    source = write_drafter(tmp_path / "drafter", state, drafter_config("specforge"))
+    (source / "generation_config.json").write_text('{"max_length": 2048}')
+    (source / "training_state.pt").write_bytes(b"not carried over")
+    mapping = write_mapping_pt(run_mapping, tmp_path / "run_mapping.pt")
+    return {"source": source, "state": state, "mapping": mapping, "root": tmp_path}
+
+
+def check_output(out: Path, state: dict[str, torch.Tensor], run: VocabMapping, rows: np.ndarray,
+                 *, weights: str = "model.safetensors") -> dict[str, torch.Tensor]:
+    """Read the output with safetensors and check every row, buffer and untouched tensor."""
+    written = load_file(str(out / weights)) if weights.endswith(".safetensors") else None
+    if written is None:
+        raise AssertionError(weights)
+    head, old = written["lm_head.weight"], state["lm_head.weight"]
+    assert head.shape == (run.draft_vocab_size, old.shape[1]) and head.dtype == old.dtype
+    copied = np.flatnonzero(rows >= 0)
+    assert torch.equal(bits(head[torch.from_numpy(copied)]), bits(old[torch.from_numpy(rows[copied])]))
+    assert torch.equal(written["d2t"], torch.from_numpy(run.d2t())) and written["d2t"].dtype == torch.int64
+    assert torch.equal(written["t2d"], torch.from_numpy(run.t2d())) and written["t2d"].dtype == torch.bool
+    for name, tensor in state.items():
+        if name not in ("lm_head.weight", "d2t", "t2d"):
+            assert written[name].dtype == tensor.dtype and torch.equal(bits(written[name]), bits(tensor)), name
+    assert set(written) == set(state) | {"d2t", "t2d"}
+    return written
+
+
+# ------------------------------------------------------------------------------------------
+# the story's case, full size
+
+
+def test_story_rows_move_bit_for_bit_and_the_rest_is_the_mean(world, story, expected_rows):
+    ckpt_mapping, run_mapping = story
+    before = tree_digest(world["source"])
+    report = remap.remap_checkpoint(world["source"], world["mapping"], device="cpu")
+    assert tree_digest(world["source"]) == before
+    assert (report.rows_copied, report.rows_initialized) == (OVERLAP, ONLY_IN_CHECKPOINT) == (25_750, 6_250)
+    assert report.verified and report.init == "mean" and report.draft_vocab_size == DRAFT_VOCAB
+    mapping_sha = hashlib.sha256(world["mapping"].read_bytes()).hexdigest()
+    assert report.output == world["root"] / f"drafter-remapped-{mapping_sha[:8]}"
+    assert report.mapping_sha256 == mapping_sha
+
+    written = check_output(report.output, world["state"], run_mapping, expected_rows)
+    old = world["state"]["lm_head.weight"]
+    mean = old.double().mean(0).to(old.dtype)
+    initialised = torch.from_numpy(np.flatnonzero(expected_rows < 0))
+    assert initialised.numel() == 6_250
+    torch.testing.assert_close(written["lm_head.weight"][initialised], mean.expand(6_250, -1), rtol=0, atol=1e-7)
+    # the rows a fine-tune labels correctly now: all 25 750 shared tokens, not 252
+    hot_new = run_mapping.hot_ids
+    position_old = {int(t): i for i, t in enumerate(ckpt_mapping.hot_ids)}
+    j = 12_345
+    assert expected_rows[j] == position_old[int(hot_new[j])] != j
+
+    config = json.loads((report.output / "config.json").read_text())
+    original = json.loads((world["source"] / "config.json").read_text())
+    assert config == {**original, "draft_vocab_size": DRAFT_VOCAB}
+    assert listing(report.output) == ["config.json", "generation_config.json", "model.safetensors",
+                                      "triage-remap.json"]
+    assert any("training_state.pt" in note for note in report.notes)
+
+
+def test_provenance_in_metadata_and_json(world):
+    report = remap.remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
+    source_sha = hashlib.sha256((world["source"] / "model.safetensors").read_bytes()).hexdigest()
+    mapping_sha = hashlib.sha256(world["mapping"].read_bytes()).hexdigest()
+    with safe_open(str(report.output / "model.safetensors"), framework="pt") as f:
+        meta = f.metadata()
+    assert meta["format"] == "pt"  # the source's own metadata is kept
+    assert json.loads(meta["triage.source_sha256"]) == {"model.safetensors": source_sha}
+    assert meta["triage.source"] == str(world["source"].resolve())
+    assert meta["triage.mapping_sha256"] == mapping_sha
+    assert (meta["triage.rows_copied"], meta["triage.rows_initialized"], meta["triage.init"]) == ("25750", "6250", "zeros")
+    assert meta["triage.version"] == __version__
+    provenance = json.loads((report.output / "triage-remap.json").read_text())
+    assert provenance["source_sha256"] == {"model.safetensors": source_sha}
+    assert provenance["mapping_sha256"] == mapping_sha and provenance["mapping_sha256_of"] == "file"
+    assert (provenance["rows_copied"], provenance["rows_initialized"], provenance["init"]) == (25_750, 6_250, "zeros")
+    assert provenance["version"] == __version__ and provenance["source"] == str(world["source"].resolve())
+    assert provenance["files"] == listing(report.output)
+    assert report.source_sha256 == {"model.safetensors": source_sha}
+
+
+def test_zeros_init(world, story, expected_rows):
+    report = remap.remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
+    written = check_output(report.output, world["state"], story[1], expected_rows)
+    initialised = torch.from_numpy(np.flatnonzero(expected_rows < 0))
+    assert torch.count_nonzero(written["lm_head.weight"][initialised]) == 0
+    assert report.init == "zeros"
+
+
+def test_plan_describes_exactly_what_will_be_written(world):
+    plan = remap.plan_remap(world["source"], world["mapping"])
+    assert plan.describe() == (
+        f"Write {plan.output} from {world['source'].resolve()}: 25 750 lm_head rows move to the run's order, "
+        f"6 250 rows initialised from the mean of the old rows; d2t/t2d replaced by {world['mapping'].resolve()}; "
+        "source untouched.")
+    assert not plan.output.exists()  # planning writes nothing
+    assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+# ------------------------------------------------------------------------------------------
+# layouts and file kinds
+
+
+@pytest.mark.parametrize("layout,file_kind", [
+    ("specforge", "bin"), ("speculators", "safetensors"), ("speculators", "bin"), ("specforge", "sharded"),
+])
+def test_layouts_and_file_kinds(tmp_path, story, expected_rows, layout, file_kind):
+    ckpt_mapping, run_mapping = story
+    state = drafter_state(layout, ckpt_mapping)
+    source = write_drafter(tmp_path / "src", state, drafter_config(layout), file_kind=file_kind)
+    mapping = write_mapping_npy(run_mapping, tmp_path / "run")[0]  # speculators' d2t.npy / t2d.npy
+    before = tree_digest(source)
+    report = remap.remap_checkpoint(source, mapping, out=tmp_path / "out", device="cpu")
+    assert tree_digest(source) == before
+    assert (report.rows_copied, report.rows_initialized) == (25_750, 6_250)
+    if file_kind == "sharded":
+        index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+        assert shards == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        written = {}
+        for shard in shards:
+            written.update(load_file(str(tmp_path / "out" / shard)))
+        assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in written.values())
+        save_file(written, str(tmp_path / "merged.safetensors"))
+        (tmp_path / "merged").mkdir()
+        (tmp_path / "merged.safetensors").rename(tmp_path / "merged" / "model.safetensors")
+        check_output(tmp_path / "merged", state, run_mapping, expected_rows)
+    else:
+        written = check_output(tmp_path / "out", state, run_mapping, expected_rows)
+    prefix = "layers.0." if layout == "speculators" else "midlayer."
+    assert all(not n.startswith(("layers.", "midlayer.")) or n.startswith(prefix) for n in written)
+    if file_kind == "bin":
+        assert report.written_as == "model.safetensors"
+        assert "pytorch_model.bin" not in listing(tmp_path / "out")
+        assert any("pytorch_model.bin is written as model.safetensors" in n for n in report.notes)
+    else:
+        assert report.written_as is None
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["draft_vocab_size"] == DRAFT_VOCAB
+
+
+def test_frequency_ordered_checkpoint_and_many_windows(tmp_path, monkeypatch):
+    """modelopt order (not ascending) scatters the rows: the gather must not depend on order or window size."""
+    rng = np.random.default_rng(5)
+    ckpt_mapping = VocabMapping(rng.permutation(TARGET_VOCAB)[:DRAFT_VOCAB], TARGET_VOCAB)
+    run_mapping = VocabMapping(np.sort(np.concatenate([
+        rng.choice(ckpt_mapping.hot_ids, 20_000, replace=False),
+        rng.choice(np.setdiff1d(np.arange(TARGET_VOCAB), ckpt_mapping.hot_ids), 12_000, replace=False)])),
+        TARGET_VOCAB)
+    state = drafter_state("modelopt", ckpt_mapping)
+    state["lm_head.weight"][7] = float("nan")  # NaN rows are copied as they are
+    state["lm_head.weight"][8] = -0.0
+    source = write_drafter(tmp_path / "src", state, drafter_config("modelopt"))
+    mapping = write_mapping_pt(run_mapping, tmp_path / "run.pt")
+    monkeypatch.setattr(remap, "WINDOW_BYTES", 1000 * HIDDEN * 4)  # 32 windows over the old head
+    report = remap.remap_checkpoint(source, mapping, out=tmp_path / "out", init="zeros", device="cpu")
+    rows = expected_source_rows(ckpt_mapping, run_mapping)
+    assert report.rows_copied == 20_000 == np.count_nonzero(rows >= 0)
+    check_output(tmp_path / "out", state, run_mapping, rows)
+
+
+def test_staged_gather_writes_the_same_bytes(world, monkeypatch):
+    """The device path (old head staged once, gathered there) against the direct one, byte for byte."""
+    direct = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "direct", device="cpu")
+    monkeypatch.setattr(remap, "_use_gpu", lambda device, nbytes: torch.device("cpu"))
+    staged = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "staged", device="cpu")
+    a, b = (r.output / "model.safetensors" for r in (direct, staged))
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_cuda_gather_writes_the_same_bytes(world, monkeypatch):
+    monkeypatch.setattr(remap, "GPU_MIN_BYTES", 0)
+    cpu = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "cpu", device="cpu")
+    gpu = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "gpu", device="cuda")
+    assert (cpu.output / "model.safetensors").read_bytes() == (gpu.output / "model.safetensors").read_bytes()
+
+
+def test_draft_vocab_of_another_size(tmp_path, story):
+    """A run with a 16 000-token draft vocab gets a 16 000-row head and config.json says so."""
+    ckpt_mapping, _ = story
+    run_mapping = VocabMapping(np.sort(ckpt_mapping.hot_ids[::2]), TARGET_VOCAB)
+    state = drafter_state("specforge", ckpt_mapping)
+    source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
+    report = remap.remap_checkpoint(source, write_mapping_pt(run_mapping, tmp_path / "half.pt"),
+                                    out=tmp_path / "out", device="cpu")
+    assert (report.rows_copied, report.rows_initialized, report.draft_vocab_size) == (16_000, 0, 16_000)
+    check_output(tmp_path / "out", state, run_mapping, expected_source_rows(ckpt_mapping, run_mapping))
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["draft_vocab_size"] == 16_000
+
+
+def test_checkpoint_without_d2t_is_read_as_identity(tmp_path, story):
+    _, run_mapping = story
+    state = drafter_state("specforge", None)
+    source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
+    report = remap.remap_checkpoint(source, write_mapping_pt(run_mapping, tmp_path / "run.pt"),
+                                    out=tmp_path / "out", device="cpu")
+    identity = VocabMapping.identity(DRAFT_VOCAB, TARGET_VOCAB)
+    rows = expected_source_rows(identity, run_mapping)
+    assert report.rows_copied == np.count_nonzero(rows >= 0)
+    assert any("no d2t" in note for note in report.notes)
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    copied = np.flatnonzero(rows >= 0)
+    assert torch.equal(written["lm_head.weight"][copied], state["lm_head.weight"][rows[copied]])
+
+
+# ------------------------------------------------------------------------------------------
+# init from the target's lm_head
+
+
+def write_target(root: Path, *, hidden: int = HIDDEN, vocab: int = TARGET_VOCAB) -> tuple[Path, torch.Tensor]:
+    """A Hugging Face style target: config.json and model.safetensors with lm_head and embeddings."""
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "num_hidden_layers": 4, "vocab_size": vocab, "rms_norm_eps": 1e-6, "intermediate_size": 128,
+        "num_attention_heads": 4}))
+    g = torch.Generator().manual_seed(11)
+    lm_head = torch.randn(vocab, hidden, generator=g).to(torch.bfloat16)
+    save_file({"model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16),
+               "lm_head.weight": lm_head, "model.norm.weight": torch.ones(hidden)}, str(root / "model.safetensors"))
+    return root, lm_head
+
+
+def test_target_init_takes_the_targets_rows(world, story, expected_rows):
+    pytest.importorskip("triage_tui.core.formats.target")
+    target, target_head = write_target(world["root"] / "target")
+    before = tree_digest(target)
+    plan = remap.plan_remap(world["source"], world["mapping"], target=target)
+    assert plan.init == "target"  # the default when a target is given
+    assert f"6 250 rows initialised from the target's lm_head ({target.resolve()})" in plan.describe()
+    report = remap.execute_remap(plan, device="cpu")
+    written = check_output(report.output, world["state"], story[1], expected_rows)
+    initialised = np.flatnonzero(expected_rows < 0)
+    tokens = torch.from_numpy(story[1].hot_ids[initialised])
+    # bf16 target rows become the drafter's float32 rows exactly (bf16 -> fp32 is lossless)
+    assert torch.equal(written["lm_head.weight"][torch.from_numpy(initialised)], target_head[tokens].float())
+    assert tree_digest(target) == before
+
+
+def test_target_of_another_width_falls_back_to_mean_and_says_so(world):
+    pytest.importorskip("triage_tui.core.formats.target")
+    target, _ = write_target(world["root"] / "wide", hidden=2 * HIDDEN)
+    plan = remap.plan_remap(world["source"], world["mapping"], init="target", target=target)
+    assert plan.init == "mean"
+    assert any(f"{2 * HIDDEN} wide but the drafter's are {HIDDEN}" in note for note in plan.notes)
+    assert "the mean of the old rows" in plan.describe()
+
+
+def test_target_with_another_vocab_is_bad_input(world):
+    pytest.importorskip("triage_tui.core.formats.target")
+    target, _ = write_target(world["root"] / "small", vocab=100_000)
+    with pytest.raises(BadInput, match="100000 tokens"):
+        remap.plan_remap(world["source"], world["mapping"], target=target)
+
+
+# ------------------------------------------------------------------------------------------
+# --keep-checkpoint-mapping
+
+
+def test_keep_checkpoint_mapping_writes_the_mapping_and_no_weights(world, story, capsys):
+    before = tree_digest(world["source"])
+    code, out, err = run_cli([str(world["source"]), "--keep-checkpoint-mapping", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    output = Path(result["output"])
+    assert output == world["root"] / "drafter-vocab-mapping"
+    assert listing(output) == ["d2t.npy", "t2d.npy", "triage-mapping.json", "vocab_mapping.pt"]
+    ckpt_mapping = story[0]
+    loaded = torch.load(output / "vocab_mapping.pt", weights_only=True)  # what SpecForge's load_vocab_mapping does
+    assert torch.equal(loaded["d2t"], torch.from_numpy(ckpt_mapping.d2t()))
+    assert torch.equal(loaded["t2d"], torch.from_numpy(ckpt_mapping.t2d()))
+    assert np.array_equal(np.load(output / "d2t.npy"), ckpt_mapping.d2t())
+    assert np.array_equal(np.load(output / "t2d.npy"), ckpt_mapping.t2d())
+    assert tree_digest(world["source"]) == before
+    assert not any(p.suffix in (".safetensors", ".bin") for p in output.iterdir())
+    code, _, err = run_cli([str(world["source"]), "--keep-checkpoint-mapping"], capsys)
+    assert code == 2 and "already exists" in err
+
+
+def test_keep_checkpoint_mapping_warns_about_frequency_order(tmp_path):
+    rng = np.random.default_rng(3)
+    mapping = VocabMapping(rng.permutation(TARGET_VOCAB)[:DRAFT_VOCAB], TARGET_VOCAB)
+    source = write_drafter(tmp_path / "src", drafter_state("modelopt", mapping), drafter_config("modelopt"))
+    kept = remap.keep_checkpoint_mapping(source, tmp_path / "kept")
+    assert any("not ascending" in note for note in kept.notes)
+    assert np.array_equal(np.load(tmp_path / "kept" / "d2t.npy"), mapping.d2t())
+
+
+# ------------------------------------------------------------------------------------------
+# never overwrite, never half-write
+
+
+def test_existing_output_is_refused_without_force(world, capsys):
+    out = world["root"] / "out"
+    out.mkdir()
+    (out / "precious.txt").write_text("mine")
+    code, stdout, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out)], capsys)
+    assert code == 2 and stdout == ""
+    assert err.strip().count("\n") == 0 and "already exists; pass --force" in err
+    # --force replaces only what triage wrote
+    code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out), "--force"],
+                           capsys)
+    assert code == 2 and "not a triage output" in err
+    assert listing(out) == ["precious.txt"]
+
+
+def test_force_replaces_a_previous_remap(world, capsys):
+    out = world["root"] / "out"
+    args = [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out)]
+    assert run_cli(args + ["--init-missing", "zeros"], capsys)[0] == 0
+    first = tree_digest(out)
+    code, stdout, err = run_cli(args + ["--force", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["replaced"] is True
+    assert tree_digest(out) != first
+    assert [p.name for p in world["root"].iterdir() if p.name.startswith(".")] == []
+
+
+def test_output_that_would_replace_an_input_is_refused(world, capsys):
+    for out in (world["source"], world["root"]):
+        code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out),
+                                "--force"], capsys)
+        assert code == 2 and "an input" in err
+
+
+def fail_after(calls: int, error: BaseException):
+    """A _write_at that writes ``calls`` times, then raises ``error``."""
+    real = remap._write_at
+    count = {"n": 0}
+
+    def write_at(fd, data, offset):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise error
+        real(fd, data, offset)
+
+    return write_at
+
+
+@pytest.mark.parametrize("calls", [0, 3, 9])
+def test_full_disk_mid_write_leaves_nothing_and_says_so(world, monkeypatch, capsys, calls):
+    monkeypatch.setattr(remap, "_write_at", fail_after(calls, OSError(errno.ENOSPC, "No space left on device")))
+    before = tree_digest(world["source"])
+    code, out, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
+                              str(world["root"] / "out")], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no space left on the device" in err and "nothing was written" in err
+    assert listing(world["root"]) == ["drafter", "run_mapping.pt"]  # no output, no temporary directory
+    assert tree_digest(world["source"]) == before
+
+
+def test_interrupt_mid_write_leaves_nothing(world, monkeypatch):
+    monkeypatch.setattr(remap, "_write_at", fail_after(5, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
+    assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+def test_cancel_leaves_nothing(world):
+    import threading
+
+    cancel = threading.Event()
+    seen = []
+
+    def progress(fraction, text):
+        seen.append(fraction)
+        if fraction > 0.2:
+            cancel.set()
+
+    with pytest.raises(remap.Cancelled):
+        remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu",
+                               progress=progress, cancel=cancel)
+    assert seen and listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypatch, capsys):
+    """Flip one bit of the lm_head bytes on the way to disk: verification must catch it."""
+    real = remap._write_at
+    state = {"flipped": False}
+
+    def corrupting(fd, data, offset):
+        data = bytearray(memoryview(data).cast("B"))
+        if len(data) > 100_000 and not state["flipped"]:
+            data[50_001] ^= 0x01
+            state["flipped"] = True
+        real(fd, data, offset)
+
+    monkeypatch.setattr(remap, "_write_at", corrupting)
+    code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
+                            str(world["root"] / "out")], capsys)
+    assert state["flipped"] and code == 2
+    assert "verification failed" in err and err.count("\n") == 1
+    assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+def test_stale_temporary_is_removed_and_a_live_one_kept(world):
+    out = world["root"] / "out"
+    stale = world["root"] / ".out.triage-tmp-dead"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    live = world["root"] / ".out.triage-tmp-live"
+    live.mkdir()
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a running remap holds it
+    try:
+        remap.remap_checkpoint(world["source"], world["mapping"], out=out, device="cpu")
+        assert not stale.exists() and live.exists()
+    finally:
+        os.close(fd)
+
+
+def tmpfs_or_skip(path: Path, size: str) -> Path:
+    path.mkdir()
+    if os.geteuid() != 0 or os.system(f"mount -t tmpfs -o size={size} tmpfs {path} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    return path
+
+
+def open_fds_under(path: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+def test_full_tmpfs(world, monkeypatch, capsys):
+    """A real ENOSPC from the kernel: a 3 MB tmpfs for an ~11 MB checkpoint."""
+    small = tmpfs_or_skip(world["root"] / "small", "3m")
+    try:
+        args = [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(small / "out")]
+        code, _, err = run_cli(args, capsys)  # caught by the free-space check before anything is created
+        assert code == 2 and "GB is free" in err and os.listdir(small) == []
+        monkeypatch.setattr(remap, "_free_bytes", lambda directory: 1 << 40)  # let the kernel say it
+        code, _, err = run_cli(args, capsys)
+        assert code == 2 and "no space left on the device" in err and err.count("\n") == 1
+        assert os.listdir(small) == []
+        assert open_fds_under(small) == []  # nothing left open on the full filesystem
+    finally:
+        if os.system(f"umount {small}") != 0:
+            os.system(f"umount -l {small}")
+
+
+# ------------------------------------------------------------------------------------------
+# bad input: one line, exit 2, nothing written
+
+
+def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
+    src, mapping = str(world["source"]), str(world["mapping"])
+    ckpt_mapping, run_mapping = story
+    other_vocab = write_mapping_pt(VocabMapping(run_mapping.hot_ids, 200_000), tmp_path / "other_vocab.pt")
+    repeated = run_mapping.hot_ids.copy()
+    repeated[5] = repeated[4]
+    repeated_pt = tmp_path / "repeated.pt"
+    torch.save({"d2t": torch.from_numpy(repeated - np.arange(DRAFT_VOCAB))}, repeated_pt)
+    outside_pt = tmp_path / "outside.pt"
+    torch.save({"d2t": torch.full((DRAFT_VOCAB,), TARGET_VOCAB, dtype=torch.int64)}, outside_pt)
+    no_head = drafter_state("specforge", ckpt_mapping)
+    del no_head["lm_head.weight"]
+    no_head_dir = write_drafter(tmp_path / "no_head", no_head, drafter_config("specforge"))
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}......")
+    return {
+        "target vocab mismatch": ([src, "--mapping", str(other_vocab)], "target vocab of 200000"),
+        "repeated token": ([src, "--mapping", str(repeated_pt)], "repeat a target id"),
+        "outside the vocab": ([src, "--mapping", str(outside_pt)], "outside the target vocab"),
+        "missing lm_head": ([str(no_head_dir), "--mapping", mapping], "no lm_head.weight"),
+        "unreadable checkpoint": ([str(garbage), "--mapping", mapping], "not valid JSON"),
+        "missing checkpoint": ([str(tmp_path / "nope"), "--mapping", mapping], "no such file"),
+        "missing mapping": ([src, "--mapping", str(tmp_path / "nope.pt")], "no such file"),
+        "no mapping": ([src], "--mapping is required"),
+        "target init without target": ([src, "--mapping", mapping, "--init-missing", "target"], "needs --target"),
+    }
+
+
+def test_bad_inputs_one_line_exit_2_nothing_written(world, story, tmp_path_factory, capsys):
+    cases = bad_cases(world, story, tmp_path_factory.mktemp("bad"))
+    before = listing(world["root"]), tree_digest(world["source"])
+    for case, (argv, words) in cases.items():
+        code, out, err = run_cli(argv, capsys)
+        assert code == 2, case
+        assert out == "" and err.startswith("triage: ") and err.count("\n") == 1, (case, err)
+        assert words in err, (case, err)
+        assert (listing(world["root"]), tree_digest(world["source"])) == before, case
+
+
+def test_json_report_keys(world, capsys):
+    code, out, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    design = {"source", "output", "mapping", "draft_vocab_size", "rows_copied", "rows_initialized", "init",
+              "verified"}
+    assert design | {"accuracy_before", "accuracy_after", "written_as"} <= set(report)
+    assert (report["rows_copied"], report["rows_initialized"], report["verified"]) == (25_750, 6_250, True)
+    assert report["accuracy_before"] is None and report["accuracy_after"] is None
+    assert report["source"] == str(world["source"].resolve()) and Path(report["output"]).is_dir()
+
+
+def test_human_report(world, capsys):
+    code, out, _ = run_cli([str(world["source"]), "--mapping", str(world["mapping"])], capsys)
+    assert code == 0
+    assert out.startswith("wrote ") and "(verified)" in out
+    assert "25750 lm_head rows copied bit for bit" in out and "6250 initialised (mean)" in out
+
+
+def test_cli_choices_match_the_core():
+    assert remap_command.INIT_CHOICES == remap.INIT_STRATEGIES
+    parser = argparse.ArgumentParser()
+    remap_command.add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["x", "--init-missing", "random"])

@@ -1,0 +1,1104 @@
+"""The fix: a drafter checkpoint whose ``lm_head`` rows sit where the run's vocab mapping needs them.
+
+reference/case-252-in-32000.txt: a drafter's ``lm_head`` row ``i`` was trained to predict the
+target token its own mapping gives position ``i``; a fine-tune that labels with another
+mapping asks row ``i`` for a different token. The remap builds a new checkpoint where row
+``j`` holds the old row of the run's token ``j`` (bit for bit), rows for tokens the old
+drafter never had are initialised, and ``d2t``/``t2d`` are the run's. Every other tensor is
+copied unchanged. The opposite fix (SpecForge PR #534, SpecForge main ``vocab_mapping_path``,
+speculators ``--d2t-path/--t2d-path``) keeps the weights and hands the trainer the
+checkpoint's own mapping: :func:`keep_checkpoint_mapping`.
+
+Safety, because this runs on someone's only copy of a drafter:
+- the source is only ever opened for reading;
+- the output is written into a sibling temporary directory, flushed (fsync of every file and
+  of the directory), re-read and compared with the source, and only then renamed into place,
+  so a crash at any moment leaves either no output or a complete verified one; a temporary
+  directory left by a killed run is removed by the next run (an flock on it tells live from dead);
+- tensors stream through a window of rows at a time from the memory-mapped source, so peak
+  memory stays near one window, not the checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from triage_tui import __version__
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
+from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
+from triage_tui.core.vocab import VocabMapping
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.checkpoint import DrafterCheckpoint
+
+__all__ = [
+    "INIT_STRATEGIES", "Cancelled", "KeptMapping", "RemapPlan", "RemapReport",
+    "execute_remap", "keep_checkpoint_mapping", "plan_remap", "remap_checkpoint",
+]
+
+INIT_STRATEGIES = ("target", "mean", "zeros")
+PROVENANCE_FILE = "triage-remap.json"
+KEPT_MAPPING_PROVENANCE_FILE = "triage-mapping.json"
+OUTPUT_WEIGHTS = "model.safetensors"
+# Rows are read and written this many bytes at a time: peak memory is a few windows.
+WINDOW_BYTES = 32 << 20
+# Below this an lm_head is gathered on the CPU even when a GPU is present: the copy to the
+# device would cost more than the gather.
+GPU_MIN_BYTES = 64 << 20
+# Files in a checkpoint directory that are never carried over: weights in other forms and
+# pickles (optimizer and training state hold lm_head moments in the old row order).
+_NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".gz", ".index.json")
+_TORCH_DTYPE_TO_SAFETENSORS = {torch_name: (code, size) for code, (torch_name, size) in SAFETENSORS_DTYPES.items()}
+
+Progress = Callable[[float, str], None]
+
+
+class Cancelled(Exception):
+    """The caller's cancel event was set; the temporary output has been removed."""
+
+
+def _count(n: int) -> str:
+    """25750 -> '25 750' (the story's way of writing counts)."""
+    return f"{n:,}".replace(",", " ")
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan: everything decided and validated before a byte is written.
+
+
+@dataclass(frozen=True, eq=False)
+class RemapPlan:
+    """What a remap will write, worked out from the inputs; nothing has been written yet."""
+
+    source: Path                    # the source checkpoint directory
+    output: Path
+    mapping_path: Path
+    draft_vocab_size: int           # rows of the new lm_head (the run's draft vocab)
+    rows_copied: int
+    rows_initialized: int
+    init: str                       # "target" | "mean" | "zeros": what initialised rows are set from
+    notes: tuple[str, ...]
+    init_from: str                  # the same in words, for the confirm dialog
+    written_as: str | None          # "model.safetensors" when a pytorch_model.bin source is rewritten
+    mapping_sha256: str
+    mapping_sha256_of: str          # "file" (bytes of the mapping file) | "mapping" (hot ids of a directory)
+    target_path: Path | None
+    checkpoint: "DrafterCheckpoint" = field(repr=False)
+    run_mapping: VocabMapping = field(repr=False)
+    source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
+    target_model: Any = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        """The exact text the TUI's confirm dialog shows."""
+        text = (f"Write {self.output} from {self.source}: {_count(self.rows_copied)} lm_head rows move to the "
+                f"run's order, {_count(self.rows_initialized)} rows initialised from {self.init_from}; "
+                f"d2t/t2d replaced by {self.mapping_path}; source untouched.")
+        return "\n".join([text, *self.notes])
+
+
+def _file_sha256(path: Path, block: int = 8 << 20, stop: threading.Event | None = None) -> str:
+    digest = hashlib.sha256()
+    buffer = bytearray(block)
+    view = memoryview(buffer)
+    with open(path, "rb") as f:
+        while n := f.readinto(buffer):
+            if stop is not None and stop.is_set():
+                raise Cancelled("hashing stopped")
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def _mapping_digest(path: Path, mapping: VocabMapping) -> tuple[str, str]:
+    """SHA-256 of the mapping file; for a directory (a d2t/t2d pair, a checkpoint) of the hot ids."""
+    if path.is_file():
+        return _file_sha256(path), "file"
+    return mapping.sha256(), "mapping"
+
+
+def _default_output(source: Path, mapping_sha: str) -> Path:
+    return source.parent / f"{source.name}-remapped-{mapping_sha[:8]}"
+
+
+def _read_target(path: Path):
+    from triage_tui.core.formats.target import read_target
+
+    return read_target(path)
+
+
+def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: str | Path | None = None,
+               init: str | None = None, target: str | Path | None = None) -> RemapPlan:
+    """Read and check the inputs and decide every row; BadInput for anything that does not fit."""
+    if init is not None and init not in INIT_STRATEGIES:
+        raise BadInput(None, f"--init-missing must be one of {', '.join(INIT_STRATEGIES)}, not {init!r}")
+    if init == "target" and target is None:
+        raise BadInput(None, "--init-missing target needs --target (the target model's directory)")
+    checkpoint = read_checkpoint(checkpoint_path)
+    source = checkpoint.path.resolve()
+    notes: list[str] = []
+
+    lm_head = checkpoint.tensors.get(checkpoint.lm_head_name or "")
+    if lm_head is None:
+        raise BadInput(source, "checkpoint has no lm_head.weight: there are no rows to remap")
+    old_rows, width = lm_head.shape
+    if lm_head.dtype not in _TORCH_DTYPE_TO_SAFETENSORS:
+        raise BadInput(lm_head.file, f"lm_head.weight has dtype {lm_head.dtype}, which safetensors cannot store")
+
+    checkpoint_mapping = checkpoint.mapping
+    if checkpoint_mapping is None:
+        vocab = checkpoint.target_vocab_size or old_rows
+        # vLLM keeps draft_id_to_target_id at zeros when a checkpoint has no d2t (reference
+        # section 1.2): the rows then stand for target ids 0..Vd-1, and that is what they learnt.
+        checkpoint_mapping = VocabMapping.identity(old_rows, vocab, source=f"{source} (no d2t: identity)")
+        notes.append(f"The checkpoint has no d2t: its rows are taken as target ids 0..{old_rows - 1}, "
+                     "as vLLM reads such a checkpoint.")
+    elif checkpoint_mapping.draft_vocab_size != old_rows:
+        raise BadInput(source, f"d2t has {checkpoint_mapping.draft_vocab_size} entries but lm_head.weight has "
+                               f"{old_rows} rows")
+
+    mapping_path = Path(mapping_path).resolve()
+    run_mapping = read_mapping(mapping_path, target_vocab_size=checkpoint.target_vocab_size)
+    _check_run_mapping(run_mapping, mapping_path, checkpoint, checkpoint_mapping, source)
+
+    duplicated = checkpoint_mapping.draft_vocab_size - np.unique(checkpoint_mapping.hot_ids).size
+    if duplicated:
+        notes.append(f"The checkpoint's d2t repeats a target id at {duplicated} positions; "
+                     "a repeated token's row is taken from its last position.")
+    source_rows = checkpoint_mapping.draft_position_of()[run_mapping.hot_ids]
+    rows_copied = int(np.count_nonzero(source_rows >= 0))
+    rows_initialized = run_mapping.draft_vocab_size - rows_copied
+
+    target_path = Path(target).resolve() if target is not None else None
+    target_model = _read_target(target_path) if target_path is not None else None
+    if target_model is not None and target_model.vocab_size != run_mapping.target_vocab_size:
+        raise BadInput(target_path, f"the target's vocab has {target_model.vocab_size} tokens but the run's "
+                                    f"mapping {mapping_path} is over {run_mapping.target_vocab_size}")
+    init = init or ("target" if target_model is not None else "mean")
+    if init == "target" and target_model.hidden_size != width:
+        notes.append(f"The target's lm_head rows are {target_model.hidden_size} wide but the drafter's are "
+                     f"{width}: new rows are initialised from the mean of the old rows instead.")
+        init = "mean"
+    init_from = {
+        "target": f"the target's lm_head ({target_path})",
+        "mean": "the mean of the old rows",
+        "zeros": "zeros",
+    }[init]
+
+    written_as = None
+    if checkpoint.file_kind == "bin":
+        written_as = OUTPUT_WEIGHTS
+        notes.append(f"{', '.join(f.name for f in checkpoint.files)} is written as {OUTPUT_WEIGHTS} "
+                     "(same tensor names, same layout).")
+
+    mapping_sha, mapping_sha_of = _mapping_digest(mapping_path, run_mapping)
+    output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
+    _check_output_location(output, [source, mapping_path] + ([target_path] if target_path else []))
+    return RemapPlan(
+        source=source, output=output, mapping_path=mapping_path, draft_vocab_size=run_mapping.draft_vocab_size,
+        rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
+        init_from=init_from, written_as=written_as, mapping_sha256=mapping_sha, mapping_sha256_of=mapping_sha_of,
+        target_path=target_path, checkpoint=checkpoint, run_mapping=run_mapping, source_rows=source_rows,
+        target_model=target_model,
+    )
+
+
+def _check_run_mapping(run: VocabMapping, path: Path, checkpoint, checkpoint_mapping: VocabMapping,
+                       source: Path) -> None:
+    """The run's mapping must name each token once, inside the same target vocab as the checkpoint's."""
+    vocab = checkpoint.target_vocab_size
+    if vocab is not None and run.target_vocab_size != vocab:
+        raise BadInput(path, f"mapping is over a target vocab of {run.target_vocab_size} tokens but the "
+                             f"checkpoint's is {vocab} ({source}): not the same target model")
+    outside = run.out_of_range()
+    if outside.size:
+        first = int(outside[0])
+        raise BadInput(path, f"{outside.size} draft positions map outside the target vocab "
+                             f"[0, {run.target_vocab_size}) (first: position {first} -> id {int(run.hot_ids[first])})")
+    repeated = run.draft_vocab_size - np.unique(run.hot_ids).size
+    if repeated:
+        raise BadInput(path, f"{repeated} draft positions repeat a target id another position has; "
+                             "a remapped lm_head needs one row per token")
+    if vocab is None and int(checkpoint_mapping.hot_ids.max(initial=-1)) >= run.target_vocab_size:
+        raise BadInput(path, f"the checkpoint maps target ids up to {int(checkpoint_mapping.hot_ids.max())}, "
+                             f"beyond this mapping's target vocab of {run.target_vocab_size}")
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _check_output_location(output: Path, inputs: list[Path]) -> None:
+    for given in inputs:
+        if _is_within(given, output):
+            raise BadInput(output, f"the output would replace {given}, an input; choose another --out")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading rows a window at a time.
+
+
+class _Rows:
+    """Row windows of one tensor of a checkpoint, re-opened per window.
+
+    ``DrafterCheckpoint.tensor`` memory-maps the whole tensor; every page touched through
+    the map stays counted in the process's memory until the map is dropped, so each window
+    is read through a fresh map that is dropped right after.
+    """
+
+    def __init__(self, checkpoint, name: str) -> None:
+        self.checkpoint = checkpoint
+        self.name = name
+        info = checkpoint.tensors[name]
+        self.shape = info.shape
+        self.dtype = getattr(torch, info.dtype)
+        row_elements = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
+        self.row_bytes = row_elements * torch.empty((), dtype=self.dtype).element_size()
+        self.window_rows = max(1, WINDOW_BYTES // max(1, self.row_bytes))
+
+    def windows(self) -> Iterator[tuple[int, int]]:
+        rows = self.shape[0] if self.shape else 1
+        for lo in range(0, rows, self.window_rows):
+            yield lo, min(rows, lo + self.window_rows)
+
+    def read(self, lo: int, hi: int) -> torch.Tensor:
+        whole = self.checkpoint.tensor(self.name)
+        if whole.dtype != self.dtype or tuple(whole.shape) != tuple(self.shape):
+            raise BadInput(self.checkpoint.path, f"tensor {self.name!r} reads as {whole.dtype} "
+                                                 f"{list(whole.shape)}, its header says {self.dtype} {list(self.shape)}")
+        return whole if whole.dim() == 0 else whole[lo:hi]
+
+    def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
+        """``tensor[rows]`` for any order of rows, touching one window of the source at a time."""
+        out = torch.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
+        if not rows.size:
+            return out
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        window_of = ordered // self.window_rows
+        starts = np.flatnonzero(np.r_[True, window_of[1:] != window_of[:-1]])
+        ends = np.r_[starts[1:], ordered.size]
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            _check_cancel(cancel)
+            lo, hi = int(ordered[start]), int(ordered[end - 1]) + 1
+            window = self.read(lo, hi)
+            out[torch.from_numpy(order[start:end])] = window.index_select(
+                0, torch.from_numpy(ordered[start:end] - lo))
+            del window
+        return out
+
+    def column_mean(self, cancel: threading.Event | None = None) -> torch.Tensor:
+        """Mean over rows, summed in float64 on the CPU so that every device gets the same bits."""
+        total = torch.zeros(self.shape[1:], dtype=torch.float64)
+        for lo, hi in self.windows():
+            _check_cancel(cancel)
+            total += self.read(lo, hi).sum(dim=0, dtype=torch.float64)
+        return (total / max(1, self.shape[0])).to(self.dtype)
+
+
+class _StagedRows:
+    """The old lm_head copied once to a device (read window by window), gathered there.
+
+    Random row reads from the mapped file become one sequential read; the gather itself is
+    a copy, so the bits are those of the CPU path.
+    """
+
+    def __init__(self, rows: _Rows, device: torch.device, cancel: threading.Event | None) -> None:
+        self.rows = rows
+        self.device = device
+        self.staged = torch.empty(tuple(rows.shape), dtype=rows.dtype, device=device)
+        for lo, hi in rows.windows():
+            _check_cancel(cancel)
+            self.staged[lo:hi].copy_(rows.read(lo, hi))
+
+    def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
+        index = torch.from_numpy(rows).to(self.device)
+        return self.staged.index_select(0, index).cpu()
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("remap cancelled")
+
+
+def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's bytes as a flat uint8 array (a view when the tensor is contiguous)."""
+    flat = tensor.contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy() if flat.numel() else np.empty(0, dtype=np.uint8)
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equality (NaN payloads and signed zeros included), not float equality."""
+    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and np.array_equal(_as_bytes(a), _as_bytes(b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: a streamed safetensors file. safetensors' own save_file needs every tensor in
+# memory at once; the format is a u64 header length, a JSON header and the raw bytes
+# (https://github.com/huggingface/safetensors, README "Format"), so it is written directly.
+
+
+def _write_at(fd: int, data, offset: int) -> None:
+    """Every byte of ``data`` at ``offset`` (the one place output bytes go to disk; tests inject faults here)."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _free_bytes(directory: Path) -> int:
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    dtype: str          # torch dtype name, as TensorInfo spells it
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * _TORCH_DTYPE_TO_SAFETENSORS[self.dtype][1]
+
+
+class _SafetensorsWriter:
+    """One output file: header first, then each tensor's bytes at its offset."""
+
+    def __init__(self, path: Path, entries: list[_Entry], metadata: dict[str, str]) -> None:
+        self.path = path
+        # Largest items first keeps every tensor aligned to its element size, as safetensors orders them.
+        self.entries = sorted(entries, key=lambda e: (-_TORCH_DTYPE_TO_SAFETENSORS[e.dtype][1], e.name))
+        self.offsets: dict[str, int] = {}
+        position = 0
+        for entry in self.entries:
+            self.offsets[entry.name] = position
+            position += entry.nbytes
+        self.data_bytes = position
+        self.header = self._header(metadata)
+        self.data_start = 8 + len(self.header)
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                # Reserve the blocks now: a full disk fails here, before any data is written.
+                os.posix_fallocate(self.fd, 0, self.data_start + self.data_bytes)
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+            self.write_header(metadata)
+        except BaseException:
+            self.close()
+            raise
+
+    def _header(self, metadata: dict[str, str]) -> bytes:
+        header: dict[str, Any] = {"__metadata__": metadata}
+        for entry in self.entries:
+            begin = self.offsets[entry.name]
+            header[entry.name] = {"dtype": _TORCH_DTYPE_TO_SAFETENSORS[entry.dtype][0], "shape": list(entry.shape),
+                                  "data_offsets": [begin, begin + entry.nbytes]}
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        return raw + b" " * (-len(raw) % 8)
+
+    def write_header(self, metadata: dict[str, str]) -> None:
+        """(Re)write the header; a rewrite must keep its length (digests filled into placeholders)."""
+        header = self._header(metadata)
+        if len(header) != len(self.header):
+            raise RuntimeError("safetensors header changed length on rewrite")
+        self.header = header
+        _write_at(self.fd, len(header).to_bytes(8, "little") + header, 0)
+
+    def write(self, name: str, offset: int, data: np.ndarray) -> None:
+        _write_at(self.fd, data, self.data_start + self.offsets[name] + offset)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _write_small(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_at(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# The temporary directory beside the output, and its clean-up after a killed run.
+
+
+def _temp_prefix(output: Path) -> str:
+    return f".{output.name}.triage-tmp-"
+
+
+def _aside_prefix(output: Path) -> str:
+    return f".{output.name}.triage-old-"
+
+
+def _lock_dir(path: Path) -> int | None:
+    """An exclusive flock on a directory, or None when another process holds it (it is alive)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def clean_stale_temporaries(output: Path) -> list[Path]:
+    """Remove what killed runs left beside ``output``; a live run's directory is locked and kept."""
+    removed = []
+    parent = output.parent
+    if not parent.is_dir():
+        return removed
+    for prefix in (_temp_prefix(output), _aside_prefix(output)):
+        for candidate in parent.glob(prefix + "*"):
+            if not candidate.is_dir() or candidate.is_symlink():
+                continue
+            fd = _lock_dir(candidate)
+            if fd is None:
+                continue
+            try:
+                shutil.rmtree(candidate, ignore_errors=True)
+                removed.append(candidate)
+            finally:
+                os.close(fd)
+    return removed
+
+
+class _TempOutput:
+    """A locked sibling temporary directory that becomes ``output`` by rename, or disappears."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+        self.path = Path(tempfile.mkdtemp(prefix=_temp_prefix(output), dir=output.parent))
+        self.fd = _lock_dir(self.path)
+        if self.fd is None:  # a concurrent clean-up took it between mkdtemp and the lock
+            raise BadInput(self.path, "temporary directory taken by another process; run again")
+        self.committed = False
+
+    def commit(self, replace: bool) -> None:
+        """fsync the directory, rename it into place (the old output aside first), fsync the parent."""
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.path, 0o777 & ~umask)  # mkdtemp made it 0700
+        _fsync_path(self.path)
+        aside = None
+        if replace and self.output.exists():
+            aside = Path(tempfile.mkdtemp(prefix=_aside_prefix(self.output), dir=self.output.parent))
+            os.rename(self.output, aside / self.output.name)
+        try:
+            os.rename(self.path, self.output)
+        except OSError as err:
+            if aside is not None:  # put the old output back
+                os.rename(aside / self.output.name, self.output)
+                shutil.rmtree(aside, ignore_errors=True)
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise BadInput(self.output, "appeared while the remap was writing; nothing was replaced") from None
+            raise
+        self.committed = True
+        _fsync_path(self.output.parent)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def close(self) -> None:
+        if not self.committed:
+            shutil.rmtree(self.path, ignore_errors=True)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _check_output_free(output: Path, force: bool) -> bool:
+    """True when ``output`` exists and --force allows replacing it; BadInput when it may not be touched."""
+    if not output.exists() and not output.is_symlink():
+        if not output.parent.is_dir():
+            raise BadInput(output.parent, "no such directory to write the output into")
+        return False
+    if not force:
+        raise BadInput(output, "already exists; pass --force to replace it (nothing was written)")
+    if output.is_symlink() or not output.is_dir():
+        raise BadInput(output, "exists and is not a directory; refusing to replace it even with --force")
+    if not (output / PROVENANCE_FILE).is_file() and not (output / KEPT_MAPPING_PROVENANCE_FILE).is_file() \
+            and any(output.iterdir()):
+        raise BadInput(output, f"exists and holds no {PROVENANCE_FILE}: not a triage output; "
+                               "refusing to replace it even with --force")
+    return True
+
+
+def _write_error(err: OSError, output: Path) -> BadInput:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return BadInput(output.parent, f"no space left on the device while writing {output.name}; "
+                                       "nothing was written")
+    return BadInput(output.parent, f"cannot write {output.name}: {err.strerror or err}; nothing was written")
+
+
+# ---------------------------------------------------------------------------------------------
+# The remap itself.
+
+
+@dataclass(frozen=True)
+class RemapReport:
+    """What a remap wrote and how it was checked."""
+
+    source: Path
+    output: Path
+    mapping: Path
+    draft_vocab_size: int
+    rows_copied: int
+    rows_initialized: int
+    init: str
+    verified: bool
+    written_as: str | None
+    accuracy_before: float | None
+    accuracy_after: float | None
+    accuracy_device: str | None = None
+    mapping_sha256: str = ""
+    source_sha256: dict[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    replaced: bool = False
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source), "output": str(self.output), "mapping": str(self.mapping),
+            "draft_vocab_size": self.draft_vocab_size, "rows_copied": self.rows_copied,
+            "rows_initialized": self.rows_initialized, "init": self.init, "verified": self.verified,
+            "written_as": self.written_as, "accuracy_before": self.accuracy_before,
+            "accuracy_after": self.accuracy_after, "accuracy_device": self.accuracy_device,
+            "mapping_sha256": self.mapping_sha256, "source_sha256": dict(self.source_sha256),
+            "files": list(self.files), "replaced": self.replaced, "notes": list(self.notes),
+        }
+
+
+def _output_entries(plan: RemapPlan) -> dict[str, list[_Entry]]:
+    """Output file name -> tensors it holds: the source's files and names, lm_head/d2t/t2d resized."""
+    checkpoint = plan.checkpoint
+    lm_head_name = checkpoint.lm_head_name
+    width = checkpoint.tensors[lm_head_name].shape[1]
+    run = plan.run_mapping
+    files: dict[str, list[_Entry]] = {}
+
+    def file_of(name: str) -> str:
+        if checkpoint.file_kind == "bin":
+            return OUTPUT_WEIGHTS
+        return checkpoint.tensors[name].file.name
+
+    for name, info in checkpoint.tensors.items():
+        if name in ("d2t", "t2d"):
+            continue
+        shape = (run.draft_vocab_size, width) if name == lm_head_name else tuple(info.shape)
+        files.setdefault(file_of(name), []).append(_Entry(name, info.dtype, shape))
+    for name, dtype, shape in (("d2t", "int64", (run.draft_vocab_size,)), ("t2d", "bool", (run.target_vocab_size,))):
+        home = name if name in checkpoint.tensors else lm_head_name
+        files.setdefault(file_of(home), []).append(_Entry(name, dtype, shape))
+    return files
+
+
+def _updated_config(plan: RemapPlan, notes: list[str]) -> dict | None:
+    config = plan.checkpoint.config
+    if not (plan.source / "config.json").is_file():
+        notes.append("The source has no config.json; none is written.")
+        return None
+    config = json.loads(json.dumps(config))  # a deep copy that keeps key order
+    run = plan.run_mapping
+    config["draft_vocab_size"] = run.draft_vocab_size
+    layer = config.get("transformer_layer_config")
+    for holder in (config, layer if isinstance(layer, dict) else {}):
+        if "vocab_size" in holder and holder["vocab_size"] != run.target_vocab_size:
+            notes.append(f"config.json vocab_size {holder['vocab_size']} -> {run.target_vocab_size} (the run's target vocab).")
+            holder["vocab_size"] = run.target_vocab_size
+    if "vocab_size" not in config and not isinstance(layer, dict) and plan.checkpoint.target_vocab_size is None:
+        config["vocab_size"] = run.target_vocab_size
+        notes.append(f"config.json gains vocab_size {run.target_vocab_size} from the run's mapping.")
+    return config
+
+
+def _extra_files(plan: RemapPlan) -> tuple[list[Path], list[str]]:
+    """Small files beside the weights carried into the output (tokenizer, README, generation config)."""
+    weights = {f.name for f in plan.checkpoint.files}
+    copied, skipped = [], []
+    for path in sorted(plan.source.iterdir()):
+        name = path.name
+        if name in weights or name in ("config.json", PROVENANCE_FILE) or name.startswith("."):
+            continue
+        if not path.is_file():
+            continue
+        if name.endswith(_NOT_COPIED_SUFFIXES):
+            skipped.append(name)
+        else:
+            copied.append(path)
+    return copied, skipped
+
+
+class _InitRows:
+    """Values of the initialised rows, computed once and used for writing and for verification."""
+
+    def __init__(self, plan: RemapPlan, old: _Rows, cancel: threading.Event | None) -> None:
+        self.plan = plan
+        self.dtype = old.dtype
+        self.width = old.shape[1]
+        self.mean = old.column_mean(cancel) if plan.init == "mean" and plan.rows_initialized else None
+        self.target_head = None
+        if plan.init == "target" and plan.rows_initialized:
+            head = plan.target_model.lm_head()
+            if head.dim() != 2 or head.shape[1] != self.width or head.shape[0] != plan.run_mapping.target_vocab_size:
+                raise BadInput(plan.target_path, f"target lm_head has shape {list(head.shape)}; expected "
+                                                 f"[{plan.run_mapping.target_vocab_size}, {self.width}]")
+            self.target_head = head
+
+    def rows(self, positions: np.ndarray) -> torch.Tensor:
+        """Rows for new draft positions ``positions`` (all of them initialised ones)."""
+        if self.plan.init == "zeros" or not positions.size:
+            return torch.zeros((positions.size, self.width), dtype=self.dtype)
+        if self.mean is not None:
+            return self.mean.expand(positions.size, self.width).clone()
+        token_ids = torch.from_numpy(self.plan.run_mapping.hot_ids[positions])
+        return self.target_head.index_select(0, token_ids).to(self.dtype)
+
+
+def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int,
+                   cancel: threading.Event | None) -> torch.Tensor:
+    """New lm_head rows lo..hi: copied rows gathered from the old head, the rest initialised."""
+    sources = plan.source_rows[lo:hi]
+    copied = sources >= 0
+    chunk = torch.empty((hi - lo, init_rows.width), dtype=init_rows.dtype)
+    copied_at = torch.from_numpy(np.flatnonzero(copied))
+    if copied_at.numel():
+        chunk[copied_at] = gather(sources[copied], cancel)
+    init_at = np.flatnonzero(~copied)
+    if init_at.size:
+        chunk[torch.from_numpy(init_at)] = init_rows.rows(init_at + lo)
+    return chunk
+
+
+def _use_gpu(device: str | torch.device, lm_head_bytes: int) -> torch.device | None:
+    """The GPU to gather on: only a CUDA device, and only for a head worth the copy."""
+    from triage_tui.core.checks.replay import resolve_device
+
+    resolved = resolve_device(device)
+    return resolved if resolved.type == "cuda" and lm_head_bytes >= GPU_MIN_BYTES else None
+
+
+class _Progress:
+    def __init__(self, callback: Progress | None, total_bytes: int) -> None:
+        self.callback = callback
+        self.total = max(1, total_bytes)
+        self.done = 0
+
+    def advance(self, nbytes: int, phase: str, span: tuple[float, float]) -> None:
+        self.done += nbytes
+        if self.callback is not None:
+            lo, hi = span
+            self.callback(lo + (hi - lo) * min(1.0, self.done / self.total), phase)
+
+    def reset(self) -> None:
+        self.done = 0
+
+
+_WRITE_SPAN = (0.0, 0.55)
+_VERIFY_SPAN = (0.55, 0.85)
+
+
+def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str],
+                   gather, init_rows: _InitRows, progress: _Progress,
+                   cancel: threading.Event | None) -> dict[str, _SafetensorsWriter]:
+    checkpoint = plan.checkpoint
+    lm_head_name = checkpoint.lm_head_name
+    run = plan.run_mapping
+    writers: dict[str, _SafetensorsWriter] = {}
+    try:
+        for file_name, entries in files.items():
+            writer = _SafetensorsWriter(temp / file_name, entries, metadata)
+            writers[file_name] = writer
+            for entry in writer.entries:
+                if entry.name == "d2t":
+                    writer.write("d2t", 0, run.d2t().astype(np.int64))
+                elif entry.name == "t2d":
+                    writer.write("t2d", 0, run.t2d().view(np.uint8))
+                elif entry.name == lm_head_name:
+                    row_bytes = entry.nbytes // max(1, entry.shape[0])
+                    step = max(1, WINDOW_BYTES // max(1, row_bytes))
+                    for lo in range(0, entry.shape[0], step):
+                        hi = min(entry.shape[0], lo + step)
+                        _check_cancel(cancel)
+                        chunk = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
+                        writer.write(entry.name, lo * row_bytes, _as_bytes(chunk))
+                        progress.advance(chunk.numel() * chunk.element_size(), "writing lm_head", _WRITE_SPAN)
+                else:
+                    rows = _Rows(checkpoint, entry.name)
+                    for lo, hi in rows.windows():
+                        _check_cancel(cancel)
+                        data = _as_bytes(rows.read(lo, hi))
+                        writer.write(entry.name, lo * rows.row_bytes, data)
+                        progress.advance(data.size, f"copying {entry.name}", _WRITE_SPAN)
+                        del data
+    except BaseException:
+        for writer in writers.values():
+            writer.close()
+        raise
+    return writers
+
+
+def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], gather, init_rows: _InitRows,
+            metadata: dict[str, str], progress: _Progress, cancel: threading.Event | None) -> int:
+    """Re-read the output through the program's reader and compare it with the source; returns bytes compared.
+
+    Raises BadInput naming the first difference: the output is then removed, never renamed into place.
+    """
+    from safetensors import safe_open
+
+    def fail(what: str) -> BadInput:
+        return BadInput(plan.output, f"verification failed: {what}; nothing was written")
+
+    try:
+        written = read_checkpoint(temp)
+    except BadInput as err:
+        raise fail(f"the output does not read back ({err.what})") from None
+    expected = {entry.name: entry for entries in files.values() for entry in entries}
+    if set(written.tensors) != set(expected):
+        raise fail(f"tensor names differ: {sorted(set(written.tensors) ^ set(expected))[:5]}")
+    for name, entry in expected.items():
+        info = written.tensors[name]
+        if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
+            raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}")
+    for file_name in files:
+        with safe_open(str(temp / file_name), framework="pt") as f:
+            if f.metadata() != metadata:
+                raise fail(f"{file_name}: provenance metadata does not read back")
+
+    run = plan.run_mapping
+    d2t, t2d = written.tensor("d2t"), written.tensor("t2d")
+    if not np.array_equal(d2t.numpy(), run.d2t()) or not np.array_equal(t2d.numpy(), run.t2d()):
+        raise fail("d2t/t2d differ from the run's mapping")
+    if written.mapping is None or not np.array_equal(written.mapping.hot_ids, run.hot_ids) \
+            or written.mapping.target_vocab_size != run.target_vocab_size:
+        raise fail("the output's d2t/t2d do not read back as the run's mapping")
+    compared = d2t.numel() * 8 + t2d.numel()
+
+    lm_head_name = plan.checkpoint.lm_head_name
+    new_head = _Rows(written, lm_head_name)
+    for lo, hi in new_head.windows():
+        _check_cancel(cancel)
+        got = new_head.read(lo, hi)
+        want = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
+        if not _same_bytes(got, want):
+            rows = [lo + i for i in range(hi - lo) if not _same_bytes(got[i], want[i])]
+            kind = "copied" if plan.source_rows[rows[0]] >= 0 else "initialised"
+            raise fail(f"lm_head row {rows[0]} ({kind}) differs from what was meant to be written")
+        compared += _as_bytes(got).size
+        progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
+        del got
+
+    for name in expected:
+        if name in (lm_head_name, "d2t", "t2d"):
+            continue
+        old, new = _Rows(plan.checkpoint, name), _Rows(written, name)
+        for lo, hi in old.windows():
+            _check_cancel(cancel)
+            a, b = old.read(lo, hi), new.read(lo, hi)
+            if not _same_bytes(a, b):
+                raise fail(f"{name} differs from the source")
+            compared += _as_bytes(a).size
+            progress.advance(_as_bytes(a).size, f"verifying {name}", _VERIFY_SPAN)
+            del a, b
+    return compared
+
+
+class _Background(threading.Thread):
+    """A function run in a thread whose exception is re-raised by ``result()``."""
+
+    def __init__(self, name: str, function: Callable[[], Any]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.function = function
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.function()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller by result()
+            self.error = err
+
+    def result(self) -> Any:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _hash_files(files: tuple[Path, ...], stop: threading.Event) -> dict[str, str]:
+    return {file.name: _file_sha256(file, stop=stop) for file in files}
+
+
+def _provenance(plan: RemapPlan, digests: dict[str, str], notes: list[str]) -> dict[str, Any]:
+    return {
+        "tool": "triage", "version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": str(plan.source), "source_file_kind": plan.checkpoint.file_kind,
+        "source_layout": plan.checkpoint.layout,
+        "source_sha256": dict(digests),
+        "mapping": str(plan.mapping_path), "mapping_sha256": plan.mapping_sha256,
+        "mapping_sha256_of": plan.mapping_sha256_of,
+        "draft_vocab_size": plan.draft_vocab_size, "target_vocab_size": plan.run_mapping.target_vocab_size,
+        "rows_copied": plan.rows_copied, "rows_initialized": plan.rows_initialized,
+        "init": plan.init, "init_from": plan.init_from, "written_as": plan.written_as,
+        "notes": list(notes),
+    }
+
+
+def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[str, str]) -> dict[str, str]:
+    """safetensors metadata: the source's own keys plus the provenance, as strings."""
+    metadata = dict(source_metadata)
+    metadata.setdefault("format", "pt")
+    metadata.update({
+        "triage.version": __version__,
+        "triage.source": str(plan.source),
+        "triage.source_sha256": json.dumps(digests, sort_keys=True),
+        "triage.mapping": str(plan.mapping_path),
+        "triage.mapping_sha256": plan.mapping_sha256,
+        "triage.rows_copied": str(plan.rows_copied),
+        "triage.rows_initialized": str(plan.rows_initialized),
+        "triage.init": plan.init,
+    })
+    return metadata
+
+
+def _source_metadata(plan: RemapPlan) -> dict[str, str]:
+    if plan.checkpoint.file_kind != "safetensors":
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(str(plan.checkpoint.files[0]), framework="pt") as f:
+        found = f.metadata() or {}
+    return {k: v for k, v in found.items() if not k.startswith("triage.")}
+
+
+def _write_index(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]]) -> None:
+    """A sharded source keeps its shards; its index is rewritten with the new total size."""
+    index = plan.source / "model.safetensors.index.json"
+    if plan.checkpoint.file_kind != "safetensors" or not index.is_file():
+        return
+    original = json.loads(index.read_text(encoding="utf-8"))
+    metadata = dict(original.get("metadata") or {})
+    metadata["total_size"] = sum(e.nbytes for entries in files.values() for e in entries)
+    weight_map = {e.name: file_name for file_name, entries in files.items() for e in entries}
+    _write_small(temp / index.name, json.dumps({**original, "metadata": metadata, "weight_map": weight_map},
+                                               indent=2).encode())
+
+
+def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: str, max_tokens: int) -> float:
+    """Top-1 accuracy of the drafter's first step on the dumps, read through ``mapping`` (checks/replay)."""
+    from triage_tui.core.checks.replay import replay_accuracy
+    from triage_tui.core.drafter import load_drafter
+
+    drafter = load_drafter(checkpoint, device="cpu")
+    return replay_accuracy(drafter, dumps, target, mapping, device=device, max_tokens=max_tokens)
+
+
+def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,
+                  device: str = "auto", max_tokens: int = 4096, progress: Progress | None = None,
+                  cancel: threading.Event | None = None) -> RemapReport:
+    """Write, verify and move into place the checkpoint ``plan`` describes."""
+    output = plan.output
+    replace = _check_output_free(output, force)
+    dumps = None
+    if data is not None:
+        from triage_tui.core.formats.hidden_states import read_dumps
+
+        dumps = read_dumps(data)
+    files = _output_entries(plan)
+    total = sum(e.nbytes for entries in files.values() for e in entries)
+    clean_stale_temporaries(output)
+    free = _free_bytes(output.parent)
+    if free < total + (1 << 20):
+        raise BadInput(output.parent, f"needs {total / 1e9:.2f} GB for {output.name} but only "
+                                      f"{free / 1e9:.2f} GB is free; nothing was written")
+    notes = list(plan.notes)
+    report_progress = _Progress(progress, total)
+    old_head = _Rows(plan.checkpoint, plan.checkpoint.lm_head_name)
+    accuracy_before = accuracy_after = accuracy_device = None
+    stop_hashing = threading.Event()
+    hashing = _Background("triage-remap-sha256", lambda: _hash_files(plan.checkpoint.files, stop_hashing))
+    temp = _TempOutput(output)
+    writers: dict[str, _SafetensorsWriter] = {}
+    try:
+        if dumps is not None and plan.target_model is not None:
+            if progress:
+                progress(0.0, "replay on the source checkpoint")
+            accuracy_before = _replay_accuracy(plan.checkpoint, dumps, plan.target_model, plan.run_mapping,
+                                               device, max_tokens)
+        elif dumps is not None:
+            notes.append("Accuracy not measured: the replay needs --target as well as --data.")
+        gpu = _use_gpu(device, old_head.row_bytes * old_head.shape[0])
+        gather = _StagedRows(old_head, gpu, cancel).gather if gpu is not None else old_head.gather
+        init_rows = _InitRows(plan, old_head, cancel)
+        source_metadata = _source_metadata(plan)
+        placeholder = {file.name: "0" * 64 for file in plan.checkpoint.files}
+        try:
+            writers = _write_tensors(plan, temp.path, files, _metadata(plan, source_metadata, placeholder),
+                                     gather, init_rows, report_progress, cancel)
+            digests = hashing.result()
+            metadata = _metadata(plan, source_metadata, digests)
+            for writer in writers.values():
+                writer.write_header(metadata)
+            # The data goes to disk while it is re-read for verification; nothing is renamed before both end.
+            syncing = _Background("triage-remap-fsync", lambda: [os.fsync(w.fd) for w in writers.values()])
+            config = _updated_config(plan, notes)
+            if config is not None:
+                _write_small(temp.path / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+            _write_index(plan, temp.path, files)
+            extra, skipped = _extra_files(plan)
+            for path in extra:
+                _write_small(temp.path / path.name, path.read_bytes())
+            if skipped:
+                notes.append("Not carried over: " + ", ".join(skipped) + " (weights in another form, or pickled "
+                             "training state, which holds lm_head moments in the old row order).")
+            report_progress.reset()
+            compared = _verify(plan, temp.path, files, gather, init_rows, metadata, report_progress, cancel)
+            syncing.result()
+        except OSError as err:
+            raise _write_error(err, output) from None
+        if dumps is not None and plan.target_model is not None:
+            if progress:
+                progress(0.9, "replay on the remapped checkpoint")
+            accuracy_after = _replay_accuracy(read_checkpoint(temp.path), dumps, plan.target_model,
+                                              plan.run_mapping, device, max_tokens)
+            from triage_tui.core.checks.replay import resolve_device
+
+            accuracy_device = str(resolve_device(device))
+        provenance = _provenance(plan, digests, notes)
+        provenance.update(bytes_verified=compared, accuracy_before=accuracy_before, accuracy_after=accuracy_after,
+                          files=sorted([p.name for p in temp.path.iterdir()] + [PROVENANCE_FILE]))
+        try:
+            _write_small(temp.path / PROVENANCE_FILE, (json.dumps(provenance, indent=2) + "\n").encode())
+            temp.commit(replace)
+        except OSError as err:
+            raise _write_error(err, output) from None
+    finally:
+        stop_hashing.set()
+        for writer in writers.values():
+            writer.close()
+        temp.close()
+    if progress:
+        progress(1.0, "done")
+    return RemapReport(
+        source=plan.source, output=output, mapping=plan.mapping_path, draft_vocab_size=plan.draft_vocab_size,
+        rows_copied=plan.rows_copied, rows_initialized=plan.rows_initialized, init=plan.init, verified=True,
+        written_as=plan.written_as, accuracy_before=accuracy_before, accuracy_after=accuracy_after,
+        accuracy_device=accuracy_device, mapping_sha256=plan.mapping_sha256, source_sha256=dict(digests),
+        files=tuple(provenance["files"]), replaced=replace, notes=tuple(notes),
+    )
+
+
+def remap_checkpoint(checkpoint_path: str | Path, mapping_path: str | Path, *, out: str | Path | None = None,
+                     init: str | None = None, target: str | Path | None = None, data: str | Path | None = None,
+                     force: bool = False, device: str = "auto", max_tokens: int = 4096,
+                     progress: Progress | None = None, cancel: threading.Event | None = None) -> RemapReport:
+    """Plan and write a remapped checkpoint (``triage remap``)."""
+    plan = plan_remap(checkpoint_path, mapping_path, out=out, init=init, target=target)
+    return execute_remap(plan, data=data, force=force, device=device, max_tokens=max_tokens,
+                         progress=progress, cancel=cancel)
+
+
+# ---------------------------------------------------------------------------------------------
+# The opposite fix: keep the weights, hand the trainer the checkpoint's own mapping.
+
+
+@dataclass(frozen=True)
+class KeptMapping:
+    """The checkpoint's own mapping, written for a trainer to load."""
+
+    source: Path
+    output: Path
+    files: tuple[Path, ...]
+    draft_vocab_size: int
+    target_vocab_size: int
+    mapping_sha256: str         # VocabMapping.sha256(): what the mapping means
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": str(self.source), "output": str(self.output), "files": [str(f) for f in self.files],
+                "draft_vocab_size": self.draft_vocab_size, "target_vocab_size": self.target_vocab_size,
+                "mapping_sha256": self.mapping_sha256, "notes": list(self.notes)}
+
+
+def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | None = None, *,
+                            force: bool = False) -> KeptMapping:
+    """Write the checkpoint's d2t/t2d as ``vocab_mapping.pt`` (SpecForge ``vocab_mapping_path``) and
+    ``d2t.npy``/``t2d.npy`` (speculators ``--d2t-path``/``--t2d-path``); the weights are not touched."""
+    checkpoint = read_checkpoint(checkpoint_path)
+    source = checkpoint.path.resolve()
+    mapping = checkpoint.mapping
+    if mapping is None:
+        raise BadInput(source, "checkpoint has no d2t buffer, so no mapping of its own to keep "
+                               "(engines read it as identity)")
+    notes = []
+    if not mapping.is_ascending():
+        # reference section 2.5: SpecForge/EAGLE build targets with logits[..., t2d] (ascending id order).
+        notes.append("The checkpoint's draft order is not ascending by target id (frequency order, as modelopt "
+                     "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
+                     "speculators) would misalign its rows; remap instead.")
+    output = Path(out_dir).resolve() if out_dir is not None else source.parent / f"{source.name}-vocab-mapping"
+    _check_output_location(output, [source])
+    replace = _check_output_free(output, force)
+    clean_stale_temporaries(output)
+    temp = _TempOutput(output)
+    try:
+        try:
+            written = [write_mapping_pt(mapping, temp.path / "vocab_mapping.pt"),
+                       *write_mapping_npy(mapping, temp.path)]
+            for path in written:
+                _fsync_path(path)
+            for path in written:
+                back = read_mapping(path, target_vocab_size=mapping.target_vocab_size)
+                if not np.array_equal(back.hot_ids, mapping.hot_ids) or \
+                        back.target_vocab_size != mapping.target_vocab_size:
+                    raise BadInput(output, f"verification failed: {path.name} does not read back as the "
+                                           "checkpoint's mapping; nothing was written")
+            provenance = {"tool": "triage", "version": __version__,
+                          "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          "source": str(source),
+                          "source_sha256": {f.name: _file_sha256(f) for f in checkpoint.files},
+                          "mapping_sha256": mapping.sha256(), "draft_vocab_size": mapping.draft_vocab_size,
+                          "target_vocab_size": mapping.target_vocab_size, "notes": notes}
+            _write_small(temp.path / KEPT_MAPPING_PROVENANCE_FILE, (json.dumps(provenance, indent=2) + "\n").encode())
+            temp.commit(replace)
+        except OSError as err:
+            raise _write_error(err, output) from None
+        except RuntimeError as err:  # torch.save reports a failed write as RuntimeError
+            raise BadInput(output.parent, f"cannot write {output.name}: {err}; nothing was written") from None
+    finally:
+        temp.close()
+    files = tuple(output / p.name for p in written)
+    return KeptMapping(source=source, output=output, files=files, draft_vocab_size=mapping.draft_vocab_size,
+                       target_vocab_size=mapping.target_vocab_size, mapping_sha256=mapping.sha256(),
+                       notes=tuple(notes))
