@@ -1,0 +1,263 @@
+"""The only two ways the program reads tensors from disk: a weights-only ``torch.load`` and a
+bounds-checked safetensors header.
+
+Every ``.pt``/``.bin``/``.ckpt`` an EAGLE-3 stack writes is a pickle (reference/eagle3.md
+section 7), and several trainers load them with ``weights_only=False``. triage never does:
+a file that asks the unpickler for anything beyond tensors and plain containers is refused
+and the class it wanted is named. safetensors files cannot carry code, but their header is
+untrusted too: its length and offsets are checked against the file size before anything
+is allocated or mapped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import pickletools
+import re
+import struct
+import warnings
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from triage_tui.core.errors import BadInput
+
+# torch < 2.6 let a crafted pickle run code even with weights_only=True (CVE-2025-32434).
+_TORCH_MIN_SAFE = (2, 6)
+# safetensors itself refuses headers over 100 MB (safetensors/src/tensor.rs MAX_HEADER_SIZE).
+MAX_SAFETENSORS_HEADER = 100_000_000
+# A .ckpt.gz is decompressed in memory; a gzip bomb must not take the machine down.
+MAX_GZIP_BYTES = 8 << 30
+
+# Refusals name the classes a pickle wanted; disassembling its first 64 MiB is enough to find them.
+_SCAN_LIMIT = 64 << 20
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_GZIP_MAGIC = b"\x1f\x8b"
+_REFUSED = "refused to unpickle: {}; triage never runs code from a file"
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = (int(re.match(r"\d+", part).group()) for part in torch.__version__.split(".")[:2])
+    return major, minor
+
+
+def _first_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[:200] + ("..." if len(text) > 200 else "")
+
+
+def _pickle_stream(path: Path, raw: bytes | None) -> bytes:
+    """The pickle bytes to disassemble: ``*/data.pkl`` of a torch zip, else the file's head."""
+    if raw is None:
+        with path.open("rb") as f:
+            head = f.read(_SCAN_LIMIT)
+    else:
+        head = raw
+    if head[:4] == _ZIP_MAGIC:
+        with zipfile.ZipFile(io.BytesIO(raw) if raw is not None else path) as archive:
+            for name in archive.namelist():
+                if name.endswith("data.pkl"):
+                    return archive.read(name)
+    return head[:_SCAN_LIMIT]
+
+
+def _globals_wanted(path: Path, raw: bytes | None) -> list[str]:
+    """Classes/functions a pickle names, found by disassembling it (nothing is executed).
+
+    Legacy torch files are several pickles in a row (magic, protocol, sys info, object),
+    so disassembly continues after each STOP.
+    """
+    try:
+        stream = io.BytesIO(_pickle_stream(path, raw))
+    except (zipfile.BadZipFile, OSError, KeyError):
+        return []
+    allowed = set(torch._weights_only_unpickler._get_allowed_globals())
+    found: list[str] = []
+    recent_strings: list[str] = []
+    try:
+        for _ in range(8):
+            for opcode, arg, _pos in pickletools.genops(stream):
+                if opcode.name in ("GLOBAL", "INST"):
+                    found.append(str(arg).replace(" ", "."))
+                elif opcode.name == "STACK_GLOBAL" and len(recent_strings) >= 2:
+                    found.append(f"{recent_strings[-2]}.{recent_strings[-1]}")
+                elif isinstance(arg, str):
+                    recent_strings.append(arg)
+    except Exception:  # a broken stream or the binary data after the pickles: keep what was seen
+        pass
+    return [name for name in dict.fromkeys(found) if name not in allowed]
+
+
+def _refusal(path: Path, err: pickle.UnpicklingError, raw: bytes | None) -> BadInput:
+    wanted = _globals_wanted(path, raw)
+    if not wanted:
+        match = re.search(r"GLOBAL ([\w.]+)", str(err))
+        wanted = [match.group(1)] if match else []
+    if wanted:
+        return BadInput(path, _REFUSED.format(", ".join(wanted[:4])))
+    opcode = re.search(r"Unsupported operand (\d+)", str(err))
+    detail = f" (pickle opcode {opcode.group(1)} not allowed)" if opcode else ""
+    return BadInput(path, f"not a torch.save file triage can read safely{detail}")
+
+
+def _read_gzip(path: Path) -> bytes:
+    out = io.BytesIO()
+    with gzip.open(path, "rb") as stream:
+        while chunk := stream.read(1 << 24):
+            out.write(chunk)
+            if out.tell() > MAX_GZIP_BYTES:
+                raise BadInput(path, f"decompresses to more than {MAX_GZIP_BYTES >> 30} GiB; refused")
+    return out.getvalue()
+
+
+def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -> object:
+    """``torch.load(weights_only=True)`` on CPU, memory-mapped when the file is a zip archive.
+
+    ``allowed_globals`` extends the allow-list for one call (``training_state.pt`` needs
+    ``argparse.Namespace``); nothing else ever widens it. A ``.gz`` file is decompressed
+    in memory first (SpecForge main writes ``data_*.ckpt.gz``).
+    """
+    path = Path(path)
+    if _torch_version() < _TORCH_MIN_SAFE:
+        raise BadInput(path, f"refusing to unpickle with torch {torch.__version__} < 2.6 "
+                             "(CVE-2025-32434: weights_only is bypassable); upgrade torch")
+    if not path.is_file():
+        raise BadInput(path, "no such file" if not path.exists() else "not a file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if len(magic) < 4:
+        raise BadInput(path, f"file is {len(magic)} bytes long; not a torch.save file")
+    raw: bytes | None = None
+    source: object = path
+    mmap = magic == _ZIP_MAGIC
+    try:
+        if magic[:2] == _GZIP_MAGIC:
+            raw = _read_gzip(path)
+            source, mmap = io.BytesIO(raw), False
+        with torch.serialization.safe_globals(list(allowed_globals)), warnings.catch_warnings():
+            # Every file written with pickle protocol > 2 triggers a harmless UserWarning.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        raise _refusal(path, err, raw) from None
+    except BadInput:
+        raise
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError, TypeError,
+            AttributeError, struct.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
+        raise BadInput(path, f"unreadable torch file (truncated or corrupt?): {_first_line(err)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# safetensors: header parsed by hand so that a hostile length or offset is caught before
+# safetensors/mmap is involved. Format: u64 little-endian header length N, N bytes of JSON
+# {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data
+# (https://github.com/huggingface/safetensors, README "Format").
+
+SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
+    "BOOL": ("bool", 1), "U8": ("uint8", 1), "I8": ("int8", 1), "I16": ("int16", 2),
+    "U16": ("uint16", 2), "I32": ("int32", 4), "U32": ("uint32", 4), "I64": ("int64", 8),
+    "U64": ("uint64", 8), "F16": ("float16", 2), "BF16": ("bfloat16", 2), "F32": ("float32", 4),
+    "F64": ("float64", 8), "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1),
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Name, shape and dtype of one stored tensor, and the file that holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # torch dtype name without the "torch." prefix: "float32", "int64", "bool", ...
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+def tensor_info(name: str, tensor: torch.Tensor, file: Path) -> TensorInfo:
+    return TensorInfo(name, tuple(int(d) for d in tensor.shape), str(tensor.dtype).removeprefix("torch."), file)
+
+
+def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
+    """Tensor names, shapes and dtypes of a safetensors file, without reading any tensor data."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(path, "no such file" if not path.exists() else "not a file")
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise BadInput(path, f"file is {size} bytes long; not a safetensors file")
+        (header_len,) = struct.unpack("<Q", prefix)
+        if header_len > MAX_SAFETENSORS_HEADER:
+            raise BadInput(path, f"safetensors header claims {header_len} bytes (limit "
+                                 f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt")
+        if header_len > size - 8:
+            raise BadInput(path, f"safetensors header claims {header_len} bytes but the file has "
+                                 f"{size - 8} after the length field (truncated?)")
+        header_bytes = f.read(header_len)
+    try:
+        header = json.loads(header_bytes)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadInput(path, f"safetensors header is not valid JSON: {_first_line(err)}") from None
+    if not isinstance(header, dict):
+        raise BadInput(path, "safetensors header is not a JSON object")
+    data_size = size - 8 - header_len
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        tensors[name] = _header_entry(path, name, entry, data_size)
+    return tensors
+
+
+def _header_entry(path: Path, name: str, entry: object, data_size: int) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise BadInput(path, f"tensor {name!r}: header entry is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in SAFETENSORS_DTYPES:
+        raise BadInput(path, f"tensor {name!r}: unknown dtype {dtype!r}")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                            for d in shape)):
+        raise BadInput(path, f"tensor {name!r}: bad shape {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+        raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
+    begin, end = offsets
+    torch_name, itemsize = SAFETENSORS_DTYPES[dtype]
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    if not 0 <= begin <= end:
+        raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
+    if end > data_size:
+        raise BadInput(path, f"tensor {name!r} claims bytes {begin}..{end} but the file holds only "
+                             f"{data_size} data bytes (truncated?)")
+    if end - begin != numel * itemsize:
+        raise BadInput(path, f"tensor {name!r}: shape {shape} {dtype} needs {numel * itemsize} bytes, "
+                             f"header gives {end - begin}")
+    return TensorInfo(name, tuple(shape), torch_name, path)
+
+
+def load_safetensors_tensor(path: str | Path, name: str) -> torch.Tensor:
+    """One tensor from a safetensors file, memory-mapped (call ``read_safetensors_header`` first)."""
+    from safetensors import safe_open
+    from safetensors import SafetensorError
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return f.get_tensor(name)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise BadInput(path, f"cannot read tensor {name!r}: {_first_line(err)}") from None

@@ -1,0 +1,154 @@
+"""Where the tensors of a Hugging Face style model directory live, and one-at-a-time access to them.
+
+One resolver for drafter checkpoints and target models alike. Files are looked for in the
+order transformers prefers: ``model.safetensors``, ``model.safetensors.index.json``,
+``pytorch_model.bin``, ``pytorch_model.bin.index.json``, else a lone ``*.safetensors``.
+With an index, only the shards that hold a requested name are opened, so a 1 TB target
+costs a few header reads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.safe_torch import (
+    TensorInfo,
+    load_safetensors_tensor,
+    read_safetensors_header,
+    safe_torch_load,
+    tensor_info,
+)
+
+_CANDIDATES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True, eq=False)
+class WeightFiles:
+    """The weight files of one model and a lazy name -> tensor lookup over them."""
+
+    root: Path                             # the directory (config.json lives here)
+    kind: str                              # "safetensors" | "bin"
+    files: tuple[Path, ...]
+    weight_map: dict[str, Path] | None     # from an index file; None for a single file
+    _headers: dict[Path, dict[str, TensorInfo]] = field(default_factory=dict, repr=False)
+    _bin_states: dict[Path, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    def _file_tensors(self, file: Path) -> dict[str, TensorInfo]:
+        if file not in self._headers:
+            if self.kind == "safetensors":
+                self._headers[file] = read_safetensors_header(file)
+            else:
+                state = _load_bin_state(file)
+                self._bin_states[file] = state
+                self._headers[file] = {name: tensor_info(name, t, file) for name, t in state.items()}
+        return self._headers[file]
+
+    def names(self) -> list[str]:
+        if self.weight_map is not None:
+            return list(self.weight_map)
+        return list(self._file_tensors(self.files[0]))
+
+    def info(self, name: str) -> TensorInfo | None:
+        """Shape and dtype of one tensor, reading only the header of the file that holds it."""
+        if self.weight_map is not None:
+            file = self.weight_map.get(name)
+            if file is None:
+                return None
+            found = self._file_tensors(file).get(name)
+            if found is None:
+                raise BadInput(file, f"the index says {name!r} is in this shard, but it is not")
+            return found
+        return self._file_tensors(self.files[0]).get(name)
+
+    def all_infos(self) -> dict[str, TensorInfo]:
+        """Every tensor's metadata (reads every header; for drafters, which are small)."""
+        merged: dict[str, TensorInfo] = {}
+        for file in self.files:
+            merged.update(self._file_tensors(file))
+        if self.weight_map is not None:
+            for name in self.weight_map:
+                self.info(name)  # raises when a shard lacks a name its index promises
+        return merged
+
+    def load(self, name: str) -> torch.Tensor:
+        """One tensor: memory-mapped through safe_open, or from the mmap'd pickle for .bin."""
+        found = self.info(name)
+        if found is None:
+            raise BadInput(self.root, f"no tensor {name!r} in the weights")
+        if self.kind == "safetensors":
+            return load_safetensors_tensor(found.file, name)
+        return self._bin_states[found.file][name]
+
+
+def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
+    state = safe_torch_load(file)
+    if not isinstance(state, dict):
+        raise BadInput(file, f"holds a {type(state).__name__}, not a state dict of tensors")
+    not_tensors = [str(k) for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    if not_tensors:
+        raise BadInput(file, "not a flat state dict: non-tensor entries " + ", ".join(not_tensors[:5]))
+    return state
+
+
+def read_config(root: Path) -> dict | None:
+    """``config.json`` in ``root`` as a dict, None when absent; BadInput when malformed."""
+    path = root / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadInput(path, f"not valid JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise BadInput(path, "not a JSON object")
+    return config
+
+
+def find_weights(path: str | Path) -> WeightFiles:
+    """The weights of a model directory, or of the one weights/index file ``path`` names."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(path, "no such file or directory")
+    if path.is_dir():
+        chosen = next((path / name for name in _CANDIDATES if (path / name).is_file()), None)
+        if chosen is None:
+            lone = sorted(path.glob("*.safetensors"))
+            if len(lone) != 1:
+                raise BadInput(path, "no weights here (looked for " + ", ".join(_CANDIDATES) + ")")
+            chosen = lone[0]
+        path = chosen
+    root = path.parent
+    name = path.name
+    if name.endswith(".index.json"):
+        return _from_index(path)
+    kind = "safetensors" if name.endswith(".safetensors") else "bin"
+    return WeightFiles(root, kind, (path,), None)
+
+
+def _from_index(index_path: Path) -> WeightFiles:
+    """A sharded model: ``{"weight_map": {tensor name: shard file}}``, every shard checked to exist."""
+    root = index_path.parent
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BadInput(index_path, f"not valid JSON: {err}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise BadInput(index_path, "no 'weight_map' object in the index")
+    kind = "safetensors" if index_path.name.endswith(".safetensors.index.json") else "bin"
+    shards: dict[str, Path] = {}
+    for tensor_name, shard in weight_map.items():
+        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+            raise BadInput(index_path, f"weight_map entry {tensor_name!r} names {shard!r}, not a file in this directory")
+        if shard not in shards:
+            shard_path = root / shard
+            if not shard_path.is_file():
+                raise BadInput(index_path, f"shard {shard} (holding {tensor_name!r}) is missing")
+            shards[shard] = shard_path
+    mapped = {tensor_name: shards[shard] for tensor_name, shard in weight_map.items()}
+    return WeightFiles(root, kind, tuple(shards.values()), mapped)
