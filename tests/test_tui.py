@@ -1,0 +1,339 @@
+"""Pilot tests of the TUI on runs written by the real writers (tests/tui_support.py).
+
+Each test drives the real app (real Watcher thread, real diagnose(), real remap) with key
+presses and asserts on what it holds and shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from textual.widgets import TabbedContent
+
+from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
+from tui_support import (
+    ACC_TAG,
+    FROZEN_NOW,
+    LOSS_TAG,
+    STEP_EVERY,
+    healthy_run,
+    story_run,
+)
+from triage_tui.tui.app import TriageApp
+from triage_tui.tui.screens.drilldown import DrillDownScreen
+from triage_tui.tui.screens.help import HelpScreen
+from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.widgets.hypotheses_list import HypothesesList
+from triage_tui.tui.widgets.loss_chart import LossChart
+from triage_tui.tui.widgets.runs_table import RunsTable
+
+SIZE = (80, 24)
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    """A story run and a healthy run, written once per module (the drafter is 9 MB)."""
+    root = tmp_path_factory.mktemp("runs")
+    story_run(root)
+    healthy_run(root)
+    return root
+
+
+@pytest.fixture
+def fresh_root(tmp_path) -> Path:
+    """Its own copy for tests that write (remap writes beside the source checkpoint)."""
+    story_run(tmp_path)
+    healthy_run(tmp_path)
+    return tmp_path
+
+
+def make_app(root: Path, **kwargs) -> TriageApp:
+    kwargs.setdefault("poll_interval", 0.2)
+    kwargs.setdefault("use_watchdog", False)
+    kwargs.setdefault("device", "cpu")
+    app = TriageApp([root], **kwargs)
+    app.animation_level = "none"
+    return app
+
+
+async def wait_for(pilot, predicate, timeout: float = 20.0, what: str = "condition") -> float:
+    """Pause the pilot until ``predicate()`` holds; returns the seconds it took."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.05)
+    return time.monotonic() - start
+
+
+async def loaded(pilot) -> None:
+    app = pilot.app
+    await wait_for(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None,
+                   what="first poll and chart")
+
+
+async def checked(pilot) -> None:
+    app = pilot.app
+    await pilot.press("c")
+    await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
+
+
+def all_files(root: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+async def test_flagged_run_is_sorted_first_with_the_chance_line(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = app.main.query_one(RunsTable)
+        assert [row.name for row in app.rows] == ["k2-finetune", "scratch-drafter"]
+        assert app.rows[0].status == "critical" and app.rows[1].status != "critical"
+        assert table.row_count == 2 and table.selected_path == app.rows[0].path
+        story_cells = [str(cell) for cell in table.get_row_at(0)]
+        assert story_cells[0] == "✖" and story_cells[1] == "k2-finetune"
+        # The loss column is the last logged point, the smoothed one TensorBoard's EMA of them.
+        assert 18.0 <= float(story_cells[3]) <= 20.5 and 18.0 <= float(story_cells[4]) <= 20.5
+        assert story_cells[5] == f"{math.log(DRAFT_VOCAB):.2f}"
+        assert story_cells[6].endswith("%") and 2.0 <= float(story_cells[6][:-1]) <= 7.0
+        chart = app.main.query_one(LossChart)
+        assert chart.series.chance_loss == pytest.approx(math.log(DRAFT_VOCAB))
+        assert chart.series.tag == LOSS_TAG and chart.last_point[0] == 59 * STEP_EVERY
+        # A critical flag rings the bell once, not on every poll.
+        await pilot.pause(0.6)  # a few more polls
+        assert app.bells == 1
+        flags_text = str(app.main.query_one("#flags").render())
+        assert "loss_above_chance" in flags_text
+
+
+async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        story = app.rows[0].path
+        diagnosis = app.diagnoses[story]
+        assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
+        assert diagnosis.checks["vocab_mapping"].details["positional_match"] == POSITIONAL_MATCH
+        shown = app.main.query_one(HypothesesList)
+        assert shown.option_count == len(diagnosis.hypotheses)
+        assert shown.get_option_at_index(0).id == "vocab_mapping_mismatch"
+        assert "252 / 32000" in str(shown.get_option_at_index(0).prompt)
+        assert app.main.query_one("#analysis-pane").has_class("-done")
+
+
+async def test_drilldown_tabs_hold_the_numbers(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        await pilot.press("h", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        screen = app.screen
+        tabs = screen.query_one(TabbedContent)
+        assert [pane.id for pane in tabs.query("TabPane")] == ["evidence", "details", "action"]
+        evidence = _plain(screen.query_one("#evidence-body"))
+        assert "252 / 32000 draft positions" in evidence
+        details = _plain(screen.query_one("#details-body"))
+        assert "252 / 32000 draft positions map to the same target token" in details
+        assert "25750" in details and "6250" in details  # overlap, only in the checkpoint's vocab
+        # The first mismatching position: 252, where the run's own tokens begin.
+        checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
+        rows = [line.split() for line in details.splitlines()]
+        assert ["252", str(checkpoint_hot[252]), "–", str(run_hot[252]), "–"] in rows
+        await pilot.press("3")
+        assert tabs.active == "action"
+        assert "triage remap" in _plain(screen.query_one("#action-body"))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, DrillDownScreen), what="back")
+
+
+def _plain(static) -> str:
+    """The text a Static shows, as the user reads it (rendered at a generous width)."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(static.content)
+    return console.export_text()
+
+
+async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root):
+    from triage_tui.core.remap import plan_remap
+
+    app = make_app(fresh_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        before = all_files(fresh_root)
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        inputs = app.diagnoses[app.rows[0].path].inputs
+        expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target).describe()
+        assert app.screen.text == expected
+        assert _plain(app.screen.query_one("#plan-text")).split() == expected.split()
+        assert app.screen.focused.id == "no"  # default No: Enter alone writes nothing
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not app.remap_running, what="dialog closed")
+        assert not isinstance(app.screen, ConfirmRemapScreen)
+        await pilot.pause(0.3)
+        assert all_files(fresh_root) == before
+
+
+async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root):
+    app = make_app(fresh_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        story = app.rows[0].path
+        inputs = app.diagnoses[story].inputs
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        output = app.screen.plan.output
+        await pilot.press("y")
+        await wait_for(pilot, lambda: story in app.remap_reports, timeout=60, what="remap")
+        report = app.remap_reports[story]
+        assert report.verified and Path(report.output) == output
+        assert isinstance(app.screen, RemapScreen) and app.screen.report is report
+        assert "remap done" in str(app.screen.query_one("#remap-status").render())
+        # Row j of the new head is the old row of the same target token.
+        checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
+        old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
+        new_files = sorted(Path(output).glob("*.safetensors"))
+        with safe_open(str(inputs.checkpoint / "model.safetensors"), "pt") as old, \
+                safe_open(str(new_files[0]), "pt") as new:
+            old_head, new_head = old.get_tensor("lm_head.weight"), new.get_tensor("lm_head.weight")
+            new_d2t = new.get_tensor("d2t").numpy()
+        assert np.array_equal(new_d2t + np.arange(DRAFT_VOCAB), run_hot)
+        for j in (0, 251, 252, 20_000, 31_999):
+            token = int(run_hot[j])
+            if token in old_position:
+                assert np.array_equal(new_head[j].numpy(), old_head[old_position[token]].numpy())
+
+
+async def test_readonly_has_no_remap(runs_root):
+    app = make_app(runs_root, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        assert "m" not in app.screen.active_bindings
+        assert not any(c.title.startswith("Remap") for c in app.get_system_commands(app.screen))
+        await pilot.press("m")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ConfirmRemapScreen) and not app.remap_running
+        await pilot.press("h", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        assert "m" not in app.screen.active_bindings
+        assert "read-only" in _plain(app.screen.query_one("#action-body"))
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in app.screen.rows)
+
+
+async def test_without_readonly_remap_is_a_key_and_a_command(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        # Before checks there is nothing to remap: shown, but disabled.
+        assert app.screen.check_action("remap", ()) is None
+        await checked(pilot)
+        assert app.screen.active_bindings["m"].enabled
+        assert any(c.title.startswith("Remap") for c in app.get_system_commands(app.screen))
+
+
+async def test_help_lists_every_key_in_context(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        keys = {key for _, key, _, _ in app.screen.rows}
+        assert {"c", "m", "x", "/", "l", "q", "?"} <= keys
+        assert any(where == "in the focused RunsTable" for where, _, _, _ in app.screen.rows)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
+
+
+async def test_slash_filters_runs(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = app.main.query_one(RunsTable)
+        await pilot.press("slash", *"scratch", "enter")
+        assert table.row_count == 1 and str(table.get_row_at(0)[1]) == "scratch-drafter"
+        await pilot.press("slash", "escape")
+        assert table.row_count == 2
+
+
+async def test_log_y_key_toggles_the_scale(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        chart = app.main.query_one(LossChart)
+        await pilot.press("l")
+        assert chart.log_y
+        await pilot.press("l")
+        assert not chart.log_y
+
+
+async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
+    """A trainer appends in a thread; the chart's last point follows within the poll interval."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "live"
+    (run / "runs").mkdir(parents=True)
+    (run / "triage.toml").write_text(f"[run]\nvocab_size = {DRAFT_VOCAB}\n")
+    writer = SummaryWriter(log_dir=str(run / "runs"), flush_secs=1)
+    latest = {"step": -1}
+    stop = threading.Event()
+
+    def write(points: range, loss, accuracy) -> None:
+        for i in points:
+            if stop.is_set():
+                return
+            writer.add_scalar(LOSS_TAG, loss(i), i * STEP_EVERY)
+            writer.add_scalar(ACC_TAG, accuracy(i), i * STEP_EVERY)
+            writer.flush()
+            latest["step"] = i * STEP_EVERY
+            time.sleep(0.05)
+
+    poll = 0.25
+    app = make_app(tmp_path, poll_interval=poll)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, what="first poll")
+        chart = app.main.query_one(LossChart)
+        # Healthy, then worse than chance: the trainer keeps writing while the app runs.
+        thread = threading.Thread(target=write, args=(range(0, 30), lambda i: 6.0 - i * 0.1, lambda i: 0.3 + i * 0.01))
+        thread.start()
+        await asyncio.to_thread(thread.join)
+        lag = await wait_for(pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"],
+                             timeout=5, what="chart to catch up")
+        assert lag <= poll + 0.5, f"chart lagged {lag:.2f}s behind the writer (poll {poll}s)"
+        assert app.bells == 0
+        thread = threading.Thread(target=write, args=(range(30, 60), lambda i: 19.0, lambda i: 0.03))
+        thread.start()
+        await asyncio.to_thread(thread.join)
+        await wait_for(pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"],
+                       timeout=5, what="chart to catch up")
+        await wait_for(pilot, lambda: app.rows and app.rows[0].status == "critical", timeout=5,
+                       what="critical flag")
+        for _ in range(4):
+            await pilot.pause(poll)
+        assert app.bells == 1
+        stop.set()
+    writer.close()
+
+
+def test_cli_bad_path_is_one_line_and_exit_2(tmp_path, capsys):
+    from triage_tui.cli import main
+
+    missing = tmp_path / "nope"
+    assert main([str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"triage: {missing}: no such file or directory"]

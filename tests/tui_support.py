@@ -1,0 +1,118 @@
+"""Runs for the TUI tests, written by the real writers at the story's sizes.
+
+``story_run`` is the fine-tune of reference/case-252-in-32000.txt: SpecForge-style scalars
+(train/ploss_0 at 18-20, train/acc_0 at 2-7 %), the drafter it started from (a safetensors
+checkpoint whose d2t/t2d are the checkpoint's mapping, 32 000 of 163 840) and the run's own
+mapping (.pt, SpecForge cache form), named by a triage.toml. ``healthy_run`` learns.
+Wall times are fixed so the screens do not depend on the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from torch.utils.tensorboard import SummaryWriter
+
+from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
+
+WALLTIME0 = 1_750_000_000.0
+STEP_EVERY = 50
+SECONDS_PER_POINT = 30.0
+# The clock the snapshot tests freeze the app at: 90 s after the last point of a 60-point run.
+FROZEN_NOW = WALLTIME0 + 59 * SECONDS_PER_POINT + 90.0
+LOSS_TAG = "train/ploss_0"
+ACC_TAG = "train/acc_0"
+HIDDEN = 64
+
+
+def write_scalars(log_dir: Path, losses, accuracies, *, first_point: int = 0) -> None:
+    """SpecForge tags, one point every STEP_EVERY steps, fixed wall times."""
+    writer = SummaryWriter(log_dir=str(log_dir), flush_secs=1)
+    for index, (loss, acc) in enumerate(zip(losses, accuracies), start=first_point):
+        step = index * STEP_EVERY
+        walltime = WALLTIME0 + index * SECONDS_PER_POINT
+        writer.add_scalar(LOSS_TAG, float(loss), step, walltime=walltime)
+        writer.add_scalar(ACC_TAG, float(acc), step, walltime=walltime)
+    writer.close()
+
+
+def story_curves(points: int = 60, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    losses = 19.0 + 0.8 * np.sin(np.arange(points) / 5.0) + rng.uniform(-0.4, 0.4, points)
+    accuracies = rng.uniform(0.02, 0.07, points)
+    return losses, accuracies
+
+
+def healthy_curves(points: int = 60, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = np.arange(points)
+    losses = 2.4 + 7.5 * np.exp(-x / 12.0) + rng.uniform(-0.15, 0.15, points)
+    accuracies = 0.72 - 0.6 * np.exp(-x / 12.0) + rng.uniform(-0.01, 0.01, points)
+    return losses, accuracies
+
+
+def write_drafter_checkpoint(directory: Path, mapping_hot_ids: np.ndarray, *, seed: int = 0) -> Path:
+    """A real Eagle3Drafter at draft vocab 32 000 / target 163 840, saved as SpecForge does."""
+    config = DrafterConfig(
+        hidden_size=HIDDEN, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+        rms_norm_eps=1e-6, rope_theta=10000.0, draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
+        target_hidden_size=HIDDEN, max_position_embeddings=512,
+    )
+    torch.manual_seed(seed)
+    model = Eagle3Drafter(config)
+    hot = torch.tensor(np.array(mapping_hot_ids), dtype=torch.int64)
+    with torch.no_grad():
+        model.d2t.copy_(hot - torch.arange(DRAFT_VOCAB))
+        model.t2d.zero_()
+        model.t2d[hot] = True
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config.to_config(), indent=2))
+    return directory
+
+
+def write_mapping_pt(path: Path, hot_ids: np.ndarray) -> Path:
+    """SpecForge's cache/vocab_mapping/<key>.pt: {"d2t": offsets, "t2d": mask}."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    d2t = torch.tensor(hot_ids - np.arange(hot_ids.shape[0]), dtype=torch.int64)
+    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
+    t2d[torch.tensor(np.array(hot_ids))] = True
+    torch.save({"d2t": d2t, "t2d": t2d}, path)
+    return path
+
+
+def story_run(root: Path, name: str = "k2-finetune", *, drafter: Path | None = None) -> Path:
+    """The mismatch run: scalars at 18-20 / 2-7 %, a triage.toml naming the drafter and the run's mapping."""
+    checkpoint_map, run_map = story_mappings()
+    if drafter is None:
+        drafter = write_drafter_checkpoint(root / "drafters" / "aq-medai-k2", checkpoint_map.hot_ids)
+    run = root / name
+    write_scalars(run / "runs", *story_curves())
+    write_mapping_pt(run / "cache" / "vocab_mapping" / "k25.pt", run_map.hot_ids)
+    (run / "triage.toml").write_text(
+        "[run]\n"
+        f"vocab_size = {DRAFT_VOCAB}\n"
+        f"checkpoint = {json.dumps(str(Path('..') / drafter.relative_to(root)))}\n"
+        'mapping = "cache/vocab_mapping/k25.pt"\n'
+        f'loss_tags = ["{LOSS_TAG}"]\n'
+        f'accuracy_tags = ["{ACC_TAG}"]\n'
+    )
+    return run
+
+
+def healthy_run(root: Path, name: str = "scratch-drafter") -> Path:
+    run = root / name
+    write_scalars(run / "runs", *healthy_curves())
+    (run / "triage.toml").write_text(f"[run]\nvocab_size = {DRAFT_VOCAB}\n")
+    return run
+
+
+def chance() -> float:
+    return math.log(DRAFT_VOCAB)

@@ -1,0 +1,469 @@
+"""TriageApp: the Textual front end over triage_tui.core.
+
+The app holds the state the screens show and runs every slow thing in a thread worker:
+the Watcher (reading event files), the chart's smoothing and thinning, diagnose() and
+remap. Workers hand results back as Messages; the UI thread only copies small values
+into widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from triage_tui.core.errors import BadInput
+from triage_tui.tui import messages
+from triage_tui.tui.screens.drilldown import DrillDownScreen
+from triage_tui.tui.screens.help import HelpScreen
+from triage_tui.tui.screens.main import MainScreen
+from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.view_data import RowCache, RunRow, chart_series
+from triage_tui.tui.widgets.checks_progress import ChecksProgress
+from triage_tui.tui.widgets.flags_view import FlagsView
+from triage_tui.tui.widgets.loss_chart import LossChart
+from triage_tui.tui.widgets.runs_table import RunsTable
+
+if TYPE_CHECKING:
+    from triage_tui.core.diagnose import CheckInputs, Diagnosis
+    from triage_tui.core.remap import RemapPlan, RemapReport
+    from triage_tui.core.watch import RunStatus
+
+
+class TriageApp(App[None]):
+    """`triage [PATH ...]`: watch runs, notice loss at chance, check, drill down, remap."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "triage"
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("f1", "help", "Help", show=False),
+    ]
+
+    def __init__(
+        self,
+        paths: Sequence[Path | str] = (".",),
+        *,
+        readonly: bool = False,
+        poll_interval: float = 1.0,
+        vocab_size: int | None = None,
+        use_watchdog: bool = True,
+        device: str = "auto",
+        now: Callable[[], float] = time.time,
+        chart_refresh: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.paths = [Path(p) for p in paths]
+        self.readonly = readonly
+        self.poll_interval = poll_interval
+        self.vocab_size = vocab_size
+        self.use_watchdog = use_watchdog
+        self.device = device
+        # Injected so snapshot tests can freeze the "age" column.
+        self.now = now
+        self.chart_refresh = chart_refresh
+
+        self.statuses: dict[Path, RunStatus] = {}
+        self.rows: list[RunRow] = []
+        self.polls = 0
+        self.diagnoses: dict[Path, Diagnosis] = {}
+        self.check_inputs: dict[Path, CheckInputs] = {}
+        self.check_outcomes: dict[Path, str] = {}
+        self.checks_running_for: Path | None = None
+        self.remap_running = False
+        self.remap_reports: dict[Path, RemapReport] = {}
+        self.bells = 0
+        self._critical_seen: set[Path] = set()
+        self._filter = ""
+        self._selected: Path | None = None
+        self._chart_drawn: tuple[Path, int] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen()
+
+    @property
+    def main(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
+
+    def main_ready(self) -> None:
+        """Called by MainScreen once its widgets exist: paint at once, then start reading."""
+        self._show_topbar()
+        self.main.show_analysis(None)
+        self.main.query_one(FlagsView).show((), scanning=True)
+        self._watch_runs()
+        self.set_interval(self.chart_refresh, self._refresh_chart_if_stale, name="chart")
+        self.set_interval(1.0, self._refresh_ages, name="ages")
+
+    # -- watching -----------------------------------------------------------------------
+
+    @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
+    def _watch_runs(self) -> None:
+        from triage_tui.core.watch import Watcher
+
+        # Set when the app exits (Textual cancels every worker) or the worker is cancelled.
+        stop = get_current_worker().cancelled_event
+        rows = RowCache()
+        # Built in the thread: discovery walks directories, the first poll reads whole files.
+        watcher = Watcher(
+            self.paths,
+            vocab_size=self.vocab_size,
+            poll_interval=self.poll_interval,
+            use_watchdog=self.use_watchdog,
+            clock=self.now,
+        )
+
+        def on_update(statuses: list[RunStatus]) -> None:
+            self.post_message(messages.RunsUpdated(list(statuses), [rows.row(s) for s in statuses]))
+
+        watcher.run(on_update, stop)
+
+    @on(messages.RunsUpdated)
+    def _runs_updated(self, message: messages.RunsUpdated) -> None:
+        self.polls += 1
+        self.statuses = {status.info.path: status for status in message.statuses}
+        self.rows = sorted(message.rows, key=RunRow.sort_key)
+        critical_now = {row.path for row in self.rows if row.critical_kinds}
+        # One bell when a run turns critical (a second flag on a run already critical adds none);
+        # it rings again only after the run's critical flags cleared and came back.
+        if critical_now - self._critical_seen:
+            self.ring_bell()
+        self._critical_seen = critical_now
+        self._show_rows()
+        self._show_topbar()
+        self._show_selected_flags()
+        self.refresh_bindings()
+
+    def ring_bell(self) -> None:
+        self.bells += 1
+        self.bell()
+
+    def _visible_rows(self) -> list[RunRow]:
+        if not self._filter:
+            return self.rows
+        return [row for row in self.rows if self._filter in row.name.lower()]
+
+    def _show_rows(self) -> None:
+        table = self.main.query_one(RunsTable)
+        table.show_rows(self._visible_rows(), now=self.now())
+        self.select_run(table.selected_path)
+
+    def _refresh_ages(self) -> None:
+        if self.rows:
+            self.main.query_one(RunsTable).show_rows(self._visible_rows(), now=self.now())
+
+    def set_filter(self, text: str) -> None:
+        self._filter = text.strip().lower()
+        self._show_rows()
+        self._show_topbar()
+
+    def _show_topbar(self) -> None:
+        text = Text()
+        text.append(" triage ", style="bold reverse")
+        if self.polls == 0:
+            text.append("  scanning " + ", ".join(p.name or str(p) for p in self.paths) + " …", style="dim")
+        else:
+            counts = {s: sum(1 for r in self.rows if r.status == s) for s in ("critical", "warning")}
+            text.append(f"  {len(self.rows)} run{'s' if len(self.rows) != 1 else ''}")
+            if counts["critical"]:
+                text.append(f"  ✖ {counts['critical']} critical", style="bold red")
+            if counts["warning"]:
+                text.append(f"  ▲ {counts['warning']} warning", style="yellow")
+            if self._filter:
+                text.append(f"  filter: {self._filter}", style="cyan")
+        text.append(f"  poll {self.poll_interval:g}s", style="dim")
+        if self.readonly:
+            text.append("  read-only", style="bold magenta")
+        self.main.show_topbar(text)
+
+    # -- selection, flags and chart -------------------------------------------------------
+
+    def select_run(self, path: Path | None) -> None:
+        changed = path != self._selected
+        self._selected = path
+        if changed:
+            self._show_selected_flags()
+            self.main.show_analysis(path)
+            self._refresh_chart_if_stale()
+            self.refresh_bindings()
+
+    def _show_selected_flags(self) -> None:
+        status = self.statuses.get(self._selected) if self._selected else None
+        self.main.query_one(FlagsView).show(status.flags if status else (), scanning=self.polls == 0)
+
+    def _refresh_chart_if_stale(self) -> None:
+        status = self.statuses.get(self._selected) if self._selected else None
+        chart = self.main.query_one(LossChart)
+        if status is None:
+            if self._chart_drawn is not None:
+                self._chart_drawn = None
+                chart.show(None)
+            return
+        wanted = (status.info.path, int(status.scalars.version))
+        if wanted == self._chart_drawn:
+            return
+        self._chart_drawn = wanted
+        # Braille markers put two points in a cell.
+        self._compute_chart(status, max(64, 2 * chart.size.width))
+
+    @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
+    def _compute_chart(self, status: RunStatus, max_points: int) -> None:
+        series = chart_series(status, max_points)
+        if not get_current_worker().is_cancelled:
+            self.post_message(messages.ChartReady(series, status.info.path))
+
+    @on(messages.ChartReady)
+    def _chart_ready(self, message: messages.ChartReady) -> None:
+        if message.path != self._selected:
+            return
+        self.main.query_one(LossChart).show(message.series)
+        status = self.statuses.get(message.path)
+        name = status.info.name if status else message.path.name
+        tag = message.series.tag if message.series else "no loss tag"
+        self.main.show_chart_title(f"loss · {tag} · {name}")
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def start_checks(self, path: Path) -> None:
+        status = self.statuses.get(path)
+        if status is None:
+            return
+        self.checks_running_for = path
+        self.check_outcomes.pop(path, None)
+        self.diagnoses.pop(path, None)
+        self.main.query_one(ChecksProgress).start()
+        self.main.show_analysis(self._selected)
+        self._run_checks(status)
+        self.refresh_bindings()
+
+    def cancel_checks(self) -> None:
+        for worker in self.workers:
+            if worker.group == "check" and not worker.is_finished:
+                worker.cancel()
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False, description="checks")
+    def _run_checks(self, status: RunStatus) -> None:
+        from triage_tui.core.diagnose import diagnose, resolve_inputs
+
+        path = status.info.path
+        cancel = get_current_worker().cancelled_event
+
+        def progress(fraction: float, text: str) -> None:
+            check = text.split(":", 1)[0].strip()
+            self.post_message(messages.CheckProgress(path, check, fraction, text))
+
+        try:
+            inputs = resolve_inputs(path)
+            self.post_message(messages.ChecksStarted(path, inputs))
+            diagnosis = diagnose(inputs, device=self.device, flags=status.flags, metrics=status.metrics,
+                                 progress=progress, cancel=cancel)
+        except BadInput as err:
+            self.post_message(messages.ChecksFinished(path, None, error=err.line()))
+            return
+        except Exception as err:  # a bug in a check must not take the screen down
+            self.post_message(messages.ChecksFinished(path, None, error=f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(messages.ChecksFinished(path, diagnosis, cancelled=cancel.is_set()))
+
+    @on(messages.ChecksStarted)
+    def _checks_started(self, message: messages.ChecksStarted) -> None:
+        self.check_inputs[message.path] = message.inputs
+
+    @on(messages.CheckProgress)
+    def _check_progress(self, message: messages.CheckProgress) -> None:
+        if message.path == self.checks_running_for:
+            self.main.query_one(ChecksProgress).progress(message.check, message.fraction, message.text)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group == "check" and event.state == WorkerState.CANCELLED and self.checks_running_for:
+            # The thread still finishes its current batch; the UI is released now.
+            self._finish_checks(self.checks_running_for, None, "checks cancelled")
+        elif worker.group == "watch" and event.state == WorkerState.ERROR:
+            self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
+
+    @on(messages.ChecksFinished)
+    def _checks_finished(self, message: messages.ChecksFinished) -> None:
+        if message.path != self.checks_running_for:
+            return  # a cancelled run reporting late
+        if message.cancelled:
+            self._finish_checks(message.path, None, "checks cancelled")
+        elif message.error:
+            self._finish_checks(message.path, None, f"checks failed: {message.error}")
+        else:
+            self._finish_checks(message.path, message.diagnosis, None)
+
+    def _finish_checks(self, path: Path, diagnosis: Diagnosis | None, outcome: str | None) -> None:
+        self.checks_running_for = None
+        if diagnosis is not None:
+            self.diagnoses[path] = diagnosis
+            top = diagnosis.hypotheses[0] if diagnosis.hypotheses else None
+            if top is not None and top.score >= 0.5:
+                self.notify(f"{top.title} ({top.score:.2f})", title="most likely cause", timeout=6)
+        else:
+            self.check_outcomes[path] = outcome or ""
+            self.notify(outcome or "", severity="warning", timeout=6)
+        self.main.show_analysis(self._selected)
+        self.refresh_bindings()
+
+    # -- drill-down ---------------------------------------------------------------------
+
+    def open_hypothesis(self, path: Path, hypothesis_id: str) -> None:
+        diagnosis = self.diagnoses.get(path)
+        if diagnosis is None:
+            return
+        hypothesis = next((h for h in diagnosis.hypotheses if h.id == hypothesis_id), None)
+        if hypothesis is None:
+            return
+        status = self.statuses.get(path)
+        name = status.info.name if status else path.name
+        self.push_screen(DrillDownScreen(path, name, diagnosis, hypothesis))
+
+    # -- remap ----------------------------------------------------------------------------
+
+    def remap_available(self, path: Path | None) -> bool:
+        """A remap needs a diagnosis whose vocab check failed, with both mappings' files known."""
+        if self.readonly or self.remap_running or path is None:
+            return False
+        diagnosis = self.diagnoses.get(path)
+        if diagnosis is None:
+            return False
+        vocab = diagnosis.checks.get("vocab_mapping")
+        return (
+            vocab is not None
+            and vocab.status == "fail"
+            and diagnosis.inputs.checkpoint is not None
+            and diagnosis.inputs.mapping is not None
+        )
+
+    def request_remap(self, path: Path) -> None:
+        if not self.remap_available(path):
+            return
+        self.remap_running = True
+        self.refresh_bindings()
+        self._plan_remap(path, self.diagnoses[path].inputs)
+
+    @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="plan remap")
+    def _plan_remap(self, path: Path, inputs: CheckInputs) -> None:
+        from triage_tui.core.remap import plan_remap
+
+        try:
+            plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
+        except BadInput as err:
+            self.post_message(messages.RemapPlanned(path, None, error=err.line()))
+            return
+        except Exception as err:
+            self.post_message(messages.RemapPlanned(path, None, error=f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(messages.RemapPlanned(path, plan))
+
+    @on(messages.RemapPlanned)
+    def _remap_planned(self, message: messages.RemapPlanned) -> None:
+        if message.plan is None:
+            self.remap_running = False
+            self.refresh_bindings()
+            self.notify(f"cannot remap: {message.error}", severity="error", timeout=10)
+            return
+        plan = message.plan
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(RemapScreen(plan))
+                self._run_remap(message.path, self.diagnoses[message.path].inputs, plan)
+            else:
+                self.remap_running = False
+                self.refresh_bindings()
+                self.notify("remap cancelled: nothing was written", timeout=4)
+
+        self.push_screen(ConfirmRemapScreen(plan), confirmed)
+
+    @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="remap")
+    def _run_remap(self, path: Path, inputs: CheckInputs, plan: RemapPlan) -> None:
+        from triage_tui.core.remap import remap_checkpoint
+
+        def progress(fraction: float, text: str) -> None:
+            self.post_message(messages.RemapProgress(fraction, text))
+
+        try:
+            report = remap_checkpoint(
+                inputs.checkpoint, inputs.mapping, out=plan.output, init=plan.init, target=inputs.target,
+                data=inputs.data, device=self.device, progress=progress,
+            )
+        except BadInput as err:
+            self.post_message(messages.RemapFinished(path, None, error=err.line()))
+            return
+        except Exception as err:
+            self.post_message(messages.RemapFinished(path, None, error=f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(messages.RemapFinished(path, report))
+
+    @on(messages.RemapProgress)
+    def _remap_progress(self, message: messages.RemapProgress) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, RemapScreen):
+                screen.show_progress(message.fraction, message.text)
+
+    @on(messages.RemapFinished)
+    def _remap_finished(self, message: messages.RemapFinished) -> None:
+        self.remap_running = False
+        if message.report is not None:
+            self.remap_reports[message.path] = message.report
+        shown = False
+        for screen in self.screen_stack:
+            if isinstance(screen, RemapScreen):
+                screen.show_result(message.report, message.error)
+                shown = True
+        if not shown:  # the user closed the progress dialog; say it here
+            if message.report is not None:
+                self.notify(f"remapped checkpoint written to {message.report.output}", timeout=10)
+            else:
+                self.notify(f"remap failed: {message.error}", severity="error", timeout=10)
+        self.refresh_bindings()
+
+    # -- help and palette ----------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss()
+            return
+        self.push_screen(HelpScreen.for_screen(self.screen))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for binding in _screen_bindings(screen):
+            if binding.action in ("escape",):
+                continue
+            state = screen.check_action(binding.action, ())
+            if state is False:
+                continue  # not offered here (e.g. remap in --readonly)
+            title = binding.tooltip or binding.description
+            yield SystemCommand(
+                f"{binding.description} ({binding.key_display or binding.key})",
+                title,
+                _action_runner(screen, binding.action),
+            )
+        yield SystemCommand("Help: every key", "List the keys of this screen", self.action_help)
+
+
+def _screen_bindings(screen: Screen) -> list[Binding]:
+    return [b for b in screen.BINDINGS if isinstance(b, Binding)]
+
+
+def _action_runner(screen: Screen, action: str) -> Callable[[], object]:
+    async def run() -> None:
+        await screen.run_action(action)
+
+    return run
+

@@ -1,0 +1,91 @@
+"""Messages that worker threads post to the app (post_message is thread-safe)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+if TYPE_CHECKING:
+    from triage_tui.core.diagnose import CheckInputs, Diagnosis
+    from triage_tui.core.remap import RemapPlan, RemapReport
+    from triage_tui.core.watch import RunStatus
+    from triage_tui.tui.view_data import ChartSeries, RunRow
+
+
+@dataclass
+class RunsUpdated(Message):
+    """One watcher poll: every run's status and its table row."""
+
+    statuses: list["RunStatus"]
+    rows: list["RunRow"]
+
+    def can_replace(self, message: Message) -> bool:
+        # A newer poll supersedes an older one still queued: the UI never falls behind.
+        return isinstance(message, RunsUpdated)
+
+
+@dataclass
+class WatchFailed(Message):
+    error: str
+
+
+@dataclass
+class ChartReady(Message):
+    series: "ChartSeries | None"
+    path: Path
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ChartReady)
+
+
+@dataclass
+class ChecksStarted(Message):
+    path: Path
+    inputs: "CheckInputs"
+
+
+@dataclass
+class CheckProgress(Message):
+    """Progress of one check of a diagnose() call ("vocab_mapping: ..." messages)."""
+
+    path: Path
+    check: str
+    fraction: float
+    text: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CheckProgress) and message.path == self.path and message.check == self.check
+
+
+@dataclass
+class ChecksFinished(Message):
+    path: Path
+    diagnosis: "Diagnosis | None"
+    error: str | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class RemapPlanned(Message):
+    path: Path
+    plan: "RemapPlan | None"
+    error: str | None = None
+
+
+@dataclass
+class RemapProgress(Message):
+    fraction: float
+    text: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RemapProgress)
+
+
+@dataclass
+class RemapFinished(Message):
+    path: Path
+    report: "RemapReport | None"
+    error: str | None = None

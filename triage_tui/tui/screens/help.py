@@ -1,0 +1,71 @@
+"""`?`: every key of the screen underneath, grouped by where it applies (k9s/lazygit style)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Static
+
+
+def _where(node, screen: Screen) -> str:
+    if node is screen.app:
+        return "everywhere"
+    if node is screen:
+        return "this screen"
+    return f"in the focused {type(node).__name__}"
+
+
+class HelpScreen(ModalScreen[None]):
+    """A read-only list of keys; Esc, q or ? closes it."""
+
+    BINDINGS = [
+        Binding("escape,q,question_mark,f1", "dismiss", "Close", key_display="esc"),
+    ]
+
+    def __init__(self, title: str, rows: list[tuple[str, str, str, bool]]) -> None:
+        super().__init__()
+        self.help_title = title
+        self.rows = rows
+
+    @classmethod
+    def for_screen(cls, screen: Screen) -> "HelpScreen":
+        """Keys active on ``screen`` now: the app's, the screen's and the focused widget's."""
+        rows: list[tuple[str, str, str, bool]] = []
+        seen: set[tuple[str, str]] = set()
+        for key, active in screen.active_bindings.items():
+            binding = active.binding
+            what = binding.tooltip or binding.description or binding.action.replace("_", " ")
+            display = screen.app.get_key_display(binding)
+            if (display, what) in seen:
+                continue
+            seen.add((display, what))
+            rows.append((_where(active.node, screen), display, what, active.enabled))
+        order = {"this screen": 0, "everywhere": 2}
+        rows.sort(key=lambda row: order.get(row[0], 1))
+        title = getattr(screen, "HELP_TITLE", None) or type(screen).__name__.replace("Screen", "").lower()
+        return cls(title, rows)
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+        table.add_column("key", style="bold cyan", no_wrap=True)
+        table.add_column("what")
+        group = None
+        for where, key, what, enabled in self.rows:
+            if where != group:
+                if group is not None:
+                    table.add_row("", "")
+                table.add_row(Text(where, style="bold underline"), "")
+                group = where
+            table.add_row(key, Text(what, style="" if enabled else "dim"))
+        table.add_row("", "")
+        table.add_row("ctrl+p", "command palette: every action, searchable")
+        with VerticalScroll(id="help-body"):
+            yield Static(table)
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").border_title = f"keys · {self.help_title}"
+        self.query_one("#help-body").border_subtitle = "esc closes · dim = not available now"

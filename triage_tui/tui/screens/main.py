@@ -1,0 +1,212 @@
+"""The main screen: runs, the selected run's loss chart and flags, checks and hypotheses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.events import Resize
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, OptionList, Static
+
+from triage_tui.tui.widgets.checks_progress import ChecksProgress
+from triage_tui.tui.widgets.flags_view import FlagsView
+from triage_tui.tui.widgets.hypotheses_list import HypothesesList
+from triage_tui.tui.widgets.loss_chart import LossChart
+from triage_tui.tui.widgets.runs_table import RunsTable
+
+if TYPE_CHECKING:
+    from triage_tui.tui.app import TriageApp
+
+# Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable.
+COMPACT_BELOW_COLUMNS = 100
+
+
+class MainScreen(Screen):
+    """Watch, notice, check: everything about the selected run on one screen."""
+
+    BINDING_GROUP_TITLE = "Runs"
+    BINDINGS = [
+        Binding("c", "check", "Check", tooltip="Run every check on the selected run", id="check"),
+        Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order",
+                id="remap"),
+        Binding("x", "cancel_checks", "Cancel", tooltip="Cancel the running checks", id="cancel"),
+        Binding("escape", "escape", "Back", show=False),
+        Binding("h", "focus_hypotheses", "Hypotheses", show=False, id="hypotheses"),
+        Binding("r", "focus_runs", "Runs", show=False, id="runs"),
+        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
+        Binding("l", "toggle_log_y", "Log-y", show=False, id="log_y"),
+    ]
+
+    @property
+    def triage(self) -> "TriageApp":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="topbar")
+        with Horizontal(id="upper"):
+            with Vertical(id="runs-pane", classes="pane"):
+                yield RunsTable(id="runs")
+            with Vertical(id="chart-pane", classes="pane"):
+                yield LossChart(id="chart")
+        with Horizontal(id="lower"):
+            with VerticalScroll(id="flags-pane", classes="pane"):
+                yield FlagsView(id="flags")
+            with Vertical(id="analysis-pane", classes="pane"):
+                yield Static("", id="analysis-hint")
+                yield ChecksProgress(id="checks")
+                yield HypothesesList(id="hypotheses")
+        yield Input(placeholder="filter runs by name (Esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#runs-pane").border_title = "runs"
+        self.query_one("#chart-pane").border_title = "loss"
+        self.query_one("#flags-pane").border_title = "flags"
+        self.query_one("#analysis-pane").border_title = "checks"
+        self.query_one("#filter").display = False
+        self._apply_layout(self.app.size.width)
+        self.query_one(RunsTable).focus()
+        self.triage.main_ready()
+
+    # -- layout -----------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self._apply_layout(event.size.width)
+
+    def _apply_layout(self, width: int) -> None:
+        self.set_class(width < COMPACT_BELOW_COLUMNS, "compact")
+
+    # -- what the app pushes in ---------------------------------------------------------
+
+    def show_topbar(self, text: Text) -> None:
+        self.query_one("#topbar", Static).update(text)
+
+    def show_chart_title(self, title: str) -> None:
+        self.query_one("#chart-pane").border_title = title
+
+    def show_analysis(self, path: Path | None) -> None:
+        """Show the checks/hypotheses of the selected run (or the hint to run them); CSS picks what shows."""
+        app = self.triage
+        hint = self.query_one("#analysis-hint", Static)
+        checks = self.query_one("#checks", ChecksProgress)
+        hypotheses = self.query_one("#hypotheses", HypothesesList)
+        pane = self.query_one("#analysis-pane")
+        running = path is not None and app.checks_running_for == path
+        diagnosis = None if running or path is None else app.diagnoses.get(path)
+        outcome = None if running or path is None else app.check_outcomes.get(path)
+        state = "-running" if running else "-done" if diagnosis else "-outcome" if outcome is not None else ""
+        for name in ("-running", "-done", "-outcome"):
+            pane.set_class(name == state, name)
+        self.set_class(bool(state), "has-analysis")
+        if not state:
+            hint.update(Text("no run selected", style="dim") if path is None else Text.assemble(
+                ("press ", "dim"), ("c", "bold"), (" to run the checks on this run", "dim")))
+            pane.border_title = "checks"
+            hypotheses.show(())
+        elif running:
+            pane.border_title = "checks · running (x cancels)"
+        elif diagnosis is None:
+            pane.border_title = "checks"
+            checks.finish(None, outcome or "")
+            hypotheses.show(())
+        else:
+            pane.border_title = "hypotheses · enter opens"
+            checks.finish({name: (result.status, result.summary) for name, result in diagnosis.checks.items()})
+            if hypotheses.hypotheses != list(diagnosis.hypotheses):
+                hypotheses.show(diagnosis.hypotheses)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        app = self.triage
+        if action == "remap":
+            if app.readonly:
+                return False  # --readonly: the action does not exist
+            return True if app.remap_available(self.selected_path) else None
+        if action == "cancel_checks":
+            return True if app.checks_running_for is not None else None
+        if action == "check":
+            return True if self.selected_path is not None else None
+        return True
+
+    @property
+    def selected_path(self) -> Path | None:
+        return self.query_one(RunsTable).selected_path
+
+    def action_check(self) -> None:
+        path = self.selected_path
+        if path is not None:
+            self.triage.start_checks(path)
+
+    def action_cancel_checks(self) -> None:
+        self.triage.cancel_checks()
+
+    def action_remap(self) -> None:
+        path = self.selected_path
+        if path is not None and not self.triage.readonly:
+            self.triage.request_remap(path)
+
+    def action_escape(self) -> None:
+        filter_input = self.query_one("#filter", Input)
+        if self.triage.checks_running_for is not None:
+            self.triage.cancel_checks()
+        elif filter_input.display:
+            filter_input.value = ""
+            filter_input.display = False
+            self.query_one(RunsTable).focus()
+        elif self.focused is self.query_one(HypothesesList):
+            self.query_one(RunsTable).focus()
+
+    def action_filter(self) -> None:
+        filter_input = self.query_one("#filter", Input)
+        filter_input.display = True
+        filter_input.focus()
+
+    def action_toggle_log_y(self) -> None:
+        chart = self.query_one(LossChart)
+        chart.log_y = not chart.log_y
+
+    def action_focus_hypotheses(self) -> None:
+        hypotheses = self.query_one(HypothesesList)
+        if hypotheses.option_count:
+            hypotheses.focus()
+
+    def action_focus_runs(self) -> None:
+        self.query_one(RunsTable).focus()
+
+    def action_open_hypothesis(self) -> None:
+        hypotheses = self.query_one(HypothesesList)
+        if hypotheses.selected is not None and self.selected_path is not None:
+            self.triage.open_hypothesis(self.selected_path, hypotheses.selected.id)
+
+    # -- events ---------------------------------------------------------------------------
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.triage.select_run(self.selected_path)
+
+    @on(DataTable.RowSelected, "#runs")
+    def _run_selected(self, event: DataTable.RowSelected) -> None:
+        # Enter on a run moves to its hypotheses, when checks have produced some.
+        self.action_focus_hypotheses()
+
+    @on(OptionList.OptionSelected, "#hypotheses")
+    def _hypothesis_selected(self, event: OptionList.OptionSelected) -> None:
+        if self.selected_path is not None and event.option.id is not None:
+            self.triage.open_hypothesis(self.selected_path, event.option.id)
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.triage.set_filter(event.value)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        if not event.value:
+            event.input.display = False
+        self.query_one(RunsTable).focus()

@@ -1,0 +1,116 @@
+"""The remap dialogs: a confirm that shows exactly what will be written, then progress and result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, ProgressBar, Static
+
+if TYPE_CHECKING:
+    from triage_tui.core.remap import RemapPlan, RemapReport
+
+
+class ConfirmRemapScreen(ModalScreen[bool]):
+    """y writes, n or Esc cancels; No has the focus, so Enter alone writes nothing."""
+
+    HELP_TITLE = "confirm remap"
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes, write it"),
+        Binding("n,escape", "answer(False)", "No", key_display="n/esc"),
+    ]
+
+    def __init__(self, plan: "RemapPlan") -> None:
+        super().__init__()
+        self.plan = plan
+        self.text = plan.describe()
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="dialog-body"):
+                # Text, not markup: the plan names paths, which may hold brackets.
+                yield Static(Text(self.text), id="plan-text")
+            with Horizontal(id="dialog-buttons"):
+                yield Button("y  write it", id="yes", variant="error")
+                yield Button("n  cancel", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#dialog").border_title = "remap the drafter's lm_head?"
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+def describe_report(report: "RemapReport") -> Text:
+    text = Text()
+    text.append("✔ " if report.verified else "✖ ", style="bold green" if report.verified else "bold red")
+    text.append(f"wrote {report.output}\n", style="bold")
+    text.append(f"  from      {report.source}\n")
+    text.append(f"  mapping   {report.mapping}\n")
+    text.append(f"  rows      {report.rows_copied} copied, {report.rows_initialized} initialised ({report.init})"
+                f" of {report.draft_vocab_size}\n")
+    text.append("  verified  ")
+    text.append("yes: every copied row re-read equal\n" if report.verified else "NO\n",
+                style="green" if report.verified else "bold red")
+    if report.accuracy_before is not None and report.accuracy_after is not None:
+        text.append("  replay    accuracy ")
+        text.append(f"{report.accuracy_before:.1%}", style="red")
+        text.append(" → ")
+        text.append(f"{report.accuracy_after:.1%}", style="bold green")
+        text.append(" with the run's mapping\n")
+    else:
+        text.append("  replay    not measured (needs hidden-state dumps and the target)\n", style="dim")
+    text.append("\nPoint the fine-tune's --ckpt-dir at the new checkpoint and restart it.", style="dim")
+    return text
+
+
+class RemapScreen(ModalScreen[None]):
+    """Progress of the remap worker, then its report. Esc closes (the work carries on)."""
+
+    HELP_TITLE = "remap"
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close", key_display="esc")]
+
+    def __init__(self, plan: "RemapPlan") -> None:
+        super().__init__()
+        self.plan = plan
+        self.report: RemapReport | None = None
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"writing {self.plan.output}", id="remap-status")
+            yield ProgressBar(total=1.0, show_eta=False, id="remap-progress")
+            with VerticalScroll(id="dialog-body"):
+                yield Static("", id="remap-result")
+
+    def on_mount(self) -> None:
+        self.query_one("#dialog").border_title = "remap"
+        self.query_one("#dialog").border_subtitle = "esc closes"
+
+    def show_progress(self, fraction: float, text: str) -> None:
+        self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
+        self.query_one("#remap-status", Label).update(text)
+
+    def show_result(self, report: "RemapReport | None", error: str | None) -> None:
+        self.report, self.error = report, error
+        self.query_one(ProgressBar).display = False
+        status = self.query_one("#remap-status", Label)
+        result = self.query_one("#remap-result", Static)
+        if report is None:
+            status.update(Text("remap failed: nothing was written", style="bold red"))
+            result.update(Text(error or ""))
+            self.query_one("#dialog").border_title = "remap failed"
+        else:
+            status.update(Text("remap done", style="bold green"))
+            result.update(describe_report(report))
+            self.query_one("#dialog").border_title = "remap done"

@@ -1,0 +1,186 @@
+"""What the widgets draw, computed off the UI thread from the core's RunStatus objects.
+
+The watcher thread turns each ``RunStatus`` into a ``RunRow`` (one table row) and the
+chart worker turns the selected run's loss series into a ``ChartSeries``; the UI thread
+only copies these small immutable values into widgets, so it never touches a large
+array or a file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from triage_tui.core.series import RunScalars, downsample, ema_smooth
+from triage_tui.core.watch import RunStatus
+
+# TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
+SMOOTHING_WEIGHT = 0.6
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "ok": 2}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of the runs table."""
+
+    path: Path
+    name: str
+    status: str
+    last_step: int | None
+    loss_last: float | None
+    loss_smoothed: float | None
+    chance_loss: float | None
+    vocab_size: int | None
+    accuracy_last: float | None
+    last_update: float | None
+    critical_kinds: frozenset[str]
+    loss_flagged: bool
+    version: int
+
+    def sort_key(self) -> tuple[int, str]:
+        """Worst first, then by name so the order is stable between polls."""
+        return (SEVERITY_RANK.get(self.status, 3), self.name)
+
+
+@dataclass(frozen=True)
+class ChartSeries:
+    """The selected run's loss, downsampled for the chart's width."""
+
+    path: Path
+    tag: str
+    version: int
+    chance_loss: float | None
+    vocab_size: int | None
+    steps: np.ndarray
+    values: np.ndarray
+    smoothed: np.ndarray
+    last_step: int
+    last_value: float
+
+
+def _metric_last(status: RunStatus, name: str) -> float | None:
+    metric = status.metrics.get(name) if status.metrics else None
+    if not metric:
+        return None
+    value = metric.get("last")
+    return None if value is None else float(value)
+
+
+def _smoothed_last(scalars: RunScalars, tag: str | None) -> float | None:
+    if tag is None:
+        return None
+    series = scalars.get(tag)
+    if series is None or len(series) == 0:
+        return None
+    smoothed = ema_smooth(np.asarray(series.values), SMOOTHING_WEIGHT)
+    return float(smoothed[-1]) if len(smoothed) else None
+
+
+_LOSS_FLAG_KINDS = frozenset({"loss_at_chance", "loss_above_chance", "non_finite", "diverging"})
+
+
+class RowCache:
+    """Builds RunRows, re-smoothing a run's loss only when its scalars changed."""
+
+    def __init__(self) -> None:
+        self._smoothed: dict[Path, tuple[int, float | None]] = {}
+
+    def row(self, status: RunStatus) -> RunRow:
+        scalars = status.scalars
+        version = int(getattr(scalars, "version", 0))
+        cached = self._smoothed.get(status.info.path)
+        if cached is None or cached[0] != version:
+            cached = (version, _smoothed_last(scalars, status.loss_tag))
+            self._smoothed[status.info.path] = cached
+        critical = frozenset(f.kind for f in status.flags if f.severity == "critical")
+        loss_flagged = any(f.kind in _LOSS_FLAG_KINDS and f.severity != "info" for f in status.flags)
+        return RunRow(
+            path=status.info.path,
+            name=status.info.name,
+            status=status.status,
+            last_step=status.last_step,
+            loss_last=_metric_last(status, "loss"),
+            loss_smoothed=cached[1],
+            chance_loss=status.chance_loss,
+            vocab_size=status.vocab_size,
+            accuracy_last=_metric_last(status, "accuracy"),
+            last_update=status.last_update,
+            critical_kinds=critical,
+            loss_flagged=loss_flagged,
+            version=version,
+        )
+
+
+def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
+    """The loss curve of one run, smoothed over all points (as TensorBoard does), then thinned."""
+    if status.loss_tag is None:
+        return None
+    series = status.scalars.get(status.loss_tag)
+    if series is None:
+        return None
+    version = int(getattr(status.scalars, "version", 0))
+    # The watcher thread may append while we read: take one consistent prefix.
+    steps_all = np.asarray(series.steps)
+    values_all = np.asarray(series.values)
+    n = min(len(steps_all), len(values_all))
+    if n == 0:
+        return None
+    steps_all, values_all = steps_all[:n].copy(), values_all[:n].copy()
+    smoothed_all = ema_smooth(values_all, SMOOTHING_WEIGHT)
+    steps, values = downsample(steps_all, values_all, max_points)
+    _, smoothed = downsample(steps_all, smoothed_all, max_points)
+    return ChartSeries(
+        path=status.info.path,
+        tag=status.loss_tag,
+        version=version,
+        chance_loss=status.chance_loss,
+        vocab_size=status.vocab_size,
+        steps=np.asarray(steps),
+        values=np.asarray(values, dtype=np.float64),
+        smoothed=np.asarray(smoothed, dtype=np.float64),
+        last_step=int(steps_all[-1]),
+        last_value=float(values_all[-1]),
+    )
+
+
+def format_age(seconds: float | None) -> str:
+    """Time since the last event, short: 4s, 12m, 3h, 2d."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def format_step(step: int | None) -> str:
+    if step is None:
+        return "–"
+    if step >= 1_000_000:
+        return f"{step / 1_000_000:.1f}M"
+    if step >= 100_000:
+        return f"{step / 1000:.0f}k"
+    return str(step)
+
+
+def format_loss(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{value:.2f}" if abs(value) < 1000 else f"{value:.3g}"
+
+
+def format_accuracy(value: float | None) -> str:
+    """Accuracy as a percentage; trainers log fractions (SpecForge acc_i) or percents."""
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return "nan"
+    percent = value * 100 if abs(value) <= 1.0 else value
+    return f"{percent:.1f}%"

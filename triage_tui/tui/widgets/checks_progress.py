@@ -1,0 +1,76 @@
+"""One progress bar per check while `check` runs, then a one-line result per check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Label, ProgressBar, Static
+
+# The checks of `triage check --json`, in the order diagnose() runs them (DESIGN.md).
+CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
+
+STATUS_STYLE = {
+    "pass": ("✔", "green"),
+    "fail": ("✖", "bold red"),
+    "skipped": ("–", "dim"),
+    "error": ("!", "yellow"),
+}
+
+
+class CheckBar(Horizontal):
+    def __init__(self, check: str) -> None:
+        super().__init__(id=f"bar-{check}", classes="check-bar")
+        self.check = check
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.check, classes="check-name")
+        yield ProgressBar(total=1.0, show_eta=False, show_percentage=False)
+        yield Label("", classes="check-note")
+
+    def set_progress(self, fraction: float, text: str) -> None:
+        self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
+        note = text.split(":", 1)[1].strip() if ":" in text else text
+        self.query_one(".check-note", Label).update(note)
+
+
+class ChecksProgress(Vertical):
+    """Bars while running; a compact status line per check when done."""
+
+    HELP = "Checks on the selected run. x or Esc cancels a running check."
+
+    def compose(self) -> ComposeResult:
+        for check in CHECK_NAMES:
+            yield CheckBar(check)
+        yield Static("", id="checks-summary")
+
+    def start(self) -> None:
+        self.remove_class("-done")
+        for bar in self.query(CheckBar):
+            bar.set_progress(0.0, "waiting")
+
+    def progress(self, check: str, fraction: float, text: str) -> None:
+        bars = {bar.check: bar for bar in self.query(CheckBar)}
+        if check not in bars:
+            return
+        bars[check].set_progress(fraction, text)
+        # diagnose() runs the checks in order: one that reports means the earlier ones are done.
+        for name in CHECK_NAMES[: CHECK_NAMES.index(check)]:
+            bars[name].query_one(ProgressBar).update(progress=1.0)
+
+    def finish(self, statuses: Mapping[str, tuple[str, str]] | None, message: str = "") -> None:
+        """Show each check's status and summary ({name: (status, summary)}), or a message."""
+        self.add_class("-done")
+        text = Text()
+        if statuses is None:
+            text.append(message, style="yellow")
+        else:
+            for index, (name, (status, summary)) in enumerate(statuses.items()):
+                glyph, style = STATUS_STYLE.get(status, ("?", ""))
+                if index:
+                    text.append("\n")
+                text.append(f"{glyph} {name:<14}", style=style)
+                text.append(summary, style="dim" if status == "skipped" else "")
+        self.query_one("#checks-summary", Static).update(text)

@@ -1,0 +1,30 @@
+"""The selected run's flags, as the core raised them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import Static
+
+SEVERITY_STYLE = {"critical": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("·", "dim")}
+
+
+class FlagsView(Static):
+    """One line per flag: severity glyph, kind, and the core's message."""
+
+    HELP = "Flags the core raised for the selected run (same as `triage scan`)."
+
+    def show(self, flags: Sequence, *, scanning: bool = False) -> None:
+        if not flags:
+            self.update(Text("scanning…" if scanning else "no flags", style="dim"))
+            return
+        text = Text()
+        for index, flag in enumerate(flags):
+            glyph, style = SEVERITY_STYLE.get(flag.severity, ("?", ""))
+            if index:
+                text.append("\n")
+            text.append(f"{glyph} ", style=style)
+            text.append(flag.kind, style=style)
+            text.append(f"  {flag.message}")
+        self.update(text)

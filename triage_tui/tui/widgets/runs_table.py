@@ -1,0 +1,102 @@
+"""The runs table: one row per run, worst first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from triage_tui.tui.view_data import (
+    RunRow,
+    format_accuracy,
+    format_age,
+    format_loss,
+    format_step,
+)
+
+STATUS_GLYPH = {"critical": ("✖", "bold red"), "warning": ("▲", "yellow"), "ok": ("●", "green")}
+NAME_WIDTH = 24
+
+COLUMNS = (
+    ("", "status"),
+    ("run", "name"),
+    ("step", "step"),
+    ("loss", "loss"),
+    ("smooth", "smooth"),
+    ("ln V", "chance"),
+    ("acc", "acc"),
+    ("age", "age"),
+)
+
+
+def _name_cell(row: RunRow) -> Text:
+    name = row.name if len(row.name) <= NAME_WIDTH else row.name[: NAME_WIDTH - 1] + "…"
+    if row.status == "critical":
+        return Text(name, style="bold red")
+    return Text(name)
+
+
+def _loss_cell(value: float | None, flagged: bool) -> Text:
+    return Text(format_loss(value), style="bold red" if flagged else "", justify="right")
+
+
+def row_cells(row: RunRow, now: float) -> tuple[Text, ...]:
+    glyph, style = STATUS_GLYPH.get(row.status, ("?", ""))
+    age = None if row.last_update is None else now - row.last_update
+    return (
+        Text(glyph, style=style),
+        _name_cell(row),
+        Text(format_step(row.last_step), justify="right"),
+        _loss_cell(row.loss_last, row.loss_flagged),
+        _loss_cell(row.loss_smoothed, row.loss_flagged),
+        Text(format_loss(row.chance_loss), style="dim", justify="right"),
+        Text(format_accuracy(row.accuracy_last), justify="right"),
+        Text(format_age(age), style="dim", justify="right"),
+    )
+
+
+def _same(a: Text, b: Text) -> bool:
+    # Text.__eq__ ignores the base style, and colour is what changes when a run turns critical.
+    return a.plain == b.plain and str(a.style) == str(b.style)
+
+
+class RunsTable(DataTable):
+    """Runs sorted by severity; keyed by run path so updates keep the cursor on its run."""
+
+    HELP = "Runs, worst first. ↑/↓ select a run; its loss, flags and hypotheses show beside it."
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._order: list[Path] = []
+        self._cells: dict[Path, tuple[Text, ...]] = {}
+
+    def on_mount(self) -> None:
+        for label, key in COLUMNS:
+            self.add_column(label, key=key)
+
+    @property
+    def selected_path(self) -> Path | None:
+        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+    def show_rows(self, rows: Sequence[RunRow], *, now: float) -> None:
+        """Show rows in their given order, touching only cells that changed."""
+        order = [row.path for row in rows]
+        cells = {row.path: row_cells(row, now) for row in rows}
+        if order != self._order:
+            selected = self.selected_path
+            self.clear()
+            for path in order:
+                self.add_row(*cells[path], key=str(path))
+            self._order = order
+            if selected in order:
+                self.move_cursor(row=order.index(selected), animate=False)
+        else:
+            for path in order:
+                old = self._cells.get(path)
+                for (_, key), new_cell, old_cell in zip(COLUMNS, cells[path], old or ((None,) * len(COLUMNS))):
+                    if old_cell is None or _same(new_cell, old_cell) is False:
+                        self.update_cell(str(path), key, new_cell)
+        self._cells = cells
