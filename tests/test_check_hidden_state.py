@@ -1,0 +1,182 @@
+"""The hidden-state check on checkpoints, dumps and targets written by the real writers.
+
+Dumps are SpecForge ``data_{i}.ckpt`` files (``torch.save`` of the dict prepare_hidden_states.py
+writes) whose aux chunks have the depth profile of a real residual stream: distinct states
+whose per-token RMS grows from the low to the high layer.
+"""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from triage_tui.core.checks.hidden_state import check_hidden_state
+from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
+from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.formats.hidden_states import read_dumps
+from triage_tui.core.formats.target import read_target
+
+HT = 64           # target hidden size
+LAYERS = 12       # target decoder layers: default aux outputs of [1, 5, 8]
+V, VD = 4096, 1024  # vocab sizes do not matter to this check; kept small
+TOKENS = 96
+LAYER_SCALE = (1.0, 2.5, 6.0)  # low -> mid -> high RMS, the way a residual stream grows
+
+
+def write_checkpoint(root, *, hidden=HT, target_hidden=HT, declare_target_hidden=True, lm_head=True,
+                     aux_ids=(1, 5, 8)):
+    config = DrafterConfig(hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           intermediate_size=128, rms_norm_eps=1e-5, rope_theta=10000.0, draft_vocab_size=VD,
+                           target_vocab_size=V, target_hidden_size=target_hidden, max_position_embeddings=512,
+                           aux_layer_ids=aux_ids)
+    torch.manual_seed(0)
+    state = {k: v.contiguous() for k, v in Eagle3Drafter(config).state_dict().items()}
+    if not lm_head:
+        del state["lm_head.weight"]
+    root.mkdir(parents=True)
+    save_file(state, str(root / "model.safetensors"))
+    document = config.to_config()
+    if not declare_target_hidden:
+        del document["target_hidden_size"]
+    (root / "config.json").write_text(json.dumps(document))
+    return read_checkpoint(root)
+
+
+def write_target(root, *, hidden=HT):
+    root.mkdir(parents=True)
+    torch.manual_seed(1)
+    save_file({"model.embed_tokens.weight": torch.randn(V, hidden), "lm_head.weight": torch.randn(V, hidden),
+               "model.norm.weight": torch.ones(hidden)}, str(root / "model.safetensors"))
+    (root / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "vocab_size": V, "hidden_size": hidden,
+        "num_hidden_layers": LAYERS, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}))
+    return read_target(root)
+
+
+def layer_states(seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [scale * torch.randn(TOKENS, HT, generator=generator) for scale in LAYER_SCALE]
+
+
+def write_dumps(root, *, order=(0, 1, 2), only_last=False, files=3):
+    """SpecForge prepare_hidden_states.py layout: rows_0-N/data_i.ckpt, aux [1, T, 3Ht] in bf16."""
+    group = root / f"rows_0-{files}"
+    group.mkdir(parents=True)
+    for i in range(files):
+        layers = layer_states(100 + i)
+        last = 9.0 * torch.randn(TOKENS, HT, generator=torch.Generator().manual_seed(200 + i))
+        aux = last if only_last else torch.cat([layers[k] for k in order], dim=-1)
+        torch.save({
+            "input_ids": torch.randint(0, V, (TOKENS,), generator=torch.Generator().manual_seed(i)),
+            "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
+            "hidden_state": last[None].to(torch.bfloat16),
+            "aux_hidden_state": aux[None].to(torch.bfloat16),
+        }, group / f"data_{i}.ckpt")
+    return read_dumps(root)
+
+
+@pytest.fixture()
+def world(tmp_path):
+    return (write_checkpoint(tmp_path / "drafter"), write_dumps(tmp_path / "dumps"), write_target(tmp_path / "target"))
+
+
+def _kinds(result):
+    return {issue["kind"] for issue in result.details["issues"]}
+
+
+def test_healthy_dumps_pass_with_a_growing_profile(world):
+    checkpoint, dumps, target = world
+    result = check_hidden_state(checkpoint, dumps, target)
+    assert result.status == "pass", result.details["issues"]
+    assert all(row["ok"] for row in result.details["shapes"])
+    rms = result.details["rms_by_chunk"]
+    assert len(rms) == 3 and rms[0] < rms[1] < rms[2]
+    assert rms[2] / rms[0] == pytest.approx(LAYER_SCALE[2] / LAYER_SCALE[0], rel=0.1)
+    fc_row = next(r for r in result.details["shapes"] if r["what"] == "fc.weight in-features")
+    assert (fc_row["expected"], fc_row["actual"]) == (3 * HT, 3 * HT)
+    json.dumps(result.to_json())
+
+
+def test_dumps_with_only_the_last_hidden_state_fail(world, tmp_path):
+    checkpoint, _, target = world
+    result = check_hidden_state(checkpoint, write_dumps(tmp_path / "last", only_last=True), target)
+    assert result.status == "fail"
+    assert {"aux_width", "only_last_layer"} <= _kinds(result)
+    width = next(r for r in result.details["shapes"] if r["what"] == "dumps aux_hidden width")
+    assert (width["expected"], width["actual"]) == (3 * HT, HT)
+    assert result.details["aux_chunks_present"] == 1
+
+
+def test_swapped_aux_chunks_are_caught_by_the_profile(world, tmp_path):
+    checkpoint, _, target = world
+    result = check_hidden_state(checkpoint, write_dumps(tmp_path / "swapped", order=(2, 1, 0)), target)
+    assert result.status == "fail"
+    assert _kinds(result) == {"aux_chunk_order"}
+    rms = result.details["rms_by_chunk"]
+    assert rms[0] > rms[1] > rms[2]
+    # Shapes are all fine: only the profile can see this.
+    assert all(row["ok"] for row in result.details["shapes"])
+
+
+def test_a_repeated_chunk_is_caught(world, tmp_path):
+    checkpoint, _, target = world
+    result = check_hidden_state(checkpoint, write_dumps(tmp_path / "repeated", order=(0, 0, 2)), target)
+    assert result.status == "fail"
+    assert "repeated_aux_chunk" in _kinds(result)
+    assert "chunks 0 and 1" in result.summary
+
+
+def test_aux_layer_ids_off_by_one_between_conventions(world):
+    checkpoint, dumps, target = world
+    # Dumps captured HF hidden_states[[2, 6, 9]] (capture-before, modelopt's offline dump) are the
+    # outputs of layers [1, 5, 8]: exactly the config's ids in output-of convention. Same states.
+    same = dataclasses.replace(dumps, format="modelopt", aux_layer_ids=(2, 6, 9))
+    result = check_hidden_state(checkpoint, same, target)
+    assert "aux_layer_off_by_one" not in _kinds(result)
+    assert "aux_layer_convention" in _kinds(result)
+    # The same ids written by a tool with output-of hooks (SpecForge) name layers one deeper.
+    shifted = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(2, 6, 9))
+    result = check_hidden_state(checkpoint, shifted, target)
+    assert result.status == "fail" and "aux_layer_off_by_one" in _kinds(result)
+    row = next(r for r in result.details["shapes"] if r["what"].startswith("aux layers"))
+    assert (row["expected"], row["actual"]) == ([1, 5, 8], [2, 6, 9])
+    unrelated = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(3, 6, 10))
+    assert "aux_layer_mismatch" in _kinds(check_hidden_state(checkpoint, unrelated, target))
+
+
+def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
+    _, dumps, target = world
+    checkpoint = write_checkpoint(tmp_path / "no_ids", aux_ids=None)
+    result = check_hidden_state(checkpoint, dumps, target)
+    warning = next(i for i in result.details["issues"] if i["kind"] == "aux_layer_ids_missing")
+    assert warning["severity"] == "warning" and "[1, 5, 8]" in warning["message"]
+    assert result.status == "pass"
+
+
+def test_draft_hidden_size_differs_from_the_target_without_declaring_it(tmp_path, world):
+    _, dumps, target = world
+    checkpoint = write_checkpoint(tmp_path / "narrow", hidden=32, target_hidden=HT, declare_target_hidden=False)
+    result = check_hidden_state(checkpoint, dumps, target)
+    assert result.status == "fail" and "draft_hidden_mismatch" in _kinds(result)
+    assert "#18906" in result.summary
+    declared = write_checkpoint(tmp_path / "declared", hidden=32, target_hidden=HT)
+    assert "draft_hidden_mismatch" not in _kinds(check_hidden_state(declared, dumps, target))
+
+
+def test_fc_built_for_another_target_and_a_missing_lm_head(tmp_path, world):
+    _, dumps, target = world
+    wide = write_checkpoint(tmp_path / "wide", hidden=HT, target_hidden=2 * HT)
+    result = check_hidden_state(wide, dumps, target)
+    assert result.status == "fail" and {"fc_width", "aux_width"} <= _kinds(result)
+    headless = write_checkpoint(tmp_path / "headless", lm_head=False)
+    result = check_hidden_state(headless, dumps, target)
+    assert "missing_lm_head" in _kinds(result)
+
+
+def test_without_dumps_only_the_checkpoint_is_checked(world):
+    checkpoint, _, target = world
+    result = check_hidden_state(checkpoint, None, target)
+    assert result.status == "pass" and "no dumps" in result.summary
+    assert check_hidden_state(None, None, None).status == "skipped"

@@ -1,0 +1,282 @@
+"""Hidden-state check: do the dumps hold what the drafter's ``fc`` was trained to read?
+
+An EAGLE-3 drafter reads ``cat(h_low, h_mid, h_high)`` of three target layers through
+``fc.weight [H, 3*Ht]`` (reference/eagle3.md sections 1.1, 3, 3.1). Dumps that carry only
+the last layer, chunks in another order, a chunk repeated, or layers one off from the
+config's all feed the drafter states it never saw; shapes catch the first, the per-chunk
+RMS profile and pairwise distances the others, the layer ids the last.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from triage_tui.core.checks.result import CheckResult
+
+NAME = "hidden_state"
+
+# Engines and trainers concatenate three aux layers (low, mid, high) by default.
+DEFAULT_AUX_CHUNKS = 3
+
+# Two chunks whose difference is below this share of their norm are the same state stored
+# twice (bf16 rounding of one tensor stays near 4e-3 relative; distinct layers of a real
+# model differ by tens of percent, the residual stream changes every layer).
+REPEATED_CHUNK_RELATIVE_DIFFERENCE = 1e-2
+
+# The residual stream's typical per-token RMS grows with depth, so low -> mid -> high should
+# not shrink. A later chunk whose median RMS is below 0.9x the earlier one is out of order;
+# the 10 % slack allows models whose norms plateau across the middle layers. Medians over
+# tokens, not means: a few "massive activation" tokens (BOS, attention sinks) dominate means.
+CHUNK_ORDER_TOLERANCE = 0.9
+
+# Conventions for aux layer ids (reference/eagle3.md 3.1). "output_of": id i means the output
+# of decoder layer i (SpecForge hooks, sglang config ids, modelopt hooks). "capture_before":
+# id i means the input of layer i, i.e. HF ``hidden_states[i]`` = output of layer i - 1
+# (EAGLE modeling_llama_kv.py, vLLM, speculators, modelopt offline dumps).
+DUMP_FORMAT_CONVENTION = {"specforge": "output_of", "speculators": "capture_before", "modelopt": "capture_before"}
+
+
+def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
+    """Shapes, aux chunk count, layer ids and the per-chunk RMS profile of the dumps against the drafter."""
+    if checkpoint is None and dumps is None:
+        return CheckResult.skipped(NAME, "no checkpoint and no hidden-state dumps: pass --checkpoint and --data")
+
+    target_hidden, target_hidden_source = _target_hidden_size(checkpoint, target)
+    rows: list[dict[str, Any]] = []
+    issues: list[dict[str, str]] = []
+
+    def row(what: str, expected: Any, actual: Any) -> bool:
+        ok = expected == actual
+        rows.append({"what": what, "expected": expected, "actual": actual, "ok": ok})
+        return ok
+
+    def issue(kind: str, severity: str, message: str) -> None:
+        issues.append({"kind": kind, "severity": severity, "message": message})
+
+    fc_in = None
+    if checkpoint is not None:
+        fc_in = _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, row, issue)
+
+    rms_by_chunk: list[float] | None = None
+    chunks_present = None
+    if dumps is not None and dumps.samples:
+        widths = sorted({int(s.aux_hidden.shape[-1]) for s in dumps.samples})
+        width = widths[0]
+        if len(widths) > 1:
+            issue("inconsistent_dumps", "error", f"dump samples disagree on the aux width: {widths}")
+        expected_width = fc_in if fc_in is not None else (
+            DEFAULT_AUX_CHUNKS * target_hidden if target_hidden else None)
+        if expected_width is not None and not row("dumps aux_hidden width", expected_width, width):
+            issue("aux_width", "error",
+                  f"dumps carry aux states of width {width}, the drafter's fc reads {expected_width}"
+                  + (" (SafeAILab/EAGLE #294: all layers concatenated instead of 3)" if width > expected_width else ""))
+        if target_hidden:
+            recorded = dumps.samples[0].num_aux_chunks  # the reader's count, when the widths made it unambiguous
+            if recorded is not None:
+                chunks_present = int(recorded)
+            elif width % target_hidden == 0:
+                chunks_present = width // target_hidden
+            expected_chunks = (fc_in // target_hidden) if fc_in and fc_in % target_hidden == 0 else DEFAULT_AUX_CHUNKS
+            if chunks_present is not None and not row("aux chunks in dumps", expected_chunks, chunks_present):
+                if chunks_present == 1:
+                    issue("only_last_layer", "error",
+                          f"dumps carry one hidden state per token (width {width} = Ht) instead of "
+                          f"{expected_chunks} concatenated aux layers ({expected_chunks * target_hidden})")
+                else:
+                    issue("aux_chunk_count", "error",
+                          f"dumps carry {chunks_present} aux chunks, the drafter expects {expected_chunks}")
+            with_target = [s for s in dumps.samples if s.target_hidden is not None]
+            if with_target:
+                row("dumps target_hidden width", target_hidden, int(with_target[0].target_hidden.shape[-1]))
+        for sample in dumps.samples:
+            if int(sample.aux_hidden.shape[0]) != int(len(sample.input_ids)):
+                row(f"tokens vs aux rows ({sample.path.name})", int(len(sample.input_ids)),
+                    int(sample.aux_hidden.shape[0]))
+                issue("length_mismatch", "error",
+                      f"{sample.path}: {len(sample.input_ids)} input_ids but {sample.aux_hidden.shape[0]} aux rows")
+                break
+        if target_hidden and width % target_hidden == 0 and width // target_hidden > 1:
+            rms_by_chunk = _chunk_profile(dumps, target_hidden, issue)
+        _layer_id_issues(checkpoint, dumps, target, row, issue)
+
+    details: dict[str, Any] = {
+        "target_hidden_size": target_hidden,
+        "target_hidden_size_source": target_hidden_source,
+        "draft_hidden_size": getattr(checkpoint, "hidden_size", None),
+        "fc_in_features": fc_in,
+        "aux_chunks_present": chunks_present,
+        "shapes": rows,
+        "rms_by_chunk": rms_by_chunk,
+        "issues": issues,
+        "dumps_format": getattr(dumps, "format", None),
+        "dump_samples": len(dumps.samples) if dumps is not None else 0,
+    }
+    errors = [i for i in issues if i["severity"] == "error"]
+    evidence = tuple(i["message"] for i in issues if i["severity"] != "info")
+    if errors:
+        return CheckResult(NAME, "fail", "; ".join(i["message"] for i in errors[:3]), details, evidence)
+    parts = [f"{sum(r['ok'] for r in rows)} / {len(rows)} shapes agree"]
+    if rms_by_chunk:
+        parts.append("aux RMS by chunk " + " -> ".join(f"{v:.3g}" for v in rms_by_chunk))
+    if dumps is None:
+        parts.append("no dumps: only the checkpoint's shapes were checked")
+    warnings = [i["message"] for i in issues if i["severity"] == "warning"]
+    parts.extend(warnings[:2])
+    return CheckResult(NAME, "pass", "; ".join(parts), details, evidence)
+
+
+def _target_hidden_size(checkpoint: Any, target: Any) -> tuple[int | None, str | None]:
+    if target is not None:
+        return int(target.hidden_size), "target config"
+    if checkpoint is not None and checkpoint.target_hidden_size:
+        return int(checkpoint.target_hidden_size), "checkpoint config target_hidden_size"
+    if checkpoint is not None:
+        # Without target_hidden_size every loader assumes Ht == H (reference/eagle3.md section 3).
+        return int(checkpoint.hidden_size), "checkpoint hidden_size (no target_hidden_size)"
+    return None, None
+
+
+def _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, row, issue) -> int | None:
+    """The checkpoint's own shapes against the target's; returns fc in-features."""
+    fc = checkpoint.tensors.get("fc.weight")
+    fc_in = None
+    if fc is None:
+        issue("missing_fc", "error",
+              "checkpoint has no fc.weight: the aux hidden states cannot be read (an EAGLE-1/2 draft? "
+              "sglang PR #21272: fc silently skipped gives accept length 1.00)")
+    else:
+        fc_in = int(fc.shape[1])
+        if target_hidden:
+            if not row("fc.weight in-features", DEFAULT_AUX_CHUNKS * target_hidden, fc_in):
+                issue("fc_width", "error",
+                      f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
+                      f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}")
+        row("fc.weight out-features", int(checkpoint.hidden_size), int(fc.shape[0]))
+
+    if target is not None and int(checkpoint.hidden_size) != int(target.hidden_size):
+        declared = checkpoint.config.get("target_hidden_size")
+        if not row("config target_hidden_size", int(target.hidden_size), declared):
+            issue("draft_hidden_mismatch", "error",
+                  f"draft hidden size {checkpoint.hidden_size} differs from the target's {target.hidden_size} "
+                  f"and the config does not declare target_hidden_size (vLLM #18906)")
+
+    lm_head_name = checkpoint.lm_head_name
+    lm_head = checkpoint.tensors.get(lm_head_name) if lm_head_name else None
+    expected_head = [int(checkpoint.draft_vocab_size), int(checkpoint.hidden_size)]
+    if not row("lm_head.weight", expected_head, list(lm_head.shape) if lm_head is not None else None):
+        if lm_head is None:
+            issue("missing_lm_head", "error",
+                  "checkpoint has no lm_head.weight: the draft head starts random "
+                  "(sglang PR #27908: accept len 1.00)")
+        else:
+            issue("lm_head_shape", "error",
+                  f"lm_head.weight is {list(lm_head.shape)}, expected {expected_head} (SafeAILab/EAGLE #249)")
+
+    if target is not None and checkpoint.target_vocab_size is not None:
+        if not row("target vocab size (checkpoint vs target)", int(target.vocab_size),
+                   int(checkpoint.target_vocab_size)):
+            issue("target_vocab", "error",
+                  f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has "
+                  f"{target.vocab_size}")
+    return fc_in
+
+
+def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
+    """Median per-token RMS of each aux chunk over all samples; flags repeated and out-of-order chunks."""
+    per_token_rms = []
+    pair_diff: dict[tuple[int, int], float] = {}
+    pair_norm: dict[tuple[int, int], float] = {}
+    last_vs_chunk: dict[int, list[float]] = {}
+    chunks = None
+    for sample in dumps.samples:
+        aux = sample.aux_hidden.float()
+        if aux.shape[-1] != (aux.shape[-1] // target_hidden) * target_hidden:
+            continue
+        chunks = aux.shape[-1] // target_hidden
+        x = aux.reshape(aux.shape[0], chunks, target_hidden)
+        per_token_rms.append(x.pow(2).mean(-1).sqrt())
+        for i in range(chunks):
+            for j in range(i + 1, chunks):
+                pair_diff[i, j] = pair_diff.get((i, j), 0.0) + float((x[:, i] - x[:, j]).pow(2).sum())
+                pair_norm[i, j] = pair_norm.get((i, j), 0.0) + float(
+                    torch.maximum(x[:, i].pow(2).sum(), x[:, j].pow(2).sum()))
+        if sample.target_hidden is not None and sample.target_hidden.shape == x[:, 0].shape:
+            last = sample.target_hidden.float()
+            for i in range(chunks):
+                diff = float((x[:, i] - last).pow(2).sum())
+                last_vs_chunk.setdefault(i, [0.0, 0.0])
+                last_vs_chunk[i][0] += diff
+                last_vs_chunk[i][1] += float(last.pow(2).sum())
+    if not per_token_rms:
+        return []
+    rms = torch.cat(per_token_rms).median(dim=0).values.tolist()
+
+    for (i, j), diff in pair_diff.items():
+        relative = (diff / pair_norm[i, j]) ** 0.5 if pair_norm[i, j] > 0 else 0.0
+        if relative < REPEATED_CHUNK_RELATIVE_DIFFERENCE:
+            issue("repeated_aux_chunk", "error",
+                  f"aux chunks {i} and {j} hold the same state (relative difference {relative:.1e}): "
+                  f"one layer was captured twice")
+    for i, (diff, norm) in last_vs_chunk.items():
+        relative = (diff / norm) ** 0.5 if norm > 0 else 1.0
+        if relative < REPEATED_CHUNK_RELATIVE_DIFFERENCE:
+            issue("aux_chunk_is_last_hidden", "error",
+                  f"aux chunk {i} equals the dumps' last hidden state (relative difference {relative:.1e}): "
+                  f"the final layer was stored as an aux layer")
+    out_of_order = [i for i in range(len(rms) - 1) if rms[i + 1] < CHUNK_ORDER_TOLERANCE * rms[i]]
+    if out_of_order:
+        profile = " -> ".join(f"{v:.3g}" for v in rms)
+        issue("aux_chunk_order", "error",
+              f"aux chunk RMS shrinks with depth ({profile}); low -> mid -> high should grow: "
+              f"chunks are concatenated in another order than cat(low, mid, high)")
+    return [float(v) for v in rms]
+
+
+def _physical_layers(ids, convention: str) -> tuple[int, ...]:
+    """Decoder layers whose *output* the ids name."""
+    shift = 0 if convention == "output_of" else -1
+    return tuple(int(i) + shift for i in ids)
+
+
+def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
+    """Config aux layer ids against the layers the dumps were captured from (reference/eagle3.md 3.1)."""
+    dump_ids = getattr(dumps, "aux_layer_ids", None)
+    config_ids = getattr(checkpoint, "aux_layer_ids", None) if checkpoint is not None else None
+    num_layers = getattr(target, "num_layers", None) if target is not None else None
+    dump_convention = DUMP_FORMAT_CONVENTION.get(getattr(dumps, "format", ""), "output_of")
+    # speculators configs are consumed by vLLM as-is (capture-before); SpecForge/EAGLE configs
+    # are SpecForge's hook ids and what sglang reads with +1 (output-of).
+    config_convention = ("capture_before" if getattr(checkpoint, "layout", None) == "speculators"
+                         else "output_of")
+    if config_ids is None:
+        if num_layers:
+            default = (1, num_layers // 2 - 1, num_layers - 4)
+            issue("aux_layer_ids_missing", "warning",
+                  f"checkpoint config has no eagle_aux_hidden_state_layer_ids: engines fall back to outputs of "
+                  f"layers {list(default)} (vLLM PR #50170: a missing field cost the whole speedup)")
+            config_ids, config_convention = default, "output_of"
+        else:
+            return
+    if dump_ids is None:
+        return
+    config_layers = _physical_layers(config_ids, config_convention)
+    dump_layers = _physical_layers(dump_ids, dump_convention)
+    row("aux layers (outputs of), config vs dumps", list(config_layers), list(dump_layers))
+    if config_layers == dump_layers:
+        if tuple(config_ids) != tuple(dump_ids):
+            issue("aux_layer_convention", "info",
+                  f"config ids {list(config_ids)} ({config_convention}) and dump ids {list(dump_ids)} "
+                  f"({dump_convention}) name the same layers")
+        return
+    if len(config_layers) == len(dump_layers):
+        offsets = {d - c for c, d in zip(config_layers, dump_layers)}
+        if offsets in ({1}, {-1}):
+            issue("aux_layer_off_by_one", "error",
+                  f"dumps hold outputs of layers {list(dump_layers)} (ids {list(dump_ids)}, {dump_convention}) "
+                  f"but the config names outputs of {list(config_layers)} (ids {list(config_ids)}, "
+                  f"{config_convention}): one side used the other index convention (vLLM PR #43671, sglang PR #25454)")
+            return
+    issue("aux_layer_mismatch", "error",
+          f"dumps hold outputs of layers {list(dump_layers)}, the config names {list(config_layers)}")
