@@ -189,18 +189,61 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class _Listing:
+    """One directory's entries, and what they say by name, computed once per listing."""
+
     key: tuple[int, int, int]  # (st_dev, st_ino, st_mtime_ns) of the directory when listed
     trusted: bool
     files: tuple[str, ...]
     dirs: tuple[str, ...]  # real directories, then symlinks to directories
+    event_names: tuple[str, ...]
+    has_manifest: bool
+    has_config: bool
+    has_weights: bool
+    has_training_state: bool
+    mapping_names: tuple[str, ...]
+    dump_kind: str | None  # "specforge" | "speculators" | "pt" | None
+
+    @classmethod
+    def of(cls, key: tuple[int, int, int], trusted: bool, name: str, files: tuple[str, ...],
+           dirs: tuple[str, ...]) -> "_Listing":
+        in_mapping_dir = bool(_MAPPING_DIR.search(name))
+        if any(_SPECFORGE_DUMP.match(f) for f in files):
+            dump_kind = "specforge"
+        elif any(_HS_SAFETENSORS.match(f) for f in files):
+            dump_kind = "speculators"
+        elif any(f.endswith(".pt") for f in files):
+            dump_kind = "pt"
+        else:
+            dump_kind = None
+        return cls(
+            key, trusted, files, dirs,
+            event_names=tuple(f for f in files if is_event_file_name(f)),
+            has_manifest=MANIFEST_NAME in files,
+            has_config=CONFIG_NAME in files,
+            has_weights=any(_is_weight_file(f) for f in files),
+            has_training_state=TRAINING_STATE_NAME in files,
+            mapping_names=tuple(f for f in files if _MAPPING_FILE.search(f) or (in_mapping_dir and f.endswith(".pt"))),
+            dump_kind=dump_kind,
+        )
+
+
+def _is_weight_file(name: str) -> bool:
+    if name in _WEIGHT_NAMES:
+        return True
+    return name.endswith(".safetensors") and not _HS_SAFETENSORS.match(name)
 
 
 @dataclass
 class ListingCache:
-    """Directory listings reused while the directory's mtime is unchanged (see module doc)."""
+    """Directory listings reused while the directory's mtime is unchanged (see module doc).
+
+    Also keeps each run's artifacts, recomputed only when one of its directories was
+    re-listed, and each manifest, re-read only when its (mtime, size) changed.
+    """
 
     listings: dict[str, _Listing] = field(default_factory=dict)
     manifests: dict[str, tuple[tuple[int, int], Manifest | BadInput]] = field(default_factory=dict)
+    artifacts: dict[str, tuple[tuple[int, ...], RunArtifacts]] = field(default_factory=dict)
     scandirs: int = 0  # how many real scandir calls were made (for tests and benchmarks)
 
     def listing(self, path: str, stat: os.stat_result) -> _Listing | None:
@@ -233,7 +276,7 @@ class ListingCache:
         # Real directories first, so a run is named by its real path, not by a link to it.
         dirs.extend(sorted(linked_dirs, key=natural_key))
         trusted = time.time() - stat.st_mtime > RACY_MTIME_SECS
-        listing = _Listing(key, trusted, tuple(files), tuple(dirs))
+        listing = _Listing.of(key, trusted, os.path.basename(path), tuple(files), tuple(dirs))
         self.listings[path] = listing
         return listing
 
@@ -262,35 +305,17 @@ class ListingCache:
 
 @dataclass
 class _Node:
-    path: Path
-    files: tuple[str, ...]
+    path: str  # plain strings in the walk: pathlib costs more than the stat calls here
+    listing: _Listing
     children: list[_Node]
-    event_files: tuple[Path, ...]
+    event_files: tuple[str, ...]  # non-empty event files
 
     @property
     def name(self) -> str:
-        return self.path.name
-
-    @property
-    def has_manifest(self) -> bool:
-        return MANIFEST_NAME in self.files
-
-    @property
-    def has_config(self) -> bool:
-        return CONFIG_NAME in self.files
-
-    @property
-    def has_weights(self) -> bool:
-        return any(_is_weight_file(name) for name in self.files)
+        return os.path.basename(self.path)
 
 
-def _is_weight_file(name: str) -> bool:
-    if name in _WEIGHT_NAMES:
-        return True
-    return name.endswith(".safetensors") and not _HS_SAFETENSORS.match(name)
-
-
-def _walk(path: Path, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
+def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
     try:
         stat = os.stat(path)
     except OSError:
@@ -299,37 +324,36 @@ def _walk(path: Path, cache: ListingCache, visited: set[tuple[int, int]]) -> _No
     if inode in visited:  # a symlink loop, or a second link to a directory already walked
         return None
     visited.add(inode)
-    listing = cache.listing(str(path), stat)
+    listing = cache.listing(path, stat)
     if listing is None:
         return None
     event_files = []
-    for name in listing.files:
-        if is_event_file_name(name):
-            file_path = path / name
-            try:
-                # Sizes change without the directory's mtime changing, so these few are
-                # stat'ed on every walk: a zero-size file joins once its first record lands.
-                if file_path.stat().st_size > 0:
-                    event_files.append(file_path)
-            except OSError:
-                continue
+    for name in listing.event_names:
+        file_path = os.path.join(path, name)
+        try:
+            # Sizes change without the directory's mtime changing, so these few are stat'ed
+            # on every walk: a zero-size file joins once its first record lands.
+            if os.stat(file_path).st_size > 0:
+                event_files.append(file_path)
+        except OSError:
+            continue
     children = []
     for name in listing.dirs:
-        child = _walk(path / name, cache, visited)
+        child = _walk(os.path.join(path, name), cache, visited)
         if child is not None:
             children.append(child)
-    return _Node(path, listing.files, children, tuple(event_files))
+    return _Node(path, listing, children, tuple(event_files))
 
 
 def _holds_output(node: _Node) -> bool:
     """A trainer's output dir: a config.json, or a child directory holding weights."""
-    return node.has_config or any(child.has_weights for child in node.children)
+    return node.listing.has_config or any(child.listing.has_weights for child in node.children)
 
 
 def _promotes_parent(node: _Node) -> bool:
     """`node` holds a log dir (runs/, logs/, tensorboard/) of event files and is an output dir."""
     return _holds_output(node) and any(
-        child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.has_manifest
+        child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.listing.has_manifest
         for child in node.children
     )
 
@@ -338,11 +362,11 @@ def _promotes_parent(node: _Node) -> bool:
 class _RunBuilder:
     node: _Node
     nodes: list[_Node] = field(default_factory=list)
-    event_files: list[Path] = field(default_factory=list)
+    event_files: list[str] = field(default_factory=list)
 
 
 def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
-    if node.has_manifest or (run is None and (node.event_files or _promotes_parent(node))):
+    if node.listing.has_manifest or (run is None and (node.event_files or _promotes_parent(node))):
         run = _RunBuilder(node)
         runs.append(run)
     if run is not None:
@@ -365,105 +389,107 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
             return ancestor
     if root.name.lower() in LOG_DIR_NAMES:
         parent = root.parent
-        probe = _walk_shallow(parent, cache)
+        probe = _walk_shallow(str(parent), cache)
         if probe is not None and _promotes_parent(probe):
             return parent
     return root
 
 
-def _walk_shallow(path: Path, cache: ListingCache) -> _Node | None:
+def _walk_shallow(path: str, cache: ListingCache) -> _Node | None:
     """The directory and its direct children only (enough for _promotes_parent)."""
     try:
-        stat = os.stat(path)
+        listing = cache.listing(path, os.stat(path))
     except OSError:
         return None
-    listing = cache.listing(str(path), stat)
     if listing is None:
         return None
     children = []
     for name in listing.dirs:
-        child_path = path / name
+        child_path = os.path.join(path, name)
         try:
-            child_listing = cache.listing(str(child_path), os.stat(child_path))
+            child_listing = cache.listing(child_path, os.stat(child_path))
         except OSError:
             continue
-        if child_listing is None:
-            continue
-        events = tuple(child_path / n for n in child_listing.files if is_event_file_name(n))
-        children.append(_Node(child_path, child_listing.files, [], events))
-    return _Node(path, listing.files, children, ())
+        if child_listing is not None:
+            events = tuple(os.path.join(child_path, n) for n in child_listing.event_names)
+            children.append(_Node(child_path, child_listing, [], events))
+    return _Node(path, listing, children, ())
 
 
-def _is_under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 # --------------------------------------------------------------------------- artifacts
 
 
+def _artifacts(run: _RunBuilder, cache: ListingCache) -> RunArtifacts:
+    """The run's artifacts, recomputed only when one of its directories was re-listed."""
+    key = tuple(id(node.listing) for node in run.nodes)
+    cached = cache.artifacts.get(run.node.path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    artifacts = _collect_artifacts(run)
+    cache.artifacts[run.node.path] = (key, artifacts)
+    return artifacts
+
+
 def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
-    checkpoints: list[Path] = []
-    mappings: list[Path] = []
-    training_states: list[Path] = []
-    dumps: Path | None = None
-    target: Path | None = None
-    target_nodes: set[Path] = set()
+    run_dir = run.node.path
+    checkpoints: list[_Node] = []
+    mappings: list[str] = []
+    training_states: list[str] = []
+    dumps: str | None = None
+    targets = [node.path for node in run.nodes
+               if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config]
     for node in run.nodes:
-        if node.name.lower() in TARGET_DIR_NAMES and node.has_config and node.path != run.node.path:
-            target = target or node.path
-            target_nodes.add(node.path)
-    for node in run.nodes:
-        inside_target = any(_is_under(node.path, t) for t in target_nodes)
-        if inside_target:
-            continue
-        if node.has_weights:
-            checkpoints.append(node.path)
-        in_mapping_dir = bool(_MAPPING_DIR.search(node.name))
-        for name in node.files:
-            if _MAPPING_FILE.search(name) or (in_mapping_dir and name.endswith(".pt")):
-                mappings.append(node.path / name)
-            elif name == TRAINING_STATE_NAME:
-                training_states.append(node.path / name)
-        if dumps is None:
-            dumps = _dump_root(node, run.node.path)
-    checkpoints.sort(key=lambda p: natural_key(str(p)))
-    mappings.sort(key=lambda p: natural_key(str(p)))
-    training_states.sort(key=lambda p: natural_key(str(p)))
+        if any(_is_under(node.path, t) for t in targets):
+            continue  # the target model's weights are not the run's checkpoints
+        listing = node.listing
+        if listing.has_weights:
+            checkpoints.append(node)
+        mappings.extend(os.path.join(node.path, name) for name in listing.mapping_names)
+        if listing.has_training_state:
+            training_states.append(os.path.join(node.path, TRAINING_STATE_NAME))
+        if dumps is None and listing.dump_kind is not None:
+            dumps = _dump_root(node, run_dir)
+    checkpoints.sort(key=lambda n: natural_key(n.path))
+    mappings.sort(key=natural_key)
+    training_states.sort(key=natural_key)
     config_json = None
-    if run.node.has_config:
-        config_json = run.node.path / CONFIG_NAME
+    if run.node.listing.has_config:
+        config_json = os.path.join(run_dir, CONFIG_NAME)
     else:
         # The newest checkpoint's config tells the draft vocab size of what is being trained.
-        for checkpoint in reversed(checkpoints):
-            if (checkpoint / CONFIG_NAME).is_file():
-                config_json = checkpoint / CONFIG_NAME
-                break
+        newest = next((n for n in reversed(checkpoints) if n.listing.has_config), None)
+        if newest is not None:
+            config_json = os.path.join(newest.path, CONFIG_NAME)
     return RunArtifacts(
-        config_json=config_json,
-        checkpoints=tuple(checkpoints),
-        mappings=tuple(mappings),
-        dumps=dumps,
-        training_state=training_states[-1] if training_states else None,
-        target=target,
+        config_json=Path(config_json) if config_json else None,
+        checkpoints=tuple(Path(n.path) for n in checkpoints),
+        mappings=tuple(map(Path, mappings)),
+        dumps=Path(dumps) if dumps else None,
+        training_state=Path(training_states[-1]) if training_states else None,
+        target=Path(targets[0]) if targets else None,
     )
 
 
-def _dump_root(node: _Node, run_dir: Path) -> Path | None:
+def _dump_root(node: _Node, run_dir: str) -> str | None:
     """The root of a hidden-state dump this directory is part of, if it is one."""
-    if any(_SPECFORGE_DUMP.match(name) for name in node.files):
+    kind = node.listing.dump_kind
+    if kind == "specforge":
         # SpecForge groups files as <out>/rows_{g}-{g+n}/data_{i}.ckpt: the root is <out>.
         if node.name.startswith("rows_") and node.path != run_dir:
-            return node.path.parent
+            return os.path.dirname(node.path)
         return node.path
-    if any(_HS_SAFETENSORS.match(name) for name in node.files):
+    if kind == "speculators":
         return node.path
-    if any(name.endswith(".pt") for name in node.files):
-        # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
-        for directory in (node.path, *node.path.parents):
-            if directory == run_dir or not _is_under(directory, run_dir):
-                break
-            if _HIDDEN_DIR.search(directory.name):
-                return directory
+    # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
+    directory = node.path
+    while directory != run_dir and _is_under(directory, run_dir):
+        if _HIDDEN_DIR.search(os.path.basename(directory)):
+            return directory
+        directory = os.path.dirname(directory)
     return None
 
 
@@ -479,35 +505,34 @@ def discover_runs(
     ``manifest_error`` set, so one bad file cannot stop a watcher of many runs.
     """
     cache = cache if cache is not None else ListingCache()
-    found: dict[Path, RunInfo] = {}
+    found: dict[str, RunInfo] = {}
     for raw in paths:
         root = Path(os.path.abspath(Path(raw).expanduser()))
         if not root.exists():
             raise BadInput(root, "no such file or directory")
         if root.is_file():
             for info in _file_run(root, cache, strict):
-                found.setdefault(info.path, info)
+                found.setdefault(str(info.path), info)
             continue
-        start = _start_dir(root, cache)
+        start = str(_start_dir(root, cache))
         tree = _walk(start, cache, set())
         if tree is None:
             continue  # unreadable directory: nothing to show, nothing to crash on
         builders: list[_RunBuilder] = []
         _assign(tree, None, builders)
-        for builder in sorted(builders, key=lambda b: natural_key(str(b.node.path))):
+        for builder in sorted(builders, key=lambda b: natural_key(b.node.path)):
             run_dir = builder.node.path
-            if not (_is_under(run_dir, root) or run_dir == start):
+            if not (_is_under(run_dir, str(root)) or run_dir == start):
                 continue  # a sibling of the given path, reached only because we walked from above
-            if run_dir in found:
-                continue
-            found[run_dir] = _run_info(builder, root, cache, strict)
+            if run_dir not in found:
+                found[run_dir] = _run_info(builder, str(root), cache, strict)
     return list(found.values())
 
 
-def _run_name(run_dir: Path, root: Path) -> str:
+def _run_name(run_dir: str, root: str) -> str:
     if run_dir != root and _is_under(run_dir, root):
-        return run_dir.relative_to(root).as_posix()
-    return run_dir.name or str(run_dir)
+        return Path(os.path.relpath(run_dir, root)).as_posix()
+    return os.path.basename(run_dir) or run_dir
 
 
 def _load_run_manifest(path: Path, cache: ListingCache, strict: bool) -> tuple[Manifest | None, str | None]:
@@ -519,16 +544,17 @@ def _load_run_manifest(path: Path, cache: ListingCache, strict: bool) -> tuple[M
         return None, err.line()
 
 
-def _run_info(builder: _RunBuilder, root: Path, cache: ListingCache, strict: bool) -> RunInfo:
+def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool) -> RunInfo:
     manifest, manifest_error = None, None
-    if builder.node.has_manifest:
-        manifest, manifest_error = _load_run_manifest(builder.node.path / MANIFEST_NAME, cache, strict)
+    run_dir = Path(builder.node.path)
+    if builder.node.listing.has_manifest:
+        manifest, manifest_error = _load_run_manifest(run_dir / MANIFEST_NAME, cache, strict)
     return RunInfo(
-        path=builder.node.path,
+        path=run_dir,
         name=_run_name(builder.node.path, root),
-        event_files=tuple(sorted(builder.event_files, key=lambda p: natural_key(str(p)))),
+        event_files=tuple(Path(p) for p in sorted(builder.event_files, key=natural_key)),
         manifest=manifest,
-        artifacts=_collect_artifacts(builder),
+        artifacts=_artifacts(builder, cache),
         manifest_error=manifest_error,
     )
 
