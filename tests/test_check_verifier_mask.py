@@ -104,3 +104,47 @@ def test_duplicate_and_out_of_range_hot_ids_fail(story):
 
 def test_no_mapping_is_skipped():
     assert check_verifier_mask(None, None).status == "skipped"
+
+
+def test_share_of_verifier_argmaxes_outside_the_draft_vocab(story, tmp_path):
+    """Real SpecForge dumps and a full-vocab target head whose argmax at each position is known."""
+    from safetensors.torch import save_file
+
+    from triage_tui.core.formats.hidden_states import read_dumps
+    from triage_tui.core.formats.target import read_target
+
+    checkpoint, run = story
+    hidden, tokens = 64, 300
+    generator = torch.Generator().manual_seed(7)
+    head = torch.nn.functional.normalize(torch.randn(TARGET_VOCAB, hidden, generator=generator), dim=-1)
+    target_dir = tmp_path / "target"
+    target_dir.mkdir()
+    save_file({"model.embed_tokens.weight": head.clone(), "lm_head.weight": head,
+               "model.norm.weight": torch.ones(hidden)}, str(target_dir / "model.safetensors"))
+    (target_dir / "config.json").write_text(json.dumps({"vocab_size": TARGET_VOCAB, "hidden_size": hidden,
+                                                        "num_hidden_layers": 8, "tie_word_embeddings": False}))
+    # Labels: 2 in 3 from the run's draft vocab, the rest from outside it.
+    rng = np.random.default_rng(3)
+    outside_run = np.flatnonzero(~run.t2d())
+    labels = np.where(np.arange(tokens) % 3 == 2, rng.choice(outside_run, tokens), rng.choice(run.hot_ids, tokens))
+    states = 10.0 * head[torch.from_numpy(labels)]  # post-norm last hidden pointing at its label's row
+    loss_mask = np.ones(tokens, dtype=np.int64)
+    loss_mask[:40] = 0  # the prompt: not trained, not counted
+    dumps_dir = tmp_path / "dumps" / "rows_0-1"
+    dumps_dir.mkdir(parents=True)
+    torch.save({"input_ids": torch.from_numpy(labels), "loss_mask": torch.from_numpy(loss_mask),
+                "hidden_state": states[None], "aux_hidden_state": torch.randn(1, tokens, 3 * hidden)},
+               dumps_dir / "data_0.ckpt")
+    target, dumps = read_target(target_dir), read_dumps(tmp_path / "dumps")
+    seen = []
+    result = check_verifier_mask(checkpoint, run, dumps=dumps, target=target,
+                                 progress=lambda f, m: seen.append((f, m)))
+    outside = result.details["target_argmax_outside_draft_vocab"]
+    trained = labels[40:]
+    assert (head @ states[40:].T).argmax(0).numpy().tolist() == trained.tolist()  # the construction holds
+    assert outside["tokens"] == tokens - 40
+    assert outside["run"] == pytest.approx(float(np.mean(~run.t2d()[trained])))
+    assert outside["checkpoint"] == pytest.approx(float(np.mean(~checkpoint.t2d()[trained])))
+    assert 0.3 < outside["run"] < 0.37
+    assert seen and all(m.startswith("verifier_mask:") for _, m in seen) and seen[-1][0] == 1.0
+    assert "outside the run's draft vocab" in result.summary
