@@ -128,11 +128,25 @@ def test_nan_is_non_finite_at_the_step_it_appeared(tmp_path):
     loss = np.linspace(10.0, 3.0, len(STEPS))
     loss[20:] = np.nan
     loss[25] = np.inf
-    flags = flags_for(tmp_path, {"train/ploss_0": loss})
+    later = np.linspace(0.1, 0.6, len(STEPS))
+    later[30:] = np.nan
+    healthy = np.linspace(0.1, 0.6, len(STEPS))
+    series = {"train/ploss_0": loss, "train/ploss_1": loss.copy(), "train/acc_0": later, "train/acc_1": healthy}
+    flags = flags_for(tmp_path, series)
+    assert [f.kind for f in flags].count("non_finite") == 1  # one flag for the blow-up, not one per tag
     flag = by_kind(flags)["non_finite"]
-    assert flag.severity == "critical" and flag.step == STEPS[20] and math.isnan(flag.value)
-    assert "train/ploss_0 = nan at step 1000" in flag.message and "21 of 41" in flag.message
+    assert flag.severity == "critical" and flag.tag == "train/ploss_0"
+    assert flag.step == STEPS[20] and math.isnan(flag.value)
+    assert flag.message == "train/ploss_0 = nan at step 1000 (21 of 41 points not finite; also in 2 other tags)"
     assert flag.to_json()["value"] is None  # JSON has no NaN
+
+
+def test_inf_in_accuracy_alone_is_non_finite(tmp_path):
+    accuracy = np.linspace(0.1, 0.6, len(STEPS))
+    accuracy[7] = np.inf
+    flags = flags_for(tmp_path, {"train/ploss_0": np.linspace(6.0, 3.0, len(STEPS)), "train/acc_0": accuracy})
+    flag = by_kind(flags)["non_finite"]
+    assert (flag.tag, flag.step, flag.value) == ("train/acc_0", STEPS[7], math.inf)
 
 
 def test_divergence_after_learning(tmp_path):

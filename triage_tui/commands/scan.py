@@ -64,8 +64,6 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
         parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))
-    if status.info.manifest_error:
-        parts.append(f"bad triage.toml: {status.info.manifest_error}")
     return "  ".join(parts)
 
 

@@ -330,12 +330,9 @@ def value_flags(
 ) -> list[Flag]:
     """Every flag that depends on the values only (not on the clock)."""
     flags: list[Flag] = []
-    for tag in list(dict.fromkeys([*loss_tags, *accuracy_tags])):
-        series = scalars.get(tag)
-        if series is not None and len(series):
-            flag = _non_finite(series)
-            if flag is not None:
-                flags.append(flag)
+    non_finite = _non_finite([scalars.get(t) for t in dict.fromkeys([*loss_tags, *accuracy_tags])])
+    if non_finite is not None:
+        flags.append(non_finite)
     ln_v = chance_loss(vocab_size)
     loss = next((scalars.get(t) for t in loss_tags if scalars.get(t) is not None and len(scalars.get(t))), None)
     if loss is not None:
@@ -356,16 +353,26 @@ def value_flags(
     return flags
 
 
-def _non_finite(series: ScalarSeries) -> Flag | None:
-    values = np.asarray(series.values)
-    bad = ~np.isfinite(values)
-    if not bad.any():
+def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
+    """One flag for the first NaN/inf among the loss and accuracy tags (primary first on ties).
+
+    One flag, not one per tag: when training blows up every ploss_i and acc_i goes NaN at once.
+    """
+    found = []  # (step, order, series, first index, count)
+    for order, series in enumerate(candidates):
+        if series is None or not len(series):
+            continue
+        bad = ~np.isfinite(np.asarray(series.values))
+        if bad.any():
+            first = int(np.argmax(bad))
+            found.append((int(series.steps[first]), order, series, first, int(bad.sum())))
+    if not found:
         return None
-    first = int(np.argmax(bad))
-    step, value = int(series.steps[first]), float(values[first])
-    count = int(bad.sum())
+    step, _, series, first, count = min(found, key=lambda item: item[:2])
+    value = float(series.values[first])
+    others = f"; also in {len(found) - 1} other tag{'s' if len(found) > 2 else ''}" if len(found) > 1 else ""
     return Flag("non_finite", "critical", series.tag, step, value,
-                f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(values)} points not finite)")
+                f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(series)} points not finite{others})")
 
 
 def _loss_vs_chance(curve: _Curve, vocab_size: int, ln_v: float) -> Flag | None:
@@ -471,10 +478,10 @@ class Activity:
 
 def stall_flag(
     activity: Activity, *, now: float, flush_secs: float = 120.0, seen_live: bool = False,
-    last_step: int | None = None, last_activity: float | None = None,
+    last_step: int | None = None,
 ) -> Flag | None:
     """The `stalled` flag, measured against `now` (cheap: the watcher calls it every poll)."""
-    last = max((t for t in (activity.last_wall_time, last_activity) if t is not None), default=None)
+    last = activity.last_wall_time
     if last is None:
         return None
     silence = now - last
@@ -499,7 +506,6 @@ def raise_flags(
     flush_secs: float = 120.0,
     seen_live: bool = False,
     chance_comparable: bool | None = None,
-    last_activity: float | None = None,
 ) -> list[Flag]:
     """All flags of one run, most severe first.
 
@@ -511,8 +517,7 @@ def raise_flags(
                         accuracy_tags=accuracy_tags, chance_comparable=chance_comparable)
     activity = Activity.of(scalars, loss_tags[0] if loss_tags else None)
     last_step = last_step_of(scalars)
-    stalled = stall_flag(activity, now=now, flush_secs=flush_secs, seen_live=seen_live,
-                         last_step=last_step, last_activity=last_activity)
+    stalled = stall_flag(activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=last_step)
     if stalled is not None:
         flags.append(stalled)
     return sort_flags(flags)
