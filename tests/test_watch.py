@@ -93,6 +93,15 @@ def _wait_for(updates: queue.Queue, predicate, timeout: float):
     return None
 
 
+def _until(condition, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def _count(statuses):
     return statuses[0].metrics["loss"]["count"] if statuses else 0
 
@@ -104,7 +113,7 @@ def test_watchdog_events_suppressed_still_sees_data_within_the_poll_interval(tmp
     updates, stop, thread = _run_in_thread(watcher)
     try:
         assert _wait_for(updates, lambda s: _count(s) == 10, timeout=10.0)
-        assert watcher.watchdog_active  # the observer runs; its events just never arrive
+        assert _until(lambda: watcher.watchdog_active)  # the observer runs; its events never arrive
         writer.add_scalar("train/ploss_0", 4.0, global_step=200)
         writer.flush()
         appended = time.monotonic()
@@ -125,7 +134,7 @@ def test_watchdog_wakes_the_poller_long_before_the_interval(tmp_path):
     updates, stop, thread = _run_in_thread(watcher)
     try:
         assert _wait_for(updates, lambda s: _count(s) == 10, timeout=10.0)
-        assert watcher.watchdog_active
+        assert _until(lambda: watcher.watchdog_active)
         writer.add_scalar("train/ploss_0", 4.0, global_step=200)
         writer.flush()
         appended = time.monotonic()

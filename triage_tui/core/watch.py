@@ -174,7 +174,7 @@ class Watcher:
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
-        observer = self._start_observer() if self.use_watchdog else None
+        observer = None
         previous: list[RunStatus] | None = None
         try:
             while not stop.is_set():
@@ -183,6 +183,10 @@ class Watcher:
                     a is not b for a, b in zip(statuses, previous)
                 ):
                     on_update(statuses)
+                if previous is None and self.use_watchdog:
+                    # After the first update: adding inotify watches to a big tree takes a while
+                    # and must not delay the first screenful.
+                    observer = self._start_observer()
                 previous = statuses
                 self._sleep(stop)
         finally:
