@@ -1,0 +1,325 @@
+"""The event reader on files written by the real writers: torch's SummaryWriter, tensorboard's
+EventFileWriter with TF2-style tensors, several writers in one run, restarts."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from torch.utils.tensorboard import SummaryWriter
+
+from test_events_support import as_points, frame, reference_points, same_points, scalar_event, tensor_value
+from triage_tui.core.errors import BadInput
+from triage_tui.core.events import RunEvents, find_event_files, read_event_file
+
+SPECFORGE_TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for i in range(7)] + ["train/lr"]
+
+
+def _write_torch(logdir, steps, *, tags=SPECFORGE_TAGS, seed=0, **scalar_kwargs):
+    rng = np.random.default_rng(seed)
+    logged = {tag: [] for tag in tags}
+    with SummaryWriter(log_dir=str(logdir)) as writer:
+        for step in steps:
+            for tag in tags:
+                value = float(rng.standard_normal() * 3 + 10)
+                writer.add_scalar(tag, value, global_step=step, walltime=1.7e9 + step, **scalar_kwargs)
+                logged[tag].append((step, value))
+    return logged
+
+
+def _read(path, **kwargs):
+    """(scalars, stats) of one file, and proof the bulk path did the work: upb one record at a
+    time only for what fits no template (the file_version record, a few representatives)."""
+    events = RunEvents(**kwargs)
+    events.set_files([path])
+    stats = events.poll()
+    assert stats.slow_records <= max(10, stats.records // 50), stats
+    return events.scalars, stats
+
+
+def _only_file(logdir):
+    files = find_event_files(logdir)
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_torch_simple_value_matches_what_was_logged_and_upb(tmp_path):
+    steps = list(range(0, 300)) + list(range(300, 20000, 97))  # 1-, 2- and 3-byte step varints
+    logged = _write_torch(tmp_path, steps)
+    path = _only_file(tmp_path)
+    scalars, _ = _read(path)
+    assert scalars.tags() == sorted(SPECFORGE_TAGS)
+    for tag, points in logged.items():
+        series = scalars.get(tag)
+        assert series.plugin == "scalars"  # simple_value is a scalar without metadata (TB data_compat)
+        assert series.steps.tolist() == [s for s, _ in points]
+        # simple_value is a float32 on disk.
+        np.testing.assert_array_equal(series.values, np.array([v for _, v in points], np.float32).astype(np.float64))
+        np.testing.assert_array_equal(series.wall_times, 1.7e9 + series.steps)
+    assert same_points(as_points(scalars), reference_points([path]))
+
+
+@pytest.mark.parametrize("double_precision", [False, True])
+def test_torch_new_style_tensors(tmp_path, double_precision):
+    logged = _write_torch(tmp_path, range(200), tags=["train/ploss_0", "loss"], new_style=True,
+                          double_precision=double_precision)
+    path = _only_file(tmp_path)
+    scalars, _ = _read(path)
+    dtype = np.float64 if double_precision else np.float32
+    for tag, points in logged.items():
+        series = scalars.get(tag)
+        assert series.plugin == "scalars"
+        np.testing.assert_array_equal(series.values, np.array([v for _, v in points], dtype).astype(np.float64))
+    assert same_points(as_points(scalars), reference_points([path]))
+
+
+def _tf2_value(tag, dtype, x, *, first, form):
+    """tf.summary.scalar-style values; `form` picks tensor_content or the dtype's *_val field."""
+    if dtype == types_pb2.DT_FLOAT:
+        raw = np.float32(x)
+        vals = {"float_val": [float(raw)]}
+    elif dtype == types_pb2.DT_DOUBLE:
+        raw = np.float64(x)
+        vals = {"double_val": [float(raw)]}
+    elif dtype == types_pb2.DT_HALF:
+        raw = np.float16(x)
+        vals = {"half_val": [int(raw.view(np.uint16))]}
+    elif dtype == types_pb2.DT_BFLOAT16:
+        bits = int(np.float32(x).view(np.uint32)) >> 16
+        raw = np.uint16(bits)
+        vals = {"half_val": [bits]}
+    elif dtype == types_pb2.DT_INT64:
+        raw = np.int64(round(x * 1000) - 5000)
+        vals = {"int64_val": [int(raw)]}
+    else:
+        raise AssertionError(dtype)
+    expected = float(np.array([int(raw) << 16], np.uint32).view(np.float32)[0]) if dtype == types_pb2.DT_BFLOAT16 else float(raw)
+    if form == "content":
+        return tensor_value(tag, dtype, content=raw.tobytes(), metadata=first), expected
+    return tensor_value(tag, dtype, metadata=first, **vals), expected
+
+
+@pytest.mark.parametrize("form", ["content", "vals"])
+def test_tf2_style_tensor_scalars_every_dtype(tmp_path, form):
+    dtypes = {
+        "float": types_pb2.DT_FLOAT, "double": types_pb2.DT_DOUBLE, "half": types_pb2.DT_HALF,
+        "bfloat16": types_pb2.DT_BFLOAT16, "int64": types_pb2.DT_INT64,
+    }
+    rng = np.random.default_rng(1)
+    writer = EventFileWriter(str(tmp_path))
+    expected = {name: [] for name in dtypes}
+    for step in range(150):
+        for name, dtype in dtypes.items():
+            x = float(rng.uniform(-3, 3))
+            # TF1-style writers strip metadata after a tag's first value (tensorflow writer.py:
+            # _seen_summary_tags); the plugin must come from the first occurrence.
+            value, want = _tf2_value(f"m/{name}", dtype, x, first=step == 0, form=form)
+            writer.add_event(event_pb2.Event(wall_time=1.7e9 + step, step=step, summary=summary_pb2.Summary(value=[value])))
+            expected[name].append(want)
+    writer.close()
+    path = _only_file(tmp_path)
+    scalars, _ = _read(path)
+    assert scalars.tags() == sorted(f"m/{n}" for n in dtypes)
+    for name, values in expected.items():
+        series = scalars.get(f"m/{name}")
+        assert series.plugin == "scalars"
+        assert series.steps.tolist() == list(range(150))
+        np.testing.assert_array_equal(series.values, np.array(values))
+    assert same_points(as_points(scalars), reference_points([path]))
+
+
+def test_two_writers_in_one_run_and_all_files_read(tmp_path):
+    first = _write_torch(tmp_path, range(100), tags=["train/ploss_0", "train/acc_0"], seed=1)
+    second = _write_torch(tmp_path, range(100), tags=["eval/loss"], seed=2)
+    files = find_event_files(tmp_path)
+    assert len(files) == 2
+    events = RunEvents()
+    events.set_files(files)
+    stats = events.poll()
+    assert stats.files == 2 and stats.corrupt_records == 0
+    assert events.scalars.tags() == ["eval/loss", "train/acc_0", "train/ploss_0"]
+    for tag, points in {**first, **second}.items():
+        assert events.scalars.get(tag).steps.tolist() == [s for s, _ in points]
+    assert same_points(as_points(events.scalars), reference_points(files))
+
+
+def test_restart_with_purge_step_purges_all_tags_and_preempts(tmp_path):
+    """torch SummaryWriter(purge_step=T) writes SessionLog.START at T in the restarted writer's file."""
+    _write_torch(tmp_path, range(100), tags=["train/ploss_0", "train/lr"], seed=1)
+    events = RunEvents()
+    events.set_files(find_event_files(tmp_path))
+    events.poll()
+    assert len(events.scalars.get("train/lr")) == 100
+    version = events.scalars.version
+    with SummaryWriter(log_dir=str(tmp_path), purge_step=50) as writer:
+        for step in range(50, 80):
+            writer.add_scalar("train/ploss_0", -float(step), global_step=step, walltime=2e9 + step)
+    files = find_event_files(tmp_path)
+    assert len(files) == 2
+    events.set_files(files)
+    events.poll()
+    assert events.scalars.version > version
+    loss = events.scalars.get("train/ploss_0")
+    assert loss.steps.tolist() == list(range(80))
+    assert loss.values[50:].tolist() == [-float(s) for s in range(50, 80)]
+    # A tag the restarted process never logged again loses its orphaned points too.
+    assert events.scalars.get("train/lr").steps.tolist() == list(range(50))
+    # A cold read of the same two files agrees with the live one.
+    cold = RunEvents()
+    cold.set_files(files)
+    cold.poll()
+    assert same_points(as_points(cold.scalars), as_points(events.scalars))
+
+
+def test_step_regression_without_session_log_preempts_that_tag_only(tmp_path):
+    writer = EventFileWriter(str(tmp_path))
+    for step in list(range(40)) + list(range(20, 30)):
+        writer.add_event(scalar_event("a", step, float(step), 1e9 + step))
+    for step in range(40):
+        writer.add_event(scalar_event("b", step, float(step), 1e9 + step))
+    writer.close()
+    scalars = read_event_file(_only_file(tmp_path))
+    assert scalars.get("a").steps.tolist() == list(range(30))  # rustboard: step >= 20 evicted
+    assert scalars.get("b").steps.tolist() == list(range(40))
+
+
+def test_first_session_start_after_own_summaries_does_not_purge(tmp_path):
+    """TB PR #4763: a writer's START right after its own first summaries is not a restart."""
+    writer = EventFileWriter(str(tmp_path))
+    for step in range(10):
+        writer.add_event(scalar_event("a", step, 1.0, 1e9 + step))
+    writer.add_event(event_pb2.Event(step=0, wall_time=1e9, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+    for step in range(10, 20):
+        writer.add_event(scalar_event("a", step, 1.0, 1e9 + step))
+    # A second START in the same file is a restart: everything at step >= 15 goes.
+    writer.add_event(event_pb2.Event(step=15, wall_time=1e9, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+    writer.close()
+    assert read_event_file(_only_file(tmp_path)).get("a").steps.tolist() == list(range(15))
+
+
+def test_mixed_file_ignores_histograms_images_text_and_reads_multi_value_summaries(tmp_path):
+    with SummaryWriter(log_dir=str(tmp_path)) as writer:
+        for step in range(30):
+            writer.add_scalar("loss", 1.0 / (step + 1), step)
+            writer.add_histogram("weights", torch.randn(100), step)
+            if step % 10 == 0:
+                writer.add_image("img", torch.rand(3, 8, 8), step)
+                writer.add_text("note", f"step {step}", step)
+    path = _only_file(tmp_path)
+    # TF1-style merged summary: several values in one event.
+    merged = event_pb2.Event(wall_time=2e9, step=30, summary=summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag="loss", simple_value=0.5),
+        summary_pb2.Summary.Value(tag="acc", simple_value=0.25),
+        tensor_value("vec", types_pb2.DT_FLOAT, float_val=[1.0, 2.0]),  # not rank 0... has 2 values
+    ]))
+    with open(path, "ab") as f:
+        f.write(frame(merged.SerializeToString()))
+    scalars = read_event_file(path)
+    assert scalars.tags() == ["acc", "loss"]
+    assert scalars.get("loss").steps.tolist() == list(range(31))
+    assert scalars.get("acc").values.tolist() == [0.25]
+    assert same_points(as_points(scalars), reference_points([path]))
+
+
+def test_ten_thousand_tags(tmp_path):
+    writer = EventFileWriter(str(tmp_path), max_queue_size=1000)
+    tags = [f"layer_{i:05d}/grad_norm" for i in range(10_000)]
+    for step in range(3):
+        for i, tag in enumerate(tags):
+            writer.add_event(scalar_event(tag, step, float(i * 10 + step), 1e9 + step))
+    writer.close()
+    scalars, stats = _read(_only_file(tmp_path))
+    assert stats.records == 30_001 and stats.scalars == 30_000
+    assert len(scalars) == 10_000
+    for i in (0, 1, 4_999, 9_999):
+        series = scalars.get(tags[i])
+        assert series.steps.tolist() == [0, 1, 2]
+        assert series.values.tolist() == [i * 10.0, i * 10.0 + 1, i * 10.0 + 2]
+
+
+def _non_utf8(event: event_pb2.Event, good: bytes, bad: bytes) -> bytes:
+    payload = event.SerializeToString()
+    assert payload.count(good) == 1
+    return payload.replace(good, bad)
+
+
+@pytest.mark.parametrize("count", [1, 50])  # one record takes the slow path, fifty a template
+def test_non_utf8_tag_is_kept_with_an_escaped_name(tmp_path, count):
+    """Tags are proto3 strings: upb refuses invalid UTF-8; the reader keeps the data, tag escaped."""
+    path = tmp_path / "events.out.tfevents.1.host"
+    data = b"".join(frame(_non_utf8(scalar_event("lossX", s, float(s), 1e9 + s), b"lossX", b"loss\xff")) for s in range(count))
+    with pytest.raises(Exception):
+        event_pb2.Event.FromString(_non_utf8(scalar_event("lossX", 0, 0.0, 1e9), b"lossX", b"loss\xff"))
+    path.write_bytes(frame(scalar_event("ok", 0, 1.0, 1e9).SerializeToString()) + data)
+    events = RunEvents()
+    events.set_files([path])
+    stats = events.poll()
+    assert stats.corrupt_records == 0
+    assert events.scalars.tags() == ["loss\\xff", "ok"]
+    assert events.scalars.get("loss\\xff").values.tolist() == [float(s) for s in range(count)]
+
+
+def test_nan_and_inf_values_kept_nan_wall_time_dropped(tmp_path):
+    writer = EventFileWriter(str(tmp_path))
+    values = [1.0, math.nan, math.inf, -math.inf] * 5
+    for step, v in enumerate(values):
+        writer.add_event(scalar_event("loss", step, v, 1e9 + step))
+    writer.add_event(scalar_event("loss", 100, 1.0, math.nan))
+    writer.close()
+    events = RunEvents()
+    events.set_files([_only_file(tmp_path)])
+    stats = events.poll()
+    series = events.scalars.get("loss")
+    assert stats.dropped_points == 1
+    assert series.steps.tolist() == list(range(20))
+    np.testing.assert_array_equal(series.values, np.array(values))
+
+
+def test_verify_data_crc_drops_a_silently_wrong_value(tmp_path):
+    """Without verification a flipped bit inside a value field is read as is (rustboard's default,
+    --no-checksum); with it, the record is dropped."""
+    writer = EventFileWriter(str(tmp_path))
+    for step in range(100):
+        writer.add_event(scalar_event("loss", step, 2.0, 1e9 + step))
+    writer.close()
+    path = _only_file(tmp_path)
+    data = bytearray(path.read_bytes())
+    from test_events_support import records
+
+    pos, length = records(bytes(data))[51]
+    data[pos + 12 + length - 1] ^= 0x01  # last byte of the float
+    path.write_bytes(bytes(data))
+    plain = read_event_file(path).get("loss").values
+    assert plain.size == 100 and (plain != 2.0).sum() == 1
+    checked = RunEvents(verify_data_crc=True)
+    checked.set_files([path])
+    stats = checked.poll()
+    assert stats.corrupt_records == 1
+    assert len(checked.scalars.get("loss")) == 99 and (checked.scalars.get("loss").values == 2.0).all()
+
+
+def test_missing_file_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="no such event file"):
+        read_event_file(tmp_path / "nope.tfevents")
+
+
+def test_find_event_files_skips_hidden_dirs_and_profile_dummies(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / ".hidden").mkdir()
+    for name in ("a/events.out.tfevents.1.h", ".hidden/events.out.tfevents.2.h", "x.tfevents.3.profile-empty", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    assert find_event_files(tmp_path) == [tmp_path / "a" / "events.out.tfevents.1.h"]
+    assert find_event_files(tmp_path / "notes.txt") == [tmp_path / "notes.txt"]
+
+
+def test_header_struct_is_little_endian():
+    # The framing helper the other tests rely on matches the TFRecord test vector
+    # (tensorflow/tensorboard tensorboard/data/server/tf_record.rs: length 24 -> crc 0x224b7fa3).
+    header = struct.pack("<Q", 24)
+    assert frame(b"x" * 24)[8:12] == struct.pack("<I", 0x224B7FA3)
+    assert frame(b"x" * 24)[:8] == header

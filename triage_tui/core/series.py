@@ -1,0 +1,274 @@
+"""Columnar, exact scalar storage per (run, tag), plus TensorBoard's smoothing and a display downsampler.
+
+Every point a run logged is kept (no reservoir sampling, unlike TensorBoard's default of 1 000
+scalars per tag). A series holds three growable numpy columns: int64 steps, float64 wall times and
+float64 values (24 bytes a point; capacity grows by 1.25x, so < 32 bytes a point including slack).
+float64 values keep `double_val` / DT_DOUBLE / int64 scalars exact, which float32 would not.
+
+Views handed out are read-only snapshots: appends only write past every view's end, and a
+truncation (restart preemption or purge) moves the series to fresh arrays, so a view taken by the
+UI thread never changes under it while the reader thread polls.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+_GROWTH = 1.25
+_MIN_EXTRA = 16
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class ScalarSeries:
+    """One tag of one run: exact points in step order, steps strictly increasing."""
+
+    __slots__ = ("tag", "plugin", "_steps", "_walls", "_values", "_n")
+
+    def __init__(self, tag: str, plugin: str | None = None) -> None:
+        self.tag = tag
+        self.plugin = plugin  # plugin name from the tag's first occurrence
+        self._steps = np.empty(0, np.int64)
+        self._walls = np.empty(0, np.float64)
+        self._values = np.empty(0, np.float64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"ScalarSeries({self.tag!r}, plugin={self.plugin!r}, points={self._n})"
+
+    @property
+    def steps(self) -> np.ndarray:
+        return _frozen(self._steps[: self._n])
+
+    @property
+    def wall_times(self) -> np.ndarray:
+        return _frozen(self._walls[: self._n])
+
+    @property
+    def values(self) -> np.ndarray:
+        return _frozen(self._values[: self._n])
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, wall_times, values) of one consistent length, even while another thread appends."""
+        n = self._n
+        steps, walls, values = self._steps, self._walls, self._values
+        return _frozen(steps[:n]), _frozen(walls[:n]), _frozen(values[:n])
+
+    def last(self) -> tuple[int, float, float] | None:
+        n = self._n
+        if n == 0:
+            return None
+        return int(self._steps[n - 1]), float(self._walls[n - 1]), float(self._values[n - 1])
+
+    def finite_min(self) -> float | None:
+        values = self._values[: self._n]
+        finite = values[np.isfinite(values)]
+        return float(finite.min()) if finite.size else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the columns, slack included."""
+        return self._steps.nbytes + self._walls.nbytes + self._values.nbytes
+
+    # --- writer side (only the reader thread calls these) -------------------------------------
+
+    def extend(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        """Append points in the order they were logged, with rustboard's preemption.
+
+        A point with step s evicts every stored or earlier point of this tag with step >= s
+        (tensorflow/tensorboard tensorboard/data/server/reservoir.rs, "Preemption"): a restart
+        that goes back in steps replaces what the dead process wrote past it.
+        """
+        m = len(steps)
+        if m == 0:
+            return
+        steps = np.asarray(steps, np.int64)
+        if m > 1:
+            # Point i survives iff its step is below every later step of this batch.
+            later_min = np.minimum.accumulate(steps[::-1])[::-1]
+            keep = np.empty(m, bool)
+            keep[:-1] = steps[:-1] < later_min[1:]
+            keep[-1] = True
+            if not keep.all():
+                steps, walls, values = steps[keep], walls[keep], values[keep]
+            first_new = int(later_min[0])
+        else:
+            first_new = int(steps[0])
+        n = self._n
+        if n and self._steps[n - 1] >= first_new:
+            self._truncate(int(np.searchsorted(self._steps[:n], first_new, side="left")), extra=len(steps))
+        self._append(steps, walls, values)
+
+    def purge_from(self, step: int) -> bool:
+        """Drop points with step >= `step` (SessionLog.START restart purge); True if any went."""
+        n = self._n
+        if n == 0 or self._steps[n - 1] < step:
+            return False
+        self._truncate(int(np.searchsorted(self._steps[:n], step, side="left")), extra=0)
+        return True
+
+    def _truncate(self, keep: int, *, extra: int) -> None:
+        # Fresh arrays, never an in-place overwrite: views already handed out stay valid.
+        cap = keep + extra
+        steps = np.empty(cap, np.int64)
+        walls = np.empty(cap, np.float64)
+        values = np.empty(cap, np.float64)
+        steps[:keep] = self._steps[:keep]
+        walls[:keep] = self._walls[:keep]
+        values[:keep] = self._values[:keep]
+        self._steps, self._walls, self._values, self._n = steps, walls, values, keep
+
+    def _append(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        n, m = self._n, len(steps)
+        need = n + m
+        if need > len(self._steps):
+            # First fill is exact (a finished run costs 24 bytes a point); live growth is 1.25x.
+            cap = need if n == 0 else max(need, int(len(self._steps) * _GROWTH) + _MIN_EXTRA)
+            for name in ("_steps", "_walls", "_values"):
+                old = getattr(self, name)
+                new = np.empty(cap, old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        self._steps[n:need] = steps
+        self._walls[n:need] = walls
+        self._values[n:need] = values
+        self._n = need
+
+
+class RunScalars:
+    """All scalar series of one run, merged from all its event files."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, ScalarSeries] = {}
+        self.version = 0  # bumps on every change: the TUI redraws when it moved
+
+    def tags(self) -> list[str]:
+        return sorted(self.series)
+
+    def get(self, tag: str) -> ScalarSeries | None:
+        return self.series.get(tag)
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    @property
+    def last_wall_time(self) -> float | None:
+        walls = [s.last()[1] for s in list(self.series.values()) if len(s)]
+        return max(walls) if walls else None
+
+    @property
+    def points(self) -> int:
+        return sum(len(s) for s in list(self.series.values()))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in list(self.series.values()))
+
+    def series_for(self, tag: str, plugin: str | None) -> ScalarSeries:
+        """The series of `tag`, created with `plugin` if it is new (first occurrence wins)."""
+        found = self.series.get(tag)
+        if found is None:
+            found = self.series[tag] = ScalarSeries(tag, plugin)
+        return found
+
+    def purge_from(self, step: int) -> bool:
+        """SessionLog.START purge: every tag loses its points with step >= `step`."""
+        purged = False
+        for series in list(self.series.values()):
+            purged |= series.purge_from(step)
+        return purged
+
+    def clear(self) -> None:
+        """Forget everything (a file was replaced or truncated: the run is re-read from scratch)."""
+        self.series = {}
+        self.version += 1
+
+
+def ema_smooth(values: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's debiased exponential moving average, point for point.
+
+    Mirrors classicSmoothing in tensorflow/tensorboard
+    tensorboard/webapp/widgets/line_chart_v2/data_transformer.ts: the weight is clamped to
+    [0, 1] (non-finite -> 0); a constant series (all `==` the first) comes back untouched;
+    non-finite points pass through and do not advance the average; each finite point is
+    last / (1 - weight**count), with count the number of finite points so far.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return values.copy()
+    if not math.isfinite(weight):
+        weight = 0.0
+    weight = min(max(float(weight), 0.0), 1.0)
+    if bool(np.all(values == values[0])):  # NaN != NaN, as in JS, so a NaN makes it non-constant
+        return values.copy()
+    out = values.copy()
+    finite = np.isfinite(values)
+    x = values[finite]
+    count = np.arange(1, x.size + 1, dtype=np.float64)
+    if weight == 1.0:
+        out[finite] = 0.0  # last stays 0 and the debias weight is 1, as in the JS
+        return out
+    if weight == 0.0:
+        out[finite] = x  # last = nextVal; debias 1 - 0**count = 1
+        return out
+    out[finite] = _iir(x, weight) / (1.0 - np.power(weight, count))
+    return out
+
+
+def _iir(x: np.ndarray, s: float) -> np.ndarray:
+    """last_t = s * last_{t-1} + (1 - s) * x_t from last = 0, vectorised in blocks.
+
+    Within a block, last_j = s**(j+1) * carry + (1 - s) * s**j * cumsum(x_i * s**-i); the block
+    length keeps s**-i far from overflow.
+    """
+    n = x.size
+    block = int(max(1, min(4096, 600.0 / -math.log(s))))
+    powers = s ** np.arange(block, dtype=np.float64)
+    inverse = 1.0 / powers
+    out = np.empty(n, np.float64)
+    carry = 0.0
+    for start in range(0, n, block):
+        chunk = x[start : start + block]
+        m = chunk.size
+        acc = np.cumsum(chunk * inverse[:m]) * powers[:m] * (1.0 - s)
+        acc += carry * powers[:m] * s
+        out[start : start + m] = acc
+        carry = float(acc[-1])
+    return out
+
+
+def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most `max_points` points for display: per bucket of consecutive points, its min and max.
+
+    The first and last points are always kept, so the live end of a curve never disappears; a
+    spike inside a bucket survives (a mean would hide it). Only for drawing: statistics use the
+    full series.
+    """
+    steps = np.asarray(steps)
+    values = np.asarray(values, dtype=np.float64)
+    n = len(values)
+    if n <= max_points or n == 0:
+        return steps, values
+    if max_points < 4:
+        keep = np.array([0, n - 1]) if max_points > 1 else np.array([n - 1])
+        return steps[keep], values[keep]
+    buckets = (max_points - 2) // 2
+    size = -(-n // buckets)
+    padded = np.full(buckets * size, np.nan)
+    padded[:n] = values
+    grid = padded.reshape(buckets, size)
+    nan = np.isnan(grid)
+    lows = np.where(nan, np.inf, grid).argmin(axis=1)
+    highs = np.where(nan, -np.inf, grid).argmax(axis=1)
+    base = np.arange(buckets) * size
+    picked = np.concatenate(([0, n - 1], base + lows, base + highs))
+    keep = np.unique(picked[picked < n])
+    return steps[keep], values[keep]
+
