@@ -246,3 +246,31 @@ def test_reading_never_writes_into_the_checkpoint(tmp_path):
     ckpt.tensor("lm_head.weight").sum()
     read_mapping(tmp_path)
     assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("how", HOW + ["gzip"])
+def test_malicious_hidden_state_dump(tmp_path, how):
+    from triage_tui.core.formats.hidden_states import read_dumps
+
+    marker = tmp_path / "PWNED"
+    folder = tmp_path / "hidden_states" / "rows_0-5000"
+    folder.mkdir(parents=True)
+    name = "data_0.ckpt.gz" if how == "gzip" else "data_0.ckpt"
+    save_evil(folder / name, {"input_ids": torch.arange(4), "aux_hidden_state": CreatesFile(marker)}, how)
+    with pytest.raises(BadInput, match=r"data_0.ckpt(.gz)?: refused to unpickle: .*io\.open"):
+        read_dumps(tmp_path / "hidden_states")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_malicious_training_state(tmp_path, how):
+    import argparse
+
+    from triage_tui.core.formats.training_state import read_training_args
+
+    marker = tmp_path / "PWNED"
+    payload = {"epoch": 1, "global_step": 10, "args": argparse.Namespace(ckpt_dir="x", evil=RunsShell(marker))}
+    save_evil(tmp_path / "training_state.pt", payload, how)
+    with pytest.raises(BadInput, match=r"training_state.pt: refused to unpickle: .*posix\.system"):
+        read_training_args(tmp_path)
+    assert not marker.exists()

@@ -68,7 +68,7 @@ def _pickle_stream(path: Path, raw: bytes | None) -> bytes:
     return head[:_SCAN_LIMIT]
 
 
-def _globals_wanted(path: Path, raw: bytes | None) -> list[str]:
+def _globals_wanted(path: Path, raw: bytes | None, also_allowed: set[str]) -> list[str]:
     """Classes/functions a pickle names, found by disassembling it (nothing is executed).
 
     Legacy torch files are several pickles in a row (magic, protocol, sys info, object),
@@ -78,7 +78,7 @@ def _globals_wanted(path: Path, raw: bytes | None) -> list[str]:
         stream = io.BytesIO(_pickle_stream(path, raw))
     except (zipfile.BadZipFile, OSError, KeyError):
         return []
-    allowed = set(torch._weights_only_unpickler._get_allowed_globals())
+    allowed = set(torch._weights_only_unpickler._get_allowed_globals()) | also_allowed
     found: list[str] = []
     recent_strings: list[str] = []
     try:
@@ -95,8 +95,8 @@ def _globals_wanted(path: Path, raw: bytes | None) -> list[str]:
     return [name for name in dict.fromkeys(found) if name not in allowed]
 
 
-def _refusal(path: Path, err: pickle.UnpicklingError, raw: bytes | None) -> BadInput:
-    wanted = _globals_wanted(path, raw)
+def _refusal(path: Path, err: pickle.UnpicklingError, raw: bytes | None, also_allowed: set[str]) -> BadInput:
+    wanted = _globals_wanted(path, raw, also_allowed)
     if not wanted:
         match = re.search(r"GLOBAL ([\w.]+)", str(err))
         wanted = [match.group(1)] if match else []
@@ -146,7 +146,8 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        raise _refusal(path, err, raw) from None
+        allowed_names = {f"{cls.__module__}.{cls.__qualname__}" for cls in allowed_globals}
+        raise _refusal(path, err, raw, allowed_names) from None
     except BadInput:
         raise
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError, TypeError,
