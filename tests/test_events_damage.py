@@ -1,0 +1,273 @@
+"""Live tailing and damaged files: half-written records, zero-filled tails, flipped bytes, truncation,
+replacement, absurd lengths, random and mutated bytes."""
+
+from __future__ import annotations
+
+import os
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.tensorboard import SummaryWriter
+
+from test_events_support import as_points, frame, records, reference_points, same_points, scalar_event
+from triage_tui.core.events import RunEvents, masked_crc32c
+
+TAGS = ["train/ploss_0", "train/acc_0", "train/lr"]
+
+
+def _torch_file_bytes(tmp_path_factory, steps=range(200), seed=0) -> bytes:
+    logdir = tmp_path_factory.mktemp("tb")
+    rng = np.random.default_rng(seed)
+    with SummaryWriter(log_dir=str(logdir)) as writer:
+        for step in steps:
+            for tag in TAGS:
+                writer.add_scalar(tag, float(rng.standard_normal()), global_step=step, walltime=1.7e9 + step)
+    (path,) = list(logdir.glob("*tfevents*"))
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def torch_bytes(tmp_path_factory) -> bytes:
+    return _torch_file_bytes(tmp_path_factory)
+
+
+def _reader(path, **kwargs) -> RunEvents:
+    events = RunEvents(**kwargs)
+    events.set_files([path])
+    return events
+
+
+def _complete_prefix(data: bytes, upto: int) -> int:
+    """End of the last whole record in data[:upto]."""
+    end = 0
+    for pos, length in records(data[:upto]):
+        end = pos + 16 + length
+    return end
+
+
+def test_live_tail_a_few_records_at_a_time_with_records_cut_in_half(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"")
+    events = _reader(path)
+    rng = np.random.default_rng(7)
+    written = 0
+    polls = 0
+    while written < len(torch_bytes):
+        # Mostly a few records' worth, sometimes a big burst (templates), cuts anywhere.
+        size = int(rng.integers(1, 400)) if rng.random() < 0.8 else int(rng.integers(2000, 6000))
+        piece = torch_bytes[written : written + size]
+        with open(path, "ab") as f:
+            f.write(piece)
+        written += len(piece)
+        stats = events.poll()
+        polls += 1
+        whole = _complete_prefix(torch_bytes, written)
+        assert stats.pending_bytes == written - whole
+        assert stats.corrupt_records == 0 and stats.skipped_bytes == 0
+        assert same_points(as_points(events.scalars), reference_points([torch_bytes[:whole]]))
+    assert polls > 20
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+def test_appended_events_read_only_the_new_bytes(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(torch_bytes)
+    events = _reader(path)
+    events.poll()
+    version = events.scalars.version
+    extra = b"".join(
+        frame(scalar_event(TAGS[i % 3], 200 + i // 3, float(i), 1.8e9 + i).SerializeToString()) for i in range(1000)
+    )
+    with open(path, "ab") as f:
+        f.write(extra)
+    stats = events.poll()
+    assert stats.bytes_read == len(extra) and stats.records == 1000 and stats.slow_records < 50
+    assert events.scalars.version > version
+    assert events.poll().bytes_read == 0  # nothing new, nothing read
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes + extra]))
+
+
+def test_zero_filled_tail_is_pending_then_read_when_the_data_lands(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    cut = _complete_prefix(torch_bytes, len(torch_bytes) // 2)
+    path.write_bytes(torch_bytes[:cut] + b"\0" * 4096)  # size grew, data not there yet (NFS, crash)
+    events = _reader(path)
+    stats = events.poll()
+    assert stats.pending_bytes == 4096 and stats.corrupt_records == 0 and stats.skipped_bytes == 0
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes[:cut]]))
+    with open(path, "r+b") as f:  # the writer's bytes arrive over the zeros, and more after
+        f.seek(cut)
+        f.write(torch_bytes[cut:])
+    stats = events.poll()
+    assert stats.corrupt_records == 0 and stats.skipped_bytes == 0 and stats.resets == 0
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+def test_zero_hole_followed_by_data_is_skipped(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    cut = _complete_prefix(torch_bytes, len(torch_bytes) // 2)
+    path.write_bytes(torch_bytes[:cut] + b"\0" * 1000 + torch_bytes[cut:])
+    stats = _reader(path).poll()
+    assert stats.skipped_bytes == 1000 and stats.corrupt_records == 1 and stats.pending_bytes == 0
+
+
+@pytest.mark.parametrize("where", ["length", "length_crc", "tag", "value_then_verify"])
+def test_flipped_byte_in_the_middle_loses_only_that_record(tmp_path, torch_bytes, where):
+    recs = records(torch_bytes)
+    victim = len(recs) // 2
+    pos, length = recs[victim]
+    offset = {"length": pos, "length_crc": pos + 9, "tag": pos + 12 + length - 8, "value_then_verify": pos + 12 + length - 1}[where]
+    data = bytearray(torch_bytes)
+    data[offset] ^= 0x5A
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(bytes(data))
+    events = _reader(path, verify_data_crc=where == "value_then_verify")
+    stats = events.poll()
+    assert stats.corrupt_records == 1
+    if where in ("length", "length_crc"):
+        assert stats.skipped_bytes == 16 + length  # resync at the next record
+    wanted = torch_bytes[: pos] + torch_bytes[pos + 16 + length :]  # the file without that record
+    assert same_points(as_points(events.scalars), reference_points([wanted]))
+
+
+def test_truncated_file_is_read_again_from_the_start(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(torch_bytes)
+    events = _reader(path)
+    events.poll()
+    cut = len(torch_bytes) // 3
+    with open(path, "r+b") as f:
+        f.truncate(cut)
+    stats = events.poll()
+    assert stats.resets == 1
+    whole = _complete_prefix(torch_bytes, cut)
+    assert stats.pending_bytes == cut - whole
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes[:whole]]))
+
+
+def test_rsync_style_replaced_file_new_inode_is_read_again(tmp_path, tmp_path_factory, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(torch_bytes)
+    events = _reader(path)
+    events.poll()
+    other = _torch_file_bytes(tmp_path_factory, steps=range(300), seed=5)  # bigger, other values
+    staging = tmp_path / ".events.out.tfevents.1.host.XYZ"
+    staging.write_bytes(other)
+    os.replace(staging, path)  # rsync without --inplace: new inode, same name
+    stats = events.poll()
+    assert stats.resets == 1
+    assert same_points(as_points(events.scalars), reference_points([other]))
+
+
+def test_vanished_file_keeps_its_points(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(torch_bytes)
+    events = _reader(path)
+    events.poll()
+    path.unlink()
+    stats = events.poll()
+    assert stats.resets == 0 and stats.bytes_read == 0
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+def _absurd_header(length: int) -> bytes:
+    header = struct.pack("<Q", length)
+    return header + struct.pack("<I", masked_crc32c(header))  # a length CRC that passes
+
+
+def test_record_claiming_length_2_63_does_not_allocate_and_is_stepped_over(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    cut = _complete_prefix(torch_bytes, len(torch_bytes) // 2)
+    path.write_bytes(torch_bytes[:cut] + _absurd_header(1 << 63))
+    events = _reader(path)
+    tracemalloc.start()
+    stats = events.poll()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 64 << 20
+    assert stats.pending_bytes == 12 and stats.corrupt_records == 0  # at the tail: maybe still being written
+    with open(path, "ab") as f:
+        f.write(torch_bytes[cut:])
+    stats = events.poll()
+    assert stats.corrupt_records == 1 and stats.skipped_bytes == 12
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+def test_garbage_tail_waits_then_resyncs_when_records_follow(tmp_path, torch_bytes):
+    path = tmp_path / "events.out.tfevents.1.host"
+    cut = _complete_prefix(torch_bytes, len(torch_bytes) // 2)
+    garbage = bytes(np.random.default_rng(1).integers(1, 256, 300, dtype=np.uint8))
+    path.write_bytes(torch_bytes[:cut] + garbage)
+    events = _reader(path)
+    assert events.poll().pending_bytes == 300
+    with open(path, "ab") as f:
+        f.write(torch_bytes[cut:])
+    stats = events.poll()
+    assert stats.skipped_bytes == 300 and stats.corrupt_records == 1
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=4096), st.booleans())
+def test_random_bytes_never_crash(tmp_path, blob, valid_first):
+    path = tmp_path / "events.out.tfevents.random"
+    first = frame(scalar_event("ok", 1, 2.0, 3.0).SerializeToString())
+    path.write_bytes((first if valid_first else b"") + blob)
+    events = _reader(path)
+    stats = events.poll()
+    assert stats.records >= int(valid_first)
+    if valid_first:  # random bytes cannot pass two CRCs: the good record stands alone
+        assert as_points(events.scalars) == {"ok": [(1, 3.0, 2.0)]}
+    events.poll()  # a second look at the same bytes reads nothing new and does not fail
+
+
+_MUTATION = st.tuples(
+    st.sampled_from(["flip", "overwrite", "insert", "delete", "zero", "truncate"]),
+    st.floats(0, 1, exclude_max=True),
+    st.binary(min_size=1, max_size=64),
+)
+
+
+def _mutate(data: bytes, mutations) -> tuple[bytes, int]:
+    """Apply mutations; return the new bytes and the first offset that differs from `data`."""
+    out = bytearray(data)
+    for kind, where, blob in mutations:
+        at = int(where * len(out)) if out else 0
+        if kind == "flip" and out:
+            out[at] ^= blob[0] or 1
+        elif kind == "overwrite":
+            out[at : at + len(blob)] = blob
+        elif kind == "insert":
+            out[at:at] = blob
+        elif kind == "delete":
+            del out[at : at + len(blob)]
+        elif kind == "zero":
+            out[at : at + len(blob)] = bytes(len(blob))
+        else:
+            del out[at:]
+    out = bytes(out)
+    first = next((i for i, (a, b) in enumerate(zip(out, data)) if a != b), min(len(out), len(data)))
+    return out, first
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_MUTATION, min_size=1, max_size=4))
+def test_mutated_real_files_keep_every_record_before_the_damage(tmp_path, torch_bytes, mutations):
+    data, first_damage = _mutate(torch_bytes, mutations)
+    path = tmp_path / "events.out.tfevents.mutated"
+    path.write_bytes(data)
+    loose = _reader(path).poll()  # without data CRCs: must not fail either
+    assert loose.records >= 0
+    events = _reader(path, verify_data_crc=True)
+    events.poll()
+    intact = _complete_prefix(torch_bytes, first_damage)
+    before = reference_points([torch_bytes[:intact]])
+    got = as_points(events.scalars)
+    for tag, points in before.items():
+        assert tag in got
+        # Later valid records of the same tag have larger steps, so nothing before the damage is evicted.
+        assert same_points({tag: got[tag][: len(points)]}, {tag: points})
