@@ -337,3 +337,71 @@ def test_cli_bad_path_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(missing)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"triage: {missing}: no such file or directory"]
+
+
+async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_root, monkeypatch):
+    """The watcher is held inside its first poll: the UI must paint and take keys anyway."""
+    from triage_tui.core.watch import Watcher
+
+    gate = threading.Event()
+    real_poll = Watcher.poll_once
+
+    def held_poll(self, *args, **kwargs):
+        gate.wait(timeout=30)
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(Watcher, "poll_once", held_poll)
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        assert app.polls == 0
+        assert "scanning" in str(app.main.query_one("#topbar").content)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=2, what="help while scanning")
+        await pilot.press("escape")
+        gate.set()
+        await loaded(pilot)
+        assert app.main.query_one(RunsTable).row_count == 2
+
+
+async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monkeypatch):
+    """The vocab check is held mid-run: its bar shows, x cancels, nothing is recorded as a diagnosis."""
+    from triage_tui.core.checks import vocab
+    from triage_tui.tui.widgets.checks_progress import CheckBar
+
+    gate = threading.Event()
+    real_check = vocab.check_vocab_mapping
+
+    def held_check(*args, **kwargs):
+        gate.wait(timeout=30)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(vocab, "check_vocab_mapping", held_check)
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        story = app.rows[0].path
+        await pilot.press("c")
+        bars = {bar.check: bar for bar in app.main.query(CheckBar)}
+        assert list(bars) == ["vocab_mapping", "hidden_state", "verifier_mask", "replay"]
+        await wait_for(pilot, lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note").content),
+                       what="vocab_mapping bar")
+        assert app.checks_running_for == story and app.screen.active_bindings["x"].enabled
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.checks_running_for is None, timeout=2, what="cancel")
+        assert app.check_outcomes[story] == "checks cancelled" and story not in app.diagnoses
+        gate.set()
+        await pilot.pause(0.5)  # the held thread finishes late; its result must be dropped
+        assert story not in app.diagnoses
+
+
+async def test_command_palette_reaches_the_actions(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        for expected in ("Check (c)", "Remap (m)", "Filter (/)", "Log-y (l)", "Help: every key"):
+            assert expected in titles
+        chart = app.main.query_one(LossChart)
+        await pilot.press("ctrl+p", *"Log-y", "enter")
+        await wait_for(pilot, lambda: chart.log_y, timeout=3, what="log-y from the palette")

@@ -361,6 +361,10 @@ class TriageApp(App[None]):
 
         try:
             plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
+            if plan.output.exists():
+                # Refuse before asking: a dialog whose "yes" can only fail would be a lie.
+                raise BadInput(plan.output, "already exists (an earlier remap?): nothing was written; remove it "
+                                            "or use `triage remap --force`")
         except BadInput as err:
             self.post_message(messages.RemapPlanned(path, None, error=err.line()))
             return
@@ -391,16 +395,18 @@ class TriageApp(App[None]):
 
     @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="remap")
     def _run_remap(self, path: Path, inputs: CheckInputs, plan: RemapPlan) -> None:
-        from triage_tui.core.remap import remap_checkpoint
+        from triage_tui.core.remap import Cancelled, execute_remap
 
         def progress(fraction: float, text: str) -> None:
             self.post_message(messages.RemapProgress(fraction, text))
 
         try:
-            report = remap_checkpoint(
-                inputs.checkpoint, inputs.mapping, out=plan.output, init=plan.init, target=inputs.target,
-                data=inputs.data, device=self.device, progress=progress,
-            )
+            # The plan the user confirmed is the plan executed: the dialog's text is the truth.
+            report = execute_remap(plan, data=inputs.data, device=self.device, progress=progress,
+                                   cancel=get_current_worker().cancelled_event)
+        except Cancelled:
+            self.post_message(messages.RemapFinished(path, None, error="cancelled: nothing was written"))
+            return
         except BadInput as err:
             self.post_message(messages.RemapFinished(path, None, error=err.line()))
             return
@@ -408,6 +414,11 @@ class TriageApp(App[None]):
             self.post_message(messages.RemapFinished(path, None, error=f"{type(err).__name__}: {err}"))
             return
         self.post_message(messages.RemapFinished(path, report))
+
+    def cancel_remap(self) -> None:
+        for worker in self.workers:
+            if worker.group == "remap" and not worker.is_finished:
+                worker.cancel()
 
     @on(messages.RemapProgress)
     def _remap_progress(self, message: messages.RemapProgress) -> None:

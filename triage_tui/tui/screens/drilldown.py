@@ -55,11 +55,14 @@ def _key_values(details: Mapping[str, Any], keys: list[str] | None = None) -> Ta
     table = _plain_table("", "")
     table.show_header = False
     for key in keys if keys is not None else list(details):
+        if key not in details:
+            continue
         value = details.get(key)
         if isinstance(value, (dict, list)) and any(isinstance(v, (dict, list)) for v in (
                 value.values() if isinstance(value, dict) else value)):
             continue  # nested structures get their own tables
-        table.add_row(Text(key.replace("_", " "), style="dim"), _fmt(value))
+        shown = f"{value:.2%}" if key.endswith("_fraction") and isinstance(value, float) else _fmt(value)
+        table.add_row(Text(key.replace("_", " "), style="dim"), shown)
     return table
 
 

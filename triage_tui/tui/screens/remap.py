@@ -36,8 +36,8 @@ class ConfirmRemapScreen(ModalScreen[bool]):
                 # Text, not markup: the plan names paths, which may hold brackets.
                 yield Static(Text(self.text), id="plan-text")
             with Horizontal(id="dialog-buttons"):
-                yield Button("y  write it", id="yes", variant="error")
-                yield Button("n  cancel", id="no", variant="primary")
+                yield Button("y  write it", id="yes", variant="error", compact=True)
+                yield Button("n  cancel", id="no", variant="primary", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "remap the drafter's lm_head?"
@@ -60,8 +60,8 @@ def describe_report(report: "RemapReport") -> Text:
     text.append(f"  rows      {report.rows_copied} copied, {report.rows_initialized} initialised ({report.init})"
                 f" of {report.draft_vocab_size}\n")
     text.append("  verified  ")
-    text.append("yes: every copied row re-read equal\n" if report.verified else "NO\n",
-                style="green" if report.verified else "bold red")
+    text.append("yes: re-read and compared with the source\n"
+                if report.verified else "NO\n", style="green" if report.verified else "bold red")
     if report.accuracy_before is not None and report.accuracy_after is not None:
         text.append("  replay    accuracy ")
         text.append(f"{report.accuracy_before:.1%}", style="red")
@@ -70,15 +70,20 @@ def describe_report(report: "RemapReport") -> Text:
         text.append(" with the run's mapping\n")
     else:
         text.append("  replay    not measured (needs hidden-state dumps and the target)\n", style="dim")
-    text.append("\nPoint the fine-tune's --ckpt-dir at the new checkpoint and restart it.", style="dim")
+    for note in report.notes:
+        text.append(f"  note      {note}\n", style="yellow")
+    text.append("\nRestart the fine-tune from the new checkpoint (SpecForge: --ckpt-dir).", style="dim")
     return text
 
 
 class RemapScreen(ModalScreen[None]):
-    """Progress of the remap worker, then its report. Esc closes (the work carries on)."""
+    """Progress of the remap worker, then its report. x cancels; Esc closes (the work carries on)."""
 
     HELP_TITLE = "remap"
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close", key_display="esc")]
+    BINDINGS = [
+        Binding("escape,enter,q", "dismiss", "Close", key_display="esc"),
+        Binding("x", "cancel_remap", "Cancel remap"),
+    ]
 
     def __init__(self, plan: "RemapPlan") -> None:
         super().__init__()
@@ -95,7 +100,15 @@ class RemapScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "remap"
-        self.query_one("#dialog").border_subtitle = "esc closes"
+        self.query_one("#dialog").border_subtitle = "x cancels · esc closes"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_remap":
+            return self.report is None and self.error is None
+        return True
+
+    def action_cancel_remap(self) -> None:
+        self.app.cancel_remap()  # type: ignore[attr-defined]
 
     def show_progress(self, fraction: float, text: str) -> None:
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
@@ -103,6 +116,7 @@ class RemapScreen(ModalScreen[None]):
 
     def show_result(self, report: "RemapReport | None", error: str | None) -> None:
         self.report, self.error = report, error
+        self.refresh_bindings()
         self.query_one(ProgressBar).display = False
         status = self.query_one("#remap-status", Label)
         result = self.query_one("#remap-result", Static)
@@ -114,3 +128,4 @@ class RemapScreen(ModalScreen[None]):
             status.update(Text("remap done", style="bold green"))
             result.update(describe_report(report))
             self.query_one("#dialog").border_title = "remap done"
+        self.query_one("#dialog").border_subtitle = "esc closes"

@@ -1,0 +1,104 @@
+"""SVG snapshots of the TUI (pytest-textual-snapshot): main screen at 80x24 and 160x48, drill-down, dialog.
+
+Stable by construction: the runs are written with fixed wall times and seeds into a fixed
+directory (paths show in the dialog), the app's clock is frozen (the "age" column and the
+stall flag), animations are off, and every worker has finished before the picture is taken.
+Regenerate after an intended change with `pytest tests/test_tui_snapshots.py --snapshot-update`
+and look at snapshot_report.html before committing the SVGs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tui_support import FROZEN_NOW, healthy_run, story_run
+from triage_tui.tui.app import TriageApp
+from triage_tui.tui.screens.drilldown import DrillDownScreen
+from triage_tui.tui.screens.remap import ConfirmRemapScreen
+from triage_tui.tui.widgets.loss_chart import LossChart
+
+# A fixed place, not tmp_path: the remap dialog names the files it would write.
+SNAPSHOT_RUNS = Path("/tmp/triage-tui-snapshots")
+
+
+@pytest.fixture(scope="module")
+def runs_root() -> Path:
+    ready = SNAPSHOT_RUNS / "runs"
+    if not (SNAPSHOT_RUNS / "complete").exists():
+        staging = SNAPSHOT_RUNS.with_name(f"{SNAPSHOT_RUNS.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        story_run(staging / "runs")
+        healthy_run(staging / "runs")
+        (staging / "complete").write_text("")
+        shutil.rmtree(SNAPSHOT_RUNS, ignore_errors=True)
+        try:
+            staging.rename(SNAPSHOT_RUNS)
+        except OSError:  # another worker got there first with the same content
+            shutil.rmtree(staging, ignore_errors=True)
+    return ready
+
+
+def frozen_app(root: Path) -> TriageApp:
+    app = TriageApp([root], poll_interval=0.2, use_watchdog=False, device="cpu", now=lambda: FROZEN_NOW)
+    app.animation_level = "none"
+    return app
+
+
+async def until(pilot, predicate, timeout: float = 30.0) -> None:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, "snapshot setup timed out"
+        await pilot.pause(0.05)
+
+
+async def loaded(pilot) -> None:
+    app = pilot.app
+    await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+    await pilot.pause(0.1)
+
+
+async def checked(pilot) -> None:
+    app = pilot.app
+    await loaded(pilot)
+    await pilot.press("c")
+    await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+    app.clear_notifications()
+    await pilot.pause(0.1)
+
+
+def test_main_80x24(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=loaded)
+
+
+def test_main_160x48(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=loaded)
+
+
+def test_main_with_hypotheses_80x24(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=checked)
+
+
+def test_drilldown_details_80x24(snap_compare, runs_root):
+    async def run_before(pilot) -> None:
+        await checked(pilot)
+        await pilot.press("h", "enter")
+        await until(pilot, lambda: isinstance(pilot.app.screen, DrillDownScreen))
+        await pilot.press("2")
+        await pilot.pause(0.1)
+
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_remap_dialog_80x24(snap_compare, runs_root):
+    async def run_before(pilot) -> None:
+        await checked(pilot)
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmRemapScreen))
+        await pilot.pause(0.1)
+
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=run_before)
