@@ -18,6 +18,7 @@ import pickle
 import pickletools
 import re
 import struct
+import threading
 import warnings
 import zipfile
 from collections.abc import Sequence
@@ -41,6 +42,11 @@ _SCAN_LIMIT = 64 << 20
 _ZIP_MAGIC = b"PK\x03\x04"
 _GZIP_MAGIC = b"\x1f\x8b"
 _REFUSED = "refused to unpickle: {}; triage never runs code from a file"
+_WIDENED_LOAD = threading.Lock()
+
+# Every file written with pickle protocol > 2 makes the weights-only unpickler warn; nothing to act on.
+warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning,
+                        module=r"torch\._weights_only_unpickler")
 
 
 def _torch_version() -> tuple[int, int]:
@@ -141,9 +147,11 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
         if magic[:2] == _GZIP_MAGIC:
             raw = _read_gzip(path)
             source, mmap = io.BytesIO(raw), False
-        with torch.serialization.safe_globals(list(allowed_globals)), warnings.catch_warnings():
-            # Every file written with pickle protocol > 2 triggers a harmless UserWarning.
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        if not allowed_globals:
+            return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+        # safe_globals swaps process-wide state; interleaved enters/exits from worker threads could
+        # leave the list widened for good, so the widened loads take turns.
+        with _WIDENED_LOAD, torch.serialization.safe_globals(list(allowed_globals)):
             return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         allowed_names = {f"{cls.__module__}.{cls.__qualname__}" for cls in allowed_globals}
