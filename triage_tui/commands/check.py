@@ -1,15 +1,109 @@
-"""`triage check`: placeholder until its issue lands (see the issue tracker)."""
+"""`triage check RUN [--checkpoint P] [--mapping P] [--data P] [--target P] [--device D] [--json]`.
+
+All checks on one run and the ranked hypotheses. Exit status (DESIGN.md): 0 no hypothesis
+scored >= 0.5, 1 some did, 2 bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import shlex
 import sys
+from typing import Any
+
+from triage_tui.core.diagnose import CHECK_NAMES, INPUT_NAMES, Diagnosis, diagnose, resolve_inputs
+from triage_tui.core.errors import BadInput
+
+# DESIGN.md: exit 1 when some hypothesis scored at least this.
+HYPOTHESIS_EXIT_THRESHOLD = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*")
+    parser.add_argument("run", metavar="RUN", help="the run directory (holds triage.toml or event files)")
+    parser.add_argument("--checkpoint", metavar="P", help="drafter checkpoint the fine-tune started from")
+    parser.add_argument("--mapping", metavar="P", help="vocab mapping the trainer builds labels with")
+    parser.add_argument("--data", metavar="P", help="hidden-state dumps (a sample is enough)")
+    parser.add_argument("--target", metavar="P", help="target model dir (embeddings and lm_head)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the replay runs (auto: CUDA when torch sees a GPU)")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (DESIGN.md check --json)")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("triage check: not built yet", file=sys.stderr)
-    return 2
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
+    inputs = resolve_inputs(args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data,
+                            target=args.target)
+    flags, metrics = _run_flags(inputs.run)
+    progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
+    diagnosis = diagnose(inputs, device=args.device, flags=flags, metrics=metrics, progress=progress)
+    if args.json:
+        json.dump(_finite(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(diagnosis, flags))
+    return 1 if diagnosis.top_score >= HYPOTHESIS_EXIT_THRESHOLD else 0
+
+
+def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None]:
+    """One scan pass of the run: its flags and metrics feed the hypotheses."""
+    from triage_tui.core.watch import Watcher
+
+    statuses = Watcher([run_path], use_watchdog=False, strict=True).poll_once()
+    status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
+    if status is None:
+        return (), None
+    return tuple(status.flags), status.metrics
+
+
+def _stderr_progress(fraction: float, message: str) -> None:
+    if fraction == 0.0:
+        print(f"  {message}", file=sys.stderr)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or inf: they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def render_text(diagnosis: Diagnosis, flags) -> str:
+    """Ranked hypotheses with their evidence, then one line per check."""
+    inputs = diagnosis.inputs
+    lines = [f"run  {inputs.run}"]
+    for name in INPUT_NAMES:
+        path = getattr(inputs, name)
+        source = inputs.sources.get(name)
+        lines.append(f"  {name:<10} {path if path is not None else '-'}" + (f"  ({source})" if source else ""))
+    for note in inputs.notes:
+        lines.append(f"  note: {note}")
+    for flag in flags:
+        lines.append(f"  flag {flag.severity}: {flag.message}")
+    lines.append("")
+    lines.append("hypotheses (best first)")
+    for hypothesis in diagnosis.hypotheses:
+        mark = "!" if hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD else " "
+        lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
+        for line in hypothesis.evidence:
+            lines.append(f"        - {line}")
+        if hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD:
+            if inputs.checkpoint is not None and inputs.mapping is not None:
+                lines.append(f"        fix: triage remap {shlex.quote(str(inputs.checkpoint))} "
+                             f"--mapping {shlex.quote(str(inputs.mapping))}")
+    lines.append("")
+    lines.append("checks")
+    for name in CHECK_NAMES:
+        result = diagnosis.checks.get(name)
+        if result is not None:
+            lines.append(f"  {name:<14} {result.status:<8} {result.summary}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,356 @@
+"""What `triage check` and the TUI's check key call: find a run's inputs, run every check, rank causes.
+
+Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
+> SpecForge ``training_state.pt`` args > discovery (``core/runs.py`` artifacts). Every check
+is isolated: a file that is not what it claims (BadInput) or any other exception in one check
+becomes that check's ``status="error"`` with a one-line reason, and the others still run.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.errors import BadInput
+from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
+
+Progress = Callable[[float, str], None]
+
+CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
+INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
+
+# SpecForge classic scripts/train_eagle3.py argument names, as saved in training_state.pt's
+# args Namespace: the drafter the fine-tune started from, the target, the offline dumps, and
+# the cache dir whose vocab_mapping/<key>.pt holds the mapping the trainer labelled with
+# (specforge/data/preprocessing.py generate_vocab_mapping_file).
+TRAINING_ARG_CHECKPOINT = ("ckpt_dir",)
+TRAINING_ARG_TARGET = ("target_model_path",)
+TRAINING_ARG_DATA = ("train_hidden_states_path",)
+TRAINING_ARG_CACHE = ("cache_dir",)
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """The four inputs of a diagnosis, and where each one came from."""
+
+    run: Path
+    checkpoint: Path | None = None
+    mapping: Path | None = None
+    data: Path | None = None
+    target: Path | None = None
+    # input name -> "flag" | "triage.toml" | "training_state.pt" | "discovery"
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def paths(self) -> dict[str, str | None]:
+        return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None)
+                for name in INPUT_NAMES}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every check's result and the ranked hypotheses, for one run."""
+
+    inputs: CheckInputs
+    checks: dict[str, CheckResult]
+    hypotheses: list[Hypothesis]
+
+    def to_json(self) -> dict[str, Any]:
+        """DESIGN.md `check --json`, plus where each input came from."""
+        return {
+            "run": str(self.inputs.run),
+            "inputs": self.inputs.paths(),
+            "input_sources": dict(self.inputs.sources),
+            "input_notes": list(self.inputs.notes),
+            "checks": {name: self.checks[name].to_json() for name in CHECK_NAMES if name in self.checks},
+            "hypotheses": [h.to_json() for h in self.hypotheses],
+        }
+
+    @property
+    def top_score(self) -> float:
+        return max((h.score for h in self.hypotheses), default=0.0)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, mapping: str | Path | None = None,
+                   data: str | Path | None = None, target: str | Path | None = None) -> CheckInputs:
+    """Flags > triage.toml > training_state.pt args > discovery; BadInput for a missing run or flag path."""
+    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, load_manifest
+
+    run_path = Path(os.path.abspath(Path(run).expanduser()))
+    if not run_path.exists():
+        raise BadInput(run_path, "no such run directory")
+    if run_path.is_file():
+        # An event file or a triage.toml names the run it sits in.
+        run_path = run_path.parent
+    flags = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
+    for name, value in flags.items():
+        if value is not None and not Path(value).expanduser().exists():
+            raise BadInput(Path(value), f"--{name}: no such file or directory")
+
+    notes: list[str] = []
+    infos = discover_runs([run_path])
+    info = next((i for i in infos if i.path == run_path), infos[0] if infos else None)
+    if info is not None and info.path != run_path:
+        notes.append(f"the run is {info.path} (found from {run_path})")
+        run_path = info.path
+    manifest = info.manifest if info is not None else None
+    if manifest is None and (run_path / MANIFEST_NAME).is_file():
+        manifest = load_manifest(run_path / MANIFEST_NAME)
+    artifacts = info.artifacts if info is not None else None
+
+    args = _training_args(artifacts, notes)
+    by_training = {
+        "checkpoint": _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path, notes),
+        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path, notes),
+        "data": _arg_path(args, TRAINING_ARG_DATA, run_path, notes),
+        "mapping": _cache_mapping(_arg_path(args, TRAINING_ARG_CACHE, run_path, notes), notes),
+    }
+    by_discovery = _discovered(artifacts, notes)
+
+    chosen: dict[str, Path | None] = {}
+    sources: dict[str, str] = {}
+    for name in INPUT_NAMES:
+        candidates = (
+            ("flag", Path(os.path.abspath(Path(flags[name]).expanduser())) if flags[name] is not None else None),
+            ("triage.toml", getattr(manifest, name, None) if manifest is not None else None),
+            ("training_state.pt", by_training[name]),
+            ("discovery", by_discovery[name]),
+        )
+        source, path = next(((s, p) for s, p in candidates if p is not None), (None, None))
+        chosen[name] = path
+        if source is not None:
+            sources[name] = source
+    if sources.get("checkpoint") == "discovery":
+        notes.append(
+            f"no starting checkpoint is recorded (flag, triage.toml or training_state.pt ckpt_dir): using the "
+            f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
+            f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint")
+    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
+
+
+def _training_args(artifacts, notes: list[str]) -> dict[str, Any]:
+    path = getattr(artifacts, "training_state", None)
+    if path is None:
+        return {}
+    from triage_tui.core.formats.training_state import read_training_args
+
+    try:
+        return read_training_args(path)
+    except BadInput as err:
+        notes.append(f"training_state.pt not used: {err.line()}")
+        return {}
+
+
+def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path, notes: list[str]) -> Path | None:
+    for key in keys:
+        value = args.get(key)
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            continue
+        path = Path(value).expanduser()
+        # The trainer's paths are relative to its working directory, unknown here; the run
+        # directory is the best guess (SpecForge is usually launched from the output's parent).
+        candidates = [path] if path.is_absolute() else [run_path / path, run_path.parent / path]
+        for candidate in candidates:
+            if candidate.exists():
+                return Path(os.path.abspath(candidate))
+        notes.append(f"training_state.pt args.{key} = {value!r} does not exist on this machine; ignored")
+    return None
+
+
+def _cache_mapping(cache_dir: Path | None, notes: list[str]) -> Path | None:
+    """SpecForge writes the run's mapping to <cache_dir>/vocab_mapping/<key>.pt."""
+    if cache_dir is None:
+        return None
+    files = sorted((cache_dir / "vocab_mapping").glob("*.pt"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        notes.append(f"{cache_dir}/vocab_mapping holds no .pt mapping")
+        return None
+    if len(files) > 1:
+        # Several cache keys (other datasets, other vocab sizes: SpecForge PR #602); the newest is
+        # the one a run that just started wrote or reused last.
+        notes.append(f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, {files[-1].name}")
+    return files[-1]
+
+
+def _discovered(artifacts, notes: list[str]) -> dict[str, Path | None]:
+    if artifacts is None:
+        return {name: None for name in INPUT_NAMES}
+    mappings = list(artifacts.mappings)
+    if len(mappings) > 1:
+        notes.append(f"{len(mappings)} mapping files found in the run; using {mappings[0]}")
+    return {
+        # Oldest first (natural name order): the earliest saved checkpoint is the closest to the start.
+        "checkpoint": artifacts.checkpoints[0] if artifacts.checkpoints else None,
+        "mapping": mappings[0] if mappings else None,
+        "data": artifacts.dumps,
+        "target": artifacts.target,
+    }
+
+
+# --------------------------------------------------------------------------- the diagnosis
+
+
+class _Loaded:
+    """Each input read once, on first use; a failure is kept and re-raised to every check needing it."""
+
+    def __init__(self, inputs: CheckInputs) -> None:
+        self.inputs = inputs
+        self._cache: dict[str, tuple[Any, BaseException | None]] = {}
+
+    def get(self, name: str) -> Any:
+        if name not in self._cache:
+            try:
+                self._cache[name] = (getattr(self, f"_read_{name}")(), None)
+            except Exception as err:  # noqa: BLE001 - kept, re-raised to each check that needs it
+                self._cache[name] = (None, err)
+        value, err = self._cache[name]
+        if err is not None:
+            raise err
+        return value
+
+    def _read_checkpoint(self):
+        if self.inputs.checkpoint is None:
+            return None
+        from triage_tui.core.formats.checkpoint import read_checkpoint
+
+        return read_checkpoint(self.inputs.checkpoint)
+
+    def _read_target(self):
+        if self.inputs.target is None:
+            return None
+        from triage_tui.core.formats.target import read_target
+
+        return read_target(self.inputs.target)
+
+    def _read_run_mapping(self):
+        if self.inputs.mapping is None:
+            return None
+        from triage_tui.core.formats.mapping import read_mapping
+
+        vocab = None
+        try:
+            target = self.get("target")
+            vocab = int(target.vocab_size) if target is not None else None
+        except Exception:  # noqa: BLE001 - the mapping can be read without the target
+            vocab = None
+        return read_mapping(self.inputs.mapping, target_vocab_size=vocab)
+
+    def _read_checkpoint_mapping(self):
+        checkpoint = self.get("checkpoint")
+        return checkpoint.mapping if checkpoint is not None else None
+
+    def _read_dumps(self):
+        if self.inputs.data is None:
+            return None
+        from triage_tui.core.formats.hidden_states import read_dumps
+
+        return read_dumps(self.inputs.data)
+
+    def _read_token_strings(self):
+        from triage_tui.core.formats.tokenizer import read_token_strings
+
+        for root in (self.inputs.target, self.inputs.checkpoint):
+            if root is None:
+                continue
+            try:
+                strings = read_token_strings(root)
+            except BadInput:
+                continue
+            if strings:
+                return strings
+        return None
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, BadInput):
+        return err.line()
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] = (),
+             metrics: dict[str, Any] | None = None, progress: Progress | None = None,
+             cancel: threading.Event | None = None) -> Diagnosis:
+    """Run the four checks (each isolated) and rank the hypotheses.
+
+    ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
+    progress and ``message`` starts with the check's name, so the TUI can show one bar each.
+    ``metrics`` is the scan's metrics of the run (RunStatus.metrics), for hypotheses no flag states.
+    """
+    loaded = _Loaded(inputs)
+
+    def report(name: str) -> Progress:
+        def inner(fraction: float, message: str) -> None:
+            if progress is not None:
+                progress(fraction, message if message.startswith(f"{name}:") else f"{name}: {message}")
+        return inner
+
+    def token_strings():
+        try:
+            return loaded.get("token_strings")
+        except Exception:  # noqa: BLE001 - token strings only label the output
+            return None
+
+    def vocab_mapping() -> CheckResult:
+        from triage_tui.core.checks.vocab import check_vocab_mapping
+
+        checkpoint_mapping = loaded.get("checkpoint_mapping")
+        run_mapping = loaded.get("run_mapping")
+        return check_vocab_mapping(checkpoint_mapping, run_mapping, token_strings=token_strings(),
+                                   dumps=_optional(loaded, "dumps"))
+
+    def hidden_state() -> CheckResult:
+        from triage_tui.core.checks.hidden_state import check_hidden_state
+
+        return check_hidden_state(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"))
+
+    def verifier_mask() -> CheckResult:
+        from triage_tui.core.checks.verifier_mask import check_verifier_mask
+
+        from triage_tui.core.checks.replay import resolve_device
+
+        return check_verifier_mask(loaded.get("checkpoint_mapping"), loaded.get("run_mapping"),
+                                   dumps=_optional(loaded, "dumps"), target=_optional(loaded, "target"),
+                                   device=str(resolve_device(device)), progress=report("verifier_mask"),
+                                   cancel=cancel)
+
+    def replay() -> CheckResult:
+        from triage_tui.core.checks.replay import run_replay
+
+        # run_replay says itself what it lacks (no checkpoint, no dumps; without a target it
+        # falls back to the checkpoint's own embedding when it has one).
+        return run_replay(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"),
+                          loaded.get("checkpoint_mapping"), loaded.get("run_mapping"),
+                          device=device, progress=report("replay"), cancel=cancel)
+
+    runners = {"vocab_mapping": vocab_mapping, "hidden_state": hidden_state,
+               "verifier_mask": verifier_mask, "replay": replay}
+    checks: dict[str, CheckResult] = {}
+    for name in CHECK_NAMES:
+        if cancel is not None and cancel.is_set():
+            checks[name] = CheckResult.skipped(name, "cancelled")
+            continue
+        report(name)(0.0, "running")
+        try:
+            checks[name] = runners[name]()
+        except Exception as err:  # noqa: BLE001 - one check's failure must not stop the others
+            checks[name] = CheckResult.error(name, _one_line(err))
+        report(name)(1.0, checks[name].status)
+    hypotheses = rank_hypotheses(checks, flags, metrics=metrics)
+    return Diagnosis(inputs, checks, hypotheses)
+
+
+def _optional(loaded: _Loaded, name: str) -> Any:
+    """An input that only refines a check: when it cannot be read, the check runs without it."""
+    try:
+        return loaded.get(name)
+    except Exception:  # noqa: BLE001 - the check that needs it reports the error
+        return None
