@@ -232,3 +232,12 @@ def test_training_state_args_then_discovery(tmp_path, runs):
     assert any("earliest saved checkpoint" in note for note in inputs.notes)
     assert inputs.mapping == run / "cache" / "vocab_mapping" / "key.pt" and inputs.sources["mapping"] == "discovery"
     assert inputs.target is None and "target" not in inputs.sources
+
+
+def test_a_directory_of_several_runs_is_bad_input(runs):
+    parent = runs["story"].parent
+    with pytest.raises(BadInput, match="holds 2 runs"):
+        resolve_inputs(parent)
+    # `triage check out/runs` means the run `out` (the log dir's parent): resolved, and said so.
+    inputs = resolve_inputs(runs["story"] / "runs")
+    assert inputs.run == runs["story"]

@@ -97,7 +97,11 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
 
     notes: list[str] = []
     infos = discover_runs([run_path])
-    info = next((i for i in infos if i.path == run_path), infos[0] if infos else None)
+    info = next((i for i in infos if i.path == run_path), None)
+    if info is None and len(infos) > 1:
+        names = ", ".join(i.name for i in infos[:4]) + (", ..." if len(infos) > 4 else "")
+        raise BadInput(run_path, f"holds {len(infos)} runs ({names}); pass one of them")
+    info = info or (infos[0] if infos else None)
     if info is not None and info.path != run_path:
         notes.append(f"the run is {info.path} (found from {run_path})")
         run_path = info.path
