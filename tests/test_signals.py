@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_runs import write_scalars
+from tb_writers import write_scalars
 from triage_tui.core.events import read_event_file
 from triage_tui.core.runs import Manifest
 from triage_tui.core.signals import (

@@ -10,21 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from torch.utils.tensorboard import SummaryWriter
 
-from test_runs import write_drafter_checkpoint, write_scalars
+from tb_writers import open_writer, write_drafter_checkpoint, write_scalars
 from triage_tui.core.watch import RunStatus, Watcher
 
 LN_32000 = math.log(32_000)
-
-
-def open_writer(log_dir, first_steps=range(0, 100, 10), start=10.0):
-    """A SummaryWriter left open, as a trainer holds it, with some points already flushed."""
-    writer = SummaryWriter(log_dir=str(log_dir))
-    for step in first_steps:
-        writer.add_scalar("train/ploss_0", start - step / 100, global_step=step)
-    writer.flush()
-    return writer
 
 
 def only(statuses: list[RunStatus]) -> RunStatus:
