@@ -274,3 +274,15 @@ def test_malicious_training_state(tmp_path, how):
     with pytest.raises(BadInput, match=r"training_state.pt: refused to unpickle: .*posix\.system"):
         read_training_args(tmp_path)
     assert not marker.exists()
+
+
+def test_overlapping_and_gapped_offsets(tmp_path):
+    overlap = {"a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
+               "b": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}
+    with_header(tmp_path / "x.safetensors", overlap, b"\x00" * 64)
+    with pytest.raises(BadInput, match=r"tensor 'b' starts at byte 0 of the data, expected 32"):
+        read_safetensors_header(tmp_path / "x.safetensors")
+    trailing = {"a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}
+    with_header(tmp_path / "y.safetensors", trailing, b"\x00" * 40)
+    with pytest.raises(BadInput, match="tensors cover 32 data bytes but the file has 40"):
+        read_safetensors_header(tmp_path / "y.safetensors")

@@ -224,10 +224,21 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
         raise BadInput(path, "safetensors header is not a JSON object")
     data_size = size - 8 - header_len
     tensors: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         tensors[name] = _header_entry(path, name, entry, data_size)
+        spans.append((*entry["data_offsets"], name))
+    # safetensors requires the tensors to tile the data area exactly, and refuses files that don't.
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise BadInput(path, f"tensor {name!r} starts at byte {begin} of the data, expected {position} "
+                                 "(overlapping or gapped offsets)")
+        position = end
+    if position != data_size:
+        raise BadInput(path, f"tensors cover {position} data bytes but the file has {data_size}")
     return tensors
 
 
