@@ -241,3 +241,16 @@ def test_a_directory_of_several_runs_is_bad_input(runs):
     # `triage check out/runs` means the run `out` (the log dir's parent): resolved, and said so.
     inputs = resolve_inputs(runs["story"] / "runs")
     assert inputs.run == runs["story"]
+
+
+def test_an_unreadable_checkpoint_errors_its_checks_and_the_mask_check_still_runs(runs, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    (broken / "model.safetensors").write_bytes(b"\xff" * 64)
+    diagnosis = diagnose(resolve_inputs(runs["story"], checkpoint=broken), device="cpu")
+    for name in ("vocab_mapping", "hidden_state", "replay"):
+        assert diagnosis.checks[name].status == "error", name
+        assert "model.safetensors" in diagnosis.checks[name].summary
+    assert diagnosis.checks["verifier_mask"].status == "pass"
+    assert all(h.score < 0.5 for h in diagnosis.hypotheses)

@@ -321,7 +321,9 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
 
         from triage_tui.core.checks.replay import resolve_device
 
-        return check_verifier_mask(loaded.get("checkpoint_mapping"), loaded.get("run_mapping"),
+        # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,
+        # so a checkpoint that cannot be read (reported by the other checks) does not stop this one.
+        return check_verifier_mask(_optional(loaded, "checkpoint_mapping"), loaded.get("run_mapping"),
                                    dumps=_optional(loaded, "dumps"), target=_optional(loaded, "target"),
                                    device=str(resolve_device(device)), progress=report("verifier_mask"),
                                    cancel=cancel)
