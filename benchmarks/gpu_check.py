@@ -34,8 +34,11 @@ from triage_tui.core.formats.target import read_target  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--second-device", default="cuda",
+                        help="device compared with cpu (cpu only to dry-run this script without a GPU)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    second = args.second_device
+    if second == "cuda" and not torch.cuda.is_available():
         print("no CUDA device visible to torch; nothing to compare")
         return 2
     world = World()
@@ -46,20 +49,21 @@ def main() -> int:
         root = Path(tmp)
         checkpoint = read_checkpoint(write_specforge_checkpoint(drafter, root / "drafter"))
         samples = args.tokens // 80 + 1
-        dumps = read_dumps(write_specforge_dumps(world, root / "hs", samples=samples))
+        dumps = read_dumps(write_specforge_dumps(world, root / "hs", samples=samples), max_files=samples)
         target = read_target(write_target(world, root / "target"))
         results = {}
-        for device in ("cpu", "cuda"):
+        for device in ("cpu", second):
             t0 = time.perf_counter()
             result = run_replay(checkpoint, dumps, target, checkpoint.mapping, world.run_mapping,
                                 device=device, max_tokens=args.tokens)
-            if device == "cuda":
+            if device == "cuda":  # time the work, not the launch
                 torch.cuda.synchronize()
             results[device] = (result, time.perf_counter() - t0)
-    (cpu, cpu_s), (gpu, gpu_s) = results["cpu"], results["cuda"]
-    print(f"{torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+    (cpu, cpu_s), (gpu, gpu_s) = results["cpu"], results[second]
+    name = torch.cuda.get_device_name(0) if second == "cuda" else "cpu"
+    print(f"{name}; torch {torch.__version__}")
     print(f"cpu  {cpu_s:6.2f}s  {json.dumps(cpu.to_json(), sort_keys=True)}")
-    print(f"cuda {gpu_s:6.2f}s  {json.dumps(gpu.to_json(), sort_keys=True)}")
+    print(f"{second} {gpu_s:6.2f}s  {json.dumps(gpu.to_json(), sort_keys=True)}")
     a, b = cpu.details, gpu.details
     problems = []
     if (cpu.status, a["tokens"], a["samples"]) != (gpu.status, b["tokens"], b["samples"]):
@@ -73,16 +77,16 @@ def main() -> int:
                    for o in a["accuracy_by_chunk_order"]]
     for name, x, y in accuracies:
         if abs(x - y) > tolerance + 1e-12:
-            problems.append(f"{name}: cpu {x} cuda {y}")
+            problems.append(f"{name}: cpu {x} {second} {y}")
     for name in ("loss_checkpoint_mapping", "loss_run_mapping"):
         x, y = a[name], b[name]
         if abs(x - y) > 1e-4 * max(1.0, abs(x)):
-            problems.append(f"{name}: cpu {x} cuda {y}")
+            problems.append(f"{name}: cpu {x} {second} {y}")
     if problems:
         print("MISMATCH: " + "; ".join(problems))
         return 1
-    print(f"OK: cpu and cuda agree on {a['tokens']} tokens (accuracy tolerance {tolerance:.4f}, loss 1e-4 relative); "
-          f"replay {cpu_s / gpu_s:.1f}x faster on cuda")
+    print(f"OK: cpu and {second} agree on {a['tokens']} tokens (accuracy tolerance {tolerance:.4f}, loss 1e-4 relative); "
+          f"replay {cpu_s / gpu_s:.1f}x faster on {second}")
     return 0
 
 

@@ -142,6 +142,10 @@ def test_first_step_is_causal():
     assert not torch.allclose(logits[:, 6:], logits2[:, 6:], atol=1e-3)
 
 
+def _embedding(embed, ids):
+    return torch.nn.functional.embedding(ids, embed)
+
+
 def _specforge_reference_ttt(model: Eagle3Drafter, embed: torch.Tensor, input_ids: torch.Tensor,
                              aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """A literal transcription of SpecForge's cache-branch attention loop (llama3_eagle.py,
@@ -163,7 +167,7 @@ def _specforge_reference_ttt(model: Eagle3Drafter, embed: torch.Tensor, input_id
     cache_k, cache_v, out_logits = [], [], []
     for idx in range(steps):
         residual = hidden
-        x = torch.cat((layer.input_layernorm(F_embed(embed, ids)), layer.hidden_norm(hidden)), -1)
+        x = torch.cat((layer.input_layernorm(_embedding(embed, ids)), layer.hidden_norm(hidden)), -1)
         q = attn.q_proj(x).view(b, t, nh, hd).transpose(1, 2)
         k = attn.k_proj(x).view(b, t, nkv, hd).transpose(1, 2)
         v = attn.v_proj(x).view(b, t, nkv, hd).transpose(1, 2)
@@ -188,7 +192,7 @@ def _specforge_reference_ttt(model: Eagle3Drafter, embed: torch.Tensor, input_id
     return out_logits
 
 
-def F_embed(embed, ids):
+def _embedding(embed, ids):
     return torch.nn.functional.embedding(ids, embed)
 
 

@@ -4,7 +4,8 @@ The world: a synthetic target whose next-token argmax is a fixed successor of th
 token (its last hidden state points at the successor's lm_head row), token sequences that
 follow the successor 90 % of the time, and aux states that are three different fixed
 functions of the current token ("low/mid/high layers"). A drafter is trained on CPU with
-SpecForge's own loss under the checkpoint's mapping (``core/drafter.py``), saved with
+SpecForge's own loss under the checkpoint's mapping (``core/drafter.py``; its head starts
+from the target's rows and stays frozen, as speculators trains it), saved with
 ``safetensors.torch.save_file``, and read back with the real readers. Nothing below is
 built to pass: the drafter has to learn, and the replay has to find what it learned.
 """
