@@ -186,13 +186,6 @@ class TensorInfo:
     dtype: str  # torch dtype name without the "torch." prefix: "float32", "int64", "bool", ...
     file: Path
 
-    @property
-    def numel(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
-
 
 def tensor_info(name: str, tensor: torch.Tensor, file: Path) -> TensorInfo:
     return TensorInfo(name, tuple(int(d) for d in tensor.shape), str(tensor.dtype).removeprefix("torch."), file)
