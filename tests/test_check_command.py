@@ -224,6 +224,22 @@ def test_training_state_args_then_discovery(tmp_path, runs):
     assert inputs.mapping == run / "cache" / "vocab_mapping" / "key.pt"
     assert inputs.sources["mapping"] == "training_state.pt"
 
+    # A ckpt_dir from another machine is said to be ignored; the run's own checkpoints are the fallback.
+    for step in (100, 200):
+        args = argparse.Namespace(ckpt_dir="/data/elsewhere/k2", target_model_path=str(shared / "target"),
+                                  cache_dir=str(run / "cache"))
+        torch.save({"epoch": 0, "global_step": step, "args": args}, run / f"epoch_0_step_{step}" / "training_state.pt")
+    inputs = resolve_inputs(run)
+    assert inputs.sources["checkpoint"] == "discovery" and inputs.sources["target"] == "training_state.pt"
+    assert any("/data/elsewhere/k2" in note and "does not exist" in note for note in inputs.notes)
+    # Paths the manifest gives win, and the training args behind them add no notes.
+    (run / "triage.toml").write_text(f'[run]\ncheckpoint = "{shared / "drafters" / "k2"}"\n'
+                                     f'target = "{shared / "target"}"\n')
+    inputs = resolve_inputs(run)
+    assert inputs.sources["checkpoint"] == "triage.toml" and inputs.sources["mapping"] == "training_state.pt"
+    assert not any("elsewhere" in note for note in inputs.notes)
+    (run / "triage.toml").unlink()
+
     # Without training_state.pt only the run's own checkpoints are left: the earliest one, said so.
     for step in (100, 200):
         (run / f"epoch_0_step_{step}" / "training_state.pt").unlink()

@@ -110,28 +110,32 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
         manifest = load_manifest(run_path / MANIFEST_NAME)
     artifacts = info.artifacts if info is not None else None
 
-    args = _training_args(artifacts, notes)
-    by_training = {
-        "checkpoint": _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path, notes),
-        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path, notes),
-        "data": _arg_path(args, TRAINING_ARG_DATA, run_path, notes),
-        "mapping": _cache_mapping(_arg_path(args, TRAINING_ARG_CACHE, run_path, notes), notes),
-    }
-    by_discovery = _discovered(artifacts, notes)
-
     chosen: dict[str, Path | None] = {}
     sources: dict[str, str] = {}
     for name in INPUT_NAMES:
-        candidates = (
-            ("flag", Path(os.path.abspath(Path(flags[name]).expanduser())) if flags[name] is not None else None),
-            ("triage.toml", getattr(manifest, name, None) if manifest is not None else None),
-            ("training_state.pt", by_training[name]),
-            ("discovery", by_discovery[name]),
-        )
-        source, path = next(((s, p) for s, p in candidates if p is not None), (None, None))
-        chosen[name] = path
-        if source is not None:
-            sources[name] = source
+        if flags[name] is not None:
+            chosen[name], sources[name] = Path(os.path.abspath(Path(flags[name]).expanduser())), "flag"
+        elif manifest is not None and getattr(manifest, name) is not None:
+            chosen[name], sources[name] = getattr(manifest, name), "triage.toml"
+    # Lower sources are consulted only for what is still missing; the notes kept are those of the
+    # sources tried for it (a stale training arg behind a manifest path is no news).
+    missing = [name for name in INPUT_NAMES if name not in chosen]
+    if missing:
+        args, args_notes = _training_args(artifacts)
+        by_training = _from_training_args(args, run_path)
+        by_discovery = _discovered(artifacts)
+        used_training = False
+        for name in missing:
+            chosen[name] = None
+            for source, (path, field_notes) in (("training_state.pt", by_training[name]),
+                                                ("discovery", by_discovery[name])):
+                notes.extend(field_notes)  # why a source was passed over, or what the used one chose
+                if path is not None:
+                    chosen[name], sources[name] = path, source
+                    used_training |= source == "training_state.pt"
+                    break
+        if args_notes and not used_training:
+            notes.extend(args_notes)
     if sources.get("checkpoint") == "discovery":
         notes.append(
             f"no starting checkpoint is recorded (flag, triage.toml or training_state.pt ckpt_dir): using the "
@@ -140,62 +144,78 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
     return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
 
 
-def _training_args(artifacts, notes: list[str]) -> dict[str, Any]:
+Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it
+
+
+def _training_args(artifacts) -> tuple[dict[str, Any], list[str]]:
     path = getattr(artifacts, "training_state", None)
     if path is None:
-        return {}
+        return {}, []
     from triage_tui.core.formats.training_state import read_training_args
 
     try:
-        return read_training_args(path)
+        return read_training_args(path), []
     except BadInput as err:
-        notes.append(f"training_state.pt not used: {err.line()}")
-        return {}
+        return {}, [f"training_state.pt not used: {err.line()}"]
 
 
-def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path, notes: list[str]) -> Path | None:
+def _from_training_args(args: dict[str, Any], run_path: Path) -> dict[str, Found]:
+    cache_dir, cache_notes = _arg_path(args, TRAINING_ARG_CACHE, run_path)
+    mapping, mapping_notes = _cache_mapping(cache_dir)
+    return {
+        "checkpoint": _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path),
+        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path),
+        "data": _arg_path(args, TRAINING_ARG_DATA, run_path),
+        "mapping": (mapping, cache_notes + mapping_notes),
+    }
+
+
+def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Found:
+    notes = []
     for key in keys:
         value = args.get(key)
         if not isinstance(value, (str, os.PathLike)) or not str(value):
             continue
         path = Path(value).expanduser()
         # The trainer's paths are relative to its working directory, unknown here; the run
-        # directory is the best guess (SpecForge is usually launched from the output's parent).
+        # directory and its parent are the best guesses (SpecForge is usually launched from
+        # the output's parent).
         candidates = [path] if path.is_absolute() else [run_path / path, run_path.parent / path]
         for candidate in candidates:
             if candidate.exists():
-                return Path(os.path.abspath(candidate))
+                return Path(os.path.abspath(candidate)), notes
         notes.append(f"training_state.pt args.{key} = {value!r} does not exist on this machine; ignored")
-    return None
+    return None, notes
 
 
-def _cache_mapping(cache_dir: Path | None, notes: list[str]) -> Path | None:
+def _cache_mapping(cache_dir: Path | None) -> Found:
     """SpecForge writes the run's mapping to <cache_dir>/vocab_mapping/<key>.pt."""
     if cache_dir is None:
-        return None
+        return None, []
     files = sorted((cache_dir / "vocab_mapping").glob("*.pt"), key=lambda p: p.stat().st_mtime)
     if not files:
-        notes.append(f"{cache_dir}/vocab_mapping holds no .pt mapping")
-        return None
+        return None, [f"{cache_dir / 'vocab_mapping'} holds no .pt mapping"]
     if len(files) > 1:
         # Several cache keys (other datasets, other vocab sizes: SpecForge PR #602); the newest is
         # the one a run that just started wrote or reused last.
-        notes.append(f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, {files[-1].name}")
-    return files[-1]
+        return files[-1], [f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, "
+                           f"{files[-1].name}"]
+    return files[-1], []
 
 
-def _discovered(artifacts, notes: list[str]) -> dict[str, Path | None]:
+def _discovered(artifacts) -> dict[str, Found]:
     if artifacts is None:
-        return {name: None for name in INPUT_NAMES}
-    mappings = list(artifacts.mappings)
-    if len(mappings) > 1:
-        notes.append(f"{len(mappings)} mapping files found in the run; using {mappings[0]}")
+        return {name: (None, []) for name in INPUT_NAMES}
+    # speculators keeps t2d.npy beside d2t.npy; read_mapping finds the pair from the d2t file.
+    mappings = [p for p in artifacts.mappings if not p.name.startswith("t2d")] or list(artifacts.mappings)
+    mapping_notes = ([f"{len(mappings)} mapping files found in the run; using {mappings[0]}"]
+                     if len(mappings) > 1 else [])
     return {
         # Oldest first (natural name order): the earliest saved checkpoint is the closest to the start.
-        "checkpoint": artifacts.checkpoints[0] if artifacts.checkpoints else None,
-        "mapping": mappings[0] if mappings else None,
-        "data": artifacts.dumps,
-        "target": artifacts.target,
+        "checkpoint": (artifacts.checkpoints[0] if artifacts.checkpoints else None, []),
+        "mapping": (mappings[0] if mappings else None, mapping_notes),
+        "data": (artifacts.dumps, []),
+        "target": (artifacts.target, []),
     }
 
 
