@@ -180,3 +180,11 @@ def test_without_dumps_only_the_checkpoint_is_checked(world):
     result = check_hidden_state(checkpoint, None, target)
     assert result.status == "pass" and "no dumps" in result.summary
     assert check_hidden_state(None, None, None).status == "skipped"
+
+
+def test_aux_layer_ids_beyond_the_targets_depth(tmp_path, world):
+    _, dumps, target = world
+    deep = write_checkpoint(tmp_path / "deep", aux_ids=(1, 29, 57))  # a 61-layer sibling's ids
+    result = check_hidden_state(deep, dumps, target)
+    issue = next(i for i in result.details["issues"] if i["kind"] == "aux_layer_out_of_range")
+    assert result.status == "fail" and "[29, 57]" in issue["message"] and f"{LAYERS} layers" in issue["message"]

@@ -49,7 +49,7 @@ W_HIDDEN_ISSUE = {
     "aux_width": 0.9, "only_last_layer": 0.9, "aux_chunk_count": 0.9, "fc_width": 0.9,
     "length_mismatch": 0.8, "inconsistent_dumps": 0.6, "missing_fc": 0.9,
     "repeated_aux_chunk": 0.75, "aux_chunk_order": 0.75, "aux_chunk_is_last_hidden": 0.75,
-    "draft_hidden_mismatch": 0.7, "target_vocab": 0.6, "aux_layer_mismatch": 0.6,
+    "draft_hidden_mismatch": 0.7, "target_vocab": 0.6, "aux_layer_mismatch": 0.6, "aux_layer_out_of_range": 0.6,
 }
 # Replay: another chunk order scores clearly better than the stored one (low, mid, high).
 W_REPLAY_CHUNK_ORDER = 0.7

@@ -259,6 +259,13 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
             config_ids, config_convention = default, "output_of"
         else:
             return
+    if num_layers:
+        beyond = [i for i in _physical_layers(config_ids, config_convention) if not 0 <= i < num_layers]
+        if beyond:
+            # A drafter trained for a deeper sibling model names layers this target does not have.
+            issue("aux_layer_out_of_range", "error",
+                  f"config aux layer ids {list(config_ids)} name layer outputs {beyond} that a target with "
+                  f"{num_layers} layers does not have: the drafter was trained for another target")
     if dump_ids is None:
         return
     config_layers = _physical_layers(config_ids, config_convention)
