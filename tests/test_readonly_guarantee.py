@@ -1,0 +1,168 @@
+"""Read-only guarantee: `scan`, `check`, `scalars` and a scripted TUI session change nothing they read.
+
+The watched tree is written by the real writers: SummaryWriter event files, a drafter saved with
+safetensors (d2t/t2d buffers, 32 000 of 163 840), the run's mapping as SpecForge's .pt, SpecForge
+hidden-state dumps, a sharded target model and a training_state.pt. Every file is hashed and every
+entry's type, size, mtime and ctime recorded (ctime moves on any chmod/chown/utime too); each
+command runs with the watched tree as its working directory (where a stray cache or log would land)
+and the tree must come out identical, with nothing added: no __pycache__, no cache, no lock file.
+Caches, where a command keeps any, belong under $XDG_CACHE_HOME, which the test points elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH
+from test_formats_hidden_states import write_specforge
+from test_formats_target import layer_tensors, llama_config, target_tensors, write_sharded
+from tui_support import ACC_TAG, LOSS_TAG, healthy_run, story_run
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_RUNS = REPO / "sample_runs"
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root (root included): kind, size, mtime, ctime, and a sha256 of each file."""
+    entries = {}
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        for name in [".", *dirs, *files]:
+            path = Path(directory) / name if name != "." else Path(directory)
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                entries[rel] = ("link", os.readlink(path), st.st_mtime_ns, st.st_ctime_ns)
+            elif stat.S_ISDIR(st.st_mode):
+                entries[rel] = ("dir", st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
+            else:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                entries[rel] = ("file", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+    return entries
+
+
+def assert_unchanged(root: Path, before: dict[str, tuple], what: str) -> None:
+    after = snapshot(root)
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
+    assert not (added or removed or changed), f"{what} touched the watched tree: added {added[:10]}, " \
+                                              f"removed {removed[:10]}, changed {changed[:10]}"
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory) -> Path:
+    """A story run (mapping mismatch) with dumps, target and training state, and a healthy run."""
+    root = tmp_path_factory.mktemp("watched")
+    run = story_run(root)
+    healthy_run(root)
+    tensors = {**target_tensors(), **layer_tensors()}
+    names = sorted(tensors)
+    write_sharded(root / "models" / "target", [{k: tensors[k] for k in names[:2]}, {k: tensors[k] for k in names[2:]}],
+                  llama_config())
+    write_specforge(run / "hidden_states", 4)
+    torch.save({"epoch": 1, "args": argparse.Namespace(target_model_path=str(root / "models" / "target"),
+                                                       draft_vocab_size=DRAFT_VOCAB)},
+               run / "training_state.pt")
+    (run / "triage.toml").write_text(
+        (run / "triage.toml").read_text() + 'data = "hidden_states"\ntarget = "../models/target"\n'
+    )
+    # A tree nobody touched for a while: a command that rewrites an mtime stands out.
+    past = time.time() - 3600
+    for path in sorted(root.rglob("*"), reverse=True) + [root]:
+        os.utime(path, (past, past), follow_symlinks=False)
+    return root
+
+
+def triage(cwd: Path, cache_home: Path, *args: str | Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a stray import from the tree must show up as __pycache__
+    return subprocess.run([sys.executable, "-m", "triage_tui", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_scan_and_check_leave_the_tree_as_it_was(watched, tmp_path):
+    before = snapshot(watched)
+    run = watched / "k2-finetune"
+
+    scan = triage(watched, tmp_path / "cache", "scan", watched, "--json")
+    assert scan.returncode == 1, scan.stderr  # the story run is critical
+    statuses = {r["name"]: r["status"] for r in json.loads(scan.stdout)["runs"]}
+    assert statuses == {"k2-finetune": "critical", "scratch-drafter": "ok"}
+    assert_unchanged(watched, before, "triage scan")
+
+    check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu")
+    assert check.returncode == 1, check.stderr
+    report = json.loads(check.stdout)
+    # The check really read the files: the drafter's d2t against the run's .pt, dumps and target.
+    assert report["checks"]["vocab_mapping"]["positional_match"] == POSITIONAL_MATCH
+    assert report["hypotheses"][0]["id"] == "vocab_mapping_mismatch"
+    assert report["checks"]["hidden_state"]["status"] != "skipped"
+    assert report["inputs"]["target"] and report["inputs"]["data"]
+    assert_unchanged(watched, before, "triage check")
+
+
+def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
+    before = snapshot(watched)
+    run = watched / "k2-finetune"
+    if "not built yet" in triage(run, tmp_path / "cache", "scalars", run).stderr:
+        pytest.skip("`triage scalars` is still the skeleton's placeholder")
+    scalars = triage(run, tmp_path / "cache", "scalars", run, "--format", "csv")
+    assert scalars.returncode == 0, scalars.stderr
+    assert LOSS_TAG in scalars.stdout and ACC_TAG in scalars.stdout
+    assert_unchanged(watched, before, "triage scalars")
+
+
+async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_path, monkeypatch):
+    pytest.importorskip("triage_tui.tui.app", reason="the TUI (triage_tui/tui/app.py) does not exist yet")
+    from test_tui import checked, loaded, make_app, wait_for
+    from triage_tui.tui.screens.drilldown import DrillDownScreen
+    from triage_tui.tui.screens.remap import ConfirmRemapScreen
+
+    monkeypatch.chdir(watched)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    before = snapshot(watched)
+    app = make_app(watched, use_watchdog=True)  # the inotify observer too: it must only watch
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        assert app.rows[0].name == "k2-finetune"
+        await checked(pilot)
+        assert app.diagnoses[app.rows[0].path].hypotheses[0].id == "vocab_mapping_mismatch"
+        await pilot.press("h", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await pilot.press("2", "3")
+        # Asking for the remap and answering no must write nothing either.
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="remap dialog")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not app.remap_running, what="remap declined")
+        await pilot.press("escape")
+        await pilot.pause(1.0)  # a few more polls and observer wake-ups
+        await pilot.press("q")
+    assert_unchanged(watched, before, "the TUI session")
+
+
+@pytest.mark.skipif(not SAMPLE_RUNS.is_dir(), reason="sample_runs/ does not exist yet (H-samples)")
+def test_sample_runs_copy_is_left_as_it_was(tmp_path):
+    copy = tmp_path / "sample_runs"
+    shutil.copytree(SAMPLE_RUNS, copy, symlinks=True)
+    before = snapshot(copy)
+    scan = triage(copy, tmp_path / "cache", "scan", copy, "--json")
+    assert scan.returncode in (0, 1), scan.stderr
+    runs = [Path(r["path"]) for r in json.loads(scan.stdout)["runs"]]
+    assert runs
+    for run in runs:
+        check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu")
+        assert check.returncode in (0, 1, 2), check.stderr  # 2: a sample without a checkpoint to check
+    assert_unchanged(copy, before, "scan and check of sample_runs")
