@@ -297,18 +297,48 @@ class _Rows:
             _check_cancel(cancel)
             lo, hi = int(ordered[start]), int(ordered[end - 1]) + 1
             window = self.read(lo, hi)
-            out[torch.from_numpy(order[start:end])] = window.index_select(
-                0, torch.from_numpy(ordered[start:end] - lo))
+            _put(out, order[start:end], _take(window, ordered[start:end] - lo))
             del window
         return out
 
-    def column_mean(self, cancel: threading.Event | None = None) -> torch.Tensor:
-        """Mean over rows, summed in float64 on the CPU so that every device gets the same bits."""
-        total = torch.zeros(self.shape[1:], dtype=torch.float64)
+    def column_sum(self, cancel: threading.Event | None = None) -> np.ndarray:
+        """Sum over rows in float64 (numpy, on the CPU: every device then gets the same mean)."""
+        total = np.zeros(self.shape[1:], dtype=np.float64)
         for lo, hi in self.windows():
             _check_cancel(cancel)
-            total += self.read(lo, hi).sum(dim=0, dtype=torch.float64)
-        return (total / max(1, self.shape[0])).to(self.dtype)
+            total += _float64_row_sum(self.read(lo, hi))
+        return total
+
+
+def _float64_row_sum(window: torch.Tensor) -> np.ndarray:
+    if window.dtype == torch.bfloat16:
+        # bf16 is the top half of a float32: widening by a shift is exact, and much faster than .float()
+        wide = window.view(torch.int16).numpy().astype(np.int32)
+        wide <<= 16
+        values = wide.view(np.float32)
+    elif window.dtype in (torch.float32, torch.float64):
+        values = window.numpy()
+    else:
+        values = window.to(torch.float32).numpy()
+    return np.add.reduce(values, axis=0, dtype=np.float64)
+
+
+def _is_range(index: np.ndarray) -> bool:
+    """True when ``index`` is a, a+1, ..., a+n-1 (a slice does then what fancy indexing would)."""
+    return bool(index.size) and int(index[-1]) - int(index[0]) == index.size - 1 and bool(np.all(np.diff(index) == 1))
+
+
+def _take(source: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    if _is_range(index):
+        return source[int(index[0]):int(index[-1]) + 1]
+    return source.index_select(0, torch.from_numpy(index))
+
+
+def _put(target: torch.Tensor, index: np.ndarray, values: torch.Tensor) -> None:
+    if _is_range(index):
+        target[int(index[0]):int(index[-1]) + 1] = values
+    else:
+        target[torch.from_numpy(index)] = values
 
 
 class _StagedRows:
@@ -659,13 +689,21 @@ def _extra_files(plan: RemapPlan) -> tuple[list[Path], list[str]]:
 
 
 class _InitRows:
-    """Values of the initialised rows, computed once and used for writing and for verification."""
+    """Values of the initialised rows, computed once and used for writing and for verification.
+
+    The mean of the old rows is summed in a thread while the other tensors are copied; the
+    lm_head is written last, so nothing waits for it.
+    """
 
     def __init__(self, plan: RemapPlan, old: _Rows, cancel: threading.Event | None) -> None:
         self.plan = plan
         self.dtype = old.dtype
         self.width = old.shape[1]
-        self.mean = old.column_mean(cancel) if plan.init == "mean" and plan.rows_initialized else None
+        self._mean_sum = None
+        self._mean: torch.Tensor | None = None
+        self._stop = threading.Event()
+        if plan.init == "mean" and plan.rows_initialized:
+            self._mean_sum = _Background("triage-remap-mean", lambda: old.column_sum(self._stop))
         self.target_head = None
         if plan.init == "target" and plan.rows_initialized:
             head = plan.target_model.lm_head()
@@ -674,14 +712,27 @@ class _InitRows:
                                                  f"[{plan.run_mapping.target_vocab_size}, {self.width}]")
             self.target_head = head
 
+    def mean(self) -> torch.Tensor:
+        if self._mean is None:
+            total = self._mean_sum.result()
+            self._mean = torch.from_numpy(total / max(1, self.plan.checkpoint.tensors[
+                self.plan.checkpoint.lm_head_name].shape[0])).to(self.dtype)
+        return self._mean
+
     def rows(self, positions: np.ndarray) -> torch.Tensor:
         """Rows for new draft positions ``positions`` (all of them initialised ones)."""
         if self.plan.init == "zeros" or not positions.size:
             return torch.zeros((positions.size, self.width), dtype=self.dtype)
-        if self.mean is not None:
-            return self.mean.expand(positions.size, self.width).clone()
+        if self.plan.init == "mean":
+            return self.mean().expand(positions.size, self.width).clone()
         token_ids = torch.from_numpy(self.plan.run_mapping.hot_ids[positions])
         return self.target_head.index_select(0, token_ids).to(self.dtype)
+
+    def close(self) -> None:
+        """Stop the mean thread if it still runs, and wait for it."""
+        self._stop.set()
+        if self._mean_sum is not None:
+            self._mean_sum.join()
 
 
 def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int,
@@ -689,13 +740,14 @@ def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: i
     """New lm_head rows lo..hi: copied rows gathered from the old head, the rest initialised."""
     sources = plan.source_rows[lo:hi]
     copied = sources >= 0
+    if copied.all():
+        return gather(sources, cancel)
     chunk = torch.empty((hi - lo, init_rows.width), dtype=init_rows.dtype)
-    copied_at = torch.from_numpy(np.flatnonzero(copied))
-    if copied_at.numel():
-        chunk[copied_at] = gather(sources[copied], cancel)
+    copied_at = np.flatnonzero(copied)
+    if copied_at.size:
+        _put(chunk, copied_at, gather(sources[copied_at], cancel))
     init_at = np.flatnonzero(~copied)
-    if init_at.size:
-        chunk[torch.from_numpy(init_at)] = init_rows.rows(init_at + lo)
+    _put(chunk, init_at, init_rows.rows(init_at + lo))
     return chunk
 
 
@@ -730,28 +782,24 @@ _VERIFY_SPAN = (0.55, 0.85)
 def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str],
                    gather, init_rows: _InitRows, progress: _Progress,
                    cancel: threading.Event | None) -> dict[str, _SafetensorsWriter]:
+    """Every output file, header first; each tensor goes to its own offset, so order is free:
+    the lm_head comes last, once the mean (summed in a thread meanwhile) is ready."""
     checkpoint = plan.checkpoint
     lm_head_name = checkpoint.lm_head_name
     run = plan.run_mapping
     writers: dict[str, _SafetensorsWriter] = {}
     try:
         for file_name, entries in files.items():
-            writer = _SafetensorsWriter(temp / file_name, entries, metadata)
-            writers[file_name] = writer
+            writers[file_name] = _SafetensorsWriter(temp / file_name, entries, metadata)
+        head_writer = None
+        for writer in writers.values():
             for entry in writer.entries:
                 if entry.name == "d2t":
                     writer.write("d2t", 0, run.d2t().astype(np.int64))
                 elif entry.name == "t2d":
                     writer.write("t2d", 0, run.t2d().view(np.uint8))
                 elif entry.name == lm_head_name:
-                    row_bytes = entry.nbytes // max(1, entry.shape[0])
-                    step = max(1, WINDOW_BYTES // max(1, row_bytes))
-                    for lo in range(0, entry.shape[0], step):
-                        hi = min(entry.shape[0], lo + step)
-                        _check_cancel(cancel)
-                        chunk = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
-                        writer.write(entry.name, lo * row_bytes, _as_bytes(chunk))
-                        progress.advance(chunk.numel() * chunk.element_size(), "writing lm_head", _WRITE_SPAN)
+                    head_writer = writer
                 else:
                     rows = _Rows(checkpoint, entry.name)
                     for lo, hi in rows.windows():
@@ -760,6 +808,15 @@ def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], 
                         writer.write(entry.name, lo * rows.row_bytes, data)
                         progress.advance(data.size, f"copying {entry.name}", _WRITE_SPAN)
                         del data
+        entry = next(e for e in head_writer.entries if e.name == lm_head_name)
+        row_bytes = entry.nbytes // max(1, entry.shape[0])
+        step = max(1, WINDOW_BYTES // max(1, row_bytes))
+        for lo in range(0, entry.shape[0], step):
+            hi = min(entry.shape[0], lo + step)
+            _check_cancel(cancel)
+            chunk = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
+            head_writer.write(entry.name, lo * row_bytes, _as_bytes(chunk))
+            progress.advance(chunk.numel() * chunk.element_size(), "writing lm_head", _WRITE_SPAN)
     except BaseException:
         for writer in writers.values():
             writer.close()
@@ -950,6 +1007,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
     hashing = _Background("triage-remap-sha256", lambda: _hash_files(plan.checkpoint.files, stop_hashing))
     temp = _TempOutput(output)
     writers: dict[str, _SafetensorsWriter] = {}
+    init_rows = None
     try:
         if dumps is not None and plan.target_model is not None:
             if progress:
@@ -1005,6 +1063,8 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             raise _write_error(err, output) from None
     finally:
         stop_hashing.set()
+        if init_rows is not None:
+            init_rows.close()
         for writer in writers.values():
             writer.close()
         temp.close()
