@@ -125,10 +125,11 @@ def test_pickled_numpy_object_array_is_refused(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (b"", "file is 0 bytes long"),
     (b"\x00" * 64, "not a torch.save file"),
-    (os.urandom(4096), "not a torch.save file|unreadable torch file"),
+    # Seeded, not os.urandom: xdist workers must collect the same parameters.
+    (np.random.default_rng(7).bytes(4096), "not a torch.save file|unreadable torch file"),
     (b"PK\x03\x04" + b"\x00" * 200, "unreadable torch file"),
     (b"\x1f\x8b\x08\x00garbage", "unreadable torch file"),
-])
+], ids=["empty", "zeros", "random", "zip-header-only", "gzip-garbage"])
 def test_garbage_torch_files(tmp_path, content, message):
     (tmp_path / "junk.pt").write_bytes(content)
     with pytest.raises(BadInput, match=message):
