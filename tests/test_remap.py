@@ -481,11 +481,11 @@ def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypa
 
 
 def test_stale_temporary_is_removed_and_a_live_one_kept(world):
-    out = world["root"] / "out"
-    stale = world["root"] / ".out.triage-tmp-dead"
+    out = world["root"] / "out[1]"  # a name glob would misread
+    stale = world["root"] / ".out[1].triage-tmp-dead"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"half")
-    live = world["root"] / ".out.triage-tmp-live"
+    live = world["root"] / ".out[1].triage-tmp-live"
     live.mkdir()
     fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as a running remap holds it
@@ -562,6 +562,8 @@ def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
         "missing mapping": ([src, "--mapping", str(tmp_path / "nope.pt")], "no such file"),
         "no mapping": ([src], "--mapping is required"),
         "target init without target": ([src, "--mapping", mapping, "--init-missing", "target"], "needs --target"),
+        "output inside the source": ([src, "--mapping", mapping, "--out", str(world["source"] / "remapped")],
+                                     "inside the source checkpoint"),
     }
 
 

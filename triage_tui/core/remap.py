@@ -157,12 +157,16 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
     if lm_head is None:
         raise BadInput(source, "checkpoint has no lm_head.weight: there are no rows to remap")
     old_rows, width = lm_head.shape
-    if lm_head.dtype not in _TORCH_DTYPE_TO_SAFETENSORS:
-        raise BadInput(lm_head.file, f"lm_head.weight has dtype {lm_head.dtype}, which safetensors cannot store")
+    for info in checkpoint.tensors.values():
+        if info.dtype not in _TORCH_DTYPE_TO_SAFETENSORS:
+            raise BadInput(info.file, f"tensor {info.name!r} has dtype {info.dtype}, which safetensors cannot store")
+
+    target_path = Path(target).resolve() if target is not None else None
+    target_model = _read_target(target_path) if target_path is not None else None
 
     checkpoint_mapping = checkpoint.mapping
     if checkpoint_mapping is None:
-        vocab = checkpoint.target_vocab_size or old_rows
+        vocab = checkpoint.target_vocab_size or (target_model.vocab_size if target_model else old_rows)
         # vLLM keeps draft_id_to_target_id at zeros when a checkpoint has no d2t (reference
         # section 1.2): the rows then stand for target ids 0..Vd-1, and that is what they learnt.
         checkpoint_mapping = VocabMapping.identity(old_rows, vocab, source=f"{source} (no d2t: identity)")
@@ -173,8 +177,10 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
                                f"{old_rows} rows")
 
     mapping_path = Path(mapping_path).resolve()
-    run_mapping = read_mapping(mapping_path, target_vocab_size=checkpoint.target_vocab_size)
+    run_mapping = read_mapping(mapping_path, target_vocab_size=checkpoint.target_vocab_size
+                               or (target_model.vocab_size if target_model else None))
     _check_run_mapping(run_mapping, mapping_path, checkpoint, checkpoint_mapping, source)
+    notes.extend(f"The run's mapping: {note}" for note in run_mapping.notes)
 
     duplicated = checkpoint_mapping.draft_vocab_size - np.unique(checkpoint_mapping.hot_ids).size
     if duplicated:
@@ -184,8 +190,6 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
     rows_copied = int(np.count_nonzero(source_rows >= 0))
     rows_initialized = run_mapping.draft_vocab_size - rows_copied
 
-    target_path = Path(target).resolve() if target is not None else None
-    target_model = _read_target(target_path) if target_path is not None else None
     if target_model is not None and target_model.vocab_size != run_mapping.target_vocab_size:
         raise BadInput(target_path, f"the target's vocab has {target_model.vocab_size} tokens but the run's "
                                     f"mapping {mapping_path} is over {run_mapping.target_vocab_size}")
@@ -208,7 +212,7 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
 
     mapping_sha, mapping_sha_of = _mapping_digest(mapping_path, run_mapping)
     output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
-    _check_output_location(output, [source, mapping_path] + ([target_path] if target_path else []))
+    _check_output_location(output, source, [source, mapping_path] + ([target_path] if target_path else []))
     return RemapPlan(
         source=source, output=output, mapping_path=mapping_path, draft_vocab_size=run_mapping.draft_vocab_size,
         rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
@@ -243,10 +247,14 @@ def _is_within(path: Path, parent: Path) -> bool:
     return path == parent or parent in path.parents
 
 
-def _check_output_location(output: Path, inputs: list[Path]) -> None:
+def _check_output_location(output: Path, source: Path, inputs: list[Path]) -> None:
+    """Refuse an output that is an input or holds one, or that lies inside the source checkpoint."""
     for given in inputs:
         if _is_within(given, output):
             raise BadInput(output, f"the output would replace {given}, an input; choose another --out")
+    if _is_within(output, source):
+        raise BadInput(output, f"is inside the source checkpoint {source}, which is never written to; "
+                               "choose another --out")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,10 +516,10 @@ def clean_stale_temporaries(output: Path) -> list[Path]:
     parent = output.parent
     if not parent.is_dir():
         return removed
-    for prefix in (_temp_prefix(output), _aside_prefix(output)):
-        for candidate in parent.glob(prefix + "*"):
-            if not candidate.is_dir() or candidate.is_symlink():
-                continue
+    prefixes = (_temp_prefix(output), _aside_prefix(output))
+    for name in os.listdir(parent):  # not glob: an output name may hold [ or *
+        candidate = parent / name
+        if name.startswith(prefixes) and candidate.is_dir() and not candidate.is_symlink():
             fd = _lock_dir(candidate)
             if fd is None:
                 continue
@@ -546,11 +554,11 @@ class _TempOutput:
             os.rename(self.output, aside / self.output.name)
         try:
             os.rename(self.path, self.output)
-        except OSError as err:
-            if aside is not None:  # put the old output back
+        except BaseException as err:  # Ctrl-C included: the old output goes back where it was
+            if aside is not None:
                 os.rename(aside / self.output.name, self.output)
                 shutil.rmtree(aside, ignore_errors=True)
-            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            if isinstance(err, OSError) and err.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 raise BadInput(self.output, "appeared while the remap was writing; nothing was replaced") from None
             raise
         self.committed = True
@@ -1128,7 +1136,7 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
                      "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
                      "speculators) would misalign its rows; remap instead.")
     output = Path(out_dir).resolve() if out_dir is not None else source.parent / f"{source.name}-vocab-mapping"
-    _check_output_location(output, [source])
+    _check_output_location(output, source, [source])
     replace = _check_output_free(output, force)
     clean_stale_temporaries(output)
     temp = _TempOutput(output)
