@@ -460,23 +460,26 @@ def test_cancel_leaves_nothing(world):
     assert seen and listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
-def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypatch, capsys):
-    """Flip one bit of the lm_head bytes on the way to disk: verification must catch it."""
-    real = remap._write_at
-    state = {"flipped": False}
+@pytest.mark.parametrize("tensor,byte,kind", [
+    ("lm_head.weight", 10_000 * HIDDEN * 4 + 3, "differs from row"),       # a copied row
+    ("lm_head.weight", 300 * HIDDEN * 4 + 3, "is not the mean row"),        # an initialised row (ids 252..6501)
+    ("fc.weight", 17, "fc.weight differs from the source"),
+    ("t2d", 5, "d2t/t2d differ"),
+])
+def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypatch, capsys, tensor, byte, kind):
+    """Flip one bit on its way to disk: verification must name it, and nothing is renamed into place."""
+    real = remap._SafetensorsWriter.write
 
-    def corrupting(fd, data, offset):
-        data = bytearray(memoryview(data).cast("B"))
-        if len(data) > 100_000 and not state["flipped"]:
-            data[50_001] ^= 0x01
-            state["flipped"] = True
-        real(fd, data, offset)
+    def corrupting(self, name, offset, data):
+        if name == tensor and offset <= byte < offset + data.nbytes:
+            data = data.copy()
+            data.reshape(-1).view(np.uint8)[byte - offset] ^= 0x01
+        real(self, name, offset, data)
 
-    monkeypatch.setattr(remap, "_write_at", corrupting)
+    monkeypatch.setattr(remap._SafetensorsWriter, "write", corrupting)
     code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
                             str(world["root"] / "out")], capsys)
-    assert state["flipped"] and code == 2
-    assert "verification failed" in err and err.count("\n") == 1
+    assert code == 2 and "verification failed" in err and kind in err and err.count("\n") == 1, err
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
