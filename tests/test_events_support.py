@@ -71,7 +71,13 @@ def reference_scalar(value: summary_pb2.Summary.Value) -> float | None:
         if tensor.tensor_content:
             return _bf16(int.from_bytes(tensor.tensor_content, "little")) if len(tensor.tensor_content) == 2 else None
         return _bf16(tensor.half_val[0] & 0xFFFF) if len(tensor.half_val) == 1 else None
-    if tensor.dtype not in (1, 2, 3, 4, 5, 6, 9, 10, 17, 19, 22, 23):
+    if tensor.dtype in (types_pb2.DT_UINT32, types_pb2.DT_UINT64):  # nor uint32/uint64 (tensor.proto fields 16, 17)
+        code, vals = ("<u4", tensor.uint32_val) if tensor.dtype == types_pb2.DT_UINT32 else ("<u8", tensor.uint64_val)
+        if tensor.tensor_content:
+            ok = len(tensor.tensor_content) == np.dtype(code).itemsize
+            return float(np.frombuffer(tensor.tensor_content, code)[0]) if ok else None
+        return float(vals[0]) if len(vals) == 1 else None
+    if tensor.dtype not in (1, 2, 3, 4, 5, 6, 9, 10, 17, 19):
         return None
     try:
         array = tensor_util.make_ndarray(tensor)

@@ -948,6 +948,7 @@ class RunEvents:
         self.totals = ReadStats()
         self._files: dict[Path, _FileState] = {}
         self._decoder = _Decoder(verify_data_crc)
+        self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self._lock = threading.Lock()
 
     @property
@@ -989,6 +990,7 @@ class RunEvents:
     def _forget_all(self) -> None:
         # Simplest correct answer to a rewritten file: every file of the run is read again, in order.
         self.scalars.clear()
+        self._plugins = {}
         self._files = {p: _FileState(p) for p in self._files}
 
     def _read(self, state: _FileState, stats: ReadStats) -> None:
@@ -1061,6 +1063,9 @@ class RunEvents:
 
     def _store(self, chunk: _Chunk, state: _FileState, stats: ReadStats) -> None:
         purges = self._restarts(chunk, state)
+        # First occurrence wins, even when that point itself is not kept (a NaN wall_time).
+        for tag_id, (_, plugin) in chunk.first_plugin.items():
+            self._plugins.setdefault(tag_id, plugin)
         if not chunk.keys and not purges:
             return
         scalars = self.scalars
@@ -1083,14 +1088,14 @@ class RunEvents:
             order = order[np.argsort(tag_sorted, kind="stable")]
             keys, tag_ids, steps, walls, values = (a[order] for a in (keys, tag_ids, steps, walls, values))
             edges = np.flatnonzero(np.diff(tag_ids)) + 1
-            bounds = np.concatenate(([0], edges, [keys.size])).tolist()
+            bounds = np.concatenate(([0], edges, [keys.size])).tolist() if keys.size else [0]
         else:
             bounds = [0]
         tags = self._decoder.tags
         segments = []
         for a, b in zip(bounds[:-1], bounds[1:]):
             tag_id = int(tag_ids[a])
-            series = scalars.series_for(tags[tag_id], chunk.first_plugin.get(tag_id, (0, None))[1])
+            series = scalars.series_for(tags[tag_id], self._plugins.get(tag_id))
             cuts = np.searchsorted(keys[a:b], [k for k, _ in purges]).tolist() if purges else []
             segments.append((series, a, [a + c for c in cuts] + [b]))
         lows = [a for _, a, _ in segments]
