@@ -201,7 +201,7 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         report = app.remap_reports[story]
         assert report.verified and Path(report.output) == output
         assert isinstance(app.screen, RemapScreen) and app.screen.report is report
-        assert "remap done" in str(app.screen.query_one("#remap-status").render())
+        assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
         # Row j of the new head is the old row of the same target token.
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}

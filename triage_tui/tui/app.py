@@ -8,6 +8,7 @@ into widgets.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -36,6 +38,20 @@ if TYPE_CHECKING:
     from triage_tui.core.diagnose import CheckInputs, Diagnosis
     from triage_tui.core.remap import RemapPlan, RemapReport
     from triage_tui.core.watch import RunStatus
+
+
+def _skipped_after_shutdown(method: Callable[..., None]) -> Callable[..., None]:
+    """Timers and late messages can fire while the app shuts down and its widgets are gone."""
+
+    @functools.wraps(method)
+    def guarded(self: "TriageApp", *args: object) -> None:
+        try:
+            method(self, *args)
+        except NoMatches:
+            if self.is_running and self.screen_stack and self.main.is_mounted and self.main.children:
+                raise  # a real bug, not the teardown race
+
+    return guarded
 
 
 class TriageApp(App[None]):
@@ -131,6 +147,7 @@ class TriageApp(App[None]):
         watcher.run(on_update, stop)
 
     @on(messages.RunsUpdated)
+    @_skipped_after_shutdown
     def _runs_updated(self, message: messages.RunsUpdated) -> None:
         self.polls += 1
         self.statuses = {status.info.path: status for status in message.statuses}
@@ -160,6 +177,7 @@ class TriageApp(App[None]):
         table.show_rows(self._visible_rows(), now=self.now())
         self.select_run(table.selected_path)
 
+    @_skipped_after_shutdown
     def _refresh_ages(self) -> None:
         if self.rows:
             self.main.query_one(RunsTable).show_rows(self._visible_rows(), now=self.now())
@@ -203,6 +221,7 @@ class TriageApp(App[None]):
         status = self.statuses.get(self._selected) if self._selected else None
         self.main.query_one(FlagsView).show(status.flags if status else (), scanning=self.polls == 0)
 
+    @_skipped_after_shutdown
     def _refresh_chart_if_stale(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
         chart = self.main.query_one(LossChart)
@@ -225,6 +244,7 @@ class TriageApp(App[None]):
             self.post_message(messages.ChartReady(series, status.info.path))
 
     @on(messages.ChartReady)
+    @_skipped_after_shutdown
     def _chart_ready(self, message: messages.ChartReady) -> None:
         if message.path != self._selected:
             return
@@ -282,6 +302,7 @@ class TriageApp(App[None]):
         self.check_inputs[message.path] = message.inputs
 
     @on(messages.CheckProgress)
+    @_skipped_after_shutdown
     def _check_progress(self, message: messages.CheckProgress) -> None:
         if message.path == self.checks_running_for:
             self.main.query_one(ChecksProgress).progress(message.check, message.fraction, message.text)
@@ -295,6 +316,7 @@ class TriageApp(App[None]):
             self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
 
     @on(messages.ChecksFinished)
+    @_skipped_after_shutdown
     def _checks_finished(self, message: messages.ChecksFinished) -> None:
         if message.path != self.checks_running_for:
             return  # a cancelled run reporting late

@@ -239,7 +239,8 @@ class DrillDownScreen(Screen):
 
     def compose(self) -> ComposeResult:
         hypothesis = self.hypothesis
-        title = score_bar(hypothesis.score)
+        title = Text(" ")
+        title.append_text(score_bar(hypothesis.score))
         title.append(hypothesis.title, style="bold")
         title.append(f"  · {self.run_name}", style="dim")
         yield Static(title, id="drill-title")

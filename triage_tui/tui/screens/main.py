@@ -67,6 +67,7 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#runs-pane").border_title = "runs"
         self.query_one("#chart-pane").border_title = "loss"
+        self.query_one("#chart-pane").border_subtitle = "raw dim · smoothed 0.6 bright, as TensorBoard · l log-y"
         self.query_one("#flags-pane").border_title = "flags"
         self.query_one("#analysis-pane").border_title = "checks"
         self.query_one("#filter").display = False

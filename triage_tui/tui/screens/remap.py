@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -51,29 +52,32 @@ class ConfirmRemapScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-def describe_report(report: "RemapReport") -> Text:
-    text = Text()
-    text.append("✔ " if report.verified else "✖ ", style="bold green" if report.verified else "bold red")
-    text.append(f"wrote {report.output}\n", style="bold")
-    text.append(f"  from      {report.source}\n")
-    text.append(f"  mapping   {report.mapping}\n")
-    text.append(f"  rows      {report.rows_copied} copied, {report.rows_initialized} initialised ({report.init})"
-                f" of {report.draft_vocab_size}\n")
-    text.append("  verified  ")
-    text.append("yes: re-read and compared with the source\n"
-                if report.verified else "NO\n", style="green" if report.verified else "bold red")
+def describe_report(report: "RemapReport") -> Table:
+    """The report as label/value rows; long paths fold under their value, not under the label."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column("label", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("output", Text(str(report.output), style="bold"))
+    table.add_row("from", str(report.source))
+    table.add_row("mapping", str(report.mapping))
+    table.add_row("rows", f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
+                          f"of {report.draft_vocab_size}")
+    table.add_row("verified", Text("yes: re-read and compared with the source", style="green")
+                  if report.verified else Text("NO", style="bold red"))
     if report.accuracy_before is not None and report.accuracy_after is not None:
-        text.append("  replay    accuracy ")
-        text.append(f"{report.accuracy_before:.1%}", style="red")
-        text.append(" → ")
-        text.append(f"{report.accuracy_after:.1%}", style="bold green")
-        text.append(" with the run's mapping\n")
+        accuracy = Text()
+        accuracy.append(f"{report.accuracy_before:.1%}", style="red")
+        accuracy.append(" → ")
+        accuracy.append(f"{report.accuracy_after:.1%}", style="bold green")
+        accuracy.append(" first-step accuracy on the run's dumps, with the run's mapping")
+        table.add_row("replay", accuracy)
     else:
-        text.append("  replay    not measured (needs hidden-state dumps and the target)\n", style="dim")
+        table.add_row("replay", Text("not measured (needs hidden-state dumps and the target)", style="dim"))
     for note in report.notes:
-        text.append(f"  note      {note}\n", style="yellow")
-    text.append("\nRestart the fine-tune from the new checkpoint (SpecForge: --ckpt-dir).", style="dim")
-    return text
+        table.add_row("note", Text(note, style="yellow"))
+    table.add_row("", "")
+    table.add_row("next", "restart the fine-tune from the output (SpecForge: --ckpt-dir)")
+    return table
 
 
 class RemapScreen(ModalScreen[None]):
@@ -125,7 +129,8 @@ class RemapScreen(ModalScreen[None]):
             result.update(Text(error or ""))
             self.query_one("#dialog").border_title = "remap failed"
         else:
-            status.update(Text("remap done", style="bold green"))
+            status.update(Text("✔ wrote a verified checkpoint" if report.verified else "✖ written but NOT verified",
+                               style="bold green" if report.verified else "bold red"))
             result.update(describe_report(report))
             self.query_one("#dialog").border_title = "remap done"
         self.query_one("#dialog").border_subtitle = "esc closes"

@@ -15,7 +15,9 @@ def score_bar(score: float) -> Text:
     score = max(0.0, min(1.0, score))
     filled = round(score * BAR_CELLS)
     style = "bold red" if score >= 0.5 else ("yellow" if score >= 0.2 else "green")
-    bar = Text("█" * filled, style=style)
+    # Styles go on spans: a style given to Text() would colour everything appended later too.
+    bar = Text()
+    bar.append("█" * filled, style=style)
     bar.append("░" * (BAR_CELLS - filled), style="dim")
     bar.append(f" {score:.2f} ")
     return bar

@@ -66,6 +66,7 @@ class LossChart(PlotextPlot):
         muted = _rgb(self.app, "foreground-darken-3", "#777777")
         bright = _rgb(self.app, "accent", "#ffa62b")
         danger = _rgb(self.app, "error", "#ba3c5b")
+        surface = _rgb(self.app, "surface", "#1e1e1e")
         plt.plot(steps, values, marker="braille", color=muted)
         plt.plot(steps, smoothed, marker="braille", color=bright)
         low = min(min(values), min(smoothed))
@@ -76,7 +77,7 @@ class LossChart(PlotextPlot):
             low, high = min(low, chance), max(high, chance)
             plt.horizontal_line(chance, color=danger)
             label = f"ln {series.vocab_size} = {chance:.2f}" if series.vocab_size else f"chance {chance:.2f}"
-            plt.text(label, x=steps[0], y=chance, color=danger, alignment="left")
+            plt.text(label, x=steps[0], y=chance, color=danger, background=surface, alignment="left")
         if self.log_y:
             plt.yscale("log")
         else:

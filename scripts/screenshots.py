@@ -1,0 +1,125 @@
+"""Write screenshots/*.svg from the real app running headless on sample_runs/.
+
+    .venv/bin/python scripts/screenshots.py [--runs sample_runs] [--out screenshots]
+
+The walkthrough of the README, one picture per step: the main screen in an 80x24 pane and
+wide, the hypotheses after `c`, the drill-down's details, the remap dialog and its result.
+The remap writes beside the source checkpoint, so the runs are copied to a scratch
+directory first; sample_runs/ itself is never written. The clock is frozen a minute after
+the newest event so that regenerating gives the same pictures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from triage_tui.core.watch import Watcher  # noqa: E402
+from triage_tui.tui.app import TriageApp  # noqa: E402
+from triage_tui.tui.screens.drilldown import DrillDownScreen  # noqa: E402
+from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen  # noqa: E402
+from triage_tui.tui.widgets.loss_chart import LossChart  # noqa: E402
+
+SMALL = (80, 24)
+WIDE = (160, 45)
+
+
+async def until(pilot, predicate, timeout: float = 300.0) -> None:
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise SystemExit(f"screenshots: timed out after {timeout}s")
+        await pilot.pause(0.05)
+
+
+async def settle(pilot) -> None:
+    pilot.app.clear_notifications()
+    await pilot.pause(0.3)
+
+
+def save(app: TriageApp, out: Path, name: str, title: str) -> None:
+    path = out / name
+    path.write_text(app.export_screenshot(title=title))
+    print(f"wrote {path}")
+
+
+def make_app(runs: Path, now: float) -> TriageApp:
+    app = TriageApp([runs], poll_interval=0.5, use_watchdog=False, now=lambda: now)
+    app.animation_level = "none"
+    return app
+
+
+async def main_screen(runs: Path, now: float, out: Path, size: tuple[int, int], name: str) -> None:
+    app = make_app(runs, now)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+        await settle(pilot)
+        save(app, out, name, f"triage sample_runs ({size[0]}x{size[1]})")
+
+
+async def walkthrough(runs: Path, now: float, out: Path) -> None:
+    """check -> hypotheses -> drill-down -> remap dialog -> y -> result, in one 80x24 session."""
+    app = make_app(runs, now)
+    async with app.run_test(size=SMALL) as pilot:
+        await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+        await pilot.press("c")
+        await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+        await settle(pilot)
+        save(app, out, "hypotheses-80x24.svg", "triage: c ran the checks")
+        await pilot.press("h", "enter")
+        await until(pilot, lambda: isinstance(app.screen, DrillDownScreen))
+        await pilot.press("2")
+        await settle(pilot)
+        save(app, out, "drilldown.svg", "triage: enter on the top hypothesis, Details tab")
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen))
+        await settle(pilot)
+        save(app, out, "remap-dialog.svg", "triage: m asks before writing")
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, RemapScreen) and app.screen.report is not None
+                    or isinstance(app.screen, RemapScreen) and app.screen.error is not None)
+        await settle(pilot)
+        save(app, out, "remap-result.svg", "triage: y wrote and verified the remapped checkpoint")
+
+
+def frozen_now(runs: Path) -> float:
+    """A minute after the newest event of any run, so 'age' reads the same on every regeneration."""
+    statuses = Watcher([runs], use_watchdog=False).poll_once()
+    latest = max((s.last_update for s in statuses if s.last_update is not None), default=time.time())
+    return float(latest) + 60.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=ROOT / "sample_runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    args = parser.parse_args()
+    if not args.runs.is_dir():
+        print(f"screenshots: {args.runs}: no such directory (run `triage samples` first)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    # A fixed scratch path: the dialog and the result name the files they write.
+    scratch = Path(tempfile.gettempdir()) / "triage-screenshots"
+    shutil.rmtree(scratch, ignore_errors=True)
+    runs = scratch / "sample_runs"
+    shutil.copytree(args.runs, runs)
+    try:
+        now = frozen_now(runs)
+        asyncio.run(main_screen(runs, now, args.out, SMALL, "main-80x24.svg"))
+        asyncio.run(main_screen(runs, now, args.out, WIDE, "main-wide.svg"))
+        asyncio.run(walkthrough(runs, now, args.out))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
