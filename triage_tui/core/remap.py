@@ -296,6 +296,8 @@ class _Rows:
 
     def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
         """``tensor[rows]`` for any order of rows, touching one window of the source at a time."""
+        if _is_range(rows) and rows.size <= self.window_rows:
+            return self.read(int(rows[0]), int(rows[-1]) + 1)  # one run of rows: the mapped rows themselves
         out = torch.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
         if not rows.size:
             return out
