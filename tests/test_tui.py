@@ -405,3 +405,29 @@ async def test_command_palette_reaches_the_actions(runs_root):
         chart = app.main.query_one(LossChart)
         await pilot.press("ctrl+p", *"Log-y", "enter")
         await wait_for(pilot, lambda: chart.log_y, timeout=3, what="log-y from the palette")
+
+
+def test_long_noisy_loss_is_thinned_with_its_smoothed_curve_aligned(tmp_path):
+    """min/max thinning keeps spikes; the smoothed curve is taken at the same points (TB's EMA of all)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from triage_tui.core.series import ema_smooth
+    from triage_tui.core.watch import Watcher
+    from triage_tui.tui.view_data import SMOOTHING_WEIGHT, chart_series
+
+    rng = np.random.default_rng(0)
+    values = 19.0 + rng.normal(0, 0.5, 5000)
+    values[1234] = 60.0  # one spike
+    writer = SummaryWriter(log_dir=str(tmp_path / "run" / "runs"))
+    for step, value in enumerate(values, start=1):
+        writer.add_scalar(LOSS_TAG, float(value), step, walltime=1.0 + step)
+    writer.close()
+    (status,) = Watcher([tmp_path], use_watchdog=False).poll_once()
+    stored = status.scalars.get(LOSS_TAG)
+    smoothed_all = ema_smooth(np.asarray(stored.values), SMOOTHING_WEIGHT)
+    for width in (64, 120, 317):
+        chart = chart_series(status, width)
+        assert len(chart.steps) == len(chart.values) == len(chart.smoothed) <= width
+        assert chart.values.max() == pytest.approx(60.0) and chart.last_step == 5000
+        positions = chart.steps - 1
+        assert np.allclose(chart.smoothed, smoothed_all[positions])

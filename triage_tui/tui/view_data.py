@@ -129,19 +129,21 @@ def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
     n = min(len(steps_all), len(values_all))
     if n == 0:
         return None
-    steps_all, values_all = steps_all[:n].copy(), values_all[:n].copy()
+    steps_all, values_all = steps_all[:n].copy(), values_all[:n].astype(np.float64)
     smoothed_all = ema_smooth(values_all, SMOOTHING_WEIGHT)
-    steps, values = downsample(steps_all, values_all, max_points)
-    _, smoothed = downsample(steps_all, smoothed_all, max_points)
+    # Thin by the raw curve's min/max points (spikes survive) and take the smoothed curve at
+    # the same points, so all three arrays stay aligned; given positions as "steps",
+    # downsample returns the positions it kept.
+    kept, _ = downsample(np.arange(n), values_all, max_points)
     return ChartSeries(
         path=status.info.path,
         tag=status.loss_tag,
         version=version,
         chance_loss=status.chance_loss,
         vocab_size=status.vocab_size,
-        steps=np.asarray(steps),
-        values=np.asarray(values, dtype=np.float64),
-        smoothed=np.asarray(smoothed, dtype=np.float64),
+        steps=steps_all[kept],
+        values=values_all[kept],
+        smoothed=smoothed_all[kept],
         last_step=int(steps_all[-1]),
         last_value=float(values_all[-1]),
     )
