@@ -1,0 +1,238 @@
+"""The four checks at real size on the CPU, against the story's hand-written mapping script.
+
+Builds in benchmarks/.work/checks/ (deleted at the end unless --keep), each in a child process:
+- the Kimi-K2-shaped EAGLE-3 drafter of bench_remap.py (hidden 7168, draft vocab 32 000, target
+  vocab 163 840, bf16 safetensors, d2t/t2d of the story's checkpoint mapping) and the run's
+  mapping as SpecForge's .pt (252 / 32 000 positions agree, tests/story_mappings.py);
+- a target model directory as a K2-sized checkpoint names its head: a sharded safetensors index
+  whose shards hold ``model.embed_tokens.weight`` and ``lm_head.weight`` [163 840, 7168] bf16 and
+  ``model.norm.weight`` (the transformer layers are left out: no check reads them);
+- SpecForge hidden-state dumps (``rows_0-4/data_{i}.ckpt``: input_ids, loss_mask,
+  hidden_state [1, T, 7168], aux_hidden_state [1, T, 3 * 7168], bf16) of --tokens tokens each;
+- a run directory whose triage.toml names all of them.
+
+Then, each in a fresh process with its peak RSS from getrusage:
+- ``diagnose()`` (what ``triage check`` runs) with device="cpu": the time of each check from its
+  progress messages (a check's time includes reading the inputs it is the first to need);
+- the story's script: torch.load the run's mapping, read the drafter's d2t, build both hot-id
+  lists and compare them position by position in a Python loop, plus the overlap and the
+  reverse mapping (reference/case-252-in-32000.txt, message 4980).
+
+    .venv/bin/python benchmarks/bench_checks.py            # ~5 min on 2 loaded cores, ~11 GB peak
+    .venv/bin/python benchmarks/bench_checks.py --tokens 16 --dumps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+WORK = HERE / ".work" / "checks"
+HIDDEN = 7168
+TARGET_VOCAB = 163_840
+
+
+def build_target(root: Path) -> None:
+    """A K2-sized target head: embed_tokens and lm_head [163 840, 7168] bf16 in two shards, and the norm."""
+    import torch
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": TARGET_VOCAB,
+              "hidden_size": HIDDEN, "num_hidden_layers": 61, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16"}
+    (root / "config.json").write_text(json.dumps(config, indent=2))
+    gen = torch.Generator().manual_seed(7)
+    shards = {"model-00001-of-00002.safetensors": ["model.embed_tokens.weight"],
+              "model-00002-of-00002.safetensors": ["lm_head.weight", "model.norm.weight"]}
+    weight_map = {}
+    for shard, names in shards.items():
+        tensors = {}
+        for name in names:
+            if name == "model.norm.weight":
+                tensors[name] = (1.0 + 0.1 * torch.randn(HIDDEN, generator=gen)).to(torch.bfloat16)
+            else:
+                tensors[name] = (0.02 * torch.randn(TARGET_VOCAB, HIDDEN, generator=gen)).to(torch.bfloat16)
+            weight_map[name] = shard
+        save_file(tensors, str(root / shard), metadata={"format": "pt"})
+        del tensors
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def build_dumps(root: Path, count: int, tokens: int) -> None:
+    """SpecForge prepare_hidden_states.py output: rows_{g}-{g+4}/data_{i}.ckpt (torch.save of a dict)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(11)
+    for i in range(count):
+        ids = torch.randint(0, TARGET_VOCAB, (tokens,), generator=gen)
+        loss_mask = torch.ones(tokens, dtype=torch.long)
+        loss_mask[: tokens // 4] = 0  # the prompt
+        data = {"input_ids": ids, "loss_mask": loss_mask,
+                "hidden_state": torch.randn(1, tokens, HIDDEN, generator=gen).to(torch.bfloat16),
+                "aux_hidden_state": torch.randn(1, tokens, 3 * HIDDEN, generator=gen).to(torch.bfloat16)}
+        folder = root / f"rows_{i // 4 * 4}-{i // 4 * 4 + 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(data, folder / f"data_{i}.ckpt")
+
+
+def build(root: Path, dumps: int, tokens: int) -> Path:
+    """Every input, each builder in its own process (the parent stays small); the run directory."""
+    drafter = root / "kimi-k2-eagle3"
+    if not drafter.exists():
+        subprocess.run([sys.executable, str(HERE / "bench_remap.py"), "--build", str(root)], check=True, cwd=REPO)
+    if not (root / "target" / "model.safetensors.index.json").exists():
+        subprocess.run([sys.executable, __file__, "--child", "target", str(root / "target")], check=True, cwd=REPO)
+    data = root / "hidden_states"
+    shutil.rmtree(data, ignore_errors=True)
+    subprocess.run([sys.executable, __file__, "--child", "dumps", str(data), str(dumps), str(tokens)], check=True,
+                   cwd=REPO)
+    run = root / "k25-finetune"
+    run.mkdir(exist_ok=True)
+    (run / "triage.toml").write_text(
+        "[run]\nvocab_size = 32000\n"
+        f'checkpoint = "{drafter}"\nmapping = "{root / "run_vocab_mapping.pt"}"\n'
+        f'data = "{data}"\ntarget = "{root / "target"}"\n'
+    )
+    return run
+
+
+# --------------------------------------------------------------------------- children
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_diagnose(run: str) -> dict:
+    t0 = time.perf_counter()
+    import torch
+
+    from triage_tui.core.diagnose import diagnose, resolve_inputs
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    imports = time.perf_counter() - t0
+    marks: dict[str, list[float]] = {}
+
+    def progress(fraction: float, message: str) -> None:
+        name = message.split(":", 1)[0]
+        marks.setdefault(name, []).append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    inputs = resolve_inputs(Path(run))
+    diagnosis = diagnose(inputs, device="cpu", progress=progress)
+    total = time.perf_counter() - t0
+    checks = {}
+    for name, result in diagnosis.checks.items():
+        stamps = marks.get(name, [t0, t0])
+        checks[name] = {"seconds": stamps[-1] - stamps[0], "status": result.status, "summary": result.summary}
+    vocab = diagnosis.checks["vocab_mapping"].details
+    replay = diagnosis.checks["replay"].details
+    return {"imports_s": imports, "total_s": total, "checks": checks, "peak_mib": _peak_mib(),
+            "positional_match": vocab.get("positional_match"), "overlap": vocab.get("overlap"),
+            "replay_tokens": replay.get("tokens"), "replay_device": replay.get("device"),
+            "top_hypothesis": diagnosis.hypotheses[0].id, "threads": torch.get_num_threads()}
+
+
+def child_manual(checkpoint: str, mapping: str) -> dict:
+    """What the story's diagnostic script did (message 4980), written the way one writes it by hand."""
+    t0 = time.perf_counter()
+    import torch
+    from safetensors import safe_open
+
+    imports = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = torch.load(mapping, weights_only=True)
+    with safe_open(str(Path(checkpoint) / "model.safetensors"), framework="pt") as f:
+        their_d2t = f.get_tensor("d2t")
+    their_hot = [i + int(their_d2t[i]) for i in range(len(their_d2t))]
+    our_hot = [i + int(ours["d2t"][i]) for i in range(len(ours["d2t"]))]
+    positional = 0
+    for a, b in zip(their_hot, our_hot):
+        if a == b:
+            positional += 1
+    overlap = len(set(their_hot) & set(our_hot))
+    our_position = {token: i for i, token in enumerate(our_hot)}
+    moved = sum(1 for i, token in enumerate(their_hot) if token in our_position and our_position[token] != i)
+    seconds = time.perf_counter() - t0
+    return {"imports_s": imports, "seconds": seconds, "positional_match": positional, "overlap": overlap,
+            "moved": moved, "peak_mib": _peak_mib()}
+
+
+def run_child(*args: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"{args[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dumps", type=int, default=4, help="hidden-state dump files")
+    parser.add_argument("--tokens", type=int, default=48, help="tokens per dump")
+    parser.add_argument("--keep", action="store_true", help="keep benchmarks/.work/checks for a rerun")
+    args = parser.parse_args()
+
+    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    t0 = time.perf_counter()
+    WORK.mkdir(parents=True, exist_ok=True)
+    try:
+        run = build(WORK, args.dumps, args.tokens)
+        sizes = {p.name: p.stat().st_size for p in WORK.rglob("*") if p.is_file()}
+        print(f"built in {time.perf_counter() - t0:.0f} s: drafter "
+              f"{sum(v for k, v in sizes.items() if k == 'model.safetensors') / 2**30:.2f} GiB, target head "
+              f"{sum(v for k, v in sizes.items() if k.startswith('model-0000')) / 2**30:.2f} GiB, "
+              f"{args.dumps} dumps of {args.tokens} tokens", flush=True)
+        manual = run_child("manual", str(WORK / "kimi-k2-eagle3"), str(WORK / "run_vocab_mapping.pt"))
+        print(f"manual script: {json.dumps(manual)}", flush=True)
+        diag = run_child("diagnose", str(run))
+        print(f"diagnose: {json.dumps(diag)}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(WORK, ignore_errors=True)
+
+    assert manual["positional_match"] == diag["positional_match"] == 252, (manual, diag)
+    assert manual["overlap"] == diag["overlap"]
+    print(f"\n{os.cpu_count()} CPUs, load average {load_start} at start, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; torch threads {diag['threads']}; "
+          f"diagnose peak RSS {diag['peak_mib'] / 1024:.1f} GiB, imports {diag['imports_s']:.1f} s\n")
+    print("| check | CPU time (s) | status | what it found |")
+    print("|---|---|---|---|")
+    for name, check in diag["checks"].items():
+        print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
+    print(f"| **all four (diagnose)** | **{diag['total_s']:.2f}** | | top hypothesis: {diag['top_hypothesis']} |")
+    vocab_s = diag["checks"]["vocab_mapping"]["seconds"]
+    print(f"\n| story's script (torch.load + Python loop) | triage vocab_mapping check | ratio |")
+    print("|---|---|---|")
+    print(f"| {manual['seconds']:.2f} s ({manual['positional_match']} / 32000 positional, overlap "
+          f"{manual['overlap']}) | {vocab_s:.2f} s (same numbers, plus moved rows and first mismatches) | "
+          f"{manual['seconds'] / vocab_s:.1f}× |")
+    print(f"\nreplay: {diag['replay_tokens']} tokens on {diag['replay_device']}; on a GPU run "
+          "benchmarks/gpu_check.py on a machine that has one.")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.path.insert(0, str(REPO))
+        kind, rest = sys.argv[2], sys.argv[3:]
+        if kind == "target":
+            build_target(Path(rest[0]))
+        elif kind == "dumps":
+            build_dumps(Path(rest[0]), int(rest[1]), int(rest[2]))
+        elif kind == "diagnose":
+            print(json.dumps(child_diagnose(rest[0])))
+        elif kind == "manual":
+            print(json.dumps(child_manual(rest[0], rest[1])))
+        else:
+            raise SystemExit(f"unknown child {kind}")
+    else:
+        main()
