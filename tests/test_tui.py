@@ -153,6 +153,15 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         assert "triage remap" in _plain(screen.query_one("#action-body"))
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DrillDownScreen), what="back")
+        # The mask hypothesis: every invariant with its result; 2 x 6 250 ids differ in membership.
+        ids = [h.id for h in app.diagnoses[app.rows[0].path].hypotheses]
+        await pilot.press(*["down"] * ids.index("verifier_mask_mismatch"), "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="mask drill-down")
+        assert app.screen.hypothesis.id == "verifier_mask_mismatch"
+        assert "m" not in app.screen.active_bindings  # remap belongs to the mapping hypothesis
+        rows = [" ".join(line.split()) for line in _plain(app.screen.query_one("#details-body")).splitlines()]
+        assert any(r.startswith("✖ checkpoint t2d == run t2d 12500 target ids differ") for r in rows)
+        assert any(r.startswith("✔ run: hot ids strictly ascending") for r in rows)
 
 
 def _plain(static) -> str:
@@ -431,3 +440,16 @@ def test_long_noisy_loss_is_thinned_with_its_smoothed_curve_aligned(tmp_path):
         assert chart.values.max() == pytest.approx(60.0) and chart.last_step == 5000
         positions = chart.steps - 1
         assert np.allclose(chart.smoothed, smoothed_all[positions])
+
+
+async def test_a_new_run_appears_without_a_restart(tmp_path):
+    healthy_run(tmp_path)
+    app = make_app(tmp_path, rescan_interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert [row.name for row in app.rows] == ["scratch-drafter"]
+        await asyncio.to_thread(story_run, tmp_path)
+        await wait_for(pilot, lambda: len(app.rows) == 2, timeout=10, what="the new run")
+        # It is critical, so it goes to the top, and the bell rings for it.
+        assert app.rows[0].name == "k2-finetune" and app.bells == 1
+        assert str(app.main.query_one(RunsTable).get_row_at(0)[1]) == "k2-finetune"

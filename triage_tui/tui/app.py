@@ -71,6 +71,7 @@ class TriageApp(App[None]):
         *,
         readonly: bool = False,
         poll_interval: float = 1.0,
+        rescan_interval: float = 5.0,
         vocab_size: int | None = None,
         use_watchdog: bool = True,
         device: str = "auto",
@@ -81,6 +82,7 @@ class TriageApp(App[None]):
         self.paths = [Path(p) for p in paths]
         self.readonly = readonly
         self.poll_interval = poll_interval
+        self.rescan_interval = rescan_interval  # how often new runs are looked for
         self.vocab_size = vocab_size
         self.use_watchdog = use_watchdog
         self.device = device
@@ -137,6 +139,7 @@ class TriageApp(App[None]):
             self.paths,
             vocab_size=self.vocab_size,
             poll_interval=self.poll_interval,
+            rescan_interval=self.rescan_interval,
             use_watchdog=self.use_watchdog,
             clock=self.now,
         )

@@ -154,19 +154,42 @@ def replay_details(details: Mapping[str, Any]) -> list[RenderableType]:
     parts: list[RenderableType] = []
     before = details.get("accuracy_checkpoint_mapping")
     after = details.get("accuracy_run_mapping")
-    if before is not None and after is not None:
-        table = _plain_table("labels built with", "accuracy", "loss")
+    if before is not None:
+        table = _plain_table("labels read through", "top-1 accuracy", "soft CE")
         table.add_row("the checkpoint's mapping", f"{before:.1%}", _fmt(details.get("loss_checkpoint_mapping")))
-        table.add_row("the run's mapping", f"{after:.1%}", _fmt(details.get("loss_run_mapping")))
+        if after is not None:
+            table.add_row("the run's mapping", f"{after:.1%}", _fmt(details.get("loss_run_mapping")))
         parts.append(table)
-    parts.append(_key_values(details, ["tokens", "device"]))
+    parts.append(_key_values(details, ["tokens", "samples", "device", "label_source", "best_chunk_order"]))
     by_order = details.get("accuracy_by_chunk_order")
     if isinstance(by_order, Mapping) and by_order:
-        parts.append(Text("\naccuracy by aux chunk order", style="bold"))
-        table = _plain_table("order", "accuracy")
+        parts.append(Text("\naccuracy by aux chunk order (as stored: the first row)", style="bold"))
+        best = details.get("best_chunk_order")
+        table = _plain_table("order", "accuracy", "")
         for order, accuracy in by_order.items():
-            table.add_row(str(order), f"{accuracy:.1%}" if isinstance(accuracy, float) else _fmt(accuracy))
+            shown = f"{accuracy:.1%}" if isinstance(accuracy, float) else _fmt(accuracy)
+            table.add_row(str(order), shown, Text("best", style="green") if order == best else "")
         parts.append(table)
+    for note in details.get("notes") or ():
+        parts.append(Text(f"note: {note}", style="yellow"))
+    return parts
+
+
+def verifier_mask_details(details: Mapping[str, Any]) -> list[RenderableType]:
+    parts: list[RenderableType] = []
+    invariants = details.get("invariants") or []
+    if invariants:
+        table = _plain_table("", "invariant", "result", "")
+        for row in invariants:
+            ok = bool(row.get("ok"))
+            table.add_row(Text("✔" if ok else "✖", style="green" if ok else ("bold red" if row.get("required")
+                                                                              else "yellow")),
+                          str(row.get("name")), str(row.get("detail") or ""),
+                          Text("required" if row.get("required") else "context", style="dim"))
+        parts.append(table)
+    rest = {k: v for k, v in details.items() if k != "invariants"}
+    if rest:
+        parts.extend(generic_details(rest))
     return parts
 
 
@@ -186,6 +209,7 @@ def generic_details(details: Mapping[str, Any]) -> list[RenderableType]:
 RENDERERS = {
     "vocab_mapping": vocab_details,
     "hidden_state": hidden_state_details,
+    "verifier_mask": verifier_mask_details,
     "replay": replay_details,
 }
 
