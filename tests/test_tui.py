@@ -20,7 +20,6 @@ from textual.widgets import TabbedContent
 from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
 from tui_support import (
     ACC_TAG,
-    FROZEN_NOW,
     LOSS_TAG,
     STEP_EVERY,
     healthy_run,

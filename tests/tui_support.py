@@ -34,7 +34,7 @@ HIDDEN = 64
 def write_scalars(log_dir: Path, losses, accuracies, *, first_point: int = 0) -> None:
     """SpecForge tags, one point every STEP_EVERY steps, fixed wall times."""
     writer = SummaryWriter(log_dir=str(log_dir), flush_secs=1)
-    for index, (loss, acc) in enumerate(zip(losses, accuracies), start=first_point):
+    for index, (loss, acc) in enumerate(zip(losses, accuracies, strict=True), start=first_point):
         step = index * STEP_EVERY
         walltime = WALLTIME0 + index * SECONDS_PER_POINT
         writer.add_scalar(LOSS_TAG, float(loss), step, walltime=walltime)

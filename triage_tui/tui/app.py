@@ -94,7 +94,6 @@ class TriageApp(App[None]):
         self.rows: list[RunRow] = []
         self.polls = 0
         self.diagnoses: dict[Path, Diagnosis] = {}
-        self.check_inputs: dict[Path, CheckInputs] = {}
         self.check_outcomes: dict[Path, str] = {}
         self.checks_running_for: Path | None = None
         self.remap_running = False
@@ -289,7 +288,6 @@ class TriageApp(App[None]):
 
         try:
             inputs = resolve_inputs(path)
-            self.post_message(messages.ChecksStarted(path, inputs))
             diagnosis = diagnose(inputs, device=self.device, flags=status.flags, metrics=status.metrics,
                                  progress=progress, cancel=cancel)
         except BadInput as err:
@@ -299,10 +297,6 @@ class TriageApp(App[None]):
             self.post_message(messages.ChecksFinished(path, None, error=f"{type(err).__name__}: {err}"))
             return
         self.post_message(messages.ChecksFinished(path, diagnosis, cancelled=cancel.is_set()))
-
-    @on(messages.ChecksStarted)
-    def _checks_started(self, message: messages.ChecksStarted) -> None:
-        self.check_inputs[message.path] = message.inputs
 
     @on(messages.CheckProgress)
     @_skipped_after_shutdown

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from triage_tui.core.diagnose import CheckInputs, Diagnosis
+    from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap import RemapPlan, RemapReport
     from triage_tui.core.watch import RunStatus
     from triage_tui.tui.view_data import ChartSeries, RunRow
@@ -28,23 +28,12 @@ class RunsUpdated(Message):
 
 
 @dataclass
-class WatchFailed(Message):
-    error: str
-
-
-@dataclass
 class ChartReady(Message):
     series: "ChartSeries | None"
     path: Path
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ChartReady)
-
-
-@dataclass
-class ChecksStarted(Message):
-    path: Path
-    inputs: "CheckInputs"
 
 
 @dataclass

@@ -36,7 +36,7 @@ class HelpScreen(ModalScreen[None]):
         """Keys active on ``screen`` now: the app's, the screen's and the focused widget's."""
         rows: list[tuple[str, str, str, bool]] = []
         seen: set[tuple[str, str]] = set()
-        for key, active in screen.active_bindings.items():
+        for active in screen.active_bindings.values():
             binding = active.binding
             what = binding.tooltip or binding.description or binding.action.replace("_", " ")
             display = screen.app.get_key_display(binding)

@@ -56,9 +56,6 @@ class ChecksProgress(Vertical):
         if check not in bars:
             return
         bars[check].set_progress(fraction, text)
-        # diagnose() runs the checks in order: one that reports means the earlier ones are done.
-        for name in CHECK_NAMES[: CHECK_NAMES.index(check)]:
-            bars[name].query_one(ProgressBar).update(progress=1.0)
 
     def finish(self, statuses: Mapping[str, tuple[str, str]] | None, message: str = "") -> None:
         """Show each check's status and summary ({name: (status, summary)}), or a message."""

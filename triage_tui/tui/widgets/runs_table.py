@@ -96,7 +96,7 @@ class RunsTable(DataTable):
         else:
             for path in order:
                 old = self._cells.get(path)
-                for (_, key), new_cell, old_cell in zip(COLUMNS, cells[path], old or ((None,) * len(COLUMNS))):
-                    if old_cell is None or _same(new_cell, old_cell) is False:
-                        self.update_cell(str(path), key, new_cell)
+                for index, (_, key) in enumerate(COLUMNS):
+                    if old is None or not _same(cells[path][index], old[index]):
+                        self.update_cell(str(path), key, cells[path][index])
         self._cells = cells
