@@ -44,6 +44,8 @@ __all__ = ["ReadStats", "RunEvents", "read_event_file", "find_event_files", "mas
 _CHUNK = 64 << 20  # bytes read per step; a longer record is read whole
 _PAD = 16  # slack after the data in every read buffer: word gathers may run past the last record
 _SMALL = 255  # records up to this long are framed in bulk; longer ones one at a time
+_SCAN_WORDS = 1 << 19  # 4 MiB of the buffer per step of the header scan
+_GROUP_ROWS = 1 << 16  # records of one length decoded together (bounds the temporaries)
 _MAX_TEMPLATE_LEN = 1024  # longer records (images, histograms, graphs) take the slow path
 _MIN_GROUP = 8  # below this many records a numpy pass costs more than Event.FromString
 _MAX_MISSES = 32  # representatives that fit no template before a discovery round gives up
@@ -145,25 +147,29 @@ def _small_headers(buf, n: int) -> tuple[np.ndarray, np.ndarray]:
     count = n // 8
     if count < 3:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    words = np.frombuffer(buf, "<u8", count=count)
-    flags = (words & _LOW7) + _LOW7
-    flags |= words
-    flags |= _LOW7
-    np.invert(flags, out=flags)
-    flags >>= np.uint64(7)
-    flags *= _GATHER_BITS
-    flags >>= np.uint64(56)
-    zero = flags.astype(np.uint16)
-    pair = zero[:-1] | (zero[1:] << np.uint16(8))
-    at = _SMALL_HEADER_AT[pair]
-    word = np.flatnonzero(at)
-    row, offset = np.nonzero(np.unpackbits(at[word][:, None], axis=1, bitorder="little"))
-    pos = word[row] * 8 + offset
+    stored = np.ndarray((len(buf) - 3,), "<u4", buffer=buf, strides=(1,))
     byte = np.frombuffer(buf, np.uint8)
-    length = byte[pos].astype(np.int64)
-    stored = np.ndarray((len(buf) - 3,), "<u4", buffer=buf, strides=(1,))[pos + 8]
-    good = (_SMALL_LEN_CRC[length] == stored) & (pos + 16 + length <= n)
-    return pos[good], length[good]
+    starts, lengths = [], []
+    for first in range(0, count - 1, _SCAN_WORDS):  # in blocks: the flags would double the memory
+        last = min(first + _SCAN_WORDS + 1, count)  # one word of overlap: a header spans two words
+        words = np.frombuffer(buf, "<u8", count=last - first, offset=8 * first)
+        flags = (words & _LOW7) + _LOW7
+        flags |= words
+        flags |= _LOW7
+        np.invert(flags, out=flags)
+        flags >>= np.uint64(7)
+        flags *= _GATHER_BITS
+        flags >>= np.uint64(56)
+        zero = flags.astype(np.uint16)
+        at = _SMALL_HEADER_AT[zero[:-1] | (zero[1:] << np.uint16(8))]
+        word = np.flatnonzero(at)
+        row, offset = np.nonzero(np.unpackbits(at[word][:, None], axis=1, bitorder="little"))
+        pos = (word[row] + first) * 8 + offset
+        length = byte[pos].astype(np.int64)
+        good = (_SMALL_LEN_CRC[length] == stored[pos + 8]) & (pos + 16 + length <= n)
+        starts.append(pos[good])
+        lengths.append(length[good])
+    return np.concatenate(starts), np.concatenate(lengths)
 
 
 def _all_headers(buf, lo: int, n: int) -> np.ndarray:
@@ -569,8 +575,12 @@ class _LayoutTemplates:
         ids = np.where(self.sorted_hashes[at] == hashes, self.sorted_ids[at], -1)
         hit = np.flatnonzero(ids >= 0)
         if hit.size:
-            exact = (self.skeletons[ids[hit]] == words[hit]).all(axis=1)
-            ids[hit[~exact]] = -1
+            expected = self.skeletons[ids[hit]]
+            found = words[hit]
+            differ = expected[:, 0] ^ found[:, 0]
+            for j in range(1, found.shape[1]):
+                differ |= expected[:, j] ^ found[:, j]
+            ids[hit[differ != 0]] = -1
         return ids
 
     def add(self, template: _Template, words: np.ndarray, h: int) -> None:
@@ -719,9 +729,11 @@ class _Decoder:
                     slow.append(group)
                     continue
                 length = int(lengths[group[0]])
-                words = -(-length // 8)
-                matrix = u64[starts[group][:, None] + np.arange(0, 8 * words, 8)]
-                slow.append(self._templated(buf, starts, group, matrix, length, chunk))
+                offsets = np.arange(0, 8 * -(-length // 8), 8)
+                for first in range(0, group.size, _GROUP_ROWS):
+                    part = group[first : first + _GROUP_ROWS]
+                    matrix = u64[starts[part][:, None] + offsets]  # record by record: one cache miss each
+                    slow.append(self._templated(buf, starts, part, matrix, length, chunk))
         for r in np.sort(np.concatenate(slow)).tolist():
             self._slow(buf, int(starts[r]), int(lengths[r]), r, chunk)
         chunk.collect_slow_points()
@@ -1075,6 +1087,7 @@ class RunEvents:
             steps = np.concatenate(chunk.steps)
             walls = np.concatenate(chunk.walls)
             values = np.concatenate(chunk.values)
+            chunk.keys = chunk.tag_ids = chunk.steps = chunk.walls = chunk.values = []  # peak memory
             stats.scalars += int(keys.size)
             finite = np.isfinite(walls)
             if not finite.all():
