@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 
-from triage_tui.tui.widgets.checks_progress import ChecksProgress
+from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
@@ -117,7 +118,11 @@ class MainScreen(Screen):
             checks.finish(None, outcome or "")
             hypotheses.show(())
         else:
-            pane.border_title = "hypotheses · enter opens"
+            counts = Counter(result.status for result in diagnosis.checks.values())
+            tally = " ".join(f"{STATUS_STYLE[status][0]}{counts[status]}" for status in STATUS_STYLE if counts[status])
+            pane.border_title = f"hypotheses · checks {tally} · enter opens"
+            # Nothing stands out: the small layout shows why (skipped checks say what they need).
+            pane.set_class(max((h.score for h in diagnosis.hypotheses), default=0.0) < 0.5, "-quiet")
             checks.finish({name: (result.status, result.summary) for name, result in diagnosis.checks.items()})
             if hypotheses.hypotheses != list(diagnosis.hypotheses):
                 hypotheses.show(diagnosis.hypotheses)
