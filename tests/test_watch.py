@@ -137,10 +137,6 @@ def test_watchdog_wakes_the_poller_long_before_the_interval(tmp_path):
     assert seen is not None and seen - appended < 5.0  # vs a 60 s poll interval
 
 
-@pytest.mark.xfail(strict=True, reason="poll storm: the watcher's own open()/close() of each event file "
-                   "reaches inotify as opened/closed_no_write, _on_fs_event wakes the poller on them, and the "
-                   "next poll opens the files again (~19 polls/s: 12 % of a core idle at 200 runs, "
-                   "benchmarks/RESULTS-scale.md); core/watch.py must ignore those two event types")
 def test_an_idle_tree_is_polled_once_per_interval_with_the_observer_on(tmp_path, monkeypatch):
     for name in ("a", "b"):
         open_writer(tmp_path / name).close()
