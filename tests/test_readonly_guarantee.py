@@ -124,6 +124,43 @@ def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
     assert_unchanged(watched, before, "triage scalars")
 
 
+# Python's audit hooks (PEP 578) see every socket, every process started and every file Python opens
+# for writing (native code writing on its own is what the snapshot tests above catch); the child
+# reports them and exits 3 if there were any.
+AUDITED = r"""
+import os, sys
+watched = os.path.realpath(sys.argv[1])
+seen = []
+def hook(event, args):
+    if event in ("socket.__new__", "socket.bind", "socket.connect", "subprocess.Popen", "os.system",
+                 "os.exec", "os.posix_spawn", "os.fork", "os.spawn"):
+        seen.append(f"{event} {args!r:.120}")
+    elif event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if mode else bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+        if writes and os.path.realpath(os.fsdecode(path)).startswith(watched):
+            seen.append(f"open {path!r} {mode!r} {flags!r}")
+sys.addaudithook(hook)
+from triage_tui.cli import main
+code = main(sys.argv[2:])
+if seen:
+    print("\n".join(seen), file=sys.stderr)
+    sys.exit(3)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("command", ["scan", "check"])
+def test_no_socket_no_process_no_write_open(watched, tmp_path, command):
+    run = watched / "k2-finetune"
+    args = ["scan", str(watched), "--json"] if command == "scan" else ["check", str(run), "--json", "--device", "cpu"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", AUDITED, str(watched), *args], cwd=watched, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr  # 1: the story run is critical / its mapping hypothesis scores
+    assert json.loads(done.stdout)
+
+
 async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_path, monkeypatch):
     pytest.importorskip("triage_tui.tui.app", reason="the TUI (triage_tui/tui/app.py) does not exist yet")
     from test_tui import checked, loaded, make_app, wait_for
