@@ -271,3 +271,17 @@ def test_mutated_real_files_keep_every_record_before_the_damage(tmp_path, torch_
         assert tag in got
         # Later valid records of the same tag have larger steps, so nothing before the damage is evicted.
         assert same_points({tag: got[tag][: len(points)]}, {tag: points})
+
+
+def test_unreadable_and_special_files_are_counted_not_fatal(tmp_path, torch_bytes):
+    good = tmp_path / "events.out.tfevents.1.good"
+    good.write_bytes(torch_bytes)
+    fifo = tmp_path / "events.out.tfevents.2.fifo"
+    os.mkfifo(fifo)
+    folder = tmp_path / "events.out.tfevents.3.dir"
+    folder.mkdir()
+    events = RunEvents()
+    events.set_files([good, fifo, folder, tmp_path / "events.out.tfevents.4.not-yet"])
+    stats = events.poll()  # would hang on the FIFO with a blocking open
+    assert stats.unreadable_files == 2 and stats.files == 4
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -99,6 +100,8 @@ def test_damaged_records_are_reported_on_stderr(capsys, tmp_path):
     (lambda p: p, "no event files (*tfevents*) below it"),
     (lambda p: (p / "notes.txt").write_text("hello, not a record\n" * 3) and p / "notes.txt",
      "not a TensorBoard event file: no valid record in it"),
+    (lambda p: os.mkfifo(p / "events.out.tfevents.fifo") or p / "events.out.tfevents.fifo",
+     "not a regular file or a directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, make, what):
     path = make(tmp_path)

@@ -41,6 +41,14 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.exists():
         raise BadInput(path, "no such file or directory")
+    if path.is_file():
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as err:
+            raise BadInput(path, f"cannot read it: {err.strerror}") from None
+    elif not path.is_dir():
+        raise BadInput(path, "not a regular file or a directory")
     files = find_event_files(path)
     if not files:
         raise BadInput(path, "no event files (*tfevents*) below it")
@@ -49,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     stats = events.poll()
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0:
         raise BadInput(path, "not a TensorBoard event file: no valid record in it")
+    if stats.unreadable_files:
+        print(f"triage scalars: {path}: {stats.unreadable_files} event file(s) could not be read", file=sys.stderr)
     if stats.corrupt_records:
         print(f"triage scalars: {path}: skipped {stats.corrupt_records} damaged record(s), "
               f"{stats.skipped_bytes} byte(s)", file=sys.stderr)

@@ -26,6 +26,7 @@ file that shrinks or changes inode is read again from the start.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -931,13 +932,15 @@ class ReadStats:
     pending_bytes: int = 0  # bytes at file ends not yet a whole record (half-written, zero-filled)
     dropped_points: int = 0  # points with a non-finite wall_time (rustboard rejects those too)
     slow_records: int = 0  # records parsed one by one by Event.FromString (no template fitted)
+    unreadable_files: int = 0  # files that exist but could not be read (permissions, not a file)
 
     def add(self, other: ReadStats) -> None:
         for f in fields(self):
-            if f.name not in ("files", "pending_bytes"):
+            if f.name not in ("files", "pending_bytes", "unreadable_files"):
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
         self.files = other.files
         self.pending_bytes = other.pending_bytes
+        self.unreadable_files = other.unreadable_files
 
 
 @dataclass
@@ -962,10 +965,6 @@ class RunEvents:
         self._decoder = _Decoder(verify_data_crc)
         self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self._lock = threading.Lock()
-
-    @property
-    def files(self) -> list[Path]:
-        return list(self._files)
 
     def set_files(self, paths: Iterable[Path]) -> None:
         """The run's event files. Points already read from a file that leaves the set are kept."""
@@ -1007,11 +1006,19 @@ class RunEvents:
 
     def _read(self, state: _FileState, stats: ReadStats) -> None:
         try:
-            handle = open(state.path, "rb")  # reopened every poll: NFS close-to-open revalidation
+            # Reopened every poll: NFS close-to-open revalidation. O_NONBLOCK: opening a FIFO
+            # named like an event file must not hang the poll.
+            handle = os.fdopen(os.open(state.path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+        except FileNotFoundError:
+            return  # gone (or not there yet): keep what it gave
         except OSError:
+            stats.unreadable_files += 1
             return
         with handle:
             st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader forever
+                stats.unreadable_files += 1
+                return
             if state.dev < 0:
                 state.dev, state.ino = st.st_dev, st.st_ino
             elif (st.st_dev, st.st_ino) != (state.dev, state.ino):
