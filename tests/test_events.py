@@ -350,3 +350,23 @@ def test_block_and_slice_boundaries_lose_and_duplicate_nothing(tmp_path, monkeyp
     ]
     found, lengths = events_module._small_headers(buf, len(data))
     assert found.tolist() == brute and lengths.tolist() == [data[p] for p in brute]
+
+
+@pytest.mark.parametrize("chunk", [40, 333, 4096])
+def test_read_window_smaller_than_records(tmp_path, monkeypatch, chunk):
+    """Reads are capped (64 MiB at full size); records longer than the window, and records cut by
+    its end, are read whole all the same, without anything counted as damage."""
+    import triage_tui.core.events as events_module
+
+    with SummaryWriter(log_dir=str(tmp_path)) as writer:
+        for step in range(40):
+            writer.add_scalar("loss", 1.0 / (step + 1), step)
+            if step % 7 == 0:
+                writer.add_image("img", torch.rand(3, 32, 32), step)  # ~3-5 KB records
+    path = _only_file(tmp_path)
+    monkeypatch.setattr(events_module, "_CHUNK", chunk)
+    events = RunEvents()
+    events.set_files([path])
+    stats = events.poll()
+    assert stats.corrupt_records == 0 and stats.skipped_bytes == 0 and stats.pending_bytes == 0
+    assert same_points(as_points(events.scalars), reference_points([path]))

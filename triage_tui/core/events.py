@@ -5,10 +5,11 @@ record_writer.cc): a stream of records ``u64 length | u32 masked_crc32c(length) 
 u32 masked_crc32c(data)``, little-endian, each ``data`` a serialized ``tensorboard.Event``.
 
 Speed comes from not handling records one by one in Python:
-- framing: every 8-byte-aligned-or-not offset whose 8 bytes are a small length (< 256, what
-  scalar events are) with a matching length CRC is found with numpy; the chain of such headers
-  from the start of the buffer is followed in bulk, and only breaks in the chain (a long record,
-  damage, a half-written tail) are looked at one record at a time;
+- framing: every offset whose 8 bytes are a small length (< 256 bytes, what scalar events are)
+  with a matching length CRC is found with numpy (a SWAR scan for seven zero bytes, then the
+  CRC by table lookup); the chain of such headers from the start of the buffer is followed in
+  bulk, and only breaks in the chain (a long record, damage, a half-written tail) are looked at
+  one record at a time;
 - decoding: scalar events of one tag from one writer are byte-identical except for the wall_time,
   step and value fields. Records are grouped by length, gathered into a (records x words) matrix,
   and grouped again by their bytes outside those fields (a "template"); one representative per
@@ -201,8 +202,11 @@ def _resync(buf, pos: int, n: int) -> int:
     return -1
 
 
-def _frame(buf, n: int) -> _Frames:
-    """Split buf[:n] (bytes from a record boundary on) into whole records; step over damage."""
+def _frame(buf, n: int, more: int = 0) -> _Frames:
+    """Split buf[:n] (bytes from a record boundary on) into whole records; step over damage.
+
+    `more`: bytes the file already holds past buf[:n] (a capped read window).
+    """
     cand, cand_len = _small_headers(buf, n)
     nxt = cand + 16 + cand_len
     # Chain breaks: candidate i whose record is not followed by candidate i + 1.
@@ -234,6 +238,9 @@ def _frame(buf, n: int) -> _Frames:
             single_lengths.append(length)
             pos += 16 + length
             continue
+        if header_ok and pos + 16 + length <= n + more:
+            frames.need = 16 + length  # the record is on disk, past this read window
+            break
         if not header_ok and not np.frombuffer(buf, np.uint8, count=n - pos, offset=pos).any():
             break  # a zero-filled tail: the writer's data has not landed yet
         # A whole record with valid CRCs further on proves the bytes at `pos` are damage; a valid
@@ -1032,7 +1039,7 @@ class RunEvents:
                 handle.seek(state.offset)
                 n = handle.readinto(memoryview(buf)[:want])
                 stats.bytes_read += n
-                frames = _frame(buf, n)
+                frames = _frame(buf, n, remaining - n)
                 stats.skipped_bytes += frames.skipped_bytes
                 stats.corrupt_records += frames.corrupt
                 if frames.starts.size:
