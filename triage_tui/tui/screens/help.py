@@ -35,7 +35,9 @@ class HelpScreen(ModalScreen[None]):
     def for_screen(cls, screen: Screen) -> "HelpScreen":
         """Keys active on ``screen`` now: the app's, the screen's and the focused widget's."""
         rows: list[tuple[str, str, str, bool]] = []
+        ranks: list[tuple[int, int]] = []
         seen: set[tuple[str, str]] = set()
+        group_rank = {"this screen": 0, "everywhere": 2}
         for active in screen.active_bindings.values():
             binding = active.binding
             what = binding.tooltip or binding.description or binding.action.replace("_", " ")
@@ -43,15 +45,18 @@ class HelpScreen(ModalScreen[None]):
             if (display, what) in seen:
                 continue
             seen.add((display, what))
-            rows.append((_where(active.node, screen), display, what, active.enabled))
-        order = {"this screen": 0, "everywhere": 2}
-        rows.sort(key=lambda row: order.get(row[0], 1))
+            where = _where(active.node, screen)
+            # triage's own keys first in each group, Textual's inherited ones (focus, copy) after.
+            own = {b.action for b in type(active.node).__dict__.get("BINDINGS", []) if isinstance(b, Binding)}
+            rows.append((where, display, what, active.enabled))
+            ranks.append((group_rank.get(where, 1), 0 if binding.action in own else 1))
+        rows = [row for _, row in sorted(zip(ranks, rows, strict=True), key=lambda pair: pair[0])]
         title = getattr(screen, "HELP_TITLE", None) or type(screen).__name__.replace("Screen", "").lower()
         return cls(title, rows)
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
-        table.add_column("key", style="bold cyan", no_wrap=True)
+        table.add_column("key", style="bold cyan", no_wrap=True, width=11)
         table.add_column("what")
         group = None
         for where, key, what, enabled in self.rows:

@@ -37,11 +37,12 @@ class MainScreen(Screen):
         Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order",
                 id="remap"),
         Binding("x", "cancel_checks", "Cancel", tooltip="Cancel the running checks", id="cancel"),
-        Binding("escape", "escape", "Back", show=False),
-        Binding("h", "focus_hypotheses", "Hypotheses", show=False, id="hypotheses"),
-        Binding("r", "focus_runs", "Runs", show=False, id="runs"),
-        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
-        Binding("l", "toggle_log_y", "Log-y", show=False, id="log_y"),
+        Binding("escape", "escape", "Back", show=False, tooltip="Cancel the checks, clear the filter, or back to runs"),
+        Binding("h", "focus_hypotheses", "Hypotheses", show=False, tooltip="Go to the hypotheses (enter opens one)",
+                id="hypotheses"),
+        Binding("r", "focus_runs", "Runs", show=False, tooltip="Go to the runs table", id="runs"),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter"),
+        Binding("l", "toggle_log_y", "Log-y", show=False, tooltip="Loss chart: log or linear y axis", id="log_y"),
     ]
 
     @property
