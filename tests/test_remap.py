@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -410,23 +411,41 @@ def test_output_that_would_replace_an_input_is_refused(world, capsys):
         assert code == 2 and "an input" in err
 
 
-def fail_after(calls: int, error: BaseException):
-    """A _write_at that writes ``calls`` times, then raises ``error``."""
-    real = remap._write_at
+def inject_failure(monkeypatch, calls: int, error: BaseException) -> None:
+    """Output bytes go to disk through remap._write_at and remap._copy_range (in-kernel copies):
+    both succeed ``calls`` times in all, then raise ``error``."""
     count = {"n": 0}
 
-    def write_at(fd, data, offset):
-        count["n"] += 1
-        if count["n"] > calls:
-            raise error
-        real(fd, data, offset)
+    def failing(real):
+        def wrapped(*args):
+            count["n"] += 1
+            if count["n"] > calls:
+                raise error
+            return real(*args)
+        return wrapped
 
-    return write_at
+    monkeypatch.setattr(remap, "_write_at", failing(remap._write_at))
+    monkeypatch.setattr(remap, "_copy_range", failing(remap._copy_range))
 
 
-@pytest.mark.parametrize("calls", [0, 3, 9])
+def count_writes(world, monkeypatch) -> int:
+    """How many times a whole remap writes (a dry run into a scratch directory)."""
+    count = {"n": 0}
+    for name in ("_write_at", "_copy_range"):
+        real = getattr(remap, name)
+        monkeypatch.setattr(remap, name, lambda *a, real=real: (count.__setitem__("n", count["n"] + 1), real(*a))[1])
+    remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "scratch", device="cpu")
+    monkeypatch.undo()
+    shutil.rmtree(world["root"] / "scratch")
+    return count["n"]
+
+
+@pytest.mark.parametrize("calls", [0, 3, 9, "last"])
 def test_full_disk_mid_write_leaves_nothing_and_says_so(world, monkeypatch, capsys, calls):
-    monkeypatch.setattr(remap, "_write_at", fail_after(calls, OSError(errno.ENOSPC, "No space left on device")))
+    if calls == "last":  # the very last write (the provenance file, just before the rename)
+        calls = count_writes(world, monkeypatch) - 1
+        assert calls > 9
+    inject_failure(monkeypatch, calls, OSError(errno.ENOSPC, "No space left on device"))
     before = tree_digest(world["source"])
     code, out, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
                               str(world["root"] / "out")], capsys)
@@ -437,7 +456,7 @@ def test_full_disk_mid_write_leaves_nothing_and_says_so(world, monkeypatch, caps
 
 
 def test_interrupt_mid_write_leaves_nothing(world, monkeypatch):
-    monkeypatch.setattr(remap, "_write_at", fail_after(5, KeyboardInterrupt()))
+    inject_failure(monkeypatch, 5, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
@@ -476,11 +495,33 @@ def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypa
             data.reshape(-1).view(np.uint8)[byte - offset] ^= 0x01
         real(self, name, offset, data)
 
+    real_copy = remap._SafetensorsWriter.copy
+
+    def corrupting_copy(self, name, offset, source_fd, source_offset, length):
+        real_copy(self, name, offset, source_fd, source_offset, length)
+        if name == tensor and offset <= byte < offset + length:
+            at = self.data_start + self.offsets[name] + byte
+            with open(self.path, "rb") as f:
+                f.seek(at)
+                flipped = bytes([f.read(1)[0] ^ 0x01])
+            os.pwrite(self.fd, flipped, at)
+
     monkeypatch.setattr(remap._SafetensorsWriter, "write", corrupting)
+    monkeypatch.setattr(remap._SafetensorsWriter, "copy", corrupting_copy)
     code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
                             str(world["root"] / "out")], capsys)
     assert code == 2 and "verification failed" in err and kind in err and err.count("\n") == 1, err
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+def test_without_in_kernel_copy_tensors_stream_through_memory(world, story, expected_rows, monkeypatch):
+    """Where copy_file_range is refused (across filesystems on old kernels, some FUSE mounts)."""
+    def refuse(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    report = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
+    check_output(report.output, world["state"], story[1], expected_rows)
 
 
 def test_stale_temporary_is_removed_and_a_live_one_kept(world):
