@@ -123,9 +123,13 @@ def child_diagnose(run: str) -> dict:
     imports = time.perf_counter() - t0
     marks: dict[str, list[float]] = {}
 
+    replay_tokens: list[tuple[float, int]] = []
+
     def progress(fraction: float, message: str) -> None:
         name = message.split(":", 1)[0]
         marks.setdefault(name, []).append(time.perf_counter())
+        if name == "replay" and "tokens" in message:  # "replay: 35/140 tokens", once per dump file
+            replay_tokens.append((time.perf_counter(), int(message.split(":", 1)[1].split("/")[0])))
 
     t0 = time.perf_counter()
     inputs = resolve_inputs(Path(run))
@@ -135,12 +139,21 @@ def child_diagnose(run: str) -> dict:
     for name, result in diagnosis.checks.items():
         stamps = marks.get(name, [t0, t0])
         checks[name] = {"seconds": stamps[-1] - stamps[0], "status": result.status, "summary": result.summary}
+    # The first dump's interval holds the drafter and target-head loading; the later ones are compute.
+    replay_split = None
+    if len(replay_tokens) >= 3:
+        start = marks["replay"][0]
+        later = [(t1 - t0, n1 - n0) for (t0, n0), (t1, n1) in zip(replay_tokens, replay_tokens[1:])]
+        per_token = sum(dt for dt, _ in later) / sum(dn for _, dn in later)
+        first_s = replay_tokens[0][0] - start
+        replay_split = {"load_s": first_s - per_token * replay_tokens[0][1], "per_token_s": per_token}
     vocab = diagnosis.checks["vocab_mapping"].details
     replay = diagnosis.checks["replay"].details
     return {"imports_s": imports, "total_s": total, "checks": checks, "peak_mib": _peak_mib(),
             "positional_match": vocab.get("positional_match"), "overlap": vocab.get("overlap"),
             "replay_tokens": replay.get("tokens"), "replay_device": replay.get("device"),
-            "top_hypothesis": diagnosis.hypotheses[0].id, "threads": torch.get_num_threads()}
+            "top_hypothesis": diagnosis.hypotheses[0].id, "threads": torch.get_num_threads(),
+            "replay_split": replay_split}
 
 
 def child_manual(checkpoint: str, mapping: str) -> dict:
@@ -205,7 +218,7 @@ def main() -> None:
     print(f"\n{os.cpu_count()} CPUs, load average {load_start} at start, "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; torch threads {diag['threads']}; "
           f"diagnose peak RSS {diag['peak_mib'] / 1024:.1f} GiB, imports {diag['imports_s']:.1f} s\n")
-    print("| check | CPU time (s) | status | what it found |")
+    print("| check | wall time on the CPU (s) | status | what it found |")
     print("|---|---|---|---|")
     for name, check in diag["checks"].items():
         print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
@@ -216,8 +229,13 @@ def main() -> None:
     print(f"| {manual['seconds']:.2f} s ({manual['positional_match']} / 32000 positional, overlap "
           f"{manual['overlap']}) | {vocab_s:.2f} s (same numbers, plus moved rows and first mismatches) | "
           f"{manual['seconds'] / vocab_s:.1f}× |")
-    print(f"\nreplay: {diag['replay_tokens']} tokens on {diag['replay_device']}; on a GPU run "
-          "benchmarks/gpu_check.py on a machine that has one.")
+    split = diag["replay_split"]
+    if split:
+        print(f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter and the "
+              f"target head ~{split['load_s']:.0f} s, then {split['per_token_s']:.2f} s per token (6 aux chunk "
+              f"orders each); at its default cap of 4096 tokens that would be "
+              f"~{(split['load_s'] + 4096 * split['per_token_s']) / 60:.0f} min on this CPU.")
+    print("The GPU number needs a machine with one: benchmarks/gpu_check.py.")
 
 
 if __name__ == "__main__":
