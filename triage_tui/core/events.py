@@ -950,6 +950,10 @@ class ReadStats:
         self.unreadable_files = other.unreadable_files
 
 
+def _open_nonblocking(path, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 @dataclass
 class _FileState:
     path: Path
@@ -1015,7 +1019,7 @@ class RunEvents:
         try:
             # Reopened every poll: NFS close-to-open revalidation. O_NONBLOCK: opening a FIFO
             # named like an event file must not hang the poll.
-            handle = os.fdopen(os.open(state.path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+            handle = open(state.path, "rb", opener=_open_nonblocking)
         except FileNotFoundError:
             return  # gone (or not there yet): keep what it gave
         except OSError:
