@@ -321,7 +321,8 @@ def main() -> None:
         ("triage `RunEvents.poll()`", ours, f"{ours['stored'] / ours['points']:.0f} B/point stored"),
         ("rustboard 0.7.2 (Rust data server)", results["rustboard"], f"its log: load cycle {results['rustboard']['reported']}"),
         ("upb loop: struct framing + `Event.FromString`", results["upb"], "no CRC checks"),
-        ("tensorboard `EventFileLoader`", efl, f"**extrapolated** ×{scale:.0f} from a {PREFIX_EVENTS:,}-event prefix"),
+        ("tensorboard `EventFileLoader`", efl,
+         f"**extrapolated** ×{scale:.0f} from a {PREFIX_EVENTS:,}-event prefix (times; RSS is the prefix run's, it streams)"),
     ]
     load = os.getloadavg()
     print(f"# Event reader benchmark: {args.events:,} scalar events, {len(TAGS)} tags, {size / 1e6:.1f} MB\n")
