@@ -370,3 +370,21 @@ def test_read_window_smaller_than_records(tmp_path, monkeypatch, chunk):
     stats = events.poll()
     assert stats.corrupt_records == 0 and stats.skipped_bytes == 0 and stats.pending_bytes == 0
     assert same_points(as_points(events.scalars), reference_points([path]))
+
+
+def test_a_purge_alone_bumps_the_version(tmp_path):
+    path = tmp_path / "events.out.tfevents.1.h"
+    version_event = event_pb2.Event(wall_time=1.0, file_version="brain.Event:2")
+    path.write_bytes(b"".join(frame(e.SerializeToString()) for e in
+                              [version_event] + [scalar_event("a", s, 1.0, 1e9 + s) for s in range(20)]))
+    events = RunEvents()
+    events.set_files([path])
+    events.poll()
+    version = events.scalars.version
+    start = event_pb2.Event(step=5, wall_time=2e9, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
+    other = tmp_path / "events.out.tfevents.2.h"  # the restarted writer's file: version, then START
+    other.write_bytes(frame(version_event.SerializeToString()) + frame(start.SerializeToString()))
+    events.set_files([path, other])
+    stats = events.poll()
+    assert stats.scalars == 0 and events.scalars.version > version
+    assert events.scalars.get("a").steps.tolist() == [0, 1, 2, 3, 4]

@@ -1136,8 +1136,8 @@ class RunEvents:
                 if hi > lo:
                     series.extend(steps[lo:hi], walls[lo:hi], values[lo:hi])
                 lows[i] = hi
-            if phase < len(purges):
-                scalars.purge_from(purges[phase][1])
+            if phase < len(purges) and scalars.purge_from(purges[phase][1]):
+                scalars.version += 1  # a purge alone (no new points) is a change too
 
 def read_event_file(path: str | Path, *, verify_data_crc: bool = False) -> RunScalars:
     """Every scalar of one event file (one-shot convenience over RunEvents)."""
