@@ -21,7 +21,9 @@ Robustness: only whole records are consumed, so a half-written tail waits for th
 length CRC is always checked; a record whose CRC or proto is bad is dropped and reading resumes at
 the next offset that holds a whole record with valid CRCs (rustboard marks such a file dead,
 TensorBoard's Python loader stops there for good); a zero-filled tail is pending, not corruption; a
-file that shrinks or changes inode is read again from the start.
+file that shrinks or changes inode is read again from the start. A tag that is not valid UTF-8
+(tags are proto3 strings, which upb refuses to parse) is kept, its name decoded with
+backslashreplace ("loss\\xff").
 """
 
 from __future__ import annotations

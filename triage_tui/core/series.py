@@ -2,7 +2,8 @@
 
 Every point a run logged is kept (no reservoir sampling, unlike TensorBoard's default of 1 000
 scalars per tag). A series holds three growable numpy columns: int64 steps, float64 wall times and
-float64 values (24 bytes a point; capacity grows by 1.25x, so < 32 bytes a point including slack).
+float64 values: 24 bytes a point, exactly, for what one read fills; later appends grow the capacity by
+1.25x (+16), so a series of more than a few hundred points stays under 32 bytes a point.
 float64 values keep `double_val` / DT_DOUBLE / int64 scalars exact, which float32 would not.
 
 Views handed out are read-only snapshots: appends only write past every view's end, and a
