@@ -540,11 +540,26 @@ def test_stale_temporary_is_removed_and_a_live_one_kept(world):
         os.close(fd)
 
 
-def tmpfs_or_skip(path: Path, size: str) -> Path:
+def tmpfs_or_skip(path: Path, options: str) -> Path:
     path.mkdir()
-    if os.geteuid() != 0 or os.system(f"mount -t tmpfs -o size={size} tmpfs {path} 2>/dev/null") != 0:
+    if os.geteuid() != 0 or os.system(f"mount -t tmpfs -o {options} tmpfs {path} 2>/dev/null") != 0:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     return path
+
+
+def unmount(path: Path) -> None:
+    if os.system(f"umount {path}") != 0:
+        os.system(f"umount -l {path}")
+
+
+def test_read_only_filesystem(world, capsys):
+    read_only = tmpfs_or_skip(world["root"] / "ro", "size=64m,ro")
+    try:
+        code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
+                                str(read_only / "out")], capsys)
+        assert code == 2 and "Read-only file system" in err and err.count("\n") == 1, err
+    finally:
+        unmount(read_only)
 
 
 def open_fds_under(path: Path) -> list[str]:
@@ -561,7 +576,7 @@ def open_fds_under(path: Path) -> list[str]:
 
 def test_full_tmpfs(world, monkeypatch, capsys):
     """A real ENOSPC from the kernel: a 3 MB tmpfs for an ~11 MB checkpoint."""
-    small = tmpfs_or_skip(world["root"] / "small", "3m")
+    small = tmpfs_or_skip(world["root"] / "small", "size=3m")
     try:
         args = [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(small / "out")]
         code, _, err = run_cli(args, capsys)  # caught by the free-space check before anything is created
@@ -572,8 +587,7 @@ def test_full_tmpfs(world, monkeypatch, capsys):
         assert os.listdir(small) == []
         assert open_fds_under(small) == []  # nothing left open on the full filesystem
     finally:
-        if os.system(f"umount {small}") != 0:
-            os.system(f"umount -l {small}")
+        unmount(small)
 
 
 # ------------------------------------------------------------------------------------------

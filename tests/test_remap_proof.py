@@ -90,6 +90,17 @@ def test_data_without_target_writes_and_says_accuracy_was_not_measured(story_run
     assert any("needs --target" in note for note in report["notes"])
 
 
+def test_dumps_that_do_not_fit_the_drafter_are_noted_and_the_remap_goes_on(story_run, capsys):
+    s = story_run
+    two_layers = write_specforge_dumps(s["world"], s["root"] / "two_aux_layers", samples=1, aux_chunks=2)
+    code, out, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--target", str(s["target"]),
+                              "--data", str(two_layers), "--out", str(s["root"] / "misfit"), "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verified"] and report["accuracy_before"] is None and report["accuracy_after"] is None
+    assert any(note.startswith("Accuracy not measured:") for note in report["notes"]), report["notes"]
+
+
 def test_unreadable_data_is_bad_input_before_anything_is_written(story_run, capsys):
     s = story_run
     bad = s["root"] / "not_dumps"

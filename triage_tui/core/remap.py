@@ -804,10 +804,10 @@ class _InitRows:
     lm_head is written last, so nothing waits for it.
     """
 
-    def __init__(self, plan: RemapPlan, old: _Rows, cancel: threading.Event | None) -> None:
+    def __init__(self, plan: RemapPlan, old: _Rows) -> None:
         self.plan = plan
         self.dtype = old.dtype
-        self.width = old.shape[1]
+        self.old_rows, self.width = old.shape
         self._mean_sum = None
         self._mean: torch.Tensor | None = None
         self._stop = threading.Event()
@@ -823,9 +823,7 @@ class _InitRows:
 
     def mean(self) -> torch.Tensor:
         if self._mean is None:
-            total = self._mean_sum.result()
-            self._mean = torch.from_numpy(total / max(1, self.plan.checkpoint.tensors[
-                self.plan.checkpoint.lm_head_name].shape[0])).to(self.dtype)
+            self._mean = torch.from_numpy(self._mean_sum.result() / max(1, self.old_rows)).to(self.dtype)
         return self._mean
 
     def rows(self, positions: np.ndarray) -> torch.Tensor:
@@ -869,6 +867,8 @@ def _use_gpu(device: str | torch.device, lm_head_bytes: int) -> torch.device | N
 
 
 class _Progress:
+    """Bytes done in a phase, reported as a fraction of that phase's span of [0, 1]."""
+
     def __init__(self, callback: Progress | None, total_bytes: int) -> None:
         self.callback = callback
         self.total = max(1, total_bytes)
@@ -1123,13 +1123,22 @@ def _write_index(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]]) ->
                                                indent=2).encode())
 
 
-def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: str, max_tokens: int) -> float:
-    """Top-1 accuracy of the drafter's first step on the dumps, read through ``mapping`` (checks/replay)."""
+def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: str, max_tokens: int,
+                     notes: list[str]) -> float | None:
+    """Top-1 accuracy of the drafter's first step on the dumps, read through ``mapping`` (checks/replay).
+
+    The proof is a measurement beside the fix: when the dumps do not fit the drafter, the note
+    says why and the remap goes on.
+    """
     from triage_tui.core.checks.replay import replay_accuracy
     from triage_tui.core.drafter import load_drafter
 
-    drafter = load_drafter(checkpoint, device="cpu")
-    return replay_accuracy(drafter, dumps, target, mapping, device=device, max_tokens=max_tokens)
+    try:
+        drafter = load_drafter(checkpoint, device="cpu")
+        return replay_accuracy(drafter, dumps, target, mapping, device=device, max_tokens=max_tokens)
+    except BadInput as err:
+        notes.append(f"Accuracy not measured: {err.line()}")
+        return None
 
 
 def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,
@@ -1145,8 +1154,11 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         dumps = read_dumps(data)
     files = _output_entries(plan)
     total = sum(e.nbytes for entries in files.values() for e in entries)
-    clean_stale_temporaries(output)
-    free = _free_bytes(output.parent)
+    try:
+        clean_stale_temporaries(output)
+        free = _free_bytes(output.parent)
+    except OSError as err:
+        raise _write_error(err, output) from None
     if free < total + (1 << 20):
         raise BadInput(output.parent, f"needs {total / 1e9:.2f} GB for {output.name} but only "
                                       f"{free / 1e9:.2f} GB is free; nothing was written")
@@ -1156,22 +1168,27 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
     accuracy_before = accuracy_after = accuracy_device = None
     for file in plan.checkpoint.files:  # a cold source is read ahead while the plan's first steps run
         _read_ahead(file)
+    try:
+        temp = _TempOutput(output)
+    except OSError as err:
+        raise _write_error(err, output) from None
     stop_hashing = threading.Event()
     hashing = _Background("triage-remap-sha256", lambda: _hash_files(plan.checkpoint.files, stop_hashing))
-    temp = _TempOutput(output)
     writers: dict[str, _SafetensorsWriter] = {}
-    init_rows = None
+    init_rows = syncing = None
+    replay = dumps is not None and plan.target_model is not None
     try:
-        if dumps is not None and plan.target_model is not None:
+        if replay:
             if progress:
                 progress(0.0, "replay on the source checkpoint")
             accuracy_before = _replay_accuracy(plan.checkpoint, dumps, plan.target_model, plan.run_mapping,
-                                               device, max_tokens)
+                                               device, max_tokens, notes)
+            replay = accuracy_before is not None
         elif dumps is not None:
             notes.append("Accuracy not measured: the replay needs --target as well as --data.")
         gpu = _use_gpu(device, old_head.row_bytes * old_head.shape[0])
         gather = _StagedRows(old_head, gpu, cancel).gather if gpu is not None else old_head.gather
-        init_rows = _InitRows(plan, old_head, cancel)
+        init_rows = _InitRows(plan, old_head)
         source_metadata = _source_metadata(plan)
         placeholder = {file.name: "0" * 64 for file in plan.checkpoint.files}
         try:
@@ -1198,11 +1215,11 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             syncing.result()
         except OSError as err:
             raise _write_error(err, output) from None
-        if dumps is not None and plan.target_model is not None:
+        if replay:
             if progress:
                 progress(0.9, "replay on the remapped checkpoint")
             accuracy_after = _replay_accuracy(read_checkpoint(temp.path), dumps, plan.target_model,
-                                              plan.run_mapping, device, max_tokens)
+                                              plan.run_mapping, device, max_tokens, notes)
             from triage_tui.core.checks.replay import resolve_device
 
             accuracy_device = str(resolve_device(device))
@@ -1218,6 +1235,8 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         stop_hashing.set()
         if init_rows is not None:
             init_rows.close()
+        if syncing is not None:
+            syncing.join()  # before the files it syncs are closed
         for writer in writers.values():
             writer.close()
         temp.close()
