@@ -322,7 +322,8 @@ async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
         await asyncio.to_thread(thread.join)
         lag = await wait_for(pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"],
                              timeout=5, what="chart to catch up")
-        assert lag <= poll + 0.5, f"chart lagged {lag:.2f}s behind the writer (poll {poll}s)"
+        # One poll interval, plus slack for a loaded 2-core CI machine (the latency itself is benchmarked).
+        assert lag <= poll + 1.0, f"chart lagged {lag:.2f}s behind the writer (poll {poll}s)"
         assert app.bells == 0
         thread = threading.Thread(target=write, args=(range(30, 60), lambda i: 19.0, lambda i: 0.03))
         thread.start()
@@ -365,7 +366,7 @@ async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_r
         assert app.polls == 0
         assert "scanning" in str(app.main.query_one("#topbar").content)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=2, what="help while scanning")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=5, what="help while scanning")
         await pilot.press("escape")
         gate.set()
         await loaded(pilot)
@@ -396,7 +397,7 @@ async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monk
                        what="vocab_mapping bar")
         assert app.checks_running_for == story and app.screen.active_bindings["x"].enabled
         await pilot.press("x")
-        await wait_for(pilot, lambda: app.checks_running_for is None, timeout=2, what="cancel")
+        await wait_for(pilot, lambda: app.checks_running_for is None, timeout=5, what="cancel")
         assert app.check_outcomes[story] == "checks cancelled" and story not in app.diagnoses
         gate.set()
         await pilot.pause(0.5)  # the held thread finishes late; its result must be dropped
@@ -412,7 +413,7 @@ async def test_command_palette_reaches_the_actions(runs_root):
             assert expected in titles
         chart = app.main.query_one(LossChart)
         await pilot.press("ctrl+p", *"Log-y", "enter")
-        await wait_for(pilot, lambda: chart.log_y, timeout=3, what="log-y from the palette")
+        await wait_for(pilot, lambda: chart.log_y, timeout=5, what="log-y from the palette")
 
 
 def test_long_noisy_loss_is_thinned_with_its_smoothed_curve_aligned(tmp_path):
