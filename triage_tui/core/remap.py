@@ -600,6 +600,20 @@ def _aside_prefix(output: Path) -> str:
     return f".{output.name}.triage-old-"
 
 
+def _umask() -> int:
+    """The process umask, read without setting it (os.umask would race other threads, e.g. the TUI's)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def _lock_dir(path: Path) -> int | None:
     """An exclusive flock on a directory, or None when another process holds it (it is alive)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -645,9 +659,7 @@ class _TempOutput:
 
     def commit(self, replace: bool) -> None:
         """fsync the directory, rename it into place (the old output aside first), fsync the parent."""
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.path, 0o777 & ~umask)  # mkdtemp made it 0700
+        os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp made it 0700
         _fsync_path(self.path)
         aside = None
         if replace and self.output.exists():
@@ -1309,6 +1321,7 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
             written = [write_mapping_pt(mapping, temp.path / "vocab_mapping.pt"),
                        *write_mapping_npy(mapping, temp.path)]
             for path in written:
+                os.chmod(path, 0o666 & ~_umask())  # written through mkstemp, which makes them 0600
                 _fsync_path(path)
             for path in written:
                 back = read_mapping(path, target_vocab_size=mapping.target_vocab_size)
