@@ -164,6 +164,9 @@ def test_provenance_in_metadata_and_json(world):
     assert provenance["version"] == __version__ and provenance["source"] == str(world["source"].resolve())
     assert provenance["files"] == listing(report.output)
     assert report.source_sha256 == {"model.safetensors": source_sha}
+    umask = remap._umask()
+    assert report.output.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~umask for p in report.output.iterdir())
 
 
 def test_zeros_init(world, story, expected_rows):
@@ -361,6 +364,7 @@ def test_keep_checkpoint_mapping_writes_the_mapping_and_no_weights(world, story,
     assert np.array_equal(np.load(output / "t2d.npy"), ckpt_mapping.t2d())
     assert tree_digest(world["source"]) == before
     assert not any(p.suffix in (".safetensors", ".bin") for p in output.iterdir())
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~remap._umask() for p in output.iterdir())
     code, _, err = run_cli([str(world["source"]), "--keep-checkpoint-mapping"], capsys)
     assert code == 2 and "already exists" in err
 
