@@ -210,10 +210,25 @@ def _rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def _vm_kb(pid: int | str, field: str) -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    found = re.search(rf"{field}:\s+(\d+) kB", text)
+    return int(found.group(1)) if found else 0
+
+
 def child_load(root: str, expected: int) -> dict:
+    import gc
+
     from triage_tui.core.watch import Watcher
 
-    rss0 = _rss_kb()
+    gc.collect()
+    rss_imports_peak = _rss_kb()
+    # Reset the peak (VmHWM) to the current RSS (Linux >= 4.0), so the peak below is the load's own.
+    Path("/proc/self/clear_refs").write_text("5")
+    rss0 = _vm_kb("self", "VmRSS")
     t0 = time.perf_counter()
     watcher = Watcher([root], use_watchdog=False)
     statuses = watcher.poll_once()
@@ -226,7 +241,8 @@ def child_load(root: str, expected: int) -> dict:
     idle_poll = time.perf_counter() - t0
     assert all(a is b for a, b in zip(again, statuses))
     return {"load_s": seconds, "points": points, "stored_bytes": stored, "rss_imports_kb": rss0,
-            "rss_peak_kb": _rss_kb(), "idle_poll_s": idle_poll, "runs": len(statuses)}
+            "rss_imports_peak_kb": rss_imports_peak, "rss_peak_kb": _vm_kb("self", "VmHWM"),
+            "rss_after_kb": _vm_kb("self", "VmRSS"), "idle_poll_s": idle_poll, "runs": len(statuses)}
 
 
 def child_idle(root: str, expected: int, seconds: float, use_watchdog: bool) -> dict:
@@ -358,10 +374,10 @@ def rustboard_load(root: Path, timeout: float = 600.0) -> dict:
 
     threading.Thread(target=read_stderr, daemon=True).start()
     while not reader_done.wait(0.02):
-        peak_kb = max(peak_kb, _vm_hwm_kb(proc.pid))
+        peak_kb = max(peak_kb, _vm_kb(proc.pid, "VmHWM"))
         if time.perf_counter() - t0 > timeout:
             break
-    peak_kb = max(peak_kb, _vm_hwm_kb(proc.pid))
+    peak_kb = max(peak_kb, _vm_kb(proc.pid, "VmHWM"))
     proc.stdin.close()
     try:
         proc.wait(timeout=10)
@@ -371,15 +387,6 @@ def rustboard_load(root: Path, timeout: float = 600.0) -> dict:
     if seconds is None:
         raise RuntimeError("rustboard never finished a load cycle:\n" + "".join(lines[-20:]))
     return {"load_s": seconds, "rss_peak_kb": peak_kb}
-
-
-def _vm_hwm_kb(pid: int) -> int:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    found = re.search(r"VmHWM:\s+(\d+) kB", text)
-    return int(found.group(1)) if found else 0
 
 
 # --------------------------------------------------------------------------- report
@@ -429,23 +436,28 @@ def main() -> None:
     big_load = next(r[4] for r in rows if r[0] == "big")
     slope = (big_load["rss_peak_kb"] - tenth["rss_peak_kb"]) * 1024 / (trees["big"][2] - tenth_points)
     fixed = (tenth["rss_peak_kb"] - tenth["rss_imports_kb"]) * 1024 - slope * tenth_points
+    steady_slope = (big_load["rss_after_kb"] - big_load["rss_imports_kb"] - tenth["rss_after_kb"]
+                    + tenth["rss_imports_kb"]) * 1024 / (trees["big"][2] - tenth_points)
     print(f"[slope] one run of {tenth_points:,} points: {json.dumps(tenth)}")
     print(f"[slope] peak RSS grows {slope:.1f} B per point from {tenth_points:,} to {trees['big'][2]:,} points "
-          f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB)")
+          f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB); RSS once loaded grows {steady_slope:.1f} B per point")
 
     print(f"\nload average at end {loadavg()}\n")
     print("| tree | points | triage load | rustboard load (÷ triage) | first paint (median of 3) | all rows shown | "
-          "idle CPU core / TUI / --poll | triage peak RSS above imports | B/point (RSS / stored) | rustboard peak RSS |")
+          "idle CPU core / TUI / --poll | triage peak RSS above imports | B/point (peak RSS / RSS after / stored) | "
+          "rustboard peak RSS |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for key, runs, points, size, load, tui, idle, idle_poll, rust in rows:
         above = (load["rss_peak_kb"] - load["rss_imports_kb"]) * 1024
+        steady = (load["rss_after_kb"] - load["rss_imports_kb"]) * 1024
         rust_cell = "–" if rust is None else f"{rust['load_s']:.2f} s ({rust['load_s'] / load['load_s']:.1f})"
         tui_idle = f"{tui['idle_percent']:.2f} %" if "idle_percent" in tui else "crashed¹"
         rust_rss = "–" if rust is None else f"{rust['rss_peak_kb'] / 1024:.0f} MiB"
         print(f"| {runs} run{'s' if runs > 1 else ''} ({size / 1e6:.0f} MB) | {points:,} | {load['load_s']:.2f} s "
               f"| {rust_cell} | {tui['first_paint_median_s'] * 1000:.0f} ms | {tui['rows_shown_s']:.2f} s "
               f"| {idle['percent']:.2f} % / {tui_idle} / {idle_poll['percent']:.2f} % "
-              f"| {above / 2**20:.0f} MiB | {above / points:.1f} / {load['stored_bytes'] / points:.1f} | {rust_rss} |")
+              f"| {above / 2**20:.0f} MiB | {above / points:.1f} / {steady / points:.1f} / {load['stored_bytes'] / points:.1f} "
+              f"| {rust_rss} |")
     for key, *_, tui, _idle, _idle_poll, _rust in rows:
         if "error" in tui:
             print(f"\n¹ [{key}] the TUI died after its first poll: {tui['error']}")

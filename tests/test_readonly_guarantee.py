@@ -7,6 +7,8 @@ entry's type, size, mtime and ctime recorded (ctime moves on any chmod/chown/uti
 command runs with the watched tree as its working directory (where a stray cache or log would land)
 and the tree must come out identical, with nothing added: no __pycache__, no cache, no lock file.
 Caches, where a command keeps any, belong under $XDG_CACHE_HOME, which the test points elsewhere.
+The commands also run under a Python audit hook (PEP 578) that fails them if they open a socket,
+start a process or open a file for writing inside the watched tree.
 """
 
 from __future__ import annotations
@@ -85,45 +87,6 @@ def watched(tmp_path_factory) -> Path:
     return root
 
 
-def triage(cwd: Path, cache_home: Path, *args: str | Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a stray import from the tree must show up as __pycache__
-    return subprocess.run([sys.executable, "-m", "triage_tui", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def test_scan_and_check_leave_the_tree_as_it_was(watched, tmp_path):
-    before = snapshot(watched)
-    run = watched / "k2-finetune"
-
-    scan = triage(watched, tmp_path / "cache", "scan", watched, "--json")
-    assert scan.returncode == 1, scan.stderr  # the story run is critical
-    statuses = {r["name"]: r["status"] for r in json.loads(scan.stdout)["runs"]}
-    assert statuses == {"k2-finetune": "critical", "scratch-drafter": "ok"}
-    assert_unchanged(watched, before, "triage scan")
-
-    check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu")
-    assert check.returncode == 1, check.stderr
-    report = json.loads(check.stdout)
-    # The check really read the files: the drafter's d2t against the run's .pt, dumps and target.
-    assert report["checks"]["vocab_mapping"]["positional_match"] == POSITIONAL_MATCH
-    assert report["hypotheses"][0]["id"] == "vocab_mapping_mismatch"
-    assert report["checks"]["hidden_state"]["status"] != "skipped"
-    assert report["inputs"]["target"] and report["inputs"]["data"]
-    assert_unchanged(watched, before, "triage check")
-
-
-def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
-    before = snapshot(watched)
-    run = watched / "k2-finetune"
-    if "not built yet" in triage(run, tmp_path / "cache", "scalars", run).stderr:
-        pytest.skip("`triage scalars` is still the skeleton's placeholder")
-    scalars = triage(run, tmp_path / "cache", "scalars", run, "--format", "csv")
-    assert scalars.returncode == 0, scalars.stderr
-    assert LOSS_TAG in scalars.stdout and ACC_TAG in scalars.stdout
-    assert_unchanged(watched, before, "triage scalars")
-
-
 # Python's audit hooks (PEP 578) see every socket, every process started and every file Python opens
 # for writing (native code writing on its own is what the snapshot tests above catch); the child
 # reports them and exits 3 if there were any.
@@ -150,15 +113,44 @@ sys.exit(code)
 """
 
 
-@pytest.mark.parametrize("command", ["scan", "check"])
-def test_no_socket_no_process_no_write_open(watched, tmp_path, command):
-    run = watched / "k2-finetune"
-    args = ["scan", str(watched), "--json"] if command == "scan" else ["check", str(run), "--json", "--device", "cpu"]
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", AUDITED, str(watched), *args], cwd=watched, env=env,
+def triage(cwd: Path, cache_home: Path, *args: str | Path, watched: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m triage_tui ARGS` run from `cwd` under the audit hook (exit 3 and a list on stderr if it
+    opened a socket, started a process or opened a file for writing under `watched`)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a stray import from the tree must show up as __pycache__
+    # -P: like the `triage` console script, nothing is imported from the working directory (the run).
+    return subprocess.run([sys.executable, "-P", "-c", AUDITED, str(watched or cwd), *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr  # 1: the story run is critical / its mapping hypothesis scores
-    assert json.loads(done.stdout)
+
+
+def test_scan_and_check_leave_the_tree_as_it_was(watched, tmp_path):
+    before = snapshot(watched)
+    run = watched / "k2-finetune"
+
+    scan = triage(watched, tmp_path / "cache", "scan", watched, "--json")
+    assert scan.returncode == 1, scan.stderr  # the story run is critical (3: the audit hook saw something)
+    statuses = {r["name"]: r["status"] for r in json.loads(scan.stdout)["runs"]}
+    assert statuses == {"k2-finetune": "critical", "scratch-drafter": "ok"}
+    assert_unchanged(watched, before, "triage scan")
+
+    check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu", watched=watched)
+    assert check.returncode == 1, check.stderr
+    report = json.loads(check.stdout)
+    # The check really read the files: the drafter's d2t against the run's .pt, dumps and target.
+    assert report["checks"]["vocab_mapping"]["positional_match"] == POSITIONAL_MATCH
+    assert report["hypotheses"][0]["id"] == "vocab_mapping_mismatch"
+    assert report["checks"]["hidden_state"]["status"] != "skipped"
+    assert report["inputs"]["target"] and report["inputs"]["data"]
+    assert_unchanged(watched, before, "triage check")
+
+
+def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
+    before = snapshot(watched)
+    run = watched / "k2-finetune"
+    scalars = triage(run, tmp_path / "cache", "scalars", run, "--format", "csv", watched=watched)
+    assert scalars.returncode == 0, scalars.stderr
+    assert LOSS_TAG in scalars.stdout and ACC_TAG in scalars.stdout
+    assert_unchanged(watched, before, "triage scalars")
 
 
 async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_path, monkeypatch):
@@ -191,7 +183,9 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
 
 
 @pytest.mark.skipif(not SAMPLE_RUNS.is_dir(), reason="sample_runs/ does not exist yet (H-samples)")
-def test_sample_runs_copy_is_left_as_it_was(tmp_path):
+async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
+    from test_tui import checked, loaded, make_app
+
     copy = tmp_path / "sample_runs"
     shutil.copytree(SAMPLE_RUNS, copy, symlinks=True)
     before = snapshot(copy)
@@ -200,6 +194,16 @@ def test_sample_runs_copy_is_left_as_it_was(tmp_path):
     runs = [Path(r["path"]) for r in json.loads(scan.stdout)["runs"]]
     assert runs
     for run in runs:
-        check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu")
+        check = triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu", watched=copy)
         assert check.returncode in (0, 1, 2), check.stderr  # 2: a sample without a checkpoint to check
+        assert "refused" not in check.stderr and check.returncode != 3, check.stderr
     assert_unchanged(copy, before, "scan and check of sample_runs")
+
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    app = make_app(copy, use_watchdog=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await checked(pilot)  # on the worst run, first in the table
+        await pilot.press("down", "down", "q")
+    assert_unchanged(copy, before, "a TUI session on sample_runs")
