@@ -969,14 +969,23 @@ def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], 
     return writers
 
 
+def _verify_metadata(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str]) -> None:
+    """The provenance reads back from every output file's header, through safetensors."""
+    from safetensors import safe_open
+
+    for file_name in files:
+        with safe_open(str(temp / file_name), framework="pt") as f:
+            if f.metadata() != metadata:
+                raise BadInput(plan.output, f"verification failed: {file_name}: provenance metadata does not "
+                                            "read back; nothing was written")
+
+
 def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_rows: _InitRows,
-            metadata: dict[str, str], progress: _Progress, cancel: threading.Event | None) -> int:
+            progress: _Progress, cancel: threading.Event | None) -> int:
     """Re-read the output through the program's reader and compare it with the source; returns bytes compared.
 
     Raises BadInput naming the first difference: the output is then removed, never renamed into place.
     """
-    from safetensors import safe_open
-
     def fail(what: str) -> BadInput:
         return BadInput(plan.output, f"verification failed: {what}; nothing was written")
 
@@ -991,11 +1000,6 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
         info = written.tensors[name]
         if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
             raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}")
-    for file_name in files:
-        with safe_open(str(temp / file_name), framework="pt") as f:
-            if f.metadata() != metadata:
-                raise fail(f"{file_name}: provenance metadata does not read back")
-
     run = plan.run_mapping
     d2t, t2d = written.tensor("d2t"), written.tensor("t2d")
     if not np.array_equal(d2t.numpy(), run.d2t()) or not np.array_equal(t2d.numpy(), run.t2d()):
@@ -1206,10 +1210,6 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         try:
             writers = _write_tensors(plan, temp.path, files, _metadata(plan, source_metadata, placeholder),
                                      gather, init_rows, report_progress, cancel)
-            digests = hashing.result()
-            metadata = _metadata(plan, source_metadata, digests)
-            for writer in writers.values():
-                writer.write_header(metadata)
             # The data goes to disk while it is re-read for verification; nothing is renamed before both end.
             syncing = _Background("triage-remap-fsync", lambda: [os.fsync(w.fd) for w in writers.values()])
             config = _updated_config(plan, notes)
@@ -1223,8 +1223,15 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
                 notes.append("Not carried over: " + ", ".join(skipped) + " (weights in another form, or pickled "
                              "training state, which holds lm_head moments in the old row order).")
             report_progress.reset()
-            compared = _verify(plan, temp.path, files, init_rows, metadata, report_progress, cancel)
+            compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
+            # The source's digest, hashed since the start, goes into the headers' placeholders last.
+            digests = hashing.result()
+            metadata = _metadata(plan, source_metadata, digests)
             syncing.result()
+            for writer in writers.values():
+                writer.write_header(metadata)
+                os.fsync(writer.fd)
+            _verify_metadata(plan, temp.path, files, metadata)
         except OSError as err:
             raise _write_error(err, output) from None
         if replay:

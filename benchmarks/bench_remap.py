@@ -1,0 +1,256 @@
+"""`triage remap` at real scale against `cp -r` of the same files, in one run, with peak memory.
+
+Builds a drafter shaped like a Kimi-K2 EAGLE-3 drafter in benchmarks/.work/remap/ (deleted at the end):
+hidden 7168, draft vocab 32 000, target vocab 163 840, bf16, SpecForge ``midlayer.*`` names,
+64 query / 8 key-value heads of 128, MLP intermediate 12 288 (chosen to land the file in the
+1-2 GB range), ``lm_head`` [32 000, 7168]. The source carries the story's checkpoint mapping
+(tests/story_mappings.py) and is remapped to the run's mapping with the default init (mean).
+
+Each round times, as separate processes:
+- ``cp -r SRC DST`` (what a user would otherwise run to get a second copy),
+- ``cp -r`` followed by ``sync`` of the copied files (a copy that is on disk, as the remap's is),
+- the remap in a fresh process (``plan_remap`` + ``execute_remap``, what ``triage remap`` runs:
+  write, fsync, verify, rename), reporting its peak RSS (``getrusage``), the RSS after imports
+  alone, and phase times from its progress messages.
+Page cache: before every step, "warm" reads the source once and "cold" evicts its pages with
+``posix_fadvise(DONTNEED)`` (only those files; no global drop_caches); the share of the source
+in the cache at the start of each step is measured with ``mincore`` and printed. Both orders
+(cp first, remap first) are run for each cache state, 3 rounds each; cells are medians.
+"write" is plan + write (the mean is summed meanwhile), "verify + fsync" the rest up to the rename.
+
+    .venv/bin/python benchmarks/bench_remap.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+HIDDEN = 7168
+HEADS, KV_HEADS, HEAD_DIM = 64, 8, 128
+INTERMEDIATE = 12_288
+DRAFT_VOCAB, TARGET_VOCAB = 32_000, 163_840  # the story's sizes (tests/story_mappings.py)
+REPEATS = 3
+WORK = HERE / ".work" / "remap"  # only this benchmark's own folder: others share benchmarks/.work
+
+# Runs in a child: imports, then plan + execute (what `triage remap` calls), with phase times
+# taken from its progress messages, and getrusage peaks; prints one JSON line.
+WRAPPER = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from triage_tui.core.remap import execute_remap, plan_remap
+rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t1 = time.perf_counter()
+plan = plan_remap(sys.argv[1], sys.argv[2], out=sys.argv[3])
+t2 = time.perf_counter()
+marks = {}
+def progress(fraction, text):
+    if text.startswith("verifying"):
+        marks.setdefault("verify", time.perf_counter())
+report = execute_remap(plan, progress=progress)
+t3 = time.perf_counter()
+print(json.dumps({"report": report.to_json(), "import_s": t1 - t0, "plan_s": t2 - t1,
+                  "write_s": marks["verify"] - t1, "verify_s": t3 - marks["verify"],
+                  "rss_imports_kb": rss_imports, "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def build_drafter(root: Path) -> None:
+    """The Kimi-K2-shaped drafter and the run's mapping file (run in a child process: the parent stays
+    small, and a child's getrusage peak starts from its parent's size at fork)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from story_mappings import story_mappings
+
+    from triage_tui.core.formats.mapping import write_mapping_pt
+
+    ckpt_mapping, run_mapping = story_mappings()
+    assert (ckpt_mapping.draft_vocab_size, ckpt_mapping.target_vocab_size) == (DRAFT_VOCAB, TARGET_VOCAB)
+    gen = torch.Generator().manual_seed(0)
+    block = torch.randint(-(1 << 15), 1 << 15, (1 << 23,), dtype=torch.int16, generator=gen).view(torch.bfloat16)
+
+    def filled(*shape: int) -> torch.Tensor:
+        """Random bf16 bits (tiled from one 16 MB block: the content is only copied)."""
+        n = int(np.prod(shape))
+        return block.repeat(n // block.numel() + 1)[:n].reshape(shape).clone()
+
+    p = "midlayer."
+    state = {
+        "fc.weight": filled(HIDDEN, 3 * HIDDEN),
+        f"{p}self_attn.q_proj.weight": filled(HEADS * HEAD_DIM, 2 * HIDDEN),
+        f"{p}self_attn.k_proj.weight": filled(KV_HEADS * HEAD_DIM, 2 * HIDDEN),
+        f"{p}self_attn.v_proj.weight": filled(KV_HEADS * HEAD_DIM, 2 * HIDDEN),
+        f"{p}self_attn.o_proj.weight": filled(HIDDEN, HEADS * HEAD_DIM),
+        f"{p}mlp.gate_proj.weight": filled(INTERMEDIATE, HIDDEN),
+        f"{p}mlp.up_proj.weight": filled(INTERMEDIATE, HIDDEN),
+        f"{p}mlp.down_proj.weight": filled(HIDDEN, INTERMEDIATE),
+        f"{p}hidden_norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        f"{p}input_layernorm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        f"{p}post_attention_layernorm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        "norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        # every lm_head row distinct, so a wrong gather could not pass verification by luck
+        "lm_head.weight": torch.randn(DRAFT_VOCAB, HIDDEN, generator=gen).to(torch.bfloat16),
+        "d2t": torch.from_numpy(ckpt_mapping.d2t().copy()),
+        "t2d": torch.from_numpy(ckpt_mapping.t2d()),
+    }
+    source = root / "kimi-k2-eagle3"
+    source.mkdir(parents=True)
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "head_dim": HEAD_DIM, "num_hidden_layers": 1, "max_position_embeddings": 131072,
+              "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "vocab_size": TARGET_VOCAB, "draft_vocab_size": DRAFT_VOCAB,
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}
+    (source / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
+    write_mapping_pt(run_mapping, root / "run_vocab_mapping.pt")
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop these files' pages from the page cache (they are clean: the source was synced)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def warm(paths: list[Path]) -> None:
+    for path in paths:
+        with open(path, "rb") as f:
+            while f.read(64 << 20):
+                pass
+
+
+def cached_fraction(paths: list[Path]) -> float:
+    """Share of the files' pages in the page cache (mincore on a private, untouched mapping)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    resident = total = 0
+    for path in paths:
+        size = path.stat().st_size
+        if not size:
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
+            anchor = ctypes.c_char.from_buffer(mapped)
+            pages = (size + page - 1) // page
+            vector = (ctypes.c_ubyte * pages)()
+            if libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size), vector) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            del anchor
+            resident += sum(byte & 1 for byte in vector)
+            total += pages
+    return resident / max(1, total)
+
+
+def time_cp(source: Path, dest: Path, *, sync: bool) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["cp", "-r", str(source), str(dest)], check=True)
+    if sync:
+        subprocess.run(["sync", *(str(p) for p in sorted(dest.iterdir())), str(dest)], check=True)
+    return time.perf_counter() - t0
+
+
+def time_remap(source: Path, mapping: Path, out: Path) -> dict:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", WRAPPER, str(source), str(mapping), str(out)],
+                          cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"remap failed: {done.stderr}")
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    assert stats["report"]["verified"], stats
+    stats["wall_s"] = wall
+    return stats
+
+
+def settle(*paths: Path) -> None:
+    """Remove outputs and let the disk finish before the next measurement."""
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+    os.sync()
+
+
+def measure(source: Path, mapping: Path, files: list[Path], cache: str, order: str) -> dict:
+    """One round: cp, cp + sync and remap, each from the same cache state, in the given order."""
+    results: dict = {"cached": []}
+    steps = ["cp", "cp+sync", "remap"] if order == "cp first" else ["remap", "cp", "cp+sync"]
+    for step in steps:
+        (evict if cache == "cold" else warm)(files)
+        results["cached"].append(cached_fraction(files))
+        if step == "remap":
+            results["remap"] = time_remap(source, mapping, WORK / "remapped")
+            settle(WORK / "remapped")
+        else:
+            results[step] = time_cp(source, WORK / "copy", sync=step == "cp+sync")
+            settle(WORK / "copy")
+    return results
+
+
+def main() -> None:
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--build", str(WORK)], check=True, cwd=REPO)
+        source, mapping = WORK / "kimi-k2-eagle3", WORK / "run_vocab_mapping.pt"
+        lm_head_bytes = DRAFT_VOCAB * HIDDEN * 2
+        files = sorted(source.iterdir())
+        total = sum(p.stat().st_size for p in files)
+        os.sync()
+        print(f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
+              f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
+        load_before = os.getloadavg()[0]
+        header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | remap (process) | imports | "
+                  "write | verify + fsync | remap / cp | remap / (cp + sync) | remap excl. imports / (cp + sync) | "
+                  "peak RSS | RSS after imports | peak / lm_head |")
+        lines = [header, "|" + "---|" * (header.count("|") - 1)]
+        report = None
+        for cache in ("warm", "cold"):
+            for order in ("cp first", "remap first"):
+                rounds = [measure(source, mapping, files, cache, order) for _ in range(REPEATS)]
+                median = lambda values: statistics.median(values)  # noqa: E731
+                cp = median([r["cp"] for r in rounds])
+                cps = median([r["cp+sync"] for r in rounds])
+                remap = {key: median([r["remap"][key] for r in rounds])
+                         for key in ("wall_s", "import_s", "write_s", "verify_s")}
+                peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
+                after_imports = max(r["remap"]["rss_imports_kb"] for r in rounds) * 1024
+                cached = [c for r in rounds for c in r["cached"]]
+                report = rounds[0]["remap"]["report"]
+                lines.append(
+                    f"| {cache} ({min(cached):.0%}-{max(cached):.0%}) | {order} | {cp:.2f} s | {cps:.2f} s | "
+                    f"{remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['write_s']:.2f} s | "
+                    f"{remap['verify_s']:.2f} s | {remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | "
+                    f"{(remap['wall_s'] - remap['import_s']) / cps:.2f}x | {peak / 2**20:.0f} MiB | "
+                    f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |")
+        print(f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
+              f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)")
+        print(f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
+              f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
+              f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}")
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--build"]:
+        build_drafter(Path(sys.argv[2]))
+    else:
+        main()
