@@ -408,6 +408,25 @@ def test_force_replaces_a_previous_remap(world, capsys):
     assert [p.name for p in world["root"].iterdir() if p.name.startswith(".")] == []
 
 
+def test_interrupt_during_the_swap_puts_the_old_output_back(world, monkeypatch):
+    out = world["root"] / "out"
+    remap.remap_checkpoint(world["source"], world["mapping"], out=out, init="zeros", device="cpu")
+    first = tree_digest(out)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if ".triage-tmp-" in str(src) and Path(dst) == out:  # the old output is aside by now
+            assert not out.exists()
+            raise KeyboardInterrupt
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        remap.remap_checkpoint(world["source"], world["mapping"], out=out, force=True, device="cpu")
+    assert tree_digest(out) == first
+    assert [p for p in os.listdir(world["root"]) if ".triage-" in p] == []
+
+
 def test_output_that_would_replace_an_input_is_refused(world, capsys):
     for out in (world["source"], world["root"]):
         code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out),

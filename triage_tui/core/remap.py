@@ -661,23 +661,28 @@ class _TempOutput:
         """fsync the directory, rename it into place (the old output aside first), fsync the parent."""
         os.chmod(self.path, 0o777 & ~_umask())  # mkdtemp made it 0700
         _fsync_path(self.path)
-        aside = None
+        aside = aside_fd = None
         if replace and self.output.exists():
             aside = Path(tempfile.mkdtemp(prefix=_aside_prefix(self.output), dir=self.output.parent))
+            aside_fd = _lock_dir(aside)  # locked like the temporary one: a concurrent clean-up leaves it
             os.rename(self.output, aside / self.output.name)
         try:
-            os.rename(self.path, self.output)
-        except BaseException as err:  # Ctrl-C included: the old output goes back where it was
+            try:
+                os.rename(self.path, self.output)
+            except BaseException as err:  # Ctrl-C included: the old output goes back where it was
+                if aside is not None:
+                    os.rename(aside / self.output.name, self.output)
+                    shutil.rmtree(aside, ignore_errors=True)
+                if isinstance(err, OSError) and err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise BadInput(self.output, "appeared while the remap was writing; nothing was replaced") from None
+                raise
+            self.committed = True
+            _fsync_path(self.output.parent)
             if aside is not None:
-                os.rename(aside / self.output.name, self.output)
                 shutil.rmtree(aside, ignore_errors=True)
-            if isinstance(err, OSError) and err.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                raise BadInput(self.output, "appeared while the remap was writing; nothing was replaced") from None
-            raise
-        self.committed = True
-        _fsync_path(self.output.parent)
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
+        finally:
+            if aside_fd is not None:
+                os.close(aside_fd)
 
     def close(self) -> None:
         if not self.committed:
