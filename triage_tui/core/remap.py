@@ -403,7 +403,10 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _write_at(fd: int, data, offset: int) -> None:
-    """Every byte of ``data`` at ``offset`` (the one place output bytes go to disk; tests inject faults here)."""
+    """Every byte of ``data`` at ``offset``.
+
+    With ``_copy_range`` the only two places output bytes go to disk (tests inject faults in both).
+    """
     view = memoryview(data).cast("B")
     while view:
         written = os.pwrite(fd, view, offset)
@@ -414,6 +417,8 @@ def _write_at(fd: int, data, offset: int) -> None:
 def _copy_range(source_fd: int, target_fd: int, source_offset: int, target_offset: int, length: int) -> None:
     """Copy bytes file to file inside the kernel (``copy_file_range``: no trip through user memory,
     what ``cp`` does); raises ``_NoInKernelCopy`` where the filesystem pair cannot."""
+    if not hasattr(os, "copy_file_range"):  # Linux only
+        raise _NoInKernelCopy
     while length:
         try:
             copied = os.copy_file_range(source_fd, target_fd, length, source_offset, target_offset)
