@@ -453,3 +453,17 @@ async def test_a_new_run_appears_without_a_restart(tmp_path):
         # It is critical, so it goes to the top, and the bell rings for it.
         assert app.rows[0].name == "k2-finetune" and app.bells == 1
         assert str(app.main.query_one(RunsTable).get_row_at(0)[1]) == "k2-finetune"
+
+
+async def test_age_column_follows_the_clock(runs_root):
+    from tui_support import FROZEN_NOW
+
+    clock = [FROZEN_NOW]
+    app = make_app(runs_root, now=lambda: clock[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = app.main.query_one(RunsTable)
+        assert [str(table.get_row_at(i)[7]) for i in range(2)] == ["1m", "1m"]
+        clock[0] += 3 * 3600
+        await wait_for(pilot, lambda: str(table.get_row_at(0)[7]) == "3h", timeout=5, what="age to tick")
+        assert str(table.get_row_at(1)[7]) == "3h"

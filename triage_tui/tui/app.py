@@ -181,8 +181,7 @@ class TriageApp(App[None]):
 
     @_skipped_after_shutdown
     def _refresh_ages(self) -> None:
-        if self.rows:
-            self.main.query_one(RunsTable).show_rows(self._visible_rows(), now=self.now())
+        self.main.query_one(RunsTable).refresh_ages(self.now())
 
     def set_filter(self, text: str) -> None:
         self._filter = text.strip().lower()

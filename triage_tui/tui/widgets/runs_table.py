@@ -42,9 +42,13 @@ def _loss_cell(value: float | None, flagged: bool) -> Text:
     return Text(format_loss(value), style="bold red" if flagged else "", justify="right")
 
 
+def _age_cell(row: RunRow, now: float) -> Text:
+    age = None if row.last_update is None else now - row.last_update
+    return Text(format_age(age), style="dim", justify="right")
+
+
 def row_cells(row: RunRow, now: float) -> tuple[Text, ...]:
     glyph, style = STATUS_GLYPH.get(row.status, ("?", ""))
-    age = None if row.last_update is None else now - row.last_update
     return (
         Text(glyph, style=style),
         _name_cell(row),
@@ -53,7 +57,7 @@ def row_cells(row: RunRow, now: float) -> tuple[Text, ...]:
         _loss_cell(row.loss_smoothed, row.loss_flagged),
         Text(format_loss(row.chance_loss), style="dim", justify="right"),
         Text(format_accuracy(row.accuracy_last), justify="right"),
-        Text(format_age(age), style="dim", justify="right"),
+        _age_cell(row, now),
     )
 
 
@@ -69,6 +73,7 @@ class RunsTable(DataTable):
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._order: list[Path] = []
+        self._rows: dict[Path, RunRow] = {}
         self._cells: dict[Path, tuple[Text, ...]] = {}
 
     def on_mount(self) -> None:
@@ -100,3 +105,14 @@ class RunsTable(DataTable):
                     if old is None or not _same(cells[path][index], old[index]):
                         self.update_cell(str(path), key, cells[path][index])
         self._cells = cells
+        self._rows = {row.path: row for row in rows}
+
+    def refresh_ages(self, now: float) -> None:
+        """The clock moved: redo only the age column, and only the cells whose text changed."""
+        age_index = len(COLUMNS) - 1
+        for path, row in self._rows.items():
+            cell = _age_cell(row, now)
+            old = self._cells[path]
+            if cell.plain != old[age_index].plain:
+                self.update_cell(str(path), "age", cell)
+                self._cells[path] = (*old[:age_index], cell)
