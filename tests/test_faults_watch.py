@@ -150,6 +150,39 @@ def test_a_live_writer_flushing_every_step_is_followed_by_the_watch_thread(tmp_p
     assert np.array_equal(final[0].scalars.get(TAG).steps, np.arange(1, 3011))
 
 
+def test_a_file_replaced_by_rsync_in_the_middle_of_a_read_shows_only_the_new_contents(tmp_path, monkeypatch):
+    """rsync writes `.name.XXXXXX` and renames it over the file; here that lands while a poll is
+    between two read windows of the old file. The poll may finish on the old inode (its open fd);
+    the next one must start over, and the run must then hold exactly the new file's points."""
+    old = write_scalars(tmp_path / "old", {TAG: [(s, 1.0) for s in range(1, 30_001)]})
+    new = write_scalars(tmp_path / "new", {TAG: [(s, 2.0) for s in range(1, 20_001)]})
+    live = tmp_path / "run" / old.name
+    live.parent.mkdir()
+    shutil.copyfile(old, live)
+    monkeypatch.setattr(events_module, "_CHUNK", 64 << 10)  # several read windows per poll
+    real_frame = events_module._frame
+    windows = 0
+
+    def frame_then_replace(*args, **kwargs):
+        nonlocal windows
+        windows += 1
+        if windows == 3:
+            staged = live.parent / f".{live.name}.Xy12Ab"
+            shutil.copyfile(new, staged)
+            os.replace(staged, live)
+        return real_frame(*args, **kwargs)
+
+    monkeypatch.setattr(events_module, "_frame", frame_then_replace)
+    reader = RunEvents()
+    reader.set_files([live])
+    reader.poll()
+    assert windows > 3, "the replacement did not land mid-read"
+    reader.poll()
+    series = reader.scalars.get(TAG)
+    assert np.array_equal(series.steps, np.arange(1, 20_001)) and set(series.values.tolist()) == {2.0}
+    assert reader.totals.resets == 1 and reader.totals.corrupt_records == 0
+
+
 # --------------------------------------------------------------------------- vanishing
 
 
