@@ -20,7 +20,7 @@ Each measurement runs in its own process:
 - rustboard: tensorboard's Rust data server (``--reload once --samples-per-plugin scalars=all``)
   on the same tree, from exec to its "Finished load cycle" log line, peak RSS from /proc VmHWM.
 
-    .venv/bin/python benchmarks/bench_scale.py            # full size (~10 min on 2 cores, < 4 GB)
+    .venv/bin/python benchmarks/bench_scale.py            # full size (~8 min on 2 cores, < 4 GB)
     .venv/bin/python benchmarks/bench_scale.py --runs 20 --points 10000 --big 100000 --idle-seconds 5
 """
 
