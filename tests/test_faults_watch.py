@@ -5,8 +5,9 @@ torch's SummaryWriter, while the tree misbehaves: an event file growing faster t
 a run directory and then the whole watched directory vanishing, a file and a directory losing
 read permission and getting it back, a symlink loop under the observer. Nothing may crash the
 thread, hang it, or lose a point that was written; `triage --poll` must turn the observer off.
-The tests run as root here, where chmod 000 denies nothing, so read permission is taken away
-through a seam that raises what the kernel would (PermissionError) where the code opens files.
+Read permission is taken away for real (chmod, against a watcher forked as `nobody`: root ignores
+chmod) and, for the threaded watcher with its observer, through a seam that raises what the kernel
+would (PermissionError) where the code lists directories and opens files.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 from tb_writers import open_writer, write_scalars
+from test_events_support import records
 from triage_tui.core import events as events_module
 from triage_tui.core import runs as runs_module
 from triage_tui.core.events import RunEvents
@@ -257,6 +259,86 @@ def test_a_directory_losing_read_permission_mid_watch_keeps_the_runs_it_had(tmp_
         running.wait_for(lambda s: by_name(s) == {"a": 50, "b": 50, "c": 10}, what="b readable again")
     # While b could not be listed it either kept its points or left the table; it never broke the watch.
     assert by_name(statuses).get("b") in (None, 50)
+
+
+def _watch_as_nobody(root: str, commands, replies) -> None:
+    """Forked child: drop root (chmod must bind), then answer each "poll" with {run: points}."""
+    try:
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        watcher = Watcher([root], rescan_interval=0.0, use_watchdog=False)
+        replies.send({"euid": os.geteuid()})
+        while commands.recv() == "poll":
+            replies.send(by_name(watcher.poll_once()))
+    except BaseException as err:  # reported to the parent, which fails the test with it
+        replies.send(f"child failed: {err!r}")
+
+
+def test_real_chmod_of_a_file_and_a_directory_as_an_unprivileged_user(tmp_path):
+    """The kernel's own EACCES, not a seam: a forked watcher running as `nobody` while the parent
+    (root) takes read permission from an event file and from a run directory, then gives it back."""
+    import multiprocessing
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="triage-chmod-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        first_b = series_points(base, "b", range(1, 51))
+        series_points(base, "a", range(1, 51))
+        for path in base.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        ctx = multiprocessing.get_context("fork")
+        parent_commands, child_commands = ctx.Pipe()
+        child_replies, parent_replies = ctx.Pipe()
+        child = ctx.Process(target=_watch_as_nobody, args=(str(base), child_commands, child_replies), daemon=True)
+        child.start()
+
+        def poll() -> dict:
+            parent_commands.send("poll")
+            assert parent_replies.poll(30), "the watcher did not answer within 30 s"
+            reply = parent_replies.recv()
+            assert isinstance(reply, dict), reply
+            return reply
+
+        def more_points(run: str, steps: range) -> None:
+            write_scalars(base / run, {TAG: [(s, 1.0) for s in steps]})
+            for path in (base / run).iterdir():
+                if path != first_b:
+                    path.chmod(0o644)
+
+        try:
+            assert parent_replies.poll(30) and parent_replies.recv() == {"euid": 65534 if os.geteuid() == 0 else
+                                                                         os.geteuid()}
+            assert poll() == {"a": 50, "b": 50}
+            # The file: records appended to it while it is unreadable are not seen, its 50 points stay.
+            donor = write_scalars(tmp_path / "donor", {TAG: [(s, 1.0) for s in range(51, 61)]}).read_bytes()
+            first_record_end = records(donor)[0][0] + 16 + records(donor)[0][1]  # after file_version
+            first_b.chmod(0o000)
+            with open(first_b, "ab") as out:
+                out.write(donor[first_record_end:])
+            assert poll() == {"a": 50, "b": 50}
+            first_b.chmod(0o644)
+            assert poll() == {"a": 50, "b": 60}
+            # The directory: it cannot be listed and nothing in it opened; the other run goes on.
+            (base / "b").chmod(0o000)
+            more_points("a", range(61, 71))
+            more_points("b", range(61, 71))
+            during = poll()
+            assert during.get("a") == 60 and during.get("b") in (None, 60), during
+            (base / "b").chmod(0o755)
+            assert poll() == {"a": 60, "b": 70}
+        finally:
+            parent_commands.send("stop")
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+    finally:
+        for path in [base, *base.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- symlink loops
