@@ -27,6 +27,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import struct
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -396,6 +398,48 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return np.array_equal(x, y)
 
 
+def _equal_bytes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Two contiguous uint8 arrays hold the same bytes."""
+    if x.size != y.size:
+        return False
+    if _MEMCMP is not None:
+        return x.size == 0 or _MEMCMP(x.ctypes.data, y.ctypes.data, x.size) == 0
+    return np.array_equal(x, y)
+
+
+@contextmanager
+def _mapped(fd: int, offset: int, length: int) -> Iterator[np.ndarray]:
+    """Bytes ``offset..offset+length`` of a file as a read-only uint8 array over a fresh memory map.
+
+    The map is closed on exit, which drops the pages it touched from the process's memory (they
+    stay in the page cache): the caller must keep no view of the array beyond the ``with``.
+    """
+    if length == 0:
+        yield np.empty(0, dtype=np.uint8)
+        return
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    mapped = mmap.mmap(fd, offset + length - start, access=mmap.ACCESS_READ, offset=start)
+    try:
+        yield np.frombuffer(mapped, dtype=np.uint8, count=length, offset=offset - start)
+    finally:
+        mapped.close()
+
+
+def _same_file_bytes(fd_a: int, offset_a: int, fd_b: int, offset_b: int, length: int,
+                     cancel: threading.Event | None, progress: "_Progress", phase: str) -> bool:
+    """Two byte ranges of files are equal, compared a window at a time through memory maps."""
+    for position in range(0, length, WINDOW_BYTES):
+        _check_cancel(cancel)
+        n = min(WINDOW_BYTES, length - position)
+        with _mapped(fd_a, offset_a + position, n) as a, _mapped(fd_b, offset_b + position, n) as b:
+            same = _equal_bytes(a, b)
+            del a, b
+        if not same:
+            return False
+        progress.advance(n, phase, _VERIFY_SPAN)
+    return True
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing: a streamed safetensors file. safetensors' own save_file needs every tensor in
 # memory at once; the format is a u64 header length, a JSON header and the raw bytes
@@ -459,18 +503,23 @@ def _safetensors_extents(checkpoint, file: Path) -> dict[str, tuple[int, int]]:
     return extents
 
 
-def _sync_file_range():
-    """Linux ``sync_file_range`` (start writeback of a range, do not wait), or None elsewhere."""
+def _libc_function(name: str, argtypes: tuple, restype=ctypes.c_int):
+    """A C library function through ctypes, or None where there is none."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.sync_file_range
+        function = getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.argtypes = argtypes
+    function.restype = restype
     return function
 
 
-_SYNC_FILE_RANGE = _sync_file_range() if sys.platform.startswith("linux") else None
+# Linux ``sync_file_range``: start writeback of a range, do not wait.
+_SYNC_FILE_RANGE = (_libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
+                    if sys.platform.startswith("linux") else None)
+# ``memcmp`` compares mapped pages at memory speed, with no temporary array (np.array_equal makes one).
+_MEMCMP = _libc_function("memcmp", (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t))
 _SYNC_FILE_RANGE_WRITE = 2
 
 
@@ -1019,8 +1068,105 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
         raise fail("the output's d2t/t2d do not read back as the run's mapping")
     compared = d2t.numel() * 8 + t2d.numel()
 
-    # lm_head, from the other side than it was written: each window of the old head against the
-    # output rows that should hold it (the write gathered old rows per output window, maybe on a GPU).
+    source_extents = _checkpoint_extents(plan.checkpoint)
+    written_extents = _checkpoint_extents(written)
+    lm_head_name = plan.checkpoint.lm_head_name
+    if lm_head_name in source_extents and lm_head_name in written_extents:
+        compared += _verify_lm_head_mapped(plan, written, source_extents, written_extents, init_rows, fail,
+                                           progress, cancel)
+    else:
+        compared += _verify_lm_head_rows(plan, written, init_rows, fail, progress, cancel)
+
+    for name in expected:
+        if name in (lm_head_name, "d2t", "t2d"):
+            continue
+        if name in source_extents and name in written_extents:
+            (old_begin, old_end), (new_begin, _) = source_extents[name], written_extents[name]
+            with _opened(plan.checkpoint.tensors[name].file) as old_fd, _opened(written.tensors[name].file) as new_fd:
+                if not _same_file_bytes(old_fd, old_begin, new_fd, new_begin, old_end - old_begin, cancel,
+                                        progress, f"verifying {name}"):
+                    raise fail(f"{name} differs from the source")
+            compared += old_end - old_begin
+            continue
+        old, new = _Rows(plan.checkpoint, name), _Rows(written, name)
+        for lo, hi in old.windows():
+            _check_cancel(cancel)
+            a, b = old.read(lo, hi), new.read(lo, hi)
+            if not _same_bytes(a, b):
+                raise fail(f"{name} differs from the source")
+            compared += _as_bytes(a).size
+            progress.advance(_as_bytes(a).size, f"verifying {name}", _VERIFY_SPAN)
+            del a, b
+    return compared
+
+
+def _checkpoint_extents(checkpoint) -> dict[str, tuple[int, int]]:
+    """Byte range of each tensor in a safetensors checkpoint's files; empty for a .bin checkpoint."""
+    extents: dict[str, tuple[int, int]] = {}
+    if checkpoint.file_kind == "safetensors":
+        for file in checkpoint.files:
+            extents.update(_safetensors_extents(checkpoint, file))
+    return extents
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_extents, init_rows: "_InitRows",
+                           fail, progress: "_Progress", cancel: threading.Event | None) -> int:
+    """Each window of the new lm_head, read from the output file, against the rows it should hold.
+
+    The expected rows are taken here from the source's bytes with numpy (the write gathered them
+    with torch, maybe on a GPU), and the initialised rows are the ones the plan's init gives.
+    """
+    name = plan.checkpoint.lm_head_name
+    old_rows, width = plan.checkpoint.tensors[name].shape
+    row_bytes = _Entry(name, plan.checkpoint.tensors[name].dtype, (1, width)).nbytes
+    (old_begin, old_end), (new_begin, new_end) = source_extents[name], written_extents[name]
+    new_rows = (new_end - new_begin) // max(1, row_bytes)
+    window_rows = max(1, WINDOW_BYTES // max(1, row_bytes))
+    with _opened(plan.checkpoint.tensors[name].file) as old_fd, _opened(written.tensors[name].file) as new_fd:
+        for lo in range(0, new_rows, window_rows):
+            _check_cancel(cancel)
+            hi = min(new_rows, lo + window_rows)
+            sources = plan.source_rows[lo:hi]
+            copied = np.flatnonzero(sources >= 0)
+            initialised = np.flatnonzero(sources < 0)
+            want = np.empty((hi - lo, row_bytes), dtype=np.uint8)
+            if copied.size:
+                # the whole old head mapped afresh per window: only the rows taken are touched, and
+                # closing the map drops them from this process's memory
+                with _mapped(old_fd, old_begin, old_end - old_begin) as old:
+                    want[copied] = old.reshape(old_rows, row_bytes)[sources[copied]]
+                    del old
+            if initialised.size:
+                want[initialised] = _as_bytes(init_rows.rows(initialised + lo)).reshape(-1, row_bytes)
+            with _mapped(new_fd, new_begin + lo * row_bytes, (hi - lo) * row_bytes) as got:
+                same = _equal_bytes(got, want.reshape(-1))
+                if not same:
+                    wrong = lo + int(np.flatnonzero(np.any(got.reshape(-1, row_bytes) != want, axis=1))[0])
+                del got
+            if not same:
+                if plan.source_rows[wrong] >= 0:
+                    raise fail(f"lm_head row {wrong} differs from row {int(plan.source_rows[wrong])} of the source "
+                               "lm_head it copies")
+                raise fail(f"initialised lm_head row {wrong} is not the {plan.init} row meant for it")
+            progress.advance(want.nbytes, "verifying lm_head", _VERIFY_SPAN)
+            del want
+    return new_rows * row_bytes
+
+
+def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: "_InitRows", fail, progress: "_Progress",
+                         cancel: threading.Event | None) -> int:
+    """The lm_head check for a source read through torch (.bin): each window of the old head against
+    the output rows that should hold it."""
+    compared = 0
     lm_head_name = plan.checkpoint.lm_head_name
     old_head, new_head = _Rows(plan.checkpoint, lm_head_name), _Rows(written, lm_head_name)
     copied_new = np.flatnonzero(plan.source_rows >= 0)
@@ -1050,19 +1196,6 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
                        f"{plan.init} row meant for it")
         compared += _as_bytes(got).size
         progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
-
-    for name in expected:
-        if name in (lm_head_name, "d2t", "t2d"):
-            continue
-        old, new = _Rows(plan.checkpoint, name), _Rows(written, name)
-        for lo, hi in old.windows():
-            _check_cancel(cancel)
-            a, b = old.read(lo, hi), new.read(lo, hi)
-            if not _same_bytes(a, b):
-                raise fail(f"{name} differs from the source")
-            compared += _as_bytes(a).size
-            progress.advance(_as_bytes(a).size, f"verifying {name}", _VERIFY_SPAN)
-            del a, b
     return compared
 
 
