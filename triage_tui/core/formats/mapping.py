@@ -14,18 +14,23 @@ import os
 import tempfile
 from pathlib import Path
 
+import sys
+
 import numpy as np
-import torch
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import safe_torch_load
 from triage_tui.core.vocab import VocabMapping
 
+# torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
+# safetensors headers and .npy mappings need none of it.
+
 _NO_VOCAB_SIZE = "cannot tell the target vocab size; pass --target or a t2d"
 
 
 def _as_array(value: object) -> np.ndarray | None:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy() if value.dtype != torch.bfloat16 else value.float().numpy()
     if isinstance(value, np.ndarray):
         return value
@@ -198,6 +203,8 @@ def _read_npy_pair(path: Path, target_vocab_size: int | None) -> VocabMapping:
 
 
 def _read_mapping_pt(path: Path, target_vocab_size: int | None) -> VocabMapping:
+    import torch
+
     loaded = safe_torch_load(path)
     if isinstance(loaded, torch.Tensor):  # modelopt d2t.pt: offsets only, frequency order
         return mapping_from_arrays(path, offsets_array(path, "d2t", loaded), None,
@@ -230,6 +237,8 @@ def _atomic_write(path: Path, write) -> None:
 
 def write_mapping_pt(mapping: VocabMapping, path: str | Path) -> Path:
     """SpecForge/EAGLE form: ``torch.save({"d2t": int64 offsets [Vd], "t2d": bool [V]})``."""
+    import torch
+
     path = Path(path)
     payload = {"d2t": torch.from_numpy(mapping.d2t().copy()), "t2d": torch.from_numpy(mapping.t2d())}
     _atomic_write(path, lambda tmp: torch.save(payload, tmp))

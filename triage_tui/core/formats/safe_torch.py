@@ -24,10 +24,15 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
+# safetensors headers, .npy mappings and the remap's byte copies need none of it.
 
 # torch < 2.6 let a crafted pickle run code even with weights_only=True (CVE-2025-32434).
 _TORCH_MIN_SAFE = (2, 6)
@@ -50,6 +55,8 @@ warnings.filterwarnings("ignore", message="Detected pickle protocol", category=U
 
 
 def _torch_version() -> tuple[int, int]:
+    import torch
+
     major, minor = (int(re.match(r"\d+", part).group()) for part in torch.__version__.split(".")[:2])
     return major, minor
 
@@ -84,6 +91,8 @@ def _globals_wanted(path: Path, raw: bytes | None, also_allowed: set[str]) -> li
         stream = io.BytesIO(_pickle_stream(path, raw))
     except (zipfile.BadZipFile, OSError, KeyError):
         return []
+    import torch
+
     allowed = set(torch._weights_only_unpickler._get_allowed_globals()) | also_allowed
     found: list[str] = []
     recent_strings: list[str] = []
@@ -130,6 +139,8 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
     ``argparse.Namespace``); nothing else ever widens it. A ``.gz`` file is decompressed
     in memory first (SpecForge main writes ``data_*.ckpt.gz``).
     """
+    import torch
+
     path = Path(path)
     if _torch_version() < _TORCH_MIN_SAFE:
         raise BadInput(path, f"refusing to unpickle with torch {torch.__version__} < 2.6 "

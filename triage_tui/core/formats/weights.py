@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import (
@@ -23,6 +22,12 @@ from triage_tui.core.formats.safe_torch import (
     safe_torch_load,
     tensor_info,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
+# safetensors headers need none of it.
 
 _CANDIDATES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -86,6 +91,8 @@ class WeightFiles:
 
 
 def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
+    import torch
+
     state = safe_torch_load(file)
     if not isinstance(state, dict):
         raise BadInput(file, f"holds a {type(state).__name__}, not a state dict of tensors")
