@@ -29,11 +29,13 @@ import hashlib
 import json
 import mmap
 import os
+import queue
 import shutil
 import struct
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,17 +44,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from triage_tui import __version__
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.formats.weights import find_weights
 from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
 from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
 from triage_tui.core.vocab import VocabMapping
 
 if TYPE_CHECKING:
+    import torch
+
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
+
+# torch is imported by the functions that handle tensors, not here: the import takes ~1 s, which
+# plan_remap spends hashing the source meanwhile (formats/ defers it the same way).
 
 __all__ = [
     "INIT_STRATEGIES", "Cancelled", "KeptMapping", "RemapPlan", "RemapReport",
@@ -110,6 +117,7 @@ class RemapPlan:
     run_mapping: VocabMapping = field(repr=False)
     source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
     target_model: Any = field(default=None, repr=False)
+    source_digest: "_SourceDigest | None" = field(default=None, repr=False)  # hashing since plan_remap began
 
     def describe(self) -> str:
         """The exact text the TUI's confirm dialog shows."""
@@ -120,15 +128,48 @@ class RemapPlan:
 
 
 def _file_sha256(path: Path, block: int = 8 << 20, stop: threading.Event | None = None) -> str:
+    """SHA-256 of a file, hashed from memory-mapped windows (no copy into a buffer first)."""
     digest = hashlib.sha256()
-    buffer = bytearray(block)
-    view = memoryview(buffer)
-    with open(path, "rb") as f:
-        while n := f.readinto(buffer):
+    with _opened(path) as fd:
+        size = os.fstat(fd).st_size
+        for offset in range(0, size, block):
             if stop is not None and stop.is_set():
                 raise Cancelled("hashing stopped")
-            digest.update(view[:n])
+            with _mapped(fd, offset, min(block, size - offset)) as data:
+                digest.update(data)  # releases the GIL on large buffers: the remap goes on meanwhile
+                del data
     return digest.hexdigest()
+
+
+def _identity(path: Path) -> tuple[int, ...]:
+    """What changes when a file is rewritten or replaced: device, inode, size, modification time."""
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+class _SourceDigest:
+    """SHA-256 of the source's weight files for the provenance, hashed in a thread from the moment
+    the files are known (it overlaps reading the inputs, importing torch and the writing).
+
+    ``result`` also checks that no file changed since hashing began, so the digest recorded is
+    that of the bytes the output was made from and verified against.
+    """
+
+    def __init__(self, files: tuple[Path, ...]) -> None:
+        self.files = files
+        self.identities = [_identity(file) for file in files]
+        self.stop = threading.Event()
+        self.thread = _Background("triage-remap-sha256", lambda: _hash_files(files, self.stop))
+
+    def result(self, source: Path) -> dict[str, str]:
+        digests = self.thread.result()
+        self.check_unchanged(source)
+        return digests
+
+    def check_unchanged(self, source: Path) -> None:
+        if [_identity(file) for file in self.files] != self.identities:
+            raise BadInput(source, "the checkpoint's weights changed while it was being remapped; "
+                                   "nothing was written (run again once nothing writes to it)")
 
 
 def _mapping_digest(path: Path, mapping: VocabMapping) -> tuple[str, str]:
@@ -155,6 +196,20 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
         raise BadInput(None, f"--init-missing must be one of {', '.join(INIT_STRATEGIES)}, not {init!r}")
     if init == "target" and target is None:
         raise BadInput(None, "--init-missing target needs --target (the target model's directory)")
+    # Hashing the source (~1 s per 2 GB) starts before anything else is read; a plan that fails
+    # or is dropped unexecuted stops it.
+    digest = _SourceDigest(find_weights(checkpoint_path).files)
+    try:
+        plan = _plan(checkpoint_path, mapping_path, out, init, target, digest)
+    except BaseException:
+        digest.stop.set()
+        raise
+    weakref.finalize(plan, digest.stop.set)
+    return plan
+
+
+def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path | None, init: str | None,
+          target: str | Path | None, digest: _SourceDigest) -> RemapPlan:
     checkpoint = read_checkpoint(checkpoint_path)
     source = checkpoint.path.resolve()
     notes: list[str] = []
@@ -224,7 +279,7 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
         rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
         init_from=init_from, written_as=written_as, mapping_sha256=mapping_sha, mapping_sha256_of=mapping_sha_of,
         target_path=target_path, checkpoint=checkpoint, run_mapping=run_mapping, source_rows=source_rows,
-        target_model=target_model,
+        target_model=target_model, source_digest=digest,
     )
 
 
@@ -276,6 +331,8 @@ class _Rows:
     """
 
     def __init__(self, checkpoint, name: str) -> None:
+        import torch
+
         self.checkpoint = checkpoint
         self.name = name
         info = checkpoint.tensors[name]
@@ -299,6 +356,8 @@ class _Rows:
 
     def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
         """``tensor[rows]`` for any order of rows, touching one window of the source at a time."""
+        import torch
+
         if _is_range(rows) and rows.size <= self.window_rows:
             return self.read(int(rows[0]), int(rows[-1]) + 1)  # one run of rows: the mapped rows themselves
         out = torch.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
@@ -327,6 +386,8 @@ class _Rows:
 
 
 def _float64_row_sum(window: torch.Tensor) -> np.ndarray:
+    import torch
+
     if window.dtype == torch.bfloat16:
         # bf16 is the top half of a float32: widening by a shift is exact, and much faster than .float()
         wide = window.view(torch.int16).numpy().astype(np.int32)
@@ -345,12 +406,16 @@ def _is_range(index: np.ndarray) -> bool:
 
 
 def _take(source: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    import torch
+
     if _is_range(index):
         return source[int(index[0]):int(index[-1]) + 1]
     return source.index_select(0, torch.from_numpy(index))
 
 
 def _put(target: torch.Tensor, index: np.ndarray, values: torch.Tensor) -> None:
+    import torch
+
     if _is_range(index):
         target[int(index[0]):int(index[-1]) + 1] = values
     else:
@@ -365,6 +430,8 @@ class _StagedRows:
     """
 
     def __init__(self, rows: _Rows, device: torch.device, cancel: threading.Event | None) -> None:
+        import torch
+
         self.rows = rows
         self.device = device
         self.staged = torch.empty(tuple(rows.shape), dtype=rows.dtype, device=device)
@@ -373,6 +440,8 @@ class _StagedRows:
             self.staged[lo:hi].copy_(rows.read(lo, hi))
 
     def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
+        import torch
+
         index = torch.from_numpy(rows).to(self.device)
         return self.staged.index_select(0, index).cpu()
 
@@ -384,6 +453,8 @@ def _check_cancel(cancel: threading.Event | None) -> None:
 
 def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
     """The tensor's bytes as a flat uint8 array (a view when the tensor is contiguous)."""
+    import torch
+
     flat = tensor.contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy() if flat.numel() else np.empty(0, dtype=np.uint8)
 
@@ -523,15 +594,35 @@ _MEMCMP = _libc_function("memcmp", (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_s
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Let the disk start on bytes just written, so the final fsync has little left to wait for.
+class _Writeback(threading.Thread):
+    """Lets the disk start on bytes just written, so the final fsync has little left to wait for.
 
     Without this the kernel holds a GB-sized write in the page cache until the fsync (dirty
     pages below the background threshold are not written for ~30 s), and the disk idles while
-    the output is verified. A hint only: failures are ignored, the fsync is what counts.
+    the output is verified. ``sync_file_range`` blocks while the device's queue is full, so it
+    is called from this thread and the writing goes on. A hint only: failures are ignored, the
+    fsync is what counts. ``finish`` before the file is closed.
     """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(name="triage-remap-writeback", daemon=True)
+        self.fd = fd
+        self.ranges: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        if _SYNC_FILE_RANGE is not None:
+            self.start()
+
+    def add(self, offset: int, length: int) -> None:
+        if self.is_alive():
+            self.ranges.put((offset, length))
+
+    def run(self) -> None:
+        while (written := self.ranges.get()) is not None:
+            _SYNC_FILE_RANGE(self.fd, *written, _SYNC_FILE_RANGE_WRITE)
+
+    def finish(self) -> None:
+        if self.is_alive():
+            self.ranges.put(None)
+            self.join()
 
 
 def _read_ahead(path: Path) -> None:
@@ -580,6 +671,7 @@ class _SafetensorsWriter:
         self.header = self._header(metadata)
         self.data_start = 8 + len(self.header)
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.writeback = _Writeback(self.fd)
         try:
             try:
                 # Reserve the blocks now: a full disk fails here, before any data is written.
@@ -612,14 +704,15 @@ class _SafetensorsWriter:
     def write(self, name: str, offset: int, data: np.ndarray) -> None:
         start = self.data_start + self.offsets[name] + offset
         _write_at(self.fd, data, start)
-        _start_writeback(self.fd, start, data.nbytes)
+        self.writeback.add(start, data.nbytes)
 
     def copy(self, name: str, offset: int, source_fd: int, source_offset: int, length: int) -> None:
         start = self.data_start + self.offsets[name] + offset
         _copy_range(source_fd, self.fd, source_offset, start, length)
-        _start_writeback(self.fd, start, length)
+        self.writeback.add(start, length)
 
     def close(self) -> None:
+        self.writeback.finish()  # it uses the descriptor
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -893,12 +986,16 @@ class _InitRows:
             self.target_head = head
 
     def mean(self) -> torch.Tensor:
+        import torch
+
         if self._mean is None:
             self._mean = torch.from_numpy(self._mean_sum.result() / max(1, self.old_rows)).to(self.dtype)
         return self._mean
 
     def rows(self, positions: np.ndarray) -> torch.Tensor:
         """Rows for new draft positions ``positions`` (all of them initialised ones)."""
+        import torch
+
         if self.plan.init == "zeros" or not positions.size:
             return torch.zeros((positions.size, self.width), dtype=self.dtype)
         if self.plan.init == "mean":
@@ -916,6 +1013,8 @@ class _InitRows:
 def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int,
                    cancel: threading.Event | None) -> torch.Tensor:
     """New lm_head rows lo..hi: copied rows gathered from the old head, the rest initialised."""
+    import torch
+
     sources = plan.source_rows[lo:hi]
     copied = sources >= 0
     if copied.all():
@@ -1331,8 +1430,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         temp = _TempOutput(output)
     except OSError as err:
         raise _write_error(err, output) from None
-    stop_hashing = threading.Event()
-    hashing = _Background("triage-remap-sha256", lambda: _hash_files(plan.checkpoint.files, stop_hashing))
+    source_digest = plan.source_digest or _SourceDigest(plan.checkpoint.files)
     writers: dict[str, _SafetensorsWriter] = {}
     init_rows = syncing = None
     replay = dumps is not None and plan.target_model is not None
@@ -1368,7 +1466,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             report_progress.reset()
             compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
             # The source's digest, hashed since the start, goes into the headers' placeholders last.
-            digests = hashing.result()
+            digests = source_digest.result(plan.source)
             metadata = _metadata(plan, source_metadata, digests)
             syncing.result()
             for writer in writers.values():
@@ -1394,7 +1492,8 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         except OSError as err:
             raise _write_error(err, output) from None
     finally:
-        stop_hashing.set()
+        if source_digest is not plan.source_digest:
+            source_digest.stop.set()
         if init_rows is not None:
             init_rows.close()
         if syncing is not None:
