@@ -684,3 +684,32 @@ def test_cli_choices_match_the_core():
     remap_command.add_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["x", "--init-missing", "random"])
+
+
+# ------------------------------------------------------------------------------------------
+# the source's digest, hashed from the moment plan_remap knows the files
+
+
+def test_source_rewritten_after_planning_is_refused_and_nothing_written(world):
+    """The digest recorded must be that of the bytes the output was made from: a source rewritten
+    between plan and execute (the TUI's confirm dialog can sit open) stops the remap."""
+    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    weights = world["source"] / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data)  # same bytes, but rewritten: the remap cannot know what was read when
+    os.utime(weights, ns=(1, 1))
+    with pytest.raises(BadInput, match="changed while it was being remapped"):
+        remap.execute_remap(plan, device="cpu")
+    assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
+
+
+def test_a_dropped_plan_stops_hashing(world):
+    import gc
+
+    plan = remap.plan_remap(world["source"], world["mapping"])
+    digest = plan.source_digest
+    del plan
+    gc.collect()
+    assert digest.stop.is_set()
+    digest.thread.join(timeout=10)
+    assert not digest.thread.is_alive()
