@@ -65,11 +65,17 @@ async def main_screen(runs: Path, now: float, out: Path, size: tuple[int, int], 
         save(app, out, name, f"triage sample_runs ({size[0]}x{size[1]})")
 
 
-async def walkthrough(runs: Path, now: float, out: Path) -> None:
+async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
     """check -> hypotheses -> drill-down -> remap dialog -> y -> result, in one 80x24 session."""
     app = make_app(runs, now)
     async with app.run_test(size=SMALL) as pilot:
         await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+        names = [row.name for row in app.rows]
+        if run_name not in names:
+            raise SystemExit(f"screenshots: no run named {run_name!r} in {runs} (runs: {', '.join(names)})")
+        await pilot.press(*["down"] * names.index(run_name))
+        await until(pilot, lambda: (series := app.main.query_one(LossChart).series) is not None
+                    and series.path.name == run_name)
         await pilot.press("c")
         await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
         await settle(pilot)
@@ -101,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=ROOT / "sample_runs")
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("--run", default="vocab-mismatch", help="the run the walkthrough checks and remaps")
     args = parser.parse_args()
     if not args.runs.is_dir():
         print(f"screenshots: {args.runs}: no such directory (run `triage samples` first)", file=sys.stderr)
@@ -115,7 +122,7 @@ def main() -> int:
         now = frozen_now(runs)
         asyncio.run(main_screen(runs, now, args.out, SMALL, "main-80x24.svg"))
         asyncio.run(main_screen(runs, now, args.out, WIDE, "main-wide.svg"))
-        asyncio.run(walkthrough(runs, now, args.out))
+        asyncio.run(walkthrough(runs, now, args.out, args.run))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

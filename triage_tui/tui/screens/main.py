@@ -106,7 +106,11 @@ class MainScreen(Screen):
         state = "-running" if running else "-done" if diagnosis else "-outcome" if outcome is not None else ""
         for name in ("-running", "-done", "-outcome"):
             pane.set_class(name == state, name)
-        self.set_class(bool(state), "has-analysis")
+        if self.has_class("has-analysis") != bool(state):
+            self.set_class(bool(state), "has-analysis")
+            # The compact layout shrinks the table: keep the selected run in view.
+            table = self.query_one(RunsTable)
+            self.call_after_refresh(lambda: table.move_cursor(row=table.cursor_row, animate=False))
         if not state:
             hint.update(Text("no run selected", style="dim") if path is None else Text.assemble(
                 ("press ", "dim"), ("c", "bold"), (" to run the checks on this run", "dim")))

@@ -69,7 +69,7 @@ def describe_report(report: "RemapReport") -> Table:
         accuracy.append(f"{report.accuracy_before:.1%}", style="red")
         accuracy.append(" → ")
         accuracy.append(f"{report.accuracy_after:.1%}", style="bold green")
-        accuracy.append(" first-step accuracy on the run's dumps, with the run's mapping")
+        accuracy.append("  first-step accuracy on the run's dumps and mapping")
         table.add_row("replay", accuracy)
     else:
         table.add_row("replay", Text("not measured (needs hidden-state dumps and the target)", style="dim"))
