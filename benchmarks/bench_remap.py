@@ -16,7 +16,10 @@ Page cache: before every step, "warm" reads the source once and "cold" evicts it
 ``posix_fadvise(DONTNEED)`` (only those files; no global drop_caches); the share of the source
 in the cache at the start of each step is measured with ``mincore`` and printed. Both orders
 (cp first, remap first) are run for each cache state, 3 rounds each; cells are medians.
-"write" is plan + write (the mean is summed meanwhile), "verify + fsync" the rest up to the rename.
+"plan" reads the inputs (and imports torch, for the tensors; the source's SHA-256 is hashed in a thread
+from its start), "write" writes (the mean is summed meanwhile), "verify + fsync" the rest up to the rename;
+"remap CPU" is the process's user + system time up to there. A second table times each step the remap
+must take (interpreter, torch import, SHA-256 of the source, the byte comparison) alone.
 
     .venv/bin/python benchmarks/bench_remap.py
 """
@@ -48,7 +51,9 @@ WORK = HERE / ".work" / "remap"  # only this benchmark's own folder: others shar
 WRAPPER = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
+from triage_tui.commands.remap import skip_final_collection
 from triage_tui.core.remap import execute_remap, plan_remap
+skip_final_collection()  # as `triage remap` does
 rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t1 = time.perf_counter()
 plan = plan_remap(sys.argv[1], sys.argv[2], out=sys.argv[3])
@@ -59,10 +64,29 @@ def progress(fraction, text):
         marks.setdefault("verify", time.perf_counter())
 report = execute_remap(plan, progress=progress)
 t3 = time.perf_counter()
+usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"report": report.to_json(), "import_s": t1 - t0, "plan_s": t2 - t1,
-                  "write_s": marks["verify"] - t1, "verify_s": t3 - marks["verify"],
-                  "rss_imports_kb": rss_imports, "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "write_s": marks["verify"] - t2, "verify_s": t3 - marks["verify"],
+                  "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "rss_imports_kb": rss_imports, "rss_peak_kb": usage.ru_maxrss}))
 """
+
+# What each step the remap must take costs on its own, each in a fresh process on the warm source:
+# the floor under the remap's time on this machine (see RESULTS-remap.md).
+PARTS = {
+    "python start + numpy (no torch)": "import numpy",
+    "python start + import torch + exit": "import torch",
+    "SHA-256 of the source (provenance)": "import sys; from triage_tui.core.remap import _file_sha256; "
+                                          "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
+    "compare source with a copy (verification, memcmp)":
+        "import os, sys; from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
+        "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
+        "size = os.fstat(a).st_size\n"
+        "for at in range(0, size, WINDOW_BYTES):\n"
+        "    with _mapped(a, at, min(WINDOW_BYTES, size - at)) as x, _mapped(b, at, min(WINDOW_BYTES, size - at)) as y:\n"
+        "        assert _equal_bytes(x, y)\n"
+        "        del x, y",
+}
 
 
 def build_drafter(root: Path) -> None:
@@ -202,6 +226,27 @@ def measure(source: Path, mapping: Path, files: list[Path], cache: str, order: s
     return results
 
 
+def measure_parts(source: Path, files: list[Path]) -> str:
+    """Median wall time of each of the remap's required steps alone (warm cache, fresh process)."""
+    weights = source / "model.safetensors"
+    copy = WORK / "copy"
+    subprocess.run(["cp", "-r", str(source), str(copy)], check=True)
+    lines = ["| step alone (warm source, own process) | wall, median of 3 |", "|---|---|"]
+    try:
+        for label, code in PARTS.items():
+            times = []
+            for _ in range(REPEATS):
+                warm(files + [copy / weights.name])
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-c", code, str(weights), str(copy / weights.name)],
+                               check=True, cwd=REPO)
+                times.append(time.perf_counter() - t0)
+            lines.append(f"| {label} | {statistics.median(times):.2f} s |")
+    finally:
+        settle(copy)
+    return "\n".join(lines)
+
+
 def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -217,7 +262,7 @@ def main() -> None:
               f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
         load_before = os.getloadavg()[0]
         header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | remap (process) | imports | "
-                  "write | verify + fsync | remap / cp | remap / (cp + sync) | remap excl. imports / (cp + sync) | "
+                  "plan | write | verify + fsync | remap CPU (user+sys) | remap / cp | remap / (cp + sync) | "
                   "peak RSS | RSS after imports | peak / lm_head |")
         lines = [header, "|" + "---|" * (header.count("|") - 1)]
         report = None
@@ -228,16 +273,16 @@ def main() -> None:
                 cp = median([r["cp"] for r in rounds])
                 cps = median([r["cp+sync"] for r in rounds])
                 remap = {key: median([r["remap"][key] for r in rounds])
-                         for key in ("wall_s", "import_s", "write_s", "verify_s")}
+                         for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")}
                 peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
                 after_imports = max(r["remap"]["rss_imports_kb"] for r in rounds) * 1024
                 cached = [c for r in rounds for c in r["cached"]]
                 report = rounds[0]["remap"]["report"]
                 lines.append(
                     f"| {cache} ({min(cached):.0%}-{max(cached):.0%}) | {order} | {cp:.2f} s | {cps:.2f} s | "
-                    f"{remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['write_s']:.2f} s | "
-                    f"{remap['verify_s']:.2f} s | {remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | "
-                    f"{(remap['wall_s'] - remap['import_s']) / cps:.2f}x | {peak / 2**20:.0f} MiB | "
+                    f"{remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['plan_s']:.2f} s | "
+                    f"{remap['write_s']:.2f} s | {remap['verify_s']:.2f} s | {remap['cpu_s']:.2f} s | "
+                    f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {peak / 2**20:.0f} MiB | "
                     f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |")
         print(f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
               f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)")
@@ -245,6 +290,9 @@ def main() -> None:
               f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
               f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}")
         print("\n".join(lines))
+        print()
+        print(measure_parts(source, files))
+        print(f"load average (1 min) {os.getloadavg()[0]:.1f} after the parts")
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
 

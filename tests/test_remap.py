@@ -713,3 +713,17 @@ def test_a_dropped_plan_stops_hashing(world):
     assert digest.stop.is_set()
     digest.thread.join(timeout=10)
     assert not digest.thread.is_alive()
+
+
+def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it():
+    """`triage remap` skips the interpreter's last full collection (torch's objects, all alive)."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"  # runs after: LIFO
+            "from triage_tui.commands.remap import skip_final_collection\n"
+            "skip_final_collection(); skip_final_collection()\n"
+            "print('frozen now:', gc.get_freeze_count() > 0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["frozen now: False", "frozen at exit: True"], done.stdout

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import json
 import signal
 import sys
@@ -31,6 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+def skip_final_collection() -> None:
+    """Freeze the heap at exit instead of letting the interpreter's last collection walk it.
+
+    After a remap the process holds torch's import-time objects, all alive; the collection
+    Python runs at shutdown walks every one of them and frees nothing: ~0.3 of the ~3.9
+    CPU-seconds a 1.7 GB remap took here (perf showed gc_collect_main at 7 % of the samples).
+    atexit runs before that collection; in-process callers (tests) see it only at their own exit.
+    """
+    atexit.unregister(gc.freeze)  # once, however many times the command runs in one process
+    atexit.register(gc.freeze)
+
+
 def _sigterm_as_interrupt(signum, frame) -> None:
     # A terminated remap unwinds like Ctrl-C, so its temporary directory is removed on the way out.
     raise KeyboardInterrupt
@@ -50,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from triage_tui.core.remap import keep_checkpoint_mapping, remap_checkpoint
 
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    skip_final_collection()
     if args.keep_checkpoint_mapping:
         kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
         if args.json:
