@@ -149,7 +149,10 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         assert ["252", str(checkpoint_hot[252]), "–", str(run_hot[252]), "–"] in rows
         await pilot.press("3")
         assert tabs.active == "action"
-        assert "triage remap" in _plain(screen.query_one("#action-body"))
+        action = " ".join(_plain(screen.query_one("#action-body")).split())
+        inputs = app.diagnoses[app.rows[0].path].inputs
+        assert f"triage remap {inputs.checkpoint} --mapping {inputs.mapping}" in action
+        assert f"triage remap {inputs.checkpoint} --keep-checkpoint-mapping" in action
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DrillDownScreen), what="back")
         # The mask hypothesis: every invariant with its result; 2 x 6 250 ids differ in membership.

@@ -226,14 +226,17 @@ def check_section(result: "CheckResult") -> RenderableType:
     return Group(header, *renderer(result.details), Text(""))
 
 
-def remap_command(diagnosis: "Diagnosis") -> str | None:
+def remap_commands(diagnosis: "Diagnosis") -> list[str]:
+    """The shell commands for both fixes (remap the rows, or keep the checkpoint's mapping)."""
     inputs = diagnosis.inputs
     if inputs.checkpoint is None or inputs.mapping is None:
-        return None
+        return []
     words = ["triage", "remap", str(inputs.checkpoint), "--mapping", str(inputs.mapping)]
     if inputs.target is not None:
         words += ["--target", str(inputs.target)]
-    return shlex.join(words)
+        if inputs.data is not None:
+            words += ["--data", str(inputs.data)]  # replay accuracy before and after
+    return [shlex.join(words), shlex.join(["triage", "remap", str(inputs.checkpoint), "--keep-checkpoint-mapping"])]
 
 
 class DrillDownScreen(Screen):
@@ -307,19 +310,37 @@ class DrillDownScreen(Screen):
 
     def _action(self) -> RenderableType:
         text = Text()
-        text.append(self.hypothesis.action or "no action recommended", style="bold" if self.hypothesis.action else "dim")
-        text.append("\n\n")
-        if self.hypothesis.id == REMAP_HYPOTHESIS:
-            command = remap_command(self.diagnosis)
+        if self.hypothesis.action == "remap":
+            text.append("Remap the drafter's lm_head rows into the run's order\n", style="bold")
+            text.append("Row j of the new head is the old row of the run's token j; tokens the drafter never had "
+                        "get new rows; d2t/t2d become the run's. The source is not touched.\n\n")
+            commands = remap_commands(self.diagnosis)
             if self.triage.readonly:
-                text.append("read-only: the remap key is disabled. From a shell:\n", style="magenta")
+                text.append("read-only: the remap key is disabled here. From a shell:\n", style="magenta")
             elif self.triage.remap_available(self.path):
                 text.append("press ", style="dim")
                 text.append("m", style="bold")
-                text.append(" to see exactly what would be written, then y to write it. Or from a shell:\n",
+                text.append(" to see exactly what would be written, then y to write it. From a shell:\n",
                             style="dim")
-            if command:
-                text.append(f"  {command}\n", style="cyan")
+            if commands:
+                text.append(f"  {commands[0]}\n", style="cyan")
+                text.append("\nOr the opposite fix: keep the weights and give the trainer the checkpoint's own "
+                            "mapping:\n")
+                text.append(f"  {commands[1]}\n", style="cyan")
+            return text
+        # No fix triage can apply: show what the checks behind this hypothesis found, in their words.
+        text.append("triage has no one-key fix for this. What the checks found:\n\n", style="bold")
+        names = CHECKS_BEHIND.get(self.hypothesis.id, tuple(self.diagnosis.checks))
+        for name in names:
+            result = self.diagnosis.checks.get(name)
+            if result is None or result.status not in ("fail", "error"):
+                continue
+            glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
+            text.append(f"{glyph} {name}: ", style=style)
+            text.append(f"{result.summary}\n")
+        for line in self.hypothesis.evidence:
+            text.append("• ", style="bold")
+            text.append(f"{line}\n")
         return text
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
