@@ -483,6 +483,10 @@ def main() -> None:
     if not args.keep:
         for root in [tree[0] for tree in trees.values()] + [tenth_root]:
             shutil.rmtree(root, ignore_errors=True)
+        try:
+            WORK.rmdir()  # only when no other tree is kept there
+        except OSError:
+            pass
 
 
 def child_main(kind: str, argv: list[str]) -> None:
