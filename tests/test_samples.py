@@ -1,0 +1,275 @@
+"""sample_runs/ and its generator: the tiny EAGLE-3 world, SpecForge-style files, and diagnoses.
+
+Fast tests check the pieces (mapping construction, target save/load, dump and checkpoint
+formats as the program's own readers see them, determinism of the trainer). Slow tests
+regenerate the reduced sample set (``triage samples --small``) in a temporary directory and
+check files, curve shapes and `triage check`'s ranking on every run; and check the committed
+``sample_runs/`` against the generator (spec digest, file manifest, curve shapes, diagnoses).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from triage_tui import cli
+from triage_tui.core.events import read_event_file
+from triage_tui.samples.generate import (
+    EXPECTED_CAUSE,
+    RUN_NAMES,
+    SampleSpec,
+    expected_files,
+    generate,
+    written_files,
+)
+from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, new_drafter, save_drafter
+from triage_tui.samples.world import (
+    WorldSpec,
+    build_target,
+    generate_corpus,
+    load_target,
+    modelopt_mapping,
+    save_target,
+    specforge_mapping,
+    token_counts,
+)
+
+LN_V = math.log(32_000)
+COMMITTED = Path(__file__).resolve().parent.parent / "sample_runs"
+
+
+# ------------------------------------------------------------------------------- pieces (fast)
+
+
+def test_specforge_mapping_counts_pads_and_sorts_like_specforge():
+    counts = np.zeros(40, dtype=np.int64)
+    counts[[30, 7, 12, 3]] = [50, 40, 40, 1]
+    mapping = specforge_mapping(counts, 6)
+    # most_common(6) sees only 4 tokens; padded with the lowest unused ids (0, 1), then sorted
+    assert mapping.hot_ids.tolist() == [0, 1, 3, 7, 12, 30]
+    assert mapping.is_ascending() and mapping.target_vocab_size == 40
+    assert mapping.d2t().tolist() == [0, 0, 1, 4, 8, 25]
+    assert int(mapping.t2d().sum()) == 6
+
+
+def test_modelopt_mapping_keeps_frequency_order():
+    counts = np.zeros(40, dtype=np.int64)
+    counts[[30, 7, 12, 3]] = [50, 40, 45, 1]
+    mapping = modelopt_mapping(counts, 3)
+    assert mapping.hot_ids.tolist() == [30, 12, 7]
+    assert not mapping.is_ascending()
+
+
+def test_domains_shift_the_mapping_like_the_story():
+    spec = WorldSpec()
+    a = specforge_mapping(token_counts(generate_corpus(spec, "A", 20_000)), spec.draft_vocab_size)
+    b = specforge_mapping(token_counts(generate_corpus(spec, "B", 20_000)), spec.draft_vocab_size)
+    positional = int((a.hot_ids == b.hot_ids).sum())
+    overlap = int(np.intersect1d(a.hot_ids, b.hot_ids).size)
+    # few positions agree (the sorted lists drift apart after the shared head) while most tokens are shared
+    assert positional < 1_000
+    assert 24_000 < overlap < 31_000
+
+
+def test_target_round_trips_through_its_directory_and_the_program_reader(tmp_path):
+    from triage_tui.core.formats.target import read_target
+
+    spec = WorldSpec()
+    target = build_target(spec)
+    save_target(target, tmp_path / "target")
+    info = read_target(tmp_path / "target")
+    assert (info.vocab_size, info.hidden_size, info.num_layers) == (40_000, 64, spec.num_layers)
+    assert info.embed_tokens().dtype == torch.float16
+    assert torch.equal(info.lm_head().float(), target.lm_head.detach())
+    again = load_target(tmp_path / "target", spec)
+    ids = torch.from_numpy(generate_corpus(spec, "B", 2).input_ids)
+    aux, last = target.hidden_states(ids)
+    aux2, last2 = again.hidden_states(ids)
+    assert torch.equal(aux, aux2) and torch.equal(last, last2)
+    # the residual stream grows with depth, so the low -> mid -> high aux chunks grow in RMS
+    rms = [float(c.pow(2).mean().sqrt()) for c in aux.chunk(3, dim=-1)]
+    assert rms[0] < 0.9 * rms[1] and rms[1] < 0.9 * rms[2]
+
+
+def test_trainer_is_deterministic_and_writes_specforge_tags(tmp_path):
+    spec = WorldSpec()
+    target = build_target(spec)
+    corpus = generate_corpus(spec, "B", 64)
+    mapping = specforge_mapping(token_counts(generate_corpus(spec, "B", 4_000)), spec.draft_vocab_size)
+    runs = []
+    for attempt in range(2):
+        torch.manual_seed(123)
+        trainer = DrafterTrainer(tmp_path / f"run{attempt}", target, new_drafter(spec, mapping, seed=5, target=target),
+                                 RunData(corpus, corpus, mapping), TrainConfig(total_steps=3, batch_size=2, ttt_length=2, eval_interval=3))
+        trainer.run()
+        trainer.close()
+        runs.append(trainer.history)
+    assert [s.plosses for s in runs[0].steps] == [s.plosses for s in runs[1].steps]
+    scalars = read_event_file(next((tmp_path / "run0" / "runs").glob("events.out.tfevents.*")))
+    assert set(scalars.tags()) == {"train/lr", "train/ploss_0", "train/ploss_1", "train/acc_0", "train/acc_1",
+                                   "eval/ploss_0", "eval/ploss_1", "eval/acc_0", "eval/acc_1"}
+    assert scalars.get("train/ploss_0").steps.tolist() == [1, 2, 3]
+    assert np.allclose(scalars.get("train/ploss_0").values, [s.plosses[0] for s in runs[0].steps])
+
+
+def test_saved_drafter_is_a_specforge_checkpoint_the_reader_accepts(tmp_path):
+    from safetensors import safe_open
+
+    from triage_tui.core.formats.checkpoint import read_checkpoint
+
+    spec = WorldSpec()
+    mapping = specforge_mapping(token_counts(generate_corpus(spec, "A", 4_000)), spec.draft_vocab_size)
+    save_drafter(new_drafter(spec, mapping, seed=1), tmp_path / "epoch_0_step_1")
+    with safe_open(str(tmp_path / "epoch_0_step_1" / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert f.get_tensor("lm_head.weight").dtype == torch.float16
+        assert f.get_tensor("d2t").dtype == torch.int64 and f.get_tensor("t2d").dtype == torch.bool
+    assert not any("embed" in k for k in keys)
+    assert {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d", "midlayer.hidden_norm.weight"} <= keys
+    checkpoint = read_checkpoint(tmp_path / "epoch_0_step_1")
+    assert (checkpoint.draft_vocab_size, checkpoint.target_vocab_size) == (32_000, 40_000)
+    assert checkpoint.aux_layer_ids == spec.aux_layer_ids
+    assert np.array_equal(checkpoint.mapping.hot_ids, mapping.hot_ids)
+
+
+# ---------------------------------------------------------------- a regenerated small set (slow)
+
+
+@pytest.fixture(scope="module")
+def small_runs(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("samples")
+    summary = generate(out, SampleSpec.small(), jobs=2)
+    return out, summary
+
+
+def _curve(run: Path, tag: str) -> np.ndarray:
+    files = sorted((run / "runs").glob("events.out.tfevents.*"))
+    assert len(files) == 1, files
+    return np.asarray(read_event_file(files[0]).get(tag).values)
+
+
+def assert_curve_shapes(root: Path, spec: SampleSpec) -> None:
+    healthy = _curve(root / "healthy", "train/ploss_0")
+    assert len(healthy) == spec.healthy_steps
+    assert np.isfinite(healthy).all()
+    assert healthy[-10:].mean() < 0.5 * LN_V, "healthy loss should end far below ln V"
+    assert _curve(root / "healthy", "train/acc_0")[-10:].mean() > 0.3
+
+    mismatch = _curve(root / "vocab-mismatch", "train/ploss_0")
+    assert len(mismatch) == spec.finetune_steps
+    assert (mismatch > LN_V).all(), "the story's loss sits above ln V for the whole fine-tune"
+    assert _curve(root / "vocab-mismatch", "train/acc_0").mean() < 0.1
+
+    for name in ("hidden-state-format", "verifier-mask"):
+        loss = _curve(root / name, "train/ploss_0")
+        assert len(loss) == spec.finetune_steps
+        assert loss.min() > healthy[-10:].mean() + 2.0, name
+        assert _curve(root / name, "train/acc_0").mean() < 0.1, name
+    assert (_curve(root / "verifier-mask", "train/ploss_0") > LN_V).all()
+
+    diverged = _curve(root / "diverged", "train/ploss_0")
+    bad = np.flatnonzero(~np.isfinite(diverged))
+    assert bad.size, "diverged must end in NaN"
+    assert np.isfinite(diverged[: bad[0]]).all() and not np.isfinite(diverged[bad[0]:]).any()
+    assert diverged[: bad[0]].min() < diverged[0] - 2.0, "it learned something before it blew up"
+
+
+def check_json(run: Path, capsys) -> tuple[int, dict]:
+    capsys.readouterr()
+    status = cli.main(["check", str(run), "--json", "--device", "cpu"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def assert_diagnoses(root: Path, capsys) -> None:
+    for name in RUN_NAMES:
+        status, report = check_json(root / name, capsys)
+        hypotheses = report["hypotheses"]
+        expected = EXPECTED_CAUSE[name]
+        if expected is None:
+            assert status == 0, (name, hypotheses)
+            assert all(h["score"] < 0.5 for h in hypotheses), (name, hypotheses)
+        else:
+            assert status == 1, (name, hypotheses)
+            assert hypotheses[0]["id"] == expected, (name, [(h["id"], h["score"]) for h in hypotheses])
+            assert hypotheses[0]["score"] >= 0.5
+    # the story's contradiction in two numbers: the drafter predicts well under its own mapping
+    _, report = check_json(root / "vocab-mismatch", capsys)
+    replay = report["checks"]["replay"]
+    assert replay["accuracy_checkpoint_mapping"] > 0.3 > 0.1 > replay["accuracy_run_mapping"]
+
+
+@pytest.mark.slow
+def test_small_regeneration_writes_every_expected_file(small_runs):
+    out, summary = small_runs
+    assert written_files(out) == expected_files(SampleSpec.small())
+    assert summary["spec_digest"] == SampleSpec.small().digest()
+    manifest = (out / "vocab-mismatch" / "triage.toml").read_text()
+    assert 'checkpoint = "../_drafters/drafter-a"' in manifest and 'target = "../_target"' in manifest
+
+
+@pytest.mark.slow
+def test_small_regeneration_curve_shapes(small_runs):
+    out, _ = small_runs
+    assert_curve_shapes(out, SampleSpec.small())
+
+
+@pytest.mark.slow
+def test_small_regeneration_check_names_each_cause_first(small_runs, capsys):
+    out, _ = small_runs
+    assert_diagnoses(out, capsys)
+
+
+# ------------------------------------------------------------------ the committed sample_runs/
+
+
+committed = pytest.mark.skipif(not (COMMITTED / "GENERATED.json").is_file(), reason="sample_runs/ not generated")
+
+
+@committed
+def test_committed_sample_runs_come_from_the_current_generator():
+    recorded = json.loads((COMMITTED / "GENERATED.json").read_text())
+    # the generator's defaults are what built the committed runs: change one, regenerate
+    assert recorded["spec_digest"] == SampleSpec().digest(), "run `triage samples` and commit sample_runs/"
+    assert written_files(COMMITTED) == expected_files(SampleSpec())
+    for name in RUN_NAMES:
+        loss = _curve(COMMITTED / name, "train/ploss_0")
+        record = recorded["runs"][name]
+        assert len(loss) == record["steps"]
+        assert loss[0] == pytest.approx(record["first_ploss_0"], rel=1e-6)
+
+
+@committed
+def test_committed_sample_runs_curve_shapes():
+    assert_curve_shapes(COMMITTED, SampleSpec())
+
+
+@committed
+def test_committed_sample_runs_size_budget():
+    total = sum(p.stat().st_size for p in COMMITTED.rglob("*") if p.is_file())
+    assert total < 30 * 1024 * 1024
+
+
+@committed
+def test_committed_sample_runs_scan_flags(capsys):
+    capsys.readouterr()
+    cli.main(["scan", str(COMMITTED), "--json"])
+    runs = {Path(r["path"]).name: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert set(runs) == set(RUN_NAMES)
+    kinds = {name: {f["kind"] for f in run["flags"]} for name, run in runs.items()}
+    # a finished run opened later may be "stalled" (info); nothing about its curves is flagged
+    assert kinds["healthy"] <= {"stalled", "plateau"}, kinds["healthy"]
+    assert {"loss_above_chance", "accuracy_at_chance"} <= kinds["vocab-mismatch"]
+    assert {"loss_above_chance", "accuracy_at_chance"} <= kinds["verifier-mask"]
+    assert "accuracy_at_chance" in kinds["hidden-state-format"]
+    assert "non_finite" in kinds["diverged"]
+
+
+@committed
+@pytest.mark.slow
+def test_committed_sample_runs_check_names_each_cause_first(capsys):
+    assert_diagnoses(COMMITTED, capsys)
