@@ -1,0 +1,124 @@
+"""`triage demo`: the live fine-tune with the mapping bug, flagged, checked, remapped, recovered.
+
+All end to end with the real trainer process, Watcher, diagnose(), remap and (in one test)
+the real TUI driven by key presses. Slow: each starts a training process.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from triage_tui import cli
+from triage_tui.samples.demo import TrainerProcess, demo_app, prepare_demo
+
+LN_V = math.log(32_000)
+pytestmark = pytest.mark.slow
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (the demo trainer names its root on its command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and "triage_tui.samples.demo" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its new parent to reap it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_headless_demo_flags_checks_remaps_and_the_loss_falls(tmp_path, capsys):
+    started = time.monotonic()
+    status = cli.main(["demo", "--no-tui", "--workdir", str(tmp_path), "--timeout", "150"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert time.monotonic() - started < 170
+    assert "flag loss_above_chance" in out
+    assert re.search(r"check: vocab_mapping_mismatch scores (0\.9\d|1\.00)", out), out
+    own, run = map(float, re.search(r"predicts ([\d.]+)% .* own mapping, ([\d.]+)% under the run's", out).groups())
+    assert own > 30.0 > 10.0 > run
+    assert "trainer reloaded from drafter-a-remapped-" in out
+    before, after = map(float, re.search(r"averaged ([\d.]+) over .* and ([\d.]+) over the last 5", out).groups())
+    assert before > LN_V > after
+    remapped = list((tmp_path / "_drafters").glob("drafter-a-remapped-*"))
+    assert len(remapped) == 1 and (remapped[0] / "model.safetensors").is_file()
+    assert not processes_mentioning(str(tmp_path)), "the trainer outlived the demo"
+
+
+def test_trainer_exits_when_its_parent_dies(tmp_path):
+    layout = prepare_demo(tmp_path)
+    # A stand-in parent that starts the trainer and is then killed without a chance to clean up.
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from triage_tui.samples.demo import DemoLayout, TrainerProcess; "
+         "t = TrainerProcess(DemoLayout(Path(sys.argv[1]))); "
+         "print(t.wait_for('started', 120) is not None, t.proc.pid, flush=True); time.sleep(600)",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    started, pid = parent.stdout.readline().split()
+    assert started == "True"
+    pid = int(pid)
+    assert pid in processes_mentioning(str(tmp_path))
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(pid), "the orphaned trainer kept running"
+    assert (layout.run / "runs").is_dir()
+
+
+async def test_demo_in_the_tui_check_key_remap_key_and_recovery(tmp_path):
+    from triage_tui.tui.screens.remap import ConfirmRemapScreen
+
+    layout = prepare_demo(tmp_path)
+    trainer = TrainerProcess(layout, step_delay=0.0)
+    try:
+        assert trainer.wait_for("started", 120) is not None
+        app = demo_app(layout, poll_interval=0.2, use_watchdog=False, device="cpu")
+        app.animation_level = "none"
+        async with app.run_test(size=(120, 40)) as pilot:
+
+            async def until(predicate, timeout: float, what: str) -> None:
+                deadline = time.monotonic() + timeout
+                while not predicate():
+                    assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                    await pilot.pause(0.2)
+
+            await until(lambda: app.rows and "loss_above_chance" in app.rows[0].critical_kinds, 120,
+                        "the loss flag")
+            await pilot.press("c")
+            run = app.rows[0].path
+            await until(lambda: app.checks_running_for is None and run in app.diagnoses, 60, "checks")
+            assert app.diagnoses[run].hypotheses[0].id == "vocab_mapping_mismatch"
+            await pilot.press("m")
+            await until(lambda: isinstance(app.screen, ConfirmRemapScreen), 30, "the remap dialog")
+            await pilot.press("y")
+            await until(lambda: run in app.remap_reports, 60, "the remap")
+            assert app.remap_reports[run].verified
+            reloaded = trainer.wait_for("reloaded", 60)
+            assert reloaded is not None and "drafter-a-remapped-" in reloaded["checkpoint"]
+            await until(lambda: app.rows[0].loss_last is not None and app.rows[0].loss_last < LN_V
+                        and "loss_above_chance" not in app.rows[0].critical_kinds, 60, "the loss to fall")
+    finally:
+        trainer.stop()
+    assert not processes_mentioning(str(tmp_path))
