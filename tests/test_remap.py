@@ -727,3 +727,14 @@ def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it():
             "print('frozen now:', gc.get_freeze_count() > 0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["frozen now: False", "frozen at exit: True"], done.stdout
+
+
+def test_importing_remap_does_not_import_torch():
+    """plan_remap hashes the source while torch (~1 s) is imported for the first tensor read;
+    an import of torch at module level would put the import before the hash again."""
+    import subprocess
+    import sys
+
+    code = "import sys, triage_tui.core.remap, triage_tui.commands.remap; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
