@@ -16,7 +16,9 @@ Safety, because this runs on someone's only copy of a drafter:
   so a crash at any moment leaves either no output or a complete verified one; a temporary
   directory left by a killed run is removed by the next run (an flock on it tells live from dead);
 - tensors stream through a window of rows at a time from the memory-mapped source, so peak
-  memory stays near one window, not the checkpoint.
+  memory stays near one window, not the checkpoint;
+- the source's SHA-256 (provenance) is hashed from the first moment of the plan, and recorded
+  only if the source's files are unchanged when the output has been verified.
 """
 
 from __future__ import annotations
