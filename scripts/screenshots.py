@@ -57,27 +57,54 @@ def make_app(runs: Path, now: float) -> TriageApp:
     return app
 
 
-async def main_screen(runs: Path, now: float, out: Path, size: tuple[int, int], name: str) -> None:
+async def loaded(pilot) -> None:
+    app = pilot.app
+    await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+
+
+async def select(pilot, run_name: str) -> None:
+    app = pilot.app
+    names = [row.name for row in app.rows]
+    if run_name not in names:
+        raise SystemExit(f"screenshots: no run named {run_name!r} (runs: {', '.join(names)})")
+    await pilot.press(*["down"] * names.index(run_name))
+    await until(pilot, lambda: (series := app.main.query_one(LossChart).series) is not None
+                and series.path.name == run_name)
+
+
+async def check(pilot) -> None:
+    app = pilot.app
+    await pilot.press("c")
+    await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+
+
+async def main_screen(runs: Path, now: float, out: Path) -> None:
+    """The first thing a user sees in an 80x24 pane: the runs, worst first."""
     app = make_app(runs, now)
-    async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+    async with app.run_test(size=SMALL) as pilot:
+        await loaded(pilot)
         await settle(pilot)
-        save(app, out, name, f"triage sample_runs ({size[0]}x{size[1]})")
+        save(app, out, "main-80x24.svg", "triage sample_runs (80x24)")
+
+
+async def wide_screen(runs: Path, now: float, out: Path, run_name: str) -> None:
+    """The room at 160x45: table, chart, flags, checks and hypotheses side by side."""
+    app = make_app(runs, now)
+    async with app.run_test(size=WIDE) as pilot:
+        await loaded(pilot)
+        await select(pilot, run_name)
+        await check(pilot)
+        await settle(pilot)
+        save(app, out, "main-wide.svg", f"triage sample_runs ({WIDE[0]}x{WIDE[1]}), c on {run_name}")
 
 
 async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
     """check -> hypotheses -> drill-down -> remap dialog -> y -> result, in one 80x24 session."""
     app = make_app(runs, now)
     async with app.run_test(size=SMALL) as pilot:
-        await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
-        names = [row.name for row in app.rows]
-        if run_name not in names:
-            raise SystemExit(f"screenshots: no run named {run_name!r} in {runs} (runs: {', '.join(names)})")
-        await pilot.press(*["down"] * names.index(run_name))
-        await until(pilot, lambda: (series := app.main.query_one(LossChart).series) is not None
-                    and series.path.name == run_name)
-        await pilot.press("c")
-        await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+        await loaded(pilot)
+        await select(pilot, run_name)
+        await check(pilot)
         await settle(pilot)
         save(app, out, "hypotheses-80x24.svg", "triage: c ran the checks")
         await pilot.press("h", "enter")
@@ -90,8 +117,8 @@ async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
         await settle(pilot)
         save(app, out, "remap-dialog.svg", "triage: m asks before writing")
         await pilot.press("y")
-        await until(pilot, lambda: isinstance(app.screen, RemapScreen) and app.screen.report is not None
-                    or isinstance(app.screen, RemapScreen) and app.screen.error is not None)
+        await until(pilot, lambda: isinstance(app.screen, RemapScreen)
+                    and (app.screen.report is not None or app.screen.error is not None))
         await settle(pilot)
         save(app, out, "remap-result.svg", "triage: y wrote and verified the remapped checkpoint")
 
@@ -120,8 +147,8 @@ def main() -> int:
     shutil.copytree(args.runs, runs)
     try:
         now = frozen_now(runs)
-        asyncio.run(main_screen(runs, now, args.out, SMALL, "main-80x24.svg"))
-        asyncio.run(main_screen(runs, now, args.out, WIDE, "main-wide.svg"))
+        asyncio.run(main_screen(runs, now, args.out))
+        asyncio.run(wide_screen(runs, now, args.out, args.run))
         asyncio.run(walkthrough(runs, now, args.out, args.run))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
