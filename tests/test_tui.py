@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -470,3 +471,37 @@ async def test_age_column_follows_the_clock(runs_root):
         clock[0] += 3 * 3600
         await wait_for(pilot, lambda: str(table.get_row_at(0)[7]) == "3h", timeout=5, what="age to tick")
         assert str(table.get_row_at(1)[7]) == "3h"
+
+
+SAMPLE_RUNS = Path(__file__).resolve().parent.parent / "sample_runs"
+
+
+async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
+    """`triage sample_runs`, as the README tells it: c, enter, m, y on the vocab-mismatch run.
+
+    The sample run has dumps and a target, so the replay measures the fix: the remapped
+    drafter's first-step accuracy under the run's mapping must rise well above the broken one's.
+    """
+    runs = tmp_path / "sample_runs"
+    shutil.copytree(SAMPLE_RUNS, runs, ignore=shutil.ignore_patterns("healthy", "diverged", "verifier-mask",
+                                                                      "hidden-state-format"))
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert [row.name for row in app.rows] == ["vocab-mismatch"] and app.rows[0].status == "critical"
+        await checked(pilot)
+        diagnosis = app.diagnoses[app.rows[0].path]
+        assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
+        replay = diagnosis.checks["replay"].details
+        assert replay["accuracy_checkpoint_mapping"] > 4 * replay["accuracy_run_mapping"]
+        await pilot.press("h", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.rows[0].path in app.remap_reports, timeout=120, what="remap")
+        report = app.remap_reports[app.rows[0].path]
+        assert report.verified and report.accuracy_before is not None
+        assert report.accuracy_after > 4 * report.accuracy_before
+        shown = _plain(app.screen.query_one("#remap-result"))
+        assert f"{report.accuracy_before:.1%} → {report.accuracy_after:.1%}" in shown
