@@ -9,7 +9,7 @@ and look at snapshot_report.html before committing the SVGs.
 
 from __future__ import annotations
 
-import os
+import fcntl
 import shutil
 import time
 from pathlib import Path
@@ -28,19 +28,16 @@ SNAPSHOT_RUNS = Path("/tmp/triage-tui-snapshots")
 
 @pytest.fixture(scope="module")
 def runs_root() -> Path:
-    ready = SNAPSHOT_RUNS / "runs"
-    if not (SNAPSHOT_RUNS / "complete").exists():
-        staging = SNAPSHOT_RUNS.with_name(f"{SNAPSHOT_RUNS.name}.{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        story_run(staging / "runs")
-        healthy_run(staging / "runs")
-        (staging / "complete").write_text("")
-        shutil.rmtree(SNAPSHOT_RUNS, ignore_errors=True)
-        try:
-            staging.rename(SNAPSHOT_RUNS)
-        except OSError:  # another worker got there first with the same content
-            shutil.rmtree(staging, ignore_errors=True)
-    return ready
+    """Built once per machine; a lock keeps parallel workers (xdist) from building it twice."""
+    SNAPSHOT_RUNS.parent.mkdir(parents=True, exist_ok=True)
+    with open(SNAPSHOT_RUNS.with_name(SNAPSHOT_RUNS.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (SNAPSHOT_RUNS / "complete").exists():
+            shutil.rmtree(SNAPSHOT_RUNS, ignore_errors=True)
+            story_run(SNAPSHOT_RUNS / "runs")
+            healthy_run(SNAPSHOT_RUNS / "runs")
+            (SNAPSHOT_RUNS / "complete").write_text("")
+    return SNAPSHOT_RUNS / "runs"
 
 
 def frozen_app(root: Path) -> TriageApp:
