@@ -27,6 +27,8 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "replay"
+DEFAULT_MAX_TOKENS_CUDA = 4096
+DEFAULT_MAX_TOKENS_CPU = 512  # see run_replay's docstring
 
 # The 6 orders of the 3 aux chunks; "0,1,2" is the order the dumps store.
 CHUNK_ORDERS: tuple[tuple[int, ...], ...] = tuple(itertools.permutations(range(3)))
@@ -264,14 +266,22 @@ def _pct(x: float | None) -> str:
 
 
 def run_replay(checkpoint: Any, dumps: Any, target: Any, checkpoint_mapping: VocabMapping | None,
-               run_mapping: VocabMapping | None, *, device: str = "auto", max_tokens: int = 4096,
+               run_mapping: VocabMapping | None, *, device: str = "auto", max_tokens: int | None = None,
                progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
-    """Replay the drafter's first TTT step on the run's dumps under the checkpoint's and the run's mapping."""
+    """Replay the drafter's first TTT step on the run's dumps under the checkpoint's and the run's mapping.
+
+    ``max_tokens`` defaults by device: a Kimi-K2-sized drafter replays at ~0.42 s a token on a
+    2-core CPU with all six aux orders (benchmarks/RESULTS-checks.md), so the GPU default of 4096
+    tokens would be ~29 min there; 512 keeps a CPU replay to minutes and still scores enough
+    tokens to separate 60 % from 3 %.
+    """
     if checkpoint is None:
         return CheckResult.skipped(NAME, "no drafter checkpoint to replay (pass --checkpoint)")
     if dumps is None or not getattr(dumps, "samples", None):
         return CheckResult.skipped(NAME, "no hidden-state dumps to replay on (pass --data)")
     dev = resolve_device(device)
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS_CUDA if dev.type == "cuda" else DEFAULT_MAX_TOKENS_CPU
     notes: list[str] = []
     try:
         if checkpoint_mapping is None:
