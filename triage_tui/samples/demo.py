@@ -139,7 +139,7 @@ def train_live(root: Path, *, parent: int, max_steps: int, step_delay: float) ->
     mapping = read_mapping(layout.mapping)  # the mapping the trainer labels with: domain B's
     corpus = generate_corpus(spec.world, "B", TRAIN_SEQUENCES)
     config = TrainConfig(total_steps=max_steps, batch_size=spec.batch_size, learning_rate=spec.finetune_lr,
-                         ttt_length=spec.ttt_length, eval_interval=0, seed=31)
+                         ttt_length=spec.ttt_length, eval_interval=0)
     trainer = DrafterTrainer(layout.run, target, load_saved_drafter(layout.init), RunData(corpus, corpus, mapping),
                              config, flush_secs=1.0)
     loaded: set[Path] = set()

@@ -207,23 +207,21 @@ Progress = Callable[[str], None]
 
 def _train(world: World, run_dir: Path, drafter, data: RunData, config: TrainConfig,
            *, stop_after_nan: int | None = None) -> DrafterTrainer:
+    def killed(history) -> bool:  # the user noticed the NaNs and stopped the run
+        nans = sum(not math.isfinite(s.plosses[0]) for s in history.steps)
+        return stop_after_nan is not None and nans >= stop_after_nan
+
     trainer = DrafterTrainer(run_dir, world.target, drafter, data, config)
-    nan_seen = 0
-    while trainer.step_index < config.total_steps:
-        log = trainer.step()
-        if stop_after_nan is not None and not math.isfinite(log.plosses[0]):
-            nan_seen += 1
-            if nan_seen >= stop_after_nan:  # the user noticed and killed it
-                break
+    trainer.run(killed)
     trainer.close()
     return trainer
 
 
-def _config(spec: SampleSpec, steps: int, lr: float, *, seed: int, save: bool = False, warmup: int = 10,
+def _config(spec: SampleSpec, steps: int, lr: float, *, save: bool = False, warmup: int = 10,
             compute_dtype: str = "bfloat16", max_grad_norm: float | None = 0.5,
             batch_size: int | None = None) -> TrainConfig:
     return TrainConfig(total_steps=steps, batch_size=batch_size or spec.batch_size, learning_rate=lr, warmup_steps=warmup,
-                       ttt_length=spec.ttt_length, seed=seed, eval_interval=spec.eval_interval,
+                       ttt_length=spec.ttt_length, eval_interval=spec.eval_interval,
                        save_steps=(steps,) if save else (), compute_dtype=compute_dtype, max_grad_norm=max_grad_norm)
 
 
@@ -235,7 +233,7 @@ def generate_healthy(world: World, out: Path) -> RunRecord:
     write_dumps(world, world.data_b, run, spec.dumps_per_run)
     drafter = new_drafter(spec.world, world.mapping_b, seed=21, target=world.target)
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.healthy_steps, spec.scratch_lr, seed=21, save=True))
+                     _config(spec, spec.healthy_steps, spec.scratch_lr, save=True))
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
                    checkpoint=f"epoch_0_step_{spec.healthy_steps}",
                    note="From-scratch drafter on domain B with the mapping built from domain B.\n"
@@ -253,7 +251,7 @@ def generate_vocab_mismatch(world: World, out: Path) -> RunRecord:
     # new data overwrites the checkpoint's d2t/t2d; lm_head rows keep mapping A's order.
     drafter = load_saved_drafter(out / "_drafters" / "drafter-a")
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr, seed=31))
+                     _config(spec, spec.finetune_steps, spec.finetune_lr))
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
                    checkpoint="../_drafters/drafter-a",
                    note="The story (reference/case-252-in-32000.txt): drafter-a, trained with the mapping\n"
@@ -271,7 +269,7 @@ def generate_hidden_state_format(world: World, out: Path) -> RunRecord:
     drafter = load_saved_drafter((run / init).resolve())
     trainer = _train(world, run, drafter,
                      RunData(world.data_b, world.eval_b, world.mapping_b, chunk_order=REVERSED_CHUNKS),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr, seed=41))
+                     _config(spec, spec.finetune_steps, spec.finetune_lr))
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target", checkpoint=init,
                    note="healthy's drafter fine-tuned on dumps whose aux_hidden_state concatenates the\n"
                         f"capture layers high|mid|low (layers {list(reversed(spec.world.aux_layer_ids))}) "
@@ -289,7 +287,7 @@ def generate_verifier_mask(world: World, out: Path) -> RunRecord:
     write_dumps(world, world.data_b, run, spec.dumps_per_run)
     drafter = load_saved_drafter(out / "_drafters" / "drafter-modelopt")
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_modelopt),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr, seed=51))
+                     _config(spec, spec.finetune_steps, spec.finetune_lr))
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
                    checkpoint="../_drafters/drafter-modelopt",
                    note="drafter-modelopt (frequency-ordered d2t, trained with modelopt's d2t gather)\n"
@@ -308,7 +306,7 @@ def generate_diverged(world: World, out: Path) -> RunRecord:
     # the loss falls, creeps back up as the rate grows, then activations overflow fp16's
     # 65504 and the loss turns NaN (and stays NaN: the NaN gradients poison the weights)
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.diverged_steps, spec.diverged_lr, seed=61, warmup=spec.diverged_warmup,
+                     _config(spec, spec.diverged_steps, spec.diverged_lr, warmup=spec.diverged_warmup,
                              compute_dtype="float16", batch_size=spec.diverged_batch_size),
                      stop_after_nan=10)
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target", checkpoint=None,
@@ -348,7 +346,7 @@ def pretrain_drafter(world: World, out: Path, name: str) -> float:
     # self-consistent with its frequency-ordered d2t
     with tempfile.TemporaryDirectory() as scratch:
         trainer = _train(world, Path(scratch), drafter, RunData(data, evald, mapping, label_order=order),
-                         _config(spec, spec.pretrain_steps, spec.scratch_lr, seed=11))
+                         _config(spec, spec.pretrain_steps, spec.scratch_lr))
     save_drafter(trainer.drafter, out / "_drafters" / name)
     return round(time.monotonic() - start, 1)
 

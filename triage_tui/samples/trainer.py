@@ -89,7 +89,6 @@ class TrainConfig:
     warmup_steps: int = 10
     ttt_length: int = 3
     max_grad_norm: float | None = 0.5
-    seed: int = 0
     eval_interval: int = 25
     save_steps: tuple[int, ...] = ()
     # compute dtype of the drafter's forward (autocast; master weights stay float32, as
@@ -121,7 +120,6 @@ class StepLog:
 @dataclass
 class TrainHistory:
     steps: list[StepLog] = field(default_factory=list)
-    checkpoints: list[Path] = field(default_factory=list)
 
     def series(self, name: str, i: int = 0) -> np.ndarray:
         return np.array([getattr(s, name)[i] for s in self.steps])
@@ -226,7 +224,7 @@ class DrafterTrainer:
             self.evaluate()
         self.history.steps.append(log)
         if self.step_index in config.save_steps:
-            self.history.checkpoints.append(self.save_checkpoint())
+            self.save_checkpoint()
         return log
 
     @torch.no_grad()
@@ -242,11 +240,12 @@ class DrafterTrainer:
         save_drafter(self.drafter, out)
         return out
 
-    def run(self, should_stop: Callable[[], bool] | None = None) -> TrainHistory:
+    def run(self, should_stop: Callable[[TrainHistory], bool] | None = None) -> TrainHistory:
+        """Step to ``total_steps``, or until ``should_stop(history)`` says so after a step."""
         while self.step_index < self.config.total_steps:
-            if should_stop is not None and should_stop():
-                break
             self.step()
+            if should_stop is not None and should_stop(self.history):
+                break
         self.writer.flush()
         return self.history
 

@@ -2,28 +2,32 @@
 
 Everything here is deterministic from a seed and small enough to train drafters on two CPU
 cores in minutes, while keeping the one size that matters to the story: a draft vocab of
-32 000 (the chance line is ln 32 000 = 10.37, as in reference/case-252-in-32000.txt).
+32 000 (the chance line is ln 32 000 = 10.37, as in reference/case-252-in-32000.txt) inside a
+target vocab of 40 000 (large enough for two 32 000-token draft vocabs to differ by a fifth).
 
-The corpus. Each sequence is a "prompt" (loss_mask 0) followed by a "response" (loss_mask 1).
-Token ids follow a Zipf-like frequency profile in which low ids are the frequent ones (as in
-BPE vocabularies), plus two deterministic rules that give the text structure a drafter can
-learn: with probability ``p_next`` the next token is ``successor[current]`` (a bigram rule),
-with probability ``p_skip`` it is ``skip_successor[previous]`` (a rule on the token before the
-current one, which only the target's hidden states carry to the drafter), otherwise it is a
-fresh draw from the domain's unigram profile. Two domains share the rules and differ in
-their unigram profile ("A": what the public drafter was trained on; "B": the fine-tune's
-data, a shifted distribution), so the vocab mappings counted from them differ.
+The corpus. Each sequence is a 2-token "prompt" (loss_mask 0) and a 62-token "response"
+(loss_mask 1). Fresh tokens follow a Zipf profile in which low ids are the frequent ones (as
+in BPE vocabularies). 2048 "rule tokens" among the 6000 lowest ids carry two deterministic
+rules: with probability ``p_skip`` (0.75) the next token is ``skip_successor[previous]``,
+where "previous" is the token *before* the current one (so a drafter can only know it from
+the target's hidden states), with ``p_next`` (0.15) it is ``successor[current]``; otherwise,
+or when the token a rule needs is not a rule token, it is a fresh draw. Two domains share the
+rules and differ in their unigram profile ("A": what the public drafter was trained on; "B":
+the fine-tune's data, where a fifth of the ids above the 256 shared byte-like ones get a new
+rank), so the vocab mappings counted from them share most tokens but few positions.
 
-The target. A small causal LM written for this world (``TinyTarget``), not trained by
-gradient descent: its weights are set by construction so that its next-token distribution
-follows the corpus rules. ``model.embed_tokens`` are random vectors with one constant
-coordinate; layer 1 copies a rotated embedding of the previous token into the residual
-stream (a "token shift"); every layer adds a random SwiGLU MLP term, so the residual stream
-grows with depth and each layer's state differs; ``lm_head`` reads the bigram successor,
-the skip successor and a log-unigram prior from the final (post-norm) state. Three scale
-factors of ``lm_head`` are then fit to the corpus by maximum likelihood (a few dozen Adam
-steps on three numbers), so the target is a calibrated model of its own corpus. Weights are
-rounded to fp16 (as they are shipped) before anything is computed with them.
+The target. ``TinyTarget`` is a small causal LM written for this world and NOT trained: every
+weight is set by construction. Embeddings are random codes plus one constant coordinate;
+each layer rotates the codes and grows them by 10 % (the residual stream grows with depth,
+so the low/mid/high aux states differ in basis and in RMS); layer 2 adds the rotated code of
+the previous position (a "token shift"); each layer's SwiGLU MLP writes 8 scratch
+coordinates that lm_head ignores. ``lm_head`` reads, from the final post-norm state, the
+skip successor of the previous token, the successor of the current one and a log-unigram
+prior (from the constant coordinate), with hand-set scales. It is deliberately confident
+(mean entropy about 1 nat) and follows the skip rule almost always, so it is a sharper teacher
+than its corpus (its NLL on the corpus is poor): its job is to give drafters a structured,
+learnable next-token distribution that depends on the hidden states. Weights are rounded to
+fp16 (as shipped) before anything is computed with them.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ DRAFT_VOCAB_SIZE = 32_000
 
 @dataclass(frozen=True)
 class WorldSpec:
-    """Sizes and seeds of the world; ``small()`` is the reduced version the tests regenerate."""
+    """Sizes, rule strengths and the seed of the world (every default is what sample_runs/ was built with)."""
 
     target_vocab_size: int = TARGET_VOCAB_SIZE
     draft_vocab_size: int = DRAFT_VOCAB_SIZE
@@ -63,16 +67,16 @@ class WorldSpec:
     shared_head: int = 256
     # share of the other ids whose rank domain B redraws at random (its "new topics")
     domain_shift: float = 0.2
-    # how many tokens take part in the rules (spread over the vocab, shared by both domains)
+    # how many tokens take part in the rules (shared by both domains), drawn from ids
+    # [0, rule_id_limit): the frequent end of the vocab
     rule_vocab: int = 2048
-    # rule tokens are drawn from ids [0, rule_id_limit): the frequent end of the vocab
     rule_id_limit: int = 6000
-    # target: how strongly layer 0 copies the previous token into the stream, and how many
-    # coordinates (at the end) the MLPs write to; lm_head reads only the other coordinates
+    # target: how strongly the copying layer adds the previous token's code to the stream
     prev_token_weight: float = 1.5
     # the layer that copies the previous token in: after the "low" capture layer, so the low
     # aux state holds the current token alone and the mid/high ones hold both
     prev_token_layer: int = 2
+    # coordinates (at the end) only the MLPs write to; lm_head does not read them
     scratch_dims: int = 8
     # each layer scales the token codes by this much: the residual stream grows with depth
     # (as in real LMs), so low -> mid -> high aux states have growing RMS
@@ -316,8 +320,8 @@ def build_target(spec: WorldSpec) -> TinyTarget:
         model.gate_proj.copy_(torch.randn(n, i, h, generator=gen) / math.sqrt(h))
         model.up_proj.copy_(torch.randn(n, i, h, generator=gen) / math.sqrt(h))
         model.down_proj[:, scratch] = torch.randn(n, spec.scratch_dims, i, generator=gen) * (1.5 / math.sqrt(i))
-    # What the final state holds in the code subspace: all rotations applied to the current
-    # token's code, and to the copied previous token's code all but the first.
+    # What the final state holds in the code subspace: the current token's code through every
+    # rotation, and the previous token's code as described below.
     after_all = torch.eye(c)
     for rot in rotations:
         after_all = rot @ after_all
