@@ -129,6 +129,16 @@ async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
         assert app.main.query_one("#analysis-pane").has_class("-done")
 
 
+async def test_enter_on_a_checked_run_opens_its_best_hypothesis(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        await pilot.press("enter")  # focus is still on the runs table after `c`
+        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        assert "252 / 32000 draft positions" in _plain(app.screen.query_one("#evidence-body"))
+
+
 async def test_drilldown_tabs_hold_the_numbers(runs_root):
     app = make_app(runs_root)
     async with app.run_test(size=SIZE) as pilot:

@@ -204,8 +204,12 @@ class MainScreen(Screen):
 
     @on(DataTable.RowSelected, "#runs")
     def _run_selected(self, event: DataTable.RowSelected) -> None:
-        # Enter on a run moves to its hypotheses, when checks have produced some.
-        self.action_focus_hypotheses()
+        # Enter on a checked run opens its best hypothesis, as the pane's title promises; the
+        # list keeps focus afterwards so the others are one arrow key away.
+        hypotheses = self.query_one(HypothesesList)
+        if hypotheses.option_count:
+            hypotheses.focus()
+            self.action_open_hypothesis()
 
     @on(OptionList.OptionSelected, "#hypotheses")
     def _hypothesis_selected(self, event: OptionList.OptionSelected) -> None:
