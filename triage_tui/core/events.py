@@ -967,6 +967,29 @@ class _FileState:
     seen_summary: bool = False
 
 
+# A big read grows each series' arrays several times; glibc keeps the freed smaller arrays in its
+# heap, so RSS ends ~38 B/point while the series hold 24 (benchmarks/RESULTS-scale.md; 24.4 B/point
+# after malloc_trim). Trimming after reads of this size costs a few ms and gives them back.
+_TRIM_AFTER_BYTES = 16 << 20
+
+
+def _return_freed_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc only; a no-op elsewhere)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
 class RunEvents:
     """Incremental reader for all event files of one run; `scalars` is updated in place."""
 
@@ -996,6 +1019,8 @@ class RunEvents:
                 self._read(state, stats)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
+            if stats.bytes_read >= _TRIM_AFTER_BYTES:
+                _return_freed_heap()
             self.totals.add(stats)
             return stats
 
