@@ -41,6 +41,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.runs import is_event_file_name
 from triage_tui.core.series import RunScalars
 
 __all__ = ["ReadStats", "RunEvents", "read_event_file", "find_event_files", "masked_crc32c"]
@@ -1186,7 +1187,6 @@ def find_event_files(path: str | Path) -> list[Path]:
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            # io_wrapper.IsSummaryEventsFile: "tfevents" in the name, profiler dummies excluded.
-            if "tfevents" in name and not name.endswith(".profile-empty"):
+            if is_event_file_name(name):
                 found.append(Path(root) / name)
     return found

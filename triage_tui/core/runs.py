@@ -70,6 +70,7 @@ def natural_key(text: str) -> tuple:
 
 
 def is_event_file_name(name: str) -> bool:
+    """tensorboard io_wrapper.IsSummaryEventsFile: "tfevents" in the name, profiler dummies excluded."""
     return EVENT_INFIX in name and not name.endswith(PROFILE_EMPTY_SUFFIX)
 
 
