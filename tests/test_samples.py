@@ -105,7 +105,8 @@ def test_trainer_is_deterministic_and_writes_specforge_tags(tmp_path):
     for attempt in range(2):
         torch.manual_seed(123)
         trainer = DrafterTrainer(tmp_path / f"run{attempt}", target, new_drafter(spec, mapping, seed=5, target=target),
-                                 RunData(corpus, corpus, mapping), TrainConfig(total_steps=3, batch_size=2, ttt_length=2, eval_interval=3))
+                                 RunData(corpus, corpus, mapping),
+                                 TrainConfig(total_steps=3, batch_size=2, ttt_length=2, eval_interval=3))
         trainer.run()
         trainer.close()
         runs.append(trainer.history)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-tui", action="store_true",
-                        help="run the scenario headless (watch, flag, check, remap, loss falls) and print what happened")
+                        help="run the scenario headless (watch, flag, check, remap, the loss falls) "
+                             "and print what happened")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where to lay out the demo (default: a new temporary directory, removed afterwards)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")

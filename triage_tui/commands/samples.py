@@ -10,7 +10,8 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("sample_runs"),
-                        help="directory to (re)build; its runs, _target/ and _drafters/ are replaced (default: sample_runs)")
+                        help="directory to (re)build; its runs, _target/ and _drafters/ are replaced "
+                             "(default: sample_runs)")
     parser.add_argument("--small", action="store_true",
                         help="the reduced version the tests build: same sizes, far fewer training steps")
     parser.add_argument("--jobs", type=int, default=2, help="training processes to run at once (default: 2)")

@@ -80,6 +80,7 @@ def prepare_demo(root: Path, *, samples: Path | None = REPO_SAMPLES,
     """Lay out the demo under ``root``: target and drafter-a (copied from sample_runs/ or built), the run's files."""
     import torch
 
+    from triage_tui.core.formats.mapping import write_mapping_pt
     from triage_tui.samples.generate import (
         SampleSpec,
         build_world,
@@ -88,7 +89,6 @@ def prepare_demo(root: Path, *, samples: Path | None = REPO_SAMPLES,
         write_dumps,
         write_manifest,
     )
-    from triage_tui.core.formats.mapping import write_mapping_pt
     from triage_tui.samples.world import save_target
 
     torch.set_num_threads(1)

@@ -220,7 +220,8 @@ def _train(world: World, run_dir: Path, drafter, data: RunData, config: TrainCon
 def _config(spec: SampleSpec, steps: int, lr: float, *, save: bool = False, warmup: int = 10,
             compute_dtype: str = "bfloat16", max_grad_norm: float | None = 0.5,
             batch_size: int | None = None) -> TrainConfig:
-    return TrainConfig(total_steps=steps, batch_size=batch_size or spec.batch_size, learning_rate=lr, warmup_steps=warmup,
+    return TrainConfig(total_steps=steps, batch_size=batch_size or spec.batch_size, learning_rate=lr,
+                       warmup_steps=warmup,
                        ttt_length=spec.ttt_length, eval_interval=spec.eval_interval,
                        save_steps=(steps,) if save else (), compute_dtype=compute_dtype, max_grad_norm=max_grad_norm)
 
@@ -310,7 +311,8 @@ def generate_diverged(world: World, out: Path) -> RunRecord:
                              compute_dtype="float16", batch_size=spec.diverged_batch_size),
                      stop_after_nan=10)
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target", checkpoint=None,
-                   note=f"From scratch, fp16 compute, learning rate {spec.diverged_lr} (warmed up over {spec.diverged_warmup} steps): "
+                   note=f"From scratch, fp16 compute, learning rate {spec.diverged_lr} "
+                        f"(warmed up over {spec.diverged_warmup} steps): "
                         "the loss blows up to NaN.")
     return RunRecord.of("diverged", trainer, time.monotonic() - start)
 
@@ -430,7 +432,8 @@ def readme_text(summary: dict) -> str:
         "# sample_runs",
         "",
         "Real training runs of a tiny EAGLE-3 world, one per failure `triage` diagnoses. Built by",
-        f"`{summary['command']}` ({summary['seconds']:.0f} s with {summary['jobs']} processes on the machine that built it;",
+        f"`{summary['command']}` ({summary['seconds']:.0f} s with {summary['jobs']} processes "
+        "on the machine that built it;",
         "deterministic seeds, CPU). Open them with `triage sample_runs`; `triage check sample_runs/<run>`",
         "ranks the causes.",
         "",
@@ -497,10 +500,11 @@ def written_files(out: Path) -> list[str]:
 
 def mapping_stats(world: World) -> dict:
     a, b = world.mapping_a.hot_ids, world.mapping_b.hot_ids
+    modelopt = world.mapping_modelopt.hot_ids
     return {
         "draft_vocab_size": int(a.size),
         "target_vocab_size": world.mapping_a.target_vocab_size,
         "a_vs_b_positional_match": int((a == b).sum()),
         "a_vs_b_overlap": int(np.intersect1d(a, b).size),
-        "modelopt_in_ascending_place": int((world.mapping_modelopt.hot_ids == np.sort(world.mapping_modelopt.hot_ids)).sum()),
+        "modelopt_in_ascending_place": int((modelopt == np.sort(modelopt)).sum()),
     }

@@ -56,7 +56,8 @@ def drafter_config(spec: WorldSpec) -> DrafterConfig:
     )
 
 
-def new_drafter(spec: WorldSpec, mapping: VocabMapping, *, seed: int, target: TinyTarget | None = None) -> Eagle3Drafter:
+def new_drafter(spec: WorldSpec, mapping: VocabMapping, *, seed: int,
+                target: TinyTarget | None = None) -> Eagle3Drafter:
     """A freshly initialised drafter (torch defaults, as SpecForge) with the mapping in its buffers.
 
     With ``target``, ``lm_head`` starts from the target's lm_head rows of the draft vocab in
