@@ -1,7 +1,7 @@
 """`triage demo`: the live fine-tune with the mapping bug, flagged, checked, remapped, recovered.
 
 All end to end with the real trainer process, Watcher, diagnose(), remap and (in one test)
-the real TUI driven by key presses. Slow: each starts a training process.
+the real TUI driven by key presses. The slow ones each start a training process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from triage_tui import cli
 from triage_tui.samples.demo import TrainerProcess, demo_app, prepare_demo
 
 LN_V = math.log(32_000)
-pytestmark = pytest.mark.slow
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -46,6 +45,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_headless_demo_flags_checks_remaps_and_the_loss_falls(tmp_path, capsys):
     started = time.monotonic()
     status = cli.main(["demo", "--no-tui", "--workdir", str(tmp_path), "--timeout", "150"])
@@ -64,6 +64,14 @@ def test_headless_demo_flags_checks_remaps_and_the_loss_falls(tmp_path, capsys):
     assert not processes_mentioning(str(tmp_path)), "the trainer outlived the demo"
 
 
+def test_demo_refuses_a_workdir_that_is_not_empty(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli.main(["demo", "--no-tui", "--workdir", str(tmp_path)]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.slow
 def test_trainer_exits_when_its_parent_dies(tmp_path):
     layout = prepare_demo(tmp_path)
     # A stand-in parent that starts the trainer and is then killed without a chance to clean up.
@@ -87,6 +95,7 @@ def test_trainer_exits_when_its_parent_dies(tmp_path):
     assert (layout.run / "runs").is_dir()
 
 
+@pytest.mark.slow
 async def test_demo_in_the_tui_check_key_remap_key_and_recovery(tmp_path):
     from triage_tui.tui.screens.remap import ConfirmRemapScreen
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from triage_tui import cli
+from triage_tui.core.errors import BadInput
 from triage_tui.core.events import read_event_file
 from triage_tui.samples.generate import (
     EXPECTED_CAUSE,
@@ -25,6 +26,7 @@ from triage_tui.samples.generate import (
     SampleSpec,
     expected_files,
     generate,
+    readme_text,
     written_files,
 )
 from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, new_drafter, save_drafter
@@ -138,14 +140,25 @@ def test_saved_drafter_is_a_specforge_checkpoint_the_reader_accepts(tmp_path):
     assert np.array_equal(checkpoint.mapping.hot_ids, mapping.hot_ids)
 
 
+def test_samples_refuses_a_directory_it_did_not_build(tmp_path, capsys):
+    (tmp_path / "healthy").mkdir()
+    (tmp_path / "healthy" / "mine.txt").write_text("keep me")
+    assert cli.main(["samples", "--out", str(tmp_path)]) == 2
+    assert "was not built by `triage samples`" in capsys.readouterr().err
+    assert (tmp_path / "healthy" / "mine.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BadInput):
+        generate(tmp_path / "file", SampleSpec.small())
+
+
 # ---------------------------------------------------------------- a regenerated small set (slow)
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("samples")
-    summary = generate(out, SampleSpec.small(), jobs=2)
-    return out, summary
+    assert cli.main(["samples", "--small", "--out", str(out), "--jobs", "2"]) == 0
+    return out, json.loads((out / "GENERATED.json").read_text())
 
 
 def _curve(run: Path, tag: str) -> np.ndarray:
@@ -242,6 +255,7 @@ def test_committed_sample_runs_come_from_the_current_generator():
         record = recorded["runs"][name]
         assert len(loss) == record["steps"]
         assert loss[0] == pytest.approx(record["first_ploss_0"], rel=1e-6)
+    assert (COMMITTED / "README.md").read_text() == readme_text(recorded)
 
 
 @committed

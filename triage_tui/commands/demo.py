@@ -26,7 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from triage_tui.samples.demo import REPO_SAMPLES, TrainerProcess, prepare_demo, run_headless, run_with_tui
 
+    from triage_tui.core.errors import BadInput
+
     made_temp = args.workdir is None
+    if not made_temp and args.workdir.exists() and (not args.workdir.is_dir() or any(args.workdir.iterdir())):
+        raise BadInput(args.workdir, "exists and is not an empty directory; the demo lays out its own files there")
     root = Path(tempfile.mkdtemp(prefix="triage-demo-")) if made_temp else args.workdir
     say = lambda message: print(message, file=sys.stderr if not args.no_tui else sys.stdout, flush=True)  # noqa: E731
     try:

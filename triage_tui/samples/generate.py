@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
 from triage_tui.core.vocab import VocabMapping
 from triage_tui.samples.trainer import (
@@ -375,6 +376,12 @@ def generate(out: Path, spec: SampleSpec | None = None, *, jobs: int = 2, progre
     spec = spec or SampleSpec()
     progress = progress or (lambda message: None)
     started = time.monotonic()
+    if out.exists() and not out.is_dir():
+        raise BadInput(out, "is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "GENERATED.json").is_file():
+        # it would replace directories named like the runs: only in a tree it built itself
+        raise BadInput(out, "exists and was not built by `triage samples` (no GENERATED.json); "
+                            "pass a new or empty directory")
     if out.exists():
         for name in (*RUN_NAMES, "_target", "_drafters", "GENERATED.json"):
             path = out / name
