@@ -270,3 +270,12 @@ def test_an_unreadable_checkpoint_errors_its_checks_and_the_mask_check_still_run
         assert "model.safetensors" in diagnosis.checks[name].summary
     assert diagnosis.checks["verifier_mask"].status == "pass"
     assert all(h.score < 0.5 for h in diagnosis.hypotheses)
+
+
+def test_a_run_without_any_checkpoint_says_so_not_that_a_d2t_is_missing(tmp_path):
+    run = tmp_path / "scratch"
+    write_events(run / "runs", [10.0] * 10, [0.01] * 10)
+    done = triage("check", str(run), "--json", "--device", "cpu")
+    vocab = json.loads(done.stdout)["checks"]["vocab_mapping"]
+    assert vocab["status"] == "skipped"
+    assert vocab["summary"] == "no drafter checkpoint found for this run (pass --checkpoint)"

@@ -324,8 +324,11 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
             return None
 
     def vocab_mapping() -> CheckResult:
-        from triage_tui.core.checks.vocab import check_vocab_mapping
+        from triage_tui.core.checks.vocab import NAME, check_vocab_mapping
 
+        if inputs.checkpoint is None:
+            # Not the same as a checkpoint without d2t, which the check itself explains.
+            return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
         checkpoint_mapping = loaded.get("checkpoint_mapping")
         run_mapping = loaded.get("run_mapping")
         return check_vocab_mapping(checkpoint_mapping, run_mapping, token_strings=token_strings(),
