@@ -236,3 +236,22 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
     assert {f["kind"] for f in document["flags"]} >= {"loss_above_chance", "accuracy_at_chance"}
     for flag in document["flags"]:
         assert list(flag) == ["kind", "severity", "tag", "step", "value", "message"]
+
+
+def test_a_long_first_poll_shows_runs_as_they_are_read(tmp_path, monkeypatch):
+    import triage_tui.core.watch as watch
+
+    for name in ("a", "b", "c", "d"):
+        write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    monkeypatch.setattr(watch, "PROGRESS_SECS", 0.0)  # report after every run
+    updates: list[int] = []
+    stop = threading.Event()
+
+    def on_update(statuses):
+        updates.append(len(statuses))
+        if len(statuses) == 4:
+            stop.set()
+
+    Watcher([tmp_path], use_watchdog=False, poll_interval=0.05).run(on_update, stop)
+    # The first poll reports 1, 2, 3 runs read so far, then the whole list.
+    assert updates[:3] == [1, 2, 3] and updates[-1] == 4

@@ -57,6 +57,8 @@ DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush 
 WAKE_COALESCE_SECS = 0.05
 # Longest sleep between checks of the stop event, so a TUI quits promptly.
 STOP_CHECK_SECS = 0.25
+# How often a long first poll reports the runs read so far (a few redraws a second at most).
+PROGRESS_SECS = 0.25
 
 
 @dataclass(frozen=True)
@@ -162,15 +164,27 @@ class Watcher:
             self._rescan_requested.set()
         self._wake.set()
 
-    def poll_once(self, now: float | None = None) -> list[RunStatus]:
-        """Rescan if due, read appended bytes, recompute flags; every run's status."""
+    def poll_once(self, now: float | None = None,
+                  on_progress: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
+        """Rescan if due, read appended bytes, recompute flags; every run's status.
+
+        ``on_progress`` gets the statuses read so far every PROGRESS_SECS while a long poll (the
+        first one over a big tree) is still reading, so runs fill in as they load.
+        """
         with self._lock:
             if self._rescan_requested.is_set() or time.monotonic() >= self._next_rescan:
                 self._rescan_requested.clear()
                 self._rescan()
                 self._next_rescan = time.monotonic() + self.rescan_interval
             now = self.clock() if now is None else now
-            return [self._update(tracked, now) for tracked in self._runs.values()]
+            statuses: list[RunStatus] = []
+            reported = time.monotonic()
+            for tracked in self._runs.values():
+                statuses.append(self._update(tracked, now))
+                if on_progress is not None and time.monotonic() - reported >= PROGRESS_SECS:
+                    on_progress(list(statuses))
+                    reported = time.monotonic()
+            return statuses
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
@@ -178,7 +192,9 @@ class Watcher:
         previous: list[RunStatus] | None = None
         try:
             while not stop.is_set():
-                statuses = self.poll_once()
+                # The first poll of a big tree takes seconds (200 runs x 100k points: ~6 s):
+                # show each run as soon as it is read rather than all of them at the end.
+                statuses = self.poll_once(on_progress=on_update if previous is None else None)
                 if previous is None or len(statuses) != len(previous) or any(
                     a is not b for a, b in zip(statuses, previous)
                 ):

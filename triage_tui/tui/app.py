@@ -47,7 +47,7 @@ def _skipped_after_shutdown(method: Callable[..., None]) -> Callable[..., None]:
     def guarded(self: "TriageApp", *args: object) -> None:
         try:
             method(self, *args)
-        except NoMatches:
+        except (NoMatches, IndexError):  # IndexError: `main` after the screen stack emptied
             if self.is_running and self.screen_stack and self.main.is_mounted and self.main.children:
                 raise  # a real bug, not the teardown race
 
