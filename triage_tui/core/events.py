@@ -41,7 +41,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import is_event_file_name
+from triage_tui.core.runs import is_event_file_name, natural_key
 from triage_tui.core.series import RunScalars
 
 __all__ = ["ReadStats", "RunEvents", "read_event_file", "find_event_files", "masked_crc32c"]
@@ -1006,7 +1006,9 @@ class RunEvents:
     def set_files(self, paths: Iterable[Path]) -> None:
         """The run's event files. Points already read from a file that leaves the set are kept."""
         with self._lock:
-            wanted = sorted({Path(p) for p in paths}, key=lambda p: (p.name, str(p)))
+            # Discovery's order (natural: ...tfevents.<t>.<host>.<pid>.9 before .13), so files of
+            # one second are read in the order the writer created them.
+            wanted = sorted({Path(p) for p in paths}, key=lambda p: (natural_key(p.name), str(p)))
             self._files = {p: self._files.get(p) or _FileState(p) for p in wanted}
 
     def poll(self) -> ReadStats:
