@@ -227,12 +227,22 @@ def _config(spec: SampleSpec, steps: int, lr: float, *, save: bool = False, warm
                        save_steps=(steps,) if save else (), compute_dtype=compute_dtype, max_grad_norm=max_grad_norm)
 
 
+def lay_out_run(world: World, out: Path, name: str, mapping: VocabMapping,
+                chunk_order: tuple[int, int, int] = (0, 1, 2)) -> tuple[Path, Path]:
+    """A run's SpecForge inputs before training: the mapping in the cache, a few dumps.
+
+    Returns (run directory, the mapping's path relative to it).
+    """
+    run = out / name
+    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", world.spec, "../_target")
+    write_mapping_pt(mapping, run / cache)
+    write_dumps(world, world.data_b, run, world.spec.dumps_per_run, chunk_order=chunk_order)
+    return run, cache
+
+
 def generate_healthy(world: World, out: Path) -> RunRecord:
-    spec, run = world.spec, out / "healthy"
-    start = time.monotonic()
-    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
-    write_mapping_pt(world.mapping_b, run / cache)
-    write_dumps(world, world.data_b, run, spec.dumps_per_run)
+    spec, start = world.spec, time.monotonic()
+    run, cache = lay_out_run(world, out, "healthy", world.mapping_b)
     drafter = new_drafter(spec.world, world.mapping_b, seed=21, target=world.target)
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
                      _config(spec, spec.healthy_steps, spec.scratch_lr, save=True))
@@ -244,11 +254,8 @@ def generate_healthy(world: World, out: Path) -> RunRecord:
 
 
 def generate_vocab_mismatch(world: World, out: Path) -> RunRecord:
-    spec, run = world.spec, out / "vocab-mismatch"
-    start = time.monotonic()
-    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
-    write_mapping_pt(world.mapping_b, run / cache)
-    write_dumps(world, world.data_b, run, spec.dumps_per_run)
+    spec, start = world.spec, time.monotonic()
+    run, cache = lay_out_run(world, out, "vocab-mismatch", world.mapping_b)
     # SpecForge PR #534: --ckpt-dir loads the weights, then the mapping regenerated from the
     # new data overwrites the checkpoint's d2t/t2d; lm_head rows keep mapping A's order.
     drafter = load_saved_drafter(out / "_drafters" / "drafter-a")
@@ -262,11 +269,8 @@ def generate_vocab_mismatch(world: World, out: Path) -> RunRecord:
 
 
 def generate_hidden_state_format(world: World, out: Path) -> RunRecord:
-    spec, run = world.spec, out / "hidden-state-format"
-    start = time.monotonic()
-    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
-    write_mapping_pt(world.mapping_b, run / cache)
-    write_dumps(world, world.data_b, run, spec.dumps_per_run, chunk_order=REVERSED_CHUNKS)
+    spec, start = world.spec, time.monotonic()
+    run, cache = lay_out_run(world, out, "hidden-state-format", world.mapping_b, chunk_order=REVERSED_CHUNKS)
     init = f"../healthy/epoch_0_step_{spec.healthy_steps}"
     drafter = load_saved_drafter((run / init).resolve())
     trainer = _train(world, run, drafter,
@@ -280,13 +284,10 @@ def generate_hidden_state_format(world: World, out: Path) -> RunRecord:
 
 
 def generate_verifier_mask(world: World, out: Path) -> RunRecord:
-    spec, run = world.spec, out / "verifier-mask"
-    start = time.monotonic()
+    spec, start = world.spec, time.monotonic()
     # The trainer was pointed at the drafter's own (modelopt, frequency-ordered) mapping,
     # written SpecForge-style with a t2d; SpecForge builds target_p with logits[..., t2d].
-    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
-    write_mapping_pt(world.mapping_modelopt, run / cache)
-    write_dumps(world, world.data_b, run, spec.dumps_per_run)
+    run, cache = lay_out_run(world, out, "verifier-mask", world.mapping_modelopt)
     drafter = load_saved_drafter(out / "_drafters" / "drafter-modelopt")
     trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_modelopt),
                      _config(spec, spec.finetune_steps, spec.finetune_lr))
@@ -298,11 +299,8 @@ def generate_verifier_mask(world: World, out: Path) -> RunRecord:
 
 
 def generate_diverged(world: World, out: Path) -> RunRecord:
-    spec, run = world.spec, out / "diverged"
-    start = time.monotonic()
-    cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
-    write_mapping_pt(world.mapping_b, run / cache)
-    write_dumps(world, world.data_b, run, spec.dumps_per_run)
+    spec, start = world.spec, time.monotonic()
+    run, cache = lay_out_run(world, out, "diverged", world.mapping_b)
     drafter = new_drafter(spec.world, world.mapping_b, seed=61, target=world.target)
     # fp16 compute and a learning rate 5000x SpecForge's default, warmed up over 40 steps:
     # the loss falls, creeps back up as the rate grows, then activations overflow fp16's
