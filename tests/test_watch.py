@@ -255,3 +255,32 @@ def test_a_long_first_poll_shows_runs_as_they_are_read(tmp_path, monkeypatch):
     Watcher([tmp_path], use_watchdog=False, poll_interval=0.05).run(on_update, stop)
     # The first poll reports 1, 2, 3 runs read so far, then the whole list.
     assert updates[:3] == [1, 2, 3] and updates[-1] == 4
+
+
+@pytest.mark.parametrize("order", ["events first", "manifest first"])
+def test_a_run_whose_files_land_in_any_order_is_one_run_read_once(tmp_path, order):
+    """`out/runs/` can land before `out/triage.toml`: the run is `out/runs` for a poll, then `out`.
+
+    It stays one run: the points already read are carried over (the same series object, not a
+    re-read), and at the end exactly one run named `out` holds every point once.
+    """
+    staging = tmp_path / "staging"
+    write_scalars(staging / "runs", {"train/ploss_0": [(step, 19.0) for step in range(0, 100, 10)]})
+    (staging / "triage.toml").write_text("[run]\nvocab_size = 32000\n")
+    watched = tmp_path / "watched"
+    (watched / "out").mkdir(parents=True)
+    watcher = Watcher([watched], use_watchdog=False, rescan_interval=3600)
+    first, second = ("runs", "triage.toml") if order == "events first" else ("triage.toml", "runs")
+    (staging / first).rename(watched / "out" / first)
+    watcher.wake(rescan=True)
+    before = watcher.poll_once()
+    (staging / second).rename(watched / "out" / second)
+    watcher.wake(rescan=True)
+    after = only(watcher.poll_once())
+    assert after.info.name == "out" and after.metrics["loss"]["count"] == 10
+    if order == "events first":
+        assert [s.info.name for s in before] == ["out/runs"]
+        assert after.scalars is before[0].scalars  # carried over, not read again
+    else:
+        assert [(s.info.name, s.last_step) for s in before] == [("out", None)]
+    assert watcher.polls == 2

@@ -155,6 +155,7 @@ class Watcher:
         self._rescan_requested = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # poll_once may be called from the TUI and the worker
+        self.polls = 0  # poll_once calls completed: tests wait for polls, never for seconds
 
     # ------------------------------------------------------------------ public
 
@@ -184,6 +185,7 @@ class Watcher:
                 if on_progress is not None and time.monotonic() - reported >= PROGRESS_SECS:
                     on_progress(list(statuses))
                     reported = time.monotonic()
+            self.polls += 1
             return statuses
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
@@ -225,11 +227,13 @@ class Watcher:
                 continue
             for info in infos:
                 found.setdefault(info.path, info)
-        for path in list(self._runs):
-            if path not in found:
-                del self._runs[path]
+        vanished = {path: tracked for path, tracked in self._runs.items() if path not in found}
+        for path in vanished:
+            del self._runs[path]
         for path, info in found.items():
             tracked = self._runs.get(path)
+            if tracked is None:
+                tracked = self._moved_run(info, vanished)
             if tracked is None:
                 events = RunEvents()
                 events.set_files(info.event_files)
@@ -244,6 +248,26 @@ class Watcher:
             self._refresh_config(tracked)
         # New runs keep discovery order; the dict preserves insertion order.
         self._runs = {path: self._runs[path] for path in found}
+
+    def _moved_run(self, info: RunInfo, vanished: dict[Path, _Tracked]) -> _Tracked | None:
+        """The vanished run whose event files now belong to the run at ``info.path``, carried over.
+
+        Files appear in whatever order a trainer and its user write them: ``out/runs/`` with its
+        first events can land before ``out/triage.toml`` (or the first checkpoint), so the run is
+        ``out/runs`` for a moment and then ``out``. It is one run: its points are kept (not read
+        again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
+        nothing. Returns None when no vanished run shares an event file.
+        """
+        files = set(info.event_files)
+        for old_path, old in vanished.items():
+            if files.intersection(old.info.event_files):
+                del vanished[old_path]
+                old.events.set_files(info.event_files)
+                old.info = info
+                old.settings_changed = True
+                self._runs[info.path] = old
+                return old
+        return None
 
     def _refresh_config(self, tracked: _Tracked) -> None:
         """Re-read config.json only when its (mtime, size) changed."""

@@ -37,7 +37,7 @@ from triage_tui.tui.widgets.runs_table import RunsTable
 if TYPE_CHECKING:
     from triage_tui.core.diagnose import CheckInputs, Diagnosis
     from triage_tui.core.remap import RemapPlan, RemapReport
-    from triage_tui.core.watch import RunStatus
+    from triage_tui.core.watch import RunStatus, Watcher
 
 
 def _skipped_after_shutdown(method: Callable[..., None]) -> Callable[..., None]:
@@ -99,7 +99,11 @@ class TriageApp(App[None]):
         self.remap_running = False
         self.remap_reports: dict[Path, RemapReport] = {}
         self.bells = 0
-        self._critical_seen: set[Path] = set()
+        # The event files of the runs that were critical at the last update. A run is known by
+        # its files, not its path: `out/runs` becoming `out` when out/triage.toml lands is the
+        # same run, and must not ring again (nor lose its selection).
+        self._critical_files: set[Path] = set()
+        self.watcher: Watcher | None = None  # set by the watch worker; tests wait on its polls
         self._filter = ""
         self._selected: Path | None = None
         self._chart_drawn: tuple[Path, int] | None = None
@@ -142,6 +146,7 @@ class TriageApp(App[None]):
             use_watchdog=self.use_watchdog,
             clock=self.now,
         )
+        self.watcher = watcher
 
         def on_update(statuses: list[RunStatus]) -> None:
             self.post_message(messages.RunsUpdated(list(statuses), [rows.row(s) for s in statuses]))
@@ -152,18 +157,31 @@ class TriageApp(App[None]):
     @_skipped_after_shutdown
     def _runs_updated(self, message: messages.RunsUpdated) -> None:
         self.polls += 1
+        previous = self.statuses
         self.statuses = {status.info.path: status for status in message.statuses}
         self.rows = sorted(message.rows, key=RunRow.sort_key)
-        critical_now = {row.path for row in self.rows if row.critical_kinds}
+        critical = [status for status in message.statuses if status.status == "critical"]
         # One bell when a run turns critical (a second flag on a run already critical adds none);
         # it rings again only after the run's critical flags cleared and came back.
-        if critical_now - self._critical_seen:
+        if any(self._critical_files.isdisjoint(status.info.event_files) for status in critical):
             self.ring_bell()
-        self._critical_seen = critical_now
+        self._critical_files = {file for status in critical for file in status.info.event_files}
+        self._follow_moved_selection(previous)
         self._show_rows()
         self._show_topbar()
         self._show_selected_flags()
         self.refresh_bindings()
+
+    def _follow_moved_selection(self, previous: dict[Path, RunStatus]) -> None:
+        """The selected run moved (`out/runs` became `out`): keep it selected under its new path."""
+        selected = previous.get(self._selected) if self._selected else None
+        if selected is None or self._selected in self.statuses:
+            return
+        files = set(selected.info.event_files)
+        moved = next((path for path, status in self.statuses.items()
+                      if files.intersection(status.info.event_files)), None)
+        if moved is not None:
+            self.main.query_one(RunsTable).keep_selected(self._selected, moved)
 
     def ring_bell(self) -> None:
         self.bells += 1

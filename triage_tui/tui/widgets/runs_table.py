@@ -75,6 +75,7 @@ class RunsTable(DataTable):
         self._order: list[Path] = []
         self._rows: dict[Path, RunRow] = {}
         self._cells: dict[Path, tuple[Text, ...]] = {}
+        self._moved: dict[Path, Path] = {}
 
     def on_mount(self) -> None:
         for label, key in COLUMNS:
@@ -92,6 +93,8 @@ class RunsTable(DataTable):
         cells = {row.path: row_cells(row, now) for row in rows}
         if order != self._order:
             selected = self.selected_path
+            selected = self._moved.pop(selected, selected) if selected is not None else None
+            self._moved.clear()
             self.clear()
             for path in order:
                 self.add_row(*cells[path], key=str(path))
@@ -106,6 +109,10 @@ class RunsTable(DataTable):
                         self.update_cell(str(path), key, cells[path][index])
         self._cells = cells
         self._rows = {row.path: row for row in rows}
+
+    def keep_selected(self, old: Path, new: Path) -> None:
+        """The run at ``old`` is now at ``new``: the next show_rows keeps the cursor on it."""
+        self._moved[old] = new
 
     def refresh_ages(self, now: float) -> None:
         """The clock moved: redo only the age column, and only the cells whose text changed."""
