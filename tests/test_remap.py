@@ -633,7 +633,39 @@ def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
     garbage = tmp_path / "garbage"
     garbage.mkdir()
     (garbage / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}......")
+    # degenerate inputs that used to come out "verified" with exit 0 (issue 11, item 9)
+    off_vocab = drafter_state("specforge", ckpt_mapping)
+    off_vocab["d2t"] = torch.full((DRAFT_VOCAB,), TARGET_VOCAB, dtype=torch.int64)  # every id past the vocab
+    off_vocab_dir = write_drafter(tmp_path / "off_vocab", off_vocab, drafter_config("specforge"))
+    empty_head = drafter_state("specforge", None)
+    empty_head["lm_head.weight"] = torch.empty(0, HIDDEN)
+    empty_head_dir = write_drafter(tmp_path / "empty_head", empty_head, drafter_config("specforge"))
+    empty_run = tmp_path / "empty_run.pt"
+    torch.save({"d2t": torch.empty(0, dtype=torch.int64), "t2d": torch.zeros(TARGET_VOCAB, dtype=torch.bool)},
+               empty_run)
+    # d2t tensors a weights-only load rebuilds but that hold no plain ids (issue 11, item 4)
+    d2t_kinds = {
+        "meta": torch.zeros(DRAFT_VOCAB, dtype=torch.int64, device="meta"),
+        "sparse_coo": torch.from_numpy(run_mapping.d2t().copy()).to_sparse(),
+        "float8_e4m3fn": torch.from_numpy(run_mapping.d2t().copy()).float().to(torch.float8_e4m3fn),
+        "quantized": torch.quantize_per_tensor(torch.zeros(DRAFT_VOCAB), 0.1, 0, torch.quint8),
+        "nested": torch.nested.nested_tensor([torch.zeros(3, dtype=torch.int64), torch.zeros(5, dtype=torch.int64)]),
+    }
+    kind_cases = {}
+    for kind, d2t in d2t_kinds.items():
+        path = tmp_path / f"d2t_{kind}.pt"
+        torch.save({"d2t": d2t, "t2d": torch.from_numpy(run_mapping.t2d())}, path)
+        kind_cases[f"{kind} d2t"] = ([src, "--mapping", str(path)], kind)
     return {
+        **kind_cases,
+        "--out longer than a file name may be": ([src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 256))],
+                                                 "--out name is 256 bytes long"),
+        "--out too long once the temporary suffix is added": (
+            [src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 240))], "allows at most 234"),
+        "d2t entirely outside the target vocab": ([str(off_vocab_dir), "--mapping", mapping],
+                                                  "32000 of its 32000 positions outside the target vocab"),
+        "lm_head with no rows": ([str(empty_head_dir), "--mapping", mapping], "no rows"),
+        "run mapping with no entries": ([src, "--mapping", str(empty_run)], "0 draft positions"),
         "target vocab mismatch": ([src, "--mapping", str(other_vocab)], "target vocab of 200000"),
         "repeated token": ([src, "--mapping", str(repeated_pt)], "repeat a target id"),
         "outside the vocab": ([src, "--mapping", str(outside_pt)], "outside the target vocab"),

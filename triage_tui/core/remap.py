@@ -33,6 +33,7 @@ import mmap
 import os
 import queue
 import shutil
+import stat
 import struct
 import sys
 import tempfile
@@ -200,14 +201,28 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
         raise BadInput(None, "--init-missing target needs --target (the target model's directory)")
     # Hashing the source (~1 s per 2 GB) starts before anything else is read; a plan that fails
     # or is dropped unexecuted stops it.
-    digest = _SourceDigest(find_weights(checkpoint_path).files)
+    digest = None
     try:
+        digest = _SourceDigest(find_weights(checkpoint_path).files)
         plan = _plan(checkpoint_path, mapping_path, out, init, target, digest)
+    except OSError as err:  # PermissionError, a name too long, ...: the file named, exit 2
+        if digest is not None:
+            digest.stop.set()
+        raise _read_error(err, checkpoint_path) from None
     except BaseException:
-        digest.stop.set()
+        if digest is not None:
+            digest.stop.set()
         raise
     weakref.finalize(plan, digest.stop.set)
     return plan
+
+
+def _read_error(err: OSError, fallback: str | Path) -> BadInput:
+    """An input that cannot be read (permissions, a name too long, a loop), as one line naming it."""
+    reason = err.strerror or str(err)
+    if err.errno == errno.ELOOP:
+        reason = "a symlink loop"
+    return BadInput(err.filename or fallback, f"cannot read: {reason}")
 
 
 def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path | None, init: str | None,
@@ -220,6 +235,8 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
     if lm_head is None:
         raise BadInput(source, "checkpoint has no lm_head.weight: there are no rows to remap")
     old_rows, width = lm_head.shape
+    if old_rows == 0 or width == 0:
+        raise BadInput(lm_head.file, f"lm_head.weight has shape [{old_rows}, {width}]: there are no rows to remap")
     for info in checkpoint.tensors.values():
         if info.dtype not in _TORCH_DTYPE_TO_SAFETENSORS:
             raise BadInput(info.file, f"tensor {info.name!r} has dtype {info.dtype}, which safetensors cannot store")
@@ -243,6 +260,7 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
     run_mapping = read_mapping(mapping_path, target_vocab_size=checkpoint.target_vocab_size
                                or (target_model.vocab_size if target_model else None))
     _check_run_mapping(run_mapping, mapping_path, checkpoint, checkpoint_mapping, source)
+    notes.extend(f"The checkpoint's mapping: {note}" for note in checkpoint_mapping.notes)
     notes.extend(f"The run's mapping: {note}" for note in run_mapping.notes)
 
     duplicated = checkpoint_mapping.draft_vocab_size - np.unique(checkpoint_mapping.hot_ids).size
@@ -252,6 +270,14 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
     source_rows = checkpoint_mapping.draft_position_of()[run_mapping.hot_ids]
     rows_copied = int(np.count_nonzero(source_rows >= 0))
     rows_initialized = run_mapping.draft_vocab_size - rows_copied
+    if rows_copied == 0:
+        # Every row would be initialised: a checkpoint that keeps nothing of its training is not a fix.
+        outside = checkpoint_mapping.out_of_range().size
+        why = (f"its d2t maps {outside} of its {old_rows} positions outside the target vocab "
+               f"[0, {run_mapping.target_vocab_size})" if outside else "the two mappings share no token")
+        raise BadInput(source, f"none of the {run_mapping.draft_vocab_size} tokens of the run's mapping "
+                               f"{mapping_path} has a row in this checkpoint ({why}): the output would keep "
+                               "no trained lm_head row; nothing was written")
 
     if target_model is not None and target_model.vocab_size != run_mapping.target_vocab_size:
         raise BadInput(target_path, f"the target's vocab has {target_model.vocab_size} tokens but the run's "
@@ -275,6 +301,7 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
 
     mapping_sha, mapping_sha_of = _mapping_digest(mapping_path, run_mapping)
     output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
+    _check_output_name(output)
     _check_output_location(output, source, [source, mapping_path] + ([target_path] if target_path else []))
     return RemapPlan(
         source=source, output=output, mapping_path=mapping_path, draft_vocab_size=run_mapping.draft_vocab_size,
@@ -288,6 +315,8 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
 def _check_run_mapping(run: VocabMapping, path: Path, checkpoint, checkpoint_mapping: VocabMapping,
                        source: Path) -> None:
     """The run's mapping must name each token once, inside the same target vocab as the checkpoint's."""
+    if run.draft_vocab_size == 0:
+        raise BadInput(path, "the mapping has 0 draft positions: a drafter with no lm_head rows; nothing was written")
     vocab = checkpoint.target_vocab_size
     if vocab is not None and run.target_vocab_size != vocab:
         raise BadInput(path, f"mapping is over a target vocab of {run.target_vocab_size} tokens but the "
@@ -304,6 +333,20 @@ def _check_run_mapping(run: VocabMapping, path: Path, checkpoint, checkpoint_map
     if vocab is None and int(checkpoint_mapping.hot_ids.max(initial=-1)) >= run.target_vocab_size:
         raise BadInput(path, f"the checkpoint maps target ids up to {int(checkpoint_mapping.hot_ids.max())}, "
                              f"beyond this mapping's target vocab of {run.target_vocab_size}")
+
+
+def _check_output_name(output: Path) -> None:
+    """The output's name must leave room for the temporary sibling it is written as first."""
+    try:
+        name_max = os.pathconf(output.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    # mkdtemp adds 8 characters to _temp_prefix (and _aside_prefix is as long)
+    limit = name_max - len(os.fsencode(_temp_prefix(Path("x")))) + 1 - 8
+    length = len(os.fsencode(output.name))
+    if length > limit:
+        raise BadInput(output.parent, f"the --out name is {length} bytes long; with the temporary name it is "
+                                      f"written under first, this filesystem allows at most {limit}")
 
 
 def _is_within(path: Path, parent: Path) -> bool:
@@ -499,7 +542,7 @@ def _mapped(fd: int, offset: int, length: int) -> Iterator[np.ndarray]:
 
 
 def _same_file_bytes(fd_a: int, offset_a: int, fd_b: int, offset_b: int, length: int,
-                     cancel: threading.Event | None, progress: "_Progress", phase: str) -> bool:
+                     cancel: threading.Event | None, progress: "_Progress | None", phase: str) -> bool:
     """Two byte ranges of files are equal, compared a window at a time through memory maps."""
     for position in range(0, length, WINDOW_BYTES):
         _check_cancel(cancel)
@@ -509,7 +552,8 @@ def _same_file_bytes(fd_a: int, offset_a: int, fd_b: int, offset_b: int, length:
             del a, b
         if not same:
             return False
-        progress.advance(n, phase, _VERIFY_SPAN)
+        if progress is not None:
+            progress.advance(n, phase, _VERIFY_SPAN)
     return True
 
 
@@ -851,11 +895,46 @@ def _check_output_free(output: Path, force: bool) -> bool:
         raise BadInput(output, "already exists; pass --force to replace it (nothing was written)")
     if output.is_symlink() or not output.is_dir():
         raise BadInput(output, "exists and is not a directory; refusing to replace it even with --force")
-    if not (output / PROVENANCE_FILE).is_file() and not (output / KEPT_MAPPING_PROVENANCE_FILE).is_file() \
-            and any(output.iterdir()):
-        raise BadInput(output, f"exists and holds no {PROVENANCE_FILE}: not a triage output; "
+    present = set(os.listdir(output))
+    if not present:
+        return True
+    written = _files_triage_wrote(output)
+    if written is None:
+        raise BadInput(output, f"exists and holds no {PROVENANCE_FILE} that triage wrote: not a triage output; "
                                "refusing to replace it even with --force")
+    others = sorted(present - written)
+    if others:
+        shown = ", ".join(repr(name) for name in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise BadInput(output, f"holds {len(others)} file(s) triage did not write ({shown}); refusing to replace "
+                               "it even with --force: move them out first")
     return True
+
+
+def _files_triage_wrote(output: Path) -> set[str] | None:
+    """The names an earlier triage run wrote into ``output``, from its provenance file; None when there
+    is none that triage wrote (a symlink, not JSON, not triage's, no file list: a user's file)."""
+    for name in (PROVENANCE_FILE, KEPT_MAPPING_PROVENANCE_FILE):
+        path = output / name
+        try:
+            if not _is_regular_file(path) or path.stat().st_size > 1 << 20:
+                continue
+            provenance = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(provenance, dict) or provenance.get("tool") != "triage":
+            continue
+        files = provenance.get("files")
+        if isinstance(files, list) and all(isinstance(f, str) for f in files) and name in files:
+            return set(files)
+    return None
+
+
+def _is_regular_file(path: Path) -> bool:
+    """A regular file itself, not a symlink to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _write_error(err: OSError, output: Path) -> BadInput:
@@ -946,21 +1025,102 @@ def _updated_config(plan: RemapPlan, notes: list[str]) -> dict | None:
     return config
 
 
-def _extra_files(plan: RemapPlan) -> tuple[list[Path], list[str]]:
-    """Small files beside the weights carried into the output (tokenizer, README, generation config)."""
+@dataclass(frozen=True)
+class _Extra:
+    """A file beside the weights that is carried into the output (tokenizer, README, generation config)."""
+
+    path: Path          # as listed in the checkpoint directory
+    real: Path          # the file itself (a symlink resolved, never to outside the checkpoint)
+    mode: int           # permission bits, kept on the copy
+    size: int
+    allocated: int      # bytes it occupies (a sparse file's holes stay holes in the copy)
+
+
+def _extra_files(plan: RemapPlan) -> tuple[list[_Extra], list[str], list[str]]:
+    """The files carried over; the names not carried over (weights in other forms, pickles); the
+    symlinks that point out of the checkpoint (never followed: a link to a private file must not
+    become a readable copy)."""
     weights = {f.name for f in plan.checkpoint.files}
-    copied, skipped = [], []
+    # A Hugging Face cache snapshot is a directory of links into its repository's blobs/.
+    blobs = plan.source.parent.parent / "blobs" if plan.source.parent.name == "snapshots" else None
+    copied, skipped, outside = [], [], []
     for path in sorted(plan.source.iterdir()):
         name = path.name
         if name in weights or name in ("config.json", PROVENANCE_FILE) or name.startswith("."):
             continue
-        if not path.is_file():
+        real = Path(os.path.realpath(path))
+        if path.is_symlink() and not (_is_within(real, plan.source) or (blobs is not None and _is_within(real, blobs))):
+            outside.append(name)
+            continue
+        try:
+            info = os.stat(real)
+        except OSError:
+            continue  # a dangling link: nothing to carry
+        if not stat.S_ISREG(info.st_mode):
             continue
         if name.endswith(_NOT_COPIED_SUFFIXES):
             skipped.append(name)
         else:
-            copied.append(path)
-    return copied, skipped
+            copied.append(_Extra(path, real, stat.S_IMODE(info.st_mode) & 0o777, info.st_size,
+                                 min(info.st_size, info.st_blocks * 512)))
+    return copied, skipped, outside
+
+
+def _data_segments(fd: int, size: int) -> list[tuple[int, int]]:
+    """The byte ranges of a file that hold data (SEEK_DATA/SEEK_HOLE); the rest are holes."""
+    segments, position = [], 0
+    while position < size:
+        try:
+            start = os.lseek(fd, position, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # only a hole from here to the end
+                break
+            if err.errno in (errno.EINVAL, errno.EOPNOTSUPP):  # a filesystem that cannot tell: all data
+                return [(position, size)]
+            raise
+        end = min(size, os.lseek(fd, start, os.SEEK_HOLE))
+        segments.append((start, end))
+        position = end
+    return segments
+
+
+def _copy_extra(extra: _Extra, target: Path, cancel: threading.Event | None) -> int:
+    """Stream one carried-over file into ``target`` with its mode and holes, then compare the two;
+    returns the bytes compared. Read errors name the source file."""
+    try:
+        source_fd = os.open(extra.real, os.O_RDONLY)
+    except OSError as err:
+        raise BadInput(extra.path, f"cannot read: {err.strerror or err}; nothing was written") from None
+    try:
+        target_fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(target_fd, extra.mode)
+            segments = _data_segments(source_fd, extra.size)
+            for begin, end in segments:
+                for offset in range(begin, end, WINDOW_BYTES):
+                    _check_cancel(cancel)
+                    length = min(WINDOW_BYTES, end - offset)
+                    try:
+                        _copy_range(source_fd, target_fd, offset, offset, length)
+                    except _NoInKernelCopy:
+                        with _mapped(source_fd, offset, length) as data:
+                            _write_at(target_fd, data, offset)
+                            del data
+            os.ftruncate(target_fd, extra.size)
+            os.fsync(target_fd)
+            for begin, end in segments:
+                if not _same_file_bytes(source_fd, begin, target_fd, begin, end - begin, cancel, None, ""):
+                    raise BadInput(target.parent, f"verification failed: {extra.path.name} differs from the "
+                                                  "source; nothing was written")
+        finally:
+            os.close(target_fd)
+    except OSError as err:
+        if err.filename is None and err.errno in (errno.EACCES, errno.EIO):
+            raise BadInput(extra.path, f"cannot read: {err.strerror or err}; nothing was written") from None
+        raise
+    finally:
+        os.close(source_fd)
+    return sum(end - begin for begin, end in segments)
 
 
 class _InitRows:
@@ -1413,7 +1573,11 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
 
         dumps = read_dumps(data)
     files = _output_entries(plan)
-    total = sum(e.nbytes for entries in files.values() for e in entries)
+    try:
+        extras, skipped, outside = _extra_files(plan)
+    except OSError as err:
+        raise _read_error(err, plan.source) from None
+    total = sum(e.nbytes for entries in files.values() for e in entries) + sum(e.allocated for e in extras)
     try:
         clean_stale_temporaries(output)
         free = _free_bytes(output.parent)
@@ -1459,12 +1623,14 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             if config is not None:
                 _write_small(temp.path / "config.json", (json.dumps(config, indent=2) + "\n").encode())
             _write_index(plan, temp.path, files)
-            extra, skipped = _extra_files(plan)
-            for path in extra:
-                _write_small(temp.path / path.name, path.read_bytes())
+            for extra in extras:
+                _copy_extra(extra, temp.path / extra.path.name, cancel)
             if skipped:
                 notes.append("Not carried over: " + ", ".join(skipped) + " (weights in another form, or pickled "
                              "training state, which holds lm_head moments in the old row order).")
+            if outside:
+                notes.append("Not carried over: " + ", ".join(outside) + " (symlinks to outside the checkpoint, "
+                             "never followed).")
             report_progress.reset()
             compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
             # The source's digest, hashed since the start, goes into the headers' placeholders last.
@@ -1585,7 +1751,8 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
                           "source": str(source),
                           "source_sha256": {f.name: _file_sha256(f) for f in checkpoint.files},
                           "mapping_sha256": mapping.sha256(), "draft_vocab_size": mapping.draft_vocab_size,
-                          "target_vocab_size": mapping.target_vocab_size, "notes": notes}
+                          "target_vocab_size": mapping.target_vocab_size, "notes": notes,
+                          "files": sorted([p.name for p in written] + [KEPT_MAPPING_PROVENANCE_FILE])}
             _write_small(temp.path / KEPT_MAPPING_PROVENANCE_FILE, (json.dumps(provenance, indent=2) + "\n").encode())
             temp.commit(replace)
         except OSError as err:

@@ -28,10 +28,23 @@ from triage_tui.core.vocab import VocabMapping
 _NO_VOCAB_SIZE = "cannot tell the target vocab size; pass --target or a t2d"
 
 
-def _as_array(value: object) -> np.ndarray | None:
+def _as_array(path: str | Path, name: str, value: object) -> np.ndarray | None:
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
     if torch is not None and isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy() if value.dtype != torch.bfloat16 else value.float().numpy()
+        # A weights-only load rebuilds these too; none holds a plain array of ids to read.
+        kind = ("a meta tensor (no data)" if value.device.type == "meta"
+                else f"a {str(value.layout).removeprefix('torch.')} tensor" if value.layout != torch.strided
+                else "a nested tensor" if value.is_nested
+                else f"a quantized tensor ({_dtype_name(value)})" if value.is_quantized
+                else None)
+        if kind is not None:
+            raise BadInput(path, f"{name} is {kind}; expected a dense tensor of integers")
+        if value.dtype.is_floating_point and value.dtype not in (torch.float16, torch.float32, torch.float64):
+            value = value.float()  # bf16, float8: numpy has none; the caller's dtype check names the original
+        try:
+            return value.detach().cpu().numpy()
+        except (TypeError, RuntimeError):  # a dtype numpy has no counterpart for
+            raise BadInput(path, f"{name} has dtype {_dtype_name(value)}; expected integers") from None
     if isinstance(value, np.ndarray):
         return value
     return None
@@ -39,7 +52,7 @@ def _as_array(value: object) -> np.ndarray | None:
 
 def offsets_array(path: str | Path, name: str, value: object) -> np.ndarray:
     """A stored ``d2t``: one-dimensional integers, else BadInput naming the file and tensor."""
-    array = _as_array(value)
+    array = _as_array(path, name, value)
     if array is None:
         raise BadInput(path, f"{name} is a {type(value).__name__}, not a tensor")
     if array.ndim != 1:
@@ -51,7 +64,7 @@ def offsets_array(path: str | Path, name: str, value: object) -> np.ndarray:
 
 def mask_array(path: str | Path, name: str, value: object) -> tuple[np.ndarray, str | None]:
     """A stored ``t2d``: one-dimensional bool (0/1 integers accepted with a note), else BadInput."""
-    array = _as_array(value)
+    array = _as_array(path, name, value)
     if array is None:
         raise BadInput(path, f"{name} is a {type(value).__name__}, not a tensor")
     if array.ndim != 1:
