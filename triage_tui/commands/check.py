@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", metavar="P", help="target model dir (embeddings and lm_head)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where the replay runs (auto: CUDA when torch sees a GPU)")
+    parser.add_argument("--serving", metavar="PATH_OR_URL", action="append", default=None,
+                        help="serving evidence: a vLLM/SGLang log, a saved /metrics page, an SGLang meta_info "
+                             "JSONL, or a live http:// metrics URL (repeatable; default: triage.toml [serving])")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (DESIGN.md check --json)")
 
 
@@ -39,9 +42,12 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
     inputs = resolve_inputs(args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data,
                             target=args.target)
-    flags, metrics = _run_flags(inputs.run)
+    flags, metrics, scalars = _run_flags(inputs.run)
+    # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
+    serving = _serving(inputs.run, args.serving, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
-    diagnosis = diagnose(inputs, device=args.device, flags=flags, metrics=metrics, progress=progress)
+    diagnosis = diagnose(inputs, device=args.device, flags=flags, metrics=metrics, progress=progress,
+                         serving=serving)
     if args.json:
         json.dump(_finite(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -50,15 +56,34 @@ def run(args: argparse.Namespace) -> int:
     return 1 if diagnosis.top_score >= HYPOTHESIS_EXIT_THRESHOLD else 0
 
 
-def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None]:
-    """One scan pass of the run: its flags and metrics feed the hypotheses."""
+def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any]:
+    """One scan pass of the run: its flags, metrics and scalars feed the hypotheses."""
     from triage_tui.core.watch import Watcher
 
     statuses = Watcher([run_path], use_watchdog=False, strict=True).poll_once()
     status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
     if status is None:
-        return (), None
-    return tuple(status.flags), status.metrics
+        return (), None, None
+    return tuple(status.flags), status.metrics, status.scalars
+
+
+def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
+    """--serving sources, else triage.toml's [serving], read and set beside the training estimate."""
+    from triage_tui.core.runs import MANIFEST_NAME, load_manifest
+    from triage_tui.core.serving import (
+        compare_serving,
+        read_serving_sources,
+        training_estimate_from_scalars,
+    )
+
+    sources = list(flag_sources or [])
+    if not sources and (run_path / MANIFEST_NAME).is_file():
+        sources = load_manifest(run_path / MANIFEST_NAME).serving_sources
+    evidence = read_serving_sources(sources)
+    if evidence is None:
+        return None
+    estimate = training_estimate_from_scalars(scalars) if scalars is not None else None
+    return compare_serving(evidence, estimate)
 
 
 def _stderr_progress(fraction: float, message: str) -> None:
@@ -100,6 +125,9 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
             if inputs.checkpoint is not None and inputs.mapping is not None:
                 lines.append(f"        fix: triage remap {shlex.quote(str(inputs.checkpoint))} "
                              f"--mapping {shlex.quote(str(inputs.mapping))}")
+    if diagnosis.serving is not None:
+        lines.append("")
+        lines.extend(_serving_lines(diagnosis.serving))
     lines.append("")
     lines.append("checks")
     for name in CHECK_NAMES:
@@ -107,3 +135,21 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         if result is not None:
             lines.append(f"  {name:<14} {result.status:<8} {result.summary}")
     return "\n".join(lines) + "\n"
+
+
+def _serving_lines(comparison) -> list[str]:
+    serving, training = comparison.serving, comparison.training
+    length = f"{serving.acceptance_length:.2f}" if serving.acceptance_length is not None else "-"
+    lines = [f"serving ({serving.engine}, {serving.source})", f"  acceptance length {length}"
+             + (f"  ({serving.accepted} accepted / {serving.drafts} drafts)" if serving.drafts else "")]
+    if serving.per_position:
+        lines.append("  per position      " + " ".join(f"{p:.3f}" for p in serving.per_position))
+    lines.append(f"  convention        {serving.convention}")
+    if training is not None:
+        lines.append(f"  training estimate {training.acceptance_length:.2f} at step {training.step} "
+                     f"({training.arithmetic})")
+    for note in serving.notes:
+        lines.append(f"  note: {note}")
+    for finding in comparison.findings:
+        lines.append(f"  ! {finding.kind}: {finding.message}")
+    return lines

@@ -18,6 +18,7 @@ from typing import Any
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
+from triage_tui.core.serving import ServingComparison
 
 Progress = Callable[[float, str], None]
 
@@ -59,10 +60,11 @@ class Diagnosis:
     inputs: CheckInputs
     checks: dict[str, CheckResult]
     hypotheses: list[Hypothesis]
+    serving: ServingComparison | None = None
 
     def to_json(self) -> dict[str, Any]:
         """DESIGN.md `check --json`, plus where each input came from."""
-        return {
+        document = {
             "run": str(self.inputs.run),
             "inputs": self.inputs.paths(),
             "input_sources": dict(self.inputs.sources),
@@ -70,6 +72,9 @@ class Diagnosis:
             "checks": {name: self.checks[name].to_json() for name in CHECK_NAMES if name in self.checks},
             "hypotheses": [h.to_json() for h in self.hypotheses],
         }
+        if self.serving is not None:
+            document["serving"] = self.serving.to_json()
+        return document
 
     @property
     def top_score(self) -> float:
@@ -302,12 +307,13 @@ def _one_line(err: BaseException) -> str:
 
 def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] = (),
              metrics: dict[str, Any] | None = None, progress: Progress | None = None,
-             cancel: threading.Event | None = None) -> Diagnosis:
+             cancel: threading.Event | None = None, serving: ServingComparison | None = None) -> Diagnosis:
     """Run the four checks (each isolated) and rank the hypotheses.
 
     ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
     progress and ``message`` starts with the check's name, so the TUI can show one bar each.
     ``metrics`` is the scan's metrics of the run (RunStatus.metrics), for hypotheses no flag states.
+    ``serving`` (core/serving.py compare_serving) adds what the serving engine accepted.
     """
     loaded = _Loaded(inputs)
 
@@ -373,8 +379,8 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
         except Exception as err:  # noqa: BLE001 - one check's failure must not stop the others
             checks[name] = CheckResult.error(name, _one_line(err))
         report(name)(1.0, checks[name].status)
-    hypotheses = rank_hypotheses(checks, flags, metrics=metrics)
-    return Diagnosis(inputs, checks, hypotheses)
+    hypotheses = rank_hypotheses(checks, flags, metrics=metrics, serving=serving)
+    return Diagnosis(inputs, checks, hypotheses, serving)
 
 
 def _optional(loaded: _Loaded, name: str) -> Any:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from triage_tui.core.checks.result import CheckResult
 
 if TYPE_CHECKING:
+    from triage_tui.core.serving import ServingComparison
     from triage_tui.core.signals import Flag
 
 # -- vocab_mapping_mismatch -------------------------------------------------------------------
@@ -88,6 +89,33 @@ W_MISSING_LM_HEAD = 0.9   # a random head: accept length 1.00 (sglang PR #27908)
 W_NON_FINITE = 0.9        # a NaN/inf loss is itself the failure
 W_DIVERGING = 0.6         # a rising loss: learning rate or data, the flag cannot tell which
 
+# -- serving evidence (core/serving.py) --------------------------------------------------------
+# Serving acceptance collapsed to ~1 (later positions ~0): the engine rejects nearly every draft
+# token. A drafter whose rows mean other tokens (vLLM #50170), aux hidden states from other layers
+# or another capture convention (SGLang #25454, #30982), or a config flag the engine ignores
+# (vLLM #38111, SGLang #32226) all do this, and serving alone cannot tell them apart: the same
+# moderate weight for each, below 0.5 so that it ranks, with a check's finding, but never
+# convicts alone.
+W_SERVING_COLLAPSED = 0.3
+# Training's per-position accuracies predict far more than the server accepts: the drafter the
+# server runs is fine by training's measure, so the verifier it is checked against (a fine-tuned or
+# quantized target: SpecForge #533, vLLM #9534) or the engine's reading of it differs.
+W_SERVING_BELOW_TRAINING = 0.45
+# The server accepts far more than training's accuracies predict: the drafter works, so the
+# training number is not measuring it (mis-read metric, labels built with another mapping: the
+# founding case, where the drafter "predicted well in inference" while training sat at chance).
+W_SERVING_ABOVE_TRAINING = 0.45
+# ... which corroborates a mapping mismatch a check already found (labels, not model, are wrong).
+W_SERVING_ABOVE_CORROBORATES = 0.3
+
+LINKS = {
+    "config_contract": ("https://github.com/vllm-project/vllm/issues/38111",
+                        "https://github.com/sgl-project/sglang/issues/32226"),
+    "target_mismatch": ("https://github.com/sgl-project/SpecForge/issues/533",
+                        "https://github.com/vllm-project/vllm/issues/9534"),
+    "training_metric_misread": ("https://github.com/vllm-project/vllm/issues/42508",),
+}
+
 CHANCE_SYMPTOMS = ("loss_at_chance", "loss_above_chance", "accuracy_at_chance")
 
 
@@ -100,10 +128,11 @@ class Hypothesis:
     score: float
     evidence: tuple[str, ...]
     action: str | None = None
+    links: tuple[str, ...] = ()  # public issues the cause is known from
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "score": round(self.score, 4),
-                "evidence": list(self.evidence), "action": self.action}
+                "evidence": list(self.evidence), "action": self.action, "links": list(self.links)}
 
 
 class _Evidence:
@@ -134,20 +163,26 @@ class _Evidence:
 
 
 def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence["Flag"] = (), *,
-                    metrics: Mapping[str, Any] | None = None) -> list[Hypothesis]:
+                    metrics: Mapping[str, Any] | None = None,
+                    serving: "ServingComparison | None" = None) -> list[Hypothesis]:
     """Score every cause the evidence can speak to, best first.
 
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
-    used for what no flag states, such as a loss and accuracy of exactly zero.
+    used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
+    the serving engine accepted beside the training estimate (core/serving.py); with it, the
+    hypotheses only serving speaks to (config_contract, target_mismatch) are listed too.
     """
     symptoms = [f for f in flags if f.kind in CHANCE_SYMPTOMS]
     hypotheses = [
-        _vocab_mapping_mismatch(checks, flags, symptoms),
-        _hidden_state_format(checks, symptoms),
+        _vocab_mapping_mismatch(checks, flags, symptoms, serving),
+        _hidden_state_format(checks, symptoms, serving),
         _verifier_mask_mismatch(checks, symptoms),
     ]
+    if serving is not None:
+        hypotheses += [_config_contract(serving), _target_mismatch(serving)]
     for optional in (_aux_layer_off_by_one(checks, symptoms), _missing_lm_head(checks, symptoms),
-                     _empty_loss_mask(checks, metrics), _non_finite(flags), _diverged(flags)):
+                     _empty_loss_mask(checks, metrics), _non_finite(flags), _diverged(flags),
+                     _training_metric_misread(serving)):
         if optional is not None:
             hypotheses.append(optional)
     # Stable order for ties: the always-present ones first, in their listed order.
@@ -172,7 +207,13 @@ def _replay(checks: Mapping[str, CheckResult]) -> dict[str, Any] | None:
     return replay.details
 
 
-def _vocab_mapping_mismatch(checks, flags, symptoms) -> Hypothesis:
+def _serving_collapsed(ev: _Evidence, serving) -> None:
+    finding = serving.finding("acceptance_collapsed") if serving is not None else None
+    if finding is not None:
+        ev.add(W_SERVING_COLLAPSED, f"serving: {finding.message}")
+
+
+def _vocab_mapping_mismatch(checks, flags, symptoms, serving=None) -> Hypothesis:
     ev = _Evidence()
     vocab = _check(checks, "vocab_mapping")
     if vocab is not None:
@@ -203,12 +244,19 @@ def _vocab_mapping_mismatch(checks, flags, symptoms) -> Hypothesis:
         ev.add(W_ABOVE_CHANCE_ALONE, f"run flag loss_above_chance: {above[0].message}")
     else:
         _corroborate(ev, symptoms)
+    above = serving.finding("serving_above_training") if serving is not None else None
+    if above is not None:
+        if ev.structural:
+            ev.add(W_SERVING_ABOVE_CORROBORATES, f"serving: {above.message}")
+        else:
+            ev.note(f"serving: {above.message}")
+    _serving_collapsed(ev, serving)
     return Hypothesis("vocab_mapping_mismatch",
                       "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",
                       ev.score(), ev.lines(), "remap")
 
 
-def _hidden_state_format(checks, symptoms) -> Hypothesis:
+def _hidden_state_format(checks, symptoms, serving=None) -> Hypothesis:
     ev = _Evidence()
     hidden = _check(checks, "hidden_state")
     if hidden is not None:
@@ -227,6 +275,7 @@ def _hidden_state_format(checks, symptoms) -> Hypothesis:
             ev.add(W_REPLAY_CHUNK_ORDER * (best - stored) / best,
                    f"replay accuracy {best:.1%} with aux chunks in order {best_order}, {stored:.1%} as stored")
     _corroborate(ev, symptoms)
+    _serving_collapsed(ev, serving)
     return Hypothesis("hidden_state_format",
                       "The hidden-state dumps are not what the drafter's fc was trained to read",
                       ev.score(), ev.lines(), None)
@@ -328,3 +377,44 @@ def _diverged(flags) -> Hypothesis | None:
     ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
     return Hypothesis("diverged", "The run diverged (learning rate too high, or bad batches)",
                       ev.score(), ev.lines(), None)
+
+
+def _config_contract(serving) -> Hypothesis:
+    ev = _Evidence()
+    _serving_collapsed(ev, serving)
+    if not ev.items:
+        ev.note(f"serving acceptance length {_length(serving)}: not collapsed")
+    return Hypothesis("config_contract",
+                      "The drafter's config asks for something the serving engine ignores or reads differently "
+                      "(aux layer ids, norm before fc, draft vocab size)",
+                      ev.score(), ev.lines(), None, LINKS["config_contract"])
+
+
+def _target_mismatch(serving) -> Hypothesis:
+    ev = _Evidence()
+    below = serving.finding("serving_below_training")
+    if below is not None:
+        ev.add(W_SERVING_BELOW_TRAINING, f"serving: {below.message}")
+    elif serving.training is not None:
+        ev.note(f"training estimates {serving.training.acceptance_length:.2f}, serving accepts {_length(serving)}")
+    else:
+        ev.note("the run logs no per-position accuracy (acc_i, full_acc_i, cond_acc_i) to compare serving with")
+    return Hypothesis("target_mismatch",
+                      "The served target (verifier) is not the one the drafter was trained against",
+                      ev.score(), ev.lines(), None, LINKS["target_mismatch"])
+
+
+def _training_metric_misread(serving) -> Hypothesis | None:
+    above = serving.finding("serving_above_training") if serving is not None else None
+    if above is None:
+        return None
+    ev = _Evidence()
+    ev.add(W_SERVING_ABOVE_TRAINING, f"serving: {above.message}")
+    return Hypothesis("training_metric_misread",
+                      "Training's accuracy does not measure the drafter the server runs (labels or metric)",
+                      ev.score(), ev.lines(), None, LINKS["training_metric_misread"])
+
+
+def _length(serving) -> str:
+    length = serving.serving.acceptance_length
+    return f"{length:.2f}" if length is not None else "unknown"

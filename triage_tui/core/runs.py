@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.serving import is_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,6 +90,13 @@ class Manifest:
     target: Path | None = None
     loss_tags: tuple[str, ...] = ()
     accuracy_tags: tuple[str, ...] = ()
+    # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving.py
+    serving_logs: tuple[Path, ...] = ()
+    serving_metrics: str | None = None
+
+    @property
+    def serving_sources(self) -> list[str]:
+        return [str(p) for p in self.serving_logs] + ([self.serving_metrics] if self.serving_metrics else [])
 
 
 _MANIFEST_PATH_KEYS = ("checkpoint", "mapping", "data", "target")
@@ -134,7 +142,35 @@ def load_manifest(path: str | Path) -> Manifest:
         if not isinstance(value, list) or not all(isinstance(tag, str) and tag for tag in value):
             raise BadInput(path, f"[run] {key} must be a list of tag strings, got {value!r}")
         values[key] = tuple(value)
+    values.update(_serving_table(path, document.get("serving")))
     return Manifest(path=path, **values)
+
+
+def _serving_table(path: Path, table: Any) -> dict[str, Any]:
+    """``[serving] logs = [...]`` (paths, relative to the run) and ``metrics = "URL or path"``."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BadInput(path, "[serving] must be a table")
+    unknown = sorted(set(table) - {"logs", "metrics"})
+    if unknown:
+        raise BadInput(path, f"unknown key(s) in [serving]: {', '.join(unknown)} (known: logs, metrics)")
+    values: dict[str, Any] = {}
+    logs = table.get("logs")
+    if isinstance(logs, str):
+        logs = [logs]
+    if logs is not None:
+        if not isinstance(logs, list) or not all(isinstance(p, str) and p for p in logs):
+            raise BadInput(path, f"[serving] logs must be a list of path strings, got {logs!r}")
+        values["serving_logs"] = tuple(Path(os.path.normpath(path.parent / Path(p).expanduser())) for p in logs)
+    metrics = table.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, str) or not metrics:
+            raise BadInput(path, f"[serving] metrics must be a URL or path string, got {metrics!r}")
+        if not is_url(metrics):
+            metrics = os.path.normpath(path.parent / Path(metrics).expanduser())
+        values["serving_metrics"] = metrics
+    return values
 
 
 def read_config(path: Path | None) -> dict | None:

@@ -1,0 +1,447 @@
+"""Serving evidence (core/serving.py) on text in each engine's own format.
+
+vLLM's log line is produced by the computation and format string of ``SpecDecodingLogging.log``
+(vllm/v1/spec_decode/metrics.py) through a ``logging.Formatter`` with vLLM's format; its and
+SGLang's Prometheus pages by ``prometheus_client`` itself, with the metric and label names the
+engines register (vLLM ``SpecDecodingProm``; SGLang ``SchedulerMetricsCollector`` in
+python/sglang/srt/metrics/collector.py); SGLang's ``Decode batch`` line by the f-strings of
+``log_decode_stats`` (python/sglang/srt/managers/scheduler_metrics_mixin.py) through SGLang's
+``[%(asctime)s TP0] %(message)s`` format; its meta_info as ``tokenizer_manager.py`` fills it.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import logging.handlers
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.errors import BadInput
+from triage_tui.core.hypotheses import rank_hypotheses
+from triage_tui.core.serving import (
+    LogTail,
+    MetricsWatch,
+    ServingLog,
+    compare_serving,
+    parse_sglang_line,
+    parse_vllm_line,
+    read_serving,
+    training_estimate,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def _record(message: str, filename: str = "metrics.py") -> logging.LogRecord:
+    record = logging.LogRecord("vllm.v1.metrics.loggers", logging.INFO, filename, 96, message, None, None)
+    record.created = 1747044672.0  # a fixed time: the line's timestamp text is then known
+    return record
+
+
+VLLM_FORMAT = logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
+                                datefmt="%m-%d %H:%M:%S")
+
+
+def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -> str:
+    """SpecDecodingLogging.log for one interval: k = len(accepted_per_pos) tokens per draft."""
+    k = len(accepted_per_pos)
+    accepted, drafted = sum(accepted_per_pos), drafts * k
+    rates = ", ".join(f"{p:.3f}" for p in np.array(accepted_per_pos) / drafts)
+    # vLLM's own %-format string, verbatim, with its arguments.
+    fmt = ("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+           "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+           "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%")
+    args = (1 + accepted / drafts, accepted / elapsed, drafted / elapsed, accepted, drafted, rates,
+            accepted / drafted * 100)
+    message = fmt % args
+    return VLLM_FORMAT.format(_record(message))
+
+
+SGLANG_FORMAT = logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+
+
+def sglang_line(accepted_tokens: int, forward_ct: int, num_draft_tokens: int = 4) -> str:
+    """log_decode_stats: accepted tokens include the bonus token of each verify step."""
+    msg = "Decode batch, #running-req: 8, #token: 5120, token usage: 0.04, "
+    msg += (f"accept len: {accepted_tokens / forward_ct:.2f}, "
+            f"accept rate: {accepted_tokens / (forward_ct * num_draft_tokens):.2f}, ")
+    msg += "cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0, "
+    return SGLANG_FORMAT.format(_record(msg, "scheduler_metrics_mixin.py"))
+
+
+def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> bytes:
+    """vLLM's /metrics page (SpecDecodingProm: labels model_name, engine; per-position adds position)."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    counters = [Counter(name, doc, labelnames=labels, registry=registry) for name, doc in (
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."))]
+    per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                      labelnames=[*labels, "position"], registry=registry)
+    for engine in range(engines):
+        lv = ("org/target", str(engine))
+        counters[0].labels(*lv).inc(drafts)
+        counters[1].labels(*lv).inc(drafts * len(accepted_per_pos))
+        counters[2].labels(*lv).inc(sum(accepted_per_pos))
+        for pos, count in enumerate(accepted_per_pos):
+            per_pos.labels(*lv, str(pos)).inc(count)
+    return generate_latest(registry)
+
+
+def sglang_metrics(lengths: list[float]) -> bytes:
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
+    length = Gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+                   labelnames=labels, registry=registry)
+    rate = Gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.",
+                 labelnames=labels, registry=registry)
+    for rank, value in enumerate(lengths):
+        length.labels("org/target", "unified", str(rank), "0").set(value)
+        rate.labels("org/target", "unified", str(rank), "0").set(0.25)
+    return generate_latest(registry)
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+def test_vllm_log_line_parses_to_exact_counts():
+    line = vllm_line(100, [60, 20, 4])
+    assert line.startswith("INFO ") and "[metrics.py:96] SpecDecoding metrics: Mean acceptance length: 1.84," in line
+    sample = parse_vllm_line(line)
+    assert sample is not None
+    assert (sample.drafts, sample.accepted) == (100, 84)
+    assert sample.acceptance_length == pytest.approx(1.84)
+    assert sample.per_position == (0.6, 0.2, 0.04)
+    assert sample.time is not None and len(sample.time) == len("05-12 10:11:12")
+    # vLLM >= 0.10 prefixes the process: "(APIServer pid=7) INFO ..."
+    assert parse_vllm_line("(APIServer pid=7) " + line) == sample
+    assert parse_vllm_line("INFO 05-12 10:11:12 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0") is None
+
+
+def test_vllm_log_pools_intervals_by_counts(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO starting\n" + vllm_line(100, [60, 20, 4]) + "\n" + vllm_line(50, [10, 2, 0]) + "\n")
+    evidence = read_serving(str(log))
+    assert evidence.engine == "vllm"
+    assert (evidence.drafts, evidence.accepted) == (150, 96)
+    assert evidence.acceptance_length == pytest.approx(1 + 96 / 150)
+    assert evidence.per_position == pytest.approx((70 / 150, 22 / 150, 4 / 150))
+    assert [s.acceptance_length for s in evidence.samples] == pytest.approx([1.84, 1.24])
+    assert "pooled counts" in evidence.convention
+
+
+def test_vllm_prometheus_counters_sum_over_engines(tmp_path):
+    page = tmp_path / "metrics.txt"
+    page.write_bytes(vllm_metrics(400, [300, 150, 30], engines=2))
+    assert b"vllm:spec_decode_num_drafts_total{" in page.read_bytes()
+    evidence = read_serving(str(page))
+    assert (evidence.engine, evidence.drafts, evidence.accepted) == ("vllm", 800, 960)
+    assert evidence.acceptance_length == pytest.approx(1 + 960 / 800)
+    assert evidence.per_position == pytest.approx((0.75, 0.375, 0.075))
+    assert any("2 engine label sets" in note for note in evidence.notes)
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def test_sglang_log_line_and_mean_over_intervals(tmp_path):
+    line = sglang_line(412, 200)
+    assert line.startswith("[") and "TP0] Decode batch, #running-req: 8," in line
+    sample = parse_sglang_line(line)
+    assert sample is not None and sample.acceptance_length == 2.06 and sample.drafts is None
+    # Older releases: "Decode batch. #running-req: ..., accept len: 1.02, ..." with no accept rate.
+    old = "[2025-03-01 10:00:00 TP0] Decode batch. #running-req: 1, #token: 90, token usage: 0.00, " \
+          "accept len: 1.02, gen throughput (token/s): 50.10, #queue-req: 0"
+    assert parse_sglang_line(old).acceptance_length == 1.02
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join([sglang_line(412, 200), old, sglang_line(300, 100)]) + "\n")
+    evidence = read_serving(str(log))
+    assert evidence.engine == "sglang" and evidence.drafts is None
+    assert evidence.acceptance_length == pytest.approx((2.06 + 1.02 + 3.00) / 3)
+    assert "no counts" in evidence.convention
+
+
+def test_sglang_gauges(tmp_path):
+    page = tmp_path / "metrics.prom"
+    page.write_bytes(sglang_metrics([2.5, 2.7]))
+    evidence = read_serving(str(page))
+    assert evidence.engine == "sglang"
+    assert evidence.acceptance_length == pytest.approx(2.6)
+    assert any("spec_accept_rate 0.250" in note for note in evidence.notes)
+
+
+def test_sglang_meta_info_jsonl_pools_requests_and_histogram(tmp_path):
+    # Two requests; histogram[k] = verify steps that accepted k drafts (3 drafts per step).
+    requests = [
+        {"text": "a", "meta_info": {"completion_tokens": 20, "spec_verify_ct": 10, "spec_accept_length": 2.0,
+                                    "spec_accept_histogram": [2, 4, 4, 0]}},
+        {"text": "b", "meta_info": {"completion_tokens": 9, "spec_verify_ct": 6, "spec_accept_length": 1.5,
+                                    "spec_accept_histogram": [3, 3, 0, 0]}},
+    ]
+    path = tmp_path / "responses.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    evidence = read_serving(str(path))
+    assert (evidence.engine, evidence.drafts, evidence.accepted) == ("sglang", 16, 13)
+    assert evidence.acceptance_length == pytest.approx(29 / 16)
+    # position 0 accepted in steps with >= 1 accepted: 8 + 3 = 11; position 1: 4; position 2: 0
+    assert evidence.per_position == pytest.approx((11 / 16, 4 / 16, 0.0))
+
+
+def test_a_file_without_evidence_is_bad_input(tmp_path):
+    path = tmp_path / "app.log"
+    path.write_text("INFO nothing about speculation here\n")
+    with pytest.raises(BadInput, match="holds no vLLM"):
+        read_serving(str(path))
+    with pytest.raises(BadInput, match="no such file"):
+        read_serving(str(tmp_path / "missing.log"))
+
+
+# --------------------------------------------------------------------------- following a log
+
+
+def test_log_tail_follows_growth_partial_lines_rotation_and_truncation(tmp_path):
+    path = tmp_path / "serve.log"
+    # logging's own RotatingFileHandler renames serve.log -> serve.log.1 and opens a new serve.log.
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=600, backupCount=2)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    follower = ServingLog(path)
+    assert follower.poll() is None  # nothing yet
+
+    def emit(message: str) -> None:
+        handler.emit(logging.LogRecord("vllm", logging.INFO, "metrics.py", 96, message, None, None))
+
+    emit(vllm_line(100, [60, 20, 4]).split("] ", 1)[1])
+    assert follower.poll().drafts == 100
+    # A half-written line waits for its newline.
+    with open(path, "a") as handle:
+        handle.write(vllm_line(50, [10, 2, 0])[:80])
+    assert follower.poll().drafts == 100
+    with open(path, "a") as handle:
+        handle.write(vllm_line(50, [10, 2, 0])[80:] + "\n")
+    assert follower.poll().drafts == 150
+    # Rotation: a record written to the old file, then one that rolls it over (~270-byte lines,
+    # maxBytes 600): the old file's last line (now serve.log.1) and the new file's are both read, once.
+    first_inode = path.stat().st_ino
+    with open(path, "a") as handle:
+        handle.write(vllm_line(10, [5, 1, 0])[:40])  # half a line, finished below before the rename
+    with open(path, "a") as handle:
+        handle.write(vllm_line(10, [5, 1, 0])[40:] + "\n")
+    emit(vllm_line(10, [5, 1, 0]).split("] ", 1)[1])
+    handler.close()
+    assert path.stat().st_ino != first_inode and (tmp_path / "serve.log.1").stat().st_ino == first_inode
+    evidence = follower.poll()
+    assert evidence.drafts == 170 and len(evidence.samples) == 4
+    assert follower.poll().drafts == 170
+    # Truncation in place (copytruncate): read again from the start.
+    path.write_text(vllm_line(20, [4, 0, 0]) + "\n")
+    assert follower.poll().drafts == 190
+
+
+def test_log_tail_reads_a_huge_line_without_keeping_it(tmp_path):
+    path = tmp_path / "x.log"
+    path.write_bytes(b"A" * (1 << 17) + b"\n" + vllm_line(10, [5, 1, 0]).encode() + b"\n")
+    tail = LogTail(path)
+    lines = tail.poll()
+    assert len(lines) == 1 and "SpecDecoding metrics" in lines[0]
+
+
+# --------------------------------------------------------------------------- live /metrics
+
+
+class _Page:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+def _serve(page: _Page):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(page.body)
+
+        def log_message(self, *args):  # keep pytest output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_live_scrape_gives_interval_samples_from_counter_deltas():
+    page = _Page(vllm_metrics(100, [60, 20, 4]))
+    server, thread = _serve(page)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        assert read_serving(url).acceptance_length == pytest.approx(1.84)
+        now = [0.0]
+        watch = MetricsWatch(url, clock=lambda: now[0], interval=10.0)
+        first = watch.poll()
+        assert first.drafts == 100 and first.samples == ()
+        page.body = vllm_metrics(150, [62, 21, 4])  # 50 more drafts, 3 more accepted
+        assert watch.poll() is first  # too soon: no scrape
+        now[0] = 10.0
+        second = watch.poll()
+        assert (second.drafts, second.accepted) == (150, 87)
+        (sample,) = second.samples
+        assert (sample.drafts, sample.accepted) == (50, 3)
+        assert sample.acceptance_length == pytest.approx(1.06)
+        assert sample.per_position == pytest.approx((0.04, 0.02, 0.0))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def test_dead_url_is_one_line_and_exit_2(tmp_path):
+    url = _dead_url()
+    with pytest.raises(BadInput, match="does not answer"):
+        read_serving(url)
+    watch = MetricsWatch(url, clock=lambda: 0.0)
+    assert watch.poll() is None and "does not answer" in watch.error
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
+    done = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--json"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and url in done.stderr and "does not answer" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- training estimate and findings
+
+
+def _last(values: dict[str, float]):
+    return lambda tag: (500, values[tag]) if tag in values else None
+
+
+def _estimate(values: dict[str, float]):
+    return training_estimate(values, _last(values))
+
+
+def test_training_estimate_conventions():
+    # SpecForge acc_i: chained as SpecForge's _simulated_acc_len does, plus the bonus token.
+    specforge = {"train/acc_0": 0.8, "train/acc_1": 0.5, "train/acc_2": 0.5, "train/ploss_0": 1.0}
+    estimate = training_estimate(specforge, _last(specforge))
+    assert estimate.per_position == pytest.approx((0.8, 0.4, 0.2))
+    assert estimate.acceptance_length == pytest.approx(2.4) and estimate.step == 500
+    # speculators full_acc_i is already unconditional; held-out before train.
+    speculators = {"train/full_acc_0": 0.9, "train/full_acc_1": 0.6, "val/full_acc_0": 0.7, "val/full_acc_1": 0.3,
+                   "train/cond_acc_1": 0.66}
+    estimate = training_estimate(speculators, _last(speculators))
+    assert estimate.tags == ("val/full_acc_0", "val/full_acc_1")
+    assert estimate.acceptance_length == pytest.approx(2.0)
+    assert estimate.truncated(1).acceptance_length == pytest.approx(1.7)
+    assert training_estimate(["train/loss"], _last({})) is None
+
+
+def _evidence(tmp_path, drafts, per_pos):
+    log = tmp_path / f"v{drafts}.log"
+    log.write_text(vllm_line(drafts, per_pos) + "\n")
+    return read_serving(str(log))
+
+
+def test_collapsed_and_disagreement_findings(tmp_path):
+    collapsed = _evidence(tmp_path, 1000, [4, 0, 0])
+    healthy_training = _estimate({"train/acc_0": 0.8, "train/acc_1": 0.75, "train/acc_2": 0.7})
+    comparison = compare_serving(collapsed, healthy_training)
+    kinds = [f.kind for f in comparison.findings]
+    assert kinds == ["acceptance_collapsed", "serving_below_training"]
+    assert "1.00" in comparison.findings[0].message and "4 accepted of 1000 drafts" in comparison.findings[0].message
+    # 1 + 0.8 + 0.6 + 0.42 = 2.82 against 1.004
+    assert comparison.findings[1].value == pytest.approx(2.82 - 1.004)
+    good = _evidence(tmp_path, 100, [80, 60, 40])
+    chance_training = _estimate({"train/acc_0": 0.05})
+    above = compare_serving(good, chance_training)
+    assert [f.kind for f in above.findings] == ["serving_above_training"]
+    # same numbers, no finding
+    assert compare_serving(good, _estimate(
+        {"train/acc_0": 0.8, "train/acc_1": 0.75, "train/acc_2": 0.667})).findings == ()
+
+
+def test_collapsed_serving_and_mismatched_mapping_rank_the_mapping_first(tmp_path):
+    vocab = CheckResult("vocab_mapping", "fail", "252 / 32000 draft positions agree",
+                        {"positional_match": 252, "draft_vocab_size": 32000, "positional_match_fraction": 252 / 32000})
+    checks = {"vocab_mapping": vocab, "hidden_state": CheckResult("hidden_state", "pass", "ok", {"issues": []})}
+    serving = compare_serving(_evidence(tmp_path, 1000, [4, 0, 0]), None)
+    ranked = rank_hypotheses(checks, serving=serving)
+    ids = [h.id for h in ranked]
+    assert ids[0] == "vocab_mapping_mismatch"
+    assert {"config_contract", "target_mismatch"} <= set(ids)
+    top = ranked[0]
+    assert any("252 / 32000" in line for line in top.evidence)
+    assert any(line.startswith("serving: vllm accepts almost nothing") for line in top.evidence)
+    without = rank_hypotheses(checks)[0]
+    assert top.score > without.score
+    assert {h.id: h.score for h in ranked}["config_contract"] == pytest.approx(0.3)
+    assert all(h.links for h in ranked if h.id in ("config_contract", "target_mismatch"))
+
+
+def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_pieces(tmp_path):
+    from test_check_command import build_run
+
+    run = build_run(tmp_path, story=True)
+    log = tmp_path / "vllm-serve.log"
+    log.write_text("\n".join(vllm_line(drafts, [n, 0, 0]) for drafts, n in ((400, 2), (600, 3))) + "\n")
+    done = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--json",
+                           "--device", "cpu"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    serving = report["serving"]
+    assert (serving["engine"], serving["source"], serving["drafts"], serving["accepted"]) == ("vllm", str(log), 1000, 5)
+    assert serving["acceptance_length"] == pytest.approx(1.005)
+    assert serving["per_position"] == pytest.approx([0.005, 0.0, 0.0])
+    assert serving["convention"].startswith("1 + accepted / drafts")
+    assert [f["kind"] for f in serving["findings"]] == ["acceptance_collapsed"]
+    # The run logs train/acc_0 only (4.5 % at the end): an estimate near 1, no disagreement.
+    assert serving["training_estimate"]["tags"] == ["train/acc_0"]
+    top = report["hypotheses"][0]
+    assert top["id"] == "vocab_mapping_mismatch"
+    assert any("252 / 32000" in line for line in top["evidence"])
+    assert any(line.startswith("serving: vllm accepts almost nothing") for line in top["evidence"])
+    ids = {h["id"] for h in report["hypotheses"]}
+    assert {"config_contract", "target_mismatch"} <= ids
+    text = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log),
+                           "--device", "cpu"], capture_output=True, text=True, cwd=REPO, timeout=300).stdout
+    assert "serving (vllm, " in text and "acceptance length 1.00  (5 accepted / 1000 drafts)" in text
+
+
+def test_manifest_serving_table(tmp_path):
+    from triage_tui.core.runs import load_manifest
+
+    path = tmp_path / "triage.toml"
+    path.write_text('[run]\nvocab_size = 32000\n[serving]\nlogs = ["logs/serve.log", "/abs/other.log"]\n'
+                    'metrics = "http://127.0.0.1:8000/metrics"\n')
+    manifest = load_manifest(path)
+    assert manifest.serving_sources == [str(tmp_path / "logs" / "serve.log"), "/abs/other.log",
+                                        "http://127.0.0.1:8000/metrics"]
+    path.write_text('[serving]\nmetrics = "saved/metrics.txt"\n')
+    assert load_manifest(path).serving_sources == [str(tmp_path / "saved" / "metrics.txt")]
+    for bad in ('[serving]\nlogs = [1]\n', '[serving]\nurl = "x"\n', 'serving = 3\n'):
+        path.write_text(bad)
+        with pytest.raises(BadInput, match=r"\[serving\]|serving"):
+            load_manifest(path)
