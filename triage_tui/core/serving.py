@@ -331,12 +331,16 @@ class ServingLog:
         self.engine: str | None = None
         self.samples: list[ServingSample] = []
         self.unparsed = 0
+        self._evidence: ServingEvidence | None = None
 
     def poll(self) -> ServingEvidence | None:
+        """The evidence so far: the same object as last time when the log gave nothing new."""
         self.engine, samples, unparsed = samples_from_lines(self.tail.poll(), len(self.samples), self.engine)
-        self.unparsed += unparsed
-        self.samples.extend(samples)
-        return self.evidence()
+        if samples or unparsed or (self._evidence is None and self.engine is not None):
+            self.samples.extend(samples)
+            self.unparsed += unparsed
+            self._evidence = self.evidence()
+        return self._evidence
 
     def evidence(self) -> ServingEvidence | None:
         if self.engine is None:
@@ -644,14 +648,19 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
 
 
 class ServingWatch:
-    """A run's serving sources followed over time (the TUI's watcher thread polls it)."""
+    """A run's serving sources followed over time (the watcher's thread polls it, never the UI's)."""
 
     def __init__(self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.followers: list[ServingLog | MetricsWatch] = [
             MetricsWatch(s, clock=clock) if is_url(s) else ServingLog(s) for s in sources]
+        self._parts: tuple[ServingEvidence, ...] = ()
+        self._combined: ServingEvidence | None = None
 
     def poll(self) -> tuple[ServingEvidence | None, tuple[str, ...]]:
-        """(the pooled evidence so far, one line per source that failed this time)."""
+        """(the pooled evidence so far, one line per source that failed this time).
+
+        The evidence is the same object as at the previous poll when no source gave anything new.
+        """
         parts, errors = [], []
         for follower in self.followers:
             evidence = follower.poll()
@@ -659,11 +668,14 @@ class ServingWatch:
                 errors.append(follower.error)
             if evidence is not None:
                 parts.append(evidence)
-        combined = combine_evidence(parts)
-        if combined is not None and len(parts) > 1:
-            # Over time, the parts' samples side by side would mix engines' intervals: keep the first's.
-            combined = replace(combined, samples=parts[0].samples)
-        return combined, tuple(errors)
+        if len(parts) != len(self._parts) or any(a is not b for a, b in zip(parts, self._parts)):
+            self._parts = tuple(parts)
+            combined = combine_evidence(parts)
+            if combined is not None and len(parts) > 1:
+                # Over time, several sources' intervals do not line up: the chart follows the first.
+                combined = replace(combined, samples=parts[0].samples)
+            self._combined = combined
+        return self._combined, tuple(errors)
 
 
 # --------------------------------------------------------------------------- the training side

@@ -36,6 +36,7 @@ from triage_tui.core.runs import (
     read_config,
 )
 from triage_tui.core.series import RunScalars
+from triage_tui.core.serving import ServingEvidence, ServingWatch
 from triage_tui.core.signals import (
     Activity,
     Flag,
@@ -77,6 +78,10 @@ class RunStatus:
     loss_tag: str | None
     accuracy_tag: str | None
     scalars: RunScalars = field(compare=False, repr=False)  # live object, for plots
+    # What the serving engine accepts (triage.toml [serving]; core/serving.py), and one line per
+    # source that failed at the last poll (a dead metrics URL never stops the watch).
+    serving: ServingEvidence | None = None
+    serving_errors: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The per-run object of DESIGN.md's `scan --json`."""
@@ -94,6 +99,9 @@ class RunStatus:
         }
         if self.info.manifest_error:
             document["manifest_error"] = self.info.manifest_error
+        if self.serving is not None or self.serving_errors:
+            serving = self.serving.to_json(with_samples=False) if self.serving is not None else {}
+            document["serving"] = {**serving, "errors": list(self.serving_errors)}
         return document
 
 
@@ -123,6 +131,8 @@ class _Tracked:
     activity: Activity | None = None
     derived: dict[str, Any] = field(default_factory=dict)
     status: RunStatus | None = None
+    serving: ServingWatch | None = None
+    serving_sources: tuple[str, ...] = ()
 
 
 class Watcher:
@@ -298,7 +308,9 @@ class Watcher:
         stalled = stall_flag(tracked.activity, now=now, flush_secs=self.flush_secs,
                              seen_live=tracked.seen_live, last_step=derived["last_step"])
         flags = tracked.value_flags + ((stalled,) if stalled is not None else ())
-        if not recompute and tracked.status is not None and flags == tracked.status.flags:
+        serving, serving_errors = self._poll_serving(tracked)
+        if (not recompute and tracked.status is not None and flags == tracked.status.flags
+                and serving is tracked.status.serving and serving_errors == tracked.status.serving_errors):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
         flags = tuple(sort_flags(flags))
         status = worst_severity(flags)
@@ -317,8 +329,21 @@ class Watcher:
             loss_tag=derived["loss_tag"],
             accuracy_tag=derived["accuracy_tag"],
             scalars=scalars,
+            serving=serving,
+            serving_errors=serving_errors,
         )
         return tracked.status
+
+    def _poll_serving(self, tracked: _Tracked) -> tuple[ServingEvidence | None, tuple[str, ...]]:
+        """The run's [serving] sources, followed: new log lines, a scrape when due (this thread, never the UI's)."""
+        manifest = tracked.info.manifest
+        sources = tuple(manifest.serving_sources) if manifest is not None else ()
+        if sources != tracked.serving_sources:
+            tracked.serving_sources = sources
+            tracked.serving = ServingWatch(sources, clock=self.clock) if sources else None
+        if tracked.serving is None:
+            return None, ()
+        return tracked.serving.poll()
 
     def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
         manifest = tracked.info.manifest

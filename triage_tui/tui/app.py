@@ -28,7 +28,7 @@ from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
-from triage_tui.tui.view_data import RowCache, RunRow, chart_series
+from triage_tui.tui.view_data import RowCache, RunRow, chart_series, serving_series
 from triage_tui.tui.widgets.checks_progress import ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.loss_chart import LossChart
@@ -106,7 +106,7 @@ class TriageApp(App[None]):
         self.watcher: Watcher | None = None  # set by the watch worker; tests wait on its polls
         self._filter = ""
         self._selected: Path | None = None
-        self._chart_drawn: tuple[Path, int] | None = None
+        self._chart_drawn: tuple | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -248,8 +248,10 @@ class TriageApp(App[None]):
             if self._chart_drawn is not None:
                 self._chart_drawn = None
                 chart.show(None)
+                self.main.show_serving(None)
             return
-        wanted = (status.info.path, int(status.scalars.version))
+        # The serving evidence is a new object exactly when a source gave something new.
+        wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
         if wanted == self._chart_drawn:
             return
         self._chart_drawn = wanted
@@ -259,8 +261,9 @@ class TriageApp(App[None]):
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
     def _compute_chart(self, status: RunStatus, max_points: int) -> None:
         series = chart_series(status, max_points)
+        serving = serving_series(status, max_points)
         if not get_current_worker().is_cancelled:
-            self.post_message(messages.ChartReady(series, status.info.path))
+            self.post_message(messages.ChartReady(series, status.info.path, serving))
 
     @on(messages.ChartReady)
     @_skipped_after_shutdown
@@ -268,6 +271,7 @@ class TriageApp(App[None]):
         if message.path != self._selected:
             return
         self.main.query_one(LossChart).show(message.series)
+        self.main.show_serving(message.serving)
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
         tag = message.series.tag if message.series else "no loss tag"
@@ -295,6 +299,7 @@ class TriageApp(App[None]):
     @work(thread=True, exclusive=True, group="check", exit_on_error=False, description="checks")
     def _run_checks(self, status: RunStatus) -> None:
         from triage_tui.core.diagnose import diagnose, resolve_inputs
+        from triage_tui.core.serving import compare_serving, training_estimate_from_scalars
 
         path = status.info.path
         cancel = get_current_worker().cancelled_event
@@ -305,8 +310,11 @@ class TriageApp(App[None]):
 
         try:
             inputs = resolve_inputs(path)
+            serving = None
+            if status.serving is not None:
+                serving = compare_serving(status.serving, training_estimate_from_scalars(status.scalars))
             diagnosis = diagnose(inputs, device=self.device, flags=status.flags, metrics=status.metrics,
-                                 progress=progress, cancel=cancel)
+                                 progress=progress, cancel=cancel, serving=serving)
         except BadInput as err:
             self.post_message(messages.ChecksFinished(path, None, error=err.line()))
             return

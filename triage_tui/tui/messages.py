@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap import RemapPlan, RemapReport
     from triage_tui.core.watch import RunStatus
-    from triage_tui.tui.view_data import ChartSeries, RunRow
+    from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
 
 
 @dataclass
@@ -31,6 +31,7 @@ class RunsUpdated(Message):
 class ChartReady(Message):
     series: "ChartSeries | None"
     path: Path
+    serving: "ServingSeries | None" = None
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ChartReady)

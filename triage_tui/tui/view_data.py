@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
+from triage_tui.core.serving import training_estimate_from_scalars
 from triage_tui.core.watch import RunStatus
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
@@ -158,6 +159,44 @@ def format_age(seconds: float | None) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
+
+
+@dataclass(frozen=True)
+class ServingSeries:
+    """The selected run's serving acceptance length per reporting interval, for the serving chart."""
+
+    engine: str | None
+    intervals: np.ndarray  # interval numbers (log lines, or scrapes after the first)
+    lengths: np.ndarray
+    acceptance_length: float | None  # pooled over every interval
+    per_position: tuple[float, ...]
+    training_estimate: float | None  # the run's per-position accuracies, same number of positions
+    failing: bool  # a source failed at the last poll (a metrics URL that does not answer)
+
+
+def serving_series(status: RunStatus, max_points: int) -> ServingSeries | None:
+    """Serving acceptance over time beside the training estimate; None when the run names no serving."""
+    serving = status.serving
+    if serving is None and not status.serving_errors:
+        return None
+    samples = serving.samples if serving is not None else ()
+    intervals = np.array([s.index for s in samples], dtype=np.int64)
+    lengths = np.array([s.acceptance_length for s in samples], dtype=np.float64)
+    if len(samples) > max_points:
+        kept, _ = downsample(np.arange(len(samples)), lengths, max_points)
+        intervals, lengths = intervals[kept], lengths[kept]
+    estimate = training_estimate_from_scalars(status.scalars)
+    if estimate is not None and serving is not None and serving.per_position:
+        estimate = estimate.truncated(len(serving.per_position))
+    return ServingSeries(
+        engine=serving.engine if serving is not None else None,
+        intervals=intervals,
+        lengths=lengths,
+        acceptance_length=serving.acceptance_length if serving is not None else None,
+        per_position=serving.per_position if serving is not None else (),
+        training_estimate=estimate.acceptance_length if estimate is not None else None,
+        failing=bool(status.serving_errors),
+    )
 
 
 def format_step(step: int | None) -> str:

@@ -20,9 +20,11 @@ from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
+from triage_tui.tui.widgets.serving_chart import ServingChart
 
 if TYPE_CHECKING:
     from triage_tui.tui.app import TriageApp
+    from triage_tui.tui.view_data import ServingSeries
 
 # Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable.
 COMPACT_BELOW_COLUMNS = 100
@@ -56,6 +58,7 @@ class MainScreen(Screen):
                 yield RunsTable(id="runs")
             with Vertical(id="chart-pane", classes="pane"):
                 yield LossChart(id="chart")
+                yield ServingChart(id="serving-chart")
         with Horizontal(id="lower"):
             with VerticalScroll(id="flags-pane", classes="pane"):
                 yield FlagsView(id="flags")
@@ -89,6 +92,11 @@ class MainScreen(Screen):
 
     def show_topbar(self, text: Text) -> None:
         self.query_one("#topbar", Static).update(text)
+
+    def show_serving(self, series: ServingSeries | None) -> None:
+        """Serving acceptance under the loss, for a run whose triage.toml names [serving]."""
+        self.query_one("#chart-pane").set_class(series is not None, "-serving")
+        self.query_one(ServingChart).show(series)
 
     def show_chart_title(self, title: str) -> None:
         self.query_one("#chart-pane").border_title = title

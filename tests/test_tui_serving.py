@@ -1,0 +1,65 @@
+"""The serving chart: a run whose triage.toml names [serving] shows its acceptance under the loss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from test_serving import REPO, vllm_line
+from test_tui import SIZE, loaded, make_app, polled, wait_for
+from tui_support import healthy_run, story_run
+from triage_tui.tui.widgets.serving_chart import ServingChart
+
+
+def _serving_run(root):
+    run = story_run(root)
+    healthy_run(root)
+    (run / "serve.log").write_text(vllm_line(400, [2, 0, 0]) + "\n")
+    with open(run / "triage.toml", "a") as handle:
+        handle.write('[serving]\nlogs = ["serve.log"]\n')
+    return run
+
+
+async def test_serving_chart_follows_the_log_beside_the_loss_and_feeds_the_checks(tmp_path):
+    run = _serving_run(tmp_path)
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        chart = app.main.query_one(ServingChart)
+        await wait_for(pilot, lambda: chart.series is not None, what="the serving chart")
+        assert app.main.query_one("#chart-pane").has_class("-serving") and chart.display
+        series = chart.series
+        assert series.engine == "vllm" and series.lengths.tolist() == [1.005]
+        assert series.per_position == (0.005, 0.0, 0.0)
+        # The story run logs train/acc_0 only (2-7 %): the estimate sits near 1 as well.
+        assert 1.0 < series.training_estimate < 1.1
+        # The log grows: the chart follows on the next poll (the watcher thread reads it).
+        with open(run / "serve.log", "a") as handle:
+            handle.write(vllm_line(600, [3, 0, 0]) + "\n")
+        await polled(pilot)
+        await wait_for(pilot, lambda: len(chart.series.lengths) == 2, what="the second interval")
+        assert chart.series.acceptance_length == 1.005
+        # The checks take the serving evidence: the mapping first, with the collapse as evidence.
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
+        diagnosis = app.diagnoses[run]
+        assert diagnosis.serving is not None and diagnosis.serving.finding("acceptance_collapsed")
+        top = diagnosis.hypotheses[0]
+        assert top.id == "vocab_mapping_mismatch"
+        assert any(line.startswith("serving: vllm accepts almost nothing") for line in top.evidence)
+        # A run without [serving] shows no serving chart.
+        await pilot.press("down")
+        await wait_for(pilot, lambda: not app.main.query_one("#chart-pane").has_class("-serving"),
+                       what="the healthy run's chart")
+
+
+def test_scan_json_carries_the_serving_evidence(tmp_path):
+    run = _serving_run(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "triage_tui", "scan", str(run), "--json"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    (report,) = json.loads(done.stdout)["runs"]
+    serving = report["serving"]
+    assert (serving["engine"], serving["drafts"], serving["accepted"], serving["errors"]) == ("vllm", 400, 2, [])
+    assert serving["acceptance_length"] == 1.005 and "samples" not in serving
