@@ -445,3 +445,46 @@ def test_manifest_serving_table(tmp_path):
         path.write_text(bad)
         with pytest.raises(BadInput, match=r"\[serving\]|serving"):
             load_manifest(path)
+
+
+def test_disagreement_is_judged_over_the_positions_both_sides_have(tmp_path):
+    # The server drafts 3 tokens, the run trained 2 TTT steps at chance: 1 + 0.6 + 0.3 over the
+    # first two positions (not the 3-position 2.0) against 1 + 0.04 + 0.0016.
+    served = _evidence(tmp_path, 100, [60, 30, 10])
+    comparison = compare_serving(served, _estimate({"eval/acc_0": 0.04, "eval/acc_1": 0.04}))
+    (finding,) = comparison.findings
+    assert finding.kind == "serving_above_training"
+    assert finding.value == pytest.approx(1.9 - 1.0416)
+    assert "1.90 over the first 2 positions" in finding.message
+
+
+def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_stop(tmp_path):
+    from test_check_command import write_events
+
+    from triage_tui.core.watch import Watcher
+
+    page = _Page(vllm_metrics(100, [60, 20, 4]))
+    server, thread = _serve(page)
+    try:
+        live, dead = tmp_path / "live", tmp_path / "dead"
+        for run, url in ((live, f"http://127.0.0.1:{server.server_address[1]}/metrics"), (dead, _dead_url())):
+            write_events(run / "runs", [2.0, 1.5], [0.5, 0.6])
+            (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
+        now = [1000.0]
+        watcher = Watcher([tmp_path], use_watchdog=False, clock=lambda: now[0])
+        statuses = {s.info.name: s for s in watcher.poll_once()}
+        assert statuses["live"].serving is None  # the scrape runs on its own thread
+        for tracked in watcher._runs.values():
+            tracked.serving.followers[0].pending.join(timeout=30)
+        statuses = {s.info.name: s for s in watcher.poll_once()}
+        assert statuses["live"].serving.acceptance_length == pytest.approx(1.84)
+        assert statuses["live"].serving_errors == ()
+        assert statuses["dead"].serving is None
+        (error,) = statuses["dead"].serving_errors
+        assert "does not answer" in error and "\n" not in error
+        assert statuses["dead"].to_json()["serving"] == {"errors": [error]}
+        assert statuses["dead"].metrics["loss"]["last"] == 1.5  # the run itself is still watched
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

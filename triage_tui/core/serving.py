@@ -38,6 +38,7 @@ import math
 import os
 import re
 import stat
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -462,36 +463,67 @@ def scrape(url: str, *, timeout: float = SCRAPE_TIMEOUT_SECS) -> str:
 
 
 class MetricsWatch:
-    """A /metrics URL scraped now and then; each scrape after the first adds an interval sample."""
+    """A /metrics URL scraped now and then; each scrape after the first adds an interval sample.
+
+    ``background=True`` (the TUI's watcher) scrapes on a short-lived thread of its own, so a URL
+    that hangs until the timeout never holds up the polling of event files; the result is taken
+    in at the next poll after it arrived. ``scan`` scrapes in line, once.
+    """
 
     def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic,
-                 interval: float = SCRAPE_INTERVAL_SECS) -> None:
+                 interval: float = SCRAPE_INTERVAL_SECS, background: bool = False) -> None:
         self.url = url
         self.clock = clock
         self.interval = interval
+        self.background = background
         self._last_scrape: float | None = None
         self._previous: MetricsSnapshot | None = None
         self.samples: list[ServingSample] = []
         self.error: str | None = None
         self._evidence: ServingEvidence | None = None
+        self._lock = threading.Lock()
+        self._arrived: MetricsSnapshot | BadInput | None = None
+        self.pending: threading.Thread | None = None  # the scrape in flight (tests join it)
 
     def poll(self) -> ServingEvidence | None:
         now = self.clock()
-        if self._last_scrape is not None and now - self._last_scrape < self.interval:
-            return self._evidence
-        self._last_scrape = now
+        if self._last_scrape is None or now - self._last_scrape >= self.interval:
+            if not self.background:
+                self._last_scrape = now
+                self._take(self._scrape())
+                return self._evidence
+            if self.pending is None or not self.pending.is_alive():
+                self._last_scrape = now
+                self.pending = threading.Thread(target=self._scrape_in_background, daemon=True,
+                                                name=f"scrape {self.url}")
+                self.pending.start()
+        with self._lock:
+            arrived, self._arrived = self._arrived, None
+        if arrived is not None:
+            self._take(arrived)
+        return self._evidence
+
+    def _scrape(self) -> MetricsSnapshot | BadInput:
         try:
-            snapshot = parse_metrics_text(scrape(self.url), self.url)
+            return parse_metrics_text(scrape(self.url), self.url)
         except BadInput as err:
-            self.error = err.line()
-            return self._evidence
+            return err
+
+    def _scrape_in_background(self) -> None:
+        result = self._scrape()
+        with self._lock:
+            self._arrived = result
+
+    def _take(self, result: MetricsSnapshot | BadInput) -> None:
+        if isinstance(result, BadInput):
+            self.error = result.line()
+            return
         self.error = None
-        sample = _interval_sample(self._previous, snapshot, len(self.samples))
+        sample = _interval_sample(self._previous, result, len(self.samples))
         if sample is not None:
             self.samples.append(sample)
-        self._previous = snapshot
-        self._evidence = snapshot_evidence(snapshot, self.url, self.samples)
-        return self._evidence
+        self._previous = result
+        self._evidence = snapshot_evidence(result, self.url, self.samples)
 
 
 def _interval_sample(previous: MetricsSnapshot | None, current: MetricsSnapshot, index: int) -> ServingSample | None:
@@ -650,9 +682,10 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
 class ServingWatch:
     """A run's serving sources followed over time (the watcher's thread polls it, never the UI's)."""
 
-    def __init__(self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
+                 background: bool = False) -> None:
         self.followers: list[ServingLog | MetricsWatch] = [
-            MetricsWatch(s, clock=clock) if is_url(s) else ServingLog(s) for s in sources]
+            MetricsWatch(s, clock=clock, background=background) if is_url(s) else ServingLog(s) for s in sources]
         self._parts: tuple[ServingEvidence, ...] = ()
         self._combined: ServingEvidence | None = None
 
@@ -817,21 +850,29 @@ def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None)
                 f"{counts}{positions} (collapsed: <= {COLLAPSED_LENGTH} with later positions <= "
                 f"{COLLAPSED_LATER_POSITION})"))
         if training is not None:
-            estimate = training.truncated(len(serving.per_position)) if serving.per_position else training
-            gap = estimate.acceptance_length - length
-            ratio = max(estimate.acceptance_length, length) / max(min(estimate.acceptance_length, length), 1e-9)
+            # Compare over the positions both sides have: a server drafting fewer tokens than the
+            # run trained for gets the estimate's first k; one drafting more gets its own first k.
+            k = len(serving.per_position)
+            estimate = training.truncated(k) if k else training
+            served, over = length, ""
+            if k > len(training.per_position):
+                k = len(training.per_position)
+                served = 1.0 + sum(serving.per_position[:k])
+                over = f" over the first {k} position{'s' if k > 1 else ''}"
+            gap = estimate.acceptance_length - served
+            ratio = max(estimate.acceptance_length, served) / max(min(estimate.acceptance_length, served), 1e-9)
             if abs(gap) >= DISAGREE_TOKENS and ratio >= DISAGREE_RATIO:
                 tags = ", ".join(estimate.tags)
                 if gap > 0:
                     findings.append(ServingFinding(
                         "serving_below_training", gap,
                         f"training estimates acceptance length {estimate.acceptance_length:.2f} from {tags} at step "
-                        f"{estimate.step}, {serving.engine} accepts {length:.2f}: the served target or the engine's "
-                        f"reading of the drafter differs from training"))
+                        f"{estimate.step}, {serving.engine} accepts {served:.2f}{over}: the served target or the "
+                        f"engine's reading of the drafter differs from training"))
                 else:
                     findings.append(ServingFinding(
                         "serving_above_training", -gap,
-                        f"{serving.engine} accepts {length:.2f}, training estimates only "
+                        f"{serving.engine} accepts {served:.2f}{over}, training estimates only "
                         f"{estimate.acceptance_length:.2f} from {tags} at step {estimate.step}: the drafter works, "
                         f"the training metric does not measure it"))
     return ServingComparison(serving, training, tuple(findings))

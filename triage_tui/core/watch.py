@@ -340,7 +340,8 @@ class Watcher:
         sources = tuple(manifest.serving_sources) if manifest is not None else ()
         if sources != tracked.serving_sources:
             tracked.serving_sources = sources
-            tracked.serving = ServingWatch(sources, clock=self.clock) if sources else None
+            # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.
+            tracked.serving = ServingWatch(sources, clock=self.clock, background=not self.strict) if sources else None
         if tracked.serving is None:
             return None, ()
         return tracked.serving.poll()
