@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -188,8 +187,10 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
 async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
     from test_tui import checked, loaded, make_app
 
-    copy = tmp_path / "sample_runs"
-    shutil.copytree(SAMPLE_RUNS, copy, symlinks=True)
+    from sample_copy import copy_samples
+
+    # The generator's files only: what a user added to sample_runs/ is theirs, not the test's.
+    copy = copy_samples(tmp_path / "sample_runs", source=SAMPLE_RUNS)
     before = snapshot(copy)
     scan = triage(copy, tmp_path / "cache", "scan", copy, "--json")
     assert scan.returncode in (0, 1), scan.stderr

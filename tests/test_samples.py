@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from sample_copy import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events import read_event_file
@@ -42,7 +43,6 @@ from triage_tui.samples.world import (
 )
 
 LN_V = math.log(32_000)
-COMMITTED = Path(__file__).resolve().parent.parent / "sample_runs"
 
 
 # ------------------------------------------------------------------------------- pieces (fast)
@@ -244,35 +244,80 @@ def test_small_regeneration_check_names_each_cause_first(small_runs, capsys):
 committed = pytest.mark.skipif(not (COMMITTED / "GENERATED.json").is_file(), reason="sample_runs/ not generated")
 
 
-@committed
-def test_committed_sample_runs_come_from_the_current_generator():
-    recorded = json.loads((COMMITTED / "GENERATED.json").read_text())
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """The generator's files of sample_runs/, copied: what a user added there is not seen (sample_copy.py)."""
+    return copy_samples(tmp_path_factory.mktemp("sample_runs"))
+
+
+def assert_from_the_current_generator(root: Path, tracked: list[str] | None) -> None:
+    """Every file the generator writes is in ``root`` as it wrote it; files a user added are not our business."""
+    recorded = json.loads((root / "GENERATED.json").read_text())
     # the generator's defaults are what built the committed runs: change one, regenerate
     assert recorded["spec_digest"] == SampleSpec().digest(), "run `triage samples` and commit sample_runs/"
-    assert written_files(COMMITTED) == expected_files(SampleSpec())
+    generated_paths(root)  # each one present
+    if tracked is not None:
+        # What git holds is exactly what the generator writes: nothing stale committed, nothing missing.
+        assert written_files_of(tracked) == expected_files(SampleSpec())
     for name in RUN_NAMES:
-        loss = _curve(COMMITTED / name, "train/ploss_0")
+        loss = _curve(root / name, "train/ploss_0")
         record = recorded["runs"][name]
         assert len(loss) == record["steps"]
         assert loss[0] == pytest.approx(record["first_ploss_0"], rel=1e-6)
-    assert (COMMITTED / "README.md").read_text() == readme_text(recorded)
+    assert (root / "README.md").read_text() == readme_text(recorded)
+
+
+def written_files_of(relative: list[str]) -> list[str]:
+    """``written_files``' form (event file names folded to the pattern) of a list of relative paths."""
+    folded = []
+    for rel in relative:
+        head, _, tail = rel.rpartition("/runs/")
+        folded.append(f"{head}/runs/events.out.tfevents.*" if tail.startswith("events.out.tfevents.") else rel)
+    return sorted(folded)
 
 
 @committed
-def test_committed_sample_runs_curve_shapes():
-    assert_curve_shapes(COMMITTED, SampleSpec())
+def test_committed_sample_runs_come_from_the_current_generator():
+    assert_from_the_current_generator(COMMITTED, tracked_sample_files())
 
 
 @committed
-def test_committed_sample_runs_size_budget():
-    total = sum(p.stat().st_size for p in COMMITTED.rglob("*") if p.is_file())
+@pytest.mark.slow
+def test_a_user_playing_in_sample_runs_breaks_no_test(tmp_path, capsys):
+    """The README's walkthrough writes into sample_runs/: the remap (`m`, `y`) and the opposite fix.
+
+    Done here in a copy standing for the user's sample_runs/: the tests' view of it must not change.
+    """
+    played = copy_samples(tmp_path / "sample_runs")
+    before = written_files(played)
+    run = played / "vocab-mismatch"
+    drafter, mapping = played / "_drafters" / "drafter-a", next((run / "cache" / "vocab_mapping").glob("*.pt"))
+    assert cli.main(["remap", str(drafter), "--mapping", str(mapping), "--target", str(played / "_target")]) == 0
+    assert cli.main(["remap", str(drafter), "--mapping", str(mapping), "--keep-checkpoint-mapping"]) == 0
+    (played / "notes.txt").write_text("what I tried\n")
+    capsys.readouterr()
+    assert written_files(played) != before  # the user's files are there
+    assert_from_the_current_generator(played, None)
+    copy = copy_samples(tmp_path / "copy", source=played)
+    assert written_files(copy) == before
+    assert_curve_shapes(copy, SampleSpec())
+
+
+@committed
+def test_committed_sample_runs_curve_shapes(pristine):
+    assert_curve_shapes(pristine, SampleSpec())
+
+
+@committed
+def test_committed_sample_runs_size_budget(pristine):
+    total = sum(p.stat().st_size for p in pristine.rglob("*") if p.is_file())
     assert total < 30 * 1024 * 1024
 
 
 @committed
-def test_committed_sample_runs_scan_flags(capsys):
+def test_committed_sample_runs_scan_flags(pristine, capsys):
     capsys.readouterr()
-    cli.main(["scan", str(COMMITTED), "--json"])
+    cli.main(["scan", str(pristine), "--json"])
     runs = {Path(r["path"]).name: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert set(runs) == set(RUN_NAMES)
     kinds = {name: {f["kind"] for f in run["flags"]} for name, run in runs.items()}
@@ -286,5 +331,5 @@ def test_committed_sample_runs_scan_flags(capsys):
 
 @committed
 @pytest.mark.slow
-def test_committed_sample_runs_check_names_each_cause_first(capsys):
-    assert_diagnoses(COMMITTED, capsys)
+def test_committed_sample_runs_check_names_each_cause_first(pristine, capsys):
+    assert_diagnoses(pristine, capsys)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from safetensors import safe_open
 from textual.widgets import TabbedContent
 
+from sample_copy import copy_samples
 from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
 from tui_support import (
     ACC_TAG,
@@ -541,7 +541,6 @@ async def test_age_column_follows_the_clock(runs_root):
         assert str(table.get_row_at(1)[7]) == "3h"
 
 
-SAMPLE_RUNS = Path(__file__).resolve().parent.parent / "sample_runs"
 
 
 async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
@@ -550,9 +549,7 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
     The sample run has dumps and a target, so the replay measures the fix: the remapped
     drafter's first-step accuracy under the run's mapping must rise well above the broken one's.
     """
-    runs = tmp_path / "sample_runs"
-    shutil.copytree(SAMPLE_RUNS, runs, ignore=shutil.ignore_patterns("healthy", "diverged", "verifier-mask",
-                                                                      "hidden-state-format"))
+    runs = copy_samples(tmp_path / "sample_runs", ("vocab-mismatch",))  # not what a user added there
     app = make_app(runs)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
