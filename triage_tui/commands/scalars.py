@@ -16,16 +16,19 @@ from __future__ import annotations
 import argparse
 import csv
 import fnmatch
+import io
 import json
-import math
+import multiprocessing
+import os
 import sys
+import threading
+from collections import deque
 from pathlib import Path
 
+from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events import RunEvents, find_event_files
 from triage_tui.core.series import ScalarSeries
-
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,27 +79,130 @@ def _wanted(tag: str, globs: list[str] | None) -> bool:
     return not globs or any(fnmatch.fnmatchcase(tag, glob) for glob in globs)
 
 
+# Rows formatted per piece: ~3 MB of text. Two forked processes format pieces while this one
+# writes them in order (threads do not help: the GIL is taken between numpy's many short loops);
+# benchmarks/bench_export.py measures it.
+_PIECE_ROWS = 1 << 16
+_IN_FLIGHT = 4
+_FORMATTERS = 2
+_MIN_ROWS_TO_FORK = 4 * _PIECE_ROWS
+
+
 def _write_csv(series: list[ScalarSeries], out) -> None:
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(("tag", "step", "wall_time", "value"))
+    pieces: list = [b"tag,step,wall_time,value\n"]
+    encoding, errors = _encoding(out)
     for s in series:
         steps, walls, values = s.columns()
-        # repr(float) is the shortest string that reads back to the same float64.
-        writer.writerows(zip([s.tag] * len(steps), steps.tolist(), map(repr, walls.tolist()), map(repr, values.tolist())))
+        field = _csv_field(s.tag).encode(encoding, errors) + b","
+        for lo in range(0, len(steps), _PIECE_ROWS):
+            hi = lo + _PIECE_ROWS
+            pieces.append((_csv_rows, field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
+    _write_pieces(pieces, sum(len(s) for s in series), out)
 
 
-def _json_values(values: list[float]) -> list[float | str]:
-    return [v if math.isfinite(v) else _NON_FINITE[repr(v)] for v in values]
+def _csv_rows(field: bytes, steps, walls, values) -> bytes:
+    # repr(float) for both float columns: the shortest text that reads back to the same float64.
+    return join_rows([field, int_texts(steps), b",", float_reprs(walls), b",", float_reprs(values), b"\n"])
+
+
+def _csv_field(tag: str) -> str:
+    """The tag as csv.writer writes it (quoted when it holds a comma, quote or line break)."""
+    if not tag:
+        return tag
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerow([tag])
+    return text.getvalue()[:-1]
+
+
+_JSON_NON_FINITE = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 
 
 def _write_json(series: list[ScalarSeries], out) -> None:
-    tags = {}
-    for s in series:
+    """What json.dump({"tags": ...}) writes (default separators), non-finite values as strings."""
+    encoding, errors = _encoding(out)
+    pieces: list = [b'{"tags": {']
+    for i, s in enumerate(series):
         steps, walls, values = s.columns()
-        tags[s.tag] = {
-            "steps": steps.tolist(),
-            "wall_times": _json_values(walls.tolist()),
-            "values": _json_values(values.tolist()),
-        }
-    json.dump({"tags": tags}, out, allow_nan=False)
-    out.write("\n")
+        pieces.append((b", " if i else b"") + json.dumps(s.tag).encode(encoding, errors) + b': {"steps": ')
+        pieces += _json_list(int_texts, steps)
+        pieces.append(b', "wall_times": ')
+        pieces += _json_list(_json_floats, walls)
+        pieces.append(b', "values": ')
+        pieces += _json_list(_json_floats, values)
+        pieces.append(b"}")
+    pieces.append(b"}}\n")
+    _write_pieces(pieces, sum(len(s) for s in series), out)
+
+
+def _json_floats(values):
+    return float_reprs(values, non_finite=_JSON_NON_FINITE)
+
+
+def _json_list(texts, column) -> list:
+    if not len(column):
+        return [b"[]"]
+    pieces: list = [b"["]
+    for lo in range(0, len(column), _PIECE_ROWS):
+        last = lo + _PIECE_ROWS >= len(column)
+        pieces.append((_json_items, texts, column[lo : lo + _PIECE_ROWS], last))
+    pieces.append(b"]")
+    return pieces
+
+
+def _json_items(texts, column, last: bool) -> bytes:
+    text = join_rows([texts(column), b", "])
+    return text[:-2] if last else text
+
+
+def _encoding(out) -> tuple[str, str]:
+    return getattr(out, "encoding", None) or "utf-8", getattr(out, "errors", None) or "strict"
+
+
+def _write_pieces(pieces: list, points: int, out) -> None:
+    """Write constant pieces and formatted ones, in order."""
+    out.flush()
+    binary = getattr(out, "buffer", None)
+    write = binary.write if binary is not None else (lambda data: out.write(data.decode(_encoding(out)[0])))
+    global _JOBS
+    _JOBS = [piece for piece in pieces if not isinstance(piece, bytes)]
+    pool = _formatters() if points >= _MIN_ROWS_TO_FORK else None
+    try:
+        pending: deque = deque()
+        job = 0
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                pending.append(piece)
+            else:
+                pending.append(pool.apply_async(_run, (job,)) if pool is not None else job)
+                job += 1
+            while pending and (len(pending) > _IN_FLIGHT or isinstance(pending[0], bytes) or pool is None):
+                _write_first(pending, write)
+        while pending:
+            _write_first(pending, write)
+    finally:
+        _JOBS = []
+        if pool is not None:
+            pool.terminate()
+    if binary is not None:
+        binary.flush()
+
+
+_JOBS: list[tuple] = []  # the formatting jobs of the current write; forked formatters inherit them
+
+
+def _write_first(pending: deque, write) -> None:
+    first = pending.popleft()
+    write(first if isinstance(first, bytes) else _run(first) if isinstance(first, int) else first.get())
+
+
+def _run(job: int) -> bytes:
+    function, *args = _JOBS[job]
+    return function(*args)
+
+
+def _formatters():
+    """A pool of forked formatter processes, or None where forking is unsafe or pointless."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return None  # forking a process with other threads can deadlock the child
+    return multiprocessing.get_context("fork").Pool(min(cores, _FORMATTERS))
