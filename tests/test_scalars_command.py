@@ -119,3 +119,16 @@ def test_end_to_end_through_python_m(run_dir, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, monkeypatch, run_dir, fmt):
+    from triage_tui.commands import scalars
+
+    code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
+    monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
+    monkeypatch.setattr(scalars, "_MIN_ROWS_TO_FORK", 0)  # forks where the process has one thread
+    code_pieces, pieces, _ = _cli(capsys, run_dir, "--format", fmt)
+    assert code == code_pieces == 0 and pieces == whole
+    if fmt == "json":
+        assert json.loads(whole)["tags"]["train/acc_0"]["values"][:3] == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
