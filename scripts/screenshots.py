@@ -123,6 +123,54 @@ async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
         save(app, out, "remap-result.svg", "triage: y wrote and verified the remapped checkpoint")
 
 
+# vLLM's v1 log line (vllm/v1/spec_decode/metrics.py, SpecDecodingLogging.log), verbatim.
+VLLM_SPEC_LINE = ("INFO %s [metrics.py:96] SpecDecoding metrics: Mean acceptance length: %.2f, "
+                  "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, "
+                  "Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%")
+
+
+def write_example_serving_log(run: Path) -> Path:
+    """An example vLLM log (2 speculative tokens, 10 s intervals) for the serving picture, and [serving].
+
+    Not a measurement: the counts are drawn from fixed per-position acceptance probabilities
+    (0.66, then 0.6 of those) to show the founding case, a drafter that works when served with its
+    own mapping while the fine-tune's accuracy sits at chance.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    lines = []
+    for i in range(30):
+        drafts = int(rng.integers(400, 600))
+        first = int(rng.binomial(drafts, 0.66))
+        second = int(rng.binomial(first, 0.6))
+        accepted, drafted = first + second, 2 * drafts
+        stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(1_796_000_000 + 10 * i))
+        rates = f"{first / drafts:.3f}, {second / drafts:.3f}"
+        lines.append(VLLM_SPEC_LINE % (stamp, 1 + accepted / drafts, accepted / 10, drafted / 10, accepted, drafted,
+                                       rates, 100 * accepted / drafted))
+    log = run / "vllm-serve.log"
+    log.write_text("\n".join(lines) + "\n")
+    with open(run / "triage.toml", "a") as handle:
+        handle.write('\n[serving]\nlogs = ["vllm-serve.log"]\n')
+    return log
+
+
+async def serving_screen(runs: Path, now: float, out: Path, run_name: str) -> None:
+    """A run whose triage.toml names its vLLM log: acceptance under the loss, then `c`."""
+    from triage_tui.tui.widgets.serving_chart import ServingChart
+
+    write_example_serving_log(runs / run_name)
+    app = make_app(runs, now)
+    async with app.run_test(size=WIDE) as pilot:
+        await loaded(pilot)
+        await select(pilot, run_name)
+        await until(pilot, lambda: app.main.query_one(ServingChart).series is not None)
+        await check(pilot)
+        await settle(pilot)
+        save(app, out, "serving-wide.svg", f"triage: {run_name} with its vLLM log in [serving], c")
+
+
 def frozen_now(runs: Path) -> float:
     """A minute after the newest event of any run, so 'age' reads the same on every regeneration."""
     statuses = Watcher([runs], use_watchdog=False).poll_once()
@@ -150,6 +198,8 @@ def main() -> int:
         asyncio.run(main_screen(runs, now, args.out))
         asyncio.run(wide_screen(runs, now, args.out, args.run))
         asyncio.run(walkthrough(runs, now, args.out, args.run))
+        # Last: it adds a serving log to the scratch copy of the run.
+        asyncio.run(serving_screen(runs, now, args.out, args.run))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from textual_plotext import PlotextPlot
 
 from triage_tui.tui.view_data import ServingSeries
@@ -47,16 +48,24 @@ class ServingChart(PlotextPlot):
         x = series.intervals.tolist()
         y = series.lengths.tolist()
         plt.plot(x, y, marker="braille", color=bright)
+        surface = _rgb(self.app, "surface", "#1e1e1e")
         plt.horizontal_line(FLOOR, color=danger)
+        plt.text("1.0 nothing accepted", x=x[0], y=FLOOR, color=danger, background=surface, alignment="left")
         low, high = min(min(y), FLOOR), max(y)
         estimate = series.training_estimate
         if estimate is not None and math.isfinite(estimate):
             plt.horizontal_line(estimate, color=muted)
+            plt.text(f"training est. {estimate:.2f}", x=x[-1], y=estimate, color=muted, background=surface,
+                     alignment="right")
             high = max(high, estimate)
         pad = max((high - low) * 0.1, 0.05)
         plt.ylim(low - pad, high + pad)
         if len(x) == 1:
             plt.xlim(x[0] - 1, x[0] + 1)
+        else:
+            # Intervals are counted: integer labels (plotext would print 7.2).
+            ticks = sorted({int(round(t)) for t in np.linspace(x[0], x[-1], 5)})
+            plt.xticks(ticks, [str(t) for t in ticks])
         self.refresh()
 
 
