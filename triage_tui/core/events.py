@@ -1003,6 +1003,29 @@ class RunEvents:
         self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        # A run read in another process comes back pickled (core/parallel_read.py); the lock stays.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def unread_bytes(self) -> int:
+        """Bytes past what was read in the run's files (a stat per file; a replaced file counts whole)."""
+        total = 0
+        with self._lock:
+            for state in self._files.values():
+                try:
+                    st = os.stat(state.path)
+                except OSError:
+                    continue
+                same = (st.st_dev, st.st_ino) == (state.dev, state.ino)
+                total += max(st.st_size - (state.offset if same else 0), 0)
+        return total
+
     def set_files(self, paths: Iterable[Path]) -> None:
         """The run's event files. Points already read from a file that leaves the set are kept."""
         with self._lock:

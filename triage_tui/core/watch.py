@@ -26,6 +26,7 @@ from typing import Any
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events import RunEvents
+from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
 from triage_tui.core.runs import (
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -149,8 +150,12 @@ class Watcher:
         strict: bool = False,
         flush_secs: float = DEFAULT_FLUSH_SECS,
         clock: Callable[[], float] = time.time,
+        parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
+        # Runs never read, holding at least this many bytes together, are read on two cores
+        # (core/parallel_read.py); None: always in this process.
+        self.parallel_min_bytes = parallel_min_bytes
         self.vocab_size = vocab_size
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
@@ -188,15 +193,31 @@ class Watcher:
                 self._rescan()
                 self._next_rescan = time.monotonic() + self.rescan_interval
             now = self.clock() if now is None else now
-            statuses: list[RunStatus] = []
+            runs = list(self._runs.values())
+            statuses: list[RunStatus | None] = [None] * len(runs)
             reported = time.monotonic()
-            for tracked in self._runs.values():
-                statuses.append(self._update(tracked, now))
+
+            def update(i: int) -> None:
+                nonlocal reported
+                statuses[i] = self._update(runs[i], now)
                 if on_progress is not None and time.monotonic() - reported >= PROGRESS_SECS:
-                    on_progress(list(statuses))
+                    on_progress([status for status in statuses if status is not None])
                     reported = time.monotonic()
+
+            fresh = [i for i, tracked in enumerate(runs) if tracked.version is None]
+            if self.parallel_min_bytes is not None and worth_a_helper(
+                [runs[i].events for i in fresh], self.parallel_min_bytes
+            ):
+                def read(j: int, events: RunEvents) -> None:
+                    runs[fresh[j]].events = events  # the helper's copy, read; the poll below is a stat
+                    update(fresh[j])
+
+                read_runs([runs[i].events for i in fresh], read)
+            for i in range(len(runs)):
+                if statuses[i] is None:
+                    update(i)
             self.polls += 1
-            return statuses
+            return [status for status in statuses if status is not None]
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""

@@ -1,0 +1,101 @@
+"""Reading runs on two cores: the helper process's runs come back whole and the result is the one
+reading them here gives, whether the helper works, dies, or never starts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from tb_writers import write_scalars
+from test_events_support import frame, scalar_event
+
+from triage_tui.core import parallel_read
+from triage_tui.core.events import RunEvents, find_event_files
+from triage_tui.core.watch import Watcher
+
+
+@pytest.fixture()
+def sweep(tmp_path):
+    """Six SpecForge-like runs written by torch's SummaryWriter, one of them at chance."""
+    for r in range(6):
+        losses = [(s, (10.4 if r == 2 else 6.0 - r * 0.3) + 0.01 * np.sin(s)) for s in range(0, 400, 2)]
+        accs = [(s, 0.02 if r == 2 else 0.3 + s / 4000) for s in range(0, 400, 2)]
+        write_scalars(tmp_path / f"run_{r}" / "runs", {"train/ploss_0": losses, "train/acc_0": accs}, wall_time=1.7e9)
+    return tmp_path
+
+
+def _runs(root):
+    runs = []
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        events = RunEvents()
+        events.set_files(find_event_files(run))
+        runs.append(events)
+    return runs
+
+
+def _points(events: RunEvents) -> dict:
+    return {tag: [a.tolist() for a in s.columns()] for tag, s in events.scalars.series.items()}
+
+
+def _sequential(root) -> list[dict]:
+    runs = _runs(root)
+    for events in runs:
+        events.poll()
+    return [_points(e) for e in runs]
+
+
+def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
+    runs = _runs(sweep)
+    done: dict[int, RunEvents] = {}
+    parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events))
+    assert sorted(done) == list(range(6))
+    by_helper = [i for i, events in done.items() if events is not runs[i]]
+    assert by_helper and min(by_helper) >= 3  # the helper starts at the back; this process at the front
+    assert [_points(done[i]) for i in range(6)] == _sequential(sweep)
+    # The copy carries on where the helper stopped: an append is read, nothing is read twice.
+    last = done[5]
+    (path,) = find_event_files(sweep / "run_5")
+    with open(path, "ab") as f:  # what the trainer's open writer appends next
+        f.write(frame(scalar_event("train/ploss_0", 1000, 1.5, 1.8e9).SerializeToString()))
+    stats = last.poll()
+    assert stats.scalars == 1 and stats.bytes_read < 200
+    assert last.scalars.get("train/ploss_0").last()[0] == 1000
+
+
+@pytest.mark.parametrize("command", [
+    [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8)"],  # takes a message, then exits
+    [sys.executable, "-c", "raise SystemExit(3)"],  # dies at once
+    ["/nonexistent/python"],  # never starts
+])
+def test_a_helper_that_fails_leaves_every_run_read_here(sweep, command):
+    runs = _runs(sweep)
+    done: dict[int, RunEvents] = {}
+    parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events), helper_command=command)
+    assert sorted(done) == list(range(6))
+    assert all(done[i] is runs[i] for i in range(6))
+    assert [_points(e) for e in runs] == _sequential(sweep)
+
+
+def test_worth_a_helper_needs_two_runs_and_enough_bytes(sweep, monkeypatch):
+    runs = _runs(sweep)
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    assert parallel_read.worth_a_helper(runs, min_bytes=0)
+    assert not parallel_read.worth_a_helper(runs[:1], min_bytes=0)
+    assert not parallel_read.worth_a_helper(runs, min_bytes=10**12)
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 1)
+    assert not parallel_read.worth_a_helper(runs, min_bytes=0)
+
+
+def test_the_watcher_gives_the_same_statuses_on_two_cores(sweep, monkeypatch):
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    progress: list[int] = []
+    monkeypatch.setattr("triage_tui.core.watch.PROGRESS_SECS", 0.0)  # report after every run
+    parallel = Watcher([sweep], use_watchdog=False, parallel_min_bytes=0, clock=lambda: 1.7e9 + 500)
+    statuses = parallel.poll_once(on_progress=lambda s: progress.append(len(s)))
+    alone = Watcher([sweep], use_watchdog=False, parallel_min_bytes=None, clock=lambda: 1.7e9 + 500).poll_once()
+    assert [json.dumps(s.to_json()) for s in statuses] == [json.dumps(s.to_json()) for s in alone]
+    assert [s.status for s in statuses].count("critical") == 1  # run_2, at chance
+    assert progress and progress[0] < 6  # rows arrive while the rest is read
+    assert parallel.poll_once()[0] is statuses[0]  # the next poll is incremental: nothing changed
