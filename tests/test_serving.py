@@ -472,10 +472,11 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
             (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
         now = [1000.0]
         watcher = Watcher([tmp_path], use_watchdog=False, clock=lambda: now[0])
-        statuses = {s.info.name: s for s in watcher.poll_once()}
-        assert statuses["live"].serving is None  # the scrape runs on its own thread
+        watcher.poll_once()
         for tracked in watcher._runs.values():
-            tracked.serving.followers[0].pending.join(timeout=30)
+            scrape = tracked.serving.followers[0].pending
+            assert scrape is not None and scrape is not threading.current_thread()  # on its own thread
+            scrape.join(timeout=30)
         statuses = {s.info.name: s for s in watcher.poll_once()}
         assert statuses["live"].serving.acceptance_length == pytest.approx(1.84)
         assert statuses["live"].serving_errors == ()
@@ -488,3 +489,25 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_a_long_chunk_without_newline_does_not_end_the_read(tmp_path, monkeypatch):
+    import triage_tui.core.serving as serving
+
+    monkeypatch.setattr(serving, "MAX_READ_BYTES", 4096)  # one poll's read, made small
+    path = tmp_path / "mixed.log"
+    # 10 KB of a runaway line (dropped), then the last line without its newline.
+    path.write_bytes(b"x" * 10_000 + b"\n" + vllm_line(100, [60, 20, 4]).encode())
+    evidence = read_serving(str(path))
+    assert (evidence.drafts, evidence.accepted) == (100, 84)
+
+
+def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
+    from triage_tui.core.serving import ServingWatch
+
+    watch = ServingWatch([str(tmp_path / "later.log")])
+    assert watch.poll() == (None, (f"{tmp_path / 'later.log'}: no such file (yet)",))
+    (tmp_path / "later.log").write_text(vllm_line(10, [5, 1, 0]) + "\n")
+    evidence, errors = watch.poll()
+    assert evidence.drafts == 10 and errors == ()
+    assert watch.poll()[0] is evidence  # nothing new: the same object, so the TUI skips a redraw

@@ -255,9 +255,11 @@ class LogTail:
         self._offset = 0
         self._partial = b""
         self._seen = b""  # the last bytes read, to notice a file rewritten past the offset
+        self.bytes_read = 0  # by the last poll: 0 means the end of the file was reached
 
     def poll(self) -> list[str]:
         lines: list[str] = []
+        self.bytes_read = 0
         try:
             st = os.stat(self.path)
         except OSError:
@@ -308,6 +310,7 @@ class LogTail:
             handle.seek(self._offset)
             data = handle.read(limit if limit is not None else -1)
         self._offset += len(data)
+        self.bytes_read += len(data)
         if data:
             self._seen = (self._seen + data)[-64:]
         chunk = self._partial + data
@@ -617,9 +620,11 @@ def read_serving(source: str) -> ServingEvidence:
     head: list[str] = []  # the first lines, to tell Prometheus text from JSONL when it is no log
     head_bytes = 0
     while True:
-        lines = log.tail.poll() or log.tail.flush()
-        if not lines:
-            break
+        lines = log.tail.poll()
+        if not log.tail.bytes_read:
+            lines += log.tail.flush()  # the last line of a finished log may lack its newline
+            if not lines:
+                break
         log.engine, samples, unparsed = samples_from_lines(lines, len(log.samples), log.engine)
         log.samples.extend(samples)
         log.unparsed += unparsed
@@ -699,6 +704,8 @@ class ServingWatch:
             evidence = follower.poll()
             if isinstance(follower, MetricsWatch) and follower.error:
                 errors.append(follower.error)
+            elif isinstance(follower, ServingLog) and not follower.path.exists():
+                errors.append(f"{follower.path}: no such file (yet)")
             if evidence is not None:
                 parts.append(evidence)
         if len(parts) != len(self._parts) or any(a is not b for a, b in zip(parts, self._parts)):
