@@ -9,6 +9,8 @@ hidden 7168, draft vocab 32 000, target vocab 163 840, bf16, SpecForge ``midlaye
 Each round times, as separate processes:
 - ``cp -r SRC DST`` (what a user would otherwise run to get a second copy),
 - ``cp -r`` followed by ``sync`` of the copied files (a copy that is on disk, as the remap's is),
+- the script a user would write instead of the remap (``USER_SCRIPT``: safetensors ``load_file``,
+  ``torch.load`` of the mapping, index ``lm_head``, ``save_file``; no sync, no verification, no provenance),
 - the remap in a fresh process (``plan_remap`` + ``execute_remap``, what ``triage remap`` runs:
   write, fsync, verify, rename), reporting its peak RSS (``getrusage``), the RSS after imports
   alone, and phase times from its progress messages.
@@ -16,10 +18,10 @@ Page cache: before every step, "warm" reads the source once and "cold" evicts it
 ``posix_fadvise(DONTNEED)`` (only those files; no global drop_caches); the share of the source
 in the cache at the start of each step is measured with ``mincore`` and printed. Both orders
 (cp first, remap first) are run for each cache state, 3 rounds each; cells are medians.
-"plan" reads the inputs (and imports torch, for the tensors; the source's SHA-256 is hashed in a thread
-from its start), "write" writes (the mean is summed meanwhile), "verify + fsync" the rest up to the rename;
-"remap CPU" is the process's user + system time up to there. A second table times each step the remap
-must take (interpreter, torch import, SHA-256 of the source, the byte comparison) alone.
+"plan" reads the inputs, "write" is the single pass over the source (each byte read once, hashed with
+BLAKE3 in a thread and written from the same buffer; lm_head rows moved as they pass), "verify + fsync"
+the rest up to the rename; "remap CPU" is the process's user + system time up to there. A second table
+times each step alone (interpreter, torch import, SHA-256 and BLAKE3 of the source, the byte comparison).
 
     .venv/bin/python benchmarks/bench_remap.py
 """
@@ -71,13 +73,42 @@ print(json.dumps({"report": report.to_json(), "import_s": t1 - t0, "plan_s": t2 
                   "rss_imports_kb": rss_imports, "rss_peak_kb": usage.ru_maxrss}))
 """
 
+# The script a user would write instead (load the checkpoint, index lm_head, save it): safetensors'
+# load_file/save_file and torch indexing, the run's mapping through torch.load, the config copied.
+# It neither syncs, verifies nor records provenance; it is timed in its own process like the remap.
+USER_SCRIPT = r"""
+import json, os, shutil, sys
+import torch
+from safetensors.torch import load_file, save_file
+src, mapping_path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+state = load_file(os.path.join(src, "model.safetensors"))
+run = torch.load(mapping_path, weights_only=True)
+vocab = run["t2d"].numel()
+old_hot = torch.arange(state["d2t"].numel()) + state["d2t"]
+new_hot = torch.arange(run["d2t"].numel()) + run["d2t"]
+position = torch.full((vocab,), -1, dtype=torch.long)
+position[old_hot] = torch.arange(old_hot.numel())
+rows = position[new_hot]
+old = state["lm_head.weight"]
+head = old.double().mean(0).to(old.dtype).expand(rows.numel(), -1).clone()
+head[rows >= 0] = old[rows[rows >= 0]]
+state.update({"lm_head.weight": head, "d2t": run["d2t"], "t2d": run["t2d"]})
+os.makedirs(out)
+save_file(state, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+config = json.load(open(os.path.join(src, "config.json")))
+config["draft_vocab_size"] = rows.numel()
+json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+"""
+
 # What each step the remap must take costs on its own, each in a fresh process on the warm source:
 # the floor under the remap's time on this machine (see RESULTS-remap.md).
 PARTS = {
     "python start + numpy (no torch)": "import numpy",
     "python start + import torch + exit": "import torch",
-    "SHA-256 of the source (provenance)": "import sys; from triage_tui.core.remap import _file_sha256; "
-                                          "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
+    "SHA-256 of the source (the digest before)": "import sys; from triage_tui.core.remap import _file_sha256; "
+                                                 "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
+    "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap import _file_blake3; "
+                                             "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
     "compare source with a copy (verification, memcmp)":
         "import os, sys; from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
         "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
@@ -203,6 +234,12 @@ def time_remap(source: Path, mapping: Path, out: Path) -> dict:
     return stats
 
 
+def time_user_script(source: Path, mapping: Path, out: Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", USER_SCRIPT, str(source), str(mapping), str(out)], check=True, cwd=REPO)
+    return time.perf_counter() - t0
+
+
 def settle(*paths: Path) -> None:
     """Remove outputs and let the disk finish before the next measurement."""
     for path in paths:
@@ -211,15 +248,18 @@ def settle(*paths: Path) -> None:
 
 
 def measure(source: Path, mapping: Path, files: list[Path], cache: str, order: str) -> dict:
-    """One round: cp, cp + sync and remap, each from the same cache state, in the given order."""
+    """One round: cp, cp + sync, the user's script and remap, each from the same cache state, in the given order."""
     results: dict = {"cached": []}
-    steps = ["cp", "cp+sync", "remap"] if order == "cp first" else ["remap", "cp", "cp+sync"]
+    steps = ["cp", "cp+sync", "script", "remap"] if order == "cp first" else ["remap", "script", "cp", "cp+sync"]
     for step in steps:
         (evict if cache == "cold" else warm)(files)
         results["cached"].append(cached_fraction(files))
         if step == "remap":
             results["remap"] = time_remap(source, mapping, WORK / "remapped")
             settle(WORK / "remapped")
+        elif step == "script":
+            results["script"] = time_user_script(source, mapping, WORK / "scripted")
+            settle(WORK / "scripted")
         else:
             results[step] = time_cp(source, WORK / "copy", sync=step == "cp+sync")
             settle(WORK / "copy")
@@ -261,9 +301,9 @@ def main() -> None:
         print(f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
               f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
         load_before = os.getloadavg()[0]
-        header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | remap (process) | imports | "
-                  "plan | write | verify + fsync | remap CPU (user+sys) | remap / cp | remap / (cp + sync) | "
-                  "peak RSS | RSS after imports | peak / lm_head |")
+        header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
+                  "imports | plan | write | verify + fsync | remap CPU (user+sys) | remap / cp | remap / (cp + sync) | "
+                  "remap / script | peak RSS | RSS after imports | peak / lm_head |")
         lines = [header, "|" + "---|" * (header.count("|") - 1)]
         report = None
         for cache in ("warm", "cold"):
@@ -272,6 +312,7 @@ def main() -> None:
                 median = lambda values: statistics.median(values)  # noqa: E731
                 cp = median([r["cp"] for r in rounds])
                 cps = median([r["cp+sync"] for r in rounds])
+                script = median([r["script"] for r in rounds])
                 remap = {key: median([r["remap"][key] for r in rounds])
                          for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")}
                 peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
@@ -280,9 +321,10 @@ def main() -> None:
                 report = rounds[0]["remap"]["report"]
                 lines.append(
                     f"| {cache} ({min(cached):.0%}-{max(cached):.0%}) | {order} | {cp:.2f} s | {cps:.2f} s | "
-                    f"{remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['plan_s']:.2f} s | "
+                    f"{script:.2f} s | {remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['plan_s']:.2f} s | "
                     f"{remap['write_s']:.2f} s | {remap['verify_s']:.2f} s | {remap['cpu_s']:.2f} s | "
-                    f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {peak / 2**20:.0f} MiB | "
+                    f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {remap['wall_s'] / script:.2f}x | "
+                    f"{peak / 2**20:.0f} MiB | "
                     f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |")
         print(f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
               f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)")

@@ -149,9 +149,9 @@ def test_specforge_layout_sizes_and_mapping(specforge_dir, story):
 def test_metadata_read_loads_only_the_mapping_buffers(specforge_dir, monkeypatch):
     """The weights stay on disk: only d2t and t2d are read to build the mapping."""
     loaded = []
-    real = weights_module.load_safetensors_tensor
-    monkeypatch.setattr(weights_module, "load_safetensors_tensor",
-                        lambda path, name: loaded.append(name) or real(path, name))
+    for loader in ("load_safetensors_tensor", "load_safetensors_array"):  # the mapping is read with numpy
+        real = getattr(weights_module, loader)
+        monkeypatch.setattr(weights_module, loader, lambda path, name, real=real: loaded.append(name) or real(path, name))
     ckpt = read_checkpoint(specforge_dir[0])
     assert sorted(loaded) == ["d2t", "t2d"]
     ckpt.tensor("norm.weight")

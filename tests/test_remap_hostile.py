@@ -230,3 +230,57 @@ def test_carried_over_files_count_in_the_free_space_check(world, capsys, monkeyp
     code, _, err = run_cli(_args(world, world["root"] / "out"), capsys)
     assert code == 2 and "GB is free" in err and err.count("\n") == 1, err
     assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]
+
+
+# ------------------------------------------------------------------------------------------
+# the digest recorded is that of the bytes copied (item 9)
+
+
+def _flip_in_place(path: Path, offset: int) -> None:
+    """Change one byte without a new inode, size or mtime (what (dev, inode, size, mtime) misses)."""
+    info = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world):  # noqa: F811
+    import blake3
+    from safetensors import safe_open
+
+    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    thread = getattr(getattr(plan, "source_digest", None), "thread", None)
+    if thread is not None:  # a plan that hashed the source up front (as triage did) has finished by now
+        thread.join()
+    weights = world["source"] / "model.safetensors"
+    begin, _ = remap._safetensors_extents(plan.checkpoint, weights)["fc.weight"]
+    _flip_in_place(weights, begin + 5)
+    report = remap.execute_remap(plan, device="cpu")
+    now = blake3.blake3(weights.read_bytes()).hexdigest()
+    assert report.source_blake3 == {"model.safetensors": now}
+    provenance = json.loads((report.output / remap.PROVENANCE_FILE).read_text())
+    assert provenance["source_blake3"] == {"model.safetensors": now}
+    with safe_open(str(report.output / "model.safetensors"), framework="np") as out, \
+            safe_open(str(weights), framework="np") as source:  # the output holds the bytes as changed
+        assert out.get_tensor("fc.weight").tobytes() == source.get_tensor("fc.weight").tobytes()
+
+
+def test_a_source_changed_in_place_during_the_remap_writes_nothing(world, monkeypatch):  # noqa: F811
+    """Changed after its bytes were copied and hashed, before the comparison: the output no longer
+    matches the source, so nothing is renamed into place."""
+    weights = world["source"] / "model.safetensors"
+    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    begin, _ = remap._safetensors_extents(plan.checkpoint, weights)["fc.weight"]
+    real_verify = remap._verify
+
+    def verify(*args, **kwargs):
+        _flip_in_place(weights, begin + 5)
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(remap, "_verify", verify)
+    with pytest.raises(remap.BadInput, match="verification failed: fc.weight differs from the source"):
+        remap.execute_remap(plan, device="cpu")
+    assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]

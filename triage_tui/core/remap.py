@@ -38,7 +38,6 @@ import struct
 import sys
 import tempfile
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,7 +50,6 @@ import numpy as np
 from triage_tui import __version__
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
-from triage_tui.core.formats.weights import find_weights
 from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
 from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
 from triage_tui.core.vocab import VocabMapping
@@ -120,7 +118,7 @@ class RemapPlan:
     run_mapping: VocabMapping = field(repr=False)
     source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
     target_model: Any = field(default=None, repr=False)
-    source_digest: "_SourceDigest | None" = field(default=None, repr=False)  # hashing since plan_remap began
+    source_identities: tuple = field(default=(), repr=False)  # (dev, inode, size, mtime) of each weights file
 
     def describe(self) -> str:
         """The exact text the TUI's confirm dialog shows."""
@@ -130,16 +128,28 @@ class RemapPlan:
         return "\n".join([text, *self.notes])
 
 
-def _file_sha256(path: Path, block: int = 8 << 20, stop: threading.Event | None = None) -> str:
-    """SHA-256 of a file, hashed from memory-mapped windows (no copy into a buffer first)."""
+def _file_sha256(path: Path, block: int = 8 << 20) -> str:
+    """SHA-256 of a (mapping) file, hashed from memory-mapped windows."""
     digest = hashlib.sha256()
     with _opened(path) as fd:
         size = os.fstat(fd).st_size
         for offset in range(0, size, block):
-            if stop is not None and stop.is_set():
-                raise Cancelled("hashing stopped")
             with _mapped(fd, offset, min(block, size - offset)) as data:
-                digest.update(data)  # releases the GIL on large buffers: the remap goes on meanwhile
+                digest.update(data)
+                del data
+    return digest.hexdigest()
+
+
+def _file_blake3(path: Path) -> str:
+    """BLAKE3 of a file (the source's digest where it is not hashed while it is copied: .bin sources)."""
+    import blake3
+
+    digest = blake3.blake3()
+    with _opened(path) as fd:
+        size = os.fstat(fd).st_size
+        for offset in range(0, size, WINDOW_BYTES):
+            with _mapped(fd, offset, min(WINDOW_BYTES, size - offset)) as data:
+                digest.update(data)
                 del data
     return digest.hexdigest()
 
@@ -150,29 +160,11 @@ def _identity(path: Path) -> tuple[int, ...]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-class _SourceDigest:
-    """SHA-256 of the source's weight files for the provenance, hashed in a thread from the moment
-    the files are known (it overlaps reading the inputs, importing torch and the writing).
-
-    ``result`` also checks that no file changed since hashing began, so the digest recorded is
-    that of the bytes the output was made from and verified against.
-    """
-
-    def __init__(self, files: tuple[Path, ...]) -> None:
-        self.files = files
-        self.identities = [_identity(file) for file in files]
-        self.stop = threading.Event()
-        self.thread = _Background("triage-remap-sha256", lambda: _hash_files(files, self.stop))
-
-    def result(self, source: Path) -> dict[str, str]:
-        digests = self.thread.result()
-        self.check_unchanged(source)
-        return digests
-
-    def check_unchanged(self, source: Path) -> None:
-        if [_identity(file) for file in self.files] != self.identities:
-            raise BadInput(source, "the checkpoint's weights changed while it was being remapped; "
-                                   "nothing was written (run again once nothing writes to it)")
+def _check_unchanged(plan: "RemapPlan") -> None:
+    """The source's files are those the plan read (a rewrite or replacement since is refused)."""
+    if tuple(_identity(file) for file in plan.checkpoint.files) != plan.source_identities:
+        raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
+                                    "nothing was written (run again once nothing writes to it)")
 
 
 def _mapping_digest(path: Path, mapping: VocabMapping) -> tuple[str, str]:
@@ -199,22 +191,10 @@ def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: st
         raise BadInput(None, f"--init-missing must be one of {', '.join(INIT_STRATEGIES)}, not {init!r}")
     if init == "target" and target is None:
         raise BadInput(None, "--init-missing target needs --target (the target model's directory)")
-    # Hashing the source (~1 s per 2 GB) starts before anything else is read; a plan that fails
-    # or is dropped unexecuted stops it.
-    digest = None
     try:
-        digest = _SourceDigest(find_weights(checkpoint_path).files)
-        plan = _plan(checkpoint_path, mapping_path, out, init, target, digest)
+        return _plan(checkpoint_path, mapping_path, out, init, target)
     except OSError as err:  # PermissionError, a name too long, ...: the file named, exit 2
-        if digest is not None:
-            digest.stop.set()
         raise _read_error(err, checkpoint_path) from None
-    except BaseException:
-        if digest is not None:
-            digest.stop.set()
-        raise
-    weakref.finalize(plan, digest.stop.set)
-    return plan
 
 
 def _read_error(err: OSError, fallback: str | Path) -> BadInput:
@@ -226,8 +206,9 @@ def _read_error(err: OSError, fallback: str | Path) -> BadInput:
 
 
 def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path | None, init: str | None,
-          target: str | Path | None, digest: _SourceDigest) -> RemapPlan:
+          target: str | Path | None) -> RemapPlan:
     checkpoint = read_checkpoint(checkpoint_path)
+    identities = tuple(_identity(file) for file in checkpoint.files)
     source = checkpoint.path.resolve()
     notes: list[str] = []
 
@@ -308,7 +289,7 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
         rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
         init_from=init_from, written_as=written_as, mapping_sha256=mapping_sha, mapping_sha256_of=mapping_sha_of,
         target_path=target_path, checkpoint=checkpoint, run_mapping=run_mapping, source_rows=source_rows,
-        target_model=target_model, source_digest=digest,
+        target_model=target_model, source_identities=identities,
     )
 
 
@@ -965,7 +946,7 @@ class RemapReport:
     accuracy_after: float | None
     accuracy_device: str | None = None
     mapping_sha256: str = ""
-    source_sha256: dict[str, str] = field(default_factory=dict)
+    source_blake3: dict[str, str] = field(default_factory=dict)  # of each weights file, as it was read and copied
     files: tuple[str, ...] = ()
     replaced: bool = False
     notes: tuple[str, ...] = ()
@@ -977,7 +958,7 @@ class RemapReport:
             "rows_initialized": self.rows_initialized, "init": self.init, "verified": self.verified,
             "written_as": self.written_as, "accuracy_before": self.accuracy_before,
             "accuracy_after": self.accuracy_after, "accuracy_device": self.accuracy_device,
-            "mapping_sha256": self.mapping_sha256, "source_sha256": dict(self.source_sha256),
+            "mapping_sha256": self.mapping_sha256, "source_blake3": dict(self.source_blake3),
             "files": list(self.files), "replaced": self.replaced, "notes": list(self.notes),
         }
 
@@ -1123,22 +1104,62 @@ def _copy_extra(extra: _Extra, target: Path, cancel: threading.Event | None) -> 
     return sum(end - begin for begin, end in segments)
 
 
-class _InitRows:
-    """Values of the initialised rows, computed once and used for writing and for verification.
+# lm_head dtypes numpy can sum and round to (bf16 through its float32 top half); others go through torch.
+_NUMPY_HEAD_DTYPES = {"bfloat16": "<u2", "float16": "<f2", "float32": "<f4", "float64": "<f8"}
 
-    The mean of the old rows is summed in a thread while the other tensors are copied; the
-    lm_head is written last, so nothing waits for it.
+
+def _column_sum(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """Sum over the rows (a [n, row_bytes] uint8 array) in float64."""
+    if dtype == "bfloat16":
+        # bf16 is the top half of a float32: widening by a shift is exact
+        wide = rows.view("<u2").astype(np.uint32)
+        wide <<= 16
+        values = wide.view(np.float32)
+    else:
+        values = rows.view(_NUMPY_HEAD_DTYPES[dtype])
+    return np.add.reduce(values, axis=0, dtype=np.float64)
+
+
+def _float64_to_bytes(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``torch.from_numpy(values).to(dtype)``'s bytes: float64 goes to float32 first, then rounds to
+    nearest even (c10's BFloat16/Half are built from a float), NaN as torch writes it."""
+    if dtype not in _NUMPY_HEAD_DTYPES:
+        import torch
+
+        return _as_bytes(torch.from_numpy(values).to(getattr(torch, dtype)))
+    if dtype == "float64":
+        return values.astype("<f8").view(np.uint8)
+    single = values.astype(np.float32)
+    if dtype == "float32":
+        return single.astype("<f4").view(np.uint8)
+    if dtype == "float16":
+        return single.astype("<f2").view(np.uint8)
+    bits = single.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+    rounded[np.isnan(single)] = 0x7FC0
+    return rounded.view(np.uint8)
+
+
+class _InitRows:
+    """Bytes of the initialised rows, computed once and used for writing and for verification.
+
+    The mean's column sum comes either from the single pass over the source (``add``) or, for a
+    source read through torch, from a thread summing the old rows while the rest is copied.
     """
 
-    def __init__(self, plan: RemapPlan, old: _Rows) -> None:
+    def __init__(self, plan: RemapPlan, old: "_Rows | None") -> None:
         self.plan = plan
-        self.dtype = old.dtype
-        self.old_rows, self.width = old.shape
-        self._mean_sum = None
-        self._mean: torch.Tensor | None = None
+        info = plan.checkpoint.tensors[plan.checkpoint.lm_head_name]
+        self.dtype = info.dtype
+        self.old_rows, self.width = info.shape
+        self.row_bytes = _Entry("row", self.dtype, (self.width,)).nbytes
+        self.needs_sum = plan.init == "mean" and plan.rows_initialized > 0
+        self._sum = np.zeros(self.width, dtype=np.float64)
+        self._sum_thread = None
+        self._mean: np.ndarray | None = None
         self._stop = threading.Event()
-        if plan.init == "mean" and plan.rows_initialized:
-            self._mean_sum = _Background("triage-remap-mean", lambda: old.column_sum(self._stop))
+        if self.needs_sum and old is not None:
+            self._sum_thread = _Background("triage-remap-mean", lambda: old.column_sum(self._stop))
         self.target_head = None
         if plan.init == "target" and plan.rows_initialized:
             head = plan.target_model.lm_head()
@@ -1147,29 +1168,41 @@ class _InitRows:
                                                  f"[{plan.run_mapping.target_vocab_size}, {self.width}]")
             self.target_head = head
 
-    def mean(self) -> torch.Tensor:
-        import torch
+    def add(self, rows: np.ndarray) -> None:
+        """Old rows (uint8, [n, row_bytes]) read by the single pass, in order."""
+        if self.needs_sum:
+            self._sum += _column_sum(rows, self.dtype)
 
+    def mean(self) -> np.ndarray:
         if self._mean is None:
-            self._mean = torch.from_numpy(self._mean_sum.result() / max(1, self.old_rows)).to(self.dtype)
+            total = self._sum_thread.result() if self._sum_thread is not None else self._sum
+            self._mean = _float64_to_bytes(total / max(1, self.old_rows), self.dtype)
         return self._mean
 
-    def rows(self, positions: np.ndarray) -> torch.Tensor:
-        """Rows for new draft positions ``positions`` (all of them initialised ones)."""
+    def rows_bytes(self, positions: np.ndarray) -> np.ndarray:
+        """Rows for new draft positions ``positions`` (all initialised ones), as [n, row_bytes] uint8."""
+        if self.plan.init == "zeros" or not positions.size:
+            return np.zeros((positions.size, self.row_bytes), dtype=np.uint8)
+        if self.plan.init == "mean":
+            return np.tile(self.mean(), (positions.size, 1))
         import torch
 
-        if self.plan.init == "zeros" or not positions.size:
-            return torch.zeros((positions.size, self.width), dtype=self.dtype)
-        if self.plan.init == "mean":
-            return self.mean().expand(positions.size, self.width).clone()
         token_ids = torch.from_numpy(self.plan.run_mapping.hot_ids[positions])
-        return self.target_head.index_select(0, token_ids).to(self.dtype)
+        head = self.target_head.index_select(0, token_ids).to(getattr(torch, self.dtype))
+        return _as_bytes(head).reshape(positions.size, self.row_bytes)
+
+    def rows(self, positions: np.ndarray) -> torch.Tensor:
+        """The same rows as a tensor (the path through torch)."""
+        import torch
+
+        data = self.rows_bytes(positions)
+        return torch.from_numpy(data.copy()).view(getattr(torch, self.dtype)).reshape(positions.size, self.width)
 
     def close(self) -> None:
         """Stop the mean thread if it still runs, and wait for it."""
         self._stop.set()
-        if self._mean_sum is not None:
-            self._mean_sum.join()
+        if self._sum_thread is not None:
+            self._sum_thread.join()
 
 
 def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int,
@@ -1181,7 +1214,7 @@ def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: i
     copied = sources >= 0
     if copied.all():
         return gather(sources, cancel)
-    chunk = torch.empty((hi - lo, init_rows.width), dtype=init_rows.dtype)
+    chunk = torch.empty((hi - lo, init_rows.width), dtype=getattr(torch, init_rows.dtype))
     copied_at = np.flatnonzero(copied)
     if copied_at.size:
         _put(chunk, copied_at, gather(sources[copied_at], cancel))
@@ -1246,42 +1279,19 @@ def _copy_tensor(checkpoint, entry: _Entry, writer: _SafetensorsWriter, extents:
         del data
 
 
-def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str],
-                   gather, init_rows: _InitRows, progress: _Progress,
-                   cancel: threading.Event | None) -> dict[str, _SafetensorsWriter]:
-    """Every output file, header first; each tensor goes to its own offset, so order is free:
-    the lm_head comes last, once the mean (summed in a thread meanwhile) is ready."""
-    checkpoint = plan.checkpoint
-    lm_head_name = checkpoint.lm_head_name
-    run = plan.run_mapping
+def _open_writers(temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str],
+                  run: VocabMapping) -> dict[str, _SafetensorsWriter]:
+    """Every output file, header first (digest placeholders), with the run's d2t/t2d written."""
     writers: dict[str, _SafetensorsWriter] = {}
-    extents: dict[str, tuple[int, int]] = {}
-    if checkpoint.file_kind == "safetensors":
-        for file in checkpoint.files:
-            extents.update(_safetensors_extents(checkpoint, file))
     try:
         for file_name, entries in files.items():
             writers[file_name] = _SafetensorsWriter(temp / file_name, entries, metadata)
-        head_writer = None
         for writer in writers.values():
             for entry in writer.entries:
                 if entry.name == "d2t":
                     writer.write("d2t", 0, run.d2t().astype(np.int64))
                 elif entry.name == "t2d":
                     writer.write("t2d", 0, run.t2d().view(np.uint8))
-                elif entry.name == lm_head_name:
-                    head_writer = writer
-                else:
-                    _copy_tensor(checkpoint, entry, writer, extents, progress, cancel)
-        entry = next(e for e in head_writer.entries if e.name == lm_head_name)
-        row_bytes = entry.nbytes // max(1, entry.shape[0])
-        step = max(1, WINDOW_BYTES // max(1, row_bytes))
-        for lo in range(0, entry.shape[0], step):
-            hi = min(entry.shape[0], lo + step)
-            _check_cancel(cancel)
-            chunk = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
-            head_writer.write(entry.name, lo * row_bytes, _as_bytes(chunk))
-            progress.advance(chunk.numel() * chunk.element_size(), "writing lm_head", _WRITE_SPAN)
     except BaseException:
         for writer in writers.values():
             writer.close()
@@ -1289,15 +1299,234 @@ def _write_tensors(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], 
     return writers
 
 
-def _verify_metadata(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str]) -> None:
-    """The provenance reads back from every output file's header, through safetensors."""
-    from safetensors import safe_open
+def _write_tensors(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], gather, init_rows: _InitRows,
+                   progress: _Progress, cancel: threading.Event | None) -> None:
+    """The path through torch (.bin sources, lm_head dtypes numpy lacks): each tensor goes to its own
+    offset, so order is free: the lm_head comes last, once the mean (summed in a thread) is ready."""
+    checkpoint = plan.checkpoint
+    lm_head_name = checkpoint.lm_head_name
+    extents = _checkpoint_extents(checkpoint)
+    head_writer = None
+    for writer in writers.values():
+        for entry in writer.entries:
+            if entry.name == lm_head_name:
+                head_writer = writer
+            elif entry.name not in ("d2t", "t2d"):
+                _copy_tensor(checkpoint, entry, writer, extents, progress, cancel)
+    entry = next(e for e in head_writer.entries if e.name == lm_head_name)
+    row_bytes = entry.nbytes // max(1, entry.shape[0])
+    step = max(1, WINDOW_BYTES // max(1, row_bytes))
+    for lo in range(0, entry.shape[0], step):
+        hi = min(entry.shape[0], lo + step)
+        _check_cancel(cancel)
+        chunk = _lm_head_chunk(plan, gather, init_rows, lo, hi, cancel)
+        head_writer.write(entry.name, lo * row_bytes, _as_bytes(chunk))
+        progress.advance(chunk.numel() * chunk.element_size(), "writing lm_head", _WRITE_SPAN)
 
+
+# ---------------------------------------------------------------------------------------------
+# The single pass over a safetensors source: every byte is read once, in file order, into a
+# private buffer, hashed (BLAKE3, in a thread) and written from that same buffer, so the digest
+# recorded is that of the bytes copied. The old lm_head's rows go to their new positions as they
+# pass (each old row feeds at most one new row), and the mean of the old rows is summed on the way.
+
+
+class _HashPipe:
+    """Windows hashed in a thread while the main thread writes them; two buffers used in turn."""
+
+    def __init__(self, size: int) -> None:
+        self.buffers = [bytearray(size), bytearray(size)]
+        self.done: list[threading.Event | None] = [None, None]
+        self.turn = 0
+        self.error: BaseException | None = None
+        self.items: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="triage-remap-blake3", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (item := self.items.get()) is not None:
+            hasher, view, done = item
+            try:
+                if self.error is None:
+                    hasher.update(view)  # blake3 releases the GIL: the writing goes on meanwhile
+            except BaseException as err:  # noqa: BLE001 - re-raised by the main thread
+                self.error = err
+            done.set()
+
+    def buffer(self) -> tuple[int, bytearray]:
+        """A buffer whose previous window has been hashed."""
+        i, self.turn = self.turn, self.turn ^ 1
+        self._wait(i)
+        return i, self.buffers[i]
+
+    def hash(self, i: int, hasher, view: memoryview) -> None:
+        self.done[i] = threading.Event()
+        self.items.put((hasher, view, self.done[i]))
+
+    def _wait(self, i: int) -> None:
+        if self.done[i] is not None:
+            self.done[i].wait()
+            self.done[i] = None
+        if self.error is not None:
+            raise self.error
+
+    def drain(self) -> None:
+        self._wait(0)
+        self._wait(1)
+
+    def close(self) -> None:
+        for i in (0, 1):  # the buffers must not be released while the thread reads them
+            if self.done[i] is not None:
+                self.done[i].wait()
+        self.items.put(None)
+        self.thread.join()
+
+
+def _pread_into(fd: int, buffer: bytearray, length: int, offset: int) -> memoryview:
+    view = memoryview(buffer)[:length]
+    got = 0
+    while got < length:
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            raise _SourceChanged
+        got += n
+    return view
+
+
+class _SourceChanged(Exception):
+    """The source file no longer is what the plan read (shorter, or another header)."""
+
+
+def _source_layout(plan: RemapPlan, file: Path, header: bytes, size: int) -> list[tuple[str, int, int]]:
+    """(name, begin, end) of each tensor in ``file``, from the header bytes the pass read; they must
+    describe the tensors the plan was made from."""
+    try:
+        entries = json.loads(header)
+    except ValueError:
+        raise _SourceChanged from None
+    start = 8 + len(header)
+    layout = []
+    for name, entry in entries.items():
+        if name == "__metadata__":
+            continue
+        info = plan.checkpoint.tensors.get(name)
+        if info is None or info.file != file or not isinstance(entry, dict) \
+                or SAFETENSORS_DTYPES.get(entry.get("dtype"), ("",))[0] != info.dtype \
+                or entry.get("shape") != list(info.shape):
+            raise _SourceChanged
+        begin, end = entry["data_offsets"]
+        layout.append((name, start + begin, start + end))
+    layout.sort(key=lambda item: item[1])
+    if start + sum(end - begin for _, begin, end in layout) != size or \
+            len(layout) != sum(1 for info in plan.checkpoint.tensors.values() if info.file == file):
+        raise _SourceChanged
+    return layout
+
+
+def _stream_source(plan: RemapPlan, writers: dict[str, "_SafetensorsWriter"], init_rows: _InitRows,
+                   progress: "_Progress", cancel: threading.Event | None) -> dict[str, str]:
+    """Copy every unchanged tensor and move the lm_head rows, reading each source file once;
+    returns the BLAKE3 of each file as read."""
+    import blake3
+
+    lm_head_name = plan.checkpoint.lm_head_name
+    writer_of = {entry.name: writer for writer in writers.values() for entry in writer.entries}
+    row_bytes = init_rows.row_bytes
+    window_rows = max(1, WINDOW_BYTES // row_bytes)
+    new_position = np.full(init_rows.old_rows, -1, dtype=np.int64)
+    copied = np.flatnonzero(plan.source_rows >= 0)
+    new_position[plan.source_rows[copied]] = copied
+    head_writer = writer_of[lm_head_name]
+    digests: dict[str, str] = {}
+    pipe = _HashPipe(max(WINDOW_BYTES, window_rows * row_bytes))
+    try:
+        for file in plan.checkpoint.files:
+            hasher = blake3.blake3()
+            with _opened(file) as fd:
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                except (OSError, AttributeError):
+                    pass
+                size = os.fstat(fd).st_size
+                try:
+                    i, buffer = pipe.buffer()
+                    prefix = bytes(_pread_into(fd, buffer, 8, 0))
+                    header_length = int.from_bytes(prefix, "little")
+                    if header_length > size - 8:
+                        raise _SourceChanged
+                    header = bytes(_pread_into(fd, buffer, header_length, 8))
+                    layout = _source_layout(plan, file, header, size)
+                    hasher.update(prefix)
+                    hasher.update(header)
+                    for name, begin, end in layout:
+                        step = window_rows * row_bytes if name == lm_head_name else WINDOW_BYTES
+                        for offset in range(begin, end, step):
+                            _check_cancel(cancel)
+                            length = min(step, end - offset)
+                            i, buffer = pipe.buffer()
+                            view = _pread_into(fd, buffer, length, offset)
+                            pipe.hash(i, hasher, view)
+                            if name == lm_head_name:
+                                first_row = (offset - begin) // row_bytes
+                                rows = np.frombuffer(view, dtype=np.uint8).reshape(-1, row_bytes)
+                                _scatter_rows(head_writer, lm_head_name, rows,
+                                              new_position[first_row:first_row + rows.shape[0]], row_bytes)
+                                init_rows.add(rows)
+                                del rows
+                            elif name not in ("d2t", "t2d"):  # those two are replaced by the run's
+                                writer_of[name].write(name, offset - begin, np.frombuffer(view, dtype=np.uint8))
+                            progress.advance(length, f"copying {name}", _WRITE_SPAN)
+                            del view
+                    pipe.drain()
+                except _SourceChanged:
+                    raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
+                                                "nothing was written (run again once nothing writes to it)") from None
+            digests[file.name] = hasher.hexdigest()
+    finally:
+        pipe.close()
+    initialised = np.flatnonzero(plan.source_rows < 0)
+    for start in range(0, initialised.size, window_rows):
+        _check_cancel(cancel)
+        positions = initialised[start:start + window_rows]
+        _write_runs(head_writer, lm_head_name, positions, init_rows.rows_bytes(positions), row_bytes)
+    return digests
+
+
+def _scatter_rows(writer: "_SafetensorsWriter", name: str, rows: np.ndarray, positions: np.ndarray,
+                  row_bytes: int) -> None:
+    """Write old rows to their new positions (-1: the row is not kept)."""
+    kept = np.flatnonzero(positions >= 0)
+    if not kept.size:
+        return
+    order = np.argsort(positions[kept], kind="stable")
+    source = kept[order]
+    data = rows[int(source[0]):int(source[-1]) + 1] if _is_range(source) else rows[source]
+    _write_runs(writer, name, positions[source], data, row_bytes)
+
+
+def _write_runs(writer: "_SafetensorsWriter", name: str, positions: np.ndarray, data: np.ndarray,
+                row_bytes: int) -> None:
+    """``data[k]`` to row ``positions[k]`` (ascending), one write per run of consecutive rows."""
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.size]):
+        writer.write(name, int(positions[a]) * row_bytes, data[a:b])
+
+
+def _safetensors_metadata(path: Path) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, from its header (no torch)."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    found = header.get("__metadata__") if isinstance(header, dict) else None
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def _verify_metadata(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str]) -> None:
+    """The provenance reads back from every output file's header."""
     for file_name in files:
-        with safe_open(str(temp / file_name), framework="pt") as f:
-            if f.metadata() != metadata:
-                raise BadInput(plan.output, f"verification failed: {file_name}: provenance metadata does not "
-                                            "read back; nothing was written")
+        if _safetensors_metadata(temp / file_name) != metadata:
+            raise BadInput(plan.output, f"verification failed: {file_name}: provenance metadata does not "
+                                        "read back; nothing was written")
 
 
 def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_rows: _InitRows,
@@ -1321,16 +1550,21 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
         if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
             raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}")
     run = plan.run_mapping
-    d2t, t2d = written.tensor("d2t"), written.tensor("t2d")
-    if not np.array_equal(d2t.numpy(), run.d2t()) or not np.array_equal(t2d.numpy(), run.t2d()):
-        raise fail("d2t/t2d differ from the run's mapping")
+    source_extents = _checkpoint_extents(plan.checkpoint)
+    written_extents = _checkpoint_extents(written)
+    compared = 0
+    for name, want in (("d2t", run.d2t().astype("<i8").view(np.uint8)), ("t2d", run.t2d().astype(bool).view(np.uint8))):
+        begin, end = written_extents[name]
+        with _opened(written.tensors[name].file) as fd, _mapped(fd, begin, end - begin) as got:
+            same = _equal_bytes(got, want)
+            del got
+        if not same:
+            raise fail("d2t/t2d differ from the run's mapping")
+        compared += want.size
     if written.mapping is None or not np.array_equal(written.mapping.hot_ids, run.hot_ids) \
             or written.mapping.target_vocab_size != run.target_vocab_size:
         raise fail("the output's d2t/t2d do not read back as the run's mapping")
-    compared = d2t.numel() * 8 + t2d.numel()
 
-    source_extents = _checkpoint_extents(plan.checkpoint)
-    written_extents = _checkpoint_extents(written)
     lm_head_name = plan.checkpoint.lm_head_name
     if lm_head_name in source_extents and lm_head_name in written_extents:
         compared += _verify_lm_head_mapped(plan, written, source_extents, written_extents, init_rows, fail,
@@ -1407,7 +1641,7 @@ def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_ext
                     want[copied] = old.reshape(old_rows, row_bytes)[sources[copied]]
                     del old
             if initialised.size:
-                want[initialised] = _as_bytes(init_rows.rows(initialised + lo)).reshape(-1, row_bytes)
+                want[initialised] = init_rows.rows_bytes(initialised + lo)
             with _mapped(new_fd, new_begin + lo * row_bytes, (hi - lo) * row_bytes) as got:
                 same = _equal_bytes(got, want.reshape(-1))
                 if not same:
@@ -1483,17 +1717,13 @@ class _Background(threading.Thread):
         return self.value
 
 
-def _hash_files(files: tuple[Path, ...], stop: threading.Event) -> dict[str, str]:
-    return {file.name: _file_sha256(file, stop=stop) for file in files}
-
-
 def _provenance(plan: RemapPlan, digests: dict[str, str], notes: list[str]) -> dict[str, Any]:
     return {
         "tool": "triage", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source": str(plan.source), "source_file_kind": plan.checkpoint.file_kind,
         "source_layout": plan.checkpoint.layout,
-        "source_sha256": dict(digests),
+        "source_blake3": dict(digests),
         "mapping": str(plan.mapping_path), "mapping_sha256": plan.mapping_sha256,
         "mapping_sha256_of": plan.mapping_sha256_of,
         "draft_vocab_size": plan.draft_vocab_size, "target_vocab_size": plan.run_mapping.target_vocab_size,
@@ -1510,7 +1740,7 @@ def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[st
     metadata.update({
         "triage.version": __version__,
         "triage.source": str(plan.source),
-        "triage.source_sha256": json.dumps(digests, sort_keys=True),
+        "triage.source_blake3": json.dumps(digests, sort_keys=True),
         "triage.mapping": str(plan.mapping_path),
         "triage.mapping_sha256": plan.mapping_sha256,
         "triage.rows_copied": str(plan.rows_copied),
@@ -1523,11 +1753,8 @@ def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[st
 def _source_metadata(plan: RemapPlan) -> dict[str, str]:
     if plan.checkpoint.file_kind != "safetensors":
         return {}
-    from safetensors import safe_open
-
-    with safe_open(str(plan.checkpoint.files[0]), framework="pt") as f:
-        found = f.metadata() or {}
-    return {k: v for k, v in found.items() if not k.startswith("triage.")}
+    found = _safetensors_metadata(plan.checkpoint.files[0])
+    return {k: v for k, v in found.items() if isinstance(v, str) and not k.startswith("triage.")}
 
 
 def _write_index(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]]) -> None:
@@ -1561,12 +1788,19 @@ def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: s
         return None
 
 
+def _streams(plan: RemapPlan) -> bool:
+    """The single pass (no torch) applies: a safetensors source whose lm_head numpy can sum."""
+    checkpoint = plan.checkpoint
+    return checkpoint.file_kind == "safetensors" and checkpoint.tensors[checkpoint.lm_head_name].dtype in _NUMPY_HEAD_DTYPES
+
+
 def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,
                   device: str = "auto", max_tokens: int = 4096, progress: Progress | None = None,
                   cancel: threading.Event | None = None) -> RemapReport:
     """Write, verify and move into place the checkpoint ``plan`` describes."""
     output = plan.output
     replace = _check_output_free(output, force)
+    _check_unchanged(plan)
     dumps = None
     if data is not None:
         from triage_tui.core.formats.hidden_states import read_dumps
@@ -1588,7 +1822,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
                                       f"{free / 1e9:.2f} GB is free; nothing was written")
     notes = list(plan.notes)
     report_progress = _Progress(progress, total)
-    old_head = _Rows(plan.checkpoint, plan.checkpoint.lm_head_name)
+    streamed = _streams(plan)
     accuracy_before = accuracy_after = accuracy_device = None
     for file in plan.checkpoint.files:  # a cold source is read ahead while the plan's first steps run
         _read_ahead(file)
@@ -1596,7 +1830,10 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         temp = _TempOutput(output)
     except OSError as err:
         raise _write_error(err, output) from None
-    source_digest = plan.source_digest or _SourceDigest(plan.checkpoint.files)
+    # A source read through torch is hashed apart from the copy, once while it is written and once
+    # after the verification: the two digests must agree.
+    hashing = None if streamed else _Background(
+        "triage-remap-blake3", lambda: {file.name: _file_blake3(file) for file in plan.checkpoint.files})
     writers: dict[str, _SafetensorsWriter] = {}
     init_rows = syncing = None
     replay = dumps is not None and plan.target_model is not None
@@ -1609,14 +1846,18 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             replay = accuracy_before is not None
         elif dumps is not None:
             notes.append("Accuracy not measured: the replay needs --target as well as --data.")
-        gpu = _use_gpu(device, old_head.row_bytes * old_head.shape[0])
-        gather = _StagedRows(old_head, gpu, cancel).gather if gpu is not None else old_head.gather
+        old_head = None if streamed else _Rows(plan.checkpoint, plan.checkpoint.lm_head_name)
         init_rows = _InitRows(plan, old_head)
         source_metadata = _source_metadata(plan)
         placeholder = {file.name: "0" * 64 for file in plan.checkpoint.files}
         try:
-            writers = _write_tensors(plan, temp.path, files, _metadata(plan, source_metadata, placeholder),
-                                     gather, init_rows, report_progress, cancel)
+            writers = _open_writers(temp.path, files, _metadata(plan, source_metadata, placeholder), plan.run_mapping)
+            if streamed:
+                digests = _stream_source(plan, writers, init_rows, report_progress, cancel)
+            else:
+                gpu = _use_gpu(device, old_head.row_bytes * old_head.shape[0])
+                gather = _StagedRows(old_head, gpu, cancel).gather if gpu is not None else old_head.gather
+                _write_tensors(plan, writers, gather, init_rows, report_progress, cancel)
             # The data goes to disk while it is re-read for verification; nothing is renamed before both end.
             syncing = _Background("triage-remap-fsync", lambda: [os.fsync(w.fd) for w in writers.values()])
             config = _updated_config(plan, notes)
@@ -1633,8 +1874,13 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
                              "never followed).")
             report_progress.reset()
             compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
-            # The source's digest, hashed since the start, goes into the headers' placeholders last.
-            digests = source_digest.result(plan.source)
+            if not streamed:
+                digests = hashing.result()
+                if {file.name: _file_blake3(file) for file in plan.checkpoint.files} != digests:
+                    raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
+                                                "nothing was written (run again once nothing writes to it)")
+            _check_unchanged(plan)
+            # The source's digest goes into the headers' placeholders last.
             metadata = _metadata(plan, source_metadata, digests)
             syncing.result()
             for writer in writers.values():
@@ -1660,8 +1906,8 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         except OSError as err:
             raise _write_error(err, output) from None
     finally:
-        if source_digest is not plan.source_digest:
-            source_digest.stop.set()
+        if hashing is not None:
+            hashing.join()
         if init_rows is not None:
             init_rows.close()
         if syncing is not None:
@@ -1675,7 +1921,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         source=plan.source, output=output, mapping=plan.mapping_path, draft_vocab_size=plan.draft_vocab_size,
         rows_copied=plan.rows_copied, rows_initialized=plan.rows_initialized, init=plan.init, verified=True,
         written_as=plan.written_as, accuracy_before=accuracy_before, accuracy_after=accuracy_after,
-        accuracy_device=accuracy_device, mapping_sha256=plan.mapping_sha256, source_sha256=dict(digests),
+        accuracy_device=accuracy_device, mapping_sha256=plan.mapping_sha256, source_blake3=dict(digests),
         files=tuple(provenance["files"]), replaced=replace, notes=tuple(notes),
     )
 
@@ -1749,7 +1995,7 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
             provenance = {"tool": "triage", "version": __version__,
                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           "source": str(source),
-                          "source_sha256": {f.name: _file_sha256(f) for f in checkpoint.files},
+                          "source_blake3": {f.name: _file_blake3(f) for f in checkpoint.files},
                           "mapping_sha256": mapping.sha256(), "draft_vocab_size": mapping.draft_vocab_size,
                           "target_vocab_size": mapping.target_vocab_size, "notes": notes,
                           "files": sorted([p.name for p in written] + [KEPT_MAPPING_PROVENANCE_FILE])}

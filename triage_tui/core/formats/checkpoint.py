@@ -155,10 +155,10 @@ def read_checkpoint(path: str | Path) -> DrafterCheckpoint:
 
     mapping = None
     if d2t is not None:
-        offsets = offsets_array(d2t.file, "d2t", weights.load("d2t"))
+        offsets = offsets_array(d2t.file, "d2t", weights.load_array("d2t"))
         mask, mask_note = (None, None)
         if t2d is not None:
-            mask, mask_note = mask_array(t2d.file, "t2d", weights.load("t2d"))
+            mask, mask_note = mask_array(t2d.file, "t2d", weights.load_array("t2d"))
         vocab = target_vocab_size
         mapping_notes = (mask_note,) if mask_note else ()
         if vocab is None and mask is None:

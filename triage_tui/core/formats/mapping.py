@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.safe_torch import safe_torch_load
+from triage_tui.core.formats.safe_torch import load_plain_arrays, safe_torch_load
 from triage_tui.core.vocab import VocabMapping
 
 # torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
@@ -216,10 +216,12 @@ def _read_npy_pair(path: Path, target_vocab_size: int | None) -> VocabMapping:
 
 
 def _read_mapping_pt(path: Path, target_vocab_size: int | None) -> VocabMapping:
-    import torch
-
-    loaded = safe_torch_load(path)
-    if isinstance(loaded, torch.Tensor):  # modelopt d2t.pt: offsets only, frequency order
+    loaded = load_plain_arrays(path)  # without torch, when the file is plain integer/bool tensors
+    if loaded is None:
+        loaded = safe_torch_load(path)
+    torch = sys.modules.get("torch")
+    if isinstance(loaded, np.ndarray) or (torch is not None and isinstance(loaded, torch.Tensor)):
+        # modelopt d2t.pt: offsets only, frequency order
         return mapping_from_arrays(path, offsets_array(path, "d2t", loaded), None,
                                    target_vocab_size=target_vocab_size)
     if not isinstance(loaded, dict):

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from triage_tui.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -175,6 +177,81 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
 
 
 # --------------------------------------------------------------------------------------------
+# Plain integer and bool tensors of a torch.save zip, read with numpy: a vocab mapping file
+# ({"d2t", "t2d"} or a bare d2t) is read without importing torch (~1 s, most of a remap's
+# start). The unpickler knows exactly the globals such a file names; for anything else it
+# returns None and the caller goes through safe_torch_load, which refuses or reads it.
+
+_PLAIN_STORAGES = {"LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
+                   "ByteStorage": "u1", "BoolStorage": "?"}
+_PLAIN_MAX_BYTES = 64 << 20  # a mapping over a 16M-token vocab; larger files take the torch path
+
+
+class _NotPlain(Exception):
+    """The file holds something beyond plain integer/bool tensors in dicts."""
+
+
+def _rebuild_plain(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+    if not (isinstance(storage, np.ndarray) and isinstance(offset, int) and isinstance(size, tuple)
+            and isinstance(stride, tuple) and len(size) == 1 and len(stride) == 1 and not hooks and not metadata):
+        raise _NotPlain
+    (n,), (step,) = size, stride
+    if not (isinstance(n, int) and isinstance(step, int)) or n < 0 or offset < 0 or \
+            (n and (step < 1 or offset + (n - 1) * step >= storage.size)):
+        raise _NotPlain
+    return storage[offset:offset + n * step:step].copy() if n else storage[:0].copy()
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str) -> None:
+        super().__init__(io.BytesIO(data))
+        self.archive, self.prefix = archive, prefix
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_plain
+        if (module, name) == ("collections", "OrderedDict"):
+            return dict
+        if module == "torch" and name in _PLAIN_STORAGES:
+            return _PLAIN_STORAGES[name]
+        raise _NotPlain
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and pid[1] in _PLAIN_STORAGES.values()
+                and isinstance(pid[2], str) and pid[3] == "cpu" and isinstance(pid[4], int)):
+            raise _NotPlain
+        dtype = np.dtype(pid[1])
+        info = self.archive.getinfo(f"{self.prefix}data/{pid[2]}")
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != pid[4] * dtype.itemsize:
+            raise _NotPlain
+        return np.frombuffer(self.archive.read(info), dtype=dtype)
+
+
+def load_plain_arrays(path: str | Path) -> object | None:
+    """The object a torch.save zip of integer/bool tensors holds, tensors as numpy arrays; None
+    when the file is anything else (read it with safe_torch_load then)."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > _PLAIN_MAX_BYTES:
+            return None
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+            if len(pickles) != 1:
+                return None
+            prefix = pickles[0][: -len("data.pkl")]
+            if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder") != b"little":
+                return None
+            value = _PlainUnpickler(archive.read(pickles[0]), archive, prefix).load()
+    except (_NotPlain, pickle.UnpicklingError, zipfile.BadZipFile, KeyError, ValueError, TypeError,
+            EOFError, IndexError, AttributeError, OSError, RecursionError, struct.error):
+        return None
+    plain = isinstance(value, np.ndarray) or (isinstance(value, dict) and all(
+        isinstance(k, str) and (isinstance(v, np.ndarray) or v is None) for k, v in value.items()))
+    return value if plain else None
+
+
+# --------------------------------------------------------------------------------------------
 # safetensors: header parsed by hand so that a hostile length or offset is caught before
 # safetensors/mmap is involved. Format: u64 little-endian header length N, N bytes of JSON
 # {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data
@@ -284,4 +361,16 @@ def load_safetensors_tensor(path: str | Path, name: str) -> torch.Tensor:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             return f.get_tensor(name)
     except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise BadInput(path, f"cannot read tensor {name!r}: {_first_line(err)}") from None
+
+
+def load_safetensors_array(path: str | Path, name: str) -> np.ndarray:
+    """One tensor of a numpy dtype (integers, bool, floats but bf16/fp8) as a numpy array, without torch."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return f.get_tensor(name)
+    except (SafetensorError, OSError, RuntimeError, ValueError, TypeError) as err:
         raise BadInput(path, f"cannot read tensor {name!r}: {_first_line(err)}") from None

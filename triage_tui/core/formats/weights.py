@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
+    load_safetensors_array,
     load_safetensors_tensor,
     read_safetensors_header,
     safe_torch_load,
@@ -24,6 +25,7 @@ from triage_tui.core.formats.safe_torch import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 # torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
@@ -87,6 +89,16 @@ class WeightFiles:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
             return load_safetensors_tensor(found.file, name)
+        return self._bin_states[found.file][name]
+
+
+    def load_array(self, name: str) -> np.ndarray | torch.Tensor:
+        """A tensor of integers or bools (d2t, t2d): numpy from safetensors, without importing torch."""
+        found = self.info(name)
+        if found is None:
+            raise BadInput(self.root, f"no tensor {name!r} in the weights")
+        if self.kind == "safetensors":
+            return load_safetensors_array(found.file, name)
         return self._bin_states[found.file][name]
 
 
