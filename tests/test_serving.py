@@ -511,3 +511,19 @@ def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
     evidence, errors = watch.poll()
     assert evidence.drafts == 10 and errors == ()
     assert watch.poll()[0] is evidence  # nothing new: the same object, so the TUI skips a redraw
+
+
+def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
+    import triage_tui.core.serving as serving
+
+    monkeypatch.setattr(serving, "MAX_READ_BYTES", 1024)  # one poll's read, made small
+    path = tmp_path / "long.log"
+    path.write_text("".join(vllm_line(10, [5, 1, 0]) + "\n" for _ in range(20)))
+    assert serving.ServingWatch([str(path)]).poll()[0].drafts == 200  # scan: to the end
+    tui = serving.ServingWatch([str(path)], background=True)
+    first = tui.poll()[0].drafts
+    assert first < 200  # the TUI catches up over polls
+    polls = 1
+    while tui.poll()[0].drafts < 200 and polls < 100:
+        polls += 1
+    assert tui.poll()[0].drafts == 200 and polls > 1

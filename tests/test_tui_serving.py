@@ -63,3 +63,7 @@ def test_scan_json_carries_the_serving_evidence(tmp_path):
     serving = report["serving"]
     assert (serving["engine"], serving["drafts"], serving["accepted"], serving["errors"]) == ("vllm", 400, 2, [])
     assert serving["acceptance_length"] == 1.005 and "samples" not in serving
+    # The collapse is a critical flag of the run, with its numbers.
+    collapsed = [f for f in report["flags"] if f["kind"] == "serving_acceptance_collapsed"]
+    assert len(collapsed) == 1 and collapsed[0]["severity"] == "critical" and collapsed[0]["value"] == 1.005
+    assert "2 accepted of 400 drafts" in collapsed[0]["message"]

@@ -60,7 +60,7 @@ def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any]:
     """One scan pass of the run: its flags, metrics and scalars feed the hypotheses."""
     from triage_tui.core.watch import Watcher
 
-    statuses = Watcher([run_path], use_watchdog=False, strict=True).poll_once()
+    statuses = Watcher([run_path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
     status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
     if status is None:
         return (), None, None

@@ -45,9 +45,12 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from triage_tui.core.signals import Flag
 
 ENGINES = ("vllm", "sglang")
 
@@ -337,12 +340,22 @@ class ServingLog:
         self.unparsed = 0
         self._evidence: ServingEvidence | None = None
 
-    def poll(self) -> ServingEvidence | None:
-        """The evidence so far: the same object as last time when the log gave nothing new."""
-        self.engine, samples, unparsed = samples_from_lines(self.tail.poll(), len(self.samples), self.engine)
-        if samples or unparsed or (self._evidence is None and self.engine is not None):
-            self.samples.extend(samples)
-            self.unparsed += unparsed
+    def poll(self, *, to_end: bool = False) -> ServingEvidence | None:
+        """The evidence so far: the same object as last time when the log gave nothing new.
+
+        One poll reads at most MAX_READ_BYTES (the TUI catches up over a few polls);
+        ``to_end`` reads on to the end of the file (one-shot ``scan``).
+        """
+        changed = False
+        while True:
+            self.engine, samples, unparsed = samples_from_lines(self.tail.poll(), len(self.samples), self.engine)
+            if samples or unparsed:
+                self.samples.extend(samples)
+                self.unparsed += unparsed
+                changed = True
+            if not to_end or not self.tail.bytes_read:
+                break
+        if changed or (self._evidence is None and self.engine is not None):
             self._evidence = self.evidence()
         return self._evidence
 
@@ -691,6 +704,8 @@ class ServingWatch:
                  background: bool = False) -> None:
         self.followers: list[ServingLog | MetricsWatch] = [
             MetricsWatch(s, clock=clock, background=background) if is_url(s) else ServingLog(s) for s in sources]
+        # The TUI (background) reads a long log over several polls; a one-shot poll reads it all.
+        self.to_end = not background
         self._parts: tuple[ServingEvidence, ...] = ()
         self._combined: ServingEvidence | None = None
 
@@ -701,7 +716,7 @@ class ServingWatch:
         """
         parts, errors = [], []
         for follower in self.followers:
-            evidence = follower.poll()
+            evidence = follower.poll() if isinstance(follower, MetricsWatch) else follower.poll(to_end=self.to_end)
             if isinstance(follower, MetricsWatch) and follower.error:
                 errors.append(follower.error)
             elif isinstance(follower, ServingLog) and not follower.path.exists():
@@ -884,3 +899,21 @@ def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None)
                         f"the training metric does not measure it"))
     return ServingComparison(serving, training, tuple(findings))
 
+
+
+# Severity of each finding as a run flag (scan, the TUI): a collapsed acceptance means the drafter
+# buys nothing in production; a disagreement says one of the two numbers is not what it seems.
+FLAG_SEVERITY = {"acceptance_collapsed": "critical", "serving_below_training": "warning",
+                 "serving_above_training": "warning"}
+
+
+def serving_flags(comparison: ServingComparison) -> list[Flag]:
+    """The findings as run flags: ``serving_acceptance_collapsed``, ``serving_below_training``, ..."""
+    from triage_tui.core.signals import Flag
+
+    flags = []
+    for finding in comparison.findings:
+        kind = finding.kind if finding.kind.startswith("serving_") else f"serving_{finding.kind}"
+        step = comparison.training.step if comparison.training is not None and "training" in kind else None
+        flags.append(Flag(kind, FLAG_SEVERITY[finding.kind], None, step, finding.value, finding.message))
+    return flags

@@ -37,7 +37,13 @@ from triage_tui.core.runs import (
     read_config,
 )
 from triage_tui.core.series import RunScalars
-from triage_tui.core.serving import ServingEvidence, ServingWatch
+from triage_tui.core.serving import (
+    ServingEvidence,
+    ServingWatch,
+    compare_serving,
+    serving_flags,
+    training_estimate_from_scalars,
+)
 from triage_tui.core.signals import (
     Activity,
     Flag,
@@ -134,6 +140,8 @@ class _Tracked:
     status: RunStatus | None = None
     serving: ServingWatch | None = None
     serving_sources: tuple[str, ...] = ()
+    serving_flags: tuple[Flag, ...] = ()
+    serving_flags_for: tuple[ServingEvidence | None, int | None] = (None, None)  # (evidence, scalars.version)
 
 
 class Watcher:
@@ -151,6 +159,7 @@ class Watcher:
         flush_secs: float = DEFAULT_FLUSH_SECS,
         clock: Callable[[], float] = time.time,
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
+        follow_serving: bool = True,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # Runs never read, holding at least this many bytes together, are read on two cores
@@ -163,6 +172,8 @@ class Watcher:
         self.strict = strict  # `scan`: a bad path or manifest is BadInput; the TUI keeps going
         self.flush_secs = flush_secs
         self.clock = clock
+        # triage.toml [serving] followed with the runs; `check` reads it itself, to the end, once.
+        self.follow_serving = follow_serving
         self.watchdog_active = False  # True while an Observer delivers wake-ups
         self._cache = ListingCache()
         self._runs: dict[Path, _Tracked] = {}
@@ -330,10 +341,10 @@ class Watcher:
                              seen_live=tracked.seen_live, last_step=derived["last_step"])
         flags = tracked.value_flags + ((stalled,) if stalled is not None else ())
         serving, serving_errors = self._poll_serving(tracked)
+        flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
         if (not recompute and tracked.status is not None and flags == tracked.status.flags
                 and serving is tracked.status.serving and serving_errors == tracked.status.serving_errors):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
-        flags = tuple(sort_flags(flags))
         status = worst_severity(flags)
         if tracked.info.manifest_error and status == "ok":
             status = "warning"
@@ -355,10 +366,22 @@ class Watcher:
         )
         return tracked.status
 
+    def _serving_flags(self, tracked: _Tracked, serving: ServingEvidence | None,
+                       scalars: RunScalars) -> tuple[Flag, ...]:
+        """Collapsed serving acceptance, or serving far from the run's own estimate, as flags."""
+        if serving is None:
+            return ()
+        evidence, version = tracked.serving_flags_for
+        if evidence is not serving or version != scalars.version:
+            comparison = compare_serving(serving, training_estimate_from_scalars(scalars))
+            tracked.serving_flags = tuple(serving_flags(comparison))
+            tracked.serving_flags_for = (serving, scalars.version)
+        return tracked.serving_flags
+
     def _poll_serving(self, tracked: _Tracked) -> tuple[ServingEvidence | None, tuple[str, ...]]:
         """The run's [serving] sources, followed: new log lines, a scrape when due (this thread, never the UI's)."""
         manifest = tracked.info.manifest
-        sources = tuple(manifest.serving_sources) if manifest is not None else ()
+        sources = tuple(manifest.serving_sources) if manifest is not None and self.follow_serving else ()
         if sources != tracked.serving_sources:
             tracked.serving_sources = sources
             # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.
