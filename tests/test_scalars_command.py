@@ -97,7 +97,7 @@ def test_damaged_records_are_reported_on_stderr(capsys, tmp_path):
 
 @pytest.mark.parametrize("make, what", [
     (lambda p: p / "missing", "no such file or directory"),
-    (lambda p: p, "no event files (*tfevents*) below it"),
+    (lambda p: p, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it"),
     (lambda p: (p / "notes.txt").write_text("hello, not a record\n" * 3) and p / "notes.txt",
      "not a TensorBoard event file: no valid record in it"),
     (lambda p: os.mkfifo(p / "events.out.tfevents.fifo") or p / "events.out.tfevents.fifo",

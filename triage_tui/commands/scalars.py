@@ -1,7 +1,8 @@
 """`triage scalars RUN_OR_FILE [--tag GLOB] [--format csv|json]`: every scalar point, exact.
 
-RUN_OR_FILE is one event file, or a directory whose *tfevents* files (hidden directories
-skipped) are read together as one run. No sampling: every point the run logged and TensorBoard
+RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory whose *tfevents*
+and run-*.wandb files (hidden directories skipped) are read together as one run (core.sources: W&B
+series are named ``wandb/<key>`` when the directory also has event files). No sampling: every point the run logged and TensorBoard
 would keep (restart preemption and SessionLog.START purges applied).
 
 csv: ``tag,step,wall_time,value``, one row a point, tags sorted then steps ascending; floats
@@ -27,12 +28,16 @@ from pathlib import Path
 
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import RunEvents, find_event_files
+from triage_tui.core.events import find_event_files
+from triage_tui.core.runs import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
+from triage_tui.core.sources import RunSources
+from triage_tui.core.wandb_history import find_wandb_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="RUN_OR_FILE", help="an event file, or a run directory (all *tfevents* below it)")
+    parser.add_argument("path", metavar="RUN_OR_FILE",
+                        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it)")
     parser.add_argument("--tag", action="append", metavar="GLOB",
                         help="only tags matching this glob (fnmatch, case-sensitive); repeat for several")
     parser.add_argument("--format", choices=("csv", "json"), default="csv",
@@ -52,16 +57,27 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(path, f"cannot read it: {err.strerror}") from None
     elif not path.is_dir():
         raise BadInput(path, "not a regular file or a directory")
-    files = find_event_files(path)
-    if not files:
-        raise BadInput(path, "no event files (*tfevents*) below it")
-    events = RunEvents()
-    events.set_files(files)
+    if path.is_file():
+        wandb_files = [path] if is_wandb_file_name(path.name) else []
+        files = [] if wandb_files else [path]
+    else:
+        files = find_event_files(path)
+        wandb_files = find_wandb_files(path)
+    if not files and not wandb_files:
+        raise BadInput(path, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
+    events = RunSources()
+    events.set_files(files, wandb_files)
     stats = events.poll()
-    if path.is_file() and stats.records == 0 and path.stat().st_size > 0:
+    problems = events.problems
+    if path.is_file() and problems:
+        raise BadInput(path, problems[path])
+    for problem_path, what in problems.items():
+        print(f"triage scalars: {problem_path}: {what}", file=sys.stderr)
+    if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
         raise BadInput(path, "not a TensorBoard event file: no valid record in it")
-    if stats.unreadable_files:
-        print(f"triage scalars: {path}: {stats.unreadable_files} event file(s) could not be read", file=sys.stderr)
+    if stats.unreadable_files > len(problems):
+        print(f"triage scalars: {path}: {stats.unreadable_files - len(problems)} event file(s) could not be read",
+              file=sys.stderr)
     if stats.corrupt_records:
         print(f"triage scalars: {path}: skipped {stats.corrupt_records} damaged record(s), "
               f"{stats.skipped_bytes} byte(s)", file=sys.stderr)

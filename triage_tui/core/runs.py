@@ -44,6 +44,10 @@ TRAINING_STATE_NAME = "training_state.pt"  # SpecForge: inside each epoch_{e}_st
 EVENT_INFIX = "tfevents"
 PROFILE_EMPTY_SUFFIX = ".profile-empty"
 LOG_DIR_NAMES = frozenset({"runs", "logs", "tensorboard"})
+# W&B writes <dir>/wandb/{run,offline-run}-<date>-<id>/run-<id>.wandb (wandb/sdk/wandb_settings.py:
+# sync_dir, sync_file); besides them wandb/ holds latest-run (a link) and debug logs.
+WANDB_DIR_NAME = "wandb"
+WANDB_SUFFIX = ".wandb"
 TARGET_DIR_NAMES = frozenset({"target", "target_model"})
 SKIPPED_DIR_NAMES = frozenset({"__pycache__"})
 # How far up from a given path to look for the triage.toml of the run it lies in
@@ -73,6 +77,11 @@ def natural_key(text: str) -> tuple:
 def is_event_file_name(name: str) -> bool:
     """tensorboard io_wrapper.IsSummaryEventsFile: "tfevents" in the name, profiler dummies excluded."""
     return EVENT_INFIX in name and not name.endswith(PROFILE_EMPTY_SUFFIX)
+
+
+def is_wandb_file_name(name: str) -> bool:
+    """A W&B run's transaction log: run-<id>.wandb (not the .wandb.synced marker beside it)."""
+    return name.startswith("run-") and name.endswith(WANDB_SUFFIX)
 
 
 # --------------------------------------------------------------------------- manifest
@@ -219,6 +228,12 @@ class RunInfo:
     manifest: Manifest | None
     artifacts: RunArtifacts
     manifest_error: str | None = None
+    wandb_files: tuple[Path, ...] = ()  # W&B run files (run-<id>.wandb), natural order
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Which writers' files the run has: "tensorboard", "wandb" (DESIGN.md scan JSON)."""
+        return tuple(name for name, files in (("tensorboard", self.event_files), ("wandb", self.wandb_files)) if files)
 
 
 # --------------------------------------------------------------------------- listing cache
@@ -233,6 +248,7 @@ class _Listing:
     files: tuple[str, ...]
     dirs: tuple[str, ...]  # real directories, then symlinks to directories
     event_names: tuple[str, ...]
+    wandb_names: tuple[str, ...]
     has_manifest: bool
     has_config: bool
     has_weights: bool
@@ -242,7 +258,7 @@ class _Listing:
 
     @classmethod
     def of(cls, key: tuple[int, int, int], trusted: bool, name: str, files: tuple[str, ...],
-           dirs: tuple[str, ...]) -> "_Listing":
+           dirs: tuple[str, ...]) -> _Listing:
         in_mapping_dir = bool(_MAPPING_DIR.search(name))
         if any(_SPECFORGE_DUMP.match(f) for f in files):
             dump_kind = "specforge"
@@ -255,6 +271,7 @@ class _Listing:
         return cls(
             key, trusted, files, dirs,
             event_names=tuple(f for f in files if is_event_file_name(f)),
+            wandb_names=tuple(f for f in files if is_wandb_file_name(f)),
             has_manifest=MANIFEST_NAME in files,
             has_config=CONFIG_NAME in files,
             has_weights=any(_is_weight_file(f) for f in files),
@@ -346,6 +363,7 @@ class _Node:
     listing: _Listing
     children: list[_Node]
     event_files: tuple[str, ...]  # non-empty event files
+    wandb_files: tuple[str, ...] = ()  # W&B run files (even empty: wandb.init creates it at once)
 
     @property
     def name(self) -> str:
@@ -379,7 +397,8 @@ def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Nod
         child = _walk(os.path.join(path, name), cache, visited)
         if child is not None:
             children.append(child)
-    return _Node(path, listing, children, tuple(event_files))
+    wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
+    return _Node(path, listing, children, tuple(event_files), wandb_files)
 
 
 def _holds_output(node: _Node) -> bool:
@@ -390,7 +409,8 @@ def _holds_output(node: _Node) -> bool:
 def _promotes_parent(node: _Node) -> bool:
     """`node` holds a log dir (runs/, logs/, tensorboard/) of event files and is an output dir."""
     return _holds_output(node) and any(
-        child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.listing.has_manifest
+        (child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.listing.has_manifest)
+        or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
         for child in node.children
     )
 
@@ -400,15 +420,18 @@ class _RunBuilder:
     node: _Node
     nodes: list[_Node] = field(default_factory=list)
     event_files: list[str] = field(default_factory=list)
+    wandb_files: list[str] = field(default_factory=list)
 
 
 def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
-    if node.listing.has_manifest or (run is None and (node.event_files or _promotes_parent(node))):
+    has_logs = node.event_files or node.wandb_files
+    if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
         run = _RunBuilder(node)
         runs.append(run)
     if run is not None:
         run.nodes.append(node)
         run.event_files.extend(node.event_files)
+        run.wandb_files.extend(node.wandb_files)
     for child in node.children:
         _assign(child, run, runs)
 
@@ -593,6 +616,7 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
         manifest=manifest,
         artifacts=_artifacts(builder, cache),
         manifest_error=manifest_error,
+        wandb_files=tuple(Path(p) for p in builder.wandb_files),
     )
 
 
@@ -600,9 +624,12 @@ def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
     """A path that is a file: one event file is a run of its own; a triage.toml names its dir."""
     if path.name == MANIFEST_NAME:
         return discover_runs([path.parent], cache=cache, strict=strict)
-    if not is_event_file_name(path.name):
-        raise BadInput(path, "not a directory, an event file (*tfevents*) or a triage.toml")
+    wandb_file = is_wandb_file_name(path.name)
+    if not (wandb_file or is_event_file_name(path.name)):
+        raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
     manifest, manifest_error = None, None
     if (path.parent / MANIFEST_NAME).is_file():
         manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)
+    if wandb_file:
+        return [RunInfo(path.parent, path.name, (), manifest, RunArtifacts(), manifest_error, (path,))]
     return [RunInfo(path.parent, path.name, (path,), manifest, RunArtifacts(), manifest_error)]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from triage_tui.core.metric_names import match_trainer, ordered
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def json_number(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- vocab size
 
 
-def resolve_vocab_size(flag: int | None, manifest: "Manifest | None", config: dict | None) -> tuple[int, str]:
+def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict | None) -> tuple[int, str]:
     """(V, where it came from): --vocab-size > triage.toml > config.json > 32 000."""
     if flag is not None:
         return int(flag), "flag"
@@ -215,28 +216,33 @@ def _ranked(tags: Sequence[str], ranks: Sequence[re.Pattern], demoted: set[str])
     return sorted(tags, key=rank)
 
 
-def pick_metric_tags(tags: Iterable[str], manifest: "Manifest | None" = None) -> tuple[list[str], list[str]]:
+def pick_metric_tags(tags: Iterable[str], manifest: Manifest | None = None) -> tuple[list[str], list[str]]:
     """(loss tags, accuracy tags), primary first; the manifest's lists replace discovery.
 
     Loss tags: every tag whose last word is a loss (not a loss *scale*), per-step
     losses comparable with ln V first, TTT-summed totals last (see the module docstring).
+    The names of the trainer the run matched (core.metric_names) come first, in its table's order.
     """
     tags = list(tags)
+    trainer = match_trainer(tags)
     if manifest is not None and manifest.loss_tags:
         loss_tags = list(manifest.loss_tags)
     else:
+        known = ordered(tags, trainer.loss) if trainer else []
         candidates = [t for t in tags if _LOSS_WORD.search(t.rsplit("/", 1)[-1]) and not _NOT_LOSS.search(t)]
         summed = {t for t in candidates if is_summed_loss(t, tags)}
-        loss_tags = _ranked(candidates, _LOSS_RANKS, summed)
+        known = [t for t in known if t not in summed]
+        loss_tags = known + [t for t in _ranked(candidates, _LOSS_RANKS, summed) if t not in known]
     if manifest is not None and manifest.accuracy_tags:
         accuracy_tags = list(manifest.accuracy_tags)
     else:
+        known = ordered(tags, trainer.accuracy) if trainer else []
         candidates = [t for t in tags if _ACC_WORD.search(t)]
-        accuracy_tags = _ranked(candidates, _ACCURACY_RANKS, set())
+        accuracy_tags = known + [t for t in _ranked(candidates, _ACCURACY_RANKS, set()) if t not in known]
     return loss_tags, accuracy_tags
 
 
-def comparable_to_chance(tag: str, tags: Iterable[str], manifest: "Manifest | None" = None) -> bool:
+def comparable_to_chance(tag: str, tags: Iterable[str], manifest: Manifest | None = None) -> bool:
     """Whether this loss tag may be compared with ln V (a manifest's choice is trusted)."""
     if manifest is not None and tag in manifest.loss_tags:
         return True
@@ -257,7 +263,7 @@ class _Curve:
     post_warmup: int  # index of the first point past warm-up (len(values) if none)
 
     @classmethod
-    def of(cls, series: ScalarSeries, scale: float = 1.0) -> "_Curve":
+    def of(cls, series: ScalarSeries, scale: float = 1.0) -> _Curve:
         values = np.asarray(series.values, dtype=np.float64)
         finite = np.isfinite(values)
         steps = np.asarray(series.steps)[finite]
@@ -458,7 +464,7 @@ class Activity:
     longest_gap: float
 
     @classmethod
-    def of(cls, scalars: RunScalars, tag: str | None = None) -> "Activity":
+    def of(cls, scalars: RunScalars, tag: str | None = None) -> Activity:
         series = scalars.get(tag) if tag else None
         if series is None or len(series) < 2:
             lengths = [(len(s), s) for s in scalars.series.values()]

@@ -3,7 +3,7 @@
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
 client, and NFS attribute caching delays size changes (reference/tensorboard-events.md 4.3),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
-(core.events.RunEvents), and every ``rescan_interval`` the given paths are walked again for
+(core.sources.RunSources: event files and W&B run files), and every ``rescan_interval`` the given paths are walked again for
 new runs and files (core.runs, cheap thanks to its listing cache). A watchdog Observer, where
 it works, only calls ``wake()`` so a local write shows up at once instead of within a poll
 interval; ``use_watchdog=False`` (``--poll``) leaves polling alone.
@@ -26,6 +26,7 @@ from typing import Any
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events import RunEvents
+from triage_tui.core.metric_names import match_trainer, ordered, per_position
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
 from triage_tui.core.runs import (
     CONFIG_NAME,
@@ -34,6 +35,7 @@ from triage_tui.core.runs import (
     RunInfo,
     discover_runs,
     is_event_file_name,
+    is_wandb_file_name,
     read_config,
 )
 from triage_tui.core.series import RunScalars
@@ -58,6 +60,7 @@ from triage_tui.core.signals import (
     value_flags,
     worst_severity,
 )
+from triage_tui.core.sources import RunSources, draft_vocab_from_config
 
 DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval
 # A burst of watchdog events (tensorboardX issues 4 writes per record) is coalesced into one
@@ -76,7 +79,7 @@ class RunStatus:
     info: RunInfo
     status: str  # "ok" | "warning" | "critical"
     vocab_size: int
-    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "default"
+    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "wandb config" | "default"
     chance_loss: float
     last_step: int | None
     last_update: float | None  # unix time of the newest event
@@ -89,6 +92,8 @@ class RunStatus:
     # source that failed at the last poll (a dead metrics URL never stops the watch).
     serving: ServingEvidence | None = None
     serving_errors: tuple[str, ...] = ()
+    trainer: str | None = None  # core.metric_names: whose metric names the run's tags matched
+    source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
 
     def to_json(self) -> dict[str, Any]:
         """The per-run object of DESIGN.md's `scan --json`."""
@@ -103,7 +108,11 @@ class RunStatus:
             "last_update": self.last_update,
             "metrics": self.metrics,
             "flags": [flag.to_json() for flag in self.flags],
+            "sources": list(self.info.sources),
+            "trainer": self.trainer,
         }
+        if self.source_errors:
+            document["source_errors"] = list(self.source_errors)
         if self.info.manifest_error:
             document["manifest_error"] = self.info.manifest_error
         if self.serving is not None or self.serving_errors:
@@ -123,16 +132,33 @@ def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
             "min": json_number(series.finite_min()), "count": len(series)}
 
 
+def _metrics(scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None,
+             accuracy_tag: str | None) -> dict[str, Any]:
+    """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
+    metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
+    if trainer is None:
+        return metrics
+    positions = per_position(tags, trainer)
+    if positions:
+        metrics["per_position_accuracy"] = [{"position": position, **(_metric(scalars, tag) or {})}
+                                            for position, tag in positions]
+    acceptance = ordered(tags, trainer.acceptance_length)
+    if acceptance:
+        metrics["acceptance_length"] = _metric(scalars, acceptance[0])
+    return metrics
+
+
 @dataclass
 class _Tracked:
     """The watcher's state for one run."""
 
     info: RunInfo
-    events: RunEvents
+    events: RunSources
     config_key: tuple[int, int] | None = None
     config: dict | None = None
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
+    wandb_config_version: int = -1  # the W&B config the settings were computed from
     seen_live: bool = False  # new data arrived after the first read, in this session
     value_flags: tuple[Flag, ...] = ()
     activity: Activity | None = None
@@ -216,14 +242,15 @@ class Watcher:
                     reported = time.monotonic()
 
             fresh = [i for i, tracked in enumerate(runs) if tracked.version is None]
+            # The helper reads event files (RunSources.events); W&B files are read here, in update().
             if self.parallel_min_bytes is not None and worth_a_helper(
-                [runs[i].events for i in fresh], self.parallel_min_bytes
+                [runs[i].events.events for i in fresh], self.parallel_min_bytes
             ):
                 def read(j: int, events: RunEvents) -> None:
-                    runs[fresh[j]].events = events  # the helper's copy, read; the poll below is a stat
+                    runs[fresh[j]].events.events = events  # the helper's copy, read; the poll below is a stat
                     update(fresh[j])
 
-                read_runs([runs[i].events for i in fresh], read)
+                read_runs([runs[i].events.events for i in fresh], read)
             for i in range(len(runs)):
                 if statuses[i] is None:
                     update(i)
@@ -277,13 +304,13 @@ class Watcher:
             if tracked is None:
                 tracked = self._moved_run(info, vanished)
             if tracked is None:
-                events = RunEvents()
-                events.set_files(info.event_files)
+                events = RunSources()
+                events.set_files(info.event_files, info.wandb_files)
                 tracked = _Tracked(info, events)
                 self._runs[path] = tracked
             elif info != tracked.info:
-                if info.event_files != tracked.info.event_files:
-                    tracked.events.set_files(info.event_files)
+                if (info.event_files, info.wandb_files) != (tracked.info.event_files, tracked.info.wandb_files):
+                    tracked.events.set_files(info.event_files, info.wandb_files)
                 if info.manifest != tracked.info.manifest or info.artifacts != tracked.info.artifacts:
                     tracked.settings_changed = True
                 tracked.info = info
@@ -292,19 +319,19 @@ class Watcher:
         self._runs = {path: self._runs[path] for path in found}
 
     def _moved_run(self, info: RunInfo, vanished: dict[Path, _Tracked]) -> _Tracked | None:
-        """The vanished run whose event files now belong to the run at ``info.path``, carried over.
+        """The vanished run whose event or W&B files now belong to the run at ``info.path``, carried over.
 
         Files appear in whatever order a trainer and its user write them: ``out/runs/`` with its
         first events can land before ``out/triage.toml`` (or the first checkpoint), so the run is
         ``out/runs`` for a moment and then ``out``. It is one run: its points are kept (not read
         again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
-        nothing. Returns None when no vanished run shares an event file.
+        nothing. Returns None when no vanished run shares a file.
         """
-        files = set(info.event_files)
+        files = set(info.event_files) | set(info.wandb_files)
         for old_path, old in vanished.items():
-            if files.intersection(old.info.event_files):
+            if files.intersection(old.info.event_files) or files.intersection(old.info.wandb_files):
                 del vanished[old_path]
-                old.events.set_files(info.event_files)
+                old.events.set_files(info.event_files, info.wandb_files)
                 old.info = info
                 old.settings_changed = True
                 self._runs[info.path] = old
@@ -331,6 +358,10 @@ class Watcher:
     def _update(self, tracked: _Tracked, now: float) -> RunStatus:
         tracked.events.poll()
         scalars = tracked.events.scalars
+        wandb = tracked.events.wandb
+        if wandb is not None and wandb.config_version != tracked.wandb_config_version:
+            tracked.wandb_config_version = wandb.config_version
+            tracked.settings_changed = True
         recompute = tracked.settings_changed or scalars.version != tracked.version
         if recompute:
             if tracked.version is not None and scalars.version != tracked.version:
@@ -346,7 +377,8 @@ class Watcher:
                 and serving is tracked.status.serving and serving_errors == tracked.status.serving_errors):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)
-        if tracked.info.manifest_error and status == "ok":
+        source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
+        if (tracked.info.manifest_error or source_errors) and status == "ok":
             status = "warning"
         tracked.status = RunStatus(
             info=tracked.info,
@@ -363,6 +395,8 @@ class Watcher:
             scalars=scalars,
             serving=serving,
             serving_errors=serving_errors,
+            trainer=derived["trainer"],
+            source_errors=source_errors,
         )
         return tracked.status
 
@@ -393,7 +427,12 @@ class Watcher:
     def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
         manifest = tracked.info.manifest
         vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config)
+        if source == "default":
+            from_wandb = draft_vocab_from_config(tracked.events.config)
+            if from_wandb is not None:
+                vocab_size, source = from_wandb, "wandb config"
         tags = scalars.tags()
+        trainer = match_trainer(tags)
         loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)
         loss_tag = loss_tags[0] if loss_tags else None
         accuracy_tag = accuracy_tags[0] if accuracy_tags else None
@@ -407,7 +446,8 @@ class Watcher:
             "last_step": last_step_of(scalars),
             "loss_tag": loss_tag,
             "accuracy_tag": accuracy_tag,
-            "metrics": {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)},
+            "metrics": _metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
+            "trainer": trainer.trainer if trainer is not None else None,
         }
         tracked.version = scalars.version
         tracked.settings_changed = False
@@ -462,7 +502,7 @@ class Watcher:
             if not name:
                 continue
             created = event.event_type in ("created", "moved", "deleted")
-            if is_event_file_name(name):
+            if is_event_file_name(name) or is_wandb_file_name(name):
                 self.wake(rescan=created)
                 return
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):

@@ -1,0 +1,121 @@
+"""A run's scalar sources read together: TensorBoard event files and W&B run files.
+
+The watcher, `scan`, `check` and `scalars` read every run through ``RunSources``, so a W&B run is
+treated exactly like a TensorBoard run. A run that has both keeps both: the W&B series are named
+``wandb/<key>`` (they come from the run's ``wandb/`` directory, as add_scalars series are named
+by their sub-directory), so the two writers' points never merge into one series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.events import ReadStats, RunEvents
+from triage_tui.core.runs import WANDB_DIR_NAME, read_config
+from triage_tui.core.series import RunScalars
+
+WANDB_PREFIX = WANDB_DIR_NAME + "/"
+# How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
+CONFIG_SEARCH_DEPTH = 3
+
+
+def _sum_stats(a: ReadStats, b: ReadStats) -> ReadStats:
+    return ReadStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(ReadStats)})
+
+
+class RunSources:
+    """Incremental reader of all of one run's scalar files; ``scalars`` is one live, stable view."""
+
+    def __init__(self, *, verify_data_crc: bool = False) -> None:
+        self.events = RunEvents(verify_data_crc=verify_data_crc)
+        self.wandb = None  # a WandbHistory once the run has W&B files (imported only then)
+        self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
+        self._event_files: tuple[Path, ...] = ()
+        self._wandb_files: tuple[Path, ...] = ()
+        self._seen: tuple = ()
+
+    def set_files(self, event_files: Sequence[Path], wandb_files: Sequence[Path] = ()) -> None:
+        """The run's files. A run that gains or loses a source re-reads its W&B files under their new names."""
+        event_files, wandb_files = tuple(event_files), tuple(wandb_files)
+        prefix = WANDB_PREFIX if event_files and wandb_files else ""
+        if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
+            from triage_tui.core.wandb_history import WandbHistory
+
+            self.wandb = WandbHistory(prefix)
+        elif not wandb_files:
+            self.wandb = None
+        if self.wandb is not None:
+            self.wandb.set_files(wandb_files)
+        self.events.set_files(event_files)
+        self._event_files, self._wandb_files = event_files, wandb_files
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The W&B run's config (wandb.config), when the run has W&B files."""
+        return self.wandb.config if self.wandb is not None else None
+
+    @property
+    def problems(self) -> dict[Path, str]:
+        """Files that could not be read, and why (W&B files only; event files are counted in stats)."""
+        return dict(self.wandb.problems) if self.wandb is not None else {}
+
+    def poll(self) -> ReadStats:
+        """Read what was appended to every file since the last poll; refresh ``scalars``."""
+        stats = self.events.poll() if self._event_files else ReadStats()
+        if self.wandb is not None:
+            stats = _sum_stats(stats, self.wandb.poll())
+        self._refresh()
+        return stats
+
+    def _refresh(self) -> None:
+        parts = [self.events.scalars] + ([self.wandb.scalars] if self.wandb is not None else [])
+        seen = tuple((id(p), id(p.series), p.version) for p in parts)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        merged: dict = {}
+        for part in parts:
+            merged.update(part.series)
+        self.scalars.series = merged
+        self.scalars.version += 1
+
+
+def draft_vocab_from_config(config: dict[str, Any] | None) -> int | None:
+    """The draft vocab size a W&B run's config names, or None.
+
+    Only ``draft_vocab_size`` (at any level up to CONFIG_SEARCH_DEPTH: trainers log their nested
+    arguments), or the config file a ``draft_model_config`` path names (SpecForge's argument), read
+    like config.json. A bare ``vocab_size`` is not taken: in a trainer's config it is often the
+    target model's (HF Trainer logs the model config), which would put the chance line too high.
+    """
+    if not config:
+        return None
+    found = _find_key(config, "draft_vocab_size", CONFIG_SEARCH_DEPTH)
+    if isinstance(found, int) and not isinstance(found, bool) and found >= 2:
+        return found
+    path = _find_key(config, "draft_model_config", CONFIG_SEARCH_DEPTH)
+    if isinstance(path, str) and path.endswith(".json"):
+        drafter = read_config(Path(path))
+        if drafter:
+            for key in ("draft_vocab_size", "vocab_size"):
+                value = drafter.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+                    return value
+    return None
+
+
+def _find_key(config: dict, key: str, depth: int) -> Any:
+    if key in config:
+        return config[key]
+    if depth <= 1:
+        return None
+    for value in config.values():
+        if isinstance(value, dict):
+            found = _find_key(value, key, depth - 1)
+            if found is not None:
+                return found
+    return None
+
