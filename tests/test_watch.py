@@ -226,11 +226,13 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
     document = only(Watcher([tmp_path], use_watchdog=False).poll_once()).to_json()
     json.dumps(document, allow_nan=False)
     assert list(document) == ["path", "name", "status", "vocab_size", "vocab_size_source", "chance_loss",
-                              "last_step", "last_update", "metrics", "flags"]
+                              "last_step", "last_update", "metrics", "flags", "sources", "trainer"]
+    assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"
     assert document["status"] == "critical" and document["vocab_size_source"] == "default"
     assert document["chance_loss"] == pytest.approx(LN_32000)
     assert document["last_step"] == 950
-    assert set(document["metrics"]) == {"loss", "accuracy"}
+    assert set(document["metrics"]) == {"loss", "accuracy", "per_position_accuracy"}
+    assert document["metrics"]["per_position_accuracy"][0]["position"] == 0
     assert set(document["metrics"]["loss"]) == {"tag", "last", "min", "count"}
     assert document["metrics"]["accuracy"]["tag"] == "train/acc_0"
     assert {f["kind"] for f in document["flags"]} >= {"loss_above_chance", "accuracy_at_chance"}

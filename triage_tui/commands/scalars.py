@@ -2,8 +2,8 @@
 
 RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory whose *tfevents*
 and run-*.wandb files (hidden directories skipped) are read together as one run (core.sources: W&B
-series are named ``wandb/<key>`` when the directory also has event files). No sampling: every point the run logged and TensorBoard
-would keep (restart preemption and SessionLog.START purges applied).
+series are named ``wandb/<key>`` when the directory also has event files). No sampling: every point
+the run logged and TensorBoard would keep (restart preemption and SessionLog.START purges applied).
 
 csv: ``tag,step,wall_time,value``, one row a point, tags sorted then steps ascending; floats
 in Python's shortest round-trip form, non-finite ones as ``nan``, ``inf``, ``-inf``.
