@@ -357,6 +357,12 @@ def test_training_estimate_conventions():
     assert estimate.acceptance_length == pytest.approx(2.0)
     assert estimate.truncated(1).acceptance_length == pytest.approx(1.7)
     assert training_estimate(["train/loss"], _last({})) is None
+    # speculators' validation names (f"{k}_epoch") and SpecForge's evaluator list as a tracker logs it.
+    epoch = {"val/full_acc_0_epoch": 0.5, "val/full_acc_1_epoch": 0.25, "train/full_acc_0": 0.9}
+    assert _estimate(epoch).tags == ("val/full_acc_0_epoch", "val/full_acc_1_epoch")
+    assert _estimate(epoch).acceptance_length == pytest.approx(1.75)
+    listed = {"eval/per_position_acc/0": 0.5, "eval/per_position_acc/1": 0.5}
+    assert _estimate(listed).acceptance_length == pytest.approx(1.75)
 
 
 def _evidence(tmp_path, drafts, per_pos):
@@ -527,3 +533,17 @@ def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
     while tui.poll()[0].drafts < 200 and polls < 100:
         polls += 1
     assert tui.poll()[0].drafts == 200 and polls > 1
+
+
+def test_several_sources_pool_counts_and_never_mix_engines(tmp_path):
+    from triage_tui.core.serving import read_serving_sources
+
+    a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
+    a.write_text(vllm_line(100, [60, 20, 4]) + "\n")
+    b.write_text(vllm_line(50, [10, 2, 0]) + "\n")
+    c.write_text(sglang_line(412, 200) + "\n")
+    evidence = read_serving_sources([str(a), str(b), str(c)])
+    assert (evidence.engine, evidence.drafts, evidence.accepted) == ("vllm", 150, 96)
+    assert evidence.per_position == pytest.approx((70 / 150, 22 / 150, 4 / 150))
+    assert [p.source for p in evidence.sources] == [str(a), str(b)]
+    assert any(note.startswith(f"{c}: not pooled, it is sglang") for note in evidence.notes)

@@ -676,12 +676,15 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
+    # One engine's figures only: another engine serves another drafter setup (the first named wins).
+    engine = parts[0].engine
+    others = [p for p in parts if p.engine != engine]
+    parts = [p for p in parts if p.engine == engine]
+    notes = [f"{p.source}: not pooled, it is {p.engine} and the first source is {engine}" for p in others]
     if len(parts) == 1:
-        return parts[0]
-    engines = sorted({p.engine for p in parts})
-    engine = engines[0] if len(engines) == 1 else "+".join(engines)
+        return replace(parts[0], notes=parts[0].notes + tuple(notes)) if notes else parts[0]
     source = ", ".join(p.source for p in parts)
-    notes = [f"{p.source}: {n}" for p in parts for n in p.notes]
+    notes += [f"{p.source}: {n}" for p in parts for n in p.notes]
     if all(p.drafts for p in parts) and all(p.accepted is not None for p in parts):
         drafts = sum(p.drafts or 0 for p in parts)
         accepted = sum(p.accepted or 0 for p in parts)
@@ -765,7 +768,12 @@ class TrainingEstimate:
 # compute_accuracy_single_step); cond_acc_i is conditional on steps < i correct; SpecForge's acc_i
 # is step i's accuracy (specforge/training/controller.py), which SpecForge's own simulated
 # acceptance (specforge/eval/evaluator.py _simulated_acc_len) chains as a product.
-_POSITION_KINDS = (("full_acc", "unconditional"), ("cond_acc", "conditional"), ("acc", "conditional"))
+# speculators' validation series end in "_epoch" (speculators/train/trainer.py: f"{k}_epoch");
+# SpecForge's evaluator's per-position list lands as per_position_acc/<i> in a tracker.
+_POSITION_KINDS = ((r"full_acc_(?P<i>\d+)(?:_epoch)?", "full_acc", "unconditional"),
+                   (r"cond_acc_(?P<i>\d+)(?:_epoch)?", "cond_acc", "conditional"),
+                   (r"per_position_acc/(?P<i>\d+)", "per_position_acc", "conditional"),
+                   (r"acc_(?P<i>\d+)", "acc", "conditional"))
 _SPLITS = ("eval", "val", "valid", "validation", "test", "train", "")
 
 
@@ -776,8 +784,8 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
     ``last_value(tag)`` returns the tag's last (step, value). Held-out splits come before train.
     """
     tags = list(tags)
-    for kind, meaning in _POSITION_KINDS:
-        pattern = re.compile(rf"^(?:(?P<split>[\w.-]+)/)?{kind}_(?P<i>\d+)$")
+    for form, kind, meaning in _POSITION_KINDS:
+        pattern = re.compile(rf"^(?:(?P<split>[\w.-]+)/)?{form}$")
         by_split: dict[str, dict[int, str]] = {}
         for tag in tags:
             match = pattern.match(tag)
@@ -797,14 +805,14 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
             values = [min(max(p[1], 0.0), 1.0) for p in points]  # type: ignore[index]
             if meaning == "unconditional":
                 per_position = tuple(values)
-                arithmetic = f"1 + sum of {kind}_0..{k - 1} (already P(first i+1 correct))"
+                arithmetic = f"1 + sum of {kind} 0..{k - 1} (already P(first i+1 correct))"
             else:
                 per_position, running = [], 1.0
                 for value in values:
                     running *= value
                     per_position.append(running)
                 per_position = tuple(per_position)
-                arithmetic = (f"1 + sum over i of prod_(j<=i) {kind}_j, i < {k} (each step's accuracy taken as "
+                arithmetic = (f"1 + sum over i < {k} of prod over j <= i of {kind} j (each step's accuracy taken as "
                               f"conditional on the earlier ones, as SpecForge's simulated acceptance does; "
                               f"SpecForge leaves out the 1)")
             step = max(p[0] for p in points)  # type: ignore[index]
