@@ -349,18 +349,17 @@ def test_training_estimate_conventions():
     estimate = training_estimate(specforge, _last(specforge))
     assert estimate.per_position == pytest.approx((0.8, 0.4, 0.2))
     assert estimate.acceptance_length == pytest.approx(2.4) and estimate.step == 500
-    # speculators full_acc_i is already unconditional; held-out before train.
-    speculators = {"train/full_acc_0": 0.9, "train/full_acc_1": 0.6, "val/full_acc_0": 0.7, "val/full_acc_1": 0.3,
-                   "train/cond_acc_1": 0.66}
+    # speculators full_acc_k is already unconditional; held-out (val/..._epoch) before train.
+    speculators = {"train/full_acc_0": 0.9, "train/full_acc_1": 0.6, "val/full_acc_0_epoch": 0.7,
+                   "val/full_acc_1_epoch": 0.3, "train/cond_acc_1": 0.66, "train/loss_0": 1.0}
     estimate = training_estimate(speculators, _last(speculators))
-    assert estimate.tags == ("val/full_acc_0", "val/full_acc_1")
+    assert estimate.tags == ("val/full_acc_0_epoch", "val/full_acc_1_epoch")
     assert estimate.acceptance_length == pytest.approx(2.0)
     assert estimate.truncated(1).acceptance_length == pytest.approx(1.7)
+    train_only = {k: v for k, v in speculators.items() if k.startswith("train/")}
+    assert _estimate(train_only).acceptance_length == pytest.approx(2.5)
     assert training_estimate(["train/loss"], _last({})) is None
-    # speculators' validation names (f"{k}_epoch") and SpecForge's evaluator list as a tracker logs it.
-    epoch = {"val/full_acc_0_epoch": 0.5, "val/full_acc_1_epoch": 0.25, "train/full_acc_0": 0.9}
-    assert _estimate(epoch).tags == ("val/full_acc_0_epoch", "val/full_acc_1_epoch")
-    assert _estimate(epoch).acceptance_length == pytest.approx(1.75)
+    # SpecForge's evaluator list as its tracker logs it.
     listed = {"eval/per_position_acc/0": 0.5, "eval/per_position_acc/1": 0.5}
     assert _estimate(listed).acceptance_length == pytest.approx(1.75)
 

@@ -763,60 +763,56 @@ class TrainingEstimate:
                        arithmetic=f"{self.arithmetic}; first {k} positions (the server drafts {k})")
 
 
-# Per-position accuracy tags, best first. speculators' full_acc_i is already unconditional (its
-# correct mask is ANDed with the previous steps': speculators/models/metrics.py
-# compute_accuracy_single_step); cond_acc_i is conditional on steps < i correct; SpecForge's acc_i
-# is step i's accuracy (specforge/training/controller.py), which SpecForge's own simulated
-# acceptance (specforge/eval/evaluator.py _simulated_acc_len) chains as a product.
-# speculators' validation series end in "_epoch" (speculators/train/trainer.py: f"{k}_epoch");
-# SpecForge's evaluator's per-position list lands as per_position_acc/<i> in a tracker.
-_POSITION_KINDS = ((r"full_acc_(?P<i>\d+)(?:_epoch)?", "full_acc", "unconditional"),
-                   (r"cond_acc_(?P<i>\d+)(?:_epoch)?", "cond_acc", "conditional"),
-                   (r"per_position_acc/(?P<i>\d+)", "per_position_acc", "conditional"),
-                   (r"acc_(?P<i>\d+)", "acc", "conditional"))
-_SPLITS = ("eval", "val", "valid", "validation", "test", "train", "")
+# Per-position accuracies are found by the trainers' metric-names table (core/metric_names.py).
+# speculators' full_acc_k is already unconditional (its correct mask is ANDed with the previous
+# steps': speculators/models/metrics.py compute_accuracy_single_step); every other per-position
+# accuracy (SpecForge's acc_i and per_position_acc/i, speculators' cond_acc_k, EAGLE's, ModelOpt's)
+# is taken as step i's accuracy given the earlier steps, and chained as a product, as SpecForge's
+# own simulated acceptance does (specforge/eval/evaluator.py _simulated_acc_len).
+_UNCONDITIONAL = ("full_acc",)
+_HELD_OUT = ("eval", "val", "valid", "validation", "test")
 
 
 def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int, float] | None]
                       ) -> TrainingEstimate | None:
     """The estimate from the latest per-position accuracies, or None when the run logs none.
 
-    ``last_value(tag)`` returns the tag's last (step, value). Held-out splits come before train.
+    ``last_value(tag)`` returns the tag's last (step, value). Held-out series come before train.
     """
+    from triage_tui.core.metric_names import match_trainer, position_of
+
     tags = list(tags)
-    for form, kind, meaning in _POSITION_KINDS:
-        pattern = re.compile(rf"^(?:(?P<split>[\w.-]+)/)?{form}$")
-        by_split: dict[str, dict[int, str]] = {}
-        for tag in tags:
-            match = pattern.match(tag)
-            if match:
-                by_split.setdefault((match["split"] or "").lower(), {})[int(match["i"])] = tag
-        for split in _SPLITS:
-            found = by_split.get(split)
-            if not found or 0 not in found:
-                continue
-            k = 0
-            while k in found:
-                k += 1
-            chosen = [found[i] for i in range(k)]
-            points = [last_value(tag) for tag in chosen]
-            if any(p is None or not math.isfinite(p[1]) for p in points):
-                continue
-            values = [min(max(p[1], 0.0), 1.0) for p in points]  # type: ignore[index]
-            if meaning == "unconditional":
-                per_position = tuple(values)
-                arithmetic = f"1 + sum of {kind} 0..{k - 1} (already P(first i+1 correct))"
-            else:
-                per_position, running = [], 1.0
-                for value in values:
-                    running *= value
-                    per_position.append(running)
-                per_position = tuple(per_position)
-                arithmetic = (f"1 + sum over i < {k} of prod over j <= i of {kind} j (each step's accuracy taken as "
-                              f"conditional on the earlier ones, as SpecForge's simulated acceptance does; "
-                              f"SpecForge leaves out the 1)")
-            step = max(p[0] for p in points)  # type: ignore[index]
-            return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
+    trainer = match_trainer(tags)
+    if trainer is None:
+        return None
+    names = [name for name in trainer.accuracy if "{" in name]
+    names.sort(key=lambda name: name.split("/", 1)[0].lower() not in _HELD_OUT)  # stable: table order kept
+    for name in names:
+        found = {p: tag for tag in tags if (p := position_of(name, tag)) is not None}
+        k = 0
+        while k in found:
+            k += 1
+        if k == 0:
+            continue
+        chosen = [found[i] for i in range(k)]
+        points = [last_value(tag) for tag in chosen]
+        if any(p is None or not math.isfinite(p[1]) for p in points):
+            continue
+        values = [min(max(p[1], 0.0), 1.0) for p in points]  # type: ignore[index]
+        if any(word in name for word in _UNCONDITIONAL):
+            per_position = tuple(values)
+            arithmetic = f"1 + sum of {name} over positions 0..{k - 1} (already P(first i+1 correct))"
+        else:
+            running, chained = 1.0, []
+            for value in values:
+                running *= value
+                chained.append(running)
+            per_position = tuple(chained)
+            arithmetic = (f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
+                          f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
+                          f"leaves out the 1)")
+        step = max(p[0] for p in points)  # type: ignore[index]
+        return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
     return None
 
 
