@@ -280,9 +280,11 @@ def test_nan_and_inf_values_kept_nan_wall_time_dropped(tmp_path):
     np.testing.assert_array_equal(series.values, np.array(values))
 
 
-def test_verify_data_crc_drops_a_silently_wrong_value(tmp_path):
-    """Without verification a flipped bit inside a value field is read as is (rustboard's default,
-    --no-checksum); with it, the record is dropped."""
+@pytest.mark.parametrize("field", ["value", "step"])
+def test_a_flipped_bit_in_a_templated_record_is_dropped_and_counted(tmp_path, field):
+    """The vectorised path checks every record's data CRC: one flipped bit in a value (2.0 -> a
+    huge float) or a step (renumbering the point) fits the record's template and, unchecked,
+    would be read as a silently wrong number."""
     writer = EventFileWriter(str(tmp_path))
     for step in range(100):
         writer.add_event(scalar_event("loss", step, 2.0, 1e9 + step))
@@ -292,15 +294,19 @@ def test_verify_data_crc_drops_a_silently_wrong_value(tmp_path):
     from test_events_support import records
 
     pos, length = records(bytes(data))[51]
-    data[pos + 12 + length - 1] ^= 0x01  # last byte of the float
+    payload = event_pb2.Event.FromString(bytes(data[pos + 12 : pos + 12 + length]))
+    assert payload.step == 50
+    # The value is the payload's last 4 bytes; the step varint follows the 0x10 key after wall_time.
+    offset = pos + 12 + (length - 2 if field == "value" else 10)
+    data[offset] ^= 0x40
     path.write_bytes(bytes(data))
-    plain = read_event_file(path).get("loss").values
-    assert plain.size == 100 and (plain != 2.0).sum() == 1
-    checked = RunEvents(verify_data_crc=True)
-    checked.set_files([path])
-    stats = checked.poll()
-    assert stats.corrupt_records == 1
-    assert len(checked.scalars.get("loss")) == 99 and (checked.scalars.get("loss").values == 2.0).all()
+    events = RunEvents()
+    events.set_files([path])
+    stats = events.poll()
+    assert stats.corrupt_records == 1 and stats.slow_records <= 2
+    series = events.scalars.get("loss")
+    assert len(series) == 99 and (series.values == 2.0).all()
+    assert 50 not in series.steps.tolist() and sorted(series.steps.tolist()) == series.steps.tolist()
 
 
 def test_missing_file_is_bad_input(tmp_path):

@@ -110,3 +110,36 @@ def test_empty_directory_is_exit_0_with_a_note(tmp_path):
     result = scan(tmp_path)
     assert result.returncode == 0 and result.stdout == "" and "no runs" in result.stderr
     assert json.loads(scan(tmp_path, "--json").stdout) == {"runs": []}
+
+
+def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp_path):
+    """One flipped bit in train/lr's value (9.99e-05 -> ~3.4e+34 unchecked) must not reach the
+    numbers: the record is dropped and the run carries a `damaged_records` warning."""
+    steps = list(range(0, 400, 10))
+    event_file = write_scalars(tmp_path / "run", {"train/lr": [(s, 9.99e-05) for s in steps],
+                                                  "train/ploss_0": [(s, 3.0) for s in steps]}, wall_time=T0)
+    data = bytearray(event_file.read_bytes())
+    from test_events_support import records
+    from tensorboard.compat.proto import event_pb2
+
+    lr_records = [(pos, length) for pos, length in records(bytes(data))
+                  if b"train/lr" in data[pos + 12 : pos + 12 + length]]
+    pos, length = lr_records[20]
+    event = event_pb2.Event.FromString(bytes(data[pos + 12 : pos + 12 + length]))
+    assert abs(event.summary.value[0].simple_value - 9.99e-05) < 1e-9
+    data[pos + 12 + length - 1] ^= 0x40  # the float's top byte: its exponent
+    event_file.write_bytes(bytes(data))
+
+    result = scan(tmp_path, "--json")
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["status"] == "warning"
+    (flag,) = [f for f in run["flags"] if f["kind"] == "damaged_records"]
+    assert flag["severity"] == "warning" and flag["value"] == 1.0 and event_file.name in flag["message"]
+    text = scan(tmp_path)
+    assert text.returncode == 0 and "damaged_records" in text.stdout
+    exported = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "run"), "--tag", "train/lr",
+                               "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert exported.returncode == 0 and "skipped 1 damaged record(s)" in exported.stderr
+    values = json.loads(exported.stdout)["tags"]["train/lr"]["values"]
+    assert len(values) == len(steps) - 1 and max(values) < 1e-3

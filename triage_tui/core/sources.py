@@ -29,8 +29,8 @@ def _sum_stats(a: ReadStats, b: ReadStats) -> ReadStats:
 class RunSources:
     """Incremental reader of all of one run's scalar files; ``scalars`` is one live, stable view."""
 
-    def __init__(self, *, verify_data_crc: bool = False) -> None:
-        self.events = RunEvents(verify_data_crc=verify_data_crc)
+    def __init__(self) -> None:
+        self.events = RunEvents()
         self.wandb = None  # a WandbHistory once the run has W&B files (imported only then)
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
         self._event_files: tuple[Path, ...] = ()

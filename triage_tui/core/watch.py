@@ -148,6 +148,18 @@ def _metrics(scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None
     return metrics
 
 
+def damaged_records_flag(events: RunEvents) -> Flag | None:
+    """A warning when records were dropped for a bad checksum or proto: the curve has gaps there."""
+    damaged = dict(events.damaged)  # the reader's thread may add to it
+    if not damaged:
+        return None
+    count = sum(damaged.values())
+    worst = max(damaged, key=lambda path: damaged[path])
+    where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
+    return Flag("damaged_records", "warning", None, None, float(count),
+                f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing")
+
+
 @dataclass
 class _Tracked:
     """The watcher's state for one run."""
@@ -370,7 +382,8 @@ class Watcher:
         derived = tracked.derived
         stalled = stall_flag(tracked.activity, now=now, flush_secs=self.flush_secs,
                              seen_live=tracked.seen_live, last_step=derived["last_step"])
-        flags = tracked.value_flags + ((stalled,) if stalled is not None else ())
+        damaged = damaged_records_flag(tracked.events.events)
+        flags = tracked.value_flags + tuple(f for f in (stalled, damaged) if f is not None)
         serving, serving_errors = self._poll_serving(tracked)
         flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
         if (not recompute and tracked.status is not None and flags == tracked.status.flags
