@@ -13,6 +13,7 @@ import sys
 
 from triage_tui import __version__
 from triage_tui.core.errors import BadInput
+from triage_tui.core.text import printable
 
 SUBCOMMANDS = {
     "scan": "one pass: find runs, read scalars, raise flags",
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except BadInput as err:
-        print(f"triage: {err.line()}", file=sys.stderr)
+        print(f"triage: {printable(err.line())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -15,6 +15,7 @@ from typing import Any
 
 from triage_tui.core.diagnose import CHECK_NAMES, INPUT_NAMES, Diagnosis, diagnose, resolve_inputs
 from triage_tui.core.errors import BadInput
+from triage_tui.core.text import printable
 
 # DESIGN.md: exit 1 when some hypothesis scored at least this.
 HYPOTHESIS_EXIT_THRESHOLD = 0.5
@@ -88,7 +89,7 @@ def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
 
 def _stderr_progress(fraction: float, message: str) -> None:
     if fraction == 0.0:
-        print(f"  {message}", file=sys.stderr)
+        print(f"  {printable(message)}", file=sys.stderr)
 
 
 def _finite(value: Any) -> Any:
@@ -103,7 +104,8 @@ def _finite(value: Any) -> Any:
 
 
 def render_text(diagnosis: Diagnosis, flags) -> str:
-    """Ranked hypotheses with their evidence, then one line per check."""
+    """Ranked hypotheses with their evidence, then one line per check; every line as `cat -v` would
+    show it (paths, tags and notes come from files)."""
     inputs = diagnosis.inputs
     lines = [f"run  {inputs.run}"]
     for name in INPUT_NAMES:
@@ -134,7 +136,7 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         result = diagnosis.checks.get(name)
         if result is not None:
             lines.append(f"  {name:<14} {result.status:<8} {result.summary}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(printable, lines)) + "\n"
 
 
 def _serving_lines(comparison) -> list[str]:

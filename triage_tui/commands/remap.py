@@ -9,6 +9,8 @@ import json
 import signal
 import sys
 
+from triage_tui.core.text import printable
+
 # Same values as triage_tui.core.remap.INIT_STRATEGIES (a test keeps them equal); spelled out here
 # so that building the parser does not import torch.
 INIT_CHOICES = ("target", "mean", "zeros")
@@ -51,12 +53,17 @@ def _sigterm_as_interrupt(signum, frame) -> None:
 
 
 def _progress_line(fraction: float, text: str) -> None:
-    sys.stderr.write(f"\r{fraction:4.0%} {text[:60]:<60}")
+    sys.stderr.write(f"\r{fraction:4.0%} {printable(text)[:60]:<60}")
     sys.stderr.flush()
 
 
 def _percent(x: float) -> str:
     return f"{100 * x:.1f} %"
+
+
+def _say(line: str) -> None:
+    """One line of the text report; paths and notes shown as `cat -v` would."""
+    print(printable(line))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(kept.to_json(), indent=2))
         else:
-            print(f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
-                  f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched")
+            _say(f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
+                 f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched")
             for file in kept.files:
-                print(f"  {file}")
-            print("  SpecForge: vocab_mapping_path = vocab_mapping.pt;  speculators: --d2t-path d2t.npy "
-                  "--t2d-path t2d.npy")
+                _say(f"  {file}")
+            _say("  SpecForge: vocab_mapping_path = vocab_mapping.pt;  speculators: --d2t-path d2t.npy "
+                 "--t2d-path t2d.npy")
             for note in kept.notes:
-                print(f"  note: {note}")
+                _say(f"  note: {note}")
         return 0
     if not args.mapping:
         raise BadInput(None, "--mapping is required (the run's vocab mapping), unless --keep-checkpoint-mapping")
@@ -92,13 +99,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0
-    print(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
-    print(f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
-          f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all")
-    print(f"  d2t/t2d from {report.mapping} (sha256 {report.mapping_sha256[:12]})")
+    _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
+    _say(f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
+         f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all")
+    _say(f"  d2t/t2d from {report.mapping} (sha256 {report.mapping_sha256[:12]})")
     if report.accuracy_before is not None and report.accuracy_after is not None:
-        print(f"  replay accuracy under the run's mapping: {_percent(report.accuracy_before)} -> "
-              f"{_percent(report.accuracy_after)} ({report.accuracy_device})")
+        _say(f"  replay accuracy under the run's mapping: {_percent(report.accuracy_before)} -> "
+             f"{_percent(report.accuracy_after)} ({report.accuracy_device})")
     for note in report.notes:
-        print(f"  note: {note}")
+        _say(f"  note: {note}")
     return 0

@@ -33,6 +33,7 @@ from triage_tui.core.runs import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
 from triage_tui.core.wandb_history import find_wandb_files
+from triage_tui.core.text import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,18 +73,19 @@ def run(args: argparse.Namespace) -> int:
     if path.is_file() and problems:
         raise BadInput(path, problems[path])
     for problem_path, what in problems.items():
-        print(f"triage scalars: {problem_path}: {what}", file=sys.stderr)
+        print(f"triage scalars: {printable(problem_path)}: {printable(what)}", file=sys.stderr)
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
         raise BadInput(path, "not a TensorBoard event file: no valid record in it")
     if stats.unreadable_files > len(problems):
-        print(f"triage scalars: {path}: {stats.unreadable_files - len(problems)} event file(s) could not be read",
+        print(f"triage scalars: {printable(path)}: {stats.unreadable_files - len(problems)} event file(s) "
+              "could not be read",
               file=sys.stderr)
     if stats.corrupt_records:
-        print(f"triage scalars: {path}: skipped {stats.corrupt_records} damaged record(s), "
+        print(f"triage scalars: {printable(path)}: skipped {stats.corrupt_records} damaged record(s), "
               f"{stats.skipped_bytes} byte(s)", file=sys.stderr)
     series = [events.scalars.series[tag] for tag in events.scalars.tags() if _wanted(tag, args.tag)]
     if args.tag and not series:
-        print(f"triage scalars: {path}: no tag matches {' or '.join(args.tag)}", file=sys.stderr)
+        print(f"triage scalars: {printable(path)}: no tag matches {printable(' or '.join(args.tag))}", file=sys.stderr)
     if args.format == "json":
         _write_json(series, sys.stdout)
     else:

@@ -10,6 +10,7 @@ import json
 import sys
 
 from triage_tui.core.signals import fmt
+from triage_tui.core.text import printable
 from triage_tui.core.watch import RunStatus, Watcher
 
 GLYPHS = {"ok": "✓", "warning": "!", "critical": "✗"}
@@ -39,28 +40,28 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"runs": [status.to_json() for status in statuses]}, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     elif not statuses:
-        print(f"triage scan: no runs under {', '.join(map(str, watcher.paths))}", file=sys.stderr)
+        print(f"triage scan: no runs under {', '.join(map(printable, watcher.paths))}", file=sys.stderr)
     else:
         glyphs = GLYPHS if _can_print(GLYPHS) else ASCII_GLYPHS
-        width = max(len(status.info.name) for status in statuses)
+        width = max(len(printable(status.info.name)) for status in statuses)
         for status in statuses:
             print(summary_line(status, glyphs, width))
     return 1 if any(status.status == "critical" for status in statuses) else 0
 
 
 def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:
-    """One line: glyph, name, step, loss against ln V, flag kinds."""
-    parts = [f"{glyphs[status.status]} {status.info.name.ljust(width)}"]
+    """One line: glyph, name, step, loss against ln V, flag kinds; names and tags shown as `cat -v` would."""
+    parts = [f"{glyphs[status.status]} {printable(status.info.name).ljust(width)}"]
     parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
     loss = status.metrics.get("loss")
     chance = f"ln {status.vocab_size} = {status.chance_loss:.2f}"
     if loss and loss["last"] is not None:
-        parts.append(f"{loss['tag']} {fmt(loss['last'])} vs {chance}")
+        parts.append(f"{printable(loss['tag'])} {fmt(loss['last'])} vs {chance}")
     elif loss:
-        parts.append(f"{loss['tag']} (no finite value) vs {chance}")
+        parts.append(f"{printable(loss['tag'])} (no finite value) vs {chance}")
     accuracy = status.metrics.get("accuracy")
     if accuracy and accuracy["last"] is not None:
-        parts.append(f"{accuracy['tag']} {fmt(accuracy['last'])}")
+        parts.append(f"{printable(accuracy['tag'])} {fmt(accuracy['last'])}")
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
         parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))

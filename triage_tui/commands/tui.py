@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
@@ -27,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         if not path.exists():
             raise BadInput(path, "no such file or directory")
-    if args.interval <= 0:
-        raise BadInput(None, f"--interval must be positive, got {args.interval}")
+    if not math.isfinite(args.interval) or args.interval <= 0:
+        # nan slipped past `<= 0` and made the watcher spin a core.
+        raise BadInput(None, f"--interval must be a positive number of seconds, got {args.interval}")
     if args.vocab_size is not None and args.vocab_size < 2:
         raise BadInput(None, f"--vocab-size must be at least 2, got {args.vocab_size}")
 

@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
@@ -119,6 +120,11 @@ class TriageApp(App[None]):
         assert isinstance(screen, MainScreen)
         return screen
 
+    def notify(self, message: str, *, title: str = "", markup: bool = False, **kwargs) -> None:
+        """Every toast is plain text: its message names paths and errors that may hold brackets or
+        terminal escapes (a run named "[/]" must not take the app down, nor "[@click=...]" act)."""
+        super().notify(printable(message, newlines=True), title=printable(title), markup=False, **kwargs)
+
     def main_ready(self) -> None:
         """Called by MainScreen once its widgets exist: paint at once, then start reading."""
         self._show_topbar()
@@ -210,7 +216,7 @@ class TriageApp(App[None]):
         text = Text()
         text.append(" triage ", style="bold reverse")
         if self.polls == 0:
-            text.append("  scanning " + ", ".join(p.name or str(p) for p in self.paths) + " …", style="dim")
+            text.append("  scanning " + ", ".join(printable(p.name or p) for p in self.paths) + " …", style="dim")
         else:
             counts = {s: sum(1 for r in self.rows if r.status == s) for s in ("critical", "warning")}
             text.append(f"  {len(self.rows)} run{'s' if len(self.rows) != 1 else ''}")
@@ -275,7 +281,8 @@ class TriageApp(App[None]):
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
         tag = message.series.tag if message.series else "no loss tag"
-        self.main.show_chart_title(f"loss · {tag} · {name}")
+        # A Text: a tag or directory named "[@click=app.quit]" or "[/]" is shown, never applied.
+        self.main.show_chart_title(Text(f"loss · {printable(tag)} · {printable(name)}"))
 
     # -- checks ---------------------------------------------------------------------------
 

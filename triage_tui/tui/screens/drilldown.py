@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
+from triage_tui.core.text import printable
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE
 from triage_tui.tui.widgets.hypotheses_list import score_bar
 
@@ -34,20 +35,25 @@ CHECKS_BEHIND = {
 REMAP_HYPOTHESIS = "vocab_mapping_mismatch"
 
 
-def _fmt(value: Any) -> str:
+def _fmt_str(value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)) and all(not isinstance(v, (dict, list)) for v in value):
-        return ", ".join(_fmt(v) for v in value)
+        return ", ".join(_fmt_str(v) for v in value)
     return str(value)
+
+
+def _fmt(value: Any) -> Text:
+    """A value for a table cell: Text, so a path or tag holding brackets is never read as markup."""
+    return Text(printable(_fmt_str(value)))
 
 
 def _plain_table(*columns: str) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for column in columns:
-        table.add_column(column)
+        table.add_column(Text(printable(column)))
     return table
 
 
@@ -62,7 +68,7 @@ def _key_values(details: Mapping[str, Any], keys: list[str] | None = None) -> Ta
                 value.values() if isinstance(value, dict) else value)):
             continue  # nested structures get their own tables
         shown = f"{value:.2%}" if key.endswith("_fraction") and isinstance(value, float) else _fmt(value)
-        table.add_row(Text(key.replace("_", " "), style="dim"), shown)
+        table.add_row(Text(printable(key.replace("_", " ")), style="dim"), shown)
     return table
 
 
@@ -132,7 +138,7 @@ def hidden_state_details(details: Mapping[str, Any]) -> list[RenderableType]:
         table = _plain_table("", "what", "expected", "actual")
         for row in shapes:
             ok = row.get("ok")
-            table.add_row(Text("✔" if ok else "✖", style="green" if ok else "bold red"), str(row.get("what")),
+            table.add_row(Text("✔" if ok else "✖", style="green" if ok else "bold red"), _fmt(row.get("what")),
                           _fmt(row.get("expected")), _fmt(row.get("actual")))
         parts.append(table)
     rms = details.get("rms_by_chunk")
@@ -168,10 +174,10 @@ def replay_details(details: Mapping[str, Any]) -> list[RenderableType]:
         table = _plain_table("order", "accuracy", "")
         for order, accuracy in by_order.items():
             shown = f"{accuracy:.1%}" if isinstance(accuracy, float) else _fmt(accuracy)
-            table.add_row(str(order), shown, Text("best", style="green") if order == best else "")
+            table.add_row(_fmt(order), shown, Text("best", style="green") if order == best else "")
         parts.append(table)
     for note in details.get("notes") or ():
-        parts.append(Text(f"note: {note}", style="yellow"))
+        parts.append(Text(f"note: {printable(note)}", style="yellow"))
     return parts
 
 
@@ -184,7 +190,7 @@ def verifier_mask_details(details: Mapping[str, Any]) -> list[RenderableType]:
             ok = bool(row.get("ok"))
             table.add_row(Text("✔" if ok else "✖", style="green" if ok else ("bold red" if row.get("required")
                                                                               else "yellow")),
-                          str(row.get("name")), str(row.get("detail") or ""),
+                          _fmt(row.get("name")), _fmt(row.get("detail") or ""),
                           Text("required" if row.get("required") else "context", style="dim"))
         parts.append(table)
     rest = {k: v for k, v in details.items() if k != "invariants"}
@@ -198,10 +204,10 @@ def generic_details(details: Mapping[str, Any]) -> list[RenderableType]:
     parts: list[RenderableType] = [_key_values(details)]
     for key, value in details.items():
         if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            parts.append(Text(f"\n{key.replace('_', ' ')}", style="bold"))
+            parts.append(Text(f"\n{printable(key.replace('_', ' '))}", style="bold"))
             parts.append(_rows_table(value))
         elif isinstance(value, Mapping) and value:
-            parts.append(Text(f"\n{key.replace('_', ' ')}", style="bold"))
+            parts.append(Text(f"\n{printable(key.replace('_', ' '))}", style="bold"))
             parts.append(_key_values(value))
     return parts
 
@@ -219,7 +225,7 @@ def check_section(result: "CheckResult") -> RenderableType:
     header = Text()
     header.append(f"{glyph} {result.name}", style=f"{style} bold")
     header.append(f"  {result.status}: ", style=style)
-    header.append(result.summary)
+    header.append(printable(result.summary))
     if result.status in ("skipped", "error") or not result.details:
         return Group(header, Text(""))
     renderer = RENDERERS.get(result.name, generic_details)
@@ -268,8 +274,8 @@ class DrillDownScreen(Screen):
         hypothesis = self.hypothesis
         title = Text(" ")
         title.append_text(score_bar(hypothesis.score))
-        title.append(hypothesis.title, style="bold")
-        title.append(f"  · {self.run_name}", style="dim")
+        title.append(printable(hypothesis.title), style="bold")
+        title.append(f"  · {printable(self.run_name)}", style="dim")
         yield Static(title, id="drill-title")
         with TabbedContent(initial="evidence", id="drill-tabs"):
             with TabPane("Evidence", id="evidence"):
@@ -287,20 +293,20 @@ class DrillDownScreen(Screen):
         text = Text()
         for line in self.hypothesis.evidence:
             text.append("• ", style="bold")
-            text.append(f"{line}\n")
+            text.append(f"{printable(line)}\n")
         if not self.hypothesis.evidence:
             text.append("no evidence recorded\n", style="dim")
         text.append("\nchecks\n", style="bold")
         for name, result in self.diagnosis.checks.items():
             glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
             text.append(f"{glyph} {name:<14}", style=style)
-            text.append(f"{result.summary}\n", style="dim" if result.status == "skipped" else "")
+            text.append(f"{printable(result.summary)}\n", style="dim" if result.status == "skipped" else "")
         inputs = self.diagnosis.inputs
         text.append("\ninputs\n", style="bold")
         for label in ("checkpoint", "mapping", "data", "target"):
             value = getattr(inputs, label)
             text.append(f"  {label:<11}", style="dim")
-            text.append(f"{value if value is not None else '–'}\n")
+            text.append(f"{printable(value) if value is not None else '–'}\n")
         return text
 
     def _details(self) -> RenderableType:
@@ -323,10 +329,10 @@ class DrillDownScreen(Screen):
                 text.append(" to see exactly what would be written, then y to write it. From a shell:\n",
                             style="dim")
             if commands:
-                text.append(f"  {commands[0]}\n", style="cyan")
+                text.append(f"  {printable(commands[0])}\n", style="cyan")
                 text.append("\nOr the opposite fix: keep the weights and give the trainer the checkpoint's own "
                             "mapping:\n")
-                text.append(f"  {commands[1]}\n", style="cyan")
+                text.append(f"  {printable(commands[1])}\n", style="cyan")
             return text
         # No fix triage can apply: show what the checks behind this hypothesis found, in their words.
         text.append("triage has no one-key fix for this. What the checks found:\n\n", style="bold")
@@ -337,10 +343,10 @@ class DrillDownScreen(Screen):
                 continue
             glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
             text.append(f"{glyph} {name}: ", style=style)
-            text.append(f"{result.summary}\n")
+            text.append(f"{printable(result.summary)}\n")
         for line in self.hypothesis.evidence:
             text.append("• ", style="bold")
-            text.append(f"{line}\n")
+            text.append(f"{printable(line)}\n")
         return text
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -98,7 +98,7 @@ class MainScreen(Screen):
         self.query_one("#chart-pane").set_class(series is not None, "-serving")
         self.query_one(ServingChart).show(series)
 
-    def show_chart_title(self, title: str) -> None:
+    def show_chart_title(self, title: Text) -> None:
         self.query_one("#chart-pane").border_title = title
 
     def show_analysis(self, path: Path | None) -> None:

@@ -13,6 +13,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, ProgressBar, Static
 
+from triage_tui.core.text import printable
+
 if TYPE_CHECKING:
     from triage_tui.core.remap import RemapPlan, RemapReport
 
@@ -35,7 +37,7 @@ class ConfirmRemapScreen(ModalScreen[bool]):
         with Vertical(id="dialog"):
             with VerticalScroll(id="dialog-body"):
                 # Text, not markup: the plan names paths, which may hold brackets.
-                yield Static(Text(self.text), id="plan-text")
+                yield Static(Text(printable(self.text, newlines=True)), id="plan-text")
             with Horizontal(id="dialog-buttons"):
                 yield Button("y  write it", id="yes", variant="error", compact=True)
                 yield Button("n  cancel", id="no", variant="primary", compact=True)
@@ -57,9 +59,9 @@ def describe_report(report: "RemapReport") -> Table:
     table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
     table.add_column("label", style="dim", no_wrap=True)
     table.add_column("value", overflow="fold")
-    table.add_row("output", Text(str(report.output), style="bold"))
-    table.add_row("from", str(report.source))
-    table.add_row("mapping", str(report.mapping))
+    table.add_row("output", Text(printable(report.output), style="bold"))
+    table.add_row("from", Text(printable(report.source)))
+    table.add_row("mapping", Text(printable(report.mapping)))
     table.add_row("rows", f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
                           f"of {report.draft_vocab_size}")
     table.add_row("verified", Text("yes: re-read and compared with the source", style="green")
@@ -97,7 +99,7 @@ class RemapScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(f"writing {self.plan.output}", id="remap-status")
+            yield Label(Text(f"writing {printable(self.plan.output)}"), id="remap-status")
             yield ProgressBar(total=1.0, show_eta=False, id="remap-progress")
             with VerticalScroll(id="dialog-body"):
                 yield Static("", id="remap-result")
@@ -116,7 +118,7 @@ class RemapScreen(ModalScreen[None]):
 
     def show_progress(self, fraction: float, text: str) -> None:
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
-        self.query_one("#remap-status", Label).update(text)
+        self.query_one("#remap-status", Label).update(Text(printable(text)))
 
     def show_result(self, report: "RemapReport | None", error: str | None) -> None:
         self.report, self.error = report, error
@@ -126,7 +128,7 @@ class RemapScreen(ModalScreen[None]):
         result = self.query_one("#remap-result", Static)
         if report is None:
             status.update(Text("remap failed: nothing was written", style="bold red"))
-            result.update(Text(error or ""))
+            result.update(Text(printable(error or "", newlines=True)))
             self.query_one("#dialog").border_title = "remap failed"
         else:
             status.update(Text("✔ wrote a verified checkpoint" if report.verified else "✖ written but NOT verified",

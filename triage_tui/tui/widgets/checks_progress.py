@@ -9,6 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 
+from triage_tui.core.text import printable
+
 # The checks of `triage check --json`, in the order diagnose() runs them (DESIGN.md).
 CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
 
@@ -33,7 +35,7 @@ class CheckBar(Horizontal):
     def set_progress(self, fraction: float, text: str) -> None:
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
         note = text.split(":", 1)[1].strip() if ":" in text else text
-        self.query_one(".check-note", Label).update(note)
+        self.query_one(".check-note", Label).update(Text(printable(note)))
 
 
 class ChecksProgress(Vertical):
@@ -62,12 +64,12 @@ class ChecksProgress(Vertical):
         self.add_class("-done")
         text = Text()
         if statuses is None:
-            text.append(message, style="yellow")
+            text.append(printable(message), style="yellow")
         else:
             for index, (name, (status, summary)) in enumerate(statuses.items()):
                 glyph, style = STATUS_STYLE.get(status, ("?", ""))
                 if index:
                     text.append("\n")
                 text.append(f"{glyph} {name:<14}", style=style)
-                text.append(summary, style="dim" if status == "skipped" else "")
+                text.append(printable(summary), style="dim" if status == "skipped" else "")
         self.query_one("#checks-summary", Static).update(text)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
+from triage_tui.core.text import printable
+
 SEVERITY_STYLE = {"critical": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("·", "dim")}
 
 
@@ -25,6 +27,6 @@ class FlagsView(Static):
             if index:
                 text.append("\n")
             text.append(f"{glyph} ", style=style)
-            text.append(flag.kind, style=style)
-            text.append(f"  {flag.message}")
+            text.append(printable(flag.kind), style=style)
+            text.append(f"  {printable(flag.message)}")
         self.update(text)

@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from triage_tui.core.text import printable
+
 BAR_CELLS = 10
 
 
@@ -26,11 +28,11 @@ def score_bar(score: float) -> Text:
 def hypothesis_prompt(hypothesis) -> Text:
     """Two lines (app.tcss cuts them with an ellipsis rather than wrapping, so a small pane lists them all)."""
     line = score_bar(hypothesis.score)
-    line.append(hypothesis.title, style="bold" if hypothesis.score >= 0.5 else "")
+    line.append(printable(hypothesis.title), style="bold" if hypothesis.score >= 0.5 else "")
     if hypothesis.evidence:
         line.append("\n")
         line.append(" " * (BAR_CELLS + 6))
-        line.append(hypothesis.evidence[0], style="dim")
+        line.append(printable(hypothesis.evidence[0]), style="dim")
     return line
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.text import Text
 from textual.widgets import DataTable
 
+from triage_tui.core.text import printable
 from triage_tui.tui.view_data import (
     RunRow,
     format_accuracy,
@@ -32,7 +33,8 @@ COLUMNS = (
 
 
 def _name_cell(row: RunRow) -> Text:
-    name = row.name if len(row.name) <= NAME_WIDTH else row.name[: NAME_WIDTH - 1] + "…"
+    name = printable(row.name)  # a Text, never markup: run names are directory names
+    name = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
     if row.status == "critical":
         return Text(name, style="bold red")
     return Text(name)
