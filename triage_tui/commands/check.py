@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--serving", metavar="PATH_OR_URL", action="append", default=None,
                         help="serving evidence: a vLLM/SGLang log, a saved /metrics page, an SGLang meta_info "
                              "JSONL, or a live http:// metrics URL (repeatable; default: triage.toml [serving])")
+    parser.add_argument("--all-chunk-orders", action="store_true",
+                        help="replay every order of the three aux chunks (6 drafter passes), not only the stored "
+                             "order; done anyway when the hidden-state check finds the chunks suspect")
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (DESIGN.md check --json)")
 
 
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     serving = _serving(inputs.run, args.serving, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
     diagnosis = diagnose(inputs, device=args.device, flags=flags, metrics=metrics, progress=progress,
-                         serving=serving)
+                         serving=serving, all_chunk_orders=args.all_chunk_orders)
     if args.json:
         json.dump(_finite(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

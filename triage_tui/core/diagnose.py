@@ -23,6 +23,8 @@ from triage_tui.core.serving import ServingComparison
 Progress = Callable[[float, str], None]
 
 CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
+# Hidden-state findings about the aux chunks that make the replay try all six chunk orders.
+AUX_CHUNK_ISSUES = ("aux_chunk_order", "repeated_aux_chunk", "aux_chunk_is_last_hidden")
 INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
 
 # SpecForge classic scripts/train_eagle3.py argument names, as saved in training_state.pt's
@@ -307,13 +309,16 @@ def _one_line(err: BaseException) -> str:
 
 def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] = (),
              metrics: dict[str, Any] | None = None, progress: Progress | None = None,
-             cancel: threading.Event | None = None, serving: ServingComparison | None = None) -> Diagnosis:
+             cancel: threading.Event | None = None, serving: ServingComparison | None = None,
+             all_chunk_orders: bool = False) -> Diagnosis:
     """Run the four checks (each isolated) and rank the hypotheses.
 
     ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
     progress and ``message`` starts with the check's name, so the TUI can show one bar each.
     ``metrics`` is the scan's metrics of the run (RunStatus.metrics), for hypotheses no flag states.
     ``serving`` (core/serving.py compare_serving) adds what the serving engine accepted.
+    ``all_chunk_orders``: the replay tries every order of the aux chunks, not only the stored one
+    (it does anyway when the hidden-state check finds the chunks suspect).
     """
     loaded = _Loaded(inputs)
 
@@ -362,9 +367,13 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
 
         # run_replay says itself what it lacks (no checkpoint, no dumps; without a target it
         # falls back to the checkpoint's own embedding when it has one).
+        hidden = checks.get("hidden_state")
+        suspect = hidden is not None and any(issue.get("kind") in AUX_CHUNK_ISSUES
+                                             for issue in hidden.details.get("issues", ()))
         return run_replay(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"),
                           loaded.get("checkpoint_mapping"), loaded.get("run_mapping"),
-                          device=device, progress=report("replay"), cancel=cancel)
+                          device=device, all_chunk_orders=all_chunk_orders or suspect,
+                          progress=report("replay"), cancel=cancel)
 
     runners = {"vocab_mapping": vocab_mapping, "hidden_state": hidden_state,
                "verifier_mask": verifier_mask, "replay": replay}

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.target_head import HeadScan, scan_head
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
 from triage_tui.core.errors import BadInput
 from triage_tui.core.vocab import VocabMapping
@@ -75,21 +76,26 @@ class ReplayNumbers:
 
 
 class _Labels:
-    """Target-side inputs of the replay: the embedding, and the label of each scored position."""
+    """Target-side inputs of the replay: the embedding, and the label of each scored position.
+
+    Neither the target's embedding nor its head is loaded whole: embedding rows are read for the
+    ids a sample holds, and the head is applied block by block (core/checks/target_head.py)."""
 
     def __init__(self, target: Any, embed: torch.Tensor | None, dumps: Any, device: torch.device) -> None:
         self.device = device
-        self.lm_head: torch.Tensor | None = None
+        self.target = None
         self.final_norm: torch.Tensor | None = None
         self.norm_eps = 1e-6
-        if embed is None and target is not None:
-            embed = target.embed_tokens()
-        if embed is None:
+        if embed is None and target is None:
             raise BadInput(None, "no token embedding: the drafter's embedding comes from the target (pass --target)")
-        self.embed = embed  # stays where it is (often memory-mapped); rows are gathered per sample
+        self.embed: torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
+        if embed is not None:
+            self.embed, self.embed_shape = embed, tuple(embed.shape)
+        else:
+            self.embed, self.embed_shape = target.embed_rows, (target.vocab_size, target.hidden_size)
         has_target_hidden = all(s.target_hidden is not None for s in dumps.samples)
         if target is not None and has_target_hidden:
-            self.lm_head = target.lm_head().to(device=device, dtype=torch.float32)
+            self.target = target
             # SpecForge stores the post-norm last hidden (TargetHead is lm_head alone); speculators
             # the pre-norm one, to which the target's final RMSNorm must be applied first
             # (reference/eagle3.md 4.2 and 5).
@@ -100,7 +106,7 @@ class _Labels:
                                    "dumps hold the pre-norm last hidden but the target has no final norm weight")
                 self.final_norm = norm.to(device=device, dtype=torch.float32)
                 self.norm_eps = float(target.config.get("rms_norm_eps", 1e-6))
-        self.source = "target" if self.lm_head is not None else "input_ids"
+        self.source = "target" if self.target is not None else "input_ids"
 
     @property
     def lookahead(self) -> int:
@@ -108,10 +114,16 @@ class _Labels:
         # t+2); with only ids, the label is token t+2 itself.
         return 1 if self.source == "target" else 2
 
-    def target_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target.vocab_size) if self.target is not None else int(self.embed_shape[0])
+
+    def scan(self, hidden: torch.Tensor, columns: dict[str, torch.Tensor], progress: Progress | None,
+             cancel: threading.Event | None) -> HeadScan | None:
+        """The target's argmax and its logits at `columns`' ids for every row of `hidden` (one pass over the head)."""
         if self.final_norm is not None:
             hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.final_norm
-        return hidden @ self.lm_head.T  # type: ignore[union-attr]
+        return scan_head(self.target, hidden, columns=columns, device=self.device, progress=progress, cancel=cancel)
 
 
 def _scored_positions(sample: Any, lookahead: int) -> np.ndarray:
@@ -131,7 +143,7 @@ def _validate(drafter: Eagle3Drafter, dumps: Any, mappings: dict[str, VocabMappi
         if width != fc_in:
             raise BadInput(sample.path, f"aux hidden width {width} does not match the drafter's fc input {fc_in} (3 x Ht)")
     vd = drafter.config.draft_vocab_size
-    vocab = labels.lm_head.shape[0] if labels.lm_head is not None else int(labels.embed.shape[0])
+    vocab = labels.vocab_size
     for label, mapping in mappings.items():
         if mapping.draft_vocab_size != vd:
             raise BadInput(mapping.source or None,
@@ -139,8 +151,8 @@ def _validate(drafter: Eagle3Drafter, dumps: Any, mappings: dict[str, VocabMappi
         if mapping.target_vocab_size != vocab:
             raise BadInput(mapping.source or None,
                            f"the {label} mapping is over {mapping.target_vocab_size} target tokens, the target has {vocab}")
-    if int(labels.embed.shape[-1]) != drafter.config.hidden_size:
-        raise BadInput(None, f"target embedding width {int(labels.embed.shape[-1])} differs from the drafter's "
+    if int(labels.embed_shape[-1]) != drafter.config.hidden_size:
+        raise BadInput(None, f"target embedding width {int(labels.embed_shape[-1])} differs from the drafter's "
                              f"hidden size {drafter.config.hidden_size}")
 
 
@@ -166,8 +178,14 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
         member[k] = mask
     gather = {k: h.clamp_min(0) for k, h in hot.items()}
 
-    plan = [(s, _scored_positions(s, labels.lookahead)) for s in dumps.samples]
-    total = min(max_tokens, sum(len(p) for _, p in plan))
+    plan = []
+    budget = max_tokens
+    for sample in dumps.samples:
+        positions = _scored_positions(sample, labels.lookahead)[:max(budget, 0)]
+        if positions.size:
+            plan.append((sample, positions))
+            budget -= int(positions.size)
+    total = sum(len(p) for _, p in plan)
     correct = {k: 0 for k in mappings}
     loss_sum = {k: 0.0 for k in mappings}
     loss_count = {k: 0 for k in mappings}
@@ -175,63 +193,61 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
     tokens = samples = 0
     cancelled = False
     ht = drafter.fc.in_features // 3
-    rows = _rows_per_chunk(max(vd, vocab))
+    rows = _rows_per_chunk(vd)
+
+    # Every position's label (the target's argmax) and the target's logits at each mapping's
+    # hot ids, in one pass over the target head for all samples: half the replay's progress.
+    head: HeadScan | None = None
+    if labels.source == "target" and plan:
+        states = torch.cat([s.target_hidden[p + 1].to(device=device, dtype=torch.float32) for s, p in plan])
+        head = labels.scan(states, gather, None if progress is None else lambda f, m: progress(f / 2, f"{NAME}: {m}"),
+                           cancel)
+        del states
+        if head is None:
+            plan, cancelled = [], True
+    offset = 0
 
     for sample, positions in plan:
-        if tokens >= max_tokens:
-            break
         if cancel is not None and cancel.is_set():
             cancelled = True
             break
-        positions = positions[: max_tokens - tokens]
-        if positions.size == 0:
-            continue
         # The drafter is causal: cutting the sequence after the last scored position changes nothing before it.
         length = int(positions[-1]) + 1
         ids = torch.as_tensor(np.asarray(sample.input_ids, dtype=np.int64))[None]
         embeds = embed_ids(labels.embed, shift_left(ids)[:, :length]).to(device=device, dtype=torch.float32)
         aux = sample.aux_hidden[:length].to(device=device, dtype=torch.float32)[None]
         where = torch.as_tensor(positions, device=device)
-
-        if labels.source == "input_ids":
+        if head is None:
             label_ids = ids[0, positions + 2].to(device)
-            target_hidden = None
         else:
-            label_ids = None
-            target_hidden = sample.target_hidden[positions + 1].to(device=device, dtype=torch.float32)
+            label_ids = head.argmax[offset:offset + positions.size]
 
         for order in chunk_orders:
             order_aux = aux if order == (0, 1, 2) else torch.cat([aux[..., i * ht:(i + 1) * ht] for i in order], -1)
             out = drafter.step(embeds, drafter.project(order_aux))[0, where]
-            found = []
             for start in range(0, positions.size, rows):
                 logits = drafter.compute_logits(out[start:start + rows]).float()
                 pred = logits.argmax(-1)
-                if label_ids is None:
-                    tl = labels.target_logits(target_hidden[start:start + rows])  # type: ignore[index]
-                    chunk_labels = tl.argmax(-1)
-                    found.append(chunk_labels)
-                else:
-                    tl = None
-                    chunk_labels = label_ids[start:start + rows]
+                chunk_labels = label_ids[start:start + rows]
                 if order == (0, 1, 2):
-                    log_q = torch.log_softmax(logits, -1) if tl is not None else None
+                    log_q = torch.log_softmax(logits, -1) if head is not None else None
                     for k in mappings:
                         correct[k] += int((hot[k][pred] == chunk_labels).sum())
-                        if tl is not None:
+                        if head is not None:
                             # SpecForge target_p over this mapping's draft vocab, positions whose
                             # target argmax is outside it dropped (position_mask).
                             keep = member[k][chunk_labels]
-                            target_p = torch.softmax(tl[keep][:, gather[k]], -1)
+                            columns = head.columns[k][offset + start:offset + start + chunk_labels.numel()]
+                            target_p = torch.softmax(columns[keep], -1)
                             loss_sum[k] += float(-(target_p * log_q[keep]).sum())  # type: ignore[index]
                             loss_count[k] += int(keep.sum())
                 order_correct[order] += int((hot["checkpoint"][pred] == chunk_labels).sum())
-            if label_ids is None and found:
-                label_ids = torch.cat(found)  # reuse the target's argmax for the other chunk orders
+        offset += int(positions.size)
         tokens += int(positions.size)
         samples += 1
         if progress is not None:
-            progress(min(1.0, tokens / max(1, total)), f"{NAME}: {tokens}/{total} tokens")
+            done = tokens / max(1, total)
+            progress(min(1.0, 0.5 + done / 2 if head is not None else done), f"{NAME}: {tokens}/{total} tokens")
 
     def frac(n: int) -> float:
         return n / tokens if tokens else 0.0
@@ -267,13 +283,17 @@ def _pct(x: float | None) -> str:
 
 def run_replay(checkpoint: Any, dumps: Any, target: Any, checkpoint_mapping: VocabMapping | None,
                run_mapping: VocabMapping | None, *, device: str = "auto", max_tokens: int | None = None,
-               progress: Progress | None = None, cancel: threading.Event | None = None) -> CheckResult:
+               all_chunk_orders: bool = False, progress: Progress | None = None,
+               cancel: threading.Event | None = None) -> CheckResult:
     """Replay the drafter's first TTT step on the run's dumps under the checkpoint's and the run's mapping.
 
-    ``max_tokens`` defaults by device: a Kimi-K2-sized drafter replays at ~0.42 s a token on a
-    2-core CPU with all six aux orders (benchmarks/RESULTS-checks.md), so the GPU default of 4096
-    tokens would be ~29 min there; 512 keeps a CPU replay to minutes and still scores enough
-    tokens to separate 60 % from 3 %.
+    The aux chunks are fed in the order the dumps store them; ``all_chunk_orders`` replays the
+    five other orders too (six drafter passes instead of one), which diagnose asks for when the
+    hidden-state check finds the chunks out of order, repeated or holding the last hidden state.
+
+    ``max_tokens`` defaults by device: a Kimi-K2-sized drafter on a 2-core CPU costs ~0.1 s a
+    token, half of it the target head that labels it (benchmarks/RESULTS-checks.md); 512 keeps a
+    CPU replay under a minute and still scores enough tokens to separate 60 % from 3 %.
     """
     if checkpoint is None:
         return CheckResult.skipped(NAME, "no drafter checkpoint to replay (pass --checkpoint)")
@@ -308,7 +328,8 @@ def run_replay(checkpoint: Any, dumps: Any, target: Any, checkpoint_mapping: Voc
         mappings = {"checkpoint": checkpoint_mapping}
         if run_mapping is not None:
             mappings["run"] = run_mapping
-        numbers = _replay(drafter, dumps, labels, mappings, chunk_orders=CHUNK_ORDERS, max_tokens=max_tokens,
+        orders = CHUNK_ORDERS if all_chunk_orders else (tuple(range(3)),)
+        numbers = _replay(drafter, dumps, labels, mappings, chunk_orders=orders, max_tokens=max_tokens,
                           progress=progress, cancel=cancel)
     except BadInput as exc:
         return CheckResult.error(NAME, exc.line())

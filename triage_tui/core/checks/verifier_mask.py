@@ -17,16 +17,14 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.target_head import scan_head
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "verifier_mask"
 
-# Tokens per matmul batch and target-vocab rows per block when recomputing the verifier's
-# argmax: a [1024, 32768] float32 block is 128 MiB, small enough beside a 163 840-row head.
-# The default max_tokens (1024) bounds the cost on CPU (1024 x 163 840 x 7168 multiply-adds
-# for a Kimi-sized head) while the share it estimates has a standard error under 1.6 points.
-TOKEN_BATCH = 1024
-VOCAB_BLOCK = 32768
+# The default max_tokens (1024) bounds the cost of recomputing the verifier's argmax on CPU
+# (1024 x 163 840 x 7168 multiply-adds for a Kimi-sized head; core/checks/target_head.py reads
+# the head block by block) while the share it estimates has a standard error under 1.6 points.
 
 
 def check_verifier_mask(
@@ -180,25 +178,11 @@ def _argmax_outside_draft_vocab(dumps, target, mappings: dict[str, VocabMapping 
             eps = float(target.config.get("rms_norm_eps", 1e-6))
             variance = states.pow(2).mean(-1, keepdim=True)
             states = states * torch.rsqrt(variance + eps) * norm.to(device=device, dtype=torch.float32)
-    head = target.lm_head()
-    vocab = int(head.shape[0])
-    best_value = torch.full((states.shape[0],), -torch.inf, device=device)
-    best_index = torch.zeros(states.shape[0], dtype=torch.int64, device=device)
-    # Outer loop over vocab blocks so each block of the (often bf16) head is converted once.
-    blocks = range(0, vocab, VOCAB_BLOCK)
-    for n, start in enumerate(blocks):
-        if cancel is not None and cancel.is_set():
-            return None
-        block = head[start:start + VOCAB_BLOCK].to(device=device, dtype=torch.float32)
-        for t in range(0, states.shape[0], TOKEN_BATCH):
-            logits = states[t:t + TOKEN_BATCH] @ block.T
-            value, index = logits.max(dim=-1)
-            better = value > best_value[t:t + TOKEN_BATCH]
-            best_value[t:t + TOKEN_BATCH] = torch.where(better, value, best_value[t:t + TOKEN_BATCH])
-            best_index[t:t + TOKEN_BATCH] = torch.where(better, index + start, best_index[t:t + TOKEN_BATCH])
-        if progress is not None:
-            progress((n + 1) / len(blocks), f"{NAME}: verifier argmax, vocab block {n + 1}/{len(blocks)}")
-    argmax = best_index.cpu().numpy()
+    scan = scan_head(target, states, device=device, cancel=cancel,
+                     progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: verifier argmax, {m}"))
+    if scan is None:
+        return None
+    argmax = scan.argmax.cpu().numpy()
     result: dict[str, Any] = {"tokens": int(argmax.size)}
     for label, mapping in mappings.items():
         if mapping is None:

@@ -351,6 +351,23 @@ def _header_entry(path: Path, name: str, entry: object, data_size: int) -> Tenso
     return TensorInfo(name, tuple(shape), torch_name, path)
 
 
+def load_safetensors_rows(path: str | Path, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Rows [start, stop) of a tensor, for each span, each a copy; nothing else of it is read.
+
+    The file is mapped only for this call: mapped pages count in the process's RSS, so a
+    163 840-row head read block by block never costs its whole size (benchmarks/bench_checks.py).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            view = f.get_slice(name)
+            return [view[start:stop] for start, stop in spans]
+    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
+        raise BadInput(path, f"cannot read tensor {name!r}: {_first_line(err)}") from None
+
+
 def load_safetensors_tensor(path: str | Path, name: str) -> torch.Tensor:
     """One tensor from a safetensors file, memory-mapped (call ``read_safetensors_header`` first)."""
     from safetensors import safe_open

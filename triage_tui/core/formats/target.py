@@ -43,6 +43,28 @@ class TargetModel:
         """``[vocab_size, hidden_size]``; the embedding when tied."""
         return self._load("embed_tokens" if self.tied else "lm_head")
 
+    def lm_head_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of ``lm_head`` as stored, the rest unread (a K2 head is 2.2 GiB in bf16)."""
+        name = self.tensor_names["embed_tokens" if self.tied else "lm_head"]
+        return self._weights.load_rows(name, [(start, stop)])[0]
+
+    def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """``embed_tokens[ids]`` (any shape of ids -> ``[*ids.shape, hidden]``), reading only those rows."""
+        unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        values = unique.tolist()
+        if values and (values[0] < 0 or values[-1] >= self.vocab_size):
+            bad = values[0] if values[0] < 0 else values[-1]
+            raise ValueError(f"token id {bad} is outside the target's vocab of {self.vocab_size}")
+        spans, start = [], 0
+        for i in range(1, len(values) + 1):  # consecutive ids are read as one span
+            if i == len(values) or values[i] != values[i - 1] + 1:
+                spans.append((values[start], values[i - 1] + 1))
+                start = i
+        rows = torch.cat(self._weights.load_rows(self.tensor_names["embed_tokens"], spans)) if spans else None
+        if rows is None:
+            return torch.empty((*ids.shape, self.hidden_size))
+        return rows[inverse].reshape(*ids.shape, rows.shape[-1])
+
     def final_norm(self) -> torch.Tensor | None:
         """The final RMSNorm weight ``[hidden_size]``, None when the weights hold none."""
         return self._load("norm") if self.tensor_names.get("norm") else None

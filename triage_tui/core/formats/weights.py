@@ -18,6 +18,7 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_array,
+    load_safetensors_rows,
     load_safetensors_tensor,
     read_safetensors_header,
     safe_torch_load,
@@ -100,6 +101,16 @@ class WeightFiles:
         if self.kind == "safetensors":
             return load_safetensors_array(found.file, name)
         return self._bin_states[found.file][name]
+
+    def load_rows(self, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Rows [start, stop) of tensor `name` for each span, without reading the rest of it."""
+        found = self.info(name)
+        if found is None:
+            raise BadInput(self.root, f"no tensor {name!r} in the weights")
+        if self.kind == "safetensors":
+            return load_safetensors_rows(found.file, name, spans)
+        tensor = self._bin_states[found.file][name]  # memory-mapped: a slice reads only its rows
+        return [tensor[start:stop].clone() for start, stop in spans]
 
 
 def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
