@@ -224,7 +224,7 @@ def main() -> None:
         print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
     print(f"| **all four (diagnose)** | **{diag['total_s']:.2f}** | | top hypothesis: {diag['top_hypothesis']} |")
     vocab_s = diag["checks"]["vocab_mapping"]["seconds"]
-    print(f"\n| story's script (torch.load + Python loop) | triage vocab_mapping check | ratio |")
+    print("\n| story's script (torch.load + Python loop) | triage vocab_mapping check | ratio |")
     print("|---|---|---|")
     print(f"| {manual['seconds']:.2f} s ({manual['positional_match']} / 32000 positional, overlap "
           f"{manual['overlap']}) | {vocab_s:.2f} s (same numbers, plus moved rows and first mismatches) | "

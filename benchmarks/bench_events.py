@@ -337,7 +337,7 @@ def main() -> None:
     for name, r, note in rows:
         print(f"| {name} | {r['wall']:.3f} | {r['cpu']:.3f} | {r['wall'] / ours['wall']:.1f}× | "
               f"{r['cpu'] / ours['cpu']:.1f}× | {r['peak_extra'] / 2**20:.0f} | {note} |")
-    print(f"\nrustboard peak RSS is its whole process (VmHWM); the Python rows are the peak above the RSS after imports.")
+    print("\nrustboard peak RSS is its whole process (VmHWM); the Python rows are the peak above the RSS after imports.")
     print(f"\nTail: {TAIL_EVENTS:,} events appended to the loaded file, one `poll()`, {TAIL_ROUNDS} rounds: "
           f"wall best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms; "
           f"CPU best {tail['cpu_best'] * 1e3:.2f} ms, median {tail['cpu_median'] * 1e3:.2f} ms "

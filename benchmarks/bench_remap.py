@@ -129,7 +129,6 @@ def build_drafter(root: Path) -> None:
 
     sys.path.insert(0, str(REPO / "tests"))
     from story_mappings import story_mappings
-
     from triage_tui.core.formats.mapping import write_mapping_pt
 
     ckpt_mapping, run_mapping = story_mappings()

@@ -23,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_replay import (  # noqa: E402  (the one builder of the synthetic world)
-    World, train_drafter, write_specforge_checkpoint, write_specforge_dumps, write_target,
+    World,
+    train_drafter,
+    write_specforge_checkpoint,
+    write_specforge_dumps,
+    write_target,
 )
 from triage_tui.core.checks.replay import run_replay  # noqa: E402
 from triage_tui.core.formats.checkpoint import read_checkpoint  # noqa: E402

@@ -49,7 +49,7 @@ def _only_file(logdir):
 
 
 def test_torch_simple_value_matches_what_was_logged_and_upb(tmp_path):
-    steps = list(range(0, 300)) + list(range(300, 20000, 97))  # 1-, 2- and 3-byte step varints
+    steps = list(range(300)) + list(range(300, 20000, 97))  # 1-, 2- and 3-byte step varints
     logged = _write_torch(tmp_path, steps)
     path = _only_file(tmp_path)
     scalars, _ = _read(path)

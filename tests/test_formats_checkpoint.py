@@ -107,7 +107,7 @@ def write_drafter(directory: Path, state: dict[str, torch.Tensor], config: dict 
         for i, part in enumerate(halves, start=1):
             shard = f"model-{i:05d}-of-00002.safetensors"
             save_file({n: state[n] for n in part}, str(directory / shard), metadata={"format": "pt"})
-            weight_map.update({n: shard for n in part})
+            weight_map.update(dict.fromkeys(part, shard))
         total = sum(t.numel() * t.element_size() for t in state.values())
         (directory / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))

@@ -41,7 +41,7 @@ def write_sharded(root: Path, shards: list[dict[str, torch.Tensor]], config: dic
     for i, tensors in enumerate(shards, start=1):
         name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
         save_file(tensors, str(root / name), metadata={"format": "pt"})
-        weight_map.update({k: name for k in tensors})
+        weight_map.update(dict.fromkeys(tensors, name))
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return root
 

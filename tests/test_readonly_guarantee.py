@@ -185,9 +185,8 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
 
 @pytest.mark.skipif(not SAMPLE_RUNS.is_dir(), reason="sample_runs/ does not exist yet (H-samples)")
 async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
-    from test_tui import checked, loaded, make_app
-
     from sample_copy import copy_samples
+    from test_tui import checked, loaded, make_app
 
     # The generator's files only: what a user added to sample_runs/ is theirs, not the test's.
     copy = copy_samples(tmp_path / "sample_runs", source=SAMPLE_RUNS)

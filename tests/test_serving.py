@@ -465,7 +465,6 @@ def test_disagreement_is_judged_over_the_positions_both_sides_have(tmp_path):
 
 def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_stop(tmp_path):
     from test_check_command import write_events
-
     from triage_tui.core.watch import Watcher
 
     page = _Page(vllm_metrics(100, [60, 20, 4]))

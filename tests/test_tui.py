@@ -19,13 +19,6 @@ from textual.widgets import TabbedContent
 
 from sample_copy import copy_samples
 from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
-from tui_support import (
-    ACC_TAG,
-    LOSS_TAG,
-    STEP_EVERY,
-    healthy_run,
-    story_run,
-)
 from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
@@ -33,6 +26,13 @@ from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
+from tui_support import (
+    ACC_TAG,
+    LOSS_TAG,
+    STEP_EVERY,
+    healthy_run,
+    story_run,
+)
 
 SIZE = (80, 24)
 
@@ -348,7 +348,7 @@ async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
         await wait_for(pilot, lambda: app.polls > 0, what="first poll")
         chart = app.main.query_one(LossChart)
         # Healthy, then worse than chance: the trainer writes while the app runs.
-        for points, loss, accuracy in ((range(0, 15), lambda i: 6.0 - i * 0.1, lambda i: 0.3 + i * 0.01),
+        for points, loss, accuracy in ((range(15), lambda i: 6.0 - i * 0.1, lambda i: 0.3 + i * 0.01),
                                        (range(15, 30), lambda i: 4.5 - i * 0.05, lambda i: 0.45 + i * 0.01)):
             thread = threading.Thread(target=write, args=(points, loss, accuracy))
             thread.start()

@@ -8,8 +8,8 @@ import sys
 
 from test_serving import REPO, vllm_line
 from test_tui import SIZE, loaded, make_app, polled, wait_for
-from tui_support import healthy_run, story_run
 from triage_tui.tui.widgets.serving_chart import ServingChart
+from tui_support import healthy_run, story_run
 
 
 def _serving_run(root):

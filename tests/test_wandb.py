@@ -13,7 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tb_writers import write_drafter_checkpoint, write_scalars
+from triage_tui.core.runs import discover_runs
+from triage_tui.core.sources import RunSources
+from triage_tui.core.wandb_history import WandbHistory
+from triage_tui.core.watch import Watcher
 from wandb_writers import (
     REPO,
     leet_points,
@@ -23,11 +28,6 @@ from wandb_writers import (
     start_script,
     write_run,
 )
-
-from triage_tui.core.runs import discover_runs
-from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb_history import WandbHistory
-from triage_tui.core.watch import Watcher
 
 V = 32_000
 LN_V = math.log(V)

@@ -351,9 +351,8 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
         return check_hidden_state(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"))
 
     def verifier_mask() -> CheckResult:
-        from triage_tui.core.checks.verifier_mask import check_verifier_mask
-
         from triage_tui.core.checks.replay import resolve_device
+        from triage_tui.core.checks.verifier_mask import check_verifier_mask
 
         # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,
         # so a checkpoint that cannot be read (reported by the other checks) does not stop this one.

@@ -62,7 +62,7 @@ class DrafterConfig:
     norm_before_residual: bool = False
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, path: str | Path | None = None) -> "DrafterConfig":
+    def from_config(cls, config: Mapping[str, Any], *, path: str | Path | None = None) -> DrafterConfig:
         """Read a SpecForge/EAGLE ``LlamaForCausalLMEagle3`` config or a speculators ``Eagle3Speculator`` one."""
         if not isinstance(config, Mapping):
             raise BadInput(path, "config.json is not a JSON object")
@@ -335,7 +335,7 @@ class Eagle3Drafter(nn.Module):
     @classmethod
     def from_state_dict(cls, config: DrafterConfig, state_dict: Mapping[str, torch.Tensor], *,
                         path: str | Path | None = None, device: torch.device | str = "cpu",
-                        dtype: torch.dtype = torch.float32) -> "Eagle3Drafter":
+                        dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
         """Build from tensors named as SpecForge (``midlayer.*``) or speculators (``layers.0.*``) name them."""
         return _build(config, {canonical_key(k): k for k in state_dict}, lambda k: state_dict[k],
                       path=path, device=device, dtype=dtype)
@@ -382,7 +382,7 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
     return model
 
 
-def load_drafter(checkpoint: "DrafterCheckpoint", *, device: torch.device | str = "cpu",
+def load_drafter(checkpoint: DrafterCheckpoint, *, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
     """Build the drafter a checkpoint directory holds, reading one tensor at a time."""
     raw = dict(checkpoint.config)

@@ -33,9 +33,9 @@ import functools
 import os
 import stat
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Iterable
 
 import crc32c
 import numpy as np

@@ -12,8 +12,9 @@ symptom that points at one cause (see ``W_ABOVE_CHANCE_ALONE``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.checks.result import CheckResult
 
@@ -162,9 +163,9 @@ class _Evidence:
         return tuple(line for _, line in self.items)
 
 
-def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence["Flag"] = (), *,
+def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence[Flag] = (), *,
                     metrics: Mapping[str, Any] | None = None,
-                    serving: "ServingComparison | None" = None) -> list[Hypothesis]:
+                    serving: ServingComparison | None = None) -> list[Hypothesis]:
     """Score every cause the evidence can speak to, best first.
 
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
@@ -194,7 +195,7 @@ def _check(checks: Mapping[str, CheckResult], name: str) -> CheckResult | None:
     return result if result is not None and result.status in ("pass", "fail") else None
 
 
-def _corroborate(evidence: _Evidence, symptoms: Sequence["Flag"]) -> None:
+def _corroborate(evidence: _Evidence, symptoms: Sequence[Flag]) -> None:
     if evidence.structural and symptoms:
         flag = symptoms[0]
         evidence.add(W_SYMPTOM_CORROBORATES, f"run flag {flag.kind}: {flag.message}")

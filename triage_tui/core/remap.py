@@ -114,7 +114,7 @@ class RemapPlan:
     mapping_sha256: str
     mapping_sha256_of: str          # "file" (bytes of the mapping file) | "mapping" (hot ids of a directory)
     target_path: Path | None
-    checkpoint: "DrafterCheckpoint" = field(repr=False)
+    checkpoint: DrafterCheckpoint = field(repr=False)
     run_mapping: VocabMapping = field(repr=False)
     source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
     target_model: Any = field(default=None, repr=False)
@@ -160,7 +160,7 @@ def _identity(path: Path) -> tuple[int, ...]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-def _check_unchanged(plan: "RemapPlan") -> None:
+def _check_unchanged(plan: RemapPlan) -> None:
     """The source's files are those the plan read (a rewrite or replacement since is refused)."""
     if tuple(_identity(file) for file in plan.checkpoint.files) != plan.source_identities:
         raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
@@ -523,7 +523,7 @@ def _mapped(fd: int, offset: int, length: int) -> Iterator[np.ndarray]:
 
 
 def _same_file_bytes(fd_a: int, offset_a: int, fd_b: int, offset_b: int, length: int,
-                     cancel: threading.Event | None, progress: "_Progress | None", phase: str) -> bool:
+                     cancel: threading.Event | None, progress: _Progress | None, phase: str) -> bool:
     """Two byte ranges of files are equal, compared a window at a time through memory maps."""
     for position in range(0, length, WINDOW_BYTES):
         _check_cancel(cancel)
@@ -1147,7 +1147,7 @@ class _InitRows:
     source read through torch, from a thread summing the old rows while the rest is copied.
     """
 
-    def __init__(self, plan: RemapPlan, old: "_Rows | None") -> None:
+    def __init__(self, plan: RemapPlan, old: _Rows | None) -> None:
         self.plan = plan
         info = plan.checkpoint.tensors[plan.checkpoint.lm_head_name]
         self.dtype = info.dtype
@@ -1423,8 +1423,8 @@ def _source_layout(plan: RemapPlan, file: Path, header: bytes, size: int) -> lis
     return layout
 
 
-def _stream_source(plan: RemapPlan, writers: dict[str, "_SafetensorsWriter"], init_rows: _InitRows,
-                   progress: "_Progress", cancel: threading.Event | None) -> dict[str, str]:
+def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init_rows: _InitRows,
+                   progress: _Progress, cancel: threading.Event | None) -> dict[str, str]:
     """Copy every unchanged tensor and move the lm_head rows, reading each source file once;
     returns the BLAKE3 of each file as read."""
     import blake3
@@ -1492,7 +1492,7 @@ def _stream_source(plan: RemapPlan, writers: dict[str, "_SafetensorsWriter"], in
     return digests
 
 
-def _scatter_rows(writer: "_SafetensorsWriter", name: str, rows: np.ndarray, positions: np.ndarray,
+def _scatter_rows(writer: _SafetensorsWriter, name: str, rows: np.ndarray, positions: np.ndarray,
                   row_bytes: int) -> None:
     """Write old rows to their new positions (-1: the row is not kept)."""
     kept = np.flatnonzero(positions >= 0)
@@ -1504,7 +1504,7 @@ def _scatter_rows(writer: "_SafetensorsWriter", name: str, rows: np.ndarray, pos
     _write_runs(writer, name, positions[source], data, row_bytes)
 
 
-def _write_runs(writer: "_SafetensorsWriter", name: str, positions: np.ndarray, data: np.ndarray,
+def _write_runs(writer: _SafetensorsWriter, name: str, positions: np.ndarray, data: np.ndarray,
                 row_bytes: int) -> None:
     """``data[k]`` to row ``positions[k]`` (ascending), one write per run of consecutive rows."""
     breaks = np.flatnonzero(np.diff(positions) != 1) + 1
@@ -1613,8 +1613,8 @@ def _opened(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_extents, init_rows: "_InitRows",
-                           fail, progress: "_Progress", cancel: threading.Event | None) -> int:
+def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_extents, init_rows: _InitRows,
+                           fail, progress: _Progress, cancel: threading.Event | None) -> int:
     """Each window of the new lm_head, read from the output file, against the rows it should hold.
 
     The expected rows are taken here from the source's bytes with numpy (the write gathered them
@@ -1657,7 +1657,7 @@ def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_ext
     return new_rows * row_bytes
 
 
-def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: "_InitRows", fail, progress: "_Progress",
+def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, progress: _Progress,
                          cancel: threading.Event | None) -> int:
     """The lm_head check for a source read through torch (.bin): each window of the old head against
     the output rows that should hold it."""

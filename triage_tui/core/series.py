@@ -14,6 +14,7 @@ UI thread never changes under it while the reader thread polls.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 _GROWTH = 1.25

@@ -50,14 +50,14 @@ class VocabMapping:
         source: str = "",
         stored_t2d: np.ndarray | None = None,
         notes: tuple[str, ...] = (),
-    ) -> "VocabMapping":
+    ) -> VocabMapping:
         """Build from offsets: ``hot_ids = arange(Vd) + d2t`` (all-zero d2t is the identity)."""
         d2t = np.asarray(d2t, dtype=np.int64)
         return cls(np.arange(d2t.shape[0], dtype=np.int64) + d2t, int(target_vocab_size),
                    source=source, stored_t2d=stored_t2d, notes=tuple(notes))
 
     @classmethod
-    def identity(cls, draft_vocab_size: int, target_vocab_size: int, *, source: str = "") -> "VocabMapping":
+    def identity(cls, draft_vocab_size: int, target_vocab_size: int, *, source: str = "") -> VocabMapping:
         return cls(np.arange(draft_vocab_size, dtype=np.int64), int(target_vocab_size), source=source)
 
     @property

@@ -271,7 +271,7 @@ class WandbHistory:
                 # Newer protos carry typed values (a `value` oneof); older ones only value_json.
                 self._typed = "value" in pb.HistoryItem.DESCRIPTOR.oneofs_by_name
             except WandbUnavailable as err:
-                self.problems = {path: err.what for path in self._files}
+                self.problems = dict.fromkeys(self._files, err.what)
                 stats.unreadable_files = len(self._files)
                 return stats
             if self._any_replaced():

@@ -100,7 +100,7 @@ class SampleSpec:
     eval_interval: int = 25
 
     @classmethod
-    def small(cls) -> "SampleSpec":
+    def small(cls) -> SampleSpec:
         """The reduced version the tests regenerate (same sizes of vocab and model, fewer steps)."""
         return cls(dataset_sequences=40_000, pretrain_steps=70, healthy_steps=60, finetune_steps=12,
                    diverged_steps=40, diverged_lr=1.0, diverged_warmup=15,
@@ -193,7 +193,7 @@ class RunRecord:
     non_finite_from: int | None
 
     @classmethod
-    def of(cls, name: str, trainer: DrafterTrainer, seconds: float) -> "RunRecord":
+    def of(cls, name: str, trainer: DrafterTrainer, seconds: float) -> RunRecord:
         loss = trainer.history.series("plosses")
         acc = trainer.history.series("accs")
         bad = np.flatnonzero(~np.isfinite(loss))

@@ -45,7 +45,7 @@ def _skipped_after_shutdown(method: Callable[..., None]) -> Callable[..., None]:
     """Timers and late messages can fire while the app shuts down and its widgets are gone."""
 
     @functools.wraps(method)
-    def guarded(self: "TriageApp", *args: object) -> None:
+    def guarded(self: TriageApp, *args: object) -> None:
         try:
             method(self, *args)
         except (NoMatches, IndexError):  # IndexError: `main` after the screen stack emptied

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 class RunsUpdated(Message):
     """One watcher poll: every run's status and its table row."""
 
-    statuses: list["RunStatus"]
-    rows: list["RunRow"]
+    statuses: list[RunStatus]
+    rows: list[RunRow]
 
     def can_replace(self, message: Message) -> bool:
         # A newer poll supersedes an older one still queued: the UI never falls behind.
@@ -29,9 +29,9 @@ class RunsUpdated(Message):
 
 @dataclass
 class ChartReady(Message):
-    series: "ChartSeries | None"
+    series: ChartSeries | None
     path: Path
-    serving: "ServingSeries | None" = None
+    serving: ServingSeries | None = None
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ChartReady)
@@ -53,7 +53,7 @@ class CheckProgress(Message):
 @dataclass
 class ChecksFinished(Message):
     path: Path
-    diagnosis: "Diagnosis | None"
+    diagnosis: Diagnosis | None
     error: str | None = None
     cancelled: bool = False
 
@@ -61,7 +61,7 @@ class ChecksFinished(Message):
 @dataclass
 class RemapPlanned(Message):
     path: Path
-    plan: "RemapPlan | None"
+    plan: RemapPlan | None
     error: str | None = None
 
 
@@ -77,5 +77,5 @@ class RemapProgress(Message):
 @dataclass
 class RemapFinished(Message):
     path: Path
-    report: "RemapReport | None"
+    report: RemapReport | None
     error: str | None = None

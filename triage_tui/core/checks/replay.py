@@ -186,10 +186,10 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
             plan.append((sample, positions))
             budget -= int(positions.size)
     total = sum(len(p) for _, p in plan)
-    correct = {k: 0 for k in mappings}
-    loss_sum = {k: 0.0 for k in mappings}
-    loss_count = {k: 0 for k in mappings}
-    order_correct = {o: 0 for o in chunk_orders}
+    correct = dict.fromkeys(mappings, 0)
+    loss_sum = dict.fromkeys(mappings, 0.0)
+    loss_count = dict.fromkeys(mappings, 0)
+    order_correct = dict.fromkeys(chunk_orders, 0)
     tokens = samples = 0
     cancelled = False
     ht = drafter.fc.in_features // 3

@@ -27,9 +27,9 @@ class CheckResult:
         return {"status": self.status, "summary": self.summary, **self.details}
 
     @classmethod
-    def skipped(cls, name: str, why: str) -> "CheckResult":
+    def skipped(cls, name: str, why: str) -> CheckResult:
         return cls(name, "skipped", why)
 
     @classmethod
-    def error(cls, name: str, why: str) -> "CheckResult":
+    def error(cls, name: str, why: str) -> CheckResult:
         return cls(name, "error", why)

@@ -11,7 +11,8 @@ misaligns every row without any error (section 2.5). The mask must also have exa
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -9,7 +9,8 @@ PR #534: ``--ckpt-dir`` regenerated d2t/t2d from the new data and overwrote the 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -11,10 +11,9 @@ inference engine would make of the file (``hot_ids = arange(Vd) + d2t``).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
-
-import sys
 
 import numpy as np
 

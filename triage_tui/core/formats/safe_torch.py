@@ -370,8 +370,7 @@ def load_safetensors_rows(path: str | Path, name: str, spans: list[tuple[int, in
 
 def load_safetensors_tensor(path: str | Path, name: str) -> torch.Tensor:
     """One tensor from a safetensors file, memory-mapped (call ``read_safetensors_header`` first)."""
-    from safetensors import safe_open
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     try:

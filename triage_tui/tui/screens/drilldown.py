@@ -220,7 +220,7 @@ RENDERERS = {
 }
 
 
-def check_section(result: "CheckResult") -> RenderableType:
+def check_section(result: CheckResult) -> RenderableType:
     glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
     header = Text()
     header.append(f"{glyph} {result.name}", style=f"{style} bold")
@@ -232,7 +232,7 @@ def check_section(result: "CheckResult") -> RenderableType:
     return Group(header, *renderer(result.details), Text(""))
 
 
-def remap_commands(diagnosis: "Diagnosis") -> list[str]:
+def remap_commands(diagnosis: Diagnosis) -> list[str]:
     """The shell commands for both fixes (remap the rows, or keep the checkpoint's mapping)."""
     inputs = diagnosis.inputs
     if inputs.checkpoint is None or inputs.mapping is None:
@@ -259,7 +259,7 @@ class DrillDownScreen(Screen):
         Binding("3", "tab('action')", "Action", show=False),
     ]
 
-    def __init__(self, path: Path, run_name: str, diagnosis: "Diagnosis", hypothesis: "Hypothesis") -> None:
+    def __init__(self, path: Path, run_name: str, diagnosis: Diagnosis, hypothesis: Hypothesis) -> None:
         super().__init__()
         self.path = path
         self.run_name = run_name
@@ -267,7 +267,7 @@ class DrillDownScreen(Screen):
         self.hypothesis = hypothesis
 
     @property
-    def triage(self) -> "TriageApp":
+    def triage(self) -> TriageApp:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:

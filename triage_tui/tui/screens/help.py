@@ -32,7 +32,7 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     @classmethod
-    def for_screen(cls, screen: Screen) -> "HelpScreen":
+    def for_screen(cls, screen: Screen) -> HelpScreen:
         """Keys active on ``screen`` now: the app's, the screen's and the focused widget's."""
         rows: list[tuple[str, str, str, bool]] = []
         ranks: list[tuple[int, int]] = []

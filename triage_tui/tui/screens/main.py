@@ -48,7 +48,7 @@ class MainScreen(Screen):
     ]
 
     @property
-    def triage(self) -> "TriageApp":
+    def triage(self) -> TriageApp:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:

@@ -28,7 +28,7 @@ class ConfirmRemapScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No", key_display="n/esc"),
     ]
 
-    def __init__(self, plan: "RemapPlan") -> None:
+    def __init__(self, plan: RemapPlan) -> None:
         super().__init__()
         self.plan = plan
         self.text = plan.describe()
@@ -54,7 +54,7 @@ class ConfirmRemapScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-def describe_report(report: "RemapReport") -> Table:
+def describe_report(report: RemapReport) -> Table:
     """The report as label/value rows; long paths fold under their value, not under the label."""
     table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
     table.add_column("label", style="dim", no_wrap=True)
@@ -91,7 +91,7 @@ class RemapScreen(ModalScreen[None]):
         Binding("x", "cancel_remap", "Cancel remap"),
     ]
 
-    def __init__(self, plan: "RemapPlan") -> None:
+    def __init__(self, plan: RemapPlan) -> None:
         super().__init__()
         self.plan = plan
         self.report: RemapReport | None = None
@@ -120,7 +120,7 @@ class RemapScreen(ModalScreen[None]):
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
         self.query_one("#remap-status", Label).update(Text(printable(text)))
 
-    def show_result(self, report: "RemapReport | None", error: str | None) -> None:
+    def show_result(self, report: RemapReport | None, error: str | None) -> None:
         self.report, self.error = report, error
         self.refresh_bindings()
         self.query_one(ProgressBar).display = False
