@@ -84,10 +84,9 @@ log.close()
 
 
 def test_specforge_logging_to_wandb_is_recognised_and_flagged(tmp_path):
-    from wandb_writers import run_script
-
     from tb_writers import write_drafter_checkpoint
     from triage_tui.core.watch import Watcher
+    from wandb_writers import run_script
 
     out = tmp_path / "out"
     write_drafter_checkpoint(out / "epoch_0_step_1000")
@@ -127,9 +126,8 @@ wandb.finish()
 
 
 def test_speculators_logging_to_wandb_is_recognised(tmp_path):
-    from wandb_writers import run_script
-
     from triage_tui.core.watch import Watcher
+    from wandb_writers import run_script
 
     run_script(SPECULATORS_RUN, str(tmp_path))
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once(now=time.time())

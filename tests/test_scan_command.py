@@ -119,8 +119,9 @@ def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp
     event_file = write_scalars(tmp_path / "run", {"train/lr": [(s, 9.99e-05) for s in steps],
                                                   "train/ploss_0": [(s, 3.0) for s in steps]}, wall_time=T0)
     data = bytearray(event_file.read_bytes())
-    from test_events_support import records
     from tensorboard.compat.proto import event_pb2
+
+    from test_events_support import records
 
     lr_records = [(pos, length) for pos, length in records(bytes(data))
                   if b"train/lr" in data[pos + 12 : pos + 12 + length]]

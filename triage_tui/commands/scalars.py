@@ -32,8 +32,8 @@ from triage_tui.core.events import find_event_files
 from triage_tui.core.runs import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb_history import find_wandb_files
 from triage_tui.core.text import printable
+from triage_tui.core.wandb_history import find_wandb_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -541,7 +541,7 @@ _HASH_MULT = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _byte_crc_table(distance: int) -> np.ndarray:
     """What a byte b adds to a payload's CRC-32C when `distance` bytes follow it (256 entries).
 
