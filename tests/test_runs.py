@@ -49,15 +49,27 @@ def test_a_runs_dir_without_checkpoints_or_config_beside_it_is_its_own_run(tmp_p
     assert run.name == "exp/runs"
 
 
-def test_speculators_logs_name_dirs_are_separate_runs(tmp_path):
+def test_speculators_logs_name_dirs_without_checkpoints_beside_are_separate_runs(tmp_path):
     first = write_scalars(tmp_path / "logs" / "k25-a", {"train/loss": [(0, 30.0)]})
     second = write_scalars(tmp_path / "logs" / "k25-b", {"train/loss": [(0, 29.0)]})
-    write_drafter_checkpoint(tmp_path / "output" / "0")  # save_path/<epoch>/, not beside logs/
+    write_drafter_checkpoint(tmp_path / "elsewhere" / "ckpts" / "k25" / "0")  # too deep to be beside logs/
 
     found = discover_runs([tmp_path])
 
     assert [r.name for r in found] == ["logs/k25-a", "logs/k25-b"]
     assert [r.event_files for r in found] == [(first,), (second,)]
+
+
+def test_speculators_save_path_epochs_beside_logs_make_the_parent_one_run(tmp_path):
+    events = write_scalars(tmp_path / "k25" / "logs" / "k25-a", {"train/loss": [(0, 30.0)]})
+    write_drafter_checkpoint(tmp_path / "k25" / "checkpoints" / "0")  # <save_path>/<epoch>/
+    write_drafter_checkpoint(tmp_path / "k25" / "checkpoints" / "1")
+
+    for given in (tmp_path, tmp_path / "k25" / "logs", tmp_path / "k25" / "logs" / "k25-a"):
+        (run,) = discover_runs([given])
+        assert run.path == tmp_path / "k25" and run.event_files == (events,)
+        assert run.artifacts.checkpoints == (tmp_path / "k25/checkpoints/0", tmp_path / "k25/checkpoints/1")
+        assert run.artifacts.config_json == tmp_path / "k25/checkpoints/1/config.json"
 
 
 def test_event_files_in_subdirectories_belong_to_the_run_above_unless_it_has_a_manifest(tmp_path):

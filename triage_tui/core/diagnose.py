@@ -31,10 +31,15 @@ INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
 # args Namespace: the drafter the fine-tune started from, the target, the offline dumps, and
 # the cache dir whose vocab_mapping/<key>.pt holds the mapping the trainer labelled with
 # (specforge/data/preprocessing.py generate_vocab_mapping_file).
-TRAINING_ARG_CHECKPOINT = ("ckpt_dir",)
-TRAINING_ARG_TARGET = ("target_model_path",)
+# SpecForge 0.2.0 saves no args; its resume contract's model provenance names the target and the
+# draft config source (the starting drafter's directory when the config came from it), and a
+# vocab_mapping_path when one was given (formats/training_state.py). Without one, the run's
+# mapping is the d2t/t2d it saved in draft_state_dict.
+TRAINING_ARG_CHECKPOINT = ("ckpt_dir", "draft_config")
+TRAINING_ARG_TARGET = ("target_model_path", "target_model")
 TRAINING_ARG_DATA = ("train_hidden_states_path",)
 TRAINING_ARG_CACHE = ("cache_dir",)
+TRAINING_ARG_MAPPING = ("vocab_mapping",)
 
 
 @dataclass(frozen=True)
@@ -128,8 +133,8 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
     # sources tried for it (a stale training arg behind a manifest path is no news).
     missing = [name for name in INPUT_NAMES if name not in chosen]
     if missing:
-        args, args_notes = _training_args(artifacts)
-        by_training = _from_training_args(args, run_path)
+        state, args_notes = _training_state(artifacts)
+        by_training = _from_training_state(state, run_path)
         by_discovery = _discovered(artifacts)
         used_training = False
         for name in missing:
@@ -154,27 +159,49 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
 Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it
 
 
-def _training_args(artifacts) -> tuple[dict[str, Any], list[str]]:
+def _training_state(artifacts):
     path = getattr(artifacts, "training_state", None)
     if path is None:
-        return {}, []
-    from triage_tui.core.formats.training_state import read_training_args
+        return None, []
+    from triage_tui.core.formats.training_state import read_training_state
 
     try:
-        return read_training_args(path), []
+        return read_training_state(path), []
     except BadInput as err:
-        return {}, [f"training_state.pt not used: {err.line()}"]
+        return None, [f"training_state.pt not used: {err.line()}"]
 
 
-def _from_training_args(args: dict[str, Any], run_path: Path) -> dict[str, Found]:
-    cache_dir, cache_notes = _arg_path(args, TRAINING_ARG_CACHE, run_path)
-    mapping, mapping_notes = _cache_mapping(cache_dir)
+def _from_training_state(state, run_path: Path) -> dict[str, Found]:
+    args = state.args if state is not None else {}
+    mapping, mapping_notes = _arg_path(args, TRAINING_ARG_MAPPING, run_path)
+    if mapping is None:
+        cache_dir, cache_notes = _arg_path(args, TRAINING_ARG_CACHE, run_path)
+        mapping, cache_mapping_notes = _cache_mapping(cache_dir)
+        mapping_notes += cache_notes + cache_mapping_notes
+    if mapping is None and state is not None and state.generation == "0.2.0":
+        mapping = state.path  # the d2t/t2d the trainer installed and saved with the drafter
+    checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path)
+    if checkpoint is not None and not _holds_weights(checkpoint):
+        # 0.2.0's draft_config source is a config file when model.draft_model_config was given.
+        checkpoint_notes.append(f"training_state.pt names {checkpoint} as the draft config source; "
+                                "it holds no weights, so it is not the starting drafter")
+        checkpoint = None
     return {
-        "checkpoint": _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path),
+        "checkpoint": (checkpoint, checkpoint_notes),
         "target": _arg_path(args, TRAINING_ARG_TARGET, run_path),
         "data": _arg_path(args, TRAINING_ARG_DATA, run_path),
-        "mapping": (mapping, cache_notes + mapping_notes),
+        "mapping": (mapping, mapping_notes),
     }
+
+
+def _holds_weights(path: Path) -> bool:
+    from triage_tui.core.formats.weights import find_weights
+
+    try:
+        find_weights(path)
+    except BadInput:
+        return False
+    return True
 
 
 def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Found:

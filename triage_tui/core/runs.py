@@ -2,11 +2,24 @@
 
 DESIGN.md "What a run is": a directory holding ``triage.toml``, or else a directory holding
 event files; event files in its subdirectories belong to it unless a subdirectory is a run of
-its own (has ``triage.toml``). Without a manifest, an event-file directory named ``runs``,
-``logs`` or ``tensorboard`` whose parent holds checkpoints or a ``config.json`` makes that
-parent the run: SpecForge writes ``SummaryWriter(log_dir=<output_dir>/runs)`` beside its
-``epoch_{e}_step_{s}/`` checkpoints (``specforge/tracker.py``), speculators writes
-``logs/<run_name>/`` (``src/speculators/train/logger.py``), which stays a run of its own.
+its own (has ``triage.toml``).
+
+The one rule for trainers' output directories (no manifest): a log directory named ``runs``,
+``logs`` or ``tensorboard`` whose event files sit in it or one level below it, beside
+checkpoints, belongs to the directory that holds both, and that directory is the run.
+"Beside checkpoints" means the directory holds a ``config.json``, or a child holding weights
+or a ``training_state.pt``, or a child holding numbered epoch directories with weights. These
+are the depths the trainers write at:
+
+- SpecForge classic (``scripts/train_eagle3.py``, 2025): ``<output_dir>/runs/`` beside
+  ``epoch_{e}_step_{s}/`` (config.json, model.safetensors, training_state.pt);
+- SpecForge 0.2.0 (``specforge/tracker.py`` TensorboardTracker, ``specforge/training/checkpoint.py``
+  CheckpointManager): ``<output_dir>/runs/`` beside ``<run_id>-step<N>/training_state.pt``;
+- speculators 0.9.0 (``speculators/train/logger.py`` TensorBoardHandler,
+  ``speculators/train/checkpointer.py``): ``<log_dir>/<run_name>/`` beside
+  ``<save_path>/<epoch>/`` (config.json, model.safetensors) under one parent;
+- HF Trainer (transformers ``TensorBoardCallback``; ModelOpt trains with it):
+  ``<output_dir>/runs/<date_host>/`` beside ``<output_dir>/checkpoint-N/``.
 
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (and nothing here reads ``config.json``; ``read_config`` is called by the
@@ -207,7 +220,7 @@ class RunArtifacts:
     """What discovery found on disk in a run directory (by name; nothing opened)."""
 
     config_json: Path | None = None
-    checkpoints: tuple[Path, ...] = ()  # dirs holding weights, oldest first (natural name order)
+    checkpoints: tuple[Path, ...] = ()  # dirs holding weights or a training_state.pt, oldest first (natural order)
     mappings: tuple[Path, ...] = ()
     dumps: Path | None = None
     training_state: Path | None = None
@@ -370,7 +383,8 @@ class _Node:
         return os.path.basename(self.path)
 
 
-def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
+def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]], depth: int | None = None) -> _Node | None:
+    """The tree below `path`; `depth` levels of children at most (None: all)."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -393,24 +407,43 @@ def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Nod
         except OSError:
             continue
     children = []
-    for name in listing.dirs:
-        child = _walk(os.path.join(path, name), cache, visited)
-        if child is not None:
-            children.append(child)
+    if depth is None or depth > 0:
+        for name in listing.dirs:
+            child = _walk(os.path.join(path, name), cache, visited, None if depth is None else depth - 1)
+            if child is not None:
+                children.append(child)
     wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
     return _Node(path, listing, children, tuple(event_files), wandb_files)
 
 
+def _holds_checkpoint(node: _Node) -> bool:
+    return node.listing.has_weights or node.listing.has_training_state
+
+
 def _holds_output(node: _Node) -> bool:
-    """A trainer's output dir: a config.json, or a child directory holding weights."""
-    return node.listing.has_config or any(child.listing.has_weights for child in node.children)
+    """A trainer's output dir (module doc): a config.json, a checkpoint child, or a
+    save-path child of numbered epoch checkpoints (speculators ``<save_path>/<epoch>/``)."""
+    return node.listing.has_config or any(
+        _holds_checkpoint(child)
+        or any(grandchild.name.isdigit() and _holds_checkpoint(grandchild) for grandchild in child.children)
+        for child in node.children
+    )
+
+
+def _is_log_dir(node: _Node) -> bool:
+    """runs/, logs/ or tensorboard/ with event files in it or one level below (HF's
+    ``runs/<date_host>/``, speculators' ``logs/<run_name>/``), and no manifest of its own."""
+    if node.name.lower() not in LOG_DIR_NAMES or node.listing.has_manifest:
+        return False
+    return bool(node.event_files) or any(
+        child.event_files and not child.listing.has_manifest for child in node.children
+    )
 
 
 def _promotes_parent(node: _Node) -> bool:
-    """`node` holds a log dir (runs/, logs/, tensorboard/) of event files and is an output dir."""
+    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run."""
     return _holds_output(node) and any(
-        (child.name.lower() in LOG_DIR_NAMES and child.event_files and not child.listing.has_manifest)
-        or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
+        _is_log_dir(child) or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
         for child in node.children
     )
 
@@ -447,33 +480,14 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for ancestor in list(root.parents)[:MANIFEST_SEARCH_LEVELS]:
         if (ancestor / MANIFEST_NAME).is_file():
             return ancestor
-    if root.name.lower() in LOG_DIR_NAMES:
-        parent = root.parent
-        probe = _walk_shallow(str(parent), cache)
-        if probe is not None and _promotes_parent(probe):
-            return parent
+    # `triage out/runs` or `triage out/runs/<date_host>`: the log dir or one level below it.
+    for log_dir in (root, root.parent):
+        if log_dir.name.lower() in LOG_DIR_NAMES:
+            # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
+            probe = _walk(str(log_dir.parent), cache, set(), depth=3)
+            if probe is not None and _promotes_parent(probe):
+                return log_dir.parent
     return root
-
-
-def _walk_shallow(path: str, cache: ListingCache) -> _Node | None:
-    """The directory and its direct children only (enough for _promotes_parent)."""
-    try:
-        listing = cache.listing(path, os.stat(path))
-    except OSError:
-        return None
-    if listing is None:
-        return None
-    children = []
-    for name in listing.dirs:
-        child_path = os.path.join(path, name)
-        try:
-            child_listing = cache.listing(child_path, os.stat(child_path))
-        except OSError:
-            continue
-        if child_listing is not None:
-            events = tuple(os.path.join(child_path, n) for n in child_listing.event_names)
-            children.append(_Node(child_path, child_listing, [], events))
-    return _Node(path, listing, children, ())
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -506,7 +520,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         if any(_is_under(node.path, t) for t in targets):
             continue  # the target model's weights are not the run's checkpoints
         listing = node.listing
-        if listing.has_weights:
+        if _holds_checkpoint(node):  # SpecForge 0.2.0 keeps the drafter inside training_state.pt
             checkpoints.append(node)
         mappings.extend(os.path.join(node.path, name) for name in listing.mapping_names)
         if listing.has_training_state:

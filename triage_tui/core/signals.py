@@ -141,8 +141,13 @@ def json_number(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- vocab size
 
 
-def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict | None) -> tuple[int, str]:
-    """(V, where it came from): --vocab-size > triage.toml > config.json > 32 000."""
+def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict | None,
+                       training_state_vocab: int | None = None) -> tuple[int, str]:
+    """(V, where it came from): --vocab-size > triage.toml > config.json > training_state.pt > 32 000.
+
+    ``training_state_vocab`` is the draft vocab of a SpecForge 0.2.0 ``draft_state_dict`` (its
+    ``lm_head`` rows), for runs that save no config.json.
+    """
     if flag is not None:
         return int(flag), "flag"
     if manifest is not None and manifest.vocab_size is not None:
@@ -154,6 +159,8 @@ def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict
             value = config.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
                 return value, "config.json"
+    if training_state_vocab is not None and training_state_vocab >= 2:
+        return training_state_vocab, "training_state.pt"
     return DEFAULT_VOCAB_SIZE, "default"
 
 

@@ -79,7 +79,7 @@ class RunStatus:
     info: RunInfo
     status: str  # "ok" | "warning" | "critical"
     vocab_size: int
-    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "wandb config" | "default"
+    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "default"
     chance_loss: float
     last_step: int | None
     last_update: float | None  # unix time of the newest event
@@ -168,6 +168,8 @@ class _Tracked:
     events: RunSources
     config_key: tuple[int, int] | None = None
     config: dict | None = None
+    state_key: tuple[str, int, int] | None = None
+    state_vocab: int | None = None  # SpecForge 0.2.0: draft vocab of the newest training_state.pt
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
@@ -364,6 +366,30 @@ class Watcher:
             tracked.config_key = key
             tracked.config = read_config(path) if key is not None else None
             tracked.settings_changed = True
+        self._refresh_training_state(tracked)
+
+    def _refresh_training_state(self, tracked: _Tracked) -> None:
+        """A run without config.json (SpecForge 0.2.0): the draft vocab from its newest
+        training_state.pt, read (weights-only) once per new file, never on the UI thread."""
+        path = tracked.info.artifacts.training_state
+        if path is None or tracked.config is not None:
+            if tracked.state_key is not None:
+                tracked.state_key, tracked.state_vocab, tracked.settings_changed = None, None, True
+            return
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key == tracked.state_key:
+            return
+        from triage_tui.core.formats.training_state import read_training_state
+
+        try:
+            vocab = read_training_state(path).draft_vocab_size
+        except BadInput:
+            vocab = None  # a classic state holds no drafter, a broken one says nothing: the default stays
+        tracked.state_key, tracked.state_vocab, tracked.settings_changed = key, vocab, True
 
     # ------------------------------------------------------------------ per-run update
 
@@ -439,7 +465,7 @@ class Watcher:
 
     def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
         manifest = tracked.info.manifest
-        vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config)
+        vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config, tracked.state_vocab)
         if source == "default":
             from_wandb = draft_vocab_from_config(tracked.events.config)
             if from_wandb is not None:

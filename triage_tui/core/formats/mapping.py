@@ -19,6 +19,7 @@ import numpy as np
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import load_plain_arrays, safe_torch_load
+from triage_tui.core.formats.training_state import TRAINING_STATE
 from triage_tui.core.vocab import VocabMapping
 
 # torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
@@ -158,8 +159,8 @@ def read_mapping(path: str | Path, *, target_vocab_size: int | None = None) -> V
     name = path.name
     if name.endswith(".npy"):
         return _read_npy_pair(path, target_vocab_size)
-    if name.endswith((".safetensors", ".index.json")) or name.startswith("pytorch_model"):
-        return _checkpoint_mapping(path)
+    if name.endswith((".safetensors", ".index.json")) or name.startswith("pytorch_model") or name == TRAINING_STATE:
+        return _checkpoint_mapping(path)  # SpecForge 0.2.0: the run's own d2t/t2d in draft_state_dict
     return _read_mapping_pt(path, target_vocab_size)
 
 
@@ -169,7 +170,8 @@ def _read_mapping_dir(path: Path, target_vocab_size: int | None) -> VocabMapping
         raise BadInput(path, "several d2t files (" + ", ".join(p.name for p in d2t_files) + "); pass one")
     if d2t_files:
         return _read_npy_pair(d2t_files[0], target_vocab_size)
-    if (path / "config.json").is_file() or any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file():
+    if ((path / "config.json").is_file() or any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()
+            or (path / TRAINING_STATE).is_file()):
         return _checkpoint_mapping(path)
     for name in ("d2t.pt", "cache.pt"):  # modelopt draft_vocab_cache/<model>/d2t.pt, EAGLE cache.pt
         if (path / name).is_file():

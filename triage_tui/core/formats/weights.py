@@ -2,7 +2,8 @@
 
 One resolver for drafter checkpoints and target models alike. Files are looked for in the
 order transformers prefers: ``model.safetensors``, ``model.safetensors.index.json``,
-``pytorch_model.bin``, ``pytorch_model.bin.index.json``, else a lone ``*.safetensors``.
+``pytorch_model.bin``, ``pytorch_model.bin.index.json``, else a lone ``*.safetensors``, else
+SpecForge 0.2.0's ``training_state.pt``, whose ``draft_state_dict`` is read like a ``.bin``.
 With an index, only the shards that hold a requested name are opened, so a 1 TB target
 costs a few header reads.
 """
@@ -24,6 +25,7 @@ from triage_tui.core.formats.safe_torch import (
     safe_torch_load,
     tensor_info,
 )
+from triage_tui.core.formats.training_state import DRAFT_STATE_DICT, TRAINING_STATE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,6 +121,13 @@ def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
     state = safe_torch_load(file)
     if not isinstance(state, dict):
         raise BadInput(file, f"holds a {type(state).__name__}, not a state dict of tensors")
+    if file.name == TRAINING_STATE:
+        # SpecForge 0.2.0 keeps the drafter inside its training state (formats/training_state.py).
+        draft = state.get(DRAFT_STATE_DICT)
+        if not isinstance(draft, dict):
+            raise BadInput(file, f"no '{DRAFT_STATE_DICT}' in this training state: it holds no drafter weights "
+                                 "(a SpecForge classic training state sits beside model.safetensors)")
+        state = draft
     not_tensors = [str(k) for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if not_tensors:
         raise BadInput(file, "not a flat state dict: non-tensor entries " + ", ".join(not_tensors[:5]))
@@ -148,9 +157,13 @@ def find_weights(path: str | Path) -> WeightFiles:
         chosen = next((path / name for name in _CANDIDATES if (path / name).is_file()), None)
         if chosen is None:
             lone = sorted(path.glob("*.safetensors"))
-            if len(lone) != 1:
-                raise BadInput(path, "no weights here (looked for " + ", ".join(_CANDIDATES) + ")")
-            chosen = lone[0]
+            if len(lone) == 1:
+                chosen = lone[0]
+            elif not lone and (path / TRAINING_STATE).is_file():
+                chosen = path / TRAINING_STATE  # SpecForge 0.2.0 <run_id>-step<N>/
+            else:
+                raise BadInput(path, "no weights here (looked for " + ", ".join(_CANDIDATES) +
+                               f", a {TRAINING_STATE} holding draft_state_dict)")
         path = chosen
     root = path.parent
     name = path.name

@@ -1,0 +1,140 @@
+"""The trainers' own layouts, made by their own code (tests/trainer_runs.py says which function
+made what): each is one run with the right chance line, and `check` finds the vocab-mapping bug
+with the exact numbers in the buggy fine-tune and nothing in the healthy control."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from trainer_runs import (
+    DRAFT_VOCAB,
+    RUN_ID,
+    STEPS,
+    TARGET_VOCAB,
+    hf_trainer_run,
+    specforge_run,
+    vocab_numbers,
+)
+
+from triage_tui.core.runs import discover_runs
+
+
+def triage(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "triage_tui.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def specforge_buggy(tmp_path_factory):
+    return specforge_run(tmp_path_factory.mktemp("sf-buggy"), buggy=True)
+
+
+@pytest.fixture(scope="session")
+def specforge_healthy(tmp_path_factory):
+    return specforge_run(tmp_path_factory.mktemp("sf-healthy"), buggy=False)
+
+
+@pytest.fixture(scope="session")
+def hf_output(tmp_path_factory):
+    return hf_trainer_run(tmp_path_factory.mktemp("hf"))
+
+
+# ----------------------------------------------------------------- SpecForge 0.2.0
+
+
+def test_specforge_020_output_dir_is_one_run_with_the_drafters_chance_line(specforge_buggy):
+    run = specforge_buggy
+    for given in (run.work, run.output, run.output / "runs"):
+        (info,) = discover_runs([given])
+        assert info.path == run.output
+        assert info.artifacts.checkpoints == tuple(run.output / f"{RUN_ID}-step{s}" for s in STEPS)
+        assert info.artifacts.training_state == run.output / f"{RUN_ID}-step{STEPS[-1]}" / "training_state.pt"
+
+    result = triage("scan", "--json", run.work)
+    (scanned,) = json.loads(result.stdout)["runs"]
+    assert scanned["path"] == str(run.output)
+    assert (scanned["vocab_size"], scanned["vocab_size_source"]) == (DRAFT_VOCAB, "training_state.pt")
+    assert scanned["chance_loss"] == pytest.approx(math.log(DRAFT_VOCAB))
+    assert scanned["last_step"] == STEPS[-1]
+
+
+def test_specforge_020_buggy_fine_tune_ranks_the_mapping_mismatch_first_with_exact_numbers(specforge_buggy):
+    run = specforge_buggy
+    result = triage("check", "--json", run.output)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    # The starting drafter comes from the provenance in training_state.pt; the run's mapping is the
+    # d2t/t2d the trainer saved with the fine-tuned drafter.
+    assert document["inputs"]["checkpoint"] == str(run.drafter)
+    assert document["inputs"]["mapping"] == str(run.output / f"{RUN_ID}-step{STEPS[-1]}" / "training_state.pt")
+    assert document["input_sources"]["checkpoint"] == "training_state.pt"
+    assert document["hypotheses"][0]["id"] == "vocab_mapping_mismatch"
+    assert document["hypotheses"][0]["score"] >= 0.5
+    vocab = document["checks"]["vocab_mapping"]
+    expected = vocab_numbers(run.drafter_hot, run.run_hot)
+    assert expected["positional_match"] < DRAFT_VOCAB // 2  # the data really differ
+    for key, value in expected.items():
+        assert vocab[key] == value, key
+    assert (vocab["draft_vocab_size"], vocab["target_vocab_size"]) == (DRAFT_VOCAB, TARGET_VOCAB)
+
+
+def test_specforge_020_healthy_control_scores_nothing(specforge_healthy):
+    run = specforge_healthy
+    assert np.array_equal(run.drafter_hot, run.run_hot)
+    result = triage("check", "--json", run.output)
+    document = json.loads(result.stdout)
+    assert result.returncode == 0, (result.stderr, [(h["id"], h["score"]) for h in document["hypotheses"]])
+    assert all(h["score"] < 0.5 for h in document["hypotheses"])
+    assert document["checks"]["vocab_mapping"]["positional_match"] == DRAFT_VOCAB
+
+
+def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_loads(specforge_buggy, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+    from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from specforge.training.model_loading import warm_start_draft_model
+    from trainer_runs import _draft_config
+
+    run = specforge_buggy
+    step_dir = run.output / f"{RUN_ID}-step{STEPS[0]}"
+    result = triage("check", "--json", run.output, "--checkpoint", step_dir)
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["checks"]["vocab_mapping"]["status"] == "pass"  # the run's own buffers
+
+    out = tmp_path / "remapped"
+    result = triage("remap", run.drafter, "--mapping", step_dir / "training_state.pt", "--out", out, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verified"] is True
+
+    # SpecForge 0.2.0's own warm start reads the output (the run's config, as the trainer passes it).
+    model = LlamaForCausalLMEagle3(_draft_config())
+    warm_start_draft_model(model, str(out), draft_config=_draft_config(), strategy="eagle3")
+    source = load_file(str(run.drafter / "model.safetensors"))
+    old_row = {int(t): i for i, t in enumerate(run.drafter_hot)}
+    for position, token in enumerate(run.run_hot):
+        if int(token) in old_row:  # every shared token's row moved bit for bit
+            assert torch.equal(model.lm_head.weight[position], source["lm_head.weight"][old_row[int(token)]])
+    assert np.array_equal(np.arange(DRAFT_VOCAB) + model.d2t.numpy(), run.run_hot)
+
+    # The step directory itself (draft_state_dict inside training_state.pt) remaps too.
+    result = triage("remap", step_dir, "--mapping", run.drafter, "--out", tmp_path / "back", "--json")
+    assert result.returncode == 0, result.stderr
+
+
+# ----------------------------------------------------------------- HF Trainer (and ModelOpt, which uses it)
+
+
+def test_hf_trainer_output_dir_is_one_run(hf_output):
+    for given in (hf_output.parent, hf_output, hf_output / "runs", *sorted((hf_output / "runs").iterdir())):
+        (info,) = discover_runs([given])
+        assert info.path == hf_output
+        assert [p.name for p in info.artifacts.checkpoints] == ["checkpoint-2", "checkpoint-4"]
+    (scanned,) = json.loads(triage("scan", "--json", hf_output.parent).stdout)["runs"]
+    assert (scanned["vocab_size"], scanned["vocab_size_source"]) == (256, "config.json")
+    assert scanned["metrics"]["loss"]["tag"] == "train/loss"

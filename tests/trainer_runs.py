@@ -1,0 +1,220 @@
+"""Runs laid out by the trainers' own code, at tiny sizes on a CPU (a few seconds each).
+
+Which real function made each piece (the packages are installed with --no-deps; see pyproject's
+``test`` extra for the few modules their import needs):
+
+SpecForge 0.2.0 (``specforge_run``):
+- the public drafter: ``specforge.data.preprocessing.generate_vocab_mapping_file`` (its
+  mapping, from its own training data), ``specforge.modeling.draft.llama3_eagle.
+  LlamaForCausalLMEagle3`` + ``load_vocab_mapping`` + ``save_pretrained``;
+- the fine-tune's start: ``specforge.training.model_loading.warm_start_draft_model``;
+- the fine-tune's mapping: ``specforge.training.vocab_mapping.count_effective_feature_tokens``
+  over its offline features and ``specforge.training.assembly._install_dataset_vocab_mapping``
+  (writes ``cache/vocab_mapping/<sha256>.pt`` and copies it into the drafter's buffers, as
+  ``_ensure_offline_vocab_mapping`` does; the healthy control sets
+  ``model.vocab_mapping_path`` to the drafter's own mapping, which skips it);
+- ``training_state.pt``: ``specforge.training.checkpoint.CheckpointManager.save`` with the payload
+  ``TrainerController.save_checkpoint`` builds (``draft_state_dict`` without the frozen
+  embedding, as ``Eagle3TrainStrategy.checkpoint_state_filter`` leaves it out) and the model
+  provenance of ``specforge.training.provenance._compute_model_resume_provenance``;
+- the event file: ``specforge.tracker.TensorboardTracker``;
+- the logged ``train/ploss_0``: ``specforge/core/loss.py`` ``_compute_loss``, compiled from its
+  source alone (the module imports triton at the top, which needs a GPU stack), on a drafter at
+  chance (uniform logits), with the dumps' loss masks;
+- the offline features: ``scripts/prepare_hidden_states.py`` is not in the wheel, so they are
+  written with ``torch.save`` in its format (``rows_0-5000/data_{i}.ckpt`` holding
+  ``input_ids``, ``loss_mask``, ``hidden_state``, ``aux_hidden_state``).
+
+HF Trainer (``hf_trainer_run``): ``transformers.Trainer(report_to=["tensorboard"])`` training a
+tiny ``LlamaForCausalLM`` for a few CPU steps, saving ``checkpoint-N/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+TARGET_VOCAB = 8192
+DRAFT_VOCAB = 1000  # the real run's draft vocab: ln 1000 = 6.91
+HIDDEN = 16
+SEQ = 64
+RUN_ID = "k2-ft"
+STEPS = (100, 200)
+
+
+@dataclass(frozen=True)
+class SpecForgeRun:
+    """Where each piece of a SpecForge 0.2.0 fine-tune lies, and what the trainer used."""
+
+    work: Path            # the trainer's working directory
+    drafter: Path         # the public drafter the fine-tune started from (save_pretrained)
+    output: Path          # <output_dir>: runs/ beside <run_id>-step<N>/
+    hidden_states: Path   # offline features
+    mapping_file: Path    # cache/vocab_mapping/<sha256>.pt (the buggy run) or the drafter's own
+    drafter_hot: np.ndarray  # target ids of the drafter's draft positions
+    run_hot: np.ndarray      # target ids of the run's draft positions
+    valid_fraction: float    # mean loss mask over the features (the loader zeroes the last position)
+    plosses: tuple[float, ...]
+
+
+def _hot(d2t: torch.Tensor) -> np.ndarray:
+    return (np.arange(d2t.shape[0]) + d2t.numpy()).astype(np.int64)
+
+
+def _token_data(seed: int, rows: int, low: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids skewed toward [low, low + 1500): two sources give two different top-1000 vocabs."""
+    g = torch.Generator().manual_seed(seed)
+    skewed = low + torch.randint(0, 1500, (rows, SEQ), generator=g)
+    uniform = torch.randint(0, TARGET_VOCAB, (rows, SEQ), generator=g)
+    ids = torch.where(torch.rand(rows, SEQ, generator=g) < 0.8, skewed, uniform)
+    mask = torch.ones(rows, SEQ, dtype=torch.long)
+    mask[:, :2] = 0  # the prompt's first tokens are not trained on
+    return ids, mask
+
+
+def _draft_config():
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                         num_hidden_layers=1, vocab_size=TARGET_VOCAB, max_position_embeddings=SEQ,
+                         rms_norm_eps=1e-5, pad_token_id=0, tie_word_embeddings=False)
+    config.draft_vocab_size = DRAFT_VOCAB
+    config.architectures = ["LlamaForCausalLMEagle3"]
+    return config
+
+
+def specforge_compute_loss():
+    """``_compute_loss`` from specforge/core/loss.py, compiled alone (see the module doc)."""
+    import specforge
+
+    source = (Path(specforge.__file__).parent / "core" / "loss.py").read_text()
+    tree = ast.parse(source)
+    (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_compute_loss"]
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "specforge/core/loss.py", "exec"), namespace)
+    return namespace["_compute_loss"]
+
+
+def specforge_run(root: Path, *, buggy: bool) -> SpecForgeRun:
+    """A SpecForge 0.2.0 offline fine-tune from a public drafter; `buggy`: the trainer rebuilt the
+    mapping from the fine-tune's data (SpecForge PR #534's story), else it kept the drafter's."""
+    import datasets
+    from specforge.data.preprocessing import generate_vocab_mapping_file
+    from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from specforge.tracker import TensorboardTracker
+    from specforge.training.assembly import _install_dataset_vocab_mapping
+    from specforge.training.checkpoint import CheckpointManager
+    from specforge.training.model_loading import warm_start_draft_model
+    from specforge.training.provenance import _compute_model_resume_provenance
+    from specforge.training.vocab_mapping import count_effective_feature_tokens
+
+    work = root
+    work.mkdir(parents=True, exist_ok=True)
+
+    # The public drafter, trained on another model's data (tokens around 4000).
+    ids, mask = _token_data(1, 48, low=4000)
+    public_data = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "loss_mask": mask.tolist()})
+    public_mapping = Path(generate_vocab_mapping_file(public_data.with_format("torch"), TARGET_VOCAB, DRAFT_VOCAB,
+                                                      cache_dir=str(work / "public" / "vocab_mapping"),
+                                                      cache_key="public"))
+    torch.manual_seed(0)
+    drafter_model = LlamaForCausalLMEagle3(_draft_config())
+    drafter_model.load_vocab_mapping(str(public_mapping))
+    drafter = work / "drafter"
+    drafter_model.save_pretrained(str(drafter))
+
+    # The fine-tune's offline features (tokens around 1000).
+    hidden_states = work / "hidden_states"
+    rows = hidden_states / "rows_0-5000"
+    rows.mkdir(parents=True)
+    ids, mask = _token_data(2, 12, low=1000)
+    g = torch.Generator().manual_seed(3)
+    for i in range(ids.shape[0]):
+        torch.save({"input_ids": ids[i], "loss_mask": mask[i],
+                    "hidden_state": torch.randn(1, SEQ, HIDDEN, generator=g).bfloat16(),
+                    "aux_hidden_state": torch.randn(1, SEQ, 3 * HIDDEN, generator=g).bfloat16()},
+                   rows / f"data_{i}.ckpt")
+    trained_mask = mask.clone()
+    trained_mask[:, -1] = 0  # process_offline_eagle3_sample zeroes the last position
+    valid_fraction = float(trained_mask.float().mean())
+
+    # The fine-tune: warm start, then the trainer's vocab mapping step.
+    config = _draft_config()
+    config._name_or_path = str(drafter)  # what resolve_draft_config's from_pretrained records
+    model = LlamaForCausalLMEagle3(config)
+    warm_start_draft_model(model, str(drafter), draft_config=config, strategy="eagle3")
+    vocab_mapping_path = "" if buggy else str(public_mapping)
+    cfg = types.SimpleNamespace(
+        model=types.SimpleNamespace(vocab_mapping_path=vocab_mapping_path, draft_model_config=None,
+                                    target_model_path=str(work / "target"), embedding_key="model.embed_tokens.weight",
+                                    lm_head_key="lm_head.weight", load_target_embedding=True, input_modality="text",
+                                    torch_dtype="bfloat16"),
+        data=types.SimpleNamespace(cache_dir=str(work / "cache")),
+    )
+    bundle = types.SimpleNamespace(draft_model=model, draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB)
+    counts = count_effective_feature_tokens(str(hidden_states), max_length=SEQ, target_vocab_size=TARGET_VOCAB)
+    _install_dataset_vocab_mapping(cfg, bundle, counts=counts, dataset_identity="offline-features")
+    if buggy:
+        (mapping_file,) = (work / "cache" / "vocab_mapping").glob("*.pt")
+    else:
+        mapping_file = public_mapping
+    provenance = _compute_model_resume_provenance(cfg, config, None, capture_layers=None)
+
+    # Logging and checkpoints, as the trainer does them. The loss is the one a drafter at chance
+    # reads: uniform logits over the draft vocab, SpecForge's mean over all positions.
+    output = work / "output"
+    tracker = TensorboardTracker(types.SimpleNamespace(), str(output))
+    compute_loss = specforge_compute_loss()
+    plosses = []
+    for step in range(0, STEPS[-1] + 1, 10):
+        sample = (step // 10) % ids.shape[0]
+        target_p = torch.softmax(torch.randn(1, SEQ, DRAFT_VOCAB, generator=g), dim=-1)
+        position_mask = trained_mask[sample].view(1, SEQ, 1).float()
+        ploss = float(compute_loss(torch.zeros(1, SEQ, DRAFT_VOCAB), target_p, position_mask))
+        plosses.append(ploss)
+        tracker.log({"train/ploss_0": ploss, "train/acc_0": 1.0 / DRAFT_VOCAB, "train/lr": 1e-4}, step=step)
+        if step in STEPS:
+            draft_state = {k: v for k, v in model.state_dict().items() if "embed" not in k.lower()}
+            shared = {"draft_state_dict": draft_state, "global_step": step, "epoch": 0, "epoch_batch": step,
+                      "epoch_samples": step, "strategy": "eagle3", "run_id": RUN_ID, "world_size": 1,
+                      "specforge_model_provenance": tuple((k, provenance[k]) for k in sorted(provenance))}
+            CheckpointManager(str(output), RUN_ID).save(shared, step, rank_state={"optimizer": None, "rng": {}})
+    tracker.close()
+    return SpecForgeRun(work=work, drafter=drafter, output=output, hidden_states=hidden_states,
+                        mapping_file=mapping_file, drafter_hot=_hot(drafter_model.d2t), run_hot=_hot(model.d2t),
+                        valid_fraction=valid_fraction, plosses=tuple(plosses))
+
+
+def vocab_numbers(checkpoint_hot: np.ndarray, run_hot: np.ndarray) -> dict[str, int]:
+    """The vocab check's counts, computed here with numpy alone."""
+    overlap = np.intersect1d(checkpoint_hot, run_hot).size
+    return {"positional_match": int((checkpoint_hot == run_hot).sum()), "overlap": int(overlap),
+            "only_in_checkpoint": int(checkpoint_hot.size - overlap), "only_in_run": int(run_hot.size - overlap)}
+
+
+def hf_trainer_run(root: Path, *, steps: int = 4, save_steps: int = 2) -> Path:
+    """``Trainer(report_to=["tensorboard"])`` on a tiny LlamaForCausalLM; the output_dir."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                                         num_key_value_heads=1, num_hidden_layers=1, vocab_size=256,
+                                         max_position_embeddings=32))
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 256, (16, 16), generator=g)]
+    output = root / "hf-out"
+    args = TrainingArguments(output_dir=str(output), max_steps=steps, save_steps=save_steps, logging_steps=1,
+                             per_device_train_batch_size=4, report_to=["tensorboard"], use_cpu=True,
+                             disable_tqdm=True, dataloader_num_workers=0)
+    Trainer(model=model, args=args, train_dataset=data).train()
+    return output
+
+
+def chance(vocab: int, fraction: float = 1.0) -> float:
+    return fraction * math.log(vocab)
