@@ -19,12 +19,17 @@ def _extend(series, steps, start=0):
 
 
 def _preempt_reference(steps):
-    """rustboard reservoir.rs: each new point evicts stored points with step >= its step."""
+    """Point by point: a point whose step is below the step logged just before it evicts stored
+    points with step >= its step (rustboard reservoir.rs preemption); the same step twice keeps both
+    (TensorBoard's EventAccumulator)."""
     kept = []
+    previous = None
     for i, s in enumerate(steps):
-        while kept and kept[-1][0] >= s:
-            kept.pop()
+        if previous is not None and s < previous:
+            while kept and kept[-1][0] >= s:
+                kept.pop()
         kept.append((s, float(i)))
+        previous = s
     return kept
 
 
@@ -41,7 +46,7 @@ def test_preemption_matches_point_by_point_reference_in_any_batching(steps, batc
     want = _preempt_reference(steps)
     assert series.steps.tolist() == [s for s, _ in want]
     assert series.values.tolist() == [v for _, v in want]
-    assert np.all(np.diff(series.steps) > 0)
+    assert np.all(np.diff(series.steps) >= 0)
 
 
 def test_purge_from_and_run_level_purge():

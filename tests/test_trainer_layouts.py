@@ -138,3 +138,36 @@ def test_hf_trainer_output_dir_is_one_run(hf_output):
     (scanned,) = json.loads(triage("scan", "--json", hf_output.parent).stdout)["runs"]
     assert (scanned["vocab_size"], scanned["vocab_size_source"]) == (256, "config.json")
     assert scanned["metrics"]["loss"]["tag"] == "train/loss"
+
+
+def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
+    """HF logs train/epoch twice at its last step; EventAccumulator keeps both, and so does `scalars`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (log_dir,) = (hf_output / "runs").iterdir()
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    expected = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+    epoch_steps = [step for step, _ in expected["train/epoch"]]
+    assert len(epoch_steps) > len(set(epoch_steps))  # the writer really logged a step twice
+
+    result = triage("scalars", "--format", "json", log_dir)
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)["tags"]
+    assert set(got) == set(expected)
+    for tag, points in expected.items():
+        assert list(zip(got[tag]["steps"], got[tag]["values"])) == [(s, pytest.approx(v)) for s, v in points], tag
+
+
+def test_a_runs_step_is_its_loss_series_step(tmp_path):
+    """tensorboardX: one stray tag at step 2**40 does not make the run's step 1099511.6M."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "run"))
+    for step in range(0, 201, 20):
+        writer.add_scalar("train/loss", 5.0 - step / 100, step)
+    writer.add_scalar("debug/tokens_seen", 1.0, 2**40)
+    writer.close()
+    (scanned,) = json.loads(triage("scan", "--json", tmp_path).stdout)["runs"]
+    assert scanned["metrics"]["loss"]["tag"] == "train/loss"
+    assert scanned["last_step"] == 200

@@ -27,7 +27,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 class ScalarSeries:
-    """One tag of one run: exact points in step order, steps strictly increasing."""
+    """One tag of one run: exact points in step order, steps non-decreasing (a step logged twice keeps both)."""
 
     __slots__ = ("tag", "plugin", "_steps", "_walls", "_values", "_n")
 
@@ -82,30 +82,38 @@ class ScalarSeries:
     # --- writer side (only the reader thread calls these) -------------------------------------
 
     def extend(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
-        """Append points in the order they were logged, with rustboard's preemption.
+        """Append points in the order they were logged, with preemption on a step that goes back.
 
-        A point with step s evicts every stored or earlier point of this tag with step >= s
-        (tensorflow/tensorboard tensorboard/data/server/reservoir.rs, "Preemption"): a restart
-        that goes back in steps replaces what the dead process wrote past it.
+        A point whose step s is below the last step seen evicts every stored or earlier point of
+        this tag with step >= s (tensorflow/tensorboard tensorboard/data/server/reservoir.rs,
+        "Preemption"): a restart that goes back in steps replaces what the dead process wrote
+        past it. A point at the same step as the last one evicts nothing: both are kept, as
+        TensorBoard's EventAccumulator keeps them (HF Trainer logs ``train/epoch`` twice at its
+        last step).
         """
         m = len(steps)
         if m == 0:
             return
         steps = np.asarray(steps, np.int64)
+        n = self._n
+        stored_last = int(self._steps[n - 1]) if n else None
+        # The step logged just before each point (after a regression purged everything from its
+        # step on, the largest surviving step is that point's); a point below it goes back.
+        before = np.empty(m, np.int64)
+        before[0] = stored_last if stored_last is not None else steps[0]
+        before[1:] = steps[:-1]
+        regress = np.where(steps < before, steps, np.iinfo(np.int64).max)
+        first_regress = int(regress.min())
         if m > 1:
-            # Point i survives iff its step is below every later step of this batch.
-            later_min = np.minimum.accumulate(steps[::-1])[::-1]
+            # Point i survives iff its step is below every later regression's step.
+            later = np.minimum.accumulate(regress[::-1])[::-1]
             keep = np.empty(m, bool)
-            keep[:-1] = steps[:-1] < later_min[1:]
+            keep[:-1] = steps[:-1] < later[1:]
             keep[-1] = True
             if not keep.all():
                 steps, walls, values = steps[keep], walls[keep], values[keep]
-            first_new = int(later_min[0])
-        else:
-            first_new = int(steps[0])
-        n = self._n
-        if n and self._steps[n - 1] >= first_new:
-            self._truncate(int(np.searchsorted(self._steps[:n], first_new, side="left")), extra=len(steps))
+        if n and stored_last >= first_regress:
+            self._truncate(int(np.searchsorted(self._steps[:n], first_regress, side="left")), extra=len(steps))
         self._append(steps, walls, values)
 
     def purge_from(self, step: int) -> bool:

@@ -530,7 +530,7 @@ def raise_flags(
     flags = value_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags,
                         accuracy_tags=accuracy_tags, chance_comparable=chance_comparable)
     activity = Activity.of(scalars, loss_tags[0] if loss_tags else None)
-    last_step = last_step_of(scalars)
+    last_step = last_step_of(scalars, loss_tags[0] if loss_tags else None)
     stalled = stall_flag(activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=last_step)
     if stalled is not None:
         flags.append(stalled)
@@ -541,7 +541,12 @@ def sort_flags(flags: Iterable[Flag]) -> list[Flag]:
     return sorted(flags, key=lambda f: -SEVERITY_ORDER[f.severity])
 
 
-def last_step_of(scalars: RunScalars) -> int | None:
+def last_step_of(scalars: RunScalars, loss_tag: str | None = None) -> int | None:
+    """The run's step: its loss series' last step; the largest of any series only without a loss
+    (one stray tag logged at step 2**40 must not make a run of 200 steps read "1099511.6M")."""
+    loss = scalars.get(loss_tag) if loss_tag is not None else None
+    if loss is not None and (last := loss.last()) is not None:
+        return last[0]
     steps = [last[0] for s in scalars.series.values() if (last := s.last()) is not None]
     return max(steps) if steps else None
 

@@ -482,7 +482,7 @@ class Watcher:
         tracked.derived = {
             "vocab_size": vocab_size,
             "vocab_size_source": source,
-            "last_step": last_step_of(scalars),
+            "last_step": last_step_of(scalars, loss_tag),
             "loss_tag": loss_tag,
             "accuracy_tag": accuracy_tag,
             "metrics": _metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
