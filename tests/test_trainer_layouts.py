@@ -171,3 +171,42 @@ def test_a_runs_step_is_its_loss_series_step(tmp_path):
     (scanned,) = json.loads(triage("scan", "--json", tmp_path).stdout)["runs"]
     assert scanned["metrics"]["loss"]["tag"] == "train/loss"
     assert scanned["last_step"] == 200
+
+
+@pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
+def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(tmp_path, writer_module):
+    """add_scalars("eval", {...}) writes tag `eval` into one sub-directory per key; every
+    (sub-directory, tag) survives, named `<subdir>/<tag>`, with TensorBoard's own values."""
+    import importlib
+
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    SummaryWriter = importlib.import_module(writer_module).SummaryWriter
+    log_dir = tmp_path / "out" / "runs"
+    writer = SummaryWriter(str(log_dir))
+    for step in range(0, 50, 10):
+        writer.add_scalar("train/ploss_0", 6.9 - step / 100, step)
+        writer.add_scalars("eval", {"ploss_0": 6.5 - step / 50, "acc_0": step / 1000}, step)
+    writer.close()
+
+    multiplexer = EventMultiplexer().AddRunsFromDirectory(str(log_dir))
+    multiplexer.Reload()
+    expected = {}
+    for run_name, tags in multiplexer.Runs().items():
+        for tag in tags["scalars"]:
+            name = tag if run_name == "." else f"{run_name}/{tag}"
+            expected[name] = [(e.step, e.value) for e in multiplexer.Scalars(run_name, tag)]
+    # torch names the sub-directories eval_ploss_0/, tensorboardX eval/ploss_0/.
+    subdir = "eval_{}" if writer_module.startswith("torch") else "eval/{}"
+    assert set(expected) == {"train/ploss_0", subdir.format("ploss_0") + "/eval", subdir.format("acc_0") + "/eval"}
+
+    for given in (log_dir, tmp_path / "out"):
+        got = json.loads(triage("scalars", "--format", "json", given).stdout)["tags"]
+        assert set(got) == set(expected)
+        for name, points in expected.items():
+            assert list(zip(got[name]["steps"], got[name]["values"])) == [(s, pytest.approx(v)) for s, v in points]
+    rows = triage("scalars", log_dir).stdout.splitlines()
+    assert sum(row.startswith(subdir.format("ploss_0") + "/eval,") for row in rows) == 5
+
+    (scanned,) = json.loads(triage("scan", "--json", tmp_path).stdout)["runs"]
+    assert scanned["metrics"]["loss"]["tag"] == "train/ploss_0"

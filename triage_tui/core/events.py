@@ -999,6 +999,7 @@ class _FileState:
     file_version: float | None = None
     seen_start: bool = False
     seen_summary: bool = False
+    prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
 
 
 # A big read grows each series' arrays several times; glibc keeps the freed smaller arrays in its
@@ -1065,7 +1066,20 @@ class RunEvents:
             # Discovery's order (natural: ...tfevents.<t>.<host>.<pid>.9 before .13), so files of
             # one second are read in the order the writer created them.
             wanted = sorted({Path(p) for p in paths}, key=lambda p: (natural_key(p.name), str(p)))
-            self._files = {p: self._files.get(p) or _FileState(p) for p in wanted}
+            prefixes = series_prefixes(wanted)
+            files = {}
+            renamed = False
+            for path in wanted:
+                state = self._files.get(path) or _FileState(path, prefix=prefixes[path])
+                renamed |= state.prefix != prefixes[path]
+                files[path] = state
+            self._files = files
+            if renamed:
+                # A log dir above a file appeared (its writer started later): its series change
+                # names, so the run is read again under the new ones.
+                for state in files.values():
+                    state.prefix = prefixes[state.path]
+                self._forget_all()
 
     def poll(self) -> ReadStats:
         """Stat every file and read only the bytes appended since the last poll."""
@@ -1099,7 +1113,7 @@ class RunEvents:
         # Simplest correct answer to a rewritten file: every file of the run is read again, in order.
         self.scalars.clear()
         self._plugins = {}
-        self._files = {p: _FileState(p) for p in self._files}
+        self._files = {p: _FileState(p, prefix=state.prefix) for p, state in self._files.items()}
 
     def _read(self, state: _FileState, stats: ReadStats) -> None:
         corrupt_before = stats.corrupt_records
@@ -1215,7 +1229,7 @@ class RunEvents:
         segments = []
         for a, b in zip(bounds[:-1], bounds[1:]):
             tag_id = int(tag_ids[a])
-            series = scalars.series_for(tags[tag_id], self._plugins.get(tag_id))
+            series = scalars.series_for(state.prefix + tags[tag_id], self._plugins.get(tag_id))
             cuts = np.searchsorted(keys[a:b], [k for k, _ in purges]).tolist() if purges else []
             segments.append((series, a, [a + c for c in cuts] + [b]))
         lows = [a for _, a, _ in segments]
@@ -1227,6 +1241,25 @@ class RunEvents:
                 lows[i] = hi
             if phase < len(purges) and scalars.purge_from(purges[phase][1]):
                 scalars.version += 1  # a purge alone (no new points) is a change too
+
+def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
+    """Each event file's series-name prefix: ``"<subdir>/"`` below the run's own log directory.
+
+    A series is (sub-directory, tag), as in TensorBoard, where every directory of event files is
+    a run of its own: ``add_scalars("eval", {"ploss_0": x, "acc_0": y})`` writes tag ``eval``
+    into ``eval_ploss_0/`` and ``eval_acc_0/`` below the writer's directory, and those must not
+    merge into one ``eval``. The run's own log directories are those with no other event-file
+    directory of the run above them (several of them, such as HF Trainer's
+    ``runs/<date_host>/`` after a restart, are one run's continuations: their tags merge).
+    """
+    directories = {Path(f).parent for f in files}
+    prefixes = {}
+    for file in files:
+        directory = Path(file).parent
+        root = next((a for a in reversed(directory.parents) if a in directories), directory)
+        prefixes[Path(file)] = "" if root == directory else directory.relative_to(root).as_posix() + "/"
+    return prefixes
+
 
 def read_event_file(path: str | Path) -> RunScalars:
     """Every scalar of one event file (one-shot convenience over RunEvents)."""
