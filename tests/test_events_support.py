@@ -91,8 +91,10 @@ def reference_scalar(value: summary_pb2.Summary.Value) -> float | None:
 
 
 def reference_points(paths: list[Path] | list[bytes]) -> dict[str, list[tuple[int, float, float]]]:
-    """Per tag (step, wall_time, value), files in name order, rustboard preemption, no purge."""
+    """Per tag (step, wall_time, value), files in name order, no purge; a step below the one
+    logged just before it preempts (rustboard), the same step again keeps both (EventAccumulator)."""
     series: dict[str, list[tuple[int, float, float]]] = {}
+    previous: dict[str, int] = {}
     for item in paths:
         data = item if isinstance(item, (bytes, bytearray)) else Path(item).read_bytes()
         for pos, length in records(data):
@@ -102,8 +104,10 @@ def reference_points(paths: list[Path] | list[bytes]) -> dict[str, list[tuple[in
                 if scalar is None or not np.isfinite(event.wall_time):
                     continue
                 points = series.setdefault(value.tag, [])
-                while points and points[-1][0] >= event.step:
-                    points.pop()
+                if value.tag in previous and event.step < previous[value.tag]:
+                    while points and points[-1][0] >= event.step:
+                        points.pop()
+                previous[value.tag] = event.step
                 points.append((event.step, event.wall_time, scalar))
     return series
 

@@ -56,7 +56,8 @@ def test_new_runs_and_files_appear_on_rescan_and_deleted_runs_go(tmp_path):
     write_scalars(tmp_path / "a" / "eval", {"eval/loss": [(0, 4.0)]})  # a second file of run a
     statuses = {s.info.name: s for s in watcher.poll_once()}
     assert set(statuses) == {"a", "b"}
-    assert set(statuses["a"].scalars.tags()) == {"loss", "eval/loss"}
+    # A series is (sub-directory, tag): the eval/ writer's tag is named under its directory.
+    assert set(statuses["a"].scalars.tags()) == {"loss", "eval/eval/loss"}
     for path in sorted((tmp_path / "b").iterdir()):
         path.unlink()
     (tmp_path / "b").rmdir()
