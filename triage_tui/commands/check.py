@@ -126,8 +126,8 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
         for line in hypothesis.evidence:
             lines.append(f"        - {line}")
-        if hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD:
-            if inputs.checkpoint is not None and inputs.mapping is not None:
+        if (hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD
+                and inputs.checkpoint is not None and inputs.mapping is not None):
                 lines.append(f"        fix: triage remap {shlex.quote(str(inputs.checkpoint))} "
                              f"--mapping {shlex.quote(str(inputs.mapping))}")
     if diagnosis.serving is not None:

@@ -38,11 +38,13 @@ from triage_tui.core.wandb_history import find_wandb_files
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="RUN_OR_FILE",
-                        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it)")
+                        help="an event file or W&B run file, or a run directory "
+                             "(all *tfevents* and run-*.wandb below it)")
     parser.add_argument("--tag", action="append", metavar="GLOB",
                         help="only tags matching this glob (fnmatch, case-sensitive); repeat for several")
     parser.add_argument("--format", choices=("csv", "json"), default="csv",
-                        help="csv: tag,step,wall_time,value (default); json: {\"tags\": {tag: {steps, wall_times, values}}}, "
+                        help="csv: tag,step,wall_time,value (default); "
+                             "json: {\"tags\": {tag: {steps, wall_times, values}}}, "
                              "non-finite values as the strings \"NaN\", \"Infinity\", \"-Infinity\"")
 
 

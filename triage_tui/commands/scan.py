@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=_vocab_size, metavar="N",
                         help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)")
     parser.add_argument("--poll", action="store_true",
-                        help="polling only, no inotify (a single pass never uses it; accepted for symmetry with the TUI)")
+                        help="polling only, no inotify "
+                             "(a single pass never uses it; accepted for symmetry with the TUI)")
 
 
 def _vocab_size(text: str) -> int:

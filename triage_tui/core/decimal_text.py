@@ -50,7 +50,7 @@ class Texts:
 
     def strings(self) -> list[str]:
         """As Python strings (tests and small outputs)."""
-        return [bytes(row[used]).decode("ascii") for row, used in zip(self.chars, self.used())]
+        return [bytes(row[used]).decode("ascii") for row, used in zip(self.chars, self.used(), strict=True)]
 
 
 # --- Schubfach's table: g(k) = ceil(10^k / 2^r) with 2^127 <= g < 2^128, for k in [-292, 324] -------
@@ -256,7 +256,7 @@ def float_reprs(values: np.ndarray, non_finite: tuple[bytes, bytes, bytes] = _RE
         sorted_shape = shape[order]
         edges = np.flatnonzero(np.diff(sorted_shape)) + 1
         groups = []
-        for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), order.size]):
+        for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), order.size], strict=True):
             key = int(sorted_shape[lo])
             sign, count_k, point_k = key // 1024 // 18, key // 1024 % 18, key % 1024 - 400
             groups.append((lo, hi, count_k, _repr_template(sign, count_k, point_k)))
@@ -313,7 +313,7 @@ def join_rows(pieces: list[Texts | bytes]) -> bytes:
     matrix = np.empty((n, sum(widths)), np.uint8)
     keep = np.empty((n, sum(widths)), bool)
     at = 0
-    for piece, width in zip(trimmed, widths):
+    for piece, width in zip(trimmed, widths, strict=True):
         if isinstance(piece, bytes):
             matrix[:, at : at + width] = np.frombuffer(piece, np.uint8)
             keep[:, at : at + width] = True

@@ -85,7 +85,8 @@ class DrafterConfig:
             intermediate = int(need("intermediate_size", layer.get("intermediate_size")))
             eps = float(layer.get("rms_norm_eps") or 1e-6)
             theta = float(layer.get("rope_theta") or 10000.0)
-            target_vocab = int(need("vocab_size", _first(config, "vocab_size", "target_vocab_size") or layer.get("vocab_size")))
+            target_vocab = int(need("vocab_size",
+                                    _first(config, "vocab_size", "target_vocab_size") or layer.get("vocab_size")))
             # sglang: draft_vocab_size None -> the full target vocab (llama_eagle3.py)
             draft_vocab = int(_first(config, "draft_vocab_size") or layer.get("draft_vocab_size") or target_vocab)
             target_hidden = int(_first(config, "target_hidden_size") or layer.get("target_hidden_size") or hidden)
@@ -96,7 +97,8 @@ class DrafterConfig:
         aux = _first(config, "eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
         layers = int(layer.get("num_hidden_layers") or 1)
         if layers != 1:
-            raise BadInput(path, f"drafter has num_hidden_layers={layers}; only single-layer EAGLE-3 drafters are supported")
+            raise BadInput(path, f"drafter has num_hidden_layers={layers}; "
+                                 "only single-layer EAGLE-3 drafters are supported")
         act = layer.get("hidden_act", "silu")
         if act != "silu":
             raise BadInput(path, f"drafter hidden_act {act!r} is not supported (only silu)")
@@ -362,7 +364,8 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
                 continue
             value = fetch(names[key])
             if tuple(value.shape) != tuple(target.shape):
-                raise BadInput(path, f"{names[key]} has shape {tuple(value.shape)}, the config implies {tuple(target.shape)}")
+                raise BadInput(path, f"{names[key]} has shape {tuple(value.shape)}, "
+                                     f"the config implies {tuple(target.shape)}")
             if key == "t2d":
                 value = value.to(torch.bool)
             elif key == "d2t":

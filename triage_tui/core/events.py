@@ -681,7 +681,7 @@ class _Chunk:
         """Points decoded one record at a time join the numpy columns in one go."""
         if not self.slow_points:
             return
-        keys, tag_ids, steps, walls, values = zip(*self.slow_points)
+        keys, tag_ids, steps, walls, values = zip(*self.slow_points, strict=True)
         self.keys.append(np.array(keys, np.int64))
         self.tag_ids.append(np.array(tag_ids, np.int64))
         self.steps.append(np.array(steps, np.int64))
@@ -910,7 +910,7 @@ class _Decoder:
         chunk.values.append(value)
         chunk.saw_summary(int(keys.min()))
         present, first = np.unique(ids, return_index=True)
-        for template, at in zip(present.tolist(), first.tolist()):
+        for template, at in zip(present.tolist(), first.tolist(), strict=True):
             t = lt.templates[template]
             chunk.saw_tag(t.tag_id, int(keys[at]), t.plugin)
 
@@ -952,7 +952,8 @@ class _Decoder:
         elif which == "session_log" and event.session_log.status == event_pb2.SessionLog.START:
             chunk.starts.append((key, event.step))
 
-    def _point(self, chunk: _Chunk, key: int, tag: str, plugin: str | None, step: int, wall: float, value: float) -> None:
+    def _point(self, chunk: _Chunk, key: int, tag: str, plugin: str | None,
+               step: int, wall: float, value: float) -> None:
         tag_id = self.tag_id(tag)
         chunk.saw_tag(tag_id, key, plugin)
         chunk.slow_points.append((key, tag_id, step, wall, value))
@@ -1120,7 +1121,7 @@ class RunEvents:
         try:
             # Reopened every poll: NFS close-to-open revalidation. O_NONBLOCK: opening a FIFO
             # named like an event file must not hang the poll.
-            handle = open(state.path, "rb", opener=_open_nonblocking)
+            handle = open(state.path, "rb", opener=_open_nonblocking)  # noqa: SIM115 - `with handle` below
         except FileNotFoundError:
             return  # gone (or not there yet): keep what it gave
         except OSError:
@@ -1227,7 +1228,7 @@ class RunEvents:
             bounds = [0]
         tags = self._decoder.tags
         segments = []
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             tag_id = int(tag_ids[a])
             series = scalars.series_for(state.prefix + tags[tag_id], self._plugins.get(tag_id))
             cuts = np.searchsorted(keys[a:b], [k for k, _ in purges]).tolist() if purges else []

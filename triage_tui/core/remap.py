@@ -376,8 +376,9 @@ class _Rows:
     def read(self, lo: int, hi: int) -> torch.Tensor:
         whole = self.checkpoint.tensor(self.name)
         if whole.dtype != self.dtype or tuple(whole.shape) != tuple(self.shape):
-            raise BadInput(self.checkpoint.path, f"tensor {self.name!r} reads as {whole.dtype} "
-                                                 f"{list(whole.shape)}, its header says {self.dtype} {list(self.shape)}")
+            raise BadInput(self.checkpoint.path,
+                           f"tensor {self.name!r} reads as {whole.dtype} {list(whole.shape)}, "
+                           f"its header says {self.dtype} {list(self.shape)}")
         return whole if whole.dim() == 0 else whole[lo:hi]
 
     def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
@@ -394,7 +395,7 @@ class _Rows:
         window_of = ordered // self.window_rows
         starts = np.flatnonzero(np.r_[True, window_of[1:] != window_of[:-1]])
         ends = np.r_[starts[1:], ordered.size]
-        for start, end in zip(starts.tolist(), ends.tolist()):
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             _check_cancel(cancel)
             lo, hi = int(ordered[start]), int(ordered[end - 1]) + 1
             window = self.read(lo, hi)
@@ -885,7 +886,8 @@ def _check_output_free(output: Path, force: bool) -> bool:
                                "refusing to replace it even with --force")
     others = sorted(present - written)
     if others:
-        shown = ", ".join(repr(name) for name in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        shown = ", ".join(repr(name) for name in others[:5]) + more
         raise BadInput(output, f"holds {len(others)} file(s) triage did not write ({shown}); refusing to replace "
                                "it even with --force: move them out first")
     return True
@@ -998,7 +1000,8 @@ def _updated_config(plan: RemapPlan, notes: list[str]) -> dict | None:
     layer = config.get("transformer_layer_config")
     for holder in (config, layer if isinstance(layer, dict) else {}):
         if "vocab_size" in holder and holder["vocab_size"] != run.target_vocab_size:
-            notes.append(f"config.json vocab_size {holder['vocab_size']} -> {run.target_vocab_size} (the run's target vocab).")
+            notes.append(f"config.json vocab_size {holder['vocab_size']} -> {run.target_vocab_size} "
+                         "(the run's target vocab).")
             holder["vocab_size"] = run.target_vocab_size
     if "vocab_size" not in config and not isinstance(layer, dict) and plan.checkpoint.target_vocab_size is None:
         config["vocab_size"] = run.target_vocab_size
@@ -1508,7 +1511,7 @@ def _write_runs(writer: _SafetensorsWriter, name: str, positions: np.ndarray, da
                 row_bytes: int) -> None:
     """``data[k]`` to row ``positions[k]`` (ascending), one write per run of consecutive rows."""
     breaks = np.flatnonzero(np.diff(positions) != 1) + 1
-    for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.size]):
+    for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.size], strict=True):
         writer.write(name, int(positions[a]) * row_bytes, data[a:b])
 
 
@@ -1548,7 +1551,8 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
     for name, entry in expected.items():
         info = written.tensors[name]
         if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
-            raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}")
+            raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, "
+                       f"expected {entry.dtype} {list(entry.shape)}")
     run = plan.run_mapping
     source_extents = _checkpoint_extents(plan.checkpoint)
     written_extents = _checkpoint_extents(written)
@@ -1676,8 +1680,8 @@ def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, p
         got = new_head.gather(positions, cancel)
         if not _same_bytes(got, want):
             first = next(i for i in range(positions.size) if not _same_bytes(got[i], want[i]))
-            raise fail(f"lm_head row {int(positions[first])} differs from row {int(plan.source_rows[positions[first]])} "
-                       "of the source lm_head it copies")
+            raise fail(f"lm_head row {int(positions[first])} differs from row "
+                       f"{int(plan.source_rows[positions[first]])} of the source lm_head it copies")
         compared += _as_bytes(got).size
         progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
         del want, got
@@ -1791,7 +1795,8 @@ def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: s
 def _streams(plan: RemapPlan) -> bool:
     """The single pass (no torch) applies: a safetensors source whose lm_head numpy can sum."""
     checkpoint = plan.checkpoint
-    return checkpoint.file_kind == "safetensors" and checkpoint.tensors[checkpoint.lm_head_name].dtype in _NUMPY_HEAD_DTYPES
+    return (checkpoint.file_kind == "safetensors"
+            and checkpoint.tensors[checkpoint.lm_head_name].dtype in _NUMPY_HEAD_DTYPES)
 
 
 def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,

@@ -640,7 +640,8 @@ def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
         return discover_runs([path.parent], cache=cache, strict=strict)
     wandb_file = is_wandb_file_name(path.name)
     if not (wandb_file or is_event_file_name(path.name)):
-        raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
+        raise BadInput(path, "not a directory, an event file (*tfevents*), "
+                             "a W&B run file (run-*.wandb) or a triage.toml")
     manifest, manifest_error = None, None
     if (path.parent / MANIFEST_NAME).is_file():
         manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)

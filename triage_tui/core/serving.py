@@ -726,7 +726,7 @@ class ServingWatch:
                 errors.append(f"{follower.path}: no such file (yet)")
             if evidence is not None:
                 parts.append(evidence)
-        if len(parts) != len(self._parts) or any(a is not b for a, b in zip(parts, self._parts)):
+        if len(parts) != len(self._parts) or any(a is not b for a, b in zip(parts, self._parts, strict=True)):
             self._parts = tuple(parts)
             combined = combine_evidence(parts)
             if combined is not None and len(parts) > 1:

@@ -315,7 +315,8 @@ class WandbHistory:
     def _read(self, pb, state: _FileState, stats: ReadStats, rows: _Rows) -> None:
         try:
             # O_NONBLOCK: a FIFO named like a run file must not hang the poll.
-            handle = open(state.path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK))
+            handle = open(  # noqa: SIM115 - entered by `with handle` below, once the open's errors are told apart
+                state.path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK))
         except FileNotFoundError:
             return
         except OSError as err:

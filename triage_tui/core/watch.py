@@ -3,10 +3,11 @@
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
 client, and NFS attribute caching delays size changes (reference/tensorboard-events.md 4.3),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
-(core.sources.RunSources: event files and W&B run files), and every ``rescan_interval`` the given paths are walked again for
-new runs and files (core.runs, cheap thanks to its listing cache). A watchdog Observer, where
-it works, only calls ``wake()`` so a local write shows up at once instead of within a poll
-interval; ``use_watchdog=False`` (``--poll``) leaves polling alone.
+(core.sources.RunSources: event files and W&B run files), and every ``rescan_interval`` the
+given paths are walked again for new runs and files (core.runs, cheap thanks to its listing
+cache). A watchdog Observer, where it works, only calls ``wake()`` so a local write shows up
+at once instead of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling
+alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread.
 An idle ``poll_once`` (nothing appended) costs one stat per event file plus a clock
@@ -281,7 +282,7 @@ class Watcher:
                 # show each run as soon as it is read rather than all of them at the end.
                 statuses = self.poll_once(on_progress=on_update if previous is None else None)
                 if previous is None or len(statuses) != len(previous) or any(
-                    a is not b for a, b in zip(statuses, previous)
+                    a is not b for a, b in zip(statuses, previous, strict=True)
                 ):
                     on_update(statuses)
                 if previous is None and self.use_watchdog:

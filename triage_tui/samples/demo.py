@@ -320,12 +320,12 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
     stamp(f"trainer reloaded from {Path(reloaded['checkpoint']).name} at step {reload_step}")
 
     before = status.scalars.get(status.loss_tag)
-    above = [v for s, v in zip(before.steps.tolist(), before.values.tolist()) if s <= reload_step]
+    above = [v for s, v in zip(before.steps.tolist(), before.values.tolist(), strict=True) if s <= reload_step]
     while time.monotonic() < deadline:
         statuses = watcher.poll_once()
         status = statuses[0]
         series = status.scalars.get(status.loss_tag)
-        after = [(s, v) for s, v in zip(series.steps.tolist(), series.values.tolist()) if s > reload_step]
+        after = [(s, v) for s, v in zip(series.steps.tolist(), series.values.tolist(), strict=True) if s > reload_step]
         still_flagged = any(f.kind in ("loss_above_chance", "loss_at_chance") for f in status.flags)
         below = [point for point in after if point[1] < ln_v]
         if below and not still_flagged and len(after) >= 5 and sum(v for _, v in after[-5:]) / 5 < ln_v:

@@ -325,7 +325,7 @@ class TriageApp(App[None]):
         except BadInput as err:
             self.post_message(messages.ChecksFinished(path, None, error=err.line()))
             return
-        except Exception as err:  # a bug in a check must not take the screen down
+        except Exception as err:  # noqa: BLE001 - a bug in a check must not take the screen down
             self.post_message(messages.ChecksFinished(path, None, error=f"{type(err).__name__}: {err}"))
             return
         self.post_message(messages.ChecksFinished(path, diagnosis, cancelled=cancel.is_set()))
@@ -419,7 +419,7 @@ class TriageApp(App[None]):
         except BadInput as err:
             self.post_message(messages.RemapPlanned(path, None, error=err.line()))
             return
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - a bug in planning is shown in the dialog, not a crash
             self.post_message(messages.RemapPlanned(path, None, error=f"{type(err).__name__}: {err}"))
             return
         self.post_message(messages.RemapPlanned(path, plan))
@@ -461,7 +461,7 @@ class TriageApp(App[None]):
         except BadInput as err:
             self.post_message(messages.RemapFinished(path, None, error=err.line()))
             return
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - a failed remap is shown in the dialog, not a crash
             self.post_message(messages.RemapFinished(path, None, error=f"{type(err).__name__}: {err}"))
             return
         self.post_message(messages.RemapFinished(path, report))

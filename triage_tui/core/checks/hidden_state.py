@@ -148,11 +148,10 @@ def _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, ro
               "sglang PR #21272: fc silently skipped gives accept length 1.00)")
     else:
         fc_in = int(fc.shape[1])
-        if target_hidden:
-            if not row("fc.weight in-features", DEFAULT_AUX_CHUNKS * target_hidden, fc_in):
-                issue("fc_width", "error",
-                      f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
-                      f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}")
+        if target_hidden and not row("fc.weight in-features", DEFAULT_AUX_CHUNKS * target_hidden, fc_in):
+            issue("fc_width", "error",
+                  f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
+                  f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}")
         row("fc.weight out-features", int(checkpoint.hidden_size), int(fc.shape[0]))
 
     if target is not None and int(checkpoint.hidden_size) != int(target.hidden_size):
@@ -174,12 +173,11 @@ def _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, ro
             issue("lm_head_shape", "error",
                   f"lm_head.weight is {list(lm_head.shape)}, expected {expected_head} (SafeAILab/EAGLE #249)")
 
-    if target is not None and checkpoint.target_vocab_size is not None:
-        if not row("target vocab size (checkpoint vs target)", int(target.vocab_size),
-                   int(checkpoint.target_vocab_size)):
-            issue("target_vocab", "error",
-                  f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has "
-                  f"{target.vocab_size}")
+    if target is not None and checkpoint.target_vocab_size is not None and not row(
+            "target vocab size (checkpoint vs target)", int(target.vocab_size), int(checkpoint.target_vocab_size)):
+        issue("target_vocab", "error",
+              f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has "
+              f"{target.vocab_size}")
     return fc_in
 
 
@@ -278,7 +276,7 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
                   f"({dump_convention}) name the same layers")
         return
     if len(config_layers) == len(dump_layers):
-        offsets = {d - c for c, d in zip(config_layers, dump_layers)}
+        offsets = {d - c for c, d in zip(config_layers, dump_layers, strict=True)}
         if offsets in ({1}, {-1}):
             issue("aux_layer_off_by_one", "error",
                   f"dumps hold outputs of layers {list(dump_layers)} (ids {list(dump_ids)}, {dump_convention}) "

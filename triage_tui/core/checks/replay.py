@@ -141,16 +141,19 @@ def _validate(drafter: Eagle3Drafter, dumps: Any, mappings: dict[str, VocabMappi
     for sample in dumps.samples:
         width = int(sample.aux_hidden.shape[-1])
         if width != fc_in:
-            raise BadInput(sample.path, f"aux hidden width {width} does not match the drafter's fc input {fc_in} (3 x Ht)")
+            raise BadInput(sample.path,
+                           f"aux hidden width {width} does not match the drafter's fc input {fc_in} (3 x Ht)")
     vd = drafter.config.draft_vocab_size
     vocab = labels.vocab_size
     for label, mapping in mappings.items():
         if mapping.draft_vocab_size != vd:
             raise BadInput(mapping.source or None,
-                           f"the {label} mapping has {mapping.draft_vocab_size} draft tokens, the drafter's lm_head {vd}")
+                           f"the {label} mapping has {mapping.draft_vocab_size} draft tokens, "
+                           f"the drafter's lm_head {vd}")
         if mapping.target_vocab_size != vocab:
             raise BadInput(mapping.source or None,
-                           f"the {label} mapping is over {mapping.target_vocab_size} target tokens, the target has {vocab}")
+                           f"the {label} mapping is over {mapping.target_vocab_size} target tokens, "
+                           f"the target has {vocab}")
     if int(labels.embed_shape[-1]) != drafter.config.hidden_size:
         raise BadInput(None, f"target embedding width {int(labels.embed_shape[-1])} differs from the drafter's "
                              f"hidden size {drafter.config.hidden_size}")

@@ -107,7 +107,7 @@ def _globals_wanted(path: Path, raw: bytes | None, also_allowed: set[str]) -> li
                     found.append(f"{recent_strings[-2]}.{recent_strings[-1]}")
                 elif isinstance(arg, str):
                     recent_strings.append(arg)
-    except Exception:  # a broken stream or the binary data after the pickles: keep what was seen
+    except Exception:  # noqa: BLE001 - a broken stream or the binary data after the pickles: keep what was seen
         pass
     return [name for name in dict.fromkeys(found) if name not in allowed]
 

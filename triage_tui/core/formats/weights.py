@@ -187,7 +187,8 @@ def _from_index(index_path: Path) -> WeightFiles:
     shards: dict[str, Path] = {}
     for tensor_name, shard in weight_map.items():
         if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-            raise BadInput(index_path, f"weight_map entry {tensor_name!r} names {shard!r}, not a file in this directory")
+            raise BadInput(index_path,
+                           f"weight_map entry {tensor_name!r} names {shard!r}, not a file in this directory")
         if shard not in shards:
             shard_path = root / shard
             if not shard_path.is_file():
