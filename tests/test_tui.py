@@ -570,3 +570,135 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         assert report.accuracy_after > 4 * report.accuracy_before
         shown = _plain(app.screen.query_one("#remap-result"))
         assert f"{report.accuracy_before:.1%} → {report.accuracy_after:.1%}" in shown
+
+
+def table_lines(table: RunsTable) -> list[str]:
+    """The runs table as drawn (header first), one string per line."""
+    return [table.render_line(y).text for y in range(table.size.height)]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (110, 30), (120, 40), (200, 50)])
+async def test_numbers_found_after_the_run_are_drawn_whole(tmp_path, size):
+    """A run found before its first point shows "–"; its numbers, when they come, are drawn whole.
+
+    The live-monitoring case: the table must not keep columns sized for "–" (12.15 drawn "12.1",
+    5.3 % drawn "5.3"), at any terminal width from a tmux pane to a full screen.
+    """
+    run = tmp_path / "k2-finetune"
+    (run / "runs").mkdir(parents=True)
+    (run / "triage.toml").write_text(f"[run]\nvocab_size = {DRAFT_VOCAB}\n")
+    app = make_app(tmp_path, rescan_interval=3600)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0, what="first poll")
+        await pilot.pause()
+        table = app.main.query_one(RunsTable)
+        assert "–" in table_lines(table)[1]
+        from tui_support import write_scalars
+        write_scalars(run / "runs", [12.148, 12.152], [0.0533, 0.643])
+        await polled(pilot, rescan=True)
+        await wait_for(pilot, lambda: app.rows[0].last_step is not None, what="the points")
+        await pilot.pause()
+        row = table_lines(table)[1]
+        cells = [str(cell) for cell in table.get_row_at(0)]
+        assert cells[3:7] == ["12.15", "12.15", "10.37", "64.3%"]
+        for text in cells[1:]:
+            assert text in row, (text, row)
+
+
+async def test_long_run_names_keep_both_ends(tmp_path):
+    """Sweep runs differ at the end of their names: elided in the middle, both ends stay."""
+    names = ["sweep-2026-11-30-kimi-k2-drafter/lr-3e-4/seed-1", "sweep-2026-11-30-kimi-k2-drafter/lr-3e-4/seed-2"]
+    for name in names:
+        healthy_run(tmp_path, name)
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = app.main.query_one(RunsTable)
+        await pilot.pause()
+        shown = [str(table.get_row_at(i)[1]) for i in range(2)]
+        assert shown[0] != shown[1] and all("…" in name for name in shown)
+        assert [name[:6] for name in shown] == ["sweep-", "sweep-"] and [name[-6:] for name in shown] == ["seed-1", "seed-2"]
+        assert all(name in " ".join(table_lines(table)) for name in shown)
+
+
+def test_cli_a_file_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, capsys):
+    """`triage README.md` says what `triage scan README.md` says, instead of watching nothing."""
+    from triage_tui.cli import main
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# not a run\n")
+    assert main([str(readme)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"triage: {readme}: not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) "
+                   "or a triage.toml"]
+    assert main(["scan", str(readme)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == err
+
+
+async def test_an_empty_directory_says_what_triage_looks_for_and_that_it_watches(tmp_path):
+    app = make_app(tmp_path, rescan_interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await polled(pilot)
+        empty = app.main.query_one("#runs-empty")
+        shown = _plain(empty)
+        assert empty.display and str(tmp_path) in shown
+        assert "tfevents" in shown and "triage.toml" in shown and "watching" in shown
+        healthy_run(tmp_path)
+        await polled(pilot, rescan=True)
+        assert [row.name for row in app.rows] == ["scratch-drafter"] and not empty.display
+
+
+async def test_a_filter_matching_nothing_says_so_and_clears_the_chart(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        chart = app.main.query_one(LossChart)
+        await pilot.press("slash", *"zzz")
+        await wait_for(pilot, lambda: chart.series is None, what="the chart to clear")
+        assert app.main.query_one("#chart-pane").border_title == "loss"
+        assert "no run name contains zzz" in _plain(app.main.query_one("#runs-empty"))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: chart.series is not None, what="the chart to come back")
+        assert not app.main.query_one("#runs-empty").display
+
+
+def burst(app, keys: str) -> None:
+    """Keys as a fast typist or a paste delivers them: all queued before the app handles the first."""
+    from textual import events
+
+    for char in keys:
+        key = {"/": "slash", " ": "space"}.get(char, char)
+        event = events.Key(key, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filter_first(runs_root, monkeypatch):
+    """"/vocab" typed fast must not start the checks with its `c`; esc closes the filter before it cancels."""
+    from triage_tui.core.checks import vocab
+
+    gate = threading.Event()
+    real_check = vocab.check_vocab_mapping
+
+    def held_check(*args, **kwargs):
+        gate.wait(timeout=60)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(vocab, "check_vocab_mapping", held_check)
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        burst(app, "/vocab")
+        filter_input = app.main.query_one("#filter")
+        await wait_for(pilot, lambda: filter_input.value == "vocab", timeout=10, what="the filter text")
+        assert app.checks_running_for is None and not app.diagnoses
+        burst(app, "/x")  # a slash inside the filter is text: run names hold slashes
+        await wait_for(pilot, lambda: filter_input.value == "vocab/x", timeout=10, what="a slash in the filter")
+        await pilot.press("escape")
+        assert not filter_input.display and app.checks_running_for is None
+        # With checks running and the filter open, esc closes the filter; a second esc cancels.
+        await pilot.press("c", "slash", "k", "escape")
+        assert not filter_input.display and app.checks_running_for is not None
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.checks_running_for is None, what="cancel")
+        gate.set()

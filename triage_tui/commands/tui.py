@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.runs import check_watch_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in (args.paths or ["."])]
     for path in paths:
-        if not path.exists():
-            raise BadInput(path, "no such file or directory")
+        check_watch_path(path)  # `triage README.md` is told so, as `triage scan README.md` is
     if not math.isfinite(args.interval) or args.interval <= 0:
         # nan slipped past `<= 0` and made the watcher spin a core.
         raise BadInput(None, f"--interval must be a positive number of seconds, got {args.interval}")

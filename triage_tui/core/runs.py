@@ -634,14 +634,22 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     )
 
 
+def check_watch_path(path: Path) -> None:
+    """BadInput unless ``path`` is something runs can be found in: a directory, an event file, a W&B
+    run file or a triage.toml. The TUI asks before it starts, so `triage README.md` says so instead of watching nothing."""
+    if not path.exists():
+        raise BadInput(path, "no such file or directory")
+    name = path.name
+    if not path.is_dir() and name != MANIFEST_NAME and not is_event_file_name(name) and not is_wandb_file_name(name):
+        raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
+
+
 def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
     """A path that is a file: one event file is a run of its own; a triage.toml names its dir."""
+    check_watch_path(path)
     if path.name == MANIFEST_NAME:
         return discover_runs([path.parent], cache=cache, strict=strict)
     wandb_file = is_wandb_file_name(path.name)
-    if not (wandb_file or is_event_file_name(path.name)):
-        raise BadInput(path, "not a directory, an event file (*tfevents*), "
-                             "a W&B run file (run-*.wandb) or a triage.toml")
     manifest, manifest_error = None, None
     if (path.parent / MANIFEST_NAME).is_file():
         manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)

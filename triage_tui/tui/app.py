@@ -200,8 +200,23 @@ class TriageApp(App[None]):
 
     def _show_rows(self) -> None:
         table = self.main.query_one(RunsTable)
-        table.show_rows(self._visible_rows(), now=self.now())
+        visible = self._visible_rows()
+        table.show_rows(visible, now=self.now())
+        self.main.show_empty(None if visible or self.polls == 0 else self._empty_text())
         self.select_run(table.selected_path)
+
+    def _empty_text(self) -> Text:
+        """What an empty table means: the filter matches nothing, or nothing was found (yet)."""
+        if self.rows:
+            return Text.assemble(("no run name contains ", "dim"), (self._filter, "bold"),
+                                 ("  (esc clears the filter)", "dim"))
+        where = ", ".join(str(path) for path in self.paths)
+        return Text.assemble(
+            ("No runs under ", ""), (where, "bold"), (" yet.\n\n", ""),
+            ("triage looks for TensorBoard event files (", "dim"), ("*tfevents*", "bold"),
+            (", in any subdirectory) and for ", "dim"), ("triage.toml", "bold"),
+            (" files, and is watching: a run shows here as soon as its trainer writes its first event.",
+             "dim"))
 
     @_skipped_after_shutdown
     def _refresh_ages(self) -> None:
@@ -252,9 +267,11 @@ class TriageApp(App[None]):
         chart = self.main.query_one(LossChart)
         if status is None:
             if self._chart_drawn is not None:
+                # No run selected (the filter matches none): the chart must not keep the last one's curve.
                 self._chart_drawn = None
                 chart.show(None)
                 self.main.show_serving(None)
+                self.main.show_chart_title("loss")
             return
         # The serving evidence is a new object exactly when a source gave something new.
         wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
@@ -276,7 +293,13 @@ class TriageApp(App[None]):
     def _chart_ready(self, message: messages.ChartReady) -> None:
         if message.path != self._selected:
             return
-        self.main.query_one(LossChart).show(message.series)
+        chart = self.main.query_one(LossChart)
+        shown, new = chart.series, message.series
+        if shown is not None and new is not None and shown.path == new.path and new.version < shown.version:
+            # A slower, older computation finishing after a newer one (exclusive workers are
+            # cancelled cooperatively): drawing it would leave the chart behind until the next point.
+            return
+        chart.show(new)
         self.main.show_serving(message.serving)
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
@@ -343,6 +366,8 @@ class TriageApp(App[None]):
             self._finish_checks(self.checks_running_for, None, "checks cancelled")
         elif worker.group == "watch" and event.state == WorkerState.ERROR:
             self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
+        elif worker.group == "chart" and event.state == WorkerState.ERROR:
+            self._chart_drawn = None  # draw again at the next tick rather than keep a stale chart
 
     @on(messages.ChecksFinished)
     @_skipped_after_shutdown

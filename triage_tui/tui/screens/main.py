@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from triage_tui.tui.app import TriageApp
     from triage_tui.tui.view_data import ServingSeries
 
-# Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable.
-COMPACT_BELOW_COLUMNS = 100
+# Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable. Side by
+# side, the runs pane needs ~70 columns for its eight columns and the chart ~50 to be readable.
+COMPACT_BELOW_COLUMNS = 120
 
 
 class MainScreen(Screen):
@@ -43,7 +44,10 @@ class MainScreen(Screen):
         Binding("h", "focus_hypotheses", "Hypotheses", show=False, tooltip="Go to the hypotheses (enter opens one)",
                 id="hypotheses"),
         Binding("r", "focus_runs", "Runs", show=False, tooltip="Go to the runs table", id="runs"),
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter"),
+        # priority: handled as the app receives the key, before the keys queued behind it (typed fast or
+        # pasted) are routed, so those land in the filter and the `c` of "vocab" does not start the checks.
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter",
+                priority=True),
         Binding("l", "toggle_log_y", "Log-y", show=False, tooltip="Loss chart: log or linear y axis", id="log_y"),
     ]
 
@@ -56,6 +60,7 @@ class MainScreen(Screen):
         with Horizontal(id="upper"):
             with Vertical(id="runs-pane", classes="pane"):
                 yield RunsTable(id="runs")
+                yield Static("", id="runs-empty")
             with Vertical(id="chart-pane", classes="pane"):
                 yield LossChart(id="chart")
                 yield ServingChart(id="serving-chart")
@@ -97,6 +102,13 @@ class MainScreen(Screen):
         """Serving acceptance under the loss, for a run whose triage.toml names [serving]."""
         self.query_one("#chart-pane").set_class(series is not None, "-serving")
         self.query_one(ServingChart).show(series)
+
+    def show_empty(self, text: Text | None) -> None:
+        """Why the table is empty (nothing found yet, or the filter matches nothing); None hides it."""
+        empty = self.query_one("#runs-empty", Static)
+        empty.display = text is not None
+        if text is not None:
+            empty.update(text)
 
     def show_chart_title(self, title: Text) -> None:
         self.query_one("#chart-pane").border_title = title
@@ -152,6 +164,8 @@ class MainScreen(Screen):
             return True if app.checks_running_for is not None else None
         if action == "check":
             return True if self.selected_path is not None else None
+        if action == "filter" and self.focused is self.query_one("#filter", Input):
+            return False  # a "/" typed into the filter is text (run names hold slashes)
         return True
 
     @property
@@ -172,20 +186,23 @@ class MainScreen(Screen):
             self.triage.request_remap(path)
 
     def action_escape(self) -> None:
+        # The innermost thing first: an open filter closes before running checks are cancelled.
         filter_input = self.query_one("#filter", Input)
-        if self.triage.checks_running_for is not None:
-            self.triage.cancel_checks()
-        elif filter_input.display:
+        if filter_input.display:
             filter_input.value = ""
             filter_input.display = False
             self.query_one(RunsTable).focus()
+        elif self.triage.checks_running_for is not None:
+            self.triage.cancel_checks()
         elif self.focused is self.query_one(HypothesesList):
             self.query_one(RunsTable).focus()
 
     def action_filter(self) -> None:
         filter_input = self.query_one("#filter", Input)
         filter_input.display = True
-        filter_input.focus()
+        # Now, not at the next idle (Widget.focus defers): keys typed or pasted right after `/`
+        # are already queued, and must go into the filter, not to `c` (check) or `m` (remap).
+        self.set_focus(filter_input)
 
     def action_toggle_log_y(self) -> None:
         chart = self.query_one(LossChart)

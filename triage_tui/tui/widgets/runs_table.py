@@ -18,23 +18,40 @@ from triage_tui.tui.view_data import (
 )
 
 STATUS_GLYPH = {"critical": ("✖", "bold red"), "warning": ("▲", "yellow"), "ok": ("●", "green")}
-NAME_WIDTH = 24
+# The name column fills what the numbers leave, between these bounds.
+MIN_NAME_WIDTH = 8
+MAX_NAME_WIDTH = 40
 
+# (label, key, width): every number column is as wide as the widest text its formatter gives
+# (view_data.format_*), fixed, so a run found before its first point ("–") does not size the
+# column for "–" and cut 12.15 to "12.1" once the points arrive. None: the name, sized to the pane.
 COLUMNS = (
-    ("", "status"),
-    ("run", "name"),
-    ("step", "step"),
-    ("loss", "loss"),
-    ("smooth", "smooth"),
-    ("ln V", "chance"),
-    ("acc", "acc"),
-    ("age", "age"),
+    ("", "status", 1),
+    ("run", "name", None),
+    ("step", "step", 6),  # 99999, 123k, 1.2M
+    ("loss", "loss", 6),  # 12.15, 123.45, nan
+    ("smooth", "smooth", 6),
+    ("ln V", "chance", 5),  # 10.37
+    ("acc", "acc", 6),  # 100.0%
+    ("age", "age", 4),  # 59s, 12m, 23h, 365d
 )
+FIXED_WIDTH = sum(width for _, _, width in COLUMNS if width is not None)
 
 
-def _name_cell(row: RunRow) -> Text:
-    name = printable(row.name)  # a Text, never markup: run names are directory names
-    name = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+def elide_middle(text: str, width: int) -> str:
+    """``text`` in ``width`` cells, its middle replaced by "…": run names differ at their ends
+    (``sweep/lr-3e-4/seed-1`` vs ``sweep/lr-3e-4/seed-2``), so both ends stay."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2
+    head = width - 1 - tail
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def _name_cell(row: RunRow, width: int = MAX_NAME_WIDTH) -> Text:
+    name = elide_middle(printable(row.name), width)  # a Text, never markup: run names are directory names
     if row.status == "critical":
         return Text(name, style="bold red")
     return Text(name)
@@ -49,11 +66,11 @@ def _age_cell(row: RunRow, now: float) -> Text:
     return Text(format_age(age), style="dim", justify="right")
 
 
-def row_cells(row: RunRow, now: float) -> tuple[Text, ...]:
+def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tuple[Text, ...]:
     glyph, style = STATUS_GLYPH.get(row.status, ("?", ""))
     return (
         Text(glyph, style=style),
-        _name_cell(row),
+        _name_cell(row, name_width),
         Text(format_step(row.last_step), justify="right"),
         _loss_cell(row.loss_last, row.loss_flagged),
         _loss_cell(row.loss_smoothed, row.loss_flagged),
@@ -79,9 +96,32 @@ class RunsTable(DataTable):
         self._cells: dict[Path, tuple[Text, ...]] = {}
         self._moved: dict[Path, Path] = {}
 
+        self._name_width = MIN_NAME_WIDTH
+        self._now = 0.0
+
     def on_mount(self) -> None:
-        for label, key in COLUMNS:
-            self.add_column(label, key=key)
+        for label, key, width in COLUMNS:
+            self.add_column(label, key=key, width=width if width is not None else self._name_width)
+
+    @property
+    def name_width(self) -> int:
+        return self._name_width
+
+    def _fitting_name_width(self) -> int:
+        """What the pane leaves for names once the numbers have their columns (and cell padding)."""
+        spare = self.scrollable_content_region.width - FIXED_WIDTH - 2 * self.cell_padding * len(COLUMNS)
+        return max(MIN_NAME_WIDTH, min(MAX_NAME_WIDTH, spare))
+
+    def on_resize(self) -> None:
+        width = self._fitting_name_width()
+        if width != self._name_width:
+            self._name_width = width
+            self.columns[self._column_key("name")].width = width
+            # Every row again, names elided to the new width.
+            self.show_rows([self._rows[path] for path in self._order], now=self._now, redraw=True)
+
+    def _column_key(self, key: str):
+        return next(column_key for column_key in self.columns if column_key.value == key)
 
     @property
     def selected_path(self) -> Path | None:
@@ -89,11 +129,12 @@ class RunsTable(DataTable):
             return None
         return self._order[self.cursor_row]
 
-    def show_rows(self, rows: Sequence[RunRow], *, now: float) -> None:
+    def show_rows(self, rows: Sequence[RunRow], *, now: float, redraw: bool = False) -> None:
         """Show rows in their given order, touching only cells that changed."""
+        self._now = now
         order = [row.path for row in rows]
-        cells = {row.path: row_cells(row, now) for row in rows}
-        if order != self._order:
+        cells = {row.path: row_cells(row, now, self._name_width) for row in rows}
+        if redraw or order != self._order:
             selected = self.selected_path
             selected = self._moved.pop(selected, selected) if selected is not None else None
             self._moved.clear()
@@ -106,7 +147,7 @@ class RunsTable(DataTable):
         else:
             for path in order:
                 old = self._cells.get(path)
-                for index, (_, key) in enumerate(COLUMNS):
+                for index, (_, key, _) in enumerate(COLUMNS):
                     if old is None or not _same(cells[path][index], old[index]):
                         self.update_cell(str(path), key, cells[path][index])
         self._cells = cells
