@@ -77,6 +77,14 @@ async def wait_for(pilot, predicate, timeout: float = 60.0, what: str = "conditi
     return time.monotonic() - start
 
 
+async def on_screen(pilot, screen_type: type, what: str) -> None:
+    """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted
+                   and bool(app.screen.children), what=what)
+    await pilot.pause()
+
+
 async def loaded(pilot) -> None:
     app = pilot.app
     await wait_for(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None,
@@ -153,7 +161,7 @@ async def test_enter_on_a_checked_run_opens_its_best_hypothesis(runs_root):
         await loaded(pilot)
         await checked(pilot)
         await pilot.press("enter")  # focus is still on the runs table after `c`
-        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
         assert "252 / 32000 draft positions" in _plain(app.screen.query_one("#evidence-body"))
 
 
@@ -163,7 +171,7 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         await loaded(pilot)
         await checked(pilot)
         await pilot.press("h", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
         screen = app.screen
         tabs = screen.query_one(TabbedContent)
         assert [pane.id for pane in tabs.query("TabPane")] == ["evidence", "details", "action"]
@@ -187,7 +195,7 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         # The mask hypothesis: every invariant with its result; 2 x 6 250 ids differ in membership.
         ids = [h.id for h in app.diagnoses[app.rows[0].path].hypotheses]
         await pilot.press(*["down"] * ids.index("verifier_mask_mismatch"), "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="mask drill-down")
+        await on_screen(pilot, DrillDownScreen, "mask drill-down")
         assert app.screen.hypothesis.id == "verifier_mask_mismatch"
         assert "m" not in app.screen.active_bindings  # remap belongs to the mapping hypothesis
         rows = [" ".join(line.split()) for line in _plain(app.screen.query_one("#details-body")).splitlines()]
@@ -213,7 +221,7 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         await checked(pilot)
         before = all_files(fresh_root)
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         inputs = app.diagnoses[app.rows[0].path].inputs
         expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target).describe()
         assert app.screen.text == expected
@@ -235,7 +243,7 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         story = app.rows[0].path
         inputs = app.diagnoses[story].inputs
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         output = app.screen.plan.output
         await pilot.press("y")
         await wait_for(pilot, lambda: story in app.remap_reports, timeout=60, what="remap")
@@ -269,11 +277,11 @@ async def test_readonly_has_no_remap(runs_root):
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmRemapScreen) and not app.remap_running
         await pilot.press("h", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
         assert "m" not in app.screen.active_bindings
         assert "read-only" in _plain(app.screen.query_one("#action-body"))
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await on_screen(pilot, HelpScreen, "help")
         assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in app.screen.rows)
 
 
@@ -293,7 +301,7 @@ async def test_help_lists_every_key_in_context(runs_root):
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await on_screen(pilot, HelpScreen, "help")
         keys = {key for _, key, _, _ in app.screen.rows}
         assert {"c", "m", "x", "/", "l", "q", "?"} <= keys
         assert any(where == "in the focused RunsTable" for where, _, _, _ in app.screen.rows)
@@ -398,7 +406,7 @@ async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_r
         assert app.polls == 0
         assert "scanning" in str(app.main.query_one("#topbar").content)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help while scanning")
+        await on_screen(pilot, HelpScreen, "help while scanning")
         await pilot.press("escape")
         gate.set()
         await loaded(pilot)
@@ -560,9 +568,9 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         replay = diagnosis.checks["replay"].details
         assert replay["accuracy_checkpoint_mapping"] > 4 * replay["accuracy_run_mapping"]
         await pilot.press("h", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
         await pilot.press("m")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="confirm dialog")
+        await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         await pilot.press("y")
         await wait_for(pilot, lambda: app.rows[0].path in app.remap_reports, timeout=120, what="remap")
         report = app.remap_reports[app.rows[0].path]

@@ -107,7 +107,8 @@ class TriageApp(App[None]):
         self.watcher: Watcher | None = None  # set by the watch worker; tests wait on its polls
         self._filter = ""
         self._selected: Path | None = None
-        self._chart_drawn: tuple | None = None
+        self._chart_drawn: tuple | None = None  # the (path, version, serving) the chart shows
+        self._chart_requested: tuple | None = None  # the one last asked of the chart worker
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -277,29 +278,29 @@ class TriageApp(App[None]):
         wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
         if wanted == self._chart_drawn:
             return
-        self._chart_drawn = wanted
+        # Compared with what the chart shows, not with what was last asked for: a computation that
+        # was cancelled, failed or finished out of order is simply asked for again at the next tick.
+        if wanted == self._chart_requested and any(
+                worker.group == "chart" and not worker.is_finished for worker in self.workers):
+            return
+        self._chart_requested = wanted
         # Braille markers put two points in a cell.
-        self._compute_chart(status, max(64, 2 * chart.size.width))
+        self._compute_chart(status, max(64, 2 * chart.size.width), wanted)
 
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
-    def _compute_chart(self, status: RunStatus, max_points: int) -> None:
+    def _compute_chart(self, status: RunStatus, max_points: int, key: tuple) -> None:
         series = chart_series(status, max_points)
         serving = serving_series(status, max_points)
         if not get_current_worker().is_cancelled:
-            self.post_message(messages.ChartReady(series, status.info.path, serving))
+            self.post_message(messages.ChartReady(series, status.info.path, serving, key))
 
     @on(messages.ChartReady)
     @_skipped_after_shutdown
     def _chart_ready(self, message: messages.ChartReady) -> None:
         if message.path != self._selected:
             return
-        chart = self.main.query_one(LossChart)
-        shown, new = chart.series, message.series
-        if shown is not None and new is not None and shown.path == new.path and new.version < shown.version:
-            # A slower, older computation finishing after a newer one (exclusive workers are
-            # cancelled cooperatively): drawing it would leave the chart behind until the next point.
-            return
-        chart.show(new)
+        self._chart_drawn = message.key
+        self.main.query_one(LossChart).show(message.series)
         self.main.show_serving(message.serving)
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
@@ -366,8 +367,6 @@ class TriageApp(App[None]):
             self._finish_checks(self.checks_running_for, None, "checks cancelled")
         elif worker.group == "watch" and event.state == WorkerState.ERROR:
             self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
-        elif worker.group == "chart" and event.state == WorkerState.ERROR:
-            self._chart_drawn = None  # draw again at the next tick rather than keep a stale chart
 
     @on(messages.ChecksFinished)
     @_skipped_after_shutdown

@@ -32,6 +32,7 @@ class ChartReady(Message):
     series: ChartSeries | None
     path: Path
     serving: ServingSeries | None = None
+    key: tuple | None = None  # what it was computed for (run path, scalars version, serving)
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ChartReady)
