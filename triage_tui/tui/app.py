@@ -170,9 +170,9 @@ class TriageApp(App[None]):
         critical = [status for status in message.statuses if status.status == "critical"]
         # One bell when a run turns critical (a second flag on a run already critical adds none);
         # it rings again only after the run's critical flags cleared and came back.
-        if any(self._critical_files.isdisjoint(status.info.event_files) for status in critical):
+        if any(self._critical_files.isdisjoint(_run_identity(status)) for status in critical):
             self.ring_bell()
-        self._critical_files = {file for status in critical for file in status.info.event_files}
+        self._critical_files = {item for status in critical for item in _run_identity(status)}
         self._follow_moved_selection(previous)
         self._show_rows()
         self._show_topbar()
@@ -184,9 +184,9 @@ class TriageApp(App[None]):
         selected = previous.get(self._selected) if self._selected else None
         if selected is None or self._selected in self.statuses:
             return
-        files = set(selected.info.event_files)
+        files = set(selected.info.event_files) | set(selected.info.wandb_files)
         moved = next((path for path, status in self.statuses.items()
-                      if files.intersection(status.info.event_files)), None)
+                      if not files.isdisjoint(_run_identity(status))), None)
         if moved is not None:
             self.main.query_one(RunsTable).keep_selected(self._selected, moved)
 
@@ -214,10 +214,9 @@ class TriageApp(App[None]):
         where = ", ".join(str(path) for path in self.paths)
         return Text.assemble(
             ("No runs under ", ""), (where, "bold"), (" yet.\n\n", ""),
-            ("triage looks for TensorBoard event files (", "dim"), ("*tfevents*", "bold"),
-            (", in any subdirectory) and for ", "dim"), ("triage.toml", "bold"),
-            (" files, and is watching: a run shows here as soon as its trainer writes its first event.",
-             "dim"))
+            ("triage looks, in every subdirectory, for TensorBoard event files (", "dim"), ("*tfevents*", "bold"),
+            ("), W&B run files (", "dim"), ("run-*.wandb", "bold"), (") and ", "dim"), ("triage.toml", "bold"),
+            (" files, and is watching: a run shows here as soon as its trainer writes its first event.", "dim"))
 
     @_skipped_after_shutdown
     def _refresh_ages(self) -> None:
@@ -541,6 +540,12 @@ class TriageApp(App[None]):
                 _action_runner(screen, binding.action),
             )
         yield SystemCommand("Help: every key", "List the keys of this screen", self.action_help)
+
+
+def _run_identity(status: RunStatus) -> set[Path]:
+    """What makes a run the same run from one update to the next: its data files (event files, W&B
+    run files), and its path for a run that has none yet."""
+    return {status.info.path, *status.info.event_files, *status.info.wandb_files}
 
 
 def _screen_bindings(screen: Screen) -> list[Binding]:
