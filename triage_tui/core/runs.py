@@ -636,12 +636,14 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
 
 def check_watch_path(path: Path) -> None:
     """BadInput unless ``path`` is something runs can be found in: a directory, an event file, a W&B
-    run file or a triage.toml. The TUI asks before it starts, so `triage README.md` says so instead of watching nothing."""
+    run file or a triage.toml. The TUI asks before it starts, so `triage README.md` says so instead
+    of watching nothing."""
     if not path.exists():
         raise BadInput(path, "no such file or directory")
     name = path.name
-    if not path.is_dir() and name != MANIFEST_NAME and not is_event_file_name(name) and not is_wandb_file_name(name):
-        raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
+    if path.is_dir() or name == MANIFEST_NAME or is_event_file_name(name) or is_wandb_file_name(name):
+        return
+    raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
 
 
 def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:

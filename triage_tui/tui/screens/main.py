@@ -164,9 +164,8 @@ class MainScreen(Screen):
             return True if app.checks_running_for is not None else None
         if action == "check":
             return True if self.selected_path is not None else None
-        if action == "filter" and self.focused is self.query_one("#filter", Input):
-            return False  # a "/" typed into the filter is text (run names hold slashes)
-        return True
+        # A "/" typed into the filter is text (run names hold slashes), not the filter key.
+        return not (action == "filter" and self.focused is self.query_one("#filter", Input))
 
     @property
     def selected_path(self) -> Path | None:
