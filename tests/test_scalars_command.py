@@ -132,3 +132,20 @@ def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, m
     assert code == code_pieces == 0 and pieces == whole
     if fmt == "json":
         assert json.loads(whole)["tags"]["train/acc_0"]["values"][:3] == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt):
+    """`triage scalars RUN | head -c 20`: the pipe closes early; triage ends quietly with 141 (128 + SIGPIPE)."""
+    logdir = tmp_path / "run" / "runs"
+    with SummaryWriter(log_dir=str(logdir)) as writer:
+        for step in range(20_000):  # far more than a pipe buffer holds
+            writer.add_scalar("train/ploss_0", 10.0 - step * 1e-4, step, walltime=1.7e9 + step)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    process = subprocess.Popen([sys.executable, "-m", "triage_tui.cli", "scalars", str(tmp_path / "run"),
+                                "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert len(process.stdout.read(20)) == 20
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141
+    assert stderr == ""

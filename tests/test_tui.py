@@ -711,3 +711,25 @@ async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filte
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.checks_running_for is None, what="cancel")
         gate.set()
+
+
+def test_triage_help_shows_the_tui_its_flags_and_keys(capsys):
+    from triage_tui.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: triage [PATH ...] [--readonly] [--poll]")
+    for flag in ("--readonly", "--poll", "--interval", "--vocab-size", "--device", "scan", "check", "remap"):
+        assert flag in shown, flag
+    assert "ctrl+c quit" in shown
+
+
+async def test_ctrl_c_quits_as_in_htop(runs_root):
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert app.return_code is None
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.return_code == 0, what="the app to quit")

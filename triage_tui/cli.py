@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from triage_tui import __version__
@@ -29,10 +31,28 @@ def _command_module(name: str):
     return importlib.import_module(f"triage_tui.commands.{name}")
 
 
+TUI_USAGE = "triage [PATH ...] [--readonly] [--poll] [--interval SECONDS] [--vocab-size N] [--device DEVICE]"
+
+
+def tui_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triage", usage=TUI_USAGE,
+        description="The TUI (what `triage` runs without a COMMAND): watch PATHs for training runs, flag a "
+                    "loss at chance, and on a key check, drill down and remap.")
+    _command_module("tui").add_arguments(parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
+    # The TUI is the default command: its usage and options come first in `triage --help`.
+    tui_help = tui_parser().format_help().split("\n", 1)[1].strip()  # without its usage line
     parser = argparse.ArgumentParser(
         prog="triage",
-        description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.",
+        usage=f"{TUI_USAGE}\n       triage COMMAND [options]   (triage COMMAND --help)",
+        description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.\n\n" + tui_help
+        + "\n\nkeys in the TUI:\n  ↑/↓ select a run · c check · enter open a hypothesis · m remap · / filter · "
+          "l log-y\n  ? help · ctrl+p every action · q or ctrl+c quit\n\ncommands:",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"triage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -46,11 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version"):
         # `triage [PATH ...]`: the TUI. Kept apart so `triage scan` never imports textual.
-        argv = ["tui", *argv]
         module = _command_module("tui")
-        parser = argparse.ArgumentParser(prog="triage", description="The TUI, watching PATHs.")
-        module.add_arguments(parser)
-        args = parser.parse_args(argv[1:])
+        args = tui_parser().parse_args(argv)
     else:
         args = build_parser().parse_args(argv)
         module = _command_module(args.command)
@@ -61,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `triage scalars ... | head`: the reader has what it wanted. Quietly, as `cat` would: stdout
+        # points at /dev/null so the interpreter's final flush cannot raise again on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

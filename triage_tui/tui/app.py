@@ -64,6 +64,9 @@ class TriageApp(App[None]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
         Binding("f1", "help", "Help", show=False),
+        # Ctrl-C quits, as in htop and k9s (Textual's default only says "press ctrl+q"); the
+        # workers are threads that stop with the app, and no write is ever left half-done.
+        Binding("ctrl+c", "quit", "Quit", show=False, system=True),
     ]
 
     def __init__(
