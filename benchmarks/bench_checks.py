@@ -25,6 +25,7 @@ Then, each in a fresh process with its peak RSS from getrusage:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -143,7 +144,7 @@ def child_diagnose(run: str) -> dict:
     replay_split = None
     if len(replay_tokens) >= 3:
         start = marks["replay"][0]
-        later = [(t1 - t0, n1 - n0) for (t0, n0), (t1, n1) in zip(replay_tokens, replay_tokens[1:])]
+        later = [(t1 - t0, n1 - n0) for (t0, n0), (t1, n1) in itertools.pairwise(replay_tokens)]
         per_token = sum(dt for dt, _ in later) / sum(dn for _, dn in later)
         first_s = replay_tokens[0][0] - start
         replay_split = {"load_s": first_s - per_token * replay_tokens[0][1], "per_token_s": per_token}
@@ -170,7 +171,7 @@ def child_manual(checkpoint: str, mapping: str) -> dict:
     their_hot = [i + int(their_d2t[i]) for i in range(len(their_d2t))]
     our_hot = [i + int(ours["d2t"][i]) for i in range(len(ours["d2t"]))]
     positional = 0
-    for a, b in zip(their_hot, our_hot):
+    for a, b in zip(their_hot, our_hot, strict=False):
         if a == b:
             positional += 1
     overlap = len(set(their_hot) & set(our_hot))

@@ -306,7 +306,8 @@ def main() -> None:
     ours = results["triage"]
     assert ours["points"] == args.events, ours
     assert results["upb"]["points"] == args.events
-    assert abs(ours["checksum"] - results["upb"]["checksum"]) <= 1e-9 * abs(results["upb"]["checksum"]), (ours, results["upb"])
+    upb_checksum = results["upb"]["checksum"]
+    assert abs(ours["checksum"] - upb_checksum) <= 1e-9 * abs(upb_checksum), (ours, results["upb"])
     scale = args.events / PREFIX_EVENTS
     efl = results["eventfileloader"]
     assert efl["points"] == PREFIX_EVENTS, efl
@@ -319,29 +320,48 @@ def main() -> None:
 
     rows = [
         ("triage `RunEvents.poll()`", ours, f"{ours['stored'] / ours['points']:.0f} B/point stored"),
-        ("rustboard 0.7.2 (Rust data server)", results["rustboard"], f"its log: load cycle {results['rustboard']['reported']}"),
+        (
+            "rustboard 0.7.2 (Rust data server)",
+            results["rustboard"],
+            f"its log: load cycle {results['rustboard']['reported']}",
+        ),
         ("upb loop: struct framing + `Event.FromString`", results["upb"], "no CRC checks"),
-        ("tensorboard `EventFileLoader`", efl,
-         f"**extrapolated** ×{scale:.0f} from a {PREFIX_EVENTS:,}-event prefix (times; RSS is the prefix run's, it streams)"),
+        (
+            "tensorboard `EventFileLoader`",
+            efl,
+            f"**extrapolated** ×{scale:.0f} from a {PREFIX_EVENTS:,}-event prefix "
+            "(times; RSS is the prefix run's, it streams)",
+        ),
     ]
     load = os.getloadavg()
     print(f"# Event reader benchmark: {args.events:,} scalar events, {len(TAGS)} tags, {size / 1e6:.1f} MB\n")
-    print(f"- machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
-          f"(shared machine: wall times are noisy; CPU time is the steadier figure)")
-    print(f"- python {platform.python_version()}, numpy {__import__('numpy').__version__}, "
-          f"protobuf {__import__('google.protobuf').protobuf.__version__}, tensorboard {__import__('tensorboard').__version__}")
+    print(
+        f"- machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+        f"(shared machine: wall times are noisy; CPU time is the steadier figure)"
+    )
+    print(
+        f"- python {platform.python_version()}, numpy {__import__('numpy').__version__}, "
+        f"protobuf {__import__('google.protobuf').protobuf.__version__}, "
+        f"tensorboard {__import__('tensorboard').__version__}"
+    )
     print(f"- file written in {written:.1f} s; {torch_check}")
     print(f"- cold load, page cache warm; best of {args.repeat} for triage and rustboard, 1 run for the others\n")
     print("| method | wall s | CPU s | wall vs triage | CPU vs triage | peak RSS extra MB | notes |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for name, r, note in rows:
-        print(f"| {name} | {r['wall']:.3f} | {r['cpu']:.3f} | {r['wall'] / ours['wall']:.1f}× | "
-              f"{r['cpu'] / ours['cpu']:.1f}× | {r['peak_extra'] / 2**20:.0f} | {note} |")
-    print("\nrustboard peak RSS is its whole process (VmHWM); the Python rows are the peak above the RSS after imports.")
-    print(f"\nTail: {TAIL_EVENTS:,} events appended to the loaded file, one `poll()`, {TAIL_ROUNDS} rounds: "
-          f"wall best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms; "
-          f"CPU best {tail['cpu_best'] * 1e3:.2f} ms, median {tail['cpu_median'] * 1e3:.2f} ms "
-          f"({tail['bytes']:,} bytes read, {tail['slow_records']} records through `Event.FromString`).")
+        print(
+            f"| {name} | {r['wall']:.3f} | {r['cpu']:.3f} | {r['wall'] / ours['wall']:.1f}× | "
+            f"{r['cpu'] / ours['cpu']:.1f}× | {r['peak_extra'] / 2**20:.0f} | {note} |"
+        )
+    print(
+        "\nrustboard peak RSS is its whole process (VmHWM); the Python rows are the peak above the RSS after imports."
+    )
+    print(
+        f"\nTail: {TAIL_EVENTS:,} events appended to the loaded file, one `poll()`, {TAIL_ROUNDS} rounds: "
+        f"wall best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms; "
+        f"CPU best {tail['cpu_best'] * 1e3:.2f} ms, median {tail['cpu_median'] * 1e3:.2f} ms "
+        f"({tail['bytes']:,} bytes read, {tail['slow_records']} records through `Event.FromString`)."
+    )
     print(f"\nTotal benchmark time {time.perf_counter() - started:.0f} s.")
     shutil.rmtree(work, ignore_errors=True)
 

@@ -37,7 +37,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-import bench_events
+import bench_events  # noqa: E402 - found through the sys.path entry above
 
 SERIAL = ("import sys, runpy; import triage_tui.commands.scalars as s; s._MIN_ROWS_TO_FORK = float('inf'); "
           "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')")
@@ -88,8 +88,10 @@ def check_exact(csv_path: Path, json_path: Path, ref: dict) -> str:
         csv_walls = np.array([float(w) for _, w, _ in got[tag]], np.float64)
         csv_values = np.array([float(v) for *_, v in got[tag]], np.float64)
         assert [s for s, _, _ in got[tag]] == steps == doc[tag]["steps"]
-        for walls_out, values_out in ((csv_walls, csv_values),
-                                      (np.array(doc[tag]["wall_times"], np.float64), np.array(doc[tag]["values"], np.float64))):
+        for walls_out, values_out in (
+            (csv_walls, csv_values),
+            (np.array(doc[tag]["wall_times"], np.float64), np.array(doc[tag]["values"], np.float64)),
+        ):
             assert walls_out.view(np.uint64).tolist() == walls.view(np.uint64).tolist(), tag
             assert values_out.view(np.uint64).tolist() == values32.astype(np.float64).view(np.uint64).tolist(), tag
             assert values_out.astype(np.float32).view(np.uint32).tolist() == values32.view(np.uint32).tolist(), tag
@@ -103,7 +105,8 @@ def check_exact(csv_path: Path, json_path: Path, ref: dict) -> str:
     for tag in sorted(ref):
         writer.writerows((tag, s, repr(w), repr(float(np.float32(v)))) for s, w, v in ref[tag])
     assert expected.getvalue() == text, "CSV differs from csv.writer + repr"
-    return f"{checked:,} points: CSV byte-identical to csv.writer + repr; CSV and JSON parse back to the same float64 wall times and float32 values"
+    return (f"{checked:,} points: CSV byte-identical to csv.writer + repr; "
+            "CSV and JSON parse back to the same float64 wall times and float32 values")
 
 
 def spread(xs: list[float]) -> str:
@@ -141,8 +144,11 @@ def main() -> None:
             ratios[name].append(seconds / rust)
     verdict = check_exact(work / "out.csv", work / "out.json", reference(big))
     load_end = os.getloadavg()
-    print(f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, {size / 1e6:.1f} MB\n")
-    print(f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end")
+    print(f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
+          f"{size / 1e6:.1f} MB\n")
+    print(
+        f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
+    )
     print(f"- {args.rounds} rounds, each: rustboard, then each export, whole processes, page cache warm")
     print(f"- exactness: {verdict}\n")
     print("| command | wall s, median (min–max) | ÷ rustboard in the same round, median (min–max) |")

@@ -150,7 +150,7 @@ def write_event_file(path: Path, steps_total: int, rng: np.random.Generator, chu
     level = rng.uniform(18.0, 20.0, len(TAGS))
     with open(path, "wb") as out:
         out.write(_frame(event_pb2.Event(wall_time=WALL0, file_version="brain.Event:2").SerializeToString()))
-        for lo_edge, hi_edge in zip(edges[:-1], edges[1:]):
+        for lo_edge, hi_edge in zip(edges[:-1], edges[1:], strict=True):
             for lo in range(lo_edge, hi_edge, chunk):
                 steps = np.arange(lo, min(lo + chunk, hi_edge), dtype=np.int64)
                 walls = WALL0 + steps * 0.5
@@ -242,7 +242,7 @@ def child_load(root: str, expected: int) -> dict:
     t0 = time.perf_counter()
     again = watcher.poll_once()
     idle_poll = time.perf_counter() - t0
-    assert all(a is b for a, b in zip(again, statuses))
+    assert all(a is b for a, b in zip(again, statuses, strict=True))
     return {"load_s": seconds, "points": points, "stored_bytes": stored, "rss_imports_kb": rss0,
             "rss_imports_peak_kb": rss_imports_peak, "rss_peak_kb": _vm_kb("self", "VmHWM"),
             "rss_after_kb": _vm_kb("self", "VmRSS"), "idle_poll_s": idle_poll, "runs": len(statuses)}
@@ -284,7 +284,7 @@ def child_tui(root: str, expected: int, idle_seconds: float) -> dict:
                 try:
                     app.screen.query_one(RunsTable)
                     break
-                except Exception:
+                except Exception:  # noqa: BLE001 - not mounted yet: no screen, or no table on it
                     await asyncio.sleep(0.001)
             out["first_paint_s"] = time.perf_counter() - t0
             out["polls_at_first_paint"] = app.polls
@@ -305,7 +305,7 @@ def child_tui(root: str, expected: int, idle_seconds: float) -> dict:
     out: dict = {"import_s": import_s}
     try:
         asyncio.run(session(out))
-    except Exception as err:  # report what was measured before the app died, and why it died
+    except Exception as err:  # noqa: BLE001 - report what was measured before the app died, and why it died
         out["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
     return out
 
@@ -328,14 +328,14 @@ def child_paint(root: str, exec_wall: float) -> dict:
                 try:
                     app.screen.query_one(RunsTable)
                     break
-                except Exception:
+                except Exception:  # noqa: BLE001 - not mounted yet: no screen, or no table on it
                     await asyncio.sleep(0.001)
             out.update(first_paint_s=time.perf_counter() - t0, from_exec_s=time.time() - exec_wall, polls=app.polls)
             await pilot.press("q")
 
     try:
         asyncio.run(session())
-    except Exception as err:  # the app dying after its first paint does not unmake the paint
+    except Exception as err:  # noqa: BLE001 - the app dying after its first paint does not unmake the paint
         out["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
     return out
 
@@ -459,24 +459,32 @@ def main() -> None:
                     + tenth["rss_imports_kb"]) * 1024 / (trees["big"][2] - tenth_points)
     print(f"[slope] one run of {tenth_points:,} points: {json.dumps(tenth)}")
     print(f"[slope] peak RSS grows {slope:.1f} B per point from {tenth_points:,} to {trees['big'][2]:,} points "
-          f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB); RSS once loaded grows {steady_slope:.1f} B per point")
+          f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB); "
+          f"RSS once loaded grows {steady_slope:.1f} B per point")
 
     print(f"\nload average at end {loadavg()}\n")
-    print("| tree | points | triage load (median of 3) | rustboard load, median (÷ triage) | first paint, median of 3 (from exec) | all rows shown | "
-          "idle CPU core / TUI / --poll | triage peak RSS above imports | B/point (peak RSS / RSS after / stored) | "
-          "rustboard peak RSS |")
+    print(
+        "| tree | points | triage load (median of 3) | rustboard load, median (÷ triage) "
+        "| first paint, median of 3 (from exec) | all rows shown | "
+        "idle CPU core / TUI / --poll | triage peak RSS above imports | B/point (peak RSS / RSS after / stored) | "
+        "rustboard peak RSS |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for key, runs, points, size, load, tui, idle, idle_poll, rust in rows:
+    for _key, runs, points, size, load, tui, idle, idle_poll, rust in rows:
         above = (load["rss_peak_kb"] - load["rss_imports_kb"]) * 1024
         steady = (load["rss_after_kb"] - load["rss_imports_kb"]) * 1024
         rust_cell = "–" if rust is None else f"{rust['load_s']:.2f} s ({rust['load_s'] / load['load_s']:.1f})"
         tui_idle = f"{tui['idle_percent']:.2f} %" if "idle_percent" in tui else "crashed¹"
         rust_rss = "–" if rust is None else f"{rust['rss_peak_kb'] / 1024:.0f} MiB"
-        print(f"| {runs} run{'s' if runs > 1 else ''} ({size / 1e6:.0f} MB) | {points:,} | {load['load_s']:.2f} s "
-              f"| {rust_cell} | {tui['first_paint_median_s'] * 1000:.0f} ms ({tui['from_exec_median_s'] * 1000:.0f} ms) | {tui['rows_shown_s']:.2f} s "
-              f"| {idle['percent']:.2f} % / {tui_idle} / {idle_poll['percent']:.2f} % "
-              f"| {above / 2**20:.0f} MiB | {above / points:.1f} / {steady / points:.1f} / {load['stored_bytes'] / points:.1f} "
-              f"| {rust_rss} |")
+        print(
+            f"| {runs} run{'s' if runs > 1 else ''} ({size / 1e6:.0f} MB) | {points:,} | {load['load_s']:.2f} s "
+            f"| {rust_cell} | {tui['first_paint_median_s'] * 1000:.0f} ms "
+            f"({tui['from_exec_median_s'] * 1000:.0f} ms) | {tui['rows_shown_s']:.2f} s "
+            f"| {idle['percent']:.2f} % / {tui_idle} / {idle_poll['percent']:.2f} % "
+            f"| {above / 2**20:.0f} MiB | {above / points:.1f} / {steady / points:.1f} "
+            f"/ {load['stored_bytes'] / points:.1f} "
+            f"| {rust_rss} |"
+        )
     for key, *_, tui, _idle, _idle_poll, _rust in rows:
         if "error" in tui:
             print(f"\n¹ [{key}] the TUI died after its first poll: {tui['error']}")

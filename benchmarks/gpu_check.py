@@ -1,4 +1,6 @@
-"""Replay on CUDA and on CPU must give the same numbers (DESIGN.md: "GPU when there is one, CPU otherwise, same results").
+"""Replay on CUDA and on CPU must give the same numbers.
+
+DESIGN.md: "GPU when there is one, CPU otherwise, same results".
 
 Builds the synthetic world of tests/test_replay.py (163 840 target vocab, 32 000 draft vocab,
 a drafter trained on CPU with SpecForge's loss), writes it with the real writers, runs
@@ -38,8 +40,11 @@ from triage_tui.core.formats.target import read_target  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=2048)
-    parser.add_argument("--second-device", default="cuda",
-                        help="device compared with cpu (cpu only to dry-run this script without a GPU)")
+    parser.add_argument(
+        "--second-device",
+        default="cuda",
+        help="device compared with cpu (cpu only to dry-run this script without a GPU)",
+    )
     args = parser.parse_args()
     second = args.second_device
     if second == "cuda" and not torch.cuda.is_available():
@@ -58,8 +63,9 @@ def main() -> int:
         results = {}
         for device in ("cpu", second):
             t0 = time.perf_counter()
-            result = run_replay(checkpoint, dumps, target, checkpoint.mapping, world.run_mapping,
-                                device=device, max_tokens=args.tokens)
+            result = run_replay(
+                checkpoint, dumps, target, checkpoint.mapping, world.run_mapping, device=device, max_tokens=args.tokens
+            )
             if device == "cuda":  # time the work, not the launch
                 torch.cuda.synchronize()
             results[device] = (result, time.perf_counter() - t0)
@@ -75,10 +81,14 @@ def main() -> int:
     # float32 on both; kernels sum in different orders, so a near-tied argmax may flip:
     # allow one token in a thousand, no more.
     tolerance = max(1, a["tokens"] // 1000) / a["tokens"]
-    accuracies = [("accuracy_checkpoint_mapping", a["accuracy_checkpoint_mapping"], b["accuracy_checkpoint_mapping"]),
-                  ("accuracy_run_mapping", a["accuracy_run_mapping"], b["accuracy_run_mapping"])]
-    accuracies += [(f"chunk order {o}", a["accuracy_by_chunk_order"][o], b["accuracy_by_chunk_order"][o])
-                   for o in a["accuracy_by_chunk_order"]]
+    accuracies = [
+        ("accuracy_checkpoint_mapping", a["accuracy_checkpoint_mapping"], b["accuracy_checkpoint_mapping"]),
+        ("accuracy_run_mapping", a["accuracy_run_mapping"], b["accuracy_run_mapping"]),
+    ]
+    accuracies += [
+        (f"chunk order {o}", a["accuracy_by_chunk_order"][o], b["accuracy_by_chunk_order"][o])
+        for o in a["accuracy_by_chunk_order"]
+    ]
     for name, x, y in accuracies:
         if abs(x - y) > tolerance + 1e-12:
             problems.append(f"{name}: cpu {x} {second} {y}")
@@ -89,8 +99,10 @@ def main() -> int:
     if problems:
         print("MISMATCH: " + "; ".join(problems))
         return 1
-    print(f"OK: cpu and {second} agree on {a['tokens']} tokens (accuracy tolerance {tolerance:.4f}, loss 1e-4 relative); "
-          f"replay {cpu_s / gpu_s:.1f}x faster on {second}")
+    print(
+        f"OK: cpu and {second} agree on {a['tokens']} tokens (accuracy tolerance {tolerance:.4f}, loss 1e-4 relative); "
+        f"replay {cpu_s / gpu_s:.1f}x faster on {second}"
+    )
     return 0
 
 

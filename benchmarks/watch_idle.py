@@ -95,15 +95,23 @@ def main() -> None:
             os.utime(d, (past, past))
 
         cache = ListingCache()
-        t = time.perf_counter(); discover_runs([WORK], cache=cache); cold = time.perf_counter() - t
-        t = time.perf_counter(); discover_runs([WORK], cache=cache); warm = time.perf_counter() - t
+        t = time.perf_counter()
+        discover_runs([WORK], cache=cache)
+        cold = time.perf_counter() - t
+        t = time.perf_counter()
+        discover_runs([WORK], cache=cache)
+        warm = time.perf_counter() - t
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print(f"discovery of {n} runs: cold {cold * 1000:.1f} ms ({cache.scandirs} scandirs), cached {warm * 1000:.1f} ms")
+        print(
+            f"discovery of {n} runs: cold {cold * 1000:.1f} ms ({cache.scandirs} scandirs), cached {warm * 1000:.1f} ms"
+        )
         for use_watchdog in (False, True):
             percent, polls = idle_percent(WORK, duration, use_watchdog)
             mode = "watchdog on" if use_watchdog else "--poll"
-            print(f"idle watching {n} runs, {mode}: {percent:.2f} % of a core over {duration:.0f} s "
-                  f"({polls} polls; poll 1 s, rescan 5 s)")
+            print(
+                f"idle watching {n} runs, {mode}: {percent:.2f} % of a core over {duration:.0f} s "
+                f"({polls} polls; poll 1 s, rescan 5 s)"
+            )
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
 

@@ -88,7 +88,7 @@ def write_dumps(root: Path, run_hot_ids: np.ndarray, target: Path, files: int = 
 
 def write_events(log_dir: Path, losses, accuracies) -> None:
     writer = SummaryWriter(log_dir=str(log_dir))
-    for i, (loss, acc) in enumerate(zip(losses, accuracies)):
+    for i, (loss, acc) in enumerate(zip(losses, accuracies, strict=True)):
         writer.add_scalar("train/ploss_0", loss, global_step=50 * (i + 1))
         writer.add_scalar("train/acc_0", acc, global_step=50 * (i + 1))
     writer.close()

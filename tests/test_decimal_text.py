@@ -71,7 +71,9 @@ def test_int64_extremes_and_widths():
 
 
 def test_non_finite_texts_can_be_chosen():
-    texts = float_reprs(np.array([math.nan, math.inf, -math.inf, 1.5]), non_finite=(b'"NaN"', b'"Infinity"', b'"-Infinity"'))
+    texts = float_reprs(
+        np.array([math.nan, math.inf, -math.inf, 1.5]), non_finite=(b'"NaN"', b'"Infinity"', b'"-Infinity"')
+    )
     assert texts.strings() == ['"NaN"', '"Infinity"', '"-Infinity"', "1.5"]
 
 

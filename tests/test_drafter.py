@@ -205,7 +205,7 @@ def test_ttt_unroll_matches_a_literal_transcription_of_specforge():
     ours = ttt_forward(model, embed, ids, aux, steps=4)
     ref = _specforge_reference_ttt(model, embed, ids, aux, steps=4)
     assert len(ours) == 4
-    for step, (a, b) in enumerate(zip(ours, ref)):
+    for step, (a, b) in enumerate(zip(ours, ref, strict=True)):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=f"step {step}")
     # step 0 of the unroll is the plain forward on the shifted ids
     first, _ = model(embed_ids(embed, shift_left(ids)), aux)

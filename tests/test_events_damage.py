@@ -250,7 +250,7 @@ def _mutate(data: bytes, mutations) -> tuple[bytes, int]:
         else:
             del out[at:]
     out = bytes(out)
-    first = next((i for i, (a, b) in enumerate(zip(out, data)) if a != b), min(len(out), len(data)))
+    first = next((i for i, (a, b) in enumerate(zip(out, data, strict=False)) if a != b), min(len(out), len(data)))
     return out, first
 
 

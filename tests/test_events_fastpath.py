@@ -30,7 +30,9 @@ DTYPES = {
     types_pb2.DT_BOOL: ("u1", "bool_val"),
 }
 
-STEPS = st.one_of(st.integers(0, 300), st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 127, 128, 16383, 16384, -1]))
+STEPS = st.one_of(
+    st.integers(0, 300), st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 127, 128, 16383, 16384, -1])
+)
 WALLS = st.one_of(st.floats(1e9, 2e9), st.sampled_from([0.0, math.inf, math.nan, 1.7e9]))
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.sampled_from([0.0, -0.0, 1.0]))
 
@@ -87,14 +89,43 @@ def _value(spec, index, bits, x):
 NOISE = [
     event_pb2.Event(wall_time=1.0, file_version="brain.Event:2"),
     event_pb2.Event(wall_time=2.0, step=3, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.CHECKPOINT)),
-    event_pb2.Event(wall_time=3.0, step=4, summary=summary_pb2.Summary(value=[
-        summary_pb2.Summary.Value(tag="multi/a", simple_value=1.5),
-        summary_pb2.Summary.Value(tag="multi/b", simple_value=2.5)])),
-    event_pb2.Event(wall_time=4.0, step=5, summary=summary_pb2.Summary(value=[
-        summary_pb2.Summary.Value(tag="hist", tensor=tensor_pb2.TensorProto(
-            dtype=types_pb2.DT_DOUBLE, tensor_shape={"dim": [{"size": 2}, {"size": 3}]}, double_val=[1, 2, 3, 4, 5, 6]))])),
-    event_pb2.Event(wall_time=5.0, step=6, summary=summary_pb2.Summary(value=[
-        summary_pb2.Summary.Value(tag="text", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[b"hi"]))])),
+    event_pb2.Event(
+        wall_time=3.0,
+        step=4,
+        summary=summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag="multi/a", simple_value=1.5),
+                summary_pb2.Summary.Value(tag="multi/b", simple_value=2.5),
+            ]
+        ),
+    ),
+    event_pb2.Event(
+        wall_time=4.0,
+        step=5,
+        summary=summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(
+                    tag="hist",
+                    tensor=tensor_pb2.TensorProto(
+                        dtype=types_pb2.DT_DOUBLE,
+                        tensor_shape={"dim": [{"size": 2}, {"size": 3}]},
+                        double_val=[1, 2, 3, 4, 5, 6],
+                    ),
+                )
+            ]
+        ),
+    ),
+    event_pb2.Event(
+        wall_time=5.0,
+        step=6,
+        summary=summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(
+                    tag="text", tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[b"hi"])
+                )
+            ]
+        ),
+    ),
     event_pb2.Event(wall_time=6.0, step=7, graph_def=b"\x0a\x03abc" * 100),
 ]
 
@@ -110,7 +141,11 @@ def event_streams(draw):
             wall = draw(WALLS)
             bits = draw(st.integers(0, 2**64 - 1))
             x = draw(FLOATS)
-            stream.append(event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[_value(spec, index, bits, x)])))
+            stream.append(
+                event_pb2.Event(
+                    wall_time=wall, step=step, summary=summary_pb2.Summary(value=[_value(spec, index, bits, x)])
+                )
+            )
     stream += draw(st.lists(st.sampled_from(NOISE), max_size=6))
     order = draw(st.permutations(range(len(stream))))
     return [stream[i] for i in order]
@@ -127,7 +162,9 @@ def _reference_plugins(events):
     return plugins
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(event_streams(), st.integers(1, 5))
 def test_bulk_decoder_agrees_with_upb_and_make_ndarray(tmp_path, events, pieces):
     data = b"".join(frame(e.SerializeToString()) for e in events)
@@ -137,7 +174,7 @@ def test_bulk_decoder_agrees_with_upb_and_make_ndarray(tmp_path, events, pieces)
     reader.set_files([path])
     # Deliver the file in a few appends: templates learnt early must serve later reads too.
     cuts = sorted({0, len(data), *np.linspace(0, len(data), pieces + 1).astype(int).tolist()})
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         with open(path, "ab") as f:
             f.write(data[a:b])
         reader.poll()

@@ -43,7 +43,9 @@ def scalar_event(tag: str, step: int, value: float, wall: float) -> event_pb2.Ev
     )
 
 
-def tensor_value(tag: str, dtype: int, *, content: bytes | None = None, metadata: bool = False, **vals) -> summary_pb2.Summary.Value:
+def tensor_value(
+    tag: str, dtype: int, *, content: bytes | None = None, metadata: bool = False, **vals
+) -> summary_pb2.Summary.Value:
     """A TF2-style rank-0 tensor Summary.Value (tensorflow summary_file_writer.cc: tensor_content)."""
     tensor = tensor_pb2.TensorProto(dtype=dtype, tensor_shape=tensor_shape_pb2.TensorShapeProto(), **vals)
     if content is not None:
@@ -81,7 +83,7 @@ def reference_scalar(value: summary_pb2.Summary.Value) -> float | None:
         return None
     try:
         array = tensor_util.make_ndarray(tensor)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever tensorboard cannot decode is not a reference point
         return None
     if array.shape != () or array.size != 1:
         return None
@@ -115,7 +117,7 @@ def reference_points(paths: list[Path] | list[bytes]) -> dict[str, list[tuple[in
 def as_points(scalars) -> dict[str, list[tuple[int, float, float]]]:
     """A RunScalars in the reference's shape."""
     return {
-        tag: list(zip(s.steps.tolist(), s.wall_times.tolist(), s.values.tolist()))
+        tag: list(zip(s.steps.tolist(), s.wall_times.tolist(), s.values.tolist(), strict=True))
         for tag, s in scalars.series.items()
         if len(s)
     }
@@ -129,7 +131,7 @@ def same_points(got: dict, want: dict) -> bool:
         a, b = got[tag], points
         if len(a) != len(b):
             return False
-        for (s1, w1, v1), (s2, w2, v2) in zip(a, b):
+        for (s1, w1, v1), (s2, w2, v2) in zip(a, b, strict=True):
             if s1 != s2 or not _same(w1, w2) or not _same(v1, v2):
                 return False
     return True

@@ -37,7 +37,9 @@ def nan_run(tmp_path_factory) -> Path:
     run = story_run(root)
     write_sharded(root / "target", [{**target_tensors(), **layer_tensors()}], llama_config())
     write_specforge(run / "hidden_states", 4)
-    (run / "triage.toml").write_text((run / "triage.toml").read_text() + 'data = "hidden_states"\ntarget = "../target"\n')
+    (run / "triage.toml").write_text(
+        (run / "triage.toml").read_text() + 'data = "hidden_states"\ntarget = "../target"\n'
+    )
     weights = root / "drafters" / "aq-medai-k2" / "model.safetensors"
     state = load_file(str(weights))
     state["fc.weight"][0, 0] = float("nan")
@@ -47,8 +49,13 @@ def nan_run(tmp_path_factory) -> Path:
 
 
 def test_check_on_nan_weights_runs_every_check_and_prints_strict_json(nan_run):
-    done = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(nan_run), "--json", "--device", "cpu"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", str(nan_run), "--json", "--device", "cpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr  # the mapping hypothesis still scores
     report = no_nan_literals(done.stdout)
     statuses = {name: check["status"] for name, check in report["checks"].items()}

@@ -46,7 +46,7 @@ class Running:
     def _run(self) -> None:
         try:
             self.watcher.run(self.updates.put, self.stop)
-        except BaseException as err:  # the test fails on it below, with the error
+        except BaseException as err:  # noqa: BLE001 - the test fails on it below, with the error
             self.error.append(err)
 
     def __enter__(self) -> Running:
@@ -272,7 +272,7 @@ def _watch_as_nobody(root: str, commands, replies) -> None:
         replies.send({"euid": os.geteuid()})
         while commands.recv() == "poll":
             replies.send(by_name(watcher.poll_once()))
-    except BaseException as err:  # reported to the parent, which fails the test with it
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, which fails the test with it
         replies.send(f"child failed: {err!r}")
 
 
@@ -383,7 +383,7 @@ def test_a_noisy_run_longer_than_the_chart_is_wide_can_be_drawn(tmp_path):
 
     rng = np.random.default_rng(0)
     write_scalars(tmp_path / "run", {TAG: [(s, 19.0 + float(v)) for s, v in
-                                                    zip(range(1, 5001), rng.normal(0, 0.5, 5000))]})
+                                                    zip(range(1, 5001), rng.normal(0, 0.5, 5000), strict=True)]})
     (status,) = Watcher([tmp_path], use_watchdog=False).poll_once()
     for width in (64, 120, 200, 317):
         chart = chart_series(status, width)

@@ -151,7 +151,8 @@ def test_metadata_read_loads_only_the_mapping_buffers(specforge_dir, monkeypatch
     loaded = []
     for loader in ("load_safetensors_tensor", "load_safetensors_array"):  # the mapping is read with numpy
         real = getattr(weights_module, loader)
-        monkeypatch.setattr(weights_module, loader, lambda path, name, real=real: loaded.append(name) or real(path, name))
+        monkeypatch.setattr(weights_module, loader,
+                            lambda path, name, real=real: loaded.append(name) or real(path, name))
     ckpt = read_checkpoint(specforge_dir[0])
     assert sorted(loaded) == ["d2t", "t2d"]
     ckpt.tensor("norm.weight")
@@ -293,8 +294,7 @@ def test_d2t_outside_target_vocab_is_reported(tmp_path, story):
     write_drafter(tmp_path, state, drafter_config("specforge"))
     got = read_checkpoint(tmp_path).mapping
     assert list(got.out_of_range()) == list(range(DRAFT_VOCAB - 5, DRAFT_VOCAB))
-    assert any(n.startswith("5 of 32000 draft positions map outside the target vocab [0, 163840)")
-               for n in got.notes)
+    assert any(n.startswith("5 of 32000 draft positions map outside the target vocab [0, 163840)") for n in got.notes)
 
 
 @pytest.mark.parametrize("file_kind", ["safetensors", "bin"])

@@ -113,18 +113,31 @@ def test_target_hidden_size_differs_from_aux_chunks(tmp_path):
     assert read_dumps(tmp_path).samples[0].num_aux_chunks == 4
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(aux_hidden_state=d["aux_hidden_state"][0, :, :]), None),  # [T, 3H] is accepted
-    (lambda d: d.update(aux_hidden_state=torch.zeros(2, 10, 192)), r"'aux_hidden_state' has shape \[2, 10, 192\]"),
-    (lambda d: d.update(aux_hidden_state=torch.zeros(1, 9, 192)), "'aux_hidden_state' covers 9 positions but the dump has 10"),
-    (lambda d: d.pop("aux_hidden_state"), r"no 'aux_hidden_state' in this dump \(keys: hidden_state, input_ids, loss_mask\)"),
-    (lambda d: d.update(input_ids=d["input_ids"].float()), "'input_ids' has dtype float32; expected token ids"),
-    (lambda d: d.update(loss_mask=[1] * 10), "'loss_mask' is a list, not a tensor"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(aux_hidden_state=d["aux_hidden_state"][0, :, :]), None),  # [T, 3H] is accepted
+        (lambda d: d.update(aux_hidden_state=torch.zeros(2, 10, 192)), r"'aux_hidden_state' has shape \[2, 10, 192\]"),
+        (
+            lambda d: d.update(aux_hidden_state=torch.zeros(1, 9, 192)),
+            "'aux_hidden_state' covers 9 positions but the dump has 10",
+        ),
+        (
+            lambda d: d.pop("aux_hidden_state"),
+            r"no 'aux_hidden_state' in this dump \(keys: hidden_state, input_ids, loss_mask\)",
+        ),
+        (lambda d: d.update(input_ids=d["input_ids"].float()), "'input_ids' has dtype float32; expected token ids"),
+        (lambda d: d.update(loss_mask=[1] * 10), "'loss_mask' is a list, not a tensor"),
+    ],
+)
 def test_wrong_specforge_shapes_name_the_file(tmp_path, mutate, message):
     ids, last, aux = states(0, 10)
-    data = {"input_ids": ids, "loss_mask": torch.ones(10), "hidden_state": last[None],
-            "aux_hidden_state": torch.cat(aux, -1)[None]}
+    data = {
+        "input_ids": ids,
+        "loss_mask": torch.ones(10),
+        "hidden_state": last[None],
+        "aux_hidden_state": torch.cat(aux, -1)[None],
+    }
     mutate(data)
     torch.save(data, tmp_path / "data_0.ckpt")
     if message is None:
@@ -139,7 +152,9 @@ def test_wrong_speculators_shapes(tmp_path):
     save_file({"token_ids": torch.arange(8), "hidden_states": torch.zeros(8, 64)}, str(tmp_path / "hs_0.safetensors"))
     with pytest.raises(BadInput, match=r"'hidden_states' has shape \[8, 64\]; expected \[T, k, H\]"):
         read_dumps(tmp_path)
-    save_file({"token_ids": torch.arange(7), "hidden_states": torch.zeros(8, 4, 64)}, str(tmp_path / "hs_0.safetensors"))
+    save_file(
+        {"token_ids": torch.arange(7), "hidden_states": torch.zeros(8, 4, 64)}, str(tmp_path / "hs_0.safetensors")
+    )
     with pytest.raises(BadInput, match="'hidden_states' covers 8 positions but the dump has 7 tokens"):
         read_dumps(tmp_path)
     save_file({"hidden_states": torch.zeros(8, 4, 64)}, str(tmp_path / "hs_0.safetensors"))

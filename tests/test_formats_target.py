@@ -58,7 +58,12 @@ def test_sharded_target_opens_only_the_shards_it_needs(tmp_path, wanted):
     # The layer shard is never opened: garbage there must not matter.
     (tmp_path / "model-00002-of-00003.safetensors").write_bytes(b"\xff" * 100)
     target = read_target(tmp_path)
-    assert (target.vocab_size, target.hidden_size, target.num_layers, target.tied) == (TARGET_VOCAB, HIDDEN, LAYERS, False)
+    assert (target.vocab_size, target.hidden_size, target.num_layers, target.tied) == (
+        TARGET_VOCAB,
+        HIDDEN,
+        LAYERS,
+        False,
+    )
     assert torch.equal(target.embed_tokens(), wanted["model.embed_tokens.weight"])
     assert torch.equal(target.lm_head(), wanted["lm_head.weight"])
     assert torch.equal(target.final_norm(), wanted["model.norm.weight"])
@@ -91,14 +96,18 @@ def test_missing_head_with_tie_false_is_bad_input(tmp_path, wanted):
 def test_multimodal_wrapper_with_mtp_layer(tmp_path, wanted):
     # Kimi-K2.5 style: text_config nested, language_model. prefix, an MTP layer with its own embed copy
     tensors = {f"language_model.{k}": v for k, v in wanted.items()}
-    tensors["language_model.model.layers.4.embed_tokens.weight"] = torch.zeros(TARGET_VOCAB, HIDDEN, dtype=torch.bfloat16)
+    tensors["language_model.model.layers.4.embed_tokens.weight"] = torch.zeros(
+        TARGET_VOCAB, HIDDEN, dtype=torch.bfloat16
+    )
     tensors["vision_tower.encoder.norm.weight"] = torch.ones(32)
     config = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": llama_config()}
     write_sharded(tmp_path, [tensors], config)
     target = read_target(tmp_path)
-    assert target.tensor_names == {"embed_tokens": "language_model.model.embed_tokens.weight",
-                                   "lm_head": "language_model.lm_head.weight",
-                                   "norm": "language_model.model.norm.weight"}
+    assert target.tensor_names == {
+        "embed_tokens": "language_model.model.embed_tokens.weight",
+        "lm_head": "language_model.lm_head.weight",
+        "norm": "language_model.model.norm.weight",
+    }
     assert torch.equal(target.embed_tokens(), wanted["model.embed_tokens.weight"])
 
 
@@ -115,12 +124,27 @@ def test_no_final_norm(tmp_path, wanted):
     assert read_target(tmp_path).final_norm() is None
 
 
-@pytest.mark.parametrize("config, tensors_fn, message", [
-    (llama_config(vocab_size=151_936), lambda w: w, r"'model.embed_tokens.weight' has shape \[163840, 64\]; config.json implies \[151936, 64\]"),
-    (llama_config(), lambda w: {**w, "lm_head.weight": w["lm_head.weight"][:, :32].contiguous()}, r"'lm_head.weight' has shape \[163840, 32\]"),
-    (llama_config(), lambda w: {k: v for k, v in w.items() if "embed" not in k}, "no model.embed_tokens.weight"),
-    ({"hidden_size": HIDDEN, "num_hidden_layers": LAYERS}, lambda w: w, r"config.json: no usable vocab_size \(found None\)"),
-])
+@pytest.mark.parametrize(
+    "config, tensors_fn, message",
+    [
+        (
+            llama_config(vocab_size=151_936),
+            lambda w: w,
+            r"'model.embed_tokens.weight' has shape \[163840, 64\]; config.json implies \[151936, 64\]",
+        ),
+        (
+            llama_config(),
+            lambda w: {**w, "lm_head.weight": w["lm_head.weight"][:, :32].contiguous()},
+            r"'lm_head.weight' has shape \[163840, 32\]",
+        ),
+        (llama_config(), lambda w: {k: v for k, v in w.items() if "embed" not in k}, "no model.embed_tokens.weight"),
+        (
+            {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS},
+            lambda w: w,
+            r"config.json: no usable vocab_size \(found None\)",
+        ),
+    ],
+)
 def test_bad_targets(tmp_path, wanted, config, tensors_fn, message):
     tmp_path.joinpath("config.json").write_text(json.dumps(config))
     save_file(tensors_fn(dict(wanted)), str(tmp_path / "model.safetensors"))

@@ -83,7 +83,10 @@ def test_allow_list_grows_by_namespace_only(tmp_path):
 
 def test_state_without_args(tmp_path):
     torch.save({"epoch": 1, "global_step": 3}, tmp_path / "training_state.pt")
-    with pytest.raises(BadInput, match=r"no 'args' namespace and no 'draft_state_dict' in this training state \(keys: epoch, global_step\)"):
+    with pytest.raises(
+        BadInput,
+        match=r"no 'args' namespace and no 'draft_state_dict' in this training state \(keys: epoch, global_step\)",
+    ):
         read_training_args(tmp_path)
     with pytest.raises(BadInput, match="no such file"):
         read_training_args(tmp_path / "elsewhere")

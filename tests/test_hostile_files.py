@@ -188,18 +188,22 @@ def test_header_claiming_more_bytes_than_the_file_has(tmp_path):
     header = {"norm.weight": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]},
               "lm_head.weight": {"dtype": "F32", "shape": [32000, 64], "data_offsets": [256, 256 + 32000 * 64 * 4]}}
     with_header(tmp_path / "model.safetensors", header, data)
-    with pytest.raises(BadInput, match=r"tensor 'lm_head.weight' claims bytes 256..8192256 but the file holds only 256"):
+    with pytest.raises(BadInput,
+                       match=r"tensor 'lm_head.weight' claims bytes 256..8192256 but the file holds only 256"):
         read_checkpoint(tmp_path)
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"dtype": "F32", "shape": [8], "data_offsets": [0, 16]}, r"shape \[8\] F32 needs 32 bytes, header gives 16"),
-    ({"dtype": "F99", "shape": [8], "data_offsets": [0, 32]}, "unknown dtype 'F99'"),
-    ({"dtype": "F32", "shape": [-8], "data_offsets": [0, 32]}, "bad shape"),
-    ({"dtype": "F32", "shape": [8], "data_offsets": [32, 0]}, "bad data_offsets"),
-    ({"dtype": "F32", "shape": [8]}, "bad data_offsets"),
-    ("nonsense", "header entry is not an object"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"dtype": "F32", "shape": [8], "data_offsets": [0, 16]}, r"shape \[8\] F32 needs 32 bytes, header gives 16"),
+        ({"dtype": "F99", "shape": [8], "data_offsets": [0, 32]}, "unknown dtype 'F99'"),
+        ({"dtype": "F32", "shape": [-8], "data_offsets": [0, 32]}, "bad shape"),
+        ({"dtype": "F32", "shape": [8], "data_offsets": [32, 0]}, "bad data_offsets"),
+        ({"dtype": "F32", "shape": [8]}, "bad data_offsets"),
+        ("nonsense", "header entry is not an object"),
+    ],
+)
 def test_lying_header_entries(tmp_path, entry, message):
     with_header(tmp_path / "x.safetensors", {"t": entry}, b"\x00" * 64)
     with pytest.raises(BadInput, match=message):
@@ -224,7 +228,8 @@ def test_index_pointing_outside_the_directory(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {"lm_head.weight": "../outside.safetensors"}}))
+        json.dumps({"weight_map": {"lm_head.weight": "../outside.safetensors"}})
+    )
     with pytest.raises(BadInput, match=r"names '../outside.safetensors', not a file in this directory"):
         read_checkpoint(ckpt)
     (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": []}))
@@ -278,8 +283,10 @@ def test_malicious_training_state(tmp_path, how):
 
 
 def test_overlapping_and_gapped_offsets(tmp_path):
-    overlap = {"a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
-               "b": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}
+    overlap = {
+        "a": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
+        "b": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
+    }
     with_header(tmp_path / "x.safetensors", overlap, b"\x00" * 64)
     with pytest.raises(BadInput, match=r"tensor 'b' starts at byte 0 of the data, expected 32"):
         read_safetensors_header(tmp_path / "x.safetensors")

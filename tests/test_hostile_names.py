@@ -186,7 +186,8 @@ async def test_tui_shows_hostile_run_and_tag_names_as_text(tmp_path):
             path = table.selected_path
             status = app.statuses[path]
             pane = app.main.query_one("#chart-pane")
-            await wait_for(pilot, lambda: printable(status.info.name) in _unmarkup(pane.border_title or ""),
+            await wait_for(pilot, lambda status=status, pane=pane:
+                           printable(status.info.name) in _unmarkup(pane.border_title or ""),
                            what="the chart title")
             title = pane.border_title
             assert f"loss · {printable(status.loss_tag)} · {printable(status.info.name)}" in _unmarkup(title)

@@ -99,7 +99,9 @@ def test_specforge_logging_to_wandb_is_recognised_and_flagged(tmp_path):
     assert metrics["loss"]["tag"] == "train/ploss_0" and metrics["accuracy"]["tag"] == "train/acc_0"
     assert [p["tag"] for p in metrics["per_position_accuracy"]] == [f"train/acc_{i}" for i in range(7)]
     assert metrics["per_position_accuracy"][6]["last"] == pytest.approx(0.07 - 0.042)
-    assert metrics["acceptance_length"]["tag"] == "eval/simulated_acc_len" and metrics["acceptance_length"]["count"] == 3
+    assert (
+        metrics["acceptance_length"]["tag"] == "eval/simulated_acc_len" and metrics["acceptance_length"]["count"] == 3
+    )
     assert {"loss_above_chance", "accuracy_at_chance"} <= {f["kind"] for f in document["flags"]}
 
 

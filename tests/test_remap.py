@@ -156,7 +156,8 @@ def test_provenance_in_metadata_and_json(world):
     assert json.loads(meta["triage.source_blake3"]) == {"model.safetensors": source_b3}
     assert meta["triage.source"] == str(world["source"].resolve())
     assert meta["triage.mapping_sha256"] == mapping_sha
-    assert (meta["triage.rows_copied"], meta["triage.rows_initialized"], meta["triage.init"]) == ("25750", "6250", "zeros")
+    assert (meta["triage.rows_copied"], meta["triage.rows_initialized"], meta["triage.init"]) == (
+        "25750", "6250", "zeros")
     assert meta["triage.version"] == __version__
     provenance = json.loads((report.output / "triage-remap.json").read_text())
     assert provenance["source_blake3"] == {"model.safetensors": source_b3}
@@ -183,7 +184,8 @@ def test_plan_describes_exactly_what_will_be_written(world):
     assert plan.describe() == (
         f"Write {plan.output} from {world['source'].resolve()}: 25 750 lm_head rows move to the run's order, "
         f"6 250 rows initialised from the mean of the old rows; d2t/t2d replaced by {world['mapping'].resolve()}; "
-        "source untouched.")
+        "source untouched."
+    )
     assert not plan.output.exists()  # planning writes nothing
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
@@ -192,9 +194,15 @@ def test_plan_describes_exactly_what_will_be_written(world):
 # layouts and file kinds
 
 
-@pytest.mark.parametrize("layout,file_kind", [
-    ("specforge", "bin"), ("speculators", "safetensors"), ("speculators", "bin"), ("specforge", "sharded"),
-])
+@pytest.mark.parametrize(
+    "layout,file_kind",
+    [
+        ("specforge", "bin"),
+        ("speculators", "safetensors"),
+        ("speculators", "bin"),
+        ("specforge", "sharded"),
+    ],
+)
 def test_layouts_and_file_kinds(tmp_path, story, expected_rows, layout, file_kind):
     ckpt_mapping, run_mapping = story
     state = drafter_state(layout, ckpt_mapping)
@@ -234,10 +242,17 @@ def test_frequency_ordered_checkpoint_and_many_windows(tmp_path, monkeypatch):
     """modelopt order (not ascending) scatters the rows: the gather must not depend on order or window size."""
     rng = np.random.default_rng(5)
     ckpt_mapping = VocabMapping(rng.permutation(TARGET_VOCAB)[:DRAFT_VOCAB], TARGET_VOCAB)
-    run_mapping = VocabMapping(np.sort(np.concatenate([
-        rng.choice(ckpt_mapping.hot_ids, 20_000, replace=False),
-        rng.choice(np.setdiff1d(np.arange(TARGET_VOCAB), ckpt_mapping.hot_ids), 12_000, replace=False)])),
-        TARGET_VOCAB)
+    run_mapping = VocabMapping(
+        np.sort(
+            np.concatenate(
+                [
+                    rng.choice(ckpt_mapping.hot_ids, 20_000, replace=False),
+                    rng.choice(np.setdiff1d(np.arange(TARGET_VOCAB), ckpt_mapping.hot_ids), 12_000, replace=False),
+                ]
+            )
+        ),
+        TARGET_VOCAB,
+    )
     state = drafter_state("modelopt", ckpt_mapping)
     state["lm_head.weight"][7] = float("nan")  # NaN rows are copied as they are
     state["lm_head.weight"][8] = -0.0
@@ -254,14 +269,17 @@ def test_frequency_ordered_checkpoint_and_many_windows(tmp_path, monkeypatch):
 def test_the_single_pass_and_the_torch_paths_write_the_same_bytes(world, monkeypatch, init):
     """The single pass over the safetensors source (numpy, rows scattered as they pass) against the path
     through torch (.bin sources), gathering on the CPU and staged on a device, byte for byte."""
-    streamed = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "streamed", init=init,
-                                      device="cpu")
+    streamed = remap.remap_checkpoint(
+        world["source"], world["mapping"], out=world["root"] / "streamed", init=init, device="cpu"
+    )
     monkeypatch.setattr(remap, "_streams", lambda plan: False)
-    direct = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "direct", init=init,
-                                    device="cpu")
+    direct = remap.remap_checkpoint(
+        world["source"], world["mapping"], out=world["root"] / "direct", init=init, device="cpu"
+    )
     monkeypatch.setattr(remap, "_use_gpu", lambda device, nbytes: torch.device("cpu"))
-    staged = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "staged", init=init,
-                                    device="cpu")
+    staged = remap.remap_checkpoint(
+        world["source"], world["mapping"], out=world["root"] / "staged", init=init, device="cpu"
+    )
     a, b, c = (r.output / "model.safetensors" for r in (streamed, direct, staged))
     assert a.read_bytes() == b.read_bytes() == c.read_bytes()
     assert streamed.source_blake3 == direct.source_blake3 == staged.source_blake3
@@ -282,8 +300,9 @@ def test_draft_vocab_of_another_size(tmp_path, story):
     run_mapping = VocabMapping(np.sort(ckpt_mapping.hot_ids[::2]), TARGET_VOCAB)
     state = drafter_state("specforge", ckpt_mapping)
     source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
-    report = remap.remap_checkpoint(source, write_mapping_pt(run_mapping, tmp_path / "half.pt"),
-                                    out=tmp_path / "out", device="cpu")
+    report = remap.remap_checkpoint(
+        source, write_mapping_pt(run_mapping, tmp_path / "half.pt"), out=tmp_path / "out", device="cpu"
+    )
     assert (report.rows_copied, report.rows_initialized, report.draft_vocab_size) == (16_000, 0, 16_000)
     check_output(tmp_path / "out", state, run_mapping, expected_source_rows(ckpt_mapping, run_mapping))
     assert json.loads((tmp_path / "out" / "config.json").read_text())["draft_vocab_size"] == 16_000
@@ -293,8 +312,9 @@ def test_checkpoint_without_d2t_is_read_as_identity(tmp_path, story):
     _, run_mapping = story
     state = drafter_state("specforge", None)
     source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
-    report = remap.remap_checkpoint(source, write_mapping_pt(run_mapping, tmp_path / "run.pt"),
-                                    out=tmp_path / "out", device="cpu")
+    report = remap.remap_checkpoint(
+        source, write_mapping_pt(run_mapping, tmp_path / "run.pt"), out=tmp_path / "out", device="cpu"
+    )
     identity = VocabMapping.identity(DRAFT_VOCAB, TARGET_VOCAB)
     rows = expected_source_rows(identity, run_mapping)
     assert report.rows_copied == np.count_nonzero(rows >= 0)
@@ -311,14 +331,30 @@ def test_checkpoint_without_d2t_is_read_as_identity(tmp_path, story):
 def write_target(root: Path, *, hidden: int = HIDDEN, vocab: int = TARGET_VOCAB) -> tuple[Path, torch.Tensor]:
     """A Hugging Face style target: config.json and model.safetensors with lm_head and embeddings."""
     root.mkdir(parents=True)
-    (root / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-        "num_hidden_layers": 4, "vocab_size": vocab, "rms_norm_eps": 1e-6, "intermediate_size": 128,
-        "num_attention_heads": 4}))
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": hidden,
+                "num_hidden_layers": 4,
+                "vocab_size": vocab,
+                "rms_norm_eps": 1e-6,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+            }
+        )
+    )
     g = torch.Generator().manual_seed(11)
     lm_head = torch.randn(vocab, hidden, generator=g).to(torch.bfloat16)
-    save_file({"model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16),
-               "lm_head.weight": lm_head, "model.norm.weight": torch.ones(hidden)}, str(root / "model.safetensors"))
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16),
+            "lm_head.weight": lm_head,
+            "model.norm.weight": torch.ones(hidden),
+        },
+        str(root / "model.safetensors"),
+    )
     return root, lm_head
 
 
@@ -400,8 +436,9 @@ def test_existing_output_is_refused_without_force(world, capsys):
     assert code == 2 and stdout == ""
     assert err.strip().count("\n") == 0 and "already exists; pass --force" in err
     # --force replaces only what triage wrote
-    code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out), "--force"],
-                           capsys)
+    code, _, err = run_cli(
+        [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out), "--force"], capsys
+    )
     assert code == 2 and "not a triage output" in err
     assert listing(out) == ["precious.txt"]
 
@@ -439,8 +476,9 @@ def test_interrupt_during_the_swap_puts_the_old_output_back(world, monkeypatch):
 
 def test_output_that_would_replace_an_input_is_refused(world, capsys):
     for out in (world["source"], world["root"]):
-        code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out),
-                                "--force"], capsys)
+        code, _, err = run_cli(
+            [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out), "--force"], capsys
+        )
         assert code == 2 and "an input" in err
 
 
@@ -455,6 +493,7 @@ def inject_failure(monkeypatch, calls: int, error: BaseException) -> None:
             if count["n"] > calls:
                 raise error
             return real(*args)
+
         return wrapped
 
     monkeypatch.setattr(remap, "_write_at", failing(remap._write_at))
@@ -480,8 +519,9 @@ def test_full_disk_mid_write_leaves_nothing_and_says_so(world, monkeypatch, caps
         assert calls > 9
     inject_failure(monkeypatch, calls, OSError(errno.ENOSPC, "No space left on device"))
     before = tree_digest(world["source"])
-    code, out, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
-                              str(world["root"] / "out")], capsys)
+    code, out, err = run_cli(
+        [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(world["root"] / "out")], capsys
+    )
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "no space left on the device" in err and "nothing was written" in err
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]  # no output, no temporary directory
@@ -507,17 +547,21 @@ def test_cancel_leaves_nothing(world):
             cancel.set()
 
     with pytest.raises(remap.Cancelled):
-        remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu",
-                               progress=progress, cancel=cancel)
+        remap.remap_checkpoint(
+            world["source"], world["mapping"], out=world["root"] / "out", device="cpu", progress=progress, cancel=cancel
+        )
     assert seen and listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
-@pytest.mark.parametrize("tensor,byte,kind", [
-    ("lm_head.weight", 10_000 * HIDDEN * 4 + 3, "differs from row"),       # a copied row
-    ("lm_head.weight", 300 * HIDDEN * 4 + 3, "is not the mean row"),        # an initialised row (ids 252..6501)
-    ("fc.weight", 17, "fc.weight differs from the source"),
-    ("t2d", 5, "d2t/t2d differ"),
-])
+@pytest.mark.parametrize(
+    "tensor,byte,kind",
+    [
+        ("lm_head.weight", 10_000 * HIDDEN * 4 + 3, "differs from row"),  # a copied row
+        ("lm_head.weight", 300 * HIDDEN * 4 + 3, "is not the mean row"),  # an initialised row (ids 252..6501)
+        ("fc.weight", 17, "fc.weight differs from the source"),
+        ("t2d", 5, "d2t/t2d differ"),
+    ],
+)
 def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypatch, capsys, tensor, byte, kind):
     """Flip one bit on its way to disk: verification must name it, and nothing is renamed into place."""
     real = remap._SafetensorsWriter.write
@@ -541,14 +585,16 @@ def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypa
 
     monkeypatch.setattr(remap._SafetensorsWriter, "write", corrupting)
     monkeypatch.setattr(remap._SafetensorsWriter, "copy", corrupting_copy)
-    code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
-                            str(world["root"] / "out")], capsys)
+    code, _, err = run_cli(
+        [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(world["root"] / "out")], capsys
+    )
     assert code == 2 and "verification failed" in err and kind in err and err.count("\n") == 1, err
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
 def test_without_in_kernel_copy_tensors_stream_through_memory(world, story, expected_rows, monkeypatch):
     """Where copy_file_range is refused (across filesystems on old kernels, some FUSE mounts)."""
+
     def refuse(*args):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
@@ -588,8 +634,9 @@ def unmount(path: Path) -> None:
 def test_read_only_filesystem(world, capsys):
     read_only = tmpfs_or_skip(world["root"] / "ro", "size=64m,ro")
     try:
-        code, _, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--out",
-                                str(read_only / "out")], capsys)
+        code, _, err = run_cli(
+            [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(read_only / "out")], capsys
+        )
         assert code == 2 and "Read-only file system" in err and err.count("\n") == 1, err
     finally:
         unmount(read_only)
@@ -651,8 +698,9 @@ def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
     empty_head["lm_head.weight"] = torch.empty(0, HIDDEN)
     empty_head_dir = write_drafter(tmp_path / "empty_head", empty_head, drafter_config("specforge"))
     empty_run = tmp_path / "empty_run.pt"
-    torch.save({"d2t": torch.empty(0, dtype=torch.int64), "t2d": torch.zeros(TARGET_VOCAB, dtype=torch.bool)},
-               empty_run)
+    torch.save(
+        {"d2t": torch.empty(0, dtype=torch.int64), "t2d": torch.zeros(TARGET_VOCAB, dtype=torch.bool)}, empty_run
+    )
     # d2t tensors a weights-only load rebuilds but that hold no plain ids (issue 11, item 4)
     d2t_kinds = {
         "meta": torch.zeros(DRAFT_VOCAB, dtype=torch.int64, device="meta"),
@@ -668,12 +716,18 @@ def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
         kind_cases[f"{kind} d2t"] = ([src, "--mapping", str(path)], kind)
     return {
         **kind_cases,
-        "--out longer than a file name may be": ([src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 256))],
-                                                 "--out name is 256 bytes long"),
+        "--out longer than a file name may be": (
+            [src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 256))],
+            "--out name is 256 bytes long",
+        ),
         "--out too long once the temporary suffix is added": (
-            [src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 240))], "allows at most 234"),
-        "d2t entirely outside the target vocab": ([str(off_vocab_dir), "--mapping", mapping],
-                                                  "32000 of its 32000 positions outside the target vocab"),
+            [src, "--mapping", mapping, "--out", str(tmp_path / ("o" * 240))],
+            "allows at most 234",
+        ),
+        "d2t entirely outside the target vocab": (
+            [str(off_vocab_dir), "--mapping", mapping],
+            "32000 of its 32000 positions outside the target vocab",
+        ),
         "lm_head with no rows": ([str(empty_head_dir), "--mapping", mapping], "no rows"),
         "run mapping with no entries": ([src, "--mapping", str(empty_run)], "0 draft positions"),
         "target vocab mismatch": ([src, "--mapping", str(other_vocab)], "target vocab of 200000"),
@@ -685,8 +739,10 @@ def bad_cases(world, story, tmp_path) -> dict[str, tuple[list[str], str]]:
         "missing mapping": ([src, "--mapping", str(tmp_path / "nope.pt")], "no such file"),
         "no mapping": ([src], "--mapping is required"),
         "target init without target": ([src, "--mapping", mapping, "--init-missing", "target"], "needs --target"),
-        "output inside the source": ([src, "--mapping", mapping, "--out", str(world["source"] / "remapped")],
-                                     "inside the source checkpoint"),
+        "output inside the source": (
+            [src, "--mapping", mapping, "--out", str(world["source"] / "remapped")],
+            "inside the source checkpoint",
+        ),
     }
 
 
@@ -705,8 +761,7 @@ def test_json_report_keys(world, capsys):
     code, out, err = run_cli([str(world["source"]), "--mapping", str(world["mapping"]), "--json"], capsys)
     assert code == 0, err
     report = json.loads(out)
-    design = {"source", "output", "mapping", "draft_vocab_size", "rows_copied", "rows_initialized", "init",
-              "verified"}
+    design = {"source", "output", "mapping", "draft_vocab_size", "rows_copied", "rows_initialized", "init", "verified"}
     assert design | {"accuracy_before", "accuracy_after", "written_as"} <= set(report)
     assert (report["rows_copied"], report["rows_initialized"], report["verified"]) == (25_750, 6_250, True)
     assert report["accuracy_before"] is None and report["accuracy_after"] is None
@@ -750,11 +805,13 @@ def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it():
     import subprocess
     import sys
 
-    code = ("import atexit, gc\n"
-            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"  # runs after: LIFO
-            "from triage_tui.commands.remap import skip_final_collection\n"
-            "skip_final_collection(); skip_final_collection()\n"
-            "print('frozen now:', gc.get_freeze_count() > 0)\n")
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"  # runs after: LIFO
+        "from triage_tui.commands.remap import skip_final_collection\n"
+        "skip_final_collection(); skip_final_collection()\n"
+        "print('frozen now:', gc.get_freeze_count() > 0)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["frozen now: False", "frozen at exit: True"], done.stdout
 
@@ -775,12 +832,14 @@ def test_the_mean_rounds_as_torch_does(dtype):
     """The single pass rounds the float64 mean with numpy; torch's .to(dtype) is the reference,
     on values that sit on rounding ties, subnormals, overflow and NaN."""
     gen = np.random.default_rng(0)
-    values = np.concatenate([
-        gen.standard_normal(20_000) * 10.0 ** gen.integers(-40, 40, 20_000),
-        (np.arange(-4096, 4096) + 0.5) * 2.0 ** -7,     # ties at bf16's precision
-        1 + (np.arange(1, 2000) * 2.0 ** -24),          # ties and near-ties of float32 -> bf16
-        [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3.5e38, 1e300, -1e300, 65520.0, 6e-8],
-    ])
+    values = np.concatenate(
+        [
+            gen.standard_normal(20_000) * 10.0 ** gen.integers(-40, 40, 20_000),
+            (np.arange(-4096, 4096) + 0.5) * 2.0**-7,  # ties at bf16's precision
+            1 + (np.arange(1, 2000) * 2.0**-24),  # ties and near-ties of float32 -> bf16
+            [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3.5e38, 1e300, -1e300, 65520.0, 6e-8],
+        ]
+    )
     reference = torch.from_numpy(values).to(getattr(torch, dtype))
     got = torch.from_numpy(remap._float64_to_bytes(values, dtype).copy()).view(getattr(torch, dtype))
     nan = np.isnan(values)

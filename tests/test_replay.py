@@ -249,7 +249,8 @@ def test_story_case_high_under_own_mapping_zero_under_the_runs(story):
 def test_identity_chunk_order_is_best(story):
     inputs, stored_only = story
     # By default only the order the dumps store is replayed (one drafter pass, not six).
-    assert stored_only.details["accuracy_by_chunk_order"] == {"0,1,2": stored_only.details["accuracy_checkpoint_mapping"]}
+    assert stored_only.details["accuracy_by_chunk_order"] == {
+        "0,1,2": stored_only.details["accuracy_checkpoint_mapping"]}
     result = run_replay(*inputs, device="cpu", max_tokens=400, all_chunk_orders=True)
     assert result.details["accuracy_checkpoint_mapping"] == stored_only.details["accuracy_checkpoint_mapping"]
     assert result.details["loss_run_mapping"] == stored_only.details["loss_run_mapping"]
@@ -283,8 +284,15 @@ def test_untrained_drafter_sits_at_chance_under_both_mappings(files, world, tmp_
         fresh.d2t.copy_(torch.as_tensor(world.checkpoint_mapping.d2t()))
         fresh.t2d.copy_(torch.as_tensor(world.checkpoint_mapping.t2d()))
     checkpoint = read_checkpoint(write_specforge_checkpoint(fresh, tmp_path / "fresh"))
-    result = run_replay(checkpoint, read_dumps(files["dumps"]), read_target(files["target"]),
-                        checkpoint.mapping, world.run_mapping, device="cpu", max_tokens=200)
+    result = run_replay(
+        checkpoint,
+        read_dumps(files["dumps"]),
+        read_target(files["target"]),
+        checkpoint.mapping,
+        world.run_mapping,
+        device="cpu",
+        max_tokens=200,
+    )
     d = result.details
     assert result.status == "pass" and "poorly" in result.summary
     assert d["accuracy_checkpoint_mapping"] < 0.02 and d["accuracy_run_mapping"] < 0.02
@@ -300,8 +308,9 @@ def test_remapped_rows_recover_accuracy_under_the_runs_mapping(files, world):
     old_position = world.checkpoint_mapping.draft_position_of()[world.run_mapping.hot_ids]
     state = {k: v.clone() for k, v in drafter.state_dict().items()}
     moved = old_position >= 0
-    state["lm_head.weight"][torch.as_tensor(np.flatnonzero(moved))] = \
-        drafter.lm_head.weight[torch.as_tensor(old_position[moved])]
+    state["lm_head.weight"][torch.as_tensor(np.flatnonzero(moved))] = drafter.lm_head.weight[
+        torch.as_tensor(old_position[moved])
+    ]
     state["lm_head.weight"][torch.as_tensor(np.flatnonzero(~moved))] = 0.0
     remapped = Eagle3Drafter.from_state_dict(drafter.config, state)
     after = replay_accuracy(remapped, dumps, target, world.run_mapping, device="cpu", max_tokens=200)
@@ -314,8 +323,15 @@ def test_remapped_rows_recover_accuracy_under_the_runs_mapping(files, world):
 def test_speculators_checkpoint_without_target_labels_with_next_tokens(files, world):
     checkpoint = read_checkpoint(files["speculators_checkpoint"])
     assert any(name.startswith("layers.0.") for name in checkpoint.tensors)
-    result = run_replay(checkpoint, read_dumps(files["dumps"]), None, checkpoint.mapping, world.run_mapping,
-                        device="cpu", max_tokens=200)
+    result = run_replay(
+        checkpoint,
+        read_dumps(files["dumps"]),
+        None,
+        checkpoint.mapping,
+        world.run_mapping,
+        device="cpu",
+        max_tokens=200,
+    )
     d = result.details
     assert d["label_source"] == "input_ids" and d["loss_checkpoint_mapping"] is None
     # the drafter predicts the target's successor; the text follows it 90 % of the time
@@ -328,8 +344,15 @@ def test_prenorm_speculators_dumps_get_the_targets_final_norm(files, world, stor
     checkpoint = read_checkpoint(files["checkpoint"])
     dumps = read_dumps(files["speculators_dumps"])
     assert dumps.target_hidden_is_post_norm is False
-    result = run_replay(checkpoint, dumps, read_target(files["target"]), checkpoint.mapping, world.run_mapping,
-                        device="cpu", max_tokens=200)
+    result = run_replay(
+        checkpoint,
+        dumps,
+        read_target(files["target"]),
+        checkpoint.mapping,
+        world.run_mapping,
+        device="cpu",
+        max_tokens=200,
+    )
     assert result.details["label_source"] == "target"
     assert result.details["accuracy_checkpoint_mapping"] >= 0.8, result.summary
 
@@ -351,8 +374,16 @@ def test_progress_and_cancel(files, world):
     checkpoint = read_checkpoint(files["checkpoint"])
     dumps, target = read_dumps(files["dumps"]), read_target(files["target"])
     seen: list[tuple[float, str]] = []
-    run_replay(checkpoint, dumps, target, checkpoint.mapping, world.run_mapping, device="cpu", max_tokens=150,
-               progress=lambda f, m: seen.append((f, m)))
+    run_replay(
+        checkpoint,
+        dumps,
+        target,
+        checkpoint.mapping,
+        world.run_mapping,
+        device="cpu",
+        max_tokens=150,
+        progress=lambda f, m: seen.append((f, m)),
+    )
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(seen) >= 2
     assert all(m.startswith("replay: ") for _, m in seen)

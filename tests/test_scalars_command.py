@@ -131,7 +131,8 @@ def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, m
     code_pieces, pieces, _ = _cli(capsys, run_dir, "--format", fmt)
     assert code == code_pieces == 0 and pieces == whole
     if fmt == "json":
-        assert json.loads(whole)["tags"]["train/acc_0"]["values"][:3] == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
+        first = json.loads(whole)["tags"]["train/acc_0"]["values"][:3]
+        assert first == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])

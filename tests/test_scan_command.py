@@ -25,13 +25,15 @@ def scan(*args: str | Path) -> subprocess.CompletedProcess:
 
 
 def write_series(log_dir: Path, series: dict[str, np.ndarray]) -> None:
-    write_scalars(log_dir, {tag: list(zip(STEPS.tolist(), values.tolist())) for tag, values in series.items()},
-                  wall_time=T0)
+    write_scalars(
+        log_dir,
+        {tag: list(zip(STEPS.tolist(), values.tolist(), strict=True)) for tag, values in series.items()},
+        wall_time=T0,
+    )
 
 
 def healthy_series() -> dict[str, np.ndarray]:
-    return {"train/ploss_0": 3.0 + 7.4 * np.exp(-STEPS / 300.0),
-            "train/acc_0": 0.7 * (1 - np.exp(-STEPS / 300.0))}
+    return {"train/ploss_0": 3.0 + 7.4 * np.exp(-STEPS / 300.0), "train/acc_0": 0.7 * (1 - np.exp(-STEPS / 300.0))}
 
 
 def test_json_shape_and_exit_1_for_the_story_run(tmp_path):
@@ -116,15 +118,19 @@ def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp
     """One flipped bit in train/lr's value (9.99e-05 -> ~3.4e+34 unchecked) must not reach the
     numbers: the record is dropped and the run carries a `damaged_records` warning."""
     steps = list(range(0, 400, 10))
-    event_file = write_scalars(tmp_path / "run", {"train/lr": [(s, 9.99e-05) for s in steps],
-                                                  "train/ploss_0": [(s, 3.0) for s in steps]}, wall_time=T0)
+    event_file = write_scalars(
+        tmp_path / "run",
+        {"train/lr": [(s, 9.99e-05) for s in steps], "train/ploss_0": [(s, 3.0) for s in steps]},
+        wall_time=T0,
+    )
     data = bytearray(event_file.read_bytes())
     from tensorboard.compat.proto import event_pb2
 
     from test_events_support import records
 
-    lr_records = [(pos, length) for pos, length in records(bytes(data))
-                  if b"train/lr" in data[pos + 12 : pos + 12 + length]]
+    lr_records = [
+        (pos, length) for pos, length in records(bytes(data)) if b"train/lr" in data[pos + 12 : pos + 12 + length]
+    ]
     pos, length = lr_records[20]
     event = event_pb2.Event.FromString(bytes(data[pos + 12 : pos + 12 + length]))
     assert abs(event.summary.value[0].simple_value - 9.99e-05) < 1e-9
@@ -139,8 +145,13 @@ def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp
     assert flag["severity"] == "warning" and flag["value"] == 1.0 and event_file.name in flag["message"]
     text = scan(tmp_path)
     assert text.returncode == 0 and "damaged_records" in text.stdout
-    exported = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "run"), "--tag", "train/lr",
-                               "--format", "json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    exported = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "run"), "--tag", "train/lr", "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert exported.returncode == 0 and "skipped 1 damaged record(s)" in exported.stderr
     values = json.loads(exported.stdout)["tags"]["train/lr"]["values"]
     assert len(values) == len(steps) - 1 and max(values) < 1e-3

@@ -70,7 +70,7 @@ def test_views_are_read_only_snapshots_that_never_change():
     _extend(series, range(100, 1000))  # growth
     _extend(series, range(50, 60))  # preemption truncates
     series.purge_from(10)
-    for view, copy in zip((steps, walls, values), before):
+    for view, copy in zip((steps, walls, values), before, strict=True):
         np.testing.assert_array_equal(view, copy)
     assert series.steps.tolist() == list(range(10))
 

@@ -29,16 +29,20 @@ CHANCE_KINDS = {"loss_at_chance", "loss_above_chance", "accuracy_at_chance"}
 
 
 def curve_file(tmp_path: Path, series: dict[str, np.ndarray], steps: np.ndarray = STEPS) -> Path:
-    return write_scalars(tmp_path, {tag: list(zip(steps.tolist(), values.tolist())) for tag, values in series.items()},
-                         wall_time=T0)
+    return write_scalars(
+        tmp_path,
+        {tag: list(zip(steps.tolist(), values.tolist(), strict=True)) for tag, values in series.items()},
+        wall_time=T0,
+    )
 
 
 def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest=None, **kwargs):
     scalars = read_event_file(curve_file(tmp_path, series, steps))
     loss_tags, accuracy_tags = pick_metric_tags(scalars.tags(), manifest)
     now = T0 + float(steps[-1]) + 1.0 if now is None else now
-    return raise_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags, accuracy_tags=accuracy_tags,
-                       now=now, **kwargs)
+    return raise_flags(
+        scalars, vocab_size=vocab_size, loss_tags=loss_tags, accuracy_tags=accuracy_tags, now=now, **kwargs
+    )
 
 
 def by_kind(flags):
@@ -76,8 +80,10 @@ def test_story_curve_is_above_chance_with_accuracy_at_chance(tmp_path):
 
 def test_loss_sitting_at_ln_v_is_at_chance(tmp_path):
     rng = np.random.default_rng(1)
-    series = {"train/ploss_0": LN_V + rng.normal(0, 0.05, len(STEPS)),
-              "train/acc_0": rng.uniform(0.0, 0.01, len(STEPS))}
+    series = {
+        "train/ploss_0": LN_V + rng.normal(0, 0.05, len(STEPS)),
+        "train/acc_0": rng.uniform(0.0, 0.01, len(STEPS)),
+    }
     kinds = by_kind(flags_for(tmp_path, series))
     assert set(kinds) == {"loss_at_chance", "accuracy_at_chance"}
     assert kinds["loss_at_chance"].severity == "critical"
@@ -213,8 +219,7 @@ def test_summed_ttt_loss_is_never_the_primary_or_compared_with_chance(tmp_path):
     loss_tags, _ = pick_metric_tags(scalars.tags())
     assert loss_tags[0] == "train/ploss_0" and loss_tags[-1] == "train/loss"
     assert is_summed_loss("train/loss", scalars.tags())
-    forced = raise_flags(scalars, vocab_size=V, loss_tags=["train/loss"], accuracy_tags=[],
-                         now=T0 + 2001)
+    forced = raise_flags(scalars, vocab_size=V, loss_tags=["train/loss"], accuracy_tags=[], now=T0 + 2001)
     assert not CHANCE_KINDS & set(by_kind(forced))  # not comparable: no chance flag from it
 
 
@@ -225,14 +230,33 @@ def test_plain_train_loss_without_step_siblings_is_compared_with_chance(tmp_path
 
 
 def test_tag_choice_for_each_trainer():
-    specforge = ["train/lr", "train/ploss_1", "train/ploss_0", "train/acc_1", "train/acc_0", "eval/ploss_0",
-                 "train/acceptance_rate_0", "train/loss", "train/acc", "train/grad_norm"]
+    specforge = [
+        "train/lr",
+        "train/ploss_1",
+        "train/ploss_0",
+        "train/acc_1",
+        "train/acc_0",
+        "eval/ploss_0",
+        "train/acceptance_rate_0",
+        "train/loss",
+        "train/acc",
+        "train/grad_norm",
+    ]
     loss, accuracy = pick_metric_tags(specforge)
     assert loss[:3] == ["train/ploss_0", "eval/ploss_0", "train/ploss_1"] and loss[-1] == "train/loss"
     assert accuracy[0] == "train/acc_0" and "train/acceptance_rate_0" not in accuracy
 
-    speculators = ["train/loss", "train/loss_0", "train/loss_1", "train/full_acc_0", "train/cond_acc_1",
-                   "val/loss_epoch", "val/full_acc_0_epoch", "lr", "epoch"]
+    speculators = [
+        "train/loss",
+        "train/loss_0",
+        "train/loss_1",
+        "train/full_acc_0",
+        "train/cond_acc_1",
+        "val/loss_epoch",
+        "val/full_acc_0_epoch",
+        "lr",
+        "epoch",
+    ]
     loss, accuracy = pick_metric_tags(speculators)
     assert loss[0] == "train/loss_0" and loss[-1] == "train/loss"
     assert accuracy[0] == "train/full_acc_0"

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from trainer_runs import (
     DRAFT_VOCAB,
     RUN_ID,
@@ -20,7 +21,6 @@ from trainer_runs import (
     specforge_run,
     vocab_numbers,
 )
-
 from triage_tui.core.runs import discover_runs
 
 
@@ -98,6 +98,7 @@ def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_
     from safetensors.torch import load_file
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
     from specforge.training.model_loading import warm_start_draft_model
+
     from trainer_runs import _draft_config
 
     run = specforge_buggy
@@ -156,7 +157,8 @@ def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
     got = json.loads(result.stdout)["tags"]
     assert set(got) == set(expected)
     for tag, points in expected.items():
-        assert list(zip(got[tag]["steps"], got[tag]["values"])) == [(s, pytest.approx(v)) for s, v in points], tag
+        assert list(zip(got[tag]["steps"], got[tag]["values"], strict=True)) == [
+            (s, pytest.approx(v)) for s, v in points], tag
 
 
 def test_a_runs_step_is_its_loss_series_step(tmp_path):
@@ -204,7 +206,9 @@ def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(
         got = json.loads(triage("scalars", "--format", "json", given).stdout)["tags"]
         assert set(got) == set(expected)
         for name, points in expected.items():
-            assert list(zip(got[name]["steps"], got[name]["values"])) == [(s, pytest.approx(v)) for s, v in points]
+            assert list(zip(got[name]["steps"], got[name]["values"], strict=True)) == [
+                (s, pytest.approx(v)) for s, v in points
+            ]
     rows = triage("scalars", log_dir).stdout.splitlines()
     assert sum(row.startswith(subdir.format("ploss_0") + "/eval,") for row in rows) == 5
 

@@ -7,6 +7,7 @@ presses and asserts on what it holds and shows.
 from __future__ import annotations
 
 import asyncio
+import io
 import math
 import threading
 import time
@@ -207,7 +208,7 @@ def _plain(static) -> str:
     """The text a Static shows, as the user reads it (rendered at a generous width)."""
     from rich.console import Console
 
-    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console = Console(width=200, record=True, file=io.StringIO())
     console.print(static.content)
     return console.export_text()
 

@@ -44,7 +44,7 @@ def points_of(history: WandbHistory) -> dict[str, list[tuple[int, float, float]]
     out = {}
     for tag in history.scalars.tags():
         steps, walls, values = history.scalars.series[tag].columns()
-        out[tag] = list(zip(steps.tolist(), walls.tolist(), values.tolist()))
+        out[tag] = list(zip(steps.tolist(), walls.tolist(), values.tolist(), strict=True))
     return out
 
 
@@ -106,7 +106,7 @@ def test_scalars_command_exports_the_wandb_points(story_run):
     theirs = leet_points(run_file(story_run))
     for tag, series in tags.items():
         values = [float(v) for v in series["values"]]
-        assert same_points(list(zip(series["steps"], series["wall_times"], values)), theirs[tag]), tag
+        assert same_points(list(zip(series["steps"], series["wall_times"], values, strict=True)), theirs[tag]), tag
     assert set(tags) == {t for t in theirs if t.startswith("train/")}
 
 
@@ -255,7 +255,7 @@ def _history_offsets(path: Path) -> list[tuple[int, int]]:
     base = len(WANDB_HEADER)
     framed = _frame(path.read_bytes()[base:], base)
     starts = [0] + framed.ends[:-1]
-    return [(base + a, base + b) for a, b, payload in zip(starts, framed.ends, framed.records)
+    return [(base + a, base + b) for a, b, payload in zip(starts, framed.ends, framed.records, strict=True)
             if wandb_protos().Record.FromString(payload).WhichOneof("record_type") == "history"]
 
 

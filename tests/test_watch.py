@@ -45,7 +45,7 @@ def test_idle_poll_returns_the_same_status_objects(tmp_path):
     watcher = Watcher([tmp_path], use_watchdog=False)
     first = watcher.poll_once()
     second = watcher.poll_once()
-    assert [a is b for a, b in zip(first, second)] == [True, True]
+    assert [a is b for a, b in zip(first, second, strict=True)] == [True, True]
 
 
 def test_new_runs_and_files_appear_on_rescan_and_deleted_runs_go(tmp_path):
@@ -221,8 +221,8 @@ def test_bad_manifest_does_not_stop_a_lenient_watcher(tmp_path):
 def test_to_json_has_exactly_the_scan_fields(tmp_path):
     rng = np.random.default_rng(0)
     write_scalars(tmp_path / "run", {
-        "train/ploss_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(18, 20, 20))],
-        "train/acc_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(0.02, 0.07, 20))],
+        "train/ploss_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(18, 20, 20), strict=True)],
+        "train/acc_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(0.02, 0.07, 20), strict=True)],
     })
     document = only(Watcher([tmp_path], use_watchdog=False).poll_once()).to_json()
     json.dumps(document, allow_nan=False)

@@ -67,10 +67,12 @@ def run_file(directory: Path) -> Path:
 
 def write_run(directory: Path, rows: list[dict], *, config: dict | None = None,
               steps: list[int] | None = None, define: list[tuple] = ()) -> Path:
-    """An offline run logging `rows` (at `steps` if given); define = [(name, step_metric, step_sync)]; its .wandb file."""
-    payload = json.dumps({"rows": rows, "config": config or {}, "steps": steps, "define": list(define)},
-                         allow_nan=True)
-    run_script("""
+    """An offline run logging `rows` (at `steps` if given); its .wandb file.
+
+    define = [(name, step_metric, step_sync)]."""
+    payload = json.dumps({"rows": rows, "config": config or {}, "steps": steps, "define": list(define)}, allow_nan=True)
+    run_script(
+        """
         import json
         spec = json.loads(sys.argv[2])
         run = init(sys.argv[1], config=spec["config"])
@@ -82,14 +84,23 @@ def write_run(directory: Path, rows: list[dict], *, config: dict | None = None,
             else:
                 run.log(row, step=spec["steps"][i])
         run.finish()
-    """, str(directory), payload)
+    """,
+        str(directory),
+        payload,
+    )
     return run_file(directory)
 
 
 def leet_records(path: Path) -> list[dict]:
     """Every record of a run file, as W&B's own reader prints it (one JSON object a record)."""
-    proc = subprocess.run([str(WANDB_CLI), "leet", "inspect", "--json", str(path)], env=offline_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [str(WANDB_CLI), "leet", "inspect", "--json", str(path)],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
@@ -134,4 +145,5 @@ def same_points(a: list[tuple[int, float, float]], b: list[tuple[int, float, flo
     """Exact equality, NaN equal to NaN."""
     return len(a) == len(b) and all(
         sa == sb and wa == wb and (va == vb or (math.isnan(va) and math.isnan(vb)))
-        for (sa, wa, va), (sb, wb, vb) in zip(a, b))
+        for (sa, wa, va), (sb, wb, vb) in zip(a, b, strict=True)
+    )
