@@ -16,7 +16,7 @@ Then, each in a fresh process with its peak RSS from getrusage:
   progress messages (a check's time includes reading the inputs it is the first to need);
 - the story's script: torch.load the run's mapping, read the drafter's d2t, build both hot-id
   lists and compare them position by position in a Python loop, plus the overlap and the
-  reverse mapping (reference/case-252-in-32000.txt, message 4980).
+  reverse mapping (docs/case.md).
 
     .venv/bin/python benchmarks/bench_checks.py            # ~5 min on 2 loaded cores, ~11 GB peak
     .venv/bin/python benchmarks/bench_checks.py --tokens 16 --dumps 2

@@ -1,6 +1,6 @@
 """Replay on CUDA and on CPU must give the same numbers.
 
-DESIGN.md: "GPU when there is one, CPU otherwise, same results".
+GPU when there is one, CPU otherwise, same results.
 
 Builds the synthetic world of tests/test_replay.py (163 840 target vocab, 32 000 draft vocab,
 a drafter trained on CPU with SpecForge's loss), writes it with the real writers, runs

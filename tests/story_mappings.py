@@ -1,4 +1,4 @@
-"""The two vocab mappings of reference/case-252-in-32000.txt, built at full size.
+"""The two vocab mappings of docs/case.md, built at full size.
 
 Both are SpecForge-style (draft vocab sorted by target id, d2t offsets). The story's
 numbers: 252 of 32 000 positions map to the same target token, 25 750 target tokens are

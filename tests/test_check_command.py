@@ -109,7 +109,7 @@ def build_run(tmp: Path, *, story: bool) -> Path:
         '[run]\nvocab_size = 32000\ncheckpoint = "../shared/drafters/k2"\n'
         'mapping = "cache/vocab_mapping/3f9a.pt"\ndata = "hidden_states"\ntarget = "../shared/target"\n')
     points = 30
-    if story:  # reference/case-252-in-32000.txt: loss 18-20, accuracy 2-7 %
+    if story:  # docs/case.md: loss 18-20, accuracy 2-7 %
         losses = 19.0 + 0.8 * np.sin(np.arange(points))
         accuracies = 0.045 + 0.02 * np.cos(np.arange(points))
     else:

@@ -1,6 +1,6 @@
 """read_checkpoint on drafters written the way SpecForge, EAGLE, speculators and modelopt write them.
 
-The writers at the top build real key names and shapes (reference/eagle3.md section 1) with
+The writers at the top build real key names and shapes (docs/formats.md section 1) with
 safetensors.torch.save_file / torch.save; other format tests import them.
 """
 

@@ -1,7 +1,7 @@
 """Files made to hurt the reader: pickles that run code, lying safetensors headers, bombs.
 
 Each pickle below would create a marker file if anything unpickled it the way SpecForge's
-``torch.load(..., weights_only=False)`` does (reference/eagle3.md section 7); the tests
+``torch.load(..., weights_only=False)`` does (PyTorch `torch/serialization.py`, CVE-2025-32434); the tests
 assert the marker never appears and that the refusal names the class the pickle wanted.
 """
 

@@ -1,6 +1,6 @@
 """Flags on curves written by torch's SummaryWriter and read back by core.events.
 
-The story's curve (reference/case-252-in-32000.txt): ploss 18-20, accuracy 2-7 %, V = 32 000.
+The story's curve (docs/case.md): ploss 18-20, accuracy 2-7 %, V = 32 000.
 """
 
 from __future__ import annotations

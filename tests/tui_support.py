@@ -1,6 +1,6 @@
 """Runs for the TUI tests, written by the real writers at the story's sizes.
 
-``story_run`` is the fine-tune of reference/case-252-in-32000.txt: SpecForge-style scalars
+``story_run`` is the fine-tune of docs/case.md: SpecForge-style scalars
 (train/ploss_0 at 18-20, train/acc_0 at 2-7 %), the drafter it started from (a safetensors
 checkpoint whose d2t/t2d are the checkpoint's mapping, 32 000 of 163 840) and the run's own
 mapping (.pt, SpecForge cache form), named by a triage.toml. ``healthy_run`` learns.

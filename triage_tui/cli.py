@@ -1,4 +1,4 @@
-"""Entry point `triage`: the TUI by default, plus the headless subcommands of DESIGN.md.
+"""Entry point `triage`: the TUI by default, plus the headless subcommands of docs/contracts.md.
 
 Each subcommand lives in ``triage_tui/commands/<name>.py`` and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; this module only dispatches and turns

@@ -1,6 +1,6 @@
 """`triage check RUN [--checkpoint P] [--mapping P] [--data P] [--target P] [--device D] [--json]`.
 
-All checks on one run and the ranked hypotheses. Exit status (DESIGN.md): 0 no hypothesis
+All checks on one run and the ranked hypotheses. Exit status (docs/contracts.md): 0 no hypothesis
 scored >= 0.5, 1 some did, 2 bad input.
 """
 
@@ -17,7 +17,7 @@ from triage_tui.core.diagnose import CHECK_NAMES, INPUT_NAMES, Diagnosis, diagno
 from triage_tui.core.errors import BadInput
 from triage_tui.core.text import printable
 
-# DESIGN.md: exit 1 when some hypothesis scored at least this.
+# docs/contracts.md: exit 1 when some hypothesis scored at least this.
 HYPOTHESIS_EXIT_THRESHOLD = 0.5
 
 
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all-chunk-orders", action="store_true",
                         help="replay every order of the three aux chunks (6 drafter passes), not only the stored "
                              "order; done anyway when the hidden-state check finds the chunks suspect")
-    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (DESIGN.md check --json)")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (docs/contracts.md)")
 
 
 def run(args: argparse.Namespace) -> int:

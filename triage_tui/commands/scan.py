@@ -1,6 +1,6 @@
 """`triage scan [PATH ...] [--json] [--vocab-size N] [--poll]`: one pass over the runs.
 
-Exit status (DESIGN.md): 0 no critical flag, 1 some run has a critical flag, 2 bad input.
+Exit status (docs/contracts.md): 0 no critical flag, 1 some run has a critical flag, 2 bad input.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="run directories or parents of runs (default .)")
-    parser.add_argument("--json", action="store_true", help="print {\"runs\": [...]} as in DESIGN.md")
+    parser.add_argument("--json", action="store_true", help="print {\"runs\": [...]} as in docs/contracts.md")
     parser.add_argument("--vocab-size", type=_vocab_size, metavar="N",
                         help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)")
     parser.add_argument("--poll", action="store_true",

@@ -70,7 +70,7 @@ class Diagnosis:
     serving: ServingComparison | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN.md `check --json`, plus where each input came from."""
+        """docs/contracts.md `check --json`, plus where each input came from."""
         document = {
             "run": str(self.inputs.run),
             "inputs": self.inputs.paths(),

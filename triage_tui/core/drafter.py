@@ -3,7 +3,7 @@
 Used by the replay check, the remap proof and the sample trainer, so that all three run
 the same forward pass and log the same numbers SpecForge logs.
 
-Layer forward (reference/eagle3.md section 1.1; SpecForge
+Layer forward (SpecForge classic `specforge/modeling/draft/llama3_eagle.py`; SpecForge
 ``specforge/modeling/draft/llama3_eagle.py`` ``LlamaDecoderLayer``/``LlamaAttention``;
 sglang ``python/sglang/srt/models/llama_eagle3.py``): ``residual = h; h = hidden_norm(h);
 e = input_layernorm(embed); x = cat([e, h], -1)`` (embedding first) -> attention with
@@ -57,7 +57,7 @@ class DrafterConfig:
     target_hidden_size: int
     max_position_embeddings: int
     aux_layer_ids: tuple[int, ...] | None = None
-    # vLLM/speculators option: take the residual after hidden_norm (reference/eagle3.md 1.2,
+    # vLLM/speculators option: take the residual after hidden_norm (vLLM `vllm/model_executor/models/llama_eagle3.py`,
     # vLLM llama_eagle3.py ``norm_before_residual``). SpecForge/sglang/EAGLE: False.
     norm_before_residual: bool = False
 
@@ -372,7 +372,7 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
                 value = value.to(torch.int64)
             target.copy_(value.to(device=target.device))
         # Absent buffers: d2t zeros is the identity, as vLLM treats a checkpoint without d2t
-        # (reference/eagle3.md 1.2); t2d then follows from d2t.
+        # (vLLM `vllm/model_executor/models/llama_eagle3.py`); t2d then follows from d2t.
         if "d2t" not in names:
             own["d2t"].zero_()
         if "t2d" not in names:
@@ -427,7 +427,7 @@ def ttt_forward(drafter: Eagle3Drafter, embed: torch.Tensor | Callable[[torch.Te
                 position_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Unroll ``steps`` TTT steps; returns the drafter's float32 logits ``[B, T, Vd]`` per step.
 
-    Alignment (reference/eagle3.md 4.1; SpecForge ``specforge/core/eagle3.py``
+    Alignment (SpecForge classic ``specforge/core/eagle3.py``
     ``OfflineEagle3Model.forward`` with the offline dataset's pre-shift,
     ``specforge/data/preprocessing.py``): ``input_ids`` here are the dump's *unshifted* ids.
     Before step 0 they are shifted left once, so at step ``k`` position ``t`` sees the aux

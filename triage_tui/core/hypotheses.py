@@ -63,7 +63,8 @@ W_AUX_OFF_BY_ONE = 0.6
 
 # -- verifier_mask_mismatch -------------------------------------------------------------------
 # A failed required invariant of the mask the trainer uses. Non-ascending ids with t2d masking
-# misalign every row silently (reference/eagle3.md 2.5): 0.9. A mask whose count or length is
+# misalign every row silently (SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`): 0.9. A mask whose
+# count or length is
 # wrong usually crashes (EAGLE #248) rather than trains at chance: 0.6. A stored mask that
 # disagrees with d2t selects other target columns than the rows mean: 0.8.
 W_MASK_INVARIANT = {"ascending": 0.9, "t2d.sum()": 0.6, "len(t2d)": 0.6, "stored t2d": 0.8,

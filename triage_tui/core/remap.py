@@ -1,6 +1,6 @@
 """The fix: a drafter checkpoint whose ``lm_head`` rows sit where the run's vocab mapping needs them.
 
-reference/case-252-in-32000.txt: a drafter's ``lm_head`` row ``i`` was trained to predict the
+docs/case.md: a drafter's ``lm_head`` row ``i`` was trained to predict the
 target token its own mapping gives position ``i``; a fine-tune that labels with another
 mapping asks row ``i`` for a different token. The remap builds a new checkpoint where row
 ``j`` holds the old row of the run's token ``j`` (bit for bit), rows for tokens the old
@@ -1975,7 +1975,8 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
                                "(engines read it as identity)")
     notes = []
     if not mapping.is_ascending():
-        # reference section 2.5: SpecForge/EAGLE build targets with logits[..., t2d] (ascending id order).
+        # SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`: SpecForge/EAGLE build targets with
+        # logits[..., t2d] (ascending id order).
         notes.append("The checkpoint's draft order is not ascending by target id (frequency order, as modelopt "
                      "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
                      "speculators) would misalign its rows; remap instead.")

@@ -1,6 +1,6 @@
 """What a run is: discovery of run directories, their artifacts, and the triage.toml manifest.
 
-DESIGN.md "What a run is": a directory holding ``triage.toml``, or else a directory holding
+docs/contracts.md "What a run is": a directory holding ``triage.toml``, or else a directory holding
 event files; event files in its subdirectories belong to it unless a subdirectory is a run of
 its own (has ``triage.toml``).
 
@@ -245,7 +245,7 @@ class RunInfo:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Which writers' files the run has: "tensorboard", "wandb" (DESIGN.md scan JSON)."""
+        """Which writers' files the run has: "tensorboard", "wandb" (docs/contracts.md, scan --json)."""
         return tuple(name for name, files in (("tensorboard", self.event_files), ("wandb", self.wandb_files)) if files)
 
 

@@ -22,7 +22,7 @@ Sources, each read exactly as the engine writes it:
   ``spec_verify_ct``, ``completion_tokens`` and, in newer releases, the accepted-draft count and
   ``spec_accept_histogram`` (``tokenizer_manager.py``, ``_calculate_spec_decoding_metrics``).
 
-The one convention (DESIGN.md, "Contract additions (second round)"): acceptance length =
+The one convention (docs/contracts.md, check --json serving): acceptance length =
 1 + accepted / drafts over pooled counts, where a draft is one verification step and accepted
 counts draft tokens the target kept (the bonus token is the 1); per-position i = drafts whose
 first i+1 tokens were all accepted / drafts (unconditional, as vLLM logs it). Where a source

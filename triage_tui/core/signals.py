@@ -4,9 +4,9 @@ plateau, stall.
 The chance line is ln V: a drafter whose logits are uniform over its V draft tokens has
 cross-entropy ln V per position whatever the target (ln 32000 = 10.37). A loss clearly
 *above* it means confident and wrong, the signature of an lm_head whose rows are ordered for
-another vocab mapping (reference/case-252-in-32000.txt: loss 18-20, accuracy 2-7 %).
+another vocab mapping (docs/case.md: loss 18-20, accuracy 2-7 %).
 
-Which loss is comparable to ln V matters (reference/eagle3.md 4.3, 4.5):
+Which loss is comparable to ln V matters (SpecForge classic `specforge/core/loss.py`, `scripts/train_eagle3.py`):
 - SpecForge ``train/ploss_{i}`` is the soft cross-entropy at TTT step i, one position deep:
   comparable to ln V. ``train/ploss_0`` is the primary loss tag.
 - SpecForge main ``train/loss`` is ``sum(0.8**i * ploss_i)`` over the TTT steps (about
@@ -99,7 +99,7 @@ PLATEAU_WINDOW_MIN_POINTS = 10
 PLATEAU_MAX_CHANGE = 0.01
 
 # Stall: writers buffer up to flush_secs (torch/tensorboardX/TF2 default 120 s,
-# reference/tensorboard-events.md 1.5), checkpoint saves and evals pause logging, so a run
+# tensorboard `tensorboard/summary/writer/event_file_writer.py`), checkpoint saves and evals pause logging, so a run
 # is stalled only when silent for longer than max(flush_secs + 60 s, 3 x its median gap
 # between logged points, 1.5 x its longest gap so far).
 STALL_MARGIN_SECS = 60.0
@@ -153,7 +153,7 @@ def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict
     if manifest is not None and manifest.vocab_size is not None:
         return manifest.vocab_size, "manifest"
     if config:
-        # draft_vocab_size is the drafter's lm_head (reference/eagle3.md 3); without it the
+        # draft_vocab_size is the drafter's lm_head (sglang `python/sglang/srt/configs/model_config.py`); without it the
         # model predicts over its full vocab_size.
         for key in ("draft_vocab_size", "vocab_size"):
             value = config.get(key)

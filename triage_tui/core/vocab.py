@@ -3,7 +3,7 @@
 A draft vocab is an array of target token ids, one per draft position ("hot ids"):
 position ``i`` of the drafter's ``lm_head`` stands for target token ``hot_ids[i]``.
 Every project stores it as ``d2t`` offsets, ``target = draft + d2t[draft]``, plus an
-optional ``t2d`` membership mask over the target vocab (reference/eagle3.md section 2;
+optional ``t2d`` membership mask over the target vocab (sgl-project/SpecForge classic `specforge/data/preprocessing.py`;
 sglang ``hot_token_id = d2t + arange(Vd)``, vLLM ``arange(Vd) + draft_id_to_target_id``).
 Readers in ``core/formats`` convert every form into a ``VocabMapping`` at the edge.
 """

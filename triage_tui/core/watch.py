@@ -1,7 +1,7 @@
 """The headless live monitor: polls event files, rescans for runs, recomputes flags.
 
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
-client, and NFS attribute caching delays size changes (reference/tensorboard-events.md 4.3),
+client, and NFS attribute caching delays size changes (gorakhargosh/watchdog issue #504),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
 (core.sources.RunSources: event files and W&B run files), and every ``rescan_interval`` the
 given paths are walked again for new runs and files (core.runs, cheap thanks to its listing
@@ -97,7 +97,7 @@ class RunStatus:
     source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
 
     def to_json(self) -> dict[str, Any]:
-        """The per-run object of DESIGN.md's `scan --json`."""
+        """The per-run object of docs/contracts.md's `scan --json`."""
         document: dict[str, Any] = {
             "path": str(self.info.path),
             "name": self.info.name,

@@ -1,4 +1,4 @@
-"""`triage demo`: the story of reference/case-252-in-32000.txt, live, and its fix.
+"""`triage demo`: the story of docs/case.md, live, and its fix.
 
 A background process fine-tunes ``drafter-a`` (trained with domain A's vocab mapping) on
 domain B with a mapping regenerated from domain B, the bug of SpecForge PR #534: the loss

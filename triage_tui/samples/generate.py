@@ -263,7 +263,7 @@ def generate_vocab_mismatch(world: World, out: Path) -> RunRecord:
                      _config(spec, spec.finetune_steps, spec.finetune_lr))
     write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
                    checkpoint="../_drafters/drafter-a",
-                   note="The story (reference/case-252-in-32000.txt): drafter-a, trained with the mapping\n"
+                   note="The story (docs/case.md): drafter-a, trained with the mapping\n"
                         "of domain A, fine-tuned on domain B with a mapping regenerated from domain B.")
     return RunRecord.of("vocab-mismatch", trainer, time.monotonic() - start)
 

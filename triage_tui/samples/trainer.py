@@ -7,7 +7,8 @@ and the position mask, ``soft_cross_entropy`` and ``draft_accuracy`` are SpecFor
 does around them: the target model in the loop (SpecForge's online mode), AdamW with
 warmup + cosine decay and gradient clipping, the total loss ``sum(0.8**i * ploss_i)``,
 TensorBoard scalars under SpecForge's tag names (``train/ploss_{i}``, ``train/acc_{i}``,
-``train/lr``, ``eval/...``; reference/eagle3.md 4.5) and checkpoints saved as SpecForge saves
+``train/lr``, ``eval/...``; SpecForge classic `scripts/train_eagle3.py`, `record_metrcs`) and checkpoints saved as
+SpecForge saves
 them (``epoch_{e}_step_{s}/config.json`` + ``model.safetensors``, embeddings filtered out).
 
 Three ways the loop can be told to get things wrong, each a real pipeline mistake:
@@ -62,7 +63,8 @@ def new_drafter(spec: WorldSpec, mapping: VocabMapping, *, seed: int,
 
     With ``target``, ``lm_head`` starts from the target's lm_head rows of the draft vocab in
     draft order, as speculators initialises it (``verifier_lm_head = lm_head.weight[t2d]``,
-    reference/eagle3.md 1.3); it is still trained, as SpecForge trains it.
+    vllm-project/speculators 0.9.0 `src/speculators/models/eagle3/core.py`); it is still trained, as SpecForge
+    trains it.
     """
     torch.manual_seed(seed)
     drafter = Eagle3Drafter(drafter_config(spec))
@@ -95,7 +97,8 @@ class TrainConfig:
     # compute dtype of the drafter's forward (autocast; master weights stay float32, as
     # SpecForge's BF16Optimizer keeps them). bfloat16 is SpecForge's; float16 overflows at 65504.
     compute_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    # speculators (main) freezes the lm_head it copies from the target (reference/eagle3.md 1.3)
+    # speculators (main) freezes the lm_head it copies from the target (vllm-project/speculators 0.9.0
+    # `src/speculators/models/eagle3/core.py`)
     freeze_lm_head: bool = False
 
 

@@ -2,7 +2,7 @@
 
 Everything here is deterministic from a seed and small enough to train drafters on two CPU
 cores in minutes, while keeping the one size that matters to the story: a draft vocab of
-32 000 (the chance line is ln 32 000 = 10.37, as in reference/case-252-in-32000.txt) inside a
+32 000 (the chance line is ln 32 000 = 10.37, as in docs/case.md) inside a
 target vocab of 40 000 (large enough for two 32 000-token draft vocabs to differ by a fifth).
 
 The corpus. Each sequence is a 2-token "prompt" (loss_mask 0) and a 62-token "response"

@@ -1,7 +1,8 @@
 """Hidden-state check: do the dumps hold what the drafter's ``fc`` was trained to read?
 
 An EAGLE-3 drafter reads ``cat(h_low, h_mid, h_high)`` of three target layers through
-``fc.weight [H, 3*Ht]`` (reference/eagle3.md sections 1.1, 3, 3.1). Dumps that carry only
+``fc.weight [H, 3*Ht]`` (SpecForge classic `specforge/modeling/draft/llama3_eagle.py`; docs/formats.md 1 and 4).
+Dumps that carry only
 the last layer, chunks in another order, a chunk repeated, or layers one off from the
 config's all feed the drafter states it never saw; shapes catch the first, the per-chunk
 RMS profile and pairwise distances the others, the layer ids the last.
@@ -31,7 +32,8 @@ REPEATED_CHUNK_RELATIVE_DIFFERENCE = 1e-2
 # tokens, not means: a few "massive activation" tokens (BOS, attention sinks) dominate means.
 CHUNK_ORDER_TOLERANCE = 0.9
 
-# Conventions for aux layer ids (reference/eagle3.md 3.1). "output_of": id i means the output
+# Conventions for aux layer ids (vLLM `vllm/v1/worker/gpu_model_runner.py` vs sglang
+# `python/sglang/srt/models/llama.py`; docs/formats.md 4). "output_of": id i means the output
 # of decoder layer i (SpecForge hooks, sglang config ids, modelopt hooks). "capture_before":
 # id i means the input of layer i, i.e. HF ``hidden_states[i]`` = output of layer i - 1
 # (EAGLE modeling_llama_kv.py, vLLM, speculators, modelopt offline dumps).
@@ -133,7 +135,7 @@ def _target_hidden_size(checkpoint: Any, target: Any) -> tuple[int | None, str |
     if checkpoint is not None and checkpoint.target_hidden_size:
         return int(checkpoint.target_hidden_size), "checkpoint config target_hidden_size"
     if checkpoint is not None:
-        # Without target_hidden_size every loader assumes Ht == H (reference/eagle3.md section 3).
+        # Without target_hidden_size every loader assumes Ht == H (sglang `python/sglang/srt/configs/model_config.py`).
         return int(checkpoint.hidden_size), "checkpoint hidden_size (no target_hidden_size)"
     return None, None
 
@@ -239,7 +241,8 @@ def _physical_layers(ids, convention: str) -> tuple[int, ...]:
 
 
 def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
-    """Config aux layer ids against the layers the dumps were captured from (reference/eagle3.md 3.1)."""
+    """Config aux layer ids against the layers the dumps were captured from (vLLM
+    `vllm/v1/worker/gpu_model_runner.py` vs sglang `python/sglang/srt/models/llama.py`; docs/formats.md 4)."""
     dump_ids = getattr(dumps, "aux_layer_ids", None)
     config_ids = getattr(checkpoint, "aux_layer_ids", None) if checkpoint is not None else None
     num_layers = getattr(target, "num_layers", None) if target is not None else None

@@ -98,7 +98,7 @@ class _Labels:
             self.target = target
             # SpecForge stores the post-norm last hidden (TargetHead is lm_head alone); speculators
             # the pre-norm one, to which the target's final RMSNorm must be applied first
-            # (reference/eagle3.md 4.2 and 5).
+            # (SpecForge classic `specforge/core/eagle3.py`; `scripts/prepare_hidden_states.py`).
             if dumps.target_hidden_is_post_norm is False:
                 norm = target.final_norm()
                 if norm is None:

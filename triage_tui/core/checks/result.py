@@ -12,7 +12,7 @@ CheckStatus = Literal["pass", "fail", "skipped", "error"]
 class CheckResult:
     """The outcome of one check.
 
-    ``details`` holds the JSON-ready numbers the check measured (DESIGN.md lists the keys
+    ``details`` holds the JSON-ready numbers the check measured (docs/contracts.md lists the keys
     other tools rely on, e.g. ``positional_match`` for the vocab check); ``evidence`` holds
     one-line sentences with those numbers, for hypotheses and the TUI.
     """

@@ -1,7 +1,8 @@
 """Verifier-mask check: does ``target_logits[..., t2d]`` line up with the drafter's rows?
 
 SpecForge/EAGLE build the training target as ``softmax(target_logits[..., t2d])`` and
-speculators as ``lm_head.weight[t2d]`` (reference/eagle3.md 4.2). A boolean mask selects in
+speculators as ``lm_head.weight[t2d]`` (vllm-project/speculators 0.9.0 `src/speculators/models/eagle3/core.py`). A
+boolean mask selects in
 ascending target-id order, so column j of the target is draft row j only when the hot ids
 ascend; a frequency-ordered ``d2t`` (modelopt, section 2.4) paired with such a mask
 misaligns every row without any error (section 2.5). The mask must also have exactly
@@ -107,7 +108,8 @@ def _effective_mask(mapping: VocabMapping) -> np.ndarray:
 
 def _mapping_invariants(label: str, mapping: VocabMapping, target_vocab: int | None, *,
                         ordering_required: bool) -> list[dict[str, Any]]:
-    """reference/eagle3.md 2.5: len(d2t)==Vd, t2d.sum()==Vd, sorted(arange(Vd)+d2t)==t2d.nonzero()."""
+    """SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`: len(d2t)==Vd, t2d.sum()==Vd,
+    sorted(arange(Vd)+d2t)==t2d.nonzero()."""
     vd = mapping.draft_vocab_size
     mask = _effective_mask(mapping)
     out = []
@@ -173,7 +175,8 @@ def _argmax_outside_draft_vocab(dumps, target, mappings: dict[str, VocabMapping 
         return None
     states = torch.cat(hidden).to(device)
     if dumps.target_hidden_is_post_norm is False:
-        # speculators stores the pre-norm last hidden (reference/eagle3.md 4.2): apply the final norm.
+        # speculators stores the pre-norm last hidden (vllm-project/speculators 0.9.0
+        # `src/speculators/models/eagle3/core.py`): apply the final norm.
         norm = target.final_norm()
         if norm is not None:
             eps = float(target.config.get("rms_norm_eps", 1e-6))

@@ -3,7 +3,7 @@
 A drafter's ``lm_head`` row i was trained to predict target token ``hot_ids_checkpoint[i]``.
 A fine-tune builds its labels with the run's mapping, so row i is now asked to predict
 ``hot_ids_run[i]``. Wherever the two differ, the gradient pulls a trained row towards an
-unrelated token (reference/case-252-in-32000.txt: 252 of 32 000 positions agreed; SpecForge
+unrelated token (docs/case.md: 252 of 32 000 positions agreed; SpecForge
 PR #534: ``--ckpt-dir`` regenerated d2t/t2d from the new data and overwrote the checkpoint's).
 """
 

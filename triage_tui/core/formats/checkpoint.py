@@ -1,4 +1,4 @@
-"""EAGLE-3 drafter checkpoints in the three layouts of reference/eagle3.md section 1.
+"""EAGLE-3 drafter checkpoints in the three layouts of docs/formats.md section 1.
 
 - SpecForge / sglang / EAGLE (``LlamaForCausalLMEagle3``): ``fc``, ``midlayer.*``, ``norm``,
   ``lm_head``, buffers ``d2t`` [Vd] int64 and ``t2d`` [V] bool, usually no ``embed_tokens``.
@@ -102,7 +102,8 @@ def _layout(names: set[str], config: dict) -> str:
 
 
 def _aux_layer_ids(config: dict, notes: list[str]) -> tuple[int, ...] | None:
-    # sglang/SpecForge read eagle_config[...]; speculators and vLLM the top-level key (reference section 3.1).
+    # sglang/SpecForge read eagle_config[...]; speculators and vLLM the top-level key (sglang
+    # `python/sglang/srt/configs/model_config.py`; vLLM `vllm/transformers_utils/configs/eagle.py`).
     eagle_config = config.get("eagle_config")
     nested = eagle_config.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle_config, dict) else None
     top = config.get("eagle_aux_hidden_state_layer_ids")

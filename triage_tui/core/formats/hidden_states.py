@@ -1,4 +1,5 @@
-"""Offline hidden-state dumps (reference/eagle3.md section 5), a deterministic sample of them.
+"""Offline hidden-state dumps (SpecForge `scripts/prepare_hidden_states.py`; speculators
+`src/speculators/data_generation/`), a deterministic sample of them.
 
 - SpecForge ``scripts/prepare_hidden_states.py``: ``rows_{a}-{b}/data_{i}.ckpt`` (main: ``.ckpt.gz``),
   ``torch.save`` of ``{input_ids [T], loss_mask [T], hidden_state [1,T,Ht] (post-norm last layer),

@@ -1,6 +1,6 @@
 """Vocab mapping files in every on-disk form, read into (and written from) ``VocabMapping``.
 
-Forms (reference/eagle3.md section 2): SpecForge ``cache/vocab_mapping/<key>.pt`` and EAGLE
+Forms (docs/formats.md section 2): SpecForge ``cache/vocab_mapping/<key>.pt`` and EAGLE
 ``cache.pt`` (``torch.save({"d2t", "t2d"})``), modelopt ``d2t.pt`` (a bare offsets tensor,
 frequency order, no t2d), speculators ``d2t.npy``/``t2d.npy`` (PR #1081: ``d2t-{Vd}.npy``/
 ``t2d-{Vd}.npy``), and the ``d2t``/``t2d`` buffers of a drafter checkpoint. Anomalies are

@@ -1,7 +1,7 @@
 """The only two ways the program reads tensors from disk: a weights-only ``torch.load`` and a
 bounds-checked safetensors header.
 
-Every ``.pt``/``.bin``/``.ckpt`` an EAGLE-3 stack writes is a pickle (reference/eagle3.md
+Every ``.pt``/``.bin``/``.ckpt`` an EAGLE-3 stack writes is a pickle (PyTorch `torch/serialization.py`
 section 7), and several trainers load them with ``weights_only=False``. triage never does:
 a file that asks the unpickler for anything beyond tensors and plain containers is refused
 and the class it wanted is named. safetensors files cannot carry code, but their header is

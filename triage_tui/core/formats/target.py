@@ -2,7 +2,8 @@
 
 Looked up by name through ``model.safetensors.index.json`` (or the single weights file) so that
 only the shards holding them are opened (SpecForge ``load_embedding`` and ``TargetHead`` read the
-same names: ``model.embed_tokens.weight``, ``lm_head.weight``; reference/eagle3.md section 1.1).
+same names: ``model.embed_tokens.weight``, ``lm_head.weight``; SpecForge classic
+`specforge/modeling/draft/llama3_eagle.py`).
 Multimodal wrappers (``language_model.model.embed_tokens.weight``, ``text_config``) are accepted.
 """
 

@@ -4,7 +4,8 @@ Two generations of SpecForge write a ``training_state.pt``:
 
 - classic (``scripts/train_eagle3.py``, 2025): ``epoch_{e}_step_{s}/training_state.pt`` is
   ``torch.save({"epoch", "global_step", "args": argparse.Namespace, **optimizer.state_dict()})``
-  beside ``config.json`` + ``model.safetensors`` (reference/eagle3.md section 1.1); SpecForge
+  beside ``config.json`` + ``model.safetensors`` (SpecForge classic `specforge/modeling/draft/llama3_eagle.py`);
+  SpecForge
   itself loads it with ``weights_only=False``. Here the allow-list grows by exactly
   ``argparse.Namespace``.
 - 0.2.0 (``specforge/training/controller.py`` ``save_checkpoint`` through

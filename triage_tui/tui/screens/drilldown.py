@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from triage_tui.core.hypotheses import Hypothesis
     from triage_tui.tui.app import TriageApp
 
-# Which checks hold the numbers behind each hypothesis (ids of DESIGN.md's check --json).
+# Which checks hold the numbers behind each hypothesis (ids of docs/contracts.md, check --json).
 CHECKS_BEHIND = {
     "vocab_mapping_mismatch": ("vocab_mapping", "replay"),
     "hidden_state_format": ("hidden_state", "replay"),

@@ -11,7 +11,7 @@ from textual.widgets import Label, ProgressBar, Static
 
 from triage_tui.core.text import printable
 
-# The checks of `triage check --json`, in the order diagnose() runs them (DESIGN.md).
+# The checks of `triage check --json`, in the order diagnose() runs them (docs/contracts.md).
 CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
 
 STATUS_STYLE = {
