@@ -283,3 +283,36 @@ def test_unreadable_and_special_files_are_counted_not_fatal(tmp_path, torch_byte
     stats = events.poll()  # would hang on the FIFO with a blocking open
     assert stats.unreadable_files == 2 and stats.files == 4
     assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+
+
+def test_sparse_zero_tail_costs_nothing_per_poll_and_data_after_it_is_found(tmp_path, torch_bytes):
+    """A 1 GiB sparse zero tail (a preallocated or crashed file) used to be read whole, in doubling
+    windows, on every poll (1 GiB: 56 s and 1.5 GB in `scan`). Holes are skipped with SEEK_DATA and a
+    tail that could not be taken is not read again until the file changes."""
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(torch_bytes)
+    hole = 1 << 30
+    with open(path, "r+b") as f:
+        f.truncate(len(torch_bytes) + hole)  # sparse: no block is written
+    old = os.stat(path).st_mtime - 60
+    os.utime(path, (old, old))  # an mtime the next write will change (see RunEvents' racy rule)
+    events = _reader(path)
+    tracemalloc.start()
+    try:
+        stats = events.poll()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert stats.pending_bytes == hole and stats.corrupt_records == 0
+    assert stats.bytes_read <= len(torch_bytes) + (16 << 20) and peak < 256 << 20, (stats, peak)
+    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    again = events.poll()
+    assert again.bytes_read == 0 and again.pending_bytes == hole
+    extra = b"".join(frame(scalar_event("train/ploss_0", 10_000 + i, 1.0, 1.8e9 + i).SerializeToString())
+                     for i in range(10))
+    with open(path, "ab") as f:  # the writer goes on after the hole
+        f.write(extra)
+    stats = events.poll()
+    assert stats.records == 10 and stats.corrupt_records == 1 and stats.skipped_bytes == hole
+    assert stats.bytes_read < 64 << 20 and stats.pending_bytes == 0
+    assert events.scalars.get("train/ploss_0").steps[-1] == 10_009

@@ -294,3 +294,69 @@ def test_overlapping_and_gapped_offsets(tmp_path):
     with_header(tmp_path / "y.safetensors", trailing, b"\x00" * 40)
     with pytest.raises(BadInput, match="tensors cover 32 data bytes but the file has 40"):
         read_safetensors_header(tmp_path / "y.safetensors")
+
+
+# ---- bounded costs (issue 11 item 6) and errors that name their file (items 4, 11) --------------
+
+
+def test_gzip_bomb_is_refused_by_its_ratio_not_at_8_gib(tmp_path):
+    """A 3 MB .ckpt.gz used 3.4 GB (the cap was 8 GiB, held in RAM): now it may grow 64x (at least
+    to 64 MiB), what a real dump of hidden states (~1.1-2x) never needs; a real one still loads."""
+    with gzip.open(tmp_path / "data_0.ckpt.gz", "wb") as f:
+        f.write(b"\x00" * (80 << 20))
+    assert (tmp_path / "data_0.ckpt.gz").stat().st_size < 1 << 20
+    with pytest.raises(BadInput, match=r"decompresses to more than 64 MiB from \d+ bytes .* gzip bomb"):
+        safe_torch_load(tmp_path / "data_0.ckpt.gz")
+    buffer = tmp_path / "real.pt"
+    torch.save({"hidden_states": torch.randn(64, 1024, dtype=torch.bfloat16)}, buffer)
+    with gzip.open(tmp_path / "data_1.ckpt.gz", "wb") as f:
+        f.write(buffer.read_bytes())
+    assert safe_torch_load(tmp_path / "data_1.ckpt.gz")["hidden_states"].shape == (64, 1024)
+
+
+def test_zip_bomb_pt_is_refused_before_anything_is_inflated(tmp_path):
+    """A torch zip whose data.pkl inflates 100s of MB from a few hundred KB: refused from the zip's
+    directory (torch.save stores entries uncompressed), without inflating or disassembling it."""
+    import zipfile
+
+    torch.save({"d2t": torch.arange(10)}, tmp_path / "m.pt")
+    with zipfile.ZipFile(tmp_path / "m.pt") as source:
+        entries = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(tmp_path / "bomb.pt", "w") as bomb:
+        for name, data in entries:
+            if name.endswith("data.pkl"):
+                data = data + b"\x00" * (200 << 20)  # STOP comes first: the rest is never unpickled
+                bomb.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                bomb.writestr(name, data)
+    assert (tmp_path / "bomb.pt").stat().st_size < 1 << 20
+    with pytest.raises(BadInput, match=r"data.pkl' would inflate \d+ bytes to \d+ .* zip bomb"):
+        safe_torch_load(tmp_path / "bomb.pt")
+
+
+@pytest.mark.parametrize("kind", ["config.json", "index.json", "safetensors header", "tokenizer.json"])
+def test_deeply_nested_json_is_one_line_naming_the_file(tmp_path, kind):
+    from triage_tui.core.formats import weights
+    from triage_tui.core.formats.tokenizer import read_token_strings
+
+    deep = "[" * 100_000 + "]" * 100_000
+    if kind == "config.json":
+        (tmp_path / "config.json").write_text(deep)
+        call, path = (lambda: weights.read_config(tmp_path)), tmp_path / "config.json"
+    elif kind == "index.json":
+        path = tmp_path / "model.safetensors.index.json"
+        path.write_text(deep)
+        call = lambda: weights._from_index(path)  # noqa: E731
+    elif kind == "tokenizer.json":
+        path = tmp_path / "tokenizer.json"
+        path.write_text(deep)
+        call = lambda: read_token_strings(tmp_path)  # noqa: E731
+    else:
+        path = tmp_path / "model.safetensors"
+        with_header(path, {}, b"")
+        blob = deep.encode()
+        path.write_bytes(struct.pack("<Q", len(blob)) + blob)
+        call = lambda: read_safetensors_header(path)  # noqa: E731
+    with pytest.raises(BadInput, match="nested too deeply") as caught:
+        call()
+    assert caught.value.path == str(path)

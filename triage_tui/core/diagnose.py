@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.checks.result import CheckResult
@@ -94,18 +95,16 @@ class Diagnosis:
 def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, mapping: str | Path | None = None,
                    data: str | Path | None = None, target: str | Path | None = None) -> CheckInputs:
     """Flags > triage.toml > training_state.pt args > discovery; BadInput for a missing run or flag path."""
-    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, load_manifest
+    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
 
-    run_path = Path(os.path.abspath(Path(run).expanduser()))
-    if not run_path.exists():
-        raise BadInput(run_path, "no such run directory")
-    if run_path.is_file():
+    run_path = Path(os.path.abspath(expand_user(run)))
+    if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
         # An event file or a triage.toml names the run it sits in.
         run_path = run_path.parent
     flags = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
     for name, value in flags.items():
-        if value is not None and not Path(value).expanduser().exists():
-            raise BadInput(Path(value), f"--{name}: no such file or directory")
+        if value is not None:
+            stat_or_bad_input(expand_user(value), f"--{name}: no such file or directory")
 
     notes: list[str] = []
     infos = discover_runs([run_path])
@@ -126,7 +125,7 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
     sources: dict[str, str] = {}
     for name in INPUT_NAMES:
         if flags[name] is not None:
-            chosen[name], sources[name] = Path(os.path.abspath(Path(flags[name]).expanduser())), "flag"
+            chosen[name], sources[name] = Path(os.path.abspath(expand_user(flags[name]))), "flag"
         elif manifest is not None and getattr(manifest, name) is not None:
             chosen[name], sources[name] = getattr(manifest, name), "triage.toml"
     # Lower sources are consulted only for what is still missing; the notes kept are those of the
@@ -205,12 +204,18 @@ def _holds_weights(path: Path) -> bool:
 
 
 def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Found:
+    from triage_tui.core import runs
+
     notes = []
     for key in keys:
         value = args.get(key)
         if not isinstance(value, (str, os.PathLike)) or not str(value):
             continue
-        path = Path(value).expanduser()
+        try:
+            path = runs.expand_user(value)
+        except BadInput:
+            notes.append(f"training_state.pt args.{key} = {value!r}: no such user's home directory; ignored")
+            continue
         # The trainer's paths are relative to its working directory, unknown here; the run
         # directory and its parent are the best guesses (SpecForge is usually launched from
         # the output's parent).

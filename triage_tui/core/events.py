@@ -29,10 +29,12 @@ backslashreplace ("loss\\xff").
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -43,7 +45,7 @@ from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import is_event_file_name, natural_key
+from triage_tui.core.runs import RACY_MTIME_SECS, is_event_file_name, natural_key
 from triage_tui.core.series import RunScalars
 
 __all__ = ["ReadStats", "RunEvents", "read_event_file", "find_event_files", "masked_crc32c"]
@@ -991,6 +993,49 @@ def _open_nonblocking(path, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK)
 
 
+_ZERO_SCAN = 16 << 20  # bytes looked at per step when skipping a run of zeros
+
+
+def _next_nonzero(fd: int, start: int, size: int) -> int | None:
+    """Offset of the first non-zero byte in [start, size), or None; holes of a sparse file cost nothing."""
+    pos = start
+    while pos < size:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)  # skips a hole (all zeros) without reading it
+        except OSError as err:
+            if err.errno == errno.ENXIO:
+                return None  # only a hole until the end
+        if pos >= size:
+            return None
+        chunk = np.frombuffer(os.pread(fd, min(_ZERO_SCAN, size - pos), pos), np.uint8)
+        if not chunk.size:
+            return None
+        nonzero = chunk != 0
+        if nonzero.any():
+            return pos + int(nonzero.argmax())
+        pos += chunk.size
+    return None
+
+
+def _read_into(handle, view: memoryview) -> int:
+    """readinto until `view` is full or the file ends (one read() returns at most ~2 GiB)."""
+    n = 0
+    while n < len(view):
+        got = handle.readinto(view[n:])
+        if not got:
+            break
+        n += got
+    return n
+
+
+def _hole_at(fd: int, pos: int, size: int) -> int:
+    """Where the next hole of a sparse file starts at or after `pos` (`size` when none, or unknown)."""
+    try:
+        return min(os.lseek(fd, pos, os.SEEK_HOLE), size)
+    except OSError:
+        return size
+
+
 @dataclass
 class _FileState:
     path: Path
@@ -1001,6 +1046,7 @@ class _FileState:
     seen_start: bool = False
     seen_summary: bool = False
     prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
+    quiet: tuple[int, int] | None = None  # (size, mtime_ns) when a poll found bytes it could not take yet
 
 
 # A big read grows each series' arrays several times; glibc keeps the freed smaller arrays in its
@@ -1121,7 +1167,9 @@ class RunEvents:
         try:
             # Reopened every poll: NFS close-to-open revalidation. O_NONBLOCK: opening a FIFO
             # named like an event file must not hang the poll.
-            handle = open(state.path, "rb", opener=_open_nonblocking)  # noqa: SIM115 - `with handle` below
+            # Unbuffered: the hole probes move the descriptor's offset, which a buffered reader
+            # would not notice (its seek() can stay within its buffer).
+            handle = open(state.path, "rb", buffering=0, opener=_open_nonblocking)  # noqa: SIM115 - `with handle` below
         except FileNotFoundError:
             return  # gone (or not there yet): keep what it gave
         except OSError:
@@ -1137,15 +1185,33 @@ class RunEvents:
             elif (st.st_dev, st.st_ino) != (state.dev, state.ino):
                 return  # replaced since the stat: the next poll starts the run over
             size = st.st_size
+            if state.quiet == (size, st.st_mtime_ns):
+                # Nothing written since a poll that could take nothing (a half-written record, a
+                # zero-filled or sparse tail): reading the same bytes again would find the same.
+                stats.pending_bytes += size - state.offset
+                return
             window = _CHUNK
-            while state.offset < size:
-                remaining = size - state.offset
-                want = min(window, remaining)
+            base = state.offset  # where this read starts: past a run of zero bytes, beyond offset
+            while base < size:
+                remaining = size - base
+                # Up to the next hole of a sparse file: what lies beyond it starts with zeros.
+                data_end = _hole_at(handle.fileno(), base, size)
+                if data_end == base:
+                    found = _next_nonzero(handle.fileno(), base, size)
+                    if found is None:
+                        break  # a sparse tail: the writer's data has not landed yet
+                    base, window = max(base + 1, found - 16), _CHUNK
+                    continue
+                want = min(window, remaining, data_end - base)
                 buf = bytearray(want + _PAD)  # zero slack: word gathers may run past the last record
-                handle.seek(state.offset)
-                n = handle.readinto(memoryview(buf)[:want])
+                handle.seek(base)
+                n = _read_into(handle, memoryview(buf)[:want])
                 stats.bytes_read += n
                 frames = _frame(buf, n, remaining - n)
+                if frames.consumed and base != state.offset:
+                    # Zeros [offset, base), then whole records: the zeros were damage after all.
+                    stats.skipped_bytes += base - state.offset
+                    stats.corrupt_records += 0 if frames.corrupt else 1
                 stats.skipped_bytes += frames.skipped_bytes
                 stats.corrupt_records += frames.corrupt
                 if frames.starts.size:
@@ -1154,13 +1220,32 @@ class RunEvents:
                     stats.corrupt_records += chunk.corrupt
                     stats.slow_records += chunk.slow
                     self._store(chunk, state, stats)
-                state.offset += frames.consumed
                 if frames.consumed:
+                    state.offset = base = base + frames.consumed
                     window = _CHUNK
+                    continue
+                if n and not np.frombuffer(buf, np.uint8, count=n).any():
+                    # No record starts in zeros. Look for the next byte of data in bounded steps
+                    # (holes skipped with SEEK_DATA) instead of reading ever larger windows.
+                    found = _next_nonzero(handle.fileno(), base + n, size)
+                    if found is None:
+                        break  # a zero-filled tail: the writer's data has not landed yet
+                    base, window = max(base + n, found - 16), _CHUNK  # a header starts at most 8 bytes before
                     continue
                 if n >= remaining or n < want or frames.need > remaining:
                     break  # the rest is a record still being written, or damage not yet followed by data
+                if base + n >= data_end:
+                    # What could not be taken runs into a hole: look past the hole for data.
+                    found = _next_nonzero(handle.fileno(), data_end, size)
+                    if found is None:
+                        break
+                    base, window = max(base + 1, found - 16), _CHUNK
+                    continue
                 window = max(frames.need, 2 * n)  # a record, or damage, longer than the window
+            # Remembered only when the mtime is old enough to change with the next write (git's
+            # racy-index rule, as core.runs' listing cache): a write in the same tick keeps it.
+            racy = time.time() - st.st_mtime <= RACY_MTIME_SECS
+            state.quiet = (size, st.st_mtime_ns) if state.offset < size and not racy else None
             stats.pending_bytes += max(size - state.offset, 0)
         if stats.corrupt_records > corrupt_before:
             self.damaged[state.path] = self.damaged.get(state.path, 0) + stats.corrupt_records - corrupt_before

@@ -31,6 +31,7 @@ Artifacts are recognised by name only; no pickle is ever opened here.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -39,6 +40,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.errors import BadInput
@@ -126,6 +128,37 @@ _MANIFEST_TAG_KEYS = ("loss_tags", "accuracy_tags")
 _MANIFEST_KEYS = ("vocab_size", *_MANIFEST_PATH_KEYS, *_MANIFEST_TAG_KEYS)
 
 
+def expand_user(value: str | Path, named_in: str | Path | None = None) -> Path:
+    """``Path(value).expanduser()``; BadInput naming the file the path came from (or the path)
+    when ``~user`` names no user on this machine (pathlib raises RuntimeError)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        where = f"{value}: " if named_in is not None else ""
+        raise BadInput(named_in if named_in is not None else value,
+                       f"{where}no such user's home directory (~user)") from None
+
+
+def stat_or_bad_input(path: Path, missing: str = "no such file or directory") -> os.stat_result:
+    """os.stat(path), or BadInput saying why not: missing, a symlink loop, permission denied."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise BadInput(path, missing) from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise BadInput(path, "a symlink loop (too many levels of symbolic links)") from None
+        raise BadInput(path, f"cannot reach it: {err.strerror or err}") from None
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False where the path cannot even be looked at (pathlib raises PermissionError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def load_manifest(path: str | Path) -> Manifest:
     """Read a triage.toml; BadInput naming the file on malformed TOML or a wrong type."""
     path = Path(path).absolute()
@@ -134,6 +167,10 @@ def load_manifest(path: str | Path) -> Manifest:
             document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
         raise BadInput(path, f"not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise BadInput(path, f"not valid TOML: not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise BadInput(path, "not valid TOML: nested too deeply") from None
     except OSError as err:
         raise BadInput(path, f"cannot read: {err.strerror or err}") from None
     table = document.get("run", {})
@@ -156,7 +193,7 @@ def load_manifest(path: str | Path) -> Manifest:
             continue
         if not isinstance(value, str) or not value:
             raise BadInput(path, f"[run] {key} must be a non-empty path string, got {value!r}")
-        values[key] = Path(os.path.normpath(run_dir / Path(value).expanduser()))
+        values[key] = Path(os.path.normpath(run_dir / expand_user(value, path)))
     for key in _MANIFEST_TAG_KEYS:
         value = table.get(key)
         if value is None:
@@ -184,13 +221,13 @@ def _serving_table(path: Path, table: Any) -> dict[str, Any]:
     if logs is not None:
         if not isinstance(logs, list) or not all(isinstance(p, str) and p for p in logs):
             raise BadInput(path, f"[serving] logs must be a list of path strings, got {logs!r}")
-        values["serving_logs"] = tuple(Path(os.path.normpath(path.parent / Path(p).expanduser())) for p in logs)
+        values["serving_logs"] = tuple(Path(os.path.normpath(path.parent / expand_user(p, path))) for p in logs)
     metrics = table.get("metrics")
     if metrics is not None:
         if not isinstance(metrics, str) or not metrics:
             raise BadInput(path, f"[serving] metrics must be a URL or path string, got {metrics!r}")
         if not is_url(metrics):
-            metrics = os.path.normpath(path.parent / Path(metrics).expanduser())
+            metrics = os.path.normpath(path.parent / expand_user(metrics, path))
         values["serving_metrics"] = metrics
     return values
 
@@ -207,7 +244,7 @@ def read_config(path: Path | None) -> dict | None:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             return None
         document = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
     return document if isinstance(document, dict) else None
 
@@ -475,10 +512,10 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     `triage out/runs` should show the run `out` when out/ has a triage.toml, or when runs/
     is a log dir beside out/'s checkpoints: look a few levels up before walking down.
     """
-    if (root / MANIFEST_NAME).is_file():
+    if _is_file(root / MANIFEST_NAME):
         return root
     for ancestor in list(root.parents)[:MANIFEST_SEARCH_LEVELS]:
-        if (ancestor / MANIFEST_NAME).is_file():
+        if _is_file(ancestor / MANIFEST_NAME):
             return ancestor
     # `triage out/runs` or `triage out/runs/<date_host>`: the log dir or one level below it.
     for log_dir in (root, root.parent):
@@ -581,16 +618,16 @@ def discover_runs(
     cache = cache if cache is not None else ListingCache()
     found: dict[str, RunInfo] = {}
     for raw in paths:
-        root = Path(os.path.abspath(Path(raw).expanduser()))
-        if not root.exists():
-            raise BadInput(root, "no such file or directory")
-        if root.is_file():
+        root = Path(os.path.abspath(expand_user(raw)))
+        if S_ISREG(stat_or_bad_input(root).st_mode):
             for info in _file_run(root, cache, strict):
                 found.setdefault(str(info.path), info)
             continue
         start = str(_start_dir(root, cache))
         tree = _walk(start, cache, set())
         if tree is None:
+            if strict:
+                _raise_unlistable(Path(start))
             continue  # unreadable directory: nothing to show, nothing to crash on
         builders: list[_RunBuilder] = []
         _assign(tree, None, builders)
@@ -601,6 +638,16 @@ def discover_runs(
             if run_dir not in found:
                 found[run_dir] = _run_info(builder, str(root), cache, strict)
     return list(found.values())
+
+
+def _raise_unlistable(path: Path) -> None:
+    """BadInput saying why a directory given on the command line could not be walked."""
+    try:
+        with os.scandir(path):
+            pass
+    except OSError as err:
+        raise BadInput(path, f"cannot list it: {err.strerror or err}") from None
+    raise BadInput(path, "cannot list it")
 
 
 def _run_name(run_dir: str, root: str) -> str:
@@ -653,7 +700,7 @@ def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
         return discover_runs([path.parent], cache=cache, strict=strict)
     wandb_file = is_wandb_file_name(path.name)
     manifest, manifest_error = None, None
-    if (path.parent / MANIFEST_NAME).is_file():
+    if _is_file(path.parent / MANIFEST_NAME):
         manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)
     if wandb_file:
         return [RunInfo(path.parent, path.name, (), manifest, RunArtifacts(), manifest_error, (path,))]

@@ -119,7 +119,7 @@ class Flag:
     """One thing wrong (or worth knowing) about a run, with the step and value behind it."""
 
     kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
-    #           | damaged_records (core.watch)
+    #           | damaged_records | unreadable_file (core.watch)
     severity: FlagSeverity
     tag: str | None
     step: int | None

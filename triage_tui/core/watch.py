@@ -174,6 +174,7 @@ class _Tracked:
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
+    read_error: str | None = None  # why the last poll of the run's files failed, if it did
     seen_live: bool = False  # new data arrived after the first read, in this session
     value_flags: tuple[Flag, ...] = ()
     activity: Activity | None = None
@@ -395,7 +396,13 @@ class Watcher:
     # ------------------------------------------------------------------ per-run update
 
     def _update(self, tracked: _Tracked, now: float) -> RunStatus:
-        tracked.events.poll()
+        try:
+            tracked.events.poll()
+            tracked.read_error = None
+        except Exception as err:  # noqa: BLE001 - one run's unreadable file must not stop the watch of the others
+            if self.strict:
+                raise BadInput(tracked.info.path, f"cannot read its scalars: {type(err).__name__}: {err}") from None
+            tracked.read_error = f"{tracked.info.path}: cannot read its scalars: {type(err).__name__}: {err}"
         scalars = tracked.events.scalars
         wandb = tracked.events.wandb
         if wandb is not None and wandb.config_version != tracked.wandb_config_version:
@@ -410,16 +417,16 @@ class Watcher:
         stalled = stall_flag(tracked.activity, now=now, flush_secs=self.flush_secs,
                              seen_live=tracked.seen_live, last_step=derived["last_step"])
         damaged = damaged_records_flag(tracked.events.events)
-        flags = tracked.value_flags + tuple(f for f in (stalled, damaged) if f is not None)
+        source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
+        problems = tuple(p for p in (tracked.info.manifest_error, *source_errors, tracked.read_error) if p)
+        flags = tracked.value_flags + tuple(f for f in (stalled, damaged) if f is not None) + tuple(
+            Flag("unreadable_file", "warning", None, None, None, problem) for problem in problems)
         serving, serving_errors = self._poll_serving(tracked)
         flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
         if (not recompute and tracked.status is not None and flags == tracked.status.flags
                 and serving is tracked.status.serving and serving_errors == tracked.status.serving_errors):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
-        status = worst_severity(flags)
-        source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
-        if (tracked.info.manifest_error or source_errors) and status == "ok":
-            status = "warning"
+        status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
         tracked.status = RunStatus(
             info=tracked.info,
             status=status,

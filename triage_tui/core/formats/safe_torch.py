@@ -40,11 +40,19 @@ if TYPE_CHECKING:
 _TORCH_MIN_SAFE = (2, 6)
 # safetensors itself refuses headers over 100 MB (safetensors/src/tensor.rs MAX_HEADER_SIZE).
 MAX_SAFETENSORS_HEADER = 100_000_000
-# A .ckpt.gz is decompressed in memory; a gzip bomb must not take the machine down.
+# A .ckpt.gz is decompressed in memory; a gzip bomb must not take the machine down. Hidden states
+# compress about 1.1-2x (bf16/fp32 noise), so a file may grow to GZIP_MAX_RATIO times its size (and
+# always to GZIP_FLOOR_BYTES), never past MAX_GZIP_BYTES.
 MAX_GZIP_BYTES = 8 << 30
+GZIP_MAX_RATIO = 64
+GZIP_FLOOR_BYTES = 64 << 20
+# torch.save stores every zip entry uncompressed; a compressed entry declaring more than this is a
+# zip bomb (a 261 KB file whose data.pkl inflates to 1 GB), refused before anything is inflated.
+MAX_COMPRESSED_ENTRY_BYTES = 64 << 20
 
-# Refusals name the classes a pickle wanted; disassembling its first 64 MiB is enough to find them.
-_SCAN_LIMIT = 64 << 20
+# Refusals name the classes a pickle wanted; they come early in a real data.pkl (100s of KB for a
+# whole model), so disassembling its first MiB in Python finds them.
+_SCAN_LIMIT = 1 << 20
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -79,7 +87,8 @@ def _pickle_stream(path: Path, raw: bytes | None) -> bytes:
         with zipfile.ZipFile(io.BytesIO(raw) if raw is not None else path) as archive:
             for name in archive.namelist():
                 if name.endswith("data.pkl"):
-                    return archive.read(name)
+                    with archive.open(name) as entry:
+                        return entry.read(_SCAN_LIMIT)
     return head[:_SCAN_LIMIT]
 
 
@@ -125,13 +134,29 @@ def _refusal(path: Path, err: pickle.UnpicklingError, raw: bytes | None, also_al
 
 
 def _read_gzip(path: Path) -> bytes:
+    size = path.stat().st_size
+    limit = min(MAX_GZIP_BYTES, max(GZIP_FLOOR_BYTES, GZIP_MAX_RATIO * size))
     out = io.BytesIO()
     with gzip.open(path, "rb") as stream:
         while chunk := stream.read(1 << 24):
             out.write(chunk)
-            if out.tell() > MAX_GZIP_BYTES:
-                raise BadInput(path, f"decompresses to more than {MAX_GZIP_BYTES >> 30} GiB; refused")
+            if out.tell() > limit:
+                raise BadInput(path, f"decompresses to more than {limit >> 20} MiB from {size} bytes (over "
+                                     f"{GZIP_MAX_RATIO}x: real dumps compress ~1.1-2x); refused as a gzip bomb")
     return out.getvalue()
+
+
+def _refuse_zip_bomb(path: Path) -> None:
+    """BadInput when a torch zip holds a compressed entry declaring more than it could need."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load says what is wrong with it
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_COMPRESSED_ENTRY_BYTES:
+            raise BadInput(path, f"zip entry {info.filename!r} would inflate {info.compress_size} bytes to "
+                                 f"{info.file_size} (torch.save stores entries uncompressed); refused as a zip bomb")
 
 
 def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -> object:
@@ -147,10 +172,13 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
     if _torch_version() < _TORCH_MIN_SAFE:
         raise BadInput(path, f"refusing to unpickle with torch {torch.__version__} < 2.6 "
                              "(CVE-2025-32434: weights_only is bypassable); upgrade torch")
-    if not path.is_file():
-        raise BadInput(path, "no such file" if not path.exists() else "not a file")
-    with path.open("rb") as f:
-        magic = f.read(4)
+    try:
+        if not path.is_file():
+            raise BadInput(path, "no such file" if not path.exists() else "not a file")
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as err:
+        raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
     if len(magic) < 4:
         raise BadInput(path, f"file is {len(magic)} bytes long; not a torch.save file")
     raw: bytes | None = None
@@ -160,6 +188,8 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
         if magic[:2] == _GZIP_MAGIC:
             raw = _read_gzip(path)
             source, mmap = io.BytesIO(raw), False
+        elif mmap:
+            _refuse_zip_bomb(path)
         if not allowed_globals:
             return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
         # safe_globals swaps process-wide state; interleaved enters/exits from worker threads could
@@ -171,6 +201,8 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
         raise _refusal(path, err, raw, allowed_names) from None
     except BadInput:
         raise
+    except RecursionError:
+        raise BadInput(path, "unreadable torch file: its pickle is nested too deeply") from None
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError, TypeError,
             AttributeError, struct.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
         raise BadInput(path, f"unreadable torch file (truncated or corrupt?): {_first_line(err)}") from None
@@ -282,25 +314,30 @@ def tensor_info(name: str, tensor: torch.Tensor, file: Path) -> TensorInfo:
 def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     """Tensor names, shapes and dtypes of a safetensors file, without reading any tensor data."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(path, "no such file" if not path.exists() else "not a file")
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise BadInput(path, f"file is {size} bytes long; not a safetensors file")
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > MAX_SAFETENSORS_HEADER:
-            raise BadInput(path, f"safetensors header claims {header_len} bytes (limit "
-                                 f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt")
-        if header_len > size - 8:
-            raise BadInput(path, f"safetensors header claims {header_len} bytes but the file has "
-                                 f"{size - 8} after the length field (truncated?)")
-        header_bytes = f.read(header_len)
+    try:
+        if not path.is_file():
+            raise BadInput(path, "no such file" if not path.exists() else "not a file")
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise BadInput(path, f"file is {size} bytes long; not a safetensors file")
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len > MAX_SAFETENSORS_HEADER:
+                raise BadInput(path, f"safetensors header claims {header_len} bytes (limit "
+                                     f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt")
+            if header_len > size - 8:
+                raise BadInput(path, f"safetensors header claims {header_len} bytes but the file has "
+                                     f"{size - 8} after the length field (truncated?)")
+            header_bytes = f.read(header_len)
+    except OSError as err:
+        raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
     try:
         header = json.loads(header_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise BadInput(path, f"safetensors header is not valid JSON: {_first_line(err)}") from None
+    except RecursionError:
+        raise BadInput(path, "safetensors header is not valid JSON: nested too deeply") from None
     if not isinstance(header, dict):
         raise BadInput(path, "safetensors header is not a JSON object")
     data_size = size - 8 - header_len

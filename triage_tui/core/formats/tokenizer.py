@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from functools import lru_cache
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.json_file import read_json
 
 _FILES = ("tokenizer.json", "tiktoken.model", "vocab.json")
 
@@ -41,12 +41,6 @@ def _from_byte_level(piece: str) -> str:
     return bytes(decoder[ch] for ch in piece).decode("utf-8", errors="replace")
 
 
-def _load_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadInput(path, f"not valid JSON: {err}") from None
-
 
 def _token_id(path: Path, piece: object, value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -67,7 +61,7 @@ def _decoder_types(node: object) -> set[str]:
 
 
 def _read_tokenizer_json(path: Path) -> dict[int, str]:
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise BadInput(path, "not a tokenizer.json object")
     model = data.get("model")
@@ -112,7 +106,7 @@ def _read_tiktoken(path: Path) -> dict[int, str]:
 
 
 def _read_vocab_json(path: Path) -> dict[int, str]:
-    data = _load_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise BadInput(path, "not a {token: id} object")
     return {_token_id(path, piece, value): _from_byte_level(piece) for piece, value in data.items()}
@@ -134,7 +128,7 @@ def read_token_strings(path: str | Path) -> dict[int, str] | None:
     strings = reader(file)
     config_path = file.parent / "tokenizer_config.json"
     if config_path.is_file():
-        config = _load_json(config_path)
+        config = read_json(config_path)
         added = config.get("added_tokens_decoder") if isinstance(config, dict) else None
         for key, entry in (added or {}).items():
             if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(key).isdigit():

@@ -10,12 +10,12 @@ costs a few header reads.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.json_file import read_json
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_array,
@@ -139,10 +139,7 @@ def read_config(root: Path) -> dict | None:
     path = root / "config.json"
     if not path.is_file():
         return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadInput(path, f"not valid JSON: {err}") from None
+    config = read_json(path)
     if not isinstance(config, dict):
         raise BadInput(path, "not a JSON object")
     return config
@@ -176,10 +173,7 @@ def find_weights(path: str | Path) -> WeightFiles:
 def _from_index(index_path: Path) -> WeightFiles:
     """A sharded model: ``{"weight_map": {tensor name: shard file}}``, every shard checked to exist."""
     root = index_path.parent
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadInput(index_path, f"not valid JSON: {err}") from None
+    index = read_json(index_path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise BadInput(index_path, "no 'weight_map' object in the index")

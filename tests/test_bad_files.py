@@ -1,0 +1,210 @@
+"""One bad file never stops triage and never ends in a traceback (issue 11 items 3, 4 and 11).
+
+The watch: a run whose triage.toml is not UTF-8, nested too deeply, or names `~nosuchuser/...`
+gets an `unreadable_file` warning naming the file; the other runs go on updating. The commands:
+the same files, a path given as `~nosuchuser`, a symlink loop, a directory or a training_state.pt
+that cannot be read (permission taken for real, the command run as `nobody`) are one line on
+stderr naming the file and exit status 2, or a note when the file was optional.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tb_writers import write_scalars
+from triage_tui.core.errors import BadInput
+from triage_tui.core.watch import Watcher
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD_MANIFESTS = {
+    "not-utf8": (b"[run]\nvocab_size = 32000  # \xff\xfe\n", "not valid TOML: not UTF-8 text"),
+    "deep": (b"[run]\nloss_tags = " + b"[" * 50_000 + b"]" * 50_000 + b"\n", "not valid TOML: nested too deeply"),
+    "tilde": (b'[run]\ncheckpoint = "~nosuchuser/drafter"\n', "~nosuchuser/drafter: no such user's home directory"),
+}
+
+
+def triage(*args: str | Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run([sys.executable, "-m", "triage_tui", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env=env)
+
+
+def triage_as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
+    """`triage ARGS` in a forked child that dropped root (the venv's python may not be nobody's to run)."""
+    from triage_tui import cli
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            code = cli.main([str(a) for a in args])
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException as err:  # a traceback is what the test looks for: print it
+            import traceback
+
+            traceback.print_exception(err, file=sys.stderr)
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    with open(out_r) as out, open(err_r) as err:
+        stdout, stderr = out.read(), err.read()
+    _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), stdout, stderr)
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    return result.stderr
+
+
+def points(run: Path, steps) -> None:
+    write_scalars(run, {"train/ploss_0": [(s, 3.0) for s in steps]}, wall_time=1_700_000_000.0)
+
+
+def test_a_bad_manifest_is_that_runs_warning_and_the_watch_goes_on(tmp_path):
+    points(tmp_path / "good", range(10))
+    for name, (content, _) in BAD_MANIFESTS.items():
+        points(tmp_path / name, range(10))
+        (tmp_path / name / "triage.toml").write_bytes(content)
+    (tmp_path / "deep-config").mkdir()
+    points(tmp_path / "deep-config", range(10))
+    (tmp_path / "deep-config" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=0.0)
+    statuses = {s.info.name: s for s in watcher.poll_once()}
+    assert set(statuses) == {"good", "deep-config", *BAD_MANIFESTS}
+    for name, (_, reason) in BAD_MANIFESTS.items():
+        (flag,) = [f for f in statuses[name].flags if f.kind == "unreadable_file"]
+        assert flag.severity == "warning" and str(tmp_path / name / "triage.toml") in flag.message
+        assert reason in flag.message and statuses[name].status == "warning"
+    # A config.json nested too deeply only refines the chance line: the default is used, and said.
+    assert statuses["deep-config"].vocab_size_source == "default"
+    points(tmp_path / "good", range(10, 20))
+    points(tmp_path / "tilde", range(10, 20))
+    statuses = {s.info.name: s for s in watcher.poll_once()}
+    assert statuses["good"].last_step == 19 and statuses["tilde"].last_step == 19
+
+
+def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monkeypatch):
+    """Whatever a reader raises on one run's files is that run's warning, not the end of the watch."""
+    from triage_tui.core.sources import RunSources
+
+    points(tmp_path / "a", range(10))
+    points(tmp_path / "b", range(10))
+    real_poll = RunSources.poll
+
+    def poll(self):
+        if any("b" == Path(p).parent.name for p in self._event_files):
+            raise MemoryError("simulated: the reader ran out of memory on b's file")
+        return real_poll(self)
+
+    monkeypatch.setattr(RunSources, "poll", poll)
+    statuses = {s.info.name: s for s in Watcher([tmp_path], use_watchdog=False).poll_once()}
+    assert statuses["a"].last_step == 9 and statuses["a"].status == "ok"
+    (flag,) = [f for f in statuses["b"].flags if f.kind == "unreadable_file"]
+    assert "MemoryError" in flag.message and str(tmp_path / "b") in flag.message
+    with pytest.raises(BadInput, match="cannot read its scalars: MemoryError"):
+        Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MANIFESTS))
+def test_scan_and_check_say_what_is_wrong_with_a_manifest_in_one_line(tmp_path, name):
+    content, reason = BAD_MANIFESTS[name]
+    points(tmp_path / name, range(10))
+    (tmp_path / name / "triage.toml").write_bytes(content)
+    for command in ("scan", "check"):
+        line = one_line(triage(command, tmp_path / name))
+        assert line.startswith(f"triage: {tmp_path / name / 'triage.toml'}: ") and reason in line
+
+
+def test_paths_that_name_no_user_or_loop_are_one_line(tmp_path):
+    line = one_line(triage("scan", "~nosuchuser/runs"))
+    assert line == "triage: ~nosuchuser/runs: no such user's home directory (~user)\n"
+    one_line(triage("check", "~nosuchuser/runs"))
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for command in ("scan", "check"):
+        line = one_line(triage(command, tmp_path / "a"))
+        assert "symlink loop" in line and "no such" not in line
+
+
+def specforge_output(run: Path, args: argparse.Namespace) -> Path:
+    """SpecForge's layout: runs/ of event files beside epoch_*_step_* dirs with weights and training_state.pt."""
+    points(run / "runs", range(10))
+    saved = run / "epoch_0_step_10"
+    saved.mkdir(parents=True)
+    save_file({"fc.weight": torch.zeros(2, 2)}, str(saved / "model.safetensors"))
+    torch.save({"epoch": 0, "global_step": 10, "args": args}, saved / "training_state.pt")
+    return saved / "training_state.pt"
+
+
+def test_training_state_args_naming_no_user_are_a_note(tmp_path):
+    from triage_tui.core.diagnose import resolve_inputs
+
+    args = argparse.Namespace(ckpt_dir="~nosuchuser/k2", target_model_path="~nosuchuser/t", cache_dir="~nosuchuser/c")
+    specforge_output(tmp_path / "out", args)
+    inputs = resolve_inputs(tmp_path / "out")
+    assert inputs.run == tmp_path / "out" and inputs.target is None
+    for key in ("ckpt_dir", "target_model_path", "cache_dir"):
+        assert f"training_state.pt args.{key} = '~nosuchuser/" in " ".join(inputs.notes)
+    assert "no such user's home directory; ignored" in " ".join(inputs.notes)
+
+
+@pytest.fixture
+def nobody_tree():
+    """A tree `nobody` can read, in /tmp (pytest's own tmp dirs are root's, mode 0700)."""
+    if os.geteuid() != 0:
+        pytest.skip("dropping to nobody needs root")
+    base = Path(tempfile.mkdtemp(prefix="triage-perm-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    for path in [base, *base.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    shutil.rmtree(base)
+
+
+def _readable_by_all(base: Path) -> None:
+    for path in base.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_untraversable_root_and_unreadable_training_state_as_nobody(nobody_tree):
+    """The kernel's own EACCES, the command run as `nobody`: one line, exit 2, or a note."""
+    closed = nobody_tree / "closed"
+    points(closed / "run", range(10))
+    run = nobody_tree / "out"
+    state = specforge_output(run, argparse.Namespace(target_model_path="/nowhere"))
+    _readable_by_all(nobody_tree)
+    closed.chmod(0o000)
+    state.chmod(0o000)
+    line = one_line(triage_as_nobody("scan", closed))
+    assert line == f"triage: {closed}: cannot list it: Permission denied\n"
+    result = triage_as_nobody("check", run, "--json")
+    assert "Traceback" not in result.stderr, result.stderr
+    if result.returncode == 2:
+        assert result.stderr.count("\n") == 1
+    else:
+        assert f"training_state.pt not used: {state}: cannot read it: Permission denied" in result.stdout
