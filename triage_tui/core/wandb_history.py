@@ -199,33 +199,11 @@ class _FileState:
     offset: int = 0  # file offset of the next record; 0 = the header is not read yet
 
 
-@dataclass
-class _Rows:
-    """Points of one poll before they go into the series, per tag in row order."""
-
-    steps: dict[str, list[int]] = field(default_factory=dict)
-    walls: dict[str, list[float]] = field(default_factory=dict)
-    values: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, tag: str, step: int, wall: float, value: float) -> None:
-        steps = self.steps.get(tag)
-        if steps is None:
-            steps = self.steps[tag] = []
-            self.walls[tag] = []
-            self.values[tag] = []
-        steps.append(step)
-        self.walls[tag].append(wall)
-        self.values[tag].append(value)
+# Points of one poll before they go into the series: tag -> (steps, wall times, values), row order.
+_Rows = dict
 
 
-def _number(text: str) -> float | None:
-    """A JSON number (NaN/Infinity as Python's json writes them), or None for anything else."""
-    if not text or text[0] not in "-0123456789NI":
-        return None  # strings, booleans, null, lists and objects (media, histograms)
-    try:
-        return float(text)
-    except ValueError:
-        return None
+_NUMBER_START = frozenset("-0123456789NI")  # JSON numbers, and NaN/Infinity as Python's json writes them
 
 
 def _item_key(item) -> str:
@@ -252,7 +230,7 @@ class WandbHistory:
         self._files: dict[Path, _FileState] = {}
         self._named_metrics: dict[str, str] = {}  # key -> its step metric ("" = _step)
         self._glob_metrics: list[tuple[str, str]] = []  # (glob, step metric), in definition order
-        self._step_of: dict[str, str] = {}  # cache: key -> step metric ("" = _step)
+        self._step_of: dict[str, tuple[str, str]] = {}  # cache: key -> (tag, step metric or "" for _step)
         self._typed = False
         self._lock = threading.Lock()
 
@@ -277,13 +255,12 @@ class WandbHistory:
             if self._any_replaced():
                 self._forget_all()
                 stats.resets += 1
-            rows = _Rows()
+            rows: _Rows = {}
             for state in self._files.values():
                 self._read(pb, state, stats, rows)
-            for tag, steps in rows.steps.items():
+            for tag, (steps, walls, values) in rows.items():
                 self.scalars.series_for(tag, "wandb").extend(
-                    np.array(steps, np.int64), np.array(rows.walls[tag], np.float64),
-                    np.array(rows.values[tag], np.float64))
+                    np.array(steps, np.int64), np.array(walls, np.float64), np.array(values, np.float64))
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             self.totals.add(stats)
@@ -382,38 +359,52 @@ class WandbHistory:
             self._config(record.config.update, record.config.remove)
 
     def _history(self, history, stats: ReadStats, rows: _Rows) -> None:
+        # The hot loop of a cold read (one pass per item of every row): attribute reads on upb
+        # messages are the cost, so each is read once and the common case (value_json) goes first.
         values: dict[str, float] = {}
         step = history.step.num
         wall = 0.0
+        typed = self._typed
         for item in history.item:
-            key = _item_key(item)
-            which = item.WhichOneof("value") if self._typed else None
-            if key == STEP_KEY and which is None:
+            nested = item.nested_key
+            key = item.key or (nested[0] if len(nested) == 1 else ".".join(nested))
+            text = item.value_json
+            if text:
+                if text[0] not in _NUMBER_START:
+                    continue  # strings, booleans, null, lists and objects (media, histograms)
+                if key == STEP_KEY:
+                    try:
+                        step = int(text)  # exact, even past 2**53
+                        continue
+                    except ValueError:
+                        pass
                 try:
-                    step = int(item.value_json)  # exact, even past 2**53
-                    continue
+                    value = float(text)
                 except ValueError:
-                    pass
-            if which is None:
-                value = _number(item.value_json)
-            elif which == "number":
-                value = item.number
-            elif which == "integer":
-                value = float(item.integer)
+                    continue
+            elif typed:
+                which = item.WhichOneof("value")
+                if which == "number":
+                    value = item.number
+                elif which == "integer":
+                    value = float(item.integer)
+                else:
+                    continue
             else:
-                value = None
-            if value is None:
                 continue
             if key == TIME_KEY:
                 wall = value
             elif key == STEP_KEY:
                 if math.isfinite(value):
                     step = int(value)
-            elif not key.startswith("_"):  # W&B's own keys (_runtime, _wandb.*): not metrics
+            elif key[0] != "_":  # W&B's own keys (_runtime, _wandb.*): not metrics
                 values[key] = value
-        prefix = self.prefix
+        step_of = self._step_of
         for key, value in values.items():
-            metric = self._step_metric(key)
+            target = step_of.get(key)
+            if target is None:
+                target = step_of[key] = (self.prefix + key, self._step_metric(key))
+            tag, metric = target
             point_step = step
             if metric:
                 x = values.get(metric)
@@ -421,19 +412,20 @@ class WandbHistory:
                     self.unkeyed_points += 1
                     continue
                 point_step = int(x)
-            rows.add(prefix + key, point_step, wall, value)
+            columns = rows.get(tag)
+            if columns is None:
+                columns = rows[tag] = ([], [], [])
+            columns[0].append(point_step)
+            columns[1].append(wall)
+            columns[2].append(value)
             stats.scalars += 1
 
     def _step_metric(self, key: str) -> str:
-        found = self._step_of.get(key)
+        """The step metric define_metric gave `key` ("" = _step): by name, else the first glob that matches."""
+        found = self._named_metrics.get(key)
         if found is None:
-            found = self._named_metrics.get(key)
-            if found is None:
-                found = next((s for glob, s in self._glob_metrics if fnmatch.fnmatchcase(key, glob)), "")
-            if found == key:
-                found = ""  # a step metric itself is plotted against _step
-            self._step_of[key] = found
-        return found
+            found = next((s for glob, s in self._glob_metrics if fnmatch.fnmatchcase(key, glob)), "")
+        return "" if found == key else found  # a step metric itself is plotted against _step
 
     def _metric(self, metric) -> None:
         if metric.name:
