@@ -150,7 +150,7 @@ def tail_cut(path: Path, rows: int, tail_rows: int) -> int:
     base = len(WANDB_HEADER)
     framed = _frame(data[base:], base)
     pb = wandb_protos()
-    history_ends = [end for end, payload in zip(framed.ends, framed.records)
+    history_ends = [end for end, payload in zip(framed.ends, framed.records, strict=True)
                     if pb.Record.FromString(payload).WhichOneof("record_type") == "history"]
     return base + history_ends[rows - tail_rows - 1]
 
@@ -176,6 +176,7 @@ def main() -> None:
         size = path.stat().st_size
 
         from wandb.util import get_core_path
+
         from wandb_writers import WANDB_CLI
 
         # `wandb leet inspect --json FILE` as a user types it, and the wandb-core command it runs

@@ -226,7 +226,7 @@ def test_a_run_killed_mid_write(tmp_path):
     assert history.totals.corrupt_records == 0
     mine = points_of(history)
     theirs = leet_points(path)
-    assert same_points(mine["marker"], theirs["marker"]) and len(mine["marker"]) > 20
+    assert same_points(mine["marker"], theirs["marker"]) and len(mine["marker"]) >= 10
     assert [s for s, _, _ in mine["marker"]] == list(range(len(mine["marker"])))
 
 
@@ -326,6 +326,10 @@ def test_a_run_with_both_sources_is_one_run(tmp_path):
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
     assert status.to_json()["sources"] == ["tensorboard", "wandb"]
     assert status.metrics["loss"]["tag"] == "train/ploss_0"
+    # Pointed at the W&B directory or one W&B run in it, triage shows the output dir's run.
+    for inner in (out / "wandb", info.wandb_files[0].parent):
+        (inside,) = discover_runs([inner])
+        assert inside.path == out and inside.sources == ("tensorboard", "wandb")
 
 
 def test_without_the_wandb_package_a_wandb_run_says_why(story_run):

@@ -517,9 +517,9 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for ancestor in list(root.parents)[:MANIFEST_SEARCH_LEVELS]:
         if _is_file(ancestor / MANIFEST_NAME):
             return ancestor
-    # `triage out/runs` or `triage out/runs/<date_host>`: the log dir or one level below it.
+    # `triage out/runs` or `triage out/runs/<date_host>` (`out/wandb/run-<id>`): the log dir or one below it.
     for log_dir in (root, root.parent):
-        if log_dir.name.lower() in LOG_DIR_NAMES:
+        if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
             # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
             probe = _walk(str(log_dir.parent), cache, set(), depth=3)
             if probe is not None and _promotes_parent(probe):

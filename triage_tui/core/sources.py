@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.events import ReadStats, RunEvents
 from triage_tui.core.runs import WANDB_DIR_NAME, read_config
 from triage_tui.core.series import RunScalars
+
+if TYPE_CHECKING:
+    from triage_tui.core.wandb_history import WandbHistory
 
 WANDB_PREFIX = WANDB_DIR_NAME + "/"
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
@@ -31,7 +34,7 @@ class RunSources:
 
     def __init__(self) -> None:
         self.events = RunEvents()
-        self.wandb = None  # a WandbHistory once the run has W&B files (imported only then)
+        self.wandb: WandbHistory | None = None  # once the run has W&B files (imported only then)
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
         self._event_files: tuple[Path, ...] = ()
         self._wandb_files: tuple[Path, ...] = ()

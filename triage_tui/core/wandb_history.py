@@ -200,7 +200,7 @@ class _FileState:
 
 
 # Points of one poll before they go into the series: tag -> (steps, wall times, values), row order.
-_Rows = dict
+_Rows = dict[str, tuple[list[int], list[float], list[float]]]
 
 
 _NUMBER_START = frozenset("-0123456789NI")  # JSON numbers, and NaN/Infinity as Python's json writes them
@@ -414,7 +414,7 @@ class WandbHistory:
                 point_step = int(x)
             columns = rows.get(tag)
             if columns is None:
-                columns = rows[tag] = ([], [], [])
+                columns = rows[tag] = ([], [], [])  # steps, wall times, values
             columns[0].append(point_step)
             columns[1].append(wall)
             columns[2].append(value)
@@ -452,7 +452,7 @@ def find_wandb_files(path: str | Path) -> list[Path]:
     path = Path(path)
     if path.is_file():
         return [path]
-    found = []
+    found: list[Path] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=natural_key)
         found.extend(Path(root) / name for name in sorted(files, key=natural_key) if is_wandb_file_name(name))
