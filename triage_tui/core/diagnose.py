@@ -17,6 +17,7 @@ from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.device import resolve_device
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
 from triage_tui.core.serving import ServingComparison
@@ -383,7 +384,6 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
         return check_hidden_state(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"))
 
     def verifier_mask() -> CheckResult:
-        from triage_tui.core.checks.replay import resolve_device
         from triage_tui.core.checks.verifier_mask import check_verifier_mask
 
         # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from triage_tui import __version__
+from triage_tui.core.device import resolve_device
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
@@ -1228,8 +1229,6 @@ def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: i
 
 def _use_gpu(device: str | torch.device, lm_head_bytes: int) -> torch.device | None:
     """The GPU to gather on: only a CUDA device, and only for a head worth the copy."""
-    from triage_tui.core.checks.replay import resolve_device
-
     resolved = resolve_device(device)
     return resolved if resolved.type == "cuda" and lm_head_bytes >= GPU_MIN_BYTES else None
 
@@ -1899,8 +1898,6 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
                 progress(0.9, "replay on the remapped checkpoint")
             accuracy_after = _replay_accuracy(read_checkpoint(temp.path), dumps, plan.target_model,
                                               plan.run_mapping, device, max_tokens, notes)
-            from triage_tui.core.checks.replay import resolve_device
-
             accuracy_device = str(resolve_device(device))
         provenance = _provenance(plan, digests, notes)
         provenance.update(bytes_verified=compared, accuracy_before=accuracy_before, accuracy_after=accuracy_after,

@@ -44,7 +44,6 @@ from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.serving import is_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -230,6 +229,11 @@ def _serving_table(path: Path, table: Any) -> dict[str, Any]:
             metrics = os.path.normpath(path.parent / expand_user(metrics, path))
         values["serving_metrics"] = metrics
     return values
+
+
+def is_url(source: str) -> bool:
+    """A [serving] metrics source that is scraped over HTTP, not read from a file."""
+    return source.startswith(("http://", "https://"))
 
 
 def read_config(path: Path | None) -> dict | None:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.runs import is_url
 
 if TYPE_CHECKING:
     from triage_tui.core.signals import Flag
@@ -457,10 +458,6 @@ def snapshot_evidence(snapshot: MetricsSnapshot, source: str,
                   "verify steps (bonus token included); no counts")
     return ServingEvidence("sglang", source, snapshot.accept_length, (), None, None, convention, tuple(samples),
                            tuple(notes))
-
-
-def is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
 
 
 def scrape(url: str, *, timeout: float = SCRAPE_TIMEOUT_SECS) -> str:

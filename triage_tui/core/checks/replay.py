@@ -23,6 +23,7 @@ import torch
 
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.target_head import HeadScan, scan_head
+from triage_tui.core.device import resolve_device
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
 from triage_tui.core.errors import BadInput
 from triage_tui.core.vocab import VocabMapping
@@ -53,13 +54,6 @@ CHUNK_ORDER_MARGIN = 0.10
 _ROW_BUDGET_ELEMENTS = 1 << 25
 
 Progress = Callable[[float, str], None]
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"``: CUDA when torch sees a GPU, else CPU."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.mapping import mapping_from_arrays, mask_array, offsets_array
 from triage_tui.core.formats.safe_torch import TensorInfo
 from triage_tui.core.formats.weights import WeightFiles, find_weights, read_config
-from triage_tui.core.vocab import VocabMapping
+from triage_tui.core.vocab import VocabMapping, mapping_from_arrays, mask_array, offsets_array
 
 if TYPE_CHECKING:
     import torch  # imported by the readers when a tensor is read (formats/safe_torch.py)

@@ -1,0 +1,209 @@
+"""The import contract: which room may import which, read from the source, so a violation fails here.
+
+Every ``import`` in ``triage_tui/`` counts, wherever it stands: at module level, inside a
+function (a lazy import is still a dependency), and under ``TYPE_CHECKING`` (a type is one
+too). The rooms, top to bottom (CONTRIBUTING.md draws the same map):
+
+    cli, commands             parse arguments, print, exit codes
+    samples                   the playground runs and the scripted demo (it starts the TUI)
+    tui                       the Textual app: screens, widgets, messages
+    core                      headless: never imports the three above, textual or rich
+
+and within core, top to bottom; a module may import only from layers below its own, never
+from a sibling room of its own layer (siblings are independent):
+
+    diagnose | remap          resolve inputs and run checks / rewrite a checkpoint
+    hypotheses                rank causes from check results and run evidence
+    checks | watch            one verdict each / the live monitor over runs
+    sources | parallel_read   the readers of a run, one process or two
+    wandb_history | serving   W&B run files / vLLM and SGLang acceptance evidence
+    events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
+    runs | formats            run discovery and triage.toml / files on disk into typed results
+    series | vocab | metric_names | decimal_text | text | device   small shared types and helpers
+    errors                    BadInput, the one bad-input error
+
+Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
+checkpoint its weight files), and nothing in core imports in a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "triage_tui"
+
+# Top to bottom; each entry is one layer, a tuple of rooms (module-name prefixes, without
+# "triage_tui."). The root package (``__version__``) may be imported from anywhere.
+ROOMS = [
+    ("__main__",),
+    ("cli",),
+    ("commands",),
+    ("samples",),
+    ("tui",),
+    ("core",),
+]
+CORE = [
+    ("core.diagnose", "core.remap"),
+    ("core.hypotheses",),
+    ("core.checks", "core.watch"),
+    ("core.sources", "core.parallel_read"),
+    ("core.wandb_history", "core.serving"),
+    ("core.events", "core.signals", "core.drafter"),
+    ("core.runs", "core.formats"),
+    ("core.series", "core.vocab", "core.metric_names", "core.decimal_text", "core.text", "core.device"),
+    ("core.errors",),
+]
+FORMATS = [
+    ("core.formats.mapping",),
+    ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
+    ("core.formats.weights",),
+    ("core.formats.training_state",),
+    ("core.formats.safe_torch",),
+]
+# Never imported by core, at any depth of a function: the terminal belongs to tui/.
+CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """Every module an import statement in ``path`` names: (dotted name without "triage_tui.", line)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolved against this module's package
+                base = ["triage_tui", *package.split(".")] if package else ["triage_tui"]
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out.append((module, node.lineno))
+            # `from triage_tui.core import diagnose` names the submodule, not the package
+            out += [(f"{module}.{alias.name}", node.lineno) for alias in node.names]
+    return out
+
+
+def _edges() -> dict[str, set[tuple[str, int]]]:
+    """Module -> the triage_tui modules it imports (names without "triage_tui.")."""
+    edges: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for name, path in MODULES.items():
+        for module, line in _imports(name, path):
+            if module == "triage_tui" or not module.startswith("triage_tui."):
+                continue
+            target = module.removeprefix("triage_tui.")
+            if target in MODULES and target != name:
+                edges[name].add((target, line))
+    return edges
+
+
+EDGES = _edges()
+
+
+def _room(name: str, layers: list[tuple[str, ...]]) -> tuple[int, str] | None:
+    """(layer index, room) of the longest room prefix that holds ``name``; None when none does."""
+    best = None
+    for index, rooms in enumerate(layers):
+        for room in rooms:
+            if (name == room or name.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (index, room)
+    return best
+
+
+def _violations(layers: list[tuple[str, ...]], within: str | None = None) -> list[str]:
+    found = []
+    for source, targets in sorted(EDGES.items()):
+        if within and not source.startswith(within + "."):
+            continue
+        mine = _room(source, layers)
+        for target, line in sorted(targets):
+            theirs = _room(target, layers)
+            if mine is None or theirs is None or mine[1] == theirs[1]:
+                continue
+            if theirs[0] <= mine[0]:
+                how = "a sibling" if theirs[0] == mine[0] else "a layer above"
+                found.append(f"{source} (line {line}) imports {target}: {how} ({theirs[1]} over {mine[1]})")
+    return found
+
+
+def test_every_module_has_a_room():
+    """A new module must be placed on the map (here and in CONTRIBUTING.md) before it lands."""
+    unplaced = [name for name in MODULES if name and _room(name, ROOMS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
+    assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
+
+
+@pytest.mark.parametrize(("layers", "within"), [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats")],
+                         ids=["rooms", "core", "formats"])
+def test_imports_only_go_down(layers, within):
+    assert _violations(layers, within) == []
+
+
+def test_core_never_imports_the_terminal():
+    found = [f"{name} (line {line}) imports {module}"
+             for name, path in MODULES.items() if name.startswith("core")
+             for module, line in _imports(name, path) if module.split(".")[0] in CORE_NEVER]
+    assert found == []
+
+
+def test_core_has_no_import_cycle():
+    graph = {name: {target for target, _ in targets if target.startswith("core")}
+             for name, targets in EDGES.items() if name.startswith("core")}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_contract_sees_a_violation(tmp_path, monkeypatch):
+    """The checker itself: an upward import, a sibling import and a cycle are each caught."""
+    fake = {
+        "core.errors": "from triage_tui.core.runs import Run\n",            # up, and a cycle with runs
+        "core.runs": "from triage_tui.core import errors\n",
+        "core.events": "def f():\n    from triage_tui.core.signals import Flag\n",  # a sibling, lazily
+        "core.signals": "",
+    }
+    modules = {}
+    for name, text in fake.items():
+        path = tmp_path / (name.replace(".", "/") + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        modules[name] = path
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", modules)
+    monkeypatch.setattr(sys.modules[__name__], "EDGES", _edges())
+    found = _violations(CORE, "core")
+    assert any("core.errors (line 1) imports core.runs: a layer above" in v for v in found), found
+    assert any("core.events (line 2) imports core.signals: a sibling" in v for v in found), found
+    with pytest.raises(AssertionError, match="core.errors -> core.runs -> core.errors"):
+        test_core_has_no_import_cycle()
