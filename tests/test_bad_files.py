@@ -54,12 +54,12 @@ def triage_as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
             os.setuid(65534)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            sys.stdout = open(1, "w", closefd=False)
-            sys.stderr = open(2, "w", closefd=False)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the child's stdout until it exits
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the child's stderr until it exits
             code = cli.main([str(a) for a in args])
             sys.stdout.flush()
             sys.stderr.flush()
-        except BaseException as err:  # a traceback is what the test looks for: print it
+        except BaseException as err:  # noqa: BLE001 - a traceback is what the test looks for: print it
             import traceback
 
             traceback.print_exception(err, file=sys.stderr)
@@ -116,7 +116,7 @@ def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monk
     real_poll = RunSources.poll
 
     def poll(self):
-        if any("b" == Path(p).parent.name for p in self._event_files):
+        if any(Path(p).parent.name == "b" for p in self._event_files):
             raise MemoryError("simulated: the reader ran out of memory on b's file")
         return real_poll(self)
 

@@ -18,7 +18,8 @@ from a sibling room of its own layer (siblings are independent):
     sources | parallel_read   the readers of a run, one process or two
     wandb_history | serving   W&B run files / vLLM and SGLang acceptance evidence
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
-    runs | formats            run discovery and triage.toml / files on disk into typed results
+    runs                      run discovery and triage.toml
+    formats                   files on disk (weights, mappings, dumps, JSON) into typed results
     series | vocab | metric_names | decimal_text | text | device   small shared types and helpers
     errors                    BadInput, the one bad-input error
 
@@ -54,7 +55,8 @@ CORE = [
     ("core.sources", "core.parallel_read"),
     ("core.wandb_history", "core.serving"),
     ("core.events", "core.signals", "core.drafter"),
-    ("core.runs", "core.formats"),
+    ("core.runs",),
+    ("core.formats",),
     ("core.series", "core.vocab", "core.metric_names", "core.decimal_text", "core.text", "core.device"),
     ("core.errors",),
 ]
@@ -63,7 +65,7 @@ FORMATS = [
     ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
     ("core.formats.weights",),
     ("core.formats.training_state",),
-    ("core.formats.safe_torch",),
+    ("core.formats.safe_torch", "core.formats.json_file"),
 ]
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.
 CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
