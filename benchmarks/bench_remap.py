@@ -32,6 +32,7 @@ import ctypes
 import json
 import mmap
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -106,17 +107,18 @@ PARTS = {
     "python start + numpy (no torch)": "import numpy",
     "python start + import torch + exit": "import torch",
     "SHA-256 of the source (the digest before)": "import sys; from triage_tui.core.remap import _file_sha256; "
-    "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
+                                                 "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
     "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap import _file_blake3; "
-    "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
+                                             "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
     "compare source with a copy (verification, memcmp)":
-    "import os, sys; from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
-    "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
-    "size = os.fstat(a).st_size\n"
-    "for at in range(0, size, WINDOW_BYTES):\n"
-    "    with _mapped(a, at, min(WINDOW_BYTES, size - at)) as x, _mapped(b, at, min(WINDOW_BYTES, size - at)) as y:\n"
-    "        assert _equal_bytes(x, y)\n"
-    "        del x, y",
+        "import os, sys; from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
+        "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
+        "size = os.fstat(a).st_size\n"
+        "for at in range(0, size, WINDOW_BYTES):\n"
+        "    n = min(WINDOW_BYTES, size - at)\n"
+        "    with _mapped(a, at, n) as x, _mapped(b, at, n) as y:\n"
+        "        assert _equal_bytes(x, y)\n"
+        "        del x, y",
 }
 
 
@@ -162,24 +164,12 @@ def build_drafter(root: Path) -> None:
     }
     source = root / "kimi-k2-eagle3"
     source.mkdir(parents=True)
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
-        "num_hidden_layers": 1,
-        "max_position_embeddings": 131072,
-        "rms_norm_eps": 1e-6,
-        "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "vocab_size": TARGET_VOCAB,
-        "draft_vocab_size": DRAFT_VOCAB,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
-    }
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "head_dim": HEAD_DIM, "num_hidden_layers": 1, "max_position_embeddings": 131072,
+              "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "vocab_size": TARGET_VOCAB, "draft_vocab_size": DRAFT_VOCAB,
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}
     (source / "config.json").write_text(json.dumps(config, indent=2))
     save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
     write_mapping_pt(run_mapping, root / "run_vocab_mapping.pt")
@@ -224,32 +214,38 @@ def cached_fraction(paths: list[Path]) -> float:
     return resident / max(1, total)
 
 
-def time_cp(source: Path, dest: Path, *, sync: bool) -> float:
-    t0 = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_cp(source: Path, dest: Path, *, sync: bool) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of ``cp -r`` (and ``sync``)."""
+    cpu, t0 = children_cpu(), time.perf_counter()
     subprocess.run(["cp", "-r", str(source), str(dest)], check=True)
     if sync:
         subprocess.run(["sync", *(str(p) for p in sorted(dest.iterdir())), str(dest)], check=True)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, children_cpu() - cpu
 
 
 def time_remap(source: Path, mapping: Path, out: Path) -> dict:
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(source), str(mapping), str(out)], cwd=REPO, capture_output=True, text=True
-    )
+    cpu, t0 = children_cpu(), time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", WRAPPER, str(source), str(mapping), str(out)],
+                          cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    cpu = children_cpu() - cpu  # the whole process, exit included, as for cp and the script
     if done.returncode != 0:
         raise SystemExit(f"remap failed: {done.stderr}")
     stats = json.loads(done.stdout.strip().splitlines()[-1])
     assert stats["report"]["verified"], stats
-    stats["wall_s"] = wall
+    stats["wall_s"], stats["cpu_s"] = wall, cpu
     return stats
 
 
-def time_user_script(source: Path, mapping: Path, out: Path) -> float:
-    t0 = time.perf_counter()
+def time_user_script(source: Path, mapping: Path, out: Path) -> tuple[float, float]:
+    cpu, t0 = children_cpu(), time.perf_counter()
     subprocess.run([sys.executable, "-c", USER_SCRIPT, str(source), str(mapping), str(out)], check=True, cwd=REPO)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, children_cpu() - cpu
 
 
 def settle(*paths: Path) -> None:
@@ -290,9 +286,8 @@ def measure_parts(source: Path, files: list[Path]) -> str:
             for _ in range(REPEATS):
                 warm(files + [copy / weights.name])
                 t0 = time.perf_counter()
-                subprocess.run(
-                    [sys.executable, "-c", code, str(weights), str(copy / weights.name)], check=True, cwd=REPO
-                )
+                subprocess.run([sys.executable, "-c", code, str(weights), str(copy / weights.name)],
+                               check=True, cwd=REPO)
                 times.append(time.perf_counter() - t0)
             lines.append(f"| {label} | {statistics.median(times):.2f} s |")
     finally:
@@ -311,29 +306,26 @@ def main() -> None:
         files = sorted(source.iterdir())
         total = sum(p.stat().st_size for p in files)
         os.sync()
-        print(
-            f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
-            f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s"
-        )
+        print(f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
+              f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
         load_before = os.getloadavg()[0]
-        header = (
-            "| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
-            "imports | plan | write | verify + fsync | remap CPU (user+sys) | remap / cp | remap / (cp + sync) | "
-            "remap / script | peak RSS | RSS after imports | peak / lm_head |"
-        )
+        header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
+                  "imports | plan | write | verify + fsync | remap / cp | remap / (cp + sync) | remap / script | "
+                  "CPU s: cp + sync / script / remap | CPU remap / (cp + sync) | CPU remap / script | "
+                  "peak RSS | RSS after imports | peak / lm_head |")
         lines = [header, "|" + "---|" * (header.count("|") - 1)]
         report = None
         for cache in ("warm", "cold"):
             for order in ("cp first", "remap first"):
                 rounds = [measure(source, mapping, files, cache, order) for _ in range(REPEATS)]
                 median = lambda values: statistics.median(values)  # noqa: E731
-                cp = median([r["cp"] for r in rounds])
-                cps = median([r["cp+sync"] for r in rounds])
-                script = median([r["script"] for r in rounds])
-                remap = {
-                    key: median([r["remap"][key] for r in rounds])
-                    for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")
-                }
+                cp = median([r["cp"][0] for r in rounds])
+                cps = median([r["cp+sync"][0] for r in rounds])
+                script = median([r["script"][0] for r in rounds])
+                cps_cpu = median([r["cp+sync"][1] for r in rounds])
+                script_cpu = median([r["script"][1] for r in rounds])
+                remap = {key: median([r["remap"][key] for r in rounds])
+                         for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")}
                 peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
                 after_imports = max(r["remap"]["rss_imports_kb"] for r in rounds) * 1024
                 cached = [c for r in rounds for c in r["cached"]]
@@ -341,20 +333,16 @@ def main() -> None:
                 lines.append(
                     f"| {cache} ({min(cached):.0%}-{max(cached):.0%}) | {order} | {cp:.2f} s | {cps:.2f} s | "
                     f"{script:.2f} s | {remap['wall_s']:.2f} s | {remap['import_s']:.2f} s | {remap['plan_s']:.2f} s | "
-                    f"{remap['write_s']:.2f} s | {remap['verify_s']:.2f} s | {remap['cpu_s']:.2f} s | "
+                    f"{remap['write_s']:.2f} s | {remap['verify_s']:.2f} s | "
                     f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {remap['wall_s'] / script:.2f}x | "
-                    f"{peak / 2**20:.0f} MiB | "
-                    f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |"
-                )
-        print(
-            f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
-            f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)"
-        )
-        print(
-            f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
-            f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
-            f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}"
-        )
+                    f"{cps_cpu:.2f} / {script_cpu:.2f} / {remap['cpu_s']:.2f} | {remap['cpu_s'] / cps_cpu:.2f}x | "
+                    f"{remap['cpu_s'] / script_cpu:.2f}x | {peak / 2**20:.0f} MiB | "
+                    f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |")
+        print(f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
+              f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)")
+        print(f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
+              f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
+              f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}")
         print("\n".join(lines))
         print()
         print(measure_parts(source, files))

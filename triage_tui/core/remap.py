@@ -699,7 +699,7 @@ class _SafetensorsWriter:
         self.data_bytes = position
         self.header = self._header(metadata)
         self.data_start = 8 + len(self.header)
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # read back for the digest
         self.writeback = _Writeback(self.fd)
         try:
             try:
@@ -729,6 +729,9 @@ class _SafetensorsWriter:
             raise RuntimeError("safetensors header changed length on rewrite")
         self.header = header
         _write_at(self.fd, len(header).to_bytes(8, "little") + header, 0)
+
+    def start_of(self, name: str) -> int:
+        return self.data_start + self.offsets[name]
 
     def write(self, name: str, offset: int, data: np.ndarray) -> None:
         start = self.data_start + self.offsets[name] + offset
@@ -1334,7 +1337,8 @@ def _write_tensors(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], gath
 
 
 class _HashPipe:
-    """Windows hashed in a thread while the main thread writes them; two buffers used in turn."""
+    """Hashing in a thread, in the order asked, while the main thread copies: windows read into two
+    buffers used in turn, and ranges of the output file (hashed from the copy itself)."""
 
     def __init__(self, size: int) -> None:
         self.buffers = [bytearray(size), bytearray(size)]
@@ -1347,40 +1351,52 @@ class _HashPipe:
 
     def _run(self) -> None:
         while (item := self.items.get()) is not None:
-            hasher, view, done = item
+            hasher, what, done = item
             try:
-                if self.error is None:
-                    hasher.update(view)  # blake3 releases the GIL: the writing goes on meanwhile
+                if self.error is None and hasher is not None:
+                    if isinstance(what, tuple):  # (fd, offset, length) of the output: the bytes as copied
+                        with _mapped(*what) as data:
+                            hasher.update(data)  # blake3 releases the GIL: the copying goes on meanwhile
+                            del data
+                    else:
+                        hasher.update(what)
             except BaseException as err:  # noqa: BLE001 - re-raised by the main thread
                 self.error = err
-            done.set()
+            if done is not None:
+                done.set()
 
     def buffer(self) -> tuple[int, bytearray]:
         """A buffer whose previous window has been hashed."""
         i, self.turn = self.turn, self.turn ^ 1
-        self._wait(i)
+        if self.done[i] is not None:
+            self.done[i].wait()
+            self.done[i] = None
+        self._raise()
         return i, self.buffers[i]
 
     def hash(self, i: int, hasher, view: memoryview) -> None:
         self.done[i] = threading.Event()
         self.items.put((hasher, view, self.done[i]))
 
-    def _wait(self, i: int) -> None:
-        if self.done[i] is not None:
-            self.done[i].wait()
-            self.done[i] = None
+    def hash_range(self, hasher, fd: int, offset: int, length: int) -> None:
+        self.items.put((hasher, (fd, offset, length), None))
+
+    def drain(self) -> None:
+        """Wait until everything asked so far has been hashed."""
+        done = threading.Event()
+        self.items.put((None, None, done))
+        done.wait()
+        self.done = [None, None]
+        self._raise()
+
+    def _raise(self) -> None:
         if self.error is not None:
             raise self.error
 
-    def drain(self) -> None:
-        self._wait(0)
-        self._wait(1)
-
     def close(self) -> None:
-        for i in (0, 1):  # the buffers must not be released while the thread reads them
-            if self.done[i] is not None:
-                self.done[i].wait()
-        self.items.put(None)
+        if self.error is None:
+            self.error = Cancelled("hashing stopped")  # what is still queued is skipped, not hashed
+        self.items.put(None)  # after whatever is queued: the buffers and files outlive the thread's use
         self.thread.join()
 
 
@@ -1440,6 +1456,7 @@ def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init
     new_position[plan.source_rows[copied]] = copied
     head_writer = writer_of[lm_head_name]
     digests: dict[str, str] = {}
+    in_kernel = True
     pipe = _HashPipe(max(WINDOW_BYTES, window_rows * row_bytes))
     try:
         for file in plan.checkpoint.files:
@@ -1465,6 +1482,17 @@ def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init
                         for offset in range(begin, end, step):
                             _check_cancel(cancel)
                             length = min(step, end - offset)
+                            if in_kernel and name not in (lm_head_name, "d2t", "t2d"):
+                                # copied inside the kernel (no trip through this process), then hashed
+                                # from the output file: the digest is of the bytes as copied
+                                writer = writer_of[name]
+                                try:
+                                    writer.copy(name, offset - begin, fd, offset, length)
+                                    pipe.hash_range(hasher, writer.fd, writer.start_of(name) + offset - begin, length)
+                                    progress.advance(length, f"copying {name}", _WRITE_SPAN)
+                                    continue
+                                except _NoInKernelCopy:
+                                    in_kernel = False  # this window and the rest through memory
                             i, buffer = pipe.buffer()
                             view = _pread_into(fd, buffer, length, offset)
                             pipe.hash(i, hasher, view)
