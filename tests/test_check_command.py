@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
+from sample_copy import copy_samples
 from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from triage_tui.core.diagnose import CHECK_NAMES, diagnose, resolve_inputs
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
@@ -279,3 +280,16 @@ def test_a_run_without_any_checkpoint_says_so_not_that_a_d2t_is_missing(tmp_path
     vocab = json.loads(done.stdout)["checks"]["vocab_mapping"]
     assert vocab["status"] == "skipped"
     assert vocab["summary"] == "no drafter checkpoint found for this run (pass --checkpoint)"
+
+
+def test_the_fix_line_is_the_command_the_tui_shows(tmp_path, capsys):
+    """`check`'s `fix:` line carries --target/--data as the TUI's Action tab does (rows initialised alike)."""
+    from triage_tui.cli import main as cli_main
+
+    copy = copy_samples(tmp_path / "sample_runs", ("vocab-mismatch",))
+    run = copy / "vocab-mismatch"
+    assert cli_main(["check", str(run), "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    command = resolve_inputs(run).fix_commands()[0]
+    assert " --target " in command and " --data " in command
+    assert [line.strip() for line in out.splitlines() if "fix:" in line] == [f"fix: {command}"]

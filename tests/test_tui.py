@@ -187,10 +187,15 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         assert ["252", str(checkpoint_hot[252]), "–", str(run_hot[252]), "–"] in rows
         await pilot.press("3")
         assert tabs.active == "action"
-        action = " ".join(_plain(screen.query_one("#action-body")).split())
         inputs = app.diagnoses[app.rows[0].path].inputs
-        assert f"triage remap {inputs.checkpoint} --mapping {inputs.mapping}" in action
-        assert f"triage remap {inputs.checkpoint} --keep-checkpoint-mapping" in action
+        # Each fix is one unwrapped line (copied from tmux it must still run), the CLI's own command.
+        commands = [str(widget.content) for widget in screen.query(".command")]
+        assert commands == list(inputs.fix_commands())
+        assert commands[0] == f"triage remap {inputs.checkpoint} --mapping {inputs.mapping}"  # no target known
+        assert commands[1] == f"triage remap {inputs.checkpoint} --keep-checkpoint-mapping"
+        assert all(widget.size.height == 1 for widget in screen.query(".command"))
+        await pilot.press("c")
+        assert app.clipboard == commands[0]
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DrillDownScreen), what="back")
         # The mask hypothesis: every invariant with its result; 2 x 6 250 ids differ in membership.
@@ -286,12 +291,35 @@ async def test_readonly_has_no_remap(runs_root):
         assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in app.screen.rows)
 
 
+def notifications(app) -> list[str]:
+    return [f"{note.title}: {note.message}" for note in app._notifications]
+
+
+async def test_keys_that_cannot_act_say_why(runs_root):
+    """`m` before any check and `enter` on an unchecked run answer with the reason, not silence."""
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("m")
+        assert not app.remap_running
+        assert any("run the checks first (c)" in note for note in notifications(app))
+        await pilot.press("enter")
+        assert not isinstance(app.screen, DrillDownScreen)
+        assert any("press c to run the checks" in note for note in notifications(app))
+        await pilot.press("down")  # the healthy run: checks find nothing to remap
+        await checked(pilot)
+        app.clear_notifications()
+        await pilot.press("m")
+        assert not app.remap_running
+        assert [note for note in notifications(app) if note.startswith("m: no remap: the vocab check")]
+
+
 async def test_without_readonly_remap_is_a_key_and_a_command(runs_root):
     app = make_app(runs_root)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        # Before checks there is nothing to remap: shown, but disabled.
-        assert app.screen.check_action("remap", ()) is None
+        # Before checks the key is there and says why it cannot remap yet.
+        assert app.screen.check_action("remap", ()) is True
         await checked(pilot)
         assert app.screen.active_bindings["m"].enabled
         assert any(c.title.startswith("Remap") for c in app.get_system_commands(app.screen))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
 from typing import Any
 
@@ -126,10 +125,9 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
         for line in hypothesis.evidence:
             lines.append(f"        - {line}")
-        if (hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD
-                and inputs.checkpoint is not None and inputs.mapping is not None):
-                lines.append(f"        fix: triage remap {shlex.quote(str(inputs.checkpoint))} "
-                             f"--mapping {shlex.quote(str(inputs.mapping))}")
+        commands = inputs.fix_commands()
+        if hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD and commands:
+            lines.append(f"        fix: {commands[0]}")  # the TUI's Action tab shows the same command
     if diagnosis.serving is not None:
         lines.append("")
         lines.extend(_serving_lines(diagnosis.serving))

@@ -9,6 +9,7 @@ becomes that check's ``status="error"`` with a one-line reason, and the others s
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,19 @@ class CheckInputs:
     def paths(self) -> dict[str, str | None]:
         return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None)
                 for name in INPUT_NAMES}
+
+    def fix_commands(self) -> tuple[str, str] | None:
+        """The shell commands of both fixes, remap the rows or keep the checkpoint's mapping; None
+        without a checkpoint and a mapping. `check`'s text and the TUI show these same commands, so
+        rows a drafter never had are initialised the same way (`--target`) from either."""
+        if self.checkpoint is None or self.mapping is None:
+            return None
+        words = ["triage", "remap", str(self.checkpoint), "--mapping", str(self.mapping)]
+        if self.target is not None:
+            words += ["--target", str(self.target)]  # new rows from the target's lm_head
+            if self.data is not None:
+                words += ["--data", str(self.data)]  # replay accuracy before and after
+        return shlex.join(words), shlex.join(["triage", "remap", str(self.checkpoint), "--keep-checkpoint-mapping"])
 
 
 @dataclass(frozen=True)

@@ -412,18 +412,34 @@ class TriageApp(App[None]):
 
     def remap_available(self, path: Path | None) -> bool:
         """A remap needs a diagnosis whose vocab check failed, with both mappings' files known."""
-        if self.readonly or self.remap_running or path is None:
-            return False
+        return self.remap_blocker(path) is None
+
+    def remap_blocker(self, path: Path | None) -> str | None:
+        """Why `m` cannot remap this run now, in a sentence; None when it can."""
+        if self.readonly:
+            return "read-only (--readonly): triage writes nothing"
+        if self.remap_running:
+            return "a remap is already being planned or written"
+        if path is None:
+            return "no run selected"
+        if self.checks_running_for == path:
+            return "the checks are still running; m works once they say the rows are out of order"
         diagnosis = self.diagnoses.get(path)
         if diagnosis is None:
-            return False
+            return "run the checks first (c): the remap follows from what the vocab check finds"
         vocab = diagnosis.checks.get("vocab_mapping")
-        return (
-            vocab is not None
-            and vocab.status == "fail"
-            and diagnosis.inputs.checkpoint is not None
-            and diagnosis.inputs.mapping is not None
-        )
+        if vocab is None or vocab.status == "pass":
+            return "the vocab check found the drafter's rows in the run's order: nothing to remap"
+        if vocab.status != "fail":
+            return f"the vocab check {vocab.status}: {vocab.summary}"
+        if diagnosis.inputs.checkpoint is None or diagnosis.inputs.mapping is None:
+            return "the run names no checkpoint or no mapping (triage.toml: checkpoint = …, mapping = …)"
+        return None
+
+    def explain_remap_blocker(self, path: Path | None) -> None:
+        reason = self.remap_blocker(path)
+        if reason is not None:
+            self.notify(reason, title="m: no remap", severity="warning", timeout=6)
 
     def request_remap(self, path: Path) -> None:
         if not self.remap_available(path):

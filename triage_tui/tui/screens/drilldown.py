@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import HorizontalScroll, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
@@ -232,19 +231,6 @@ def check_section(result: CheckResult) -> RenderableType:
     return Group(header, *renderer(result.details), Text(""))
 
 
-def remap_commands(diagnosis: Diagnosis) -> list[str]:
-    """The shell commands for both fixes (remap the rows, or keep the checkpoint's mapping)."""
-    inputs = diagnosis.inputs
-    if inputs.checkpoint is None or inputs.mapping is None:
-        return []
-    words = ["triage", "remap", str(inputs.checkpoint), "--mapping", str(inputs.mapping)]
-    if inputs.target is not None:
-        words += ["--target", str(inputs.target)]
-        if inputs.data is not None:
-            words += ["--data", str(inputs.data)]  # replay accuracy before and after
-    return [shlex.join(words), shlex.join(["triage", "remap", str(inputs.checkpoint), "--keep-checkpoint-mapping"])]
-
-
 class DrillDownScreen(Screen):
     """Tabs: Evidence, Details (the checks' numbers), Action. Esc goes back."""
 
@@ -254,6 +240,8 @@ class DrillDownScreen(Screen):
         Binding("escape,backspace", "app.pop_screen", "Back", key_display="esc", id="back"),
         Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order",
                 id="remap"),
+        Binding("c", "copy_command", "Copy command", tooltip="Copy the fix's shell command (OSC 52, tmux too)",
+                id="copy"),
         Binding("1", "tab('evidence')", "Evidence", show=False),
         Binding("2", "tab('details')", "Details", show=False),
         Binding("3", "tab('action')", "Action", show=False),
@@ -287,6 +275,14 @@ class DrillDownScreen(Screen):
             with TabPane("Action", id="action"):
                 with VerticalScroll():
                     yield Static(self._action(), id="action-body")
+                    for index, command in enumerate(self._commands()):
+                        if index:
+                            yield Static("\nOr the opposite fix: keep the weights and give the trainer the "
+                                         "checkpoint's own mapping:")
+                        # One line, never wrapped: copied from the terminal (tmux) it must still run.
+                        # Wider than the pane, it scrolls sideways; `c` copies it (OSC 52).
+                        with HorizontalScroll(classes="command-line"):
+                            yield Static(Text(printable(command), style="cyan"), classes="command")
         yield Footer()
 
     def _evidence(self) -> RenderableType:
@@ -314,25 +310,36 @@ class DrillDownScreen(Screen):
         sections = [check_section(self.diagnosis.checks[n]) for n in names if n in self.diagnosis.checks]
         return Group(*sections) if sections else Text("no check details", style="dim")
 
+    def _commands(self) -> tuple[str, ...]:
+        """The fix's shell commands, when this hypothesis has one and the vocab check calls for it."""
+        if self.hypothesis.action != "remap" or not self._remap_called_for():
+            return ()
+        return self.diagnosis.inputs.fix_commands() or ()
+
+    def _remap_called_for(self) -> bool:
+        vocab = self.diagnosis.checks.get("vocab_mapping")
+        return vocab is not None and vocab.status == "fail"
+
     def _action(self) -> RenderableType:
         text = Text()
+        if self.hypothesis.action == "remap" and not self._remap_called_for():
+            vocab = self.diagnosis.checks.get("vocab_mapping")
+            text.append("Nothing to remap\n", style="bold")
+            text.append("The vocab check " + (f"{vocab.status}: {printable(vocab.summary)}" if vocab is not None
+                                              else "did not run") + "\n")
+            return text
         if self.hypothesis.action == "remap":
             text.append("Remap the drafter's lm_head rows into the run's order\n", style="bold")
             text.append("Row j of the new head is the old row of the run's token j; tokens the drafter never had "
                         "get new rows; d2t/t2d become the run's. The source is not touched.\n\n")
-            commands = remap_commands(self.diagnosis)
             if self.triage.readonly:
-                text.append("read-only: the remap key is disabled here. From a shell:\n", style="magenta")
-            elif self.triage.remap_available(self.path):
+                text.append("read-only: the remap key is disabled here. From a shell:", style="magenta")
+            else:
                 text.append("press ", style="dim")
                 text.append("m", style="bold")
-                text.append(" to see exactly what would be written, then y to write it. From a shell:\n",
-                            style="dim")
-            if commands:
-                text.append(f"  {printable(commands[0])}\n", style="cyan")
-                text.append("\nOr the opposite fix: keep the weights and give the trainer the checkpoint's own "
-                            "mapping:\n")
-                text.append(f"  {printable(commands[1])}\n", style="cyan")
+                text.append(" to see exactly what would be written, then y to write it. From a shell (", style="dim")
+                text.append("c", style="bold")
+                text.append(" copies the command):", style="dim")
             return text
         # No fix triage can apply: show what the checks behind this hypothesis found, in their words.
         text.append("triage has no one-key fix for this. What the checks found:\n\n", style="bold")
@@ -351,14 +358,27 @@ class DrillDownScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "remap":
-            if self.triage.readonly or self.hypothesis.id != REMAP_HYPOTHESIS:
-                return False
-            return True if self.triage.remap_available(self.path) else None
+            # Remaps, or says why not; absent in --readonly and on the other hypotheses.
+            return not (self.triage.readonly or self.hypothesis.id != REMAP_HYPOTHESIS)
+        if action == "copy_command":
+            return bool(self._commands())
         return True
 
     def action_remap(self) -> None:
-        if not self.triage.readonly:
+        if self.triage.readonly:
+            return
+        if self.triage.remap_available(self.path):
             self.triage.request_remap(self.path)
+        else:
+            self.triage.explain_remap_blocker(self.path)
+
+    def action_copy_command(self) -> None:
+        commands = self._commands()
+        if not commands:
+            self.notify("this hypothesis has no shell command to copy", title="c", timeout=4)
+            return
+        self.app.copy_to_clipboard(commands[0])
+        self.notify(commands[0], title="copied to the clipboard", timeout=6)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -157,9 +157,9 @@ class MainScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         app = self.triage
         if action == "remap":
-            if app.readonly:
-                return False  # --readonly: the action does not exist
-            return True if app.remap_available(self.selected_path) else None
+            # --readonly: the action does not exist. Otherwise the key always answers: it remaps, or
+            # says why it cannot (before the checks, on a run whose rows are in order, ...).
+            return not app.readonly
         if action == "cancel_checks":
             return True if app.checks_running_for is not None else None
         if action == "check":
@@ -181,8 +181,12 @@ class MainScreen(Screen):
 
     def action_remap(self) -> None:
         path = self.selected_path
-        if path is not None and not self.triage.readonly:
+        if self.triage.readonly:
+            return
+        if self.triage.remap_available(path):
             self.triage.request_remap(path)
+        else:
+            self.triage.explain_remap_blocker(path)
 
     def action_escape(self) -> None:
         # The innermost thing first: an open filter closes before running checks are cancelled.
@@ -234,6 +238,12 @@ class MainScreen(Screen):
         if hypotheses.option_count:
             hypotheses.focus()
             self.action_open_hypothesis()
+        elif self.selected_path is not None:
+            # Nothing to open yet: say what enter will do, rather than nothing.
+            running = self.triage.checks_running_for == self.selected_path
+            self.notify("the checks are still running" if running else
+                        "press c to run the checks; enter then opens the most likely cause",
+                        title="enter", timeout=5)
 
     @on(OptionList.OptionSelected, "#hypotheses")
     def _hypothesis_selected(self, event: OptionList.OptionSelected) -> None:
