@@ -14,10 +14,14 @@ import hashlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # torch is never imported here: a tensor can only reach these functions once its caller has
 # imported torch, and safetensors headers and .npy mappings need none of it.
@@ -115,20 +119,21 @@ class VocabMapping:
 def _as_array(path: str | Path, name: str, value: object) -> np.ndarray | None:
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
     if torch is not None and isinstance(value, torch.Tensor):
+        tensor = cast("Tensor", value)  # torch found in sys.modules is an untyped module object
         # A weights-only load rebuilds these too; none holds a plain array of ids to read.
-        kind = ("a meta tensor (no data)" if value.device.type == "meta"
-                else f"a {str(value.layout).removeprefix('torch.')} tensor" if value.layout != torch.strided
-                else "a nested tensor" if value.is_nested
-                else f"a quantized tensor ({_dtype_name(value)})" if value.is_quantized
+        kind = ("a meta tensor (no data)" if tensor.device.type == "meta"
+                else f"a {str(tensor.layout).removeprefix('torch.')} tensor" if tensor.layout != torch.strided
+                else "a nested tensor" if tensor.is_nested
+                else f"a quantized tensor ({_dtype_name(tensor)})" if tensor.is_quantized
                 else None)
         if kind is not None:
             raise BadInput(path, f"{name} is {kind}; expected a dense tensor of integers")
-        if value.dtype.is_floating_point and value.dtype not in (torch.float16, torch.float32, torch.float64):
-            value = value.float()  # bf16, float8: numpy has none; the caller's dtype check names the original
+        if tensor.dtype.is_floating_point and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+            tensor = tensor.float()  # bf16, float8: numpy has none; the caller's dtype check names the original
         try:
-            return value.detach().cpu().numpy()
+            return tensor.detach().cpu().numpy()
         except (TypeError, RuntimeError):  # a dtype numpy has no counterpart for
-            raise BadInput(path, f"{name} has dtype {_dtype_name(value)}; expected integers") from None
+            raise BadInput(path, f"{name} has dtype {_dtype_name(tensor)}; expected integers") from None
     if isinstance(value, np.ndarray):
         return value
     return None
@@ -174,11 +179,11 @@ def mapping_from_arrays(
     notes: tuple[str, ...] = (),
 ) -> VocabMapping:
     """The mapping engines would use (``arange + d2t``), with every anomaly noted."""
-    notes = list(notes)
+    given = list(notes)
     if t2d is not None:
         vocab = int(t2d.shape[0])
         if target_vocab_size is not None and target_vocab_size != vocab:
-            notes.append(f"t2d has {vocab} entries but the target vocab size given is {target_vocab_size}")
+            given.append(f"t2d has {vocab} entries but the target vocab size given is {target_vocab_size}")
     elif target_vocab_size is not None:
         vocab = int(target_vocab_size)
     else:
@@ -186,7 +191,7 @@ def mapping_from_arrays(
     draft = int(d2t.shape[0])
     hot = np.arange(draft, dtype=np.int64) + d2t
     mapping_notes = _anomalies(d2t, hot, t2d, vocab)
-    return VocabMapping(hot, vocab, source=str(path), stored_t2d=t2d, notes=tuple(notes + mapping_notes))
+    return VocabMapping(hot, vocab, source=str(path), stored_t2d=t2d, notes=tuple(given + mapping_notes))
 
 
 def _anomalies(d2t: np.ndarray, hot: np.ndarray, t2d: np.ndarray | None, vocab: int) -> list[str]:

@@ -160,7 +160,7 @@ def read_checkpoint(path: str | Path) -> DrafterCheckpoint:
         if t2d is not None:
             mask, mask_note = mask_array(t2d.file, "t2d", weights.load_array("t2d"))
         vocab = target_vocab_size
-        mapping_notes = (mask_note,) if mask_note else ()
+        mapping_notes: tuple[str, ...] = (mask_note,) if mask_note else ()
         if vocab is None and mask is None:
             vocab = int((np.arange(offsets.shape[0]) + offsets).max()) + 1
             mapping_notes += (f"target vocab size unknown (no t2d, no vocab_size in config.json); "
@@ -176,11 +176,8 @@ def read_checkpoint(path: str | Path) -> DrafterCheckpoint:
 
 
 def _hidden_size(config, layer_config, lm_head, norm, fc, notes, root) -> int:
-    from_tensors = [(info.name, size) for info, size in (
-        (norm, norm.shape[0] if norm else None),
-        (lm_head, lm_head.shape[1] if lm_head else None),
-        (fc, fc.shape[0] if fc else None),
-    ) if info is not None]
+    from_tensors: list[tuple[str, int]] = [
+        (info.name, int(info.shape[dim])) for info, dim in ((norm, 0), (lm_head, 1), (fc, 0)) if info is not None]
     for name, size in from_tensors[1:]:
         if size != from_tensors[0][1]:
             info = {NORM: norm, LM_HEAD: lm_head, FC: fc}[name]

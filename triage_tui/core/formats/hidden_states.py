@@ -104,16 +104,23 @@ def _load_dict(path: Path, expected: str) -> dict:
     return loaded
 
 
-def _tensor(path: Path, data: dict, key: str, *, required: bool = True) -> torch.Tensor | None:
+def _tensor(path: Path, data: dict, key: str) -> torch.Tensor:
     value = data.get(key)
     if value is None:
-        if required:
-            keys = ", ".join(sorted(map(str, data))[:8])
-            raise BadInput(path, f"no {key!r} in this dump (keys: {keys})")
-        return None
+        keys = ", ".join(sorted(map(str, data))[:8])
+        raise BadInput(path, f"no {key!r} in this dump (keys: {keys})")
     if not isinstance(value, torch.Tensor):
         raise BadInput(path, f"{key!r} is a {type(value).__name__}, not a tensor")
     return value
+
+
+def _optional_tensor(path: Path, data: dict, key: str) -> torch.Tensor | None:
+    return None if data.get(key) is None else _tensor(path, data, key)
+
+
+def _loss_mask(path: Path, data: dict) -> np.ndarray | None:
+    mask = _optional_tensor(path, data, "loss_mask")
+    return None if mask is None else _squeeze_batch(path, "loss_mask", mask, 1, "[T]").numpy().copy()
 
 
 def _squeeze_batch(path: Path, key: str, tensor: torch.Tensor, ndim: int, what: str) -> torch.Tensor:
@@ -147,11 +154,9 @@ def _read_specforge(path: Path) -> HiddenStateSample:
     data = _load_dict(path, "SpecForge")
     input_ids = _token_ids(path, "input_ids", _tensor(path, data, "input_ids"))
     tokens = input_ids.shape[0]
-    loss_mask = _tensor(path, data, "loss_mask", required=False)
-    if loss_mask is not None:
-        loss_mask = _squeeze_batch(path, "loss_mask", loss_mask, 1, "[T]").numpy().copy()
+    loss_mask = _loss_mask(path, data)
     aux = _squeeze_batch(path, "aux_hidden_state", _tensor(path, data, "aux_hidden_state"), 2, "[1, T, 3*Ht]")
-    target = _tensor(path, data, "hidden_state", required=False)
+    target = _optional_tensor(path, data, "hidden_state")
     if target is not None:
         target = _squeeze_batch(path, "hidden_state", target, 2, "[1, T, Ht]")
     for key, value in (("loss_mask", loss_mask), ("aux_hidden_state", aux), ("hidden_state", target)):
@@ -166,9 +171,7 @@ def _read_modelopt(path: Path) -> HiddenStateSample:
     tokens = input_ids.shape[0]
     aux = _squeeze_batch(path, "aux_hidden_states", _tensor(path, data, "aux_hidden_states"), 2, "[T, 3*H]")
     target = _squeeze_batch(path, "hidden_states", _tensor(path, data, "hidden_states"), 2, "[T, H]")
-    loss_mask = _tensor(path, data, "loss_mask", required=False)
-    if loss_mask is not None:
-        loss_mask = _squeeze_batch(path, "loss_mask", loss_mask, 1, "[T]").numpy().copy()
+    loss_mask = _loss_mask(path, data)
     for key, value in (("aux_hidden_states", aux), ("hidden_states", target), ("loss_mask", loss_mask)):
         _check_length(path, tokens, key, value)
     return HiddenStateSample(path, input_ids, loss_mask, aux.float(), target.float(),
@@ -190,9 +193,9 @@ def _read_speculators(path: Path) -> HiddenStateSample:
     _check_length(path, input_ids.shape[0], "hidden_states", hidden)
     loss_mask = None
     if "loss_mask" in header:
-        loss_mask = _squeeze_batch(path, "loss_mask", load_safetensors_tensor(path, "loss_mask"), 1, "[T]")
-        _check_length(path, tokens, "loss_mask", loss_mask)
-        loss_mask = loss_mask.numpy().copy()
+        mask = _squeeze_batch(path, "loss_mask", load_safetensors_tensor(path, "loss_mask"), 1, "[T]")
+        _check_length(path, tokens, "loss_mask", mask)
+        loss_mask = mask.numpy().copy()
     # speculators train/data.py: hidden_states[:, :-1].flatten(1) is the draft input, [:, -1] the verifier's
     aux = hidden[:, :-1].reshape(tokens, (layers - 1) * width).float()
     return HiddenStateSample(path, input_ids, loss_mask, aux, hidden[:, -1].float(), layers - 1)

@@ -67,8 +67,10 @@ warnings.filterwarnings("ignore", message="Detected pickle protocol", category=U
 def _torch_version() -> tuple[int, int]:
     import torch
 
-    major, minor = (int(re.match(r"\d+", part).group()) for part in torch.__version__.split(".")[:2])
-    return major, minor
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if found is None:  # not a release-style version: too unusual to trust with a pickle
+        return (0, 0)
+    return int(found.group(1)), int(found.group(2))
 
 
 def _first_line(err: BaseException) -> str:
@@ -182,7 +184,7 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
     if len(magic) < 4:
         raise BadInput(path, f"file is {len(magic)} bytes long; not a torch.save file")
     raw: bytes | None = None
-    source: object = path
+    source: Path | io.BytesIO = path
     mmap = magic == _ZIP_MAGIC
     try:
         if magic[:2] == _GZIP_MAGIC:

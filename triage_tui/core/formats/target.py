@@ -30,11 +30,17 @@ class TargetModel:
     hidden_size: int
     num_layers: int
     tied: bool                    # lm_head is the embedding (tie_word_embeddings)
+    _weights: WeightFiles = field(repr=False)
     tensor_names: dict[str, str | None] = field(default_factory=dict)   # role -> stored name
-    _weights: WeightFiles | None = field(default=None, repr=False)
+
+    def _name(self, role: str) -> str:
+        name = self.tensor_names.get(role)
+        if name is None:  # read_target names embed_tokens always, lm_head unless tied; final_norm asks first
+            raise KeyError(f"the target has no {role} tensor")
+        return name
 
     def _load(self, role: str) -> torch.Tensor:
-        return self._weights.load(self.tensor_names[role])
+        return self._weights.load(self._name(role))
 
     def embed_tokens(self) -> torch.Tensor:
         """``[vocab_size, hidden_size]`` as stored (dtype unchanged)."""
@@ -46,7 +52,7 @@ class TargetModel:
 
     def lm_head_rows(self, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of ``lm_head`` as stored, the rest unread (a K2 head is 2.2 GiB in bf16)."""
-        name = self.tensor_names["embed_tokens" if self.tied else "lm_head"]
+        name = self._name("embed_tokens" if self.tied else "lm_head")
         return self._weights.load_rows(name, [(start, stop)])[0]
 
     def embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
@@ -61,7 +67,7 @@ class TargetModel:
             if i == len(values) or values[i] != values[i - 1] + 1:
                 spans.append((values[start], values[i - 1] + 1))
                 start = i
-        rows = torch.cat(self._weights.load_rows(self.tensor_names["embed_tokens"], spans)) if spans else None
+        rows = torch.cat(self._weights.load_rows(self._name("embed_tokens"), spans)) if spans else None
         if rows is None:
             return torch.empty((*ids.shape, self.hidden_size))
         return rows[inverse].reshape(*ids.shape, rows.shape[-1])
@@ -118,9 +124,11 @@ def read_target(path: str | Path) -> TargetModel:
     tied = bool(tie) or found["lm_head"] is None
 
     for role, expected in (("embed_tokens", (vocab, hidden)), ("lm_head", (vocab, hidden)), ("norm", (hidden,))):
-        if found[role] is None or (role == "lm_head" and tied):
+        name = found[role]
+        if name is None or (role == "lm_head" and tied):
             continue
-        info = weights.info(found[role])
+        info = weights.info(name)
+        assert info is not None  # the name came from this same listing of the weights
         if info.shape != expected:
             raise BadInput(info.file, f"tensor {info.name!r} has shape {list(info.shape)}; config.json implies "
                                       f"{list(expected)}")
