@@ -762,3 +762,71 @@ async def test_ctrl_c_quits_as_in_htop(runs_root):
         assert app.return_code is None
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: app.return_code == 0, what="the app to quit")
+
+
+def screen_text(app) -> list[str]:
+    """What the terminal shows, line by line (from the app's own SVG screenshot)."""
+    import html
+    import re
+
+    svg = app.export_screenshot()
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in re.findall(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="[\d.]+"'
+                                 r' clip-path="[^"]*">(.*?)</text>', svg):
+        rows.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
+    lines = []
+    for y in sorted(rows):
+        line = ""
+        for x, text in sorted(rows[y]):
+            column = round(x / 12.2)
+            line = line.ljust(column)[:column] + text
+        lines.append(line)
+    return lines
+
+
+async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_marked(tmp_path):
+    healthy_run(tmp_path, "a-diverged")
+    from tui_support import write_scalars
+
+    write_scalars(tmp_path / "a-diverged" / "runs", [3.0, 2.5, float("nan"), float("nan")], [0.3] * 4,
+                  first_point=60)
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        lines = screen_text(app)
+        (chance_row,) = [line for line in lines if "ln 32000 = 10.37" in line]
+        assert "│10.37├ln 32000 = 10.37" in chance_row, chance_row  # the row's tick is the chance value
+        assert any("NaN from 3100" in line for line in lines), "\n".join(lines)  # the first NaN's step
+        await pilot.press("l")
+        assert "log y" in str(app.main.query_one("#chart-pane").border_subtitle)
+
+
+async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_root, monkeypatch):
+    """No toast over the evidence column; a user on another run reads the result in the top bar."""
+    from triage_tui.core.checks import vocab
+
+    gate = threading.Event()
+    real_check = vocab.check_vocab_mapping
+
+    def held_check(*args, **kwargs):
+        gate.wait(timeout=60)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(vocab, "check_vocab_mapping", held_check)
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        story = app.rows[0].path
+        await pilot.press("c", "down")  # checks on the story run; the user moves on to the healthy one
+        gate.set()
+        await wait_for(pilot, lambda: story in app.diagnoses, what="checks")
+        await pilot.pause()
+        assert notifications(app) == []
+        topbar = str(app.main.query_one("#topbar").content)
+        assert "checks done on k2-finetune: vocab_mapping_mismatch" in topbar
+        await pilot.press("up")
+        assert "checks done" not in str(app.main.query_one("#topbar").content)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: app.checks_running_for is None, what="checks again")
+        assert notifications(app) == []  # the pane beside it shows the answer

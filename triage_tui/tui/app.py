@@ -110,6 +110,7 @@ class TriageApp(App[None]):
         self.watcher: Watcher | None = None  # set by the watch worker; tests wait on its polls
         self._filter = ""
         self._selected: Path | None = None
+        self._news: tuple[Path, str] | None = None  # checks that finished on a run not selected
         self._chart_drawn: tuple | None = None  # the (path, version, serving) the chart shows
         self._chart_requested: tuple | None = None  # the one last asked of the chart worker
 
@@ -244,6 +245,8 @@ class TriageApp(App[None]):
                 text.append(f"  ▲ {counts['warning']} warning", style="yellow")
             if self._filter:
                 text.append(f"  filter: {self._filter}", style="cyan")
+        if self._news is not None:
+            text.append(f"  {self._news[1]}", style="bold cyan")
         text.append(f"  poll {self.poll_interval:g}s", style="dim")
         if self.readonly:
             text.append("  read-only", style="bold magenta")
@@ -254,6 +257,9 @@ class TriageApp(App[None]):
     def select_run(self, path: Path | None) -> None:
         changed = path != self._selected
         self._selected = path
+        if self._news is not None and self._news[0] == path:
+            self._news = None  # back on the run whose checks finished: its pane says it
+            self._show_topbar()
         if changed:
             self._show_selected_flags()
             self.main.show_analysis(path)
@@ -387,8 +393,15 @@ class TriageApp(App[None]):
         if diagnosis is not None:
             self.diagnoses[path] = diagnosis
             top = diagnosis.hypotheses[0] if diagnosis.hypotheses else None
-            if top is not None and top.score >= 0.5:
-                self.notify(f"{top.title} ({top.score:.2f})", title="most likely cause", timeout=6)
+            if path != self._selected:
+                # The user moved on: a toast would sit over the run they are looking at now. The
+                # top bar says it instead, until they go back to the run.
+                status = self.statuses.get(path)
+                name = status.info.name if status else path.name
+                cause = f"{top.id} {top.score:.2f}" if top is not None and top.score >= 0.5 else "nothing stands out"
+                self._news = (path, f"checks done on {printable(name)}: {cause}")
+                self._show_topbar()
+            # On the selected run the hypotheses pane shows the answer; no toast over its evidence.
         else:
             self.check_outcomes[path] = outcome or ""
             self.notify(outcome or "", severity="warning", timeout=6)

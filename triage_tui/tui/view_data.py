@@ -61,6 +61,7 @@ class ChartSeries:
     smoothed: np.ndarray
     last_step: int
     last_value: float
+    first_non_finite_step: int | None = None  # where NaN/inf begins, marked on the chart
 
 
 def _metric_last(status: RunStatus, name: str) -> float | None:
@@ -147,7 +148,25 @@ def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
         smoothed=smoothed_all[kept],
         last_step=int(steps_all[-1]),
         last_value=float(values_all[-1]),
+        first_non_finite_step=_first_non_finite_step(steps_all, values_all),
     )
+
+
+def _first_non_finite_step(steps: np.ndarray, values: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~np.isfinite(values))
+    return int(steps[bad[0]]) if bad.size else None
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round values (1, 2 or 5 × 10^k apart) inside [low, high], evenly spaced."""
+    span = high - low
+    if not math.isfinite(span) or span <= 0:
+        return [low]
+    raw = span / max(count - 1, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step) * step
+    return [round(first + i * step, 10) for i in range(int((high - first) / step + 1e-9) + 1)]
 
 
 def format_age(seconds: float | None) -> str:

@@ -210,6 +210,9 @@ class MainScreen(Screen):
     def action_toggle_log_y(self) -> None:
         chart = self.query_one(LossChart)
         chart.log_y = not chart.log_y
+        # Say which scale is on: a log axis read as linear misleads.
+        scale = "log y (l: linear)" if chart.log_y else "l log-y"
+        self.query_one("#chart-pane").border_subtitle = f"raw dim · smoothed 0.6 bright, as TensorBoard · {scale}"
 
     def action_focus_hypotheses(self) -> None:
         hypotheses = self.query_one(HypothesesList)

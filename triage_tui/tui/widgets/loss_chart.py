@@ -9,7 +9,7 @@ from textual.color import Color
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
-from triage_tui.tui.view_data import ChartSeries, format_step
+from triage_tui.tui.view_data import ChartSeries, format_step, nice_ticks
 
 
 def _rgb(app, variable: str, fallback: str) -> tuple[int, int, int]:
@@ -78,11 +78,25 @@ class LossChart(PlotextPlot):
             plt.horizontal_line(chance, color=danger)
             label = f"ln {series.vocab_size} = {chance:.2f}" if series.vocab_size else f"chance {chance:.2f}"
             plt.text(label, x=steps[0], y=chance, color=danger, background=surface, alignment="left")
+        if series.first_non_finite_step is not None:
+            # Where the loss stopped being a number: a flag's step, drawn where the curve ends.
+            plt.vertical_line(series.first_non_finite_step, color=danger)
+            plt.text(f"NaN from {format_step(series.first_non_finite_step)}", x=series.first_non_finite_step,
+                     y=high, color=danger, background=surface, alignment="right")
         if self.log_y:
             plt.yscale("log")
         else:
             pad = max((high - low) * 0.08, 1e-3)
             plt.ylim(low - pad, high + pad)
+            # Round, evenly spaced ticks; the chance value is a tick of its own, so its label sits on
+            # the chance line's row and no other value's tick shares that row.
+            rows = max(self.size.height - 3, 4)
+            ticks = nice_ticks(low - pad, high + pad, count=max(3, min(6, rows // 2)))
+            if chance is not None and math.isfinite(chance):
+                row_height = (high - low + 2 * pad) / rows
+                ticks = [t for t in ticks if abs(t - chance) > 1.5 * row_height] + [chance]
+            ticks.sort()
+            plt.yticks(ticks, [f"{t:.2f}" if t == chance else f"{t:g}" for t in ticks])
         if len(steps) == 1:
             plt.xlim(steps[0] - 1, steps[0] + 1)
         else:
