@@ -139,8 +139,9 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
     chosen: dict[str, Path | None] = {}
     sources: dict[str, str] = {}
     for name in INPUT_NAMES:
-        if flags[name] is not None:
-            chosen[name], sources[name] = Path(os.path.abspath(expand_user(flags[name]))), "flag"
+        flag = flags[name]
+        if flag is not None:
+            chosen[name], sources[name] = Path(os.path.abspath(expand_user(flag))), "flag"
         elif manifest is not None and getattr(manifest, name) is not None:
             chosen[name], sources[name] = getattr(manifest, name), "triage.toml"
     # Lower sources are consulted only for what is still missing; the notes kept are those of the
@@ -227,7 +228,7 @@ def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Foun
         if not isinstance(value, (str, os.PathLike)) or not str(value):
             continue
         try:
-            path = runs.expand_user(value)
+            path = runs.expand_user(str(value))
         except BadInput:
             notes.append(f"training_state.pt args.{key} = {value!r}: no such user's home directory; ignored")
             continue
@@ -289,9 +290,9 @@ class _Loaded:
                 self._cache[name] = (getattr(self, f"_read_{name}")(), None)
             except Exception as err:  # noqa: BLE001 - kept, re-raised to each check that needs it
                 self._cache[name] = (None, err)
-        value, err = self._cache[name]
-        if err is not None:
-            raise err
+        value, error = self._cache[name]
+        if error is not None:
+            raise error
         return value
 
     def _read_checkpoint(self):

@@ -93,7 +93,8 @@ class DrafterConfig:
             max_pos = int(layer.get("max_position_embeddings") or 2048)
         except (TypeError, ValueError) as exc:
             raise BadInput(path, f"drafter config has a non-numeric size: {exc}") from None
-        eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), Mapping) else {}
+        eagle = config.get("eagle_config")
+        eagle = eagle if isinstance(eagle, Mapping) else {}
         aux = _first(config, "eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
         layers = int(layer.get("num_hidden_layers") or 1)
         if layers != 1:
@@ -391,7 +392,8 @@ def load_drafter(checkpoint: DrafterCheckpoint, *, device: torch.device | str = 
     raw = dict(checkpoint.config)
     # modelopt exports and hand-written configs may omit the vocab sizes; the reader derived
     # them from lm_head / t2d / embed_tokens shapes.
-    layer = raw.get("transformer_layer_config") if isinstance(raw.get("transformer_layer_config"), dict) else raw
+    layer = raw.get("transformer_layer_config")
+    layer = layer if isinstance(layer, dict) else raw
     if not (raw.get("vocab_size") or layer.get("vocab_size")) and checkpoint.target_vocab_size:
         raw["vocab_size"] = checkpoint.target_vocab_size
     if not raw.get("draft_vocab_size") and checkpoint.draft_vocab_size:

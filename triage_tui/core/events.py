@@ -35,9 +35,10 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 import crc32c
 import numpy as np
@@ -1069,7 +1070,7 @@ def _return_freed_heap() -> None:
         _malloc_trim(0)
 
 
-_malloc_trim = None
+_malloc_trim: Callable[[int], int] | Literal[False] | None = None  # None: not looked up yet; False: no glibc
 
 
 class RunEvents:

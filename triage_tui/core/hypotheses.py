@@ -246,12 +246,12 @@ def _vocab_mapping_mismatch(checks, flags, symptoms, serving=None) -> Hypothesis
         ev.add(W_ABOVE_CHANCE_ALONE, f"run flag loss_above_chance: {above[0].message}")
     else:
         _corroborate(ev, symptoms)
-    above = serving.finding("serving_above_training") if serving is not None else None
-    if above is not None:
+    serving_above = serving.finding("serving_above_training") if serving is not None else None
+    if serving_above is not None:
         if ev.structural:
-            ev.add(W_SERVING_ABOVE_CORROBORATES, f"serving: {above.message}")
+            ev.add(W_SERVING_ABOVE_CORROBORATES, f"serving: {serving_above.message}")
         else:
-            ev.note(f"serving: {above.message}")
+            ev.note(f"serving: {serving_above.message}")
     _serving_collapsed(ev, serving)
     return Hypothesis("vocab_mapping_mismatch",
                       "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",

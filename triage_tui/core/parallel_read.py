@@ -157,7 +157,8 @@ class _Helper:
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:  # always a pipe (started with stdin=PIPE); Popen types it optional
+                self.proc.stdin.close()
         except OSError:
             pass
         try:

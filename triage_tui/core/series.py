@@ -112,7 +112,7 @@ class ScalarSeries:
             keep[-1] = True
             if not keep.all():
                 steps, walls, values = steps[keep], walls[keep], values[keep]
-        if n and stored_last >= first_regress:
+        if stored_last is not None and stored_last >= first_regress:
             self._truncate(int(np.searchsorted(self._steps[:n], first_regress, side="left")), extra=len(steps))
         self._append(steps, walls, values)
 
@@ -170,7 +170,7 @@ class RunScalars:
 
     @property
     def last_wall_time(self) -> float | None:
-        walls = [s.last()[1] for s in list(self.series.values()) if len(s)]
+        walls = [last[1] for s in list(self.series.values()) if (last := s.last()) is not None]
         return max(walls) if walls else None
 
     @property

@@ -45,7 +45,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.runs import is_url
@@ -578,7 +578,7 @@ def read_meta_info_jsonl(path: Path, lines: Iterable[str]) -> ServingEvidence:
             continue
         try:
             document = json.loads(line)
-        except ValueError as err:
+        except json.JSONDecodeError as err:
             raise BadInput(path, f"line {number}: not JSON ({err.msg})") from None
         meta = document.get("meta_info", document) if isinstance(document, dict) else None
         if not isinstance(meta, dict) or "spec_verify_ct" not in meta:
@@ -605,7 +605,8 @@ def read_meta_info_jsonl(path: Path, lines: Iterable[str]) -> ServingEvidence:
     return ServingEvidence("sglang", str(path), 1.0 + accepted / verify, per_position, verify, accepted, convention)
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
+    """A positive int count (bool is an int in Python, never a count)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 

@@ -334,6 +334,11 @@ def fmt_duration(seconds: float) -> str:
 # --------------------------------------------------------------------------- value flags
 
 
+def _first_with_points(scalars: RunScalars, tags: Sequence[str]) -> ScalarSeries | None:
+    """The series of the first tag that has at least one point."""
+    return next((s for t in tags if (s := scalars.get(t)) is not None and len(s)), None)
+
+
 def value_flags(
     scalars: RunScalars,
     *,
@@ -348,7 +353,7 @@ def value_flags(
     if non_finite is not None:
         flags.append(non_finite)
     ln_v = chance_loss(vocab_size)
-    loss = next((scalars.get(t) for t in loss_tags if scalars.get(t) is not None and len(scalars.get(t))), None)
+    loss = _first_with_points(scalars, loss_tags)
     if loss is not None:
         curve = _Curve.of(loss)
         if len(curve.values):
@@ -359,7 +364,7 @@ def value_flags(
                 plateau = _plateau(curve)
                 if plateau is not None:
                     flags.append(plateau)
-    accuracy = next((scalars.get(t) for t in accuracy_tags if scalars.get(t) is not None and len(scalars.get(t))), None)
+    accuracy = _first_with_points(scalars, accuracy_tags)
     if accuracy is not None:
         flag = _accuracy_at_chance(accuracy, vocab_size)
         if flag is not None:

@@ -414,8 +414,10 @@ class Watcher:
                 tracked.seen_live = True
             self._recompute(tracked, scalars)
         derived = tracked.derived
-        stalled = stall_flag(tracked.activity, now=now, flush_secs=self.flush_secs,
-                             seen_live=tracked.seen_live, last_step=derived["last_step"])
+        activity = tracked.activity  # set by the first _recompute, which every run's first poll does
+        stalled = None if activity is None else stall_flag(activity, now=now, flush_secs=self.flush_secs,
+                                                           seen_live=tracked.seen_live,
+                                                           last_step=derived["last_step"])
         damaged = damaged_records_flag(tracked.events.events)
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
         problems = tuple(p for p in (tracked.info.manifest_error, *source_errors, tracked.read_error) if p)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, CheckStatus
 from triage_tui.core.checks.target_head import HeadScan, scan_head
 from triage_tui.core.device import resolve_device
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
@@ -369,6 +369,7 @@ def _verdict(numbers: ReplayNumbers, device: torch.device, notes: list[str]) -> 
                         f"{_pct(by_order[IDENTITY_ORDER])} as stored: the dumps' layer order differs from training's")
     evidence.extend(notes)
 
+    status: CheckStatus
     mapping_broken = (acc_run is not None and numbers.tokens >= FAIL_MIN_TOKENS
                       and acc_ckpt >= FAIL_MIN_ACCURACY and acc_run < FAIL_RATIO * acc_ckpt)
     if mapping_broken:

@@ -50,6 +50,7 @@ def check_verifier_mask(
     # The trainer builds its verifier targets from the run's mapping; without one it keeps the
     # checkpoint's buffers (SpecForge loads them with the weights).
     trained_with = run_mapping if run_mapping is not None else checkpoint_mapping
+    assert trained_with is not None  # with neither mapping the check returned "skipped" above
     trained_label = "run" if run_mapping is not None else "checkpoint (no run mapping)"
     invariants += _mapping_invariants(trained_label, trained_with, target_vocab, ordering_required=True)
     numbers["run_draft_vocab_size"] = trained_with.draft_vocab_size
