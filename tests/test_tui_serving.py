@@ -11,6 +11,8 @@ from test_tui import SIZE, loaded, make_app, polled, wait_for
 from triage_tui.tui.widgets.serving_chart import ServingChart
 from tui_support import healthy_run, story_run
 
+WIDE = (160, 45)
+
 
 def _serving_run(root):
     run = story_run(root)
@@ -24,11 +26,19 @@ def _serving_run(root):
 async def test_serving_chart_follows_the_log_beside_the_loss_and_feeds_the_checks(tmp_path):
     run = _serving_run(tmp_path)
     app = make_app(tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=WIDE) as pilot:
         await loaded(pilot)
         chart = app.main.query_one(ServingChart)
         await wait_for(pilot, lambda: chart.series is not None, what="the serving chart")
-        assert app.main.query_one("#chart-pane").has_class("-serving") and chart.display
+        pane = app.main.query_one("#chart-pane")
+        assert pane.has_class("-serving") and chart.display
+        await wait_for(pilot, lambda: chart.size.height >= 5, what="the serving chart laid out")
+        assert str(pane.border_title).endswith("· served 1.00")
+        # In an 80x24 pane the loss keeps the chart; the title still carries the served figure.
+        await pilot.resize_terminal(*SIZE)
+        await wait_for(pilot, lambda: app.main.has_class("compact"), what="the compact layout")
+        assert not chart.display and str(pane.border_title).endswith("· served 1.00")
+        await pilot.resize_terminal(*WIDE)
         series = chart.series
         assert series.engine == "vllm" and series.lengths.tolist() == [1.005]
         assert series.per_position == (0.005, 0.0, 0.0)

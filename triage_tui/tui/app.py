@@ -313,8 +313,10 @@ class TriageApp(App[None]):
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
         tag = message.series.tag if message.series else "no loss tag"
+        served = message.serving.acceptance_length if message.serving else None
         # A Text: a tag or directory named "[@click=app.quit]" or "[/]" is shown, never applied.
-        self.main.show_chart_title(Text(f"loss · {printable(tag)} · {printable(name)}"))
+        self.main.show_chart_title(Text(f"loss · {printable(tag)} · {printable(name)}"
+                                        + (f" · served {served:.2f}" if served is not None else "")))
 
     # -- checks ---------------------------------------------------------------------------
 
