@@ -29,7 +29,7 @@ from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
-from triage_tui.tui.view_data import RowCache, RunRow, chart_series, serving_series
+from triage_tui.tui.view_data import RowCache, RunRow, chart_series, metrics_line, serving_series
 from triage_tui.tui.widgets.checks_progress import ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.loss_chart import LossChart
@@ -269,6 +269,9 @@ class TriageApp(App[None]):
     def _show_selected_flags(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
         self.main.query_one(FlagsView).show(status.flags if status else (), scanning=self.polls == 0)
+        # On the pane's border: no line taken from the chart (80x24 has none to spare).
+        line = metrics_line(status) if status else None
+        self.main.query_one("#flags-pane").border_subtitle = Text(printable(line)) if line else ""
 
     @_skipped_after_shutdown
     def _refresh_chart_if_stale(self) -> None:

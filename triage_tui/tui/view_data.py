@@ -244,3 +244,18 @@ def format_accuracy(value: float | None) -> str:
         return "nan"
     percent = value * 100 if abs(value) <= 1.0 else value
     return f"{percent:.1f}%"
+
+
+def metrics_line(status: RunStatus) -> str | None:
+    """The trainer whose names the run uses, its accuracy per position (TTT step) and its evaluation
+    acceptance length, as ``scan --json`` reports them, in one short line; None when there is none."""
+    parts = []
+    if status.trainer:
+        parts.append(status.trainer)
+    positions = status.metrics.get("per_position_accuracy") or []
+    if positions:
+        parts.append("acc by position " + " ".join(format_accuracy(p.get("last")) for p in positions))
+    acceptance = status.metrics.get("acceptance_length")
+    if acceptance and acceptance.get("last") is not None:
+        parts.append(f"acceptance length {acceptance['last']:.3g}")
+    return " · ".join(parts) or None
