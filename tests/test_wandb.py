@@ -295,6 +295,10 @@ def test_a_damaged_record_is_skipped_and_reported(story_run, tmp_path):
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0 and "skipped 1 damaged record" in proc.stderr
     assert len(proc.stdout.splitlines()) == 1 + 39
+    # scan: the run carries the same damaged_records warning an event file's damage gives.
+    (status,) = Watcher([damaged], use_watchdog=False).poll_once(now=time.time())
+    (flag,) = [f for f in status.flags if f.kind == "damaged_records"]
+    assert flag.value == 1 and "run-y.wandb" in flag.message
 
 
 def test_a_file_that_is_not_a_wandb_run(tmp_path):
@@ -344,3 +348,25 @@ def test_without_the_wandb_package_a_wandb_run_says_why(story_run):
     document = json.loads(proc.stdout)
     assert document["sources"] == ["wandb"] and document["status"] == "warning"
     assert "triage-tui[wandb]" in document["source_errors"][0]
+
+
+# ----------------------------------------------------------------- the TUI
+
+
+async def test_the_tui_shows_a_wandb_run_against_the_chance_line(story_run):
+    """The TUI on a W&B-only run: flagged, its loss drawn under the chance line, its trainer named."""
+    from triage_tui.tui.app import TriageApp
+    from triage_tui.tui.widgets.loss_chart import LossChart
+
+    app = TriageApp([story_run], poll_interval=0.2, use_watchdog=False, device="cpu")
+    app.animation_level = "none"
+    async with app.run_test(size=(80, 24)) as pilot:
+        chart = app.main.query_one(LossChart)
+        start = time.monotonic()
+        # A deadline only turns a hang into a failure; the wait is on the app's own polls.
+        while not (app.rows and chart.last_point and chart.last_point[0] == 50 * 39):
+            assert time.monotonic() - start < 60, "the W&B run never reached the chart"
+            await pilot.pause(0.05)
+        assert app.rows[0].status == "critical" and app.rows[0].vocab_size == V
+        assert chart.series.tag == "train/ploss_0" and chart.series.chance_loss == pytest.approx(LN_V)
+        assert "specforge" in str(app.main.query_one("#flags-pane").border_subtitle)

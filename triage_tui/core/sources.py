@@ -65,6 +65,14 @@ class RunSources:
         """Files that could not be read, and why (W&B files only; event files are counted in stats)."""
         return dict(self.wandb.problems) if self.wandb is not None else {}
 
+    @property
+    def damaged(self) -> dict[Path, int]:
+        """Damaged records skipped so far, per file, in event files and W&B files alike."""
+        damaged = dict(self.events.damaged)  # the reader's thread may add to them
+        if self.wandb is not None:
+            damaged.update(self.wandb.damaged)
+        return damaged
+
     def poll(self) -> ReadStats:
         """Read what was appended to every file since the last poll; refresh ``scalars``."""
         stats = self.events.poll() if self._event_files else ReadStats()

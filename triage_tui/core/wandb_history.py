@@ -227,6 +227,7 @@ class WandbHistory:
         self.config_version = 0  # bumps whenever a run or config record changed `config`
         self.unkeyed_points = 0  # values whose step metric was missing from the row or not an integer
         self.problems: dict[Path, str] = {}
+        self.damaged: dict[Path, int] = {}  # file -> damaged records skipped in it, every poll so far
         self._files: dict[Path, _FileState] = {}
         self._named_metrics: dict[str, str] = {}  # key -> its step metric ("" = _step)
         self._glob_metrics: list[tuple[str, str]] = []  # (glob, step metric), in definition order
@@ -286,6 +287,7 @@ class WandbHistory:
         self.config = {}
         self.unkeyed_points = 0
         self.problems = {}
+        self.damaged = {}
         self._named_metrics, self._glob_metrics, self._step_of = {}, [], {}
         self._files = {p: _FileState(p) for p in self._files}
 
@@ -324,6 +326,7 @@ class WandbHistory:
                 self.problems.pop(state.path, None)
                 state.offset = len(WANDB_HEADER)
             window = _READ_LIMIT
+            corrupt_before = stats.corrupt_records
             while state.offset < size:
                 handle.seek(state.offset)
                 buf = handle.read(min(size - state.offset, window))
@@ -338,6 +341,8 @@ class WandbHistory:
                     break  # the rest is a record still being written
                 window = _READ_LIMIT if framed.consumed else 2 * window  # a record longer than the window
             stats.pending_bytes += max(size - state.offset, 0)
+            if stats.corrupt_records > corrupt_before:
+                self.damaged[state.path] = self.damaged.get(state.path, 0) + stats.corrupt_records - corrupt_before
 
     # ------------------------------------------------------------------ records
 

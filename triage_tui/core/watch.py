@@ -149,7 +149,7 @@ def _metrics(scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None
     return metrics
 
 
-def damaged_records_flag(events: RunEvents) -> Flag | None:
+def damaged_records_flag(events: RunEvents | RunSources) -> Flag | None:
     """A warning when records were dropped for a bad checksum or proto: the curve has gaps there."""
     damaged = dict(events.damaged)  # the reader's thread may add to it
     if not damaged:
@@ -418,7 +418,7 @@ class Watcher:
         stalled = None if activity is None else stall_flag(activity, now=now, flush_secs=self.flush_secs,
                                                            seen_live=tracked.seen_live,
                                                            last_step=derived["last_step"])
-        damaged = damaged_records_flag(tracked.events.events)
+        damaged = damaged_records_flag(tracked.events)
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
         problems = tuple(p for p in (tracked.info.manifest_error, *source_errors, tracked.read_error) if p)
         flags = tracked.value_flags + tuple(f for f in (stalled, damaged) if f is not None) + tuple(
