@@ -65,6 +65,15 @@ def read_runs(runs: list[RunEvents], on_read: Callable[[int, RunEvents], None],
                     helper = None
                     break
                 sent[back] = runs[back]
+            if helper is not None and front >= back and len(sent) > 1:
+                # Nothing left here but runs still queued for the helper: take back the last one
+                # sent (it has not started on it), so a helper slow to start costs no more than
+                # reading alone. Its answer for that run, if one comes, is dropped.
+                index = min(sent)
+                del sent[index]
+                runs[index].poll()
+                on_read(index, runs[index])
+                continue
             if helper is not None:
                 for index, events in helper.results(block=front >= back):
                     if index not in sent:
