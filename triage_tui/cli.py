@@ -43,9 +43,10 @@ def tui_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only``, the other subcommands' arguments (and imports) are left out."""
     # The TUI is the default command: its usage and options come first in `triage --help`.
-    tui_help = tui_parser().format_help().split("\n", 1)[1].strip()  # without its usage line
+    tui_help = tui_parser().format_help().split("\n", 1)[1].strip() if only is None else ""
     parser = argparse.ArgumentParser(
         prog="triage",
         usage=f"{TUI_USAGE}\n       triage COMMAND [options]   (triage COMMAND --help)",
@@ -58,7 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        _command_module(name).add_arguments(sub_parser)
+        if only is None or name == only:
+            # A subcommand's module imports what it needs (torch for check, numpy for scalars):
+            # `triage scalars` need not pay for check's imports.
+            _command_module(name).add_arguments(sub_parser)
     return parser
 
 
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         module = _command_module("tui")
         args = tui_parser().parse_args(argv)
     else:
-        args = build_parser().parse_args(argv)
+        args = build_parser(only=argv[0] if argv[0] in SUBCOMMANDS else None).parse_args(argv)
         module = _command_module(args.command)
     try:
         return int(module.run(args))
