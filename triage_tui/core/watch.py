@@ -71,6 +71,7 @@ WAKE_COALESCE_SECS = 0.05
 STOP_CHECK_SECS = 0.25
 # How often a long first poll reports the runs read so far (a few redraws a second at most).
 PROGRESS_SECS = 0.25
+PROGRESS_MAX_SECS = 2.0  # the interval doubles after each report, up to this
 
 
 @dataclass(frozen=True)
@@ -237,8 +238,9 @@ class Watcher:
                   on_progress: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
         """Rescan if due, read appended bytes, recompute flags; every run's status.
 
-        ``on_progress`` gets the statuses read so far every PROGRESS_SECS while a long poll (the
-        first one over a big tree) is still reading, so runs fill in as they load.
+        ``on_progress`` gets the statuses read so far after PROGRESS_SECS, then at doubling
+        intervals, while a long poll (the first one over a big tree) is still reading, so runs
+        fill in as they load.
         """
         with self._lock:
             if self._rescan_requested.is_set() or time.monotonic() >= self._next_rescan:
@@ -249,13 +251,17 @@ class Watcher:
             runs = list(self._runs.values())
             statuses: list[RunStatus | None] = [None] * len(runs)
             reported = time.monotonic()
+            interval = PROGRESS_SECS
 
             def update(i: int) -> None:
-                nonlocal reported
+                nonlocal reported, interval
                 statuses[i] = self._update(runs[i], now)
-                if on_progress is not None and time.monotonic() - reported >= PROGRESS_SECS:
+                if on_progress is not None and time.monotonic() - reported >= interval:
                     on_progress([status for status in statuses if status is not None])
                     reported = time.monotonic()
+                    # Each report rebuilds every row shown so far (smoothing included): first rows
+                    # at once, then less and less often, so a long load is not spent redrawing.
+                    interval = min(2 * interval, PROGRESS_MAX_SECS)
 
             fresh = [i for i, tracked in enumerate(runs) if tracked.version is None]
             # The helper reads event files (RunSources.events); W&B files are read here, in update().
