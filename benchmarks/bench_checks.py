@@ -28,10 +28,10 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -110,8 +110,41 @@ def build(root: Path, dumps: int, tokens: int) -> Path:
 # --------------------------------------------------------------------------- children
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _peak_mib(pid: int | str = "self") -> float:
+    """VmHWM: this process image's peak RSS (getrusage's maxrss also counts the parent before exec)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def timed_check(run: Path) -> dict:
+    """`triage check RUN --json --device cpu` as a user runs it: wall time from exec to exit, peak RSS."""
+    cmd = [sys.executable, "-m", "triage_tui", "check", str(run), "--json", "--device", "cpu"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    peak = 0.0
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    while True:
+        peak = max(peak, _peak_mib(proc.pid))
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    reader.join()
+    stderr = proc.stderr.read().decode()
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"triage check exited {proc.returncode}:\n{stderr[-3000:]}")
+    doc = json.loads(out[0])
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": peak, "exit": proc.returncode,
+            "replay_tokens": doc["checks"]["replay"].get("tokens"),
+            "top_hypothesis": doc["hypotheses"][0]["id"]}
 
 
 def child_diagnose(run: str) -> dict:
@@ -132,10 +165,10 @@ def child_diagnose(run: str) -> dict:
         if name == "replay" and "tokens" in message:  # "replay: 35/140 tokens", once per dump file
             replay_tokens.append((time.perf_counter(), int(message.split(":", 1)[1].split("/")[0])))
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     inputs = resolve_inputs(Path(run))
     diagnosis = diagnose(inputs, device="cpu", progress=progress)
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     checks = {}
     for name, result in diagnosis.checks.items():
         stamps = marks.get(name, [t0, t0])
@@ -150,7 +183,7 @@ def child_diagnose(run: str) -> dict:
         replay_split = {"load_s": first_s - per_token * replay_tokens[0][1], "per_token_s": per_token}
     vocab = diagnosis.checks["vocab_mapping"].details
     replay = diagnosis.checks["replay"].details
-    return {"imports_s": imports, "total_s": total, "checks": checks, "peak_mib": _peak_mib(),
+    return {"imports_s": imports, "total_s": total, "cpu_s": cpu, "checks": checks, "peak_mib": _peak_mib(),
             "positional_match": vocab.get("positional_match"), "overlap": vocab.get("overlap"),
             "replay_tokens": replay.get("tokens"), "replay_device": replay.get("device"),
             "top_hypothesis": diagnosis.hypotheses[0].id, "threads": torch.get_num_threads(),
@@ -210,6 +243,8 @@ def main() -> None:
         print(f"manual script: {json.dumps(manual)}", flush=True)
         diag = run_child("diagnose", str(run))
         print(f"diagnose: {json.dumps(diag)}", flush=True)
+        whole = timed_check(run)
+        print(f"triage check: {json.dumps(whole)}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)
@@ -223,7 +258,13 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, check in diag["checks"].items():
         print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
-    print(f"| **all four (diagnose)** | **{diag['total_s']:.2f}** | | top hypothesis: {diag['top_hypothesis']} |")
+    print(f"| **all four (diagnose)** | **{diag['total_s']:.2f}** ({diag['cpu_s']:.1f} s of CPU) | | "
+          f"top hypothesis: {diag['top_hypothesis']} |")
+    print(f"\n`triage check RUN --json --device cpu`, the whole process from exec to exit (imports, reading, "
+          f"all four checks, the JSON): **{whole['seconds']:.1f} s** wall ({whole['cpu_s']:.1f} s of CPU), "
+          f"peak RSS **{whole['peak_mib'] / 1024:.2f} GiB**, "
+          f"exit status {whole['exit']}, replay over {whole['replay_tokens']} tokens, top hypothesis "
+          f"{whole['top_hypothesis']}.")
     vocab_s = diag["checks"]["vocab_mapping"]["seconds"]
     print("\n| story's script (torch.load + Python loop) | triage vocab_mapping check | ratio |")
     print("|---|---|---|")
@@ -233,9 +274,10 @@ def main() -> None:
     split = diag["replay_split"]
     if split:
         print(f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter and the "
-              f"target head ~{split['load_s']:.0f} s, then {split['per_token_s']:.2f} s per token (6 aux chunk "
-              f"orders each); at its default cap of 4096 tokens that would be "
-              f"~{(split['load_s'] + 4096 * split['per_token_s']) / 60:.0f} min on this CPU.")
+              f"target head's labels for every position ~{split['load_s']:.0f} s, then {split['per_token_s']:.3f} s "
+              f"per token (the stored aux chunk order); the CPU default cap of 512 tokens would add "
+              f"~{(512 - diag['replay_tokens']) * split['per_token_s']:.0f} s of drafter passes "
+              f"(and the head pass grows in proportion).")
     print("The GPU number needs a machine with one: benchmarks/gpu_check.py.")
 
 

@@ -43,15 +43,18 @@ SERIAL = ("import sys, runpy; import triage_tui.commands.scalars as s; s._MIN_RO
           "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')")
 
 
-def timed(cmd: list[str], out: Path) -> float:
+def timed(cmd: list[str], out: Path) -> tuple[float, float]:
+    """Wall seconds from exec to exit, and CPU seconds (the process and the formatters it forked)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
     with open(out, "wb") as sink:
-        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.PIPE, env=env, cwd=REPO, check=False)
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
-    if done.returncode:
-        raise SystemExit(f"{cmd} failed: {done.stderr.decode()[-2000:]}")
-    return seconds
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{cmd} failed with exit status {proc.returncode}")
+    return seconds, usage.ru_utime + usage.ru_stime
 
 
 def reference(path: Path) -> dict[str, list[tuple[int, float, float]]]:
@@ -133,15 +136,21 @@ def main() -> None:
         "json, one process": [python, "-c", SERIAL, "scalars", str(big), "--format", "json"],
     }
     times: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
+    cpus: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
     ratios: dict[str, list[float]] = {k: [] for k in cmds}
+    cpu_ratios: dict[str, list[float]] = {k: [] for k in cmds}
     load_start = os.getloadavg()
     for _ in range(args.rounds):
-        rust = bench_events.rustboard(big.parent.parent, 1)["wall"]
+        rust_run = bench_events.rustboard(big.parent.parent, 1)
+        rust, rust_cpu = rust_run["wall"], rust_run["cpu"]
         times["rustboard"].append(rust)
+        cpus["rustboard"].append(rust_cpu)
         for name, cmd in cmds.items():
-            seconds = timed(cmd, work / f"out.{name.split(',')[0]}")
+            seconds, cpu = timed(cmd, work / f"out.{name.split(',')[0]}")
             times[name].append(seconds)
+            cpus[name].append(cpu)
             ratios[name].append(seconds / rust)
+            cpu_ratios[name].append(cpu / rust_cpu)
     verdict = check_exact(work / "out.csv", work / "out.json", reference(big))
     load_end = os.getloadavg()
     print(f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
@@ -151,11 +160,12 @@ def main() -> None:
     )
     print(f"- {args.rounds} rounds, each: rustboard, then each export, whole processes, page cache warm")
     print(f"- exactness: {verdict}\n")
-    print("| command | wall s, median (min–max) | ÷ rustboard in the same round, median (min–max) |")
-    print("|---|---|---|")
-    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 |")
+    print("| command | wall s, median (min–max) | ÷ rustboard, same round | CPU s | CPU ÷ rustboard's, same round |")
+    print("|---|---|---|---|---|")
+    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} | 1 |")
     for name in cmds:
-        print(f"| `triage scalars` {name} | {spread(times[name])} | {spread(ratios[name])} |")
+        print(f"| `triage scalars` {name} | {spread(times[name])} | {spread(ratios[name])} | {spread(cpus[name])} "
+              f"| {spread(cpu_ratios[name])} |")
     shutil.rmtree(work, ignore_errors=True)
 
 
