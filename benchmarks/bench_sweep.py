@@ -62,7 +62,8 @@ def timed(cmd: list[str]) -> tuple[float, str]:
 
 
 def scan_points(stdout: str) -> int:
-    return sum(run["metrics"]["loss"]["count"] + run["metrics"]["accuracy"]["count"] for run in json.loads(stdout)["runs"])
+    runs = json.loads(stdout)["runs"]
+    return sum(run["metrics"]["loss"]["count"] + run["metrics"]["accuracy"]["count"] for run in runs)
 
 
 def child_tui(root: str, runs: int, exec_wall: float) -> dict:
@@ -138,7 +139,8 @@ def main() -> None:
     load_end = os.getloadavg()
     print(f"# A sweep's first load: {args.runs} runs x {args.points:,} scalars ({expected:,} points, "
           f"{size / 1e6:.0f} MB of event files, written in {written:.0f} s)\n")
-    print(f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end")
+    print(f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, "
+          f"{load_end[0]:.1f} at the end")
     print(f"- {args.rounds} rounds, each: rustboard, scan, scan on one core, TUI, TUI on one core; whole processes "
           f"from exec, page cache warm\n")
     print("| what | seconds from exec, median (min–max) | ÷ rustboard in the same round, median (min–max) |")
