@@ -990,7 +990,25 @@ class ReadStats:
         self.unreadable_files = other.unreadable_files
 
 
-def _open_nonblocking(path, flags: int) -> int:
+def any_file_replaced(states: Iterable) -> bool:
+    """Whether a file already read (``path``, ``dev``, ``ino``, ``offset``) was replaced or shrank.
+
+    Then the run is read again from the start (RunEvents, WandbHistory). A file that is gone keeps
+    what it gave (as rustboard does).
+    """
+    for state in states:
+        if state.dev < 0:
+            continue
+        try:
+            st = os.stat(state.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) != (state.dev, state.ino) or st.st_size < state.offset:
+            return True
+    return False
+
+
+def open_nonblocking(path, flags: int) -> int:
     return os.open(path, flags | os.O_NONBLOCK)
 
 
@@ -1146,16 +1164,7 @@ class RunEvents:
             return stats
 
     def _any_replaced(self) -> bool:
-        for state in self._files.values():
-            if state.dev < 0:
-                continue
-            try:
-                st = os.stat(state.path)
-            except OSError:
-                continue  # gone: keep what it gave (as rustboard does)
-            if (st.st_dev, st.st_ino) != (state.dev, state.ino) or st.st_size < state.offset:
-                return True
-        return False
+        return any_file_replaced(self._files.values())
 
     def _forget_all(self) -> None:
         # Simplest correct answer to a rewritten file: every file of the run is read again, in order.
@@ -1170,7 +1179,7 @@ class RunEvents:
             # named like an event file must not hang the poll.
             # Unbuffered: the hole probes move the descriptor's offset, which a buffered reader
             # would not notice (its seek() can stay within its buffer).
-            handle = open(state.path, "rb", buffering=0, opener=_open_nonblocking)  # noqa: SIM115 - `with handle` below
+            handle = open(state.path, "rb", buffering=0, opener=open_nonblocking)  # noqa: SIM115 - `with handle` below
         except FileNotFoundError:
             return  # gone (or not there yet): keep what it gave
         except OSError:

@@ -52,7 +52,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import ReadStats
+from triage_tui.core.events import ReadStats, any_file_replaced, open_nonblocking
 from triage_tui.core.runs import is_wandb_file_name, natural_key
 from triage_tui.core.series import RunScalars
 
@@ -253,7 +253,7 @@ class WandbHistory:
                 self.problems = dict.fromkeys(self._files, err.what)
                 stats.unreadable_files = len(self._files)
                 return stats
-            if self._any_replaced():
+            if any_file_replaced(self._files.values()):
                 self._forget_all()
                 stats.resets += 1
             rows: _Rows = {}
@@ -269,18 +269,6 @@ class WandbHistory:
 
     # ------------------------------------------------------------------ files
 
-    def _any_replaced(self) -> bool:
-        for state in self._files.values():
-            if state.dev < 0:
-                continue
-            try:
-                st = os.stat(state.path)
-            except OSError:
-                continue  # gone: keep what it gave
-            if (st.st_dev, st.st_ino) != (state.dev, state.ino) or st.st_size < state.offset:
-                return True
-        return False
-
     def _forget_all(self) -> None:
         # A rewritten file: every file of the run is read again, in order (as RunEvents does).
         self.scalars.clear()
@@ -295,7 +283,7 @@ class WandbHistory:
         try:
             # O_NONBLOCK: a FIFO named like a run file must not hang the poll.
             handle = open(  # noqa: SIM115 - entered by `with handle` below, once the open's errors are told apart
-                state.path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK))
+                state.path, "rb", opener=open_nonblocking)
         except FileNotFoundError:
             return
         except OSError as err:
