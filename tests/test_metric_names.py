@@ -137,3 +137,42 @@ def test_speculators_logging_to_wandb_is_recognised(tmp_path):
     assert status.loss_tag == "train/loss_0" and status.accuracy_tag == "train/full_acc_0"
     assert "loss_at_chance" in {flag.kind for flag in status.flags}
     assert [p["tag"] for p in status.metrics["per_position_accuracy"]] == [f"train/full_acc_{k}" for k in range(3)]
+
+
+HF_TRAINER_RUN = """
+import os
+os.environ["WANDB_DIR"] = sys.argv[1]  # where WandbCallback's wandb.init puts wandb/
+import torch
+from torch.utils.data import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+class Tokens(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=128, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+args = TrainingArguments(output_dir=sys.argv[1], report_to=["wandb"], logging_steps=2, max_steps=20,
+                         per_device_train_batch_size=4, save_steps=10, use_cpu=True, disable_tqdm=True)
+Trainer(model=LlamaForCausalLM(config), args=args, train_dataset=Tokens()).train()
+import wandb
+wandb.finish()
+"""
+
+
+def test_hf_trainer_logging_to_wandb_is_keyed_by_its_global_step(tmp_path):
+    """transformers' own WandbCallback: define_metric("*", step_metric="train/global_step")."""
+    from triage_tui.core.watch import Watcher
+    from wandb_writers import run_script
+
+    out = tmp_path / "out"
+    run_script(HF_TRAINER_RUN, str(out), timeout=300)
+    (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once(now=time.time())
+    assert status.info.path == out and status.info.sources == ("wandb",)
+    assert status.trainer == "hf-trainer" and status.loss_tag == "train/loss"
+    assert status.scalars.get("train/loss").steps.tolist() == list(range(2, 21, 2))
+    assert status.vocab_size == 128 and status.vocab_size_source == "config.json"  # checkpoint-20/config.json
