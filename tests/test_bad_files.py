@@ -208,3 +208,26 @@ def test_untraversable_root_and_unreadable_training_state_as_nobody(nobody_tree)
         assert result.stderr.count("\n") == 1
     else:
         assert f"training_state.pt not used: {state}: cannot read it: Permission denied" in result.stdout
+
+
+def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
+    """A link to / or /proc walked the whole machine, listed runs outside the tree, and a malformed
+    triage.toml in some process's working directory (/proc/<pid>/cwd) made `scan` exit 2."""
+    from triage_tui.core.runs import discover_runs
+
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    points(root / "run", range(10))
+    points(elsewhere / "other", range(10))
+    (elsewhere / "other" / "triage.toml").write_bytes(BAD_MANIFESTS["not-utf8"][0])
+    (root / "slash").symlink_to("/")
+    (root / "proc").symlink_to("/proc")
+    (root / "out").symlink_to(elsewhere)
+    (root / "again").symlink_to(root / "run")  # within the tree: followed (and the run is listed once)
+    result = triage("scan", root)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["run"]
+    assert result.stderr == (f"triage scan: not following 3 symlink(s) to directories outside the given paths: "
+                             f"{root / 'out'} -> {elsewhere}, {root / 'proc'} -> /proc, {root / 'slash'} -> /\n")
+    # Two watched paths: a link from one into the other is followed.
+    names = {info.path for info in discover_runs([root], watched=[elsewhere], strict=False)}
+    assert names == {root / "run", root / "out" / "other"} or names == {root / "run", elsewhere / "other"}

@@ -37,6 +37,12 @@ def _vocab_size(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     watcher = Watcher(args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True)
     statuses = watcher.poll_once()
+    if watcher.skipped_links:
+        links = list(watcher.skipped_links.items())
+        shown = ", ".join(f"{printable(link)} -> {printable(target)}" for link, target in links[:3])
+        more = f" and {len(watcher.skipped_links) - 3} more" if len(watcher.skipped_links) > 3 else ""
+        print(f"triage scan: not following {len(watcher.skipped_links)} symlink(s) to directories outside the given "
+              f"paths: {shown}{more}", file=sys.stderr)
     if args.json:
         json.dump({"runs": [status.to_json() for status in statuses]}, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

@@ -309,10 +309,11 @@ class _Listing:
     has_training_state: bool
     mapping_names: tuple[str, ...]
     dump_kind: str | None  # "specforge" | "speculators" | "pt" | None
+    links: frozenset[str] = frozenset()  # which of `dirs` are symlinks
 
     @classmethod
     def of(cls, key: tuple[int, int, int], trusted: bool, name: str, files: tuple[str, ...],
-           dirs: tuple[str, ...]) -> _Listing:
+           dirs: tuple[str, ...], links: frozenset[str] = frozenset()) -> _Listing:
         in_mapping_dir = bool(_MAPPING_DIR.search(name))
         if any(_SPECFORGE_DUMP.match(f) for f in files):
             dump_kind = "specforge"
@@ -332,6 +333,7 @@ class _Listing:
             has_training_state=TRAINING_STATE_NAME in files,
             mapping_names=tuple(f for f in files if _MAPPING_FILE.search(f) or (in_mapping_dir and f.endswith(".pt"))),
             dump_kind=dump_kind,
+            links=links,
         )
 
 
@@ -353,6 +355,8 @@ class ListingCache:
     manifests: dict[str, tuple[tuple[int, int], Manifest | BadInput]] = field(default_factory=dict)
     artifacts: dict[str, tuple[tuple[int, ...], RunArtifacts]] = field(default_factory=dict)
     scandirs: int = 0  # how many real scandir calls were made (for tests and benchmarks)
+    # Symlinks to directories outside the watched paths, not followed by the last walk: link -> target.
+    skipped_links: dict[str, str] = field(default_factory=dict)
 
     def listing(self, path: str, stat: os.stat_result) -> _Listing | None:
         key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
@@ -384,7 +388,7 @@ class ListingCache:
         # Real directories first, so a run is named by its real path, not by a link to it.
         dirs.extend(sorted(linked_dirs, key=natural_key))
         trusted = time.time() - stat.st_mtime > RACY_MTIME_SECS
-        listing = _Listing.of(key, trusted, os.path.basename(path), tuple(files), tuple(dirs))
+        listing = _Listing.of(key, trusted, os.path.basename(path), tuple(files), tuple(dirs), frozenset(linked_dirs))
         self.listings[path] = listing
         return listing
 
@@ -424,8 +428,15 @@ class _Node:
         return os.path.basename(self.path)
 
 
-def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]], depth: int | None = None) -> _Node | None:
-    """The tree below `path`; `depth` levels of children at most (None: all)."""
+def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]], depth: int | None = None,
+          within: tuple[str, ...] = ()) -> _Node | None:
+    """The tree below `path`; `depth` levels of children at most (None: all).
+
+    A symlink to a directory is followed only when its target lies within one of the real paths
+    `within` (the watched paths): a link to / or /proc must not walk the machine, nor a
+    triage.toml in some process's working directory decide a scan. Those not followed are
+    recorded in ``cache.skipped_links``.
+    """
     try:
         stat = os.stat(path)
     except OSError:
@@ -450,7 +461,13 @@ def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]], depth: 
     children = []
     if depth is None or depth > 0:
         for name in listing.dirs:
-            child = _walk(os.path.join(path, name), cache, visited, None if depth is None else depth - 1)
+            child_path = os.path.join(path, name)
+            if name in listing.links:
+                target = os.path.realpath(child_path)
+                if not any(_is_under(target, root) for root in within):
+                    cache.skipped_links[child_path] = target
+                    continue
+            child = _walk(child_path, cache, visited, None if depth is None else depth - 1, within)
             if child is not None:
                 children.append(child)
     wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
@@ -525,7 +542,8 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for log_dir in (root, root.parent):
         if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
             # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
-            probe = _walk(str(log_dir.parent), cache, set(), depth=3)
+            probe = _walk(str(log_dir.parent), cache, set(), depth=3,
+                          within=(os.path.realpath(log_dir.parent),))
             if probe is not None and _promotes_parent(probe):
                 return log_dir.parent
     return root
@@ -612,15 +630,21 @@ def _dump_root(node: _Node, run_dir: str) -> str | None:
 
 
 def discover_runs(
-    paths: Sequence[str | Path], *, cache: ListingCache | None = None, strict: bool = True
+    paths: Sequence[str | Path], *, cache: ListingCache | None = None, strict: bool = True,
+    watched: Sequence[str | Path] = (),
 ) -> list[RunInfo]:
     """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
+
+    Symlinks to directories are followed only into `paths` and `watched` (see _walk).
 
     With ``strict`` a malformed triage.toml raises BadInput; without it the run is kept with
     ``manifest_error`` set, so one bad file cannot stop a watcher of many runs.
     """
     cache = cache if cache is not None else ListingCache()
+    cache.skipped_links = {}
     found: dict[str, RunInfo] = {}
+    roots = [Path(os.path.abspath(expand_user(raw))) for raw in (*paths, *watched)]
+    within = tuple(os.path.realpath(root) for root in roots)
     for raw in paths:
         root = Path(os.path.abspath(expand_user(raw)))
         if S_ISREG(stat_or_bad_input(root).st_mode):
@@ -628,7 +652,7 @@ def discover_runs(
                 found.setdefault(str(info.path), info)
             continue
         start = str(_start_dir(root, cache))
-        tree = _walk(start, cache, set())
+        tree = _walk(start, cache, set(), within=(*within, os.path.realpath(start)))
         if tree is None:
             if strict:
                 _raise_unlistable(Path(start))

@@ -218,6 +218,7 @@ class Watcher:
         # triage.toml [serving] followed with the runs; `check` reads it itself, to the end, once.
         self.follow_serving = follow_serving
         self.watchdog_active = False  # True while an Observer delivers wake-ups
+        self.skipped_links: dict[str, str] = {}  # symlinks out of the watched paths, not followed: link -> target
         self._cache = ListingCache()
         self._runs: dict[Path, _Tracked] = {}
         self._next_rescan = 0.0  # time.monotonic() deadline; 0 = at the first poll
@@ -308,16 +309,20 @@ class Watcher:
 
     def _rescan(self) -> None:
         found: dict[Path, RunInfo] = {}
+        skipped: dict[str, str] = {}
         for path in self.paths:
             try:
-                infos = discover_runs([path], cache=self._cache, strict=self.strict)
+                infos = discover_runs([path], cache=self._cache, strict=self.strict, watched=self.paths)
             except BadInput:
                 if self.strict:
                     raise
                 # A watched directory deleted mid-session drops its runs; the TUI keeps going.
                 continue
+            finally:
+                skipped.update(self._cache.skipped_links)
             for info in infos:
                 found.setdefault(info.path, info)
+        self.skipped_links = skipped
         vanished = {path: tracked for path, tracked in self._runs.items() if path not in found}
         for path in vanished:
             del self._runs[path]
