@@ -427,3 +427,25 @@ def test_a_purge_alone_bumps_the_version(tmp_path):
     stats = events.poll()
     assert stats.scalars == 0 and events.scalars.version > version
     assert events.scalars.get("a").steps.tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("dtype, bits", [(types_pb2.DT_HALF, 0x7D00), (types_pb2.DT_BFLOAT16, 0x7FA0)])
+def test_a_signalling_nan_scalar_is_read_without_a_numpy_warning(tmp_path, dtype, bits):
+    """A half/bfloat16 signalling NaN used to print numpy's RuntimeWarning, with a source line from
+    the install, to the user's terminal; it is a NaN point like any other."""
+    import warnings
+
+    path = tmp_path / "events.out.tfevents.1.h"
+    records = [event_pb2.Event(wall_time=1e9 + step, step=step, summary=summary_pb2.Summary(value=[value]))
+               for step, value in enumerate([tensor_value("loss", dtype, half_val=[bits])] * 3  # one by one
+                                            + [summary_pb2.Summary.Value(tag="lr", simple_value=1.0)] * 20)]
+    data = b"".join(frame(r.SerializeToString()) for r in records)
+    snan32 = struct.pack("<I", 0x7FA00000)  # a float32 signalling NaN in each simple_value, read as columns
+    path.write_bytes(b"".join(frame(r.SerializeToString().replace(struct.pack("<f", 1.0), snan32))
+                              for r in records))
+    assert len(path.read_bytes()) == len(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scalars = read_event_file(path)
+    assert scalars.get("loss").steps.tolist() == [0, 1, 2] and np.isnan(scalars.get("loss").values).all()
+    assert len(scalars.get("lr")) == 20 and np.isnan(scalars.get("lr").values).all()

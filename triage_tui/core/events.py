@@ -1226,7 +1226,10 @@ class RunEvents:
                 stats.corrupt_records += frames.corrupt
                 if frames.starts.size:
                     stats.records += int(frames.starts.size)
-                    chunk = self._decoder.decode(buf, frames)
+                    # A signalling NaN widened to float64 makes numpy print a RuntimeWarning, with a
+                    # source line from the install, on the user's terminal: it is just a NaN point.
+                    with np.errstate(invalid="ignore"):
+                        chunk = self._decoder.decode(buf, frames)
                     stats.corrupt_records += chunk.corrupt
                     stats.slow_records += chunk.slow
                     self._store(chunk, state, stats)
