@@ -175,3 +175,15 @@ def test_evenly_spaced():
     assert evenly_spaced(3, 8) == [0, 1, 2]
     assert evenly_spaced(1_000_000, 8)[-1] == 999_999 and len(set(evenly_spaced(9, 8))) == 8
     assert evenly_spaced(0, 8) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+def test_a_loss_mask_numpy_cannot_hold_is_read(tmp_path, dtype):
+    """A float8 loss mask was "Got unsupported ScalarType Float8_e4m3fn", naming no file."""
+    write_specforge(tmp_path, 1)
+    (dump,) = tmp_path.rglob("data_*.ckpt")
+    data = torch.load(dump, weights_only=True)
+    data["loss_mask"] = data["loss_mask"].to(dtype)
+    torch.save(data, dump)
+    (sample,) = read_dumps(tmp_path).samples
+    assert sample.loss_mask.dtype == np.float32 and set(np.unique(sample.loss_mask)) <= {0.0, 1.0}

@@ -391,3 +391,18 @@ def test_progress_and_cancel(files, world):
     stop.set()
     cancelled = run_replay(checkpoint, dumps, target, checkpoint.mapping, world.run_mapping, device="cpu", cancel=stop)
     assert cancelled.status == "skipped" and "cancelled" in cancelled.summary
+
+
+def test_dump_token_ids_outside_the_target_vocab_are_an_error_naming_the_file(files, world, tmp_path):
+    """An embedding lookup past the vocab was an IndexError traceback; it is the check's error,
+    naming the dump, and the other checks go on."""
+    checkpoint = read_checkpoint(files["checkpoint"])
+    root = write_specforge_dumps(world, tmp_path / "foreign", samples=1)
+    dump = next(root.rglob("data_0.ckpt"))
+    data = torch.load(dump, weights_only=True)
+    data["input_ids"][5] = TARGET_VOCAB + 7
+    torch.save(data, dump)
+    result = run_replay(checkpoint, read_dumps(root), read_target(files["target"]), checkpoint.mapping,
+                        world.run_mapping, device="cpu")
+    assert result.status == "error" and str(dump) in result.summary
+    assert f"..{TARGET_VOCAB + 7} fall outside the target embedding's" in result.summary

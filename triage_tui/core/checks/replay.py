@@ -210,7 +210,13 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
             break
         # The drafter is causal: cutting the sequence after the last scored position changes nothing before it.
         length = int(positions[-1]) + 1
-        ids = torch.as_tensor(np.asarray(sample.input_ids, dtype=np.int64))[None]
+        ids_np = np.asarray(sample.input_ids, dtype=np.int64)
+        rows = int(labels.embed_shape[0])
+        if ids_np.size and (int(ids_np.min()) < 0 or int(ids_np.max()) >= rows):
+            # An embedding lookup out of range is an IndexError with no file named in it.
+            raise BadInput(sample.path, f"token ids {int(ids_np.min())}..{int(ids_np.max())} fall outside the "
+                                        f"target embedding's {rows} rows (a dump from another model's tokenizer?)")
+        ids = torch.as_tensor(ids_np)[None]
         embeds = embed_ids(labels.embed, shift_left(ids)[:, :length]).to(device=device, dtype=torch.float32)
         aux = sample.aux_hidden[:length].to(device=device, dtype=torch.float32)[None]
         where = torch.as_tensor(positions, device=device)

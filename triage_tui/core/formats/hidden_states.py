@@ -120,7 +120,7 @@ def _optional_tensor(path: Path, data: dict, key: str) -> torch.Tensor | None:
 
 def _loss_mask(path: Path, data: dict) -> np.ndarray | None:
     mask = _optional_tensor(path, data, "loss_mask")
-    return None if mask is None else _squeeze_batch(path, "loss_mask", mask, 1, "[T]").numpy().copy()
+    return None if mask is None else _mask_array(path, _squeeze_batch(path, "loss_mask", mask, 1, "[T]"))
 
 
 def _squeeze_batch(path: Path, key: str, tensor: torch.Tensor, ndim: int, what: str) -> torch.Tensor:
@@ -137,6 +137,15 @@ def _token_ids(path: Path, key: str, tensor: torch.Tensor) -> np.ndarray:
     if tensor.is_floating_point() or tensor.dtype == torch.bool:
         raise BadInput(path, f"{key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; expected token ids")
     return tensor.to(torch.int64).numpy().copy()
+
+
+def _mask_array(path: Path, tensor: torch.Tensor) -> np.ndarray:
+    """A loss mask as numpy; bf16/float8 (numpy has none) widened, a complex one refused, naming the file."""
+    if tensor.is_complex():
+        raise BadInput(path, f"'loss_mask' has dtype {str(tensor.dtype).removeprefix('torch.')}; expected a 0/1 mask")
+    if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+        tensor = tensor.to(torch.float32)
+    return tensor.numpy().copy()
 
 
 def _check_length(path: Path, tokens: int, key: str, tensor: torch.Tensor | np.ndarray | None) -> None:
@@ -195,7 +204,7 @@ def _read_speculators(path: Path) -> HiddenStateSample:
     if "loss_mask" in header:
         mask = _squeeze_batch(path, "loss_mask", load_safetensors_tensor(path, "loss_mask"), 1, "[T]")
         _check_length(path, tokens, "loss_mask", mask)
-        loss_mask = mask.numpy().copy()
+        loss_mask = _mask_array(path, mask)
     # speculators train/data.py: hidden_states[:, :-1].flatten(1) is the draft input, [:, -1] the verifier's
     aux = hidden[:, :-1].reshape(tokens, (layers - 1) * width).float()
     return HiddenStateSample(path, input_ids, loss_mask, aux, hidden[:, -1].float(), layers - 1)
