@@ -243,3 +243,15 @@ def test_nothing_to_read(tmp_path):
         read_mapping(tmp_path)
     with pytest.raises(BadInput, match="no such file"):
         read_mapping(tmp_path / "nope.pt")
+
+
+def test_npy_declaring_more_than_the_file_holds_is_refused_before_allocating(tmp_path):
+    """A d2t.npy whose header declares 8 TiB was a MemoryError traceback; one line now, nothing allocated."""
+    from numpy.lib import format as npy_format
+
+    path = tmp_path / "d2t.npy"
+    with open(path, "wb") as f:
+        npy_format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False, "shape": (1 << 40,)})
+        f.write(b"\0" * 64)
+    with pytest.raises(BadInput, match=r"declares shape \[1099511627776\] \(8796093022208 bytes\) but the file holds 64"):
+        read_mapping(path, target_vocab_size=163_840)

@@ -67,6 +67,17 @@ def _checkpoint_mapping(path: Path) -> VocabMapping:
 
 def _load_npy(path: Path) -> np.ndarray:
     try:
+        with open(path, "rb") as f:
+            # The header declares the shape; an array larger than the file (an ".npy" of 8 TiB in a
+            # few bytes) is refused before numpy tries to allocate it.
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}.get(np.lib.format.read_magic(f))
+            shape, _, dtype = read_header(f) if read_header else ((), False, np.dtype("u1"))
+            declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            holds = os.fstat(f.fileno()).st_size - f.tell()
+            if read_header and declared > holds:
+                raise BadInput(path, f".npy header declares shape {list(shape)} ({declared} bytes) but the file "
+                                     f"holds {holds} bytes of data")
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise BadInput(path, f"not a readable .npy array: {' '.join(str(err).split())[:200]}") from None
