@@ -253,5 +253,6 @@ def test_npy_declaring_more_than_the_file_holds_is_refused_before_allocating(tmp
     with open(path, "wb") as f:
         npy_format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False, "shape": (1 << 40,)})
         f.write(b"\0" * 64)
-    with pytest.raises(BadInput, match=r"declares shape \[1099511627776\] \(8796093022208 bytes\) but the file holds 64"):
+    declared = r"declares shape \[1099511627776\] \(8796093022208 bytes\) but the file holds 64"
+    with pytest.raises(BadInput, match=declared):
         read_mapping(path, target_vocab_size=163_840)
