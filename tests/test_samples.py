@@ -333,3 +333,38 @@ def test_committed_sample_runs_scan_flags(pristine, capsys):
 @pytest.mark.slow
 def test_committed_sample_runs_check_names_each_cause_first(pristine, capsys):
     assert_diagnoses(pristine, capsys)
+
+
+def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
+    """An interrupted `triage samples --out DIR` leaves DIR as it was: no worker tracebacks, exit 130.
+
+    Ctrl-C goes to the terminal's whole process group, so the signal is sent to the group here too,
+    once the new tree is being built (its hidden sibling exists) and the workers are training.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "sample_runs"
+    (out / "healthy").mkdir(parents=True)
+    (out / "GENERATED.json").write_text("{}\n")
+    (out / "healthy" / "old-run.txt").write_text("the runs a user had\n")
+    before = written_files(out)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    process = subprocess.Popen([sys.executable, "-m", "triage_tui.cli", "samples", "--small", "--out", str(out),
+                                "--jobs", "2"], stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    stderr_lines = []
+    for line in process.stderr:  # progress lines; interrupt once the workers train
+        stderr_lines.append(line)
+        if "processes" in line:
+            break
+    assert list(tmp_path.glob(".triage-samples-sample_runs-*")), "the new tree is built beside, hidden"
+    assert written_files(out) == before, "nothing replaced while building"
+    os.killpg(process.pid, signal.SIGINT)
+    rest = process.stderr.read()
+    assert process.wait(timeout=60) == 130
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    assert "interrupted" in rest
+    assert written_files(out) == before and (out / "healthy" / "old-run.txt").read_text() == "the runs a user had\n"
+    assert not list(tmp_path.glob(".triage-samples-*")), "the half-built tree is removed"

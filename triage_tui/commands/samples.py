@@ -26,7 +26,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.monotonic() - started:5.0f} s] {message}", file=sys.stderr, flush=True)
 
     spec = SampleSpec.small() if args.small else SampleSpec()
-    summary = generate(args.out, spec, jobs=max(1, args.jobs), progress=progress)
+    try:
+        summary = generate(args.out, spec, jobs=max(1, args.jobs), progress=progress)
+    except KeyboardInterrupt:
+        print(f"triage samples: interrupted; {args.out} is as it was", file=sys.stderr)
+        return 130
     for name, record in summary["runs"].items():
         nan = f", NaN from step {record['non_finite_from']}" if record["non_finite_from"] else ""
         print(f"{name:20s} {record['steps']:4d} steps  train/ploss_0 {record['first_ploss_0']:6.2f} -> "

@@ -23,7 +23,9 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -369,25 +371,55 @@ def run_chain(out: Path, spec: SampleSpec, chain: tuple[str, ...]) -> tuple[dict
     return timings, records
 
 
+TEMP_PREFIX = ".triage-samples-"  # the sibling a new tree is built in, hidden, same filesystem
+_REPLACED = (*RUN_NAMES, "_target", "_drafters", "GENERATED.json", "README.md")
+
+
 def generate(out: Path, spec: SampleSpec | None = None, *, jobs: int = 2, progress: Progress | None = None) -> dict:
-    """Build every run under ``out`` (replacing what was there); returns what GENERATED.json holds."""
+    """Build every run and replace ``out``'s with them; returns what GENERATED.json holds.
+
+    The new tree is built in a hidden sibling of ``out`` and moved in only once complete: an
+    interrupted or failed build (Ctrl-C, a full disk) leaves ``out`` exactly as it was.
+    """
     spec = spec or SampleSpec()
     progress = progress or (lambda message: None)
-    started = time.monotonic()
     if out.exists() and not out.is_dir():
         raise BadInput(out, "is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "GENERATED.json").is_file():
         # it would replace directories named like the runs: only in a tree it built itself
         raise BadInput(out, "exists and was not built by `triage samples` (no GENERATED.json); "
                             "pass a new or empty directory")
-    if out.exists():
-        for name in (*RUN_NAMES, "_target", "_drafters", "GENERATED.json"):
-            path = out / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f"{TEMP_PREFIX}{out.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a build that was killed outright
+    building = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{out.name}-", dir=out.parent))
+    try:
+        summary = _build(building, spec, jobs, progress)
+        _move_in(building, out)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return summary
+
+
+def _move_in(built: Path, out: Path) -> None:
+    """Replace ``out``'s generated entries with ``built``'s; what else a user keeps there stays."""
+    out.mkdir(exist_ok=True)
+    old = built / ".replaced"
+    old.mkdir()
+    for name in _REPLACED:
+        if (out / name).exists() or (out / name).is_symlink():
+            os.replace(out / name, old / name)
+        os.replace(built / name, out / name)
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group; the parent alone decides, so workers stay quiet.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
+    started = time.monotonic()
     progress("building the world (corpus, target, mappings)")
     world = build_world(spec)
     save_target(world.target, out / "_target")
@@ -405,12 +437,20 @@ def generate(out: Path, spec: SampleSpec | None = None, *, jobs: int = 2, progre
             collect(chain, run_chain(out, spec, chain))
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
+        try:
             futures = {pool.submit(run_chain, out, spec, chain): chain for chain in CHAINS}
             progress(f"training {len(CHAINS)} chains in {jobs} processes: "
                      + "; ".join(" -> ".join(chain) for chain in CHAINS))
             for future in as_completed(futures):
                 collect(futures[future], future.result())
+        except BaseException:
+            # Ctrl-C (or a failed chain): stop the workers now rather than wait for their chains.
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     summary = {
         "generator": "triage_tui.samples.generate",
         "command": "triage samples" + (" --small" if spec == SampleSpec.small() else ""),
