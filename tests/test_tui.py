@@ -493,6 +493,7 @@ async def test_command_palette_reaches_the_actions(runs_root):
         titles = [command.title for command in app.get_system_commands(app.screen)]
         for expected in ("Check (c)", "Remap (m)", "Filter (/)", "Log-y (l)", "Help: every key"):
             assert expected in titles
+        assert "Keys" not in titles  # one help, not two
         chart = app.main.query_one(LossChart)
         await pilot.press("ctrl+p", *"Log-y", "enter")
         await wait_for(pilot, lambda: chart.log_y, what="log-y from the palette")
@@ -607,6 +608,18 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         assert report.accuracy_after > 4 * report.accuracy_before
         shown = _plain(app.screen.query_one("#remap-result"))
         assert f"{report.accuracy_before:.1%} → {report.accuracy_after:.1%}" in shown
+        # Back on the main screen the old results look old, and `c` checks the remapped checkpoint.
+        while not isinstance(app.screen, type(app.main)):
+            await pilot.press("escape")
+            await pilot.pause()
+        pane = app.main.query_one("#analysis-pane")
+        assert pane.has_class("-stale") and "BEFORE the remap" in str(pane.border_title)
+        await checked(pilot)
+        after = app.diagnoses[app.rows[0].path]
+        assert after.inputs.checkpoint == Path(report.output)
+        assert after.checks["vocab_mapping"].status == "pass"
+        assert after.hypotheses[0].id != "vocab_mapping_mismatch" or after.hypotheses[0].score < 0.5
+        assert not pane.has_class("-stale") and "remapped checkpoint" in str(pane.border_title)
 
 
 def table_lines(table: RunsTable) -> list[str]:

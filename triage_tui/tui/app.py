@@ -353,7 +353,10 @@ class TriageApp(App[None]):
             self.post_message(messages.CheckProgress(path, check, fraction, text))
 
         try:
-            inputs = resolve_inputs(path)
+            # After a remap the question is whether the remapped checkpoint fixes the run: check it,
+            # not the drafter the run's triage.toml still names.
+            remapped = self.remap_reports.get(path)
+            inputs = resolve_inputs(path, checkpoint=remapped.output if remapped is not None else None)
             serving = None
             if status.serving is not None:
                 serving = compare_serving(status.serving, training_estimate_from_scalars(status.scalars))
@@ -542,6 +545,7 @@ class TriageApp(App[None]):
         self.remap_running = False
         if message.report is not None:
             self.remap_reports[message.path] = message.report
+            self.main.show_analysis(self._selected)  # the checks shown are now from before the remap
         shown = False
         for screen in self.screen_stack:
             if isinstance(screen, RemapScreen):
@@ -563,7 +567,8 @@ class TriageApp(App[None]):
         self.push_screen(HelpScreen.for_screen(self.screen))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's "Keys" panel repeats what our help (`?`) shows, in less detail: one help, not two.
+        yield from (command for command in super().get_system_commands(screen) if command.title != "Keys")
         for binding in _screen_bindings(screen):
             if binding.action in ("escape",):
                 continue

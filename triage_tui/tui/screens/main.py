@@ -146,6 +146,14 @@ class MainScreen(Screen):
             counts = Counter(result.status for result in diagnosis.checks.values())
             tally = " ".join(f"{STATUS_STYLE[status][0]}{counts[status]}" for status in STATUS_STYLE if counts[status])
             pane.border_title = f"hypotheses · checks {tally} · enter opens"
+            remapped = app.remap_reports.get(path) if path is not None else None
+            stale = remapped is not None and diagnosis.inputs.checkpoint != Path(remapped.output)
+            # Results older than the remap must look old: they describe the drafter before the fix.
+            pane.set_class(stale, "-stale")
+            if stale:
+                pane.border_title = "hypotheses · BEFORE the remap · c checks the remapped checkpoint"
+            elif remapped is not None:
+                pane.border_title = f"hypotheses · of the remapped checkpoint · checks {tally}"
             # Nothing stands out: the small layout shows why (skipped checks say what they need).
             pane.set_class(max((h.score for h in diagnosis.hypotheses), default=0.0) < 0.5, "-quiet")
             checks.finish({name: (result.status, result.summary) for name, result in diagnosis.checks.items()})
