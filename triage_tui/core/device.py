@@ -1,7 +1,7 @@
 """Which torch device a computation runs on: the one place ``--device auto`` is decided.
 
 The replay and verifier-mask checks and the remap's GPU gather all take a device; each asks
-here, so "auto" means the same everywhere (DESIGN.md: GPU when there is one, CPU otherwise,
+here, so "auto" means the same everywhere (docs/contracts.md, --device: GPU when there is one, CPU otherwise,
 same results). torch is imported on call: the remap's single pass and the mapping readers
 import this module without needing torch.
 """
