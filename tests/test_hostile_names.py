@@ -216,3 +216,37 @@ def test_tui_refuses_an_interval_that_is_not_a_positive_number(tmp_path, capsys,
     assert cli.main([str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("triage: --interval must be a positive number of seconds") and err.count("\n") == 1
+
+
+def test_scalars_csv_escapes_tags_on_a_terminal_and_stays_exact_in_a_pipe(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    tag = "loss\x1b]52;c;ZXZpbA==\x07[/]"
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = SummaryWriter(log_dir=str(run))
+    writer.add_scalar(tag, 1.5, 7, walltime=1_700_000_000.0)
+    writer.close()
+    command = [sys.executable, "-m", "triage_tui", "scalars", str(run)]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    piped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0 and f"{tag},7,1700000000.0,1.5" in piped.stdout  # data stays exact
+    leader, follower = pty.openpty()
+    with subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, env=env) as process:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=120) == 0
+    os.close(leader)
+    shown = b"".join(chunks).decode()
+    assert "loss^[]52;c;ZXZpbA==^G[/],7," in shown and "\x1b" not in shown and "\x07" not in shown

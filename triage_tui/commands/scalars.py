@@ -111,9 +111,12 @@ _MIN_ROWS_TO_FORK = 4 * _PIECE_ROWS
 def _write_csv(series: list[ScalarSeries], out) -> None:
     pieces: list = [b"tag,step,wall_time,value\n"]
     encoding, errors = _encoding(out)
+    # Piped, the CSV is data and stays exact (as JSON does); on a terminal a person reads it, and a
+    # tag holding an escape sequence (an OSC 52 clipboard write) is shown as `cat -v` would.
+    on_terminal = getattr(out, "isatty", lambda: False)()
     for s in series:
         steps, walls, values = s.columns()
-        field = _csv_field(s.tag).encode(encoding, errors) + b","
+        field = _csv_field(printable(s.tag) if on_terminal else s.tag).encode(encoding, errors) + b","
         for lo in range(0, len(steps), _PIECE_ROWS):
             hi = lo + _PIECE_ROWS
             pieces.append((_csv_rows, field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
