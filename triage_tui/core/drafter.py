@@ -301,6 +301,9 @@ def canonical_key(name: str) -> str:
 class Eagle3Drafter(nn.Module):
     """One EAGLE-3 decoder layer with its fc, final norm, draft-vocab head and d2t/t2d buffers."""
 
+    d2t: torch.Tensor  # buffers (register_buffer below): declared so that reading them is typed
+    t2d: torch.Tensor
+
     def __init__(self, config: DrafterConfig) -> None:
         super().__init__()
         self.config = config

@@ -25,6 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from triage_tui.core.watch import RunStatus
 
 DEMO_RUN = "vocab-mismatch-live"
 STOP_FILE = "STOP"
@@ -246,10 +250,18 @@ def run_with_tui(layout: DemoLayout, trainer: TrainerProcess) -> int:
     return 0
 
 
-def _latest(status, tag: str) -> tuple[int, float] | None:
+def _latest(status: RunStatus, tag: str | None) -> tuple[int, float] | None:
     series = status.scalars.get(tag) if tag else None
     last = series.last() if series is not None else None
     return (int(last[0]), float(last[2])) if last is not None else None
+
+
+def _loss_points(status: RunStatus) -> list[tuple[int, float]]:
+    """(step, value) of the run's loss curve; none while it has no loss tag."""
+    series = status.scalars.get(status.loss_tag) if status.loss_tag else None
+    if series is None:
+        return []
+    return list(zip(series.steps.tolist(), series.values.tolist(), strict=True))
 
 
 def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float = 300.0,
@@ -284,7 +296,7 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
                 stamp(f"step {point[0]:4d}  {status.loss_tag} {point[1]:.2f}  (ln 32000 = {ln_v:.2f})")
         if flag is None:
             time.sleep(0.5)
-    if flag is None:
+    if flag is None or status is None:
         stamp("no loss_above_chance flag before the timeout")
         return 1
     stamp(f"flag {flag.kind}: {flag.message}")
@@ -304,6 +316,9 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
         stamp("the check did not rank the vocab-mapping mismatch first")
         return 1
 
+    if inputs.checkpoint is None or inputs.mapping is None:
+        stamp("the run names no checkpoint and mapping to remap")
+        return 1
     report = remap_checkpoint(inputs.checkpoint, inputs.mapping, target=inputs.target, data=inputs.data)
     remapped_at = time.monotonic()
     accuracy = ""
@@ -319,13 +334,11 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
     reload_step = int(reloaded["step"])
     stamp(f"trainer reloaded from {Path(reloaded['checkpoint']).name} at step {reload_step}")
 
-    before = status.scalars.get(status.loss_tag)
-    above = [v for s, v in zip(before.steps.tolist(), before.values.tolist(), strict=True) if s <= reload_step]
+    above = [v for s, v in _loss_points(status) if s <= reload_step]
     while time.monotonic() < deadline:
         statuses = watcher.poll_once()
         status = statuses[0]
-        series = status.scalars.get(status.loss_tag)
-        after = [(s, v) for s, v in zip(series.steps.tolist(), series.values.tolist(), strict=True) if s > reload_step]
+        after = [(s, v) for s, v in _loss_points(status) if s > reload_step]
         still_flagged = any(f.kind in ("loss_above_chance", "loss_at_chance") for f in status.flags)
         below = [point for point in after if point[1] < ln_v]
         if below and not still_flagged and len(after) >= 5 and sum(v for _, v in after[-5:]) / 5 < ln_v:

@@ -40,7 +40,9 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
 from triage_tui.core.vocab import VocabMapping
 from triage_tui.samples.trainer import (
+    ComputeDtype,
     DrafterTrainer,
+    LabelOrder,
     RunData,
     TrainConfig,
     load_saved_drafter,
@@ -221,7 +223,7 @@ def _train(world: World, run_dir: Path, drafter, data: RunData, config: TrainCon
 
 
 def _config(spec: SampleSpec, steps: int, lr: float, *, save: bool = False, warmup: int = 10,
-            compute_dtype: str = "bfloat16", max_grad_norm: float | None = 0.5,
+            compute_dtype: ComputeDtype = "bfloat16", max_grad_norm: float | None = 0.5,
             batch_size: int | None = None) -> TrainConfig:
     return TrainConfig(total_steps=steps, batch_size=batch_size or spec.batch_size, learning_rate=lr,
                        warmup_steps=warmup,
@@ -334,7 +336,7 @@ CHAINS = (
     ("drafter-a", "vocab-mismatch"),
     ("diverged",),
 )
-PRETRAINED = {"drafter-a": ("t2d", "A"), "drafter-modelopt": ("d2t", "B")}
+PRETRAINED: dict[str, tuple[LabelOrder, str]] = {"drafter-a": ("t2d", "A"), "drafter-modelopt": ("d2t", "B")}
 
 
 def pretrain_drafter(world: World, out: Path, name: str) -> float:

@@ -20,8 +20,10 @@ the fine-tune's data instead of the checkpoint's, SpecForge PR #534).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +46,9 @@ from triage_tui.samples.world import Corpus, TinyTarget, WorldSpec
 
 # SpecForge run_backward_and_update / EAGLE main.py: total = sum(0.8**i * ploss_i)
 PLOSS_DECAY = 0.8
+
+ComputeDtype = Literal["bfloat16", "float16", "float32"]
+LabelOrder = Literal["t2d", "d2t"]  # which mapping array the trainer builds its labels from
 
 
 def drafter_config(spec: WorldSpec) -> DrafterConfig:
@@ -96,7 +101,7 @@ class TrainConfig:
     save_steps: tuple[int, ...] = ()
     # compute dtype of the drafter's forward (autocast; master weights stay float32, as
     # SpecForge's BF16Optimizer keeps them). bfloat16 is SpecForge's; float16 overflows at 65504.
-    compute_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    compute_dtype: ComputeDtype = "bfloat16"
     # speculators (main) freezes the lm_head it copies from the target (vllm-project/speculators 0.9.0
     # `src/speculators/models/eagle3/core.py`)
     freeze_lm_head: bool = False
@@ -109,7 +114,7 @@ class RunData:
     corpus: Corpus                      # training sequences, consumed in order
     eval_corpus: Corpus                 # one held-out batch for eval/*
     label_mapping: VocabMapping         # the mapping the trainer builds labels with
-    label_order: Literal["t2d", "d2t"] = "t2d"
+    label_order: LabelOrder = "t2d"
     chunk_order: tuple[int, int, int] = (0, 1, 2)
 
 
@@ -211,7 +216,8 @@ class DrafterTrainer:
             group["lr"] = lr
         ids, mask = self._batch(self.data.corpus, self.step_index)
         plosses, accs = self._metrics(ids, mask)
-        total = sum(PLOSS_DECAY ** k * p for k, p in enumerate(plosses))
+        # reduce, not sum(): the same additions in the same order, without sum's int 0 start
+        total = functools.reduce(operator.add, (PLOSS_DECAY ** k * p for k, p in enumerate(plosses)))
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if config.max_grad_norm is not None:

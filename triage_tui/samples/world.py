@@ -233,7 +233,7 @@ class TinyTarget(nn.Module):
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """HF-style tensor names (``model.embed_tokens.weight``, ``lm_head.weight``, ...), fp16 as shipped."""
-        out = {
+        out: dict[str, torch.Tensor] = {
             "model.embed_tokens.weight": self.embed_tokens,
             "model.norm.weight": self.norm,
             "lm_head.weight": self.lm_head,
