@@ -185,14 +185,15 @@ class TriageApp(App[None]):
 
     def _follow_moved_selection(self, previous: dict[Path, RunStatus]) -> None:
         """The selected run moved (`out/runs` became `out`): keep it selected under its new path."""
-        selected = previous.get(self._selected) if self._selected else None
-        if selected is None or self._selected in self.statuses:
+        selected_path = self._selected
+        selected = previous.get(selected_path) if selected_path else None
+        if selected_path is None or selected is None or selected_path in self.statuses:
             return
         files = set(selected.info.event_files) | set(selected.info.wandb_files)
         moved = next((path for path, status in self.statuses.items()
                       if not files.isdisjoint(_run_identity(status))), None)
         if moved is not None:
-            self.main.query_one(RunsTable).keep_selected(self._selected, moved)
+            self.main.query_one(RunsTable).keep_selected(selected_path, moved)
 
     def ring_bell(self) -> None:
         self.bells += 1
@@ -283,7 +284,7 @@ class TriageApp(App[None]):
                 self._chart_drawn = None
                 chart.show(None)
                 self.main.show_serving(None)
-                self.main.show_chart_title("loss")
+                self.main.show_chart_title(Text("loss"))
             return
         # The serving evidence is a new object exactly when a source gave something new.
         wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
@@ -473,6 +474,9 @@ class TriageApp(App[None]):
     def _plan_remap(self, path: Path, inputs: CheckInputs) -> None:
         from triage_tui.core.remap import plan_remap
 
+        if inputs.checkpoint is None or inputs.mapping is None:  # remap_available() let none of these through
+            self.post_message(messages.RemapPlanned(path, None, error="no checkpoint and mapping to remap"))
+            return
         try:
             plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
             if plan.output.exists():

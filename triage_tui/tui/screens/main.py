@@ -143,7 +143,7 @@ class MainScreen(Screen):
             checks.finish(None, outcome or "")
             hypotheses.show(())
         else:
-            counts = Counter(result.status for result in diagnosis.checks.values())
+            counts: Counter[str] = Counter(result.status for result in diagnosis.checks.values())
             tally = " ".join(f"{STATUS_STYLE[status][0]}{counts[status]}" for status in STATUS_STYLE if counts[status])
             pane.border_title = f"hypotheses · checks {tally} · enter opens"
             remapped = app.remap_reports.get(path) if path is not None else None
@@ -191,7 +191,7 @@ class MainScreen(Screen):
         path = self.selected_path
         if self.triage.readonly:
             return
-        if self.triage.remap_available(path):
+        if path is not None and self.triage.remap_available(path):
             self.triage.request_remap(path)
         else:
             self.triage.explain_remap_blocker(path)

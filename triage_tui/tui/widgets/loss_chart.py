@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 from textual.color import Color
@@ -101,6 +102,7 @@ class LossChart(PlotextPlot):
             plt.xlim(steps[0] - 1, steps[0] + 1)
         else:
             # Steps are integers: label them so (plotext would print 737.5).
-            ticks = sorted({int(round(t)) for t in np.linspace(steps[0], steps[-1], 5)})
-            plt.xticks(ticks, [format_step(t) for t in ticks])
+            step_ticks = sorted({int(round(t)) for t in np.linspace(steps[0], steps[-1], 5)})
+            # plotext's stub types positions as list[float]; ints are what it is given, as before
+            plt.xticks(cast("list[float]", step_ticks), [format_step(t) for t in step_ticks])
         self.refresh()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 from textual_plotext import PlotextPlot
@@ -65,7 +66,8 @@ class ServingChart(PlotextPlot):
         else:
             # Intervals are counted: integer labels (plotext would print 7.2).
             ticks = sorted({int(round(t)) for t in np.linspace(x[0], x[-1], 5)})
-            plt.xticks(ticks, [str(t) for t in ticks])
+            # plotext's stub types positions as list[float]; ints are what it is given, as before
+            plt.xticks(cast("list[float]", ticks), [str(t) for t in ticks])
         self.refresh()
 
 
