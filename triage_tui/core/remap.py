@@ -115,6 +115,7 @@ class RemapPlan:
     mapping_sha256: str
     mapping_sha256_of: str          # "file" (bytes of the mapping file) | "mapping" (hot ids of a directory)
     target_path: Path | None
+    lm_head_name: str               # the checkpoint's lm_head tensor (checked present when planning)
     checkpoint: DrafterCheckpoint = field(repr=False)
     run_mapping: VocabMapping = field(repr=False)
     source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
@@ -136,7 +137,7 @@ def _file_sha256(path: Path, block: int = 8 << 20) -> str:
         size = os.fstat(fd).st_size
         for offset in range(0, size, block):
             with _mapped(fd, offset, min(block, size - offset)) as data:
-                digest.update(data)
+                digest.update(data.data)  # the array's memoryview: numpy types its buffer only on 3.12+
                 del data
     return digest.hexdigest()
 
@@ -150,7 +151,7 @@ def _file_blake3(path: Path) -> str:
         size = os.fstat(fd).st_size
         for offset in range(0, size, WINDOW_BYTES):
             with _mapped(fd, offset, min(WINDOW_BYTES, size - offset)) as data:
-                digest.update(data)
+                digest.update(data.data)  # the array's memoryview: numpy types its buffer only on 3.12+
                 del data
     return digest.hexdigest()
 
@@ -213,8 +214,9 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
     source = checkpoint.path.resolve()
     notes: list[str] = []
 
-    lm_head = checkpoint.tensors.get(checkpoint.lm_head_name or "")
-    if lm_head is None:
+    lm_head_name = checkpoint.lm_head_name
+    lm_head = checkpoint.tensors.get(lm_head_name) if lm_head_name is not None else None
+    if lm_head_name is None or lm_head is None:
         raise BadInput(source, "checkpoint has no lm_head.weight: there are no rows to remap")
     old_rows, width = lm_head.shape
     if old_rows == 0 or width == 0:
@@ -265,7 +267,7 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
         raise BadInput(target_path, f"the target's vocab has {target_model.vocab_size} tokens but the run's "
                                     f"mapping {mapping_path} is over {run_mapping.target_vocab_size}")
     init = init or ("target" if target_model is not None else "mean")
-    if init == "target" and target_model.hidden_size != width:
+    if init == "target" and target_model is not None and target_model.hidden_size != width:
         notes.append(f"The target's lm_head rows are {target_model.hidden_size} wide but the drafter's are "
                      f"{width}: new rows are initialised from the mean of the old rows instead.")
         init = "mean"
@@ -289,7 +291,8 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
         source=source, output=output, mapping_path=mapping_path, draft_vocab_size=run_mapping.draft_vocab_size,
         rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
         init_from=init_from, written_as=written_as, mapping_sha256=mapping_sha, mapping_sha256_of=mapping_sha_of,
-        target_path=target_path, checkpoint=checkpoint, run_mapping=run_mapping, source_rows=source_rows,
+        target_path=target_path, lm_head_name=lm_head_name, checkpoint=checkpoint, run_mapping=run_mapping,
+        source_rows=source_rows,
         target_model=target_model, source_identities=identities,
     )
 
@@ -603,7 +606,7 @@ def _safetensors_extents(checkpoint, file: Path) -> dict[str, tuple[int, int]]:
     return extents
 
 
-def _libc_function(name: str, argtypes: tuple, restype=ctypes.c_int):
+def _libc_function(name: str, argtypes: tuple, restype=ctypes.c_int) -> Callable[..., int] | None:
     """A C library function through ctypes, or None where there is none."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -645,8 +648,11 @@ class _Writeback(threading.Thread):
             self.ranges.put((offset, length))
 
     def run(self) -> None:
+        sync_file_range = _SYNC_FILE_RANGE
+        if sync_file_range is None:  # never started without it (__init__)
+            return
         while (written := self.ranges.get()) is not None:
-            _SYNC_FILE_RANGE(self.fd, *written, _SYNC_FILE_RANGE_WRITE)
+            sync_file_range(self.fd, *written, _SYNC_FILE_RANGE_WRITE)
 
     def finish(self) -> None:
         if self.is_alive():
@@ -806,7 +812,7 @@ def _lock_dir(path: Path) -> int | None:
 
 def clean_stale_temporaries(output: Path) -> list[Path]:
     """Remove what killed runs left beside ``output``; a live run's directory is locked and kept."""
-    removed = []
+    removed: list[Path] = []
     parent = output.parent
     if not parent.is_dir():
         return removed
@@ -972,7 +978,7 @@ class RemapReport:
 def _output_entries(plan: RemapPlan) -> dict[str, list[_Entry]]:
     """Output file name -> tensors it holds: the source's files and names, lm_head/d2t/t2d resized."""
     checkpoint = plan.checkpoint
-    lm_head_name = checkpoint.lm_head_name
+    lm_head_name = plan.lm_head_name
     width = checkpoint.tensors[lm_head_name].shape[1]
     run = plan.run_mapping
     files: dict[str, list[_Entry]] = {}
@@ -1156,7 +1162,7 @@ class _InitRows:
 
     def __init__(self, plan: RemapPlan, old: _Rows | None) -> None:
         self.plan = plan
-        info = plan.checkpoint.tensors[plan.checkpoint.lm_head_name]
+        info = plan.checkpoint.tensors[plan.lm_head_name]
         self.dtype = info.dtype
         self.old_rows, self.width = info.shape
         self.row_bytes = _Entry("row", self.dtype, (self.width,)).nbytes
@@ -1167,7 +1173,7 @@ class _InitRows:
         self._stop = threading.Event()
         if self.needs_sum and old is not None:
             self._sum_thread = _Background("triage-remap-mean", lambda: old.column_sum(self._stop))
-        self.target_head = None
+        self.target_head: torch.Tensor | None = None
         if plan.init == "target" and plan.rows_initialized:
             head = plan.target_model.lm_head()
             if head.dim() != 2 or head.shape[1] != self.width or head.shape[0] != plan.run_mapping.target_vocab_size:
@@ -1195,6 +1201,7 @@ class _InitRows:
         import torch
 
         token_ids = torch.from_numpy(self.plan.run_mapping.hot_ids[positions])
+        assert self.target_head is not None  # init "target" with rows to initialise reads it in __init__
         head = self.target_head.index_select(0, token_ids).to(getattr(torch, self.dtype))
         return _as_bytes(head).reshape(positions.size, self.row_bytes)
 
@@ -1309,14 +1316,12 @@ def _write_tensors(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], gath
     """The path through torch (.bin sources, lm_head dtypes numpy lacks): each tensor goes to its own
     offset, so order is free: the lm_head comes last, once the mean (summed in a thread) is ready."""
     checkpoint = plan.checkpoint
-    lm_head_name = checkpoint.lm_head_name
+    lm_head_name = plan.lm_head_name
     extents = _checkpoint_extents(checkpoint)
-    head_writer = None
+    head_writer = next(w for w in writers.values() if any(e.name == lm_head_name for e in w.entries))
     for writer in writers.values():
         for entry in writer.entries:
-            if entry.name == lm_head_name:
-                head_writer = writer
-            elif entry.name not in ("d2t", "t2d"):
+            if entry.name not in (lm_head_name, "d2t", "t2d"):
                 _copy_tensor(checkpoint, entry, writer, extents, progress, cancel)
     entry = next(e for e in head_writer.entries if e.name == lm_head_name)
     row_bytes = entry.nbytes // max(1, entry.shape[0])
@@ -1368,8 +1373,9 @@ class _HashPipe:
     def buffer(self) -> tuple[int, bytearray]:
         """A buffer whose previous window has been hashed."""
         i, self.turn = self.turn, self.turn ^ 1
-        if self.done[i] is not None:
-            self.done[i].wait()
+        done = self.done[i]
+        if done is not None:
+            done.wait()
             self.done[i] = None
         self._raise()
         return i, self.buffers[i]
@@ -1429,7 +1435,7 @@ def _source_layout(plan: RemapPlan, file: Path, header: bytes, size: int) -> lis
             continue
         info = plan.checkpoint.tensors.get(name)
         if info is None or info.file != file or not isinstance(entry, dict) \
-                or SAFETENSORS_DTYPES.get(entry.get("dtype"), ("",))[0] != info.dtype \
+                or SAFETENSORS_DTYPES.get(str(entry.get("dtype")), ("",))[0] != info.dtype \
                 or entry.get("shape") != list(info.shape):
             raise _SourceChanged
         begin, end = entry["data_offsets"]
@@ -1447,7 +1453,7 @@ def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init
     returns the BLAKE3 of each file as read."""
     import blake3
 
-    lm_head_name = plan.checkpoint.lm_head_name
+    lm_head_name = plan.lm_head_name
     writer_of = {entry.name: writer for writer in writers.values() for entry in writer.entries}
     row_bytes = init_rows.row_bytes
     window_rows = max(1, WINDOW_BYTES // row_bytes)
@@ -1596,7 +1602,7 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
             or written.mapping.target_vocab_size != run.target_vocab_size:
         raise fail("the output's d2t/t2d do not read back as the run's mapping")
 
-    lm_head_name = plan.checkpoint.lm_head_name
+    lm_head_name = plan.lm_head_name
     if lm_head_name in source_extents and lm_head_name in written_extents:
         compared += _verify_lm_head_mapped(plan, written, source_extents, written_extents, init_rows, fail,
                                            progress, cancel)
@@ -1651,7 +1657,7 @@ def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_ext
     The expected rows are taken here from the source's bytes with numpy (the write gathered them
     with torch, maybe on a GPU), and the initialised rows are the ones the plan's init gives.
     """
-    name = plan.checkpoint.lm_head_name
+    name = plan.lm_head_name
     old_rows, width = plan.checkpoint.tensors[name].shape
     row_bytes = _Entry(name, plan.checkpoint.tensors[name].dtype, (1, width)).nbytes
     (old_begin, old_end), (new_begin, new_end) = source_extents[name], written_extents[name]
@@ -1693,7 +1699,7 @@ def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, p
     """The lm_head check for a source read through torch (.bin): each window of the old head against
     the output rows that should hold it."""
     compared = 0
-    lm_head_name = plan.checkpoint.lm_head_name
+    lm_head_name = plan.lm_head_name
     old_head, new_head = _Rows(plan.checkpoint, lm_head_name), _Rows(written, lm_head_name)
     copied_new = np.flatnonzero(plan.source_rows >= 0)
     by_source = copied_new[np.argsort(plan.source_rows[copied_new], kind="stable")]
@@ -1723,6 +1729,11 @@ def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, p
         compared += _as_bytes(got).size
         progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
     return compared
+
+
+def _fsync_all(writers: dict[str, _SafetensorsWriter]) -> None:
+    for writer in writers.values():
+        os.fsync(writer.fd)
 
 
 class _Background(threading.Thread):
@@ -1823,7 +1834,7 @@ def _streams(plan: RemapPlan) -> bool:
     """The single pass (no torch) applies: a safetensors source whose lm_head numpy can sum."""
     checkpoint = plan.checkpoint
     return (checkpoint.file_kind == "safetensors"
-            and checkpoint.tensors[checkpoint.lm_head_name].dtype in _NUMPY_HEAD_DTYPES)
+            and checkpoint.tensors[plan.lm_head_name].dtype in _NUMPY_HEAD_DTYPES)
 
 
 def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,
@@ -1878,20 +1889,20 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             replay = accuracy_before is not None
         elif dumps is not None:
             notes.append("Accuracy not measured: the replay needs --target as well as --data.")
-        old_head = None if streamed else _Rows(plan.checkpoint, plan.checkpoint.lm_head_name)
+        old_head = None if streamed else _Rows(plan.checkpoint, plan.lm_head_name)
         init_rows = _InitRows(plan, old_head)
         source_metadata = _source_metadata(plan)
         placeholder = {file.name: "0" * 64 for file in plan.checkpoint.files}
         try:
             writers = _open_writers(temp.path, files, _metadata(plan, source_metadata, placeholder), plan.run_mapping)
-            if streamed:
+            if old_head is None:  # streamed: the single pass reads the source itself
                 digests = _stream_source(plan, writers, init_rows, report_progress, cancel)
             else:
                 gpu = _use_gpu(device, old_head.row_bytes * old_head.shape[0])
                 gather = _StagedRows(old_head, gpu, cancel).gather if gpu is not None else old_head.gather
                 _write_tensors(plan, writers, gather, init_rows, report_progress, cancel)
             # The data goes to disk while it is re-read for verification; nothing is renamed before both end.
-            syncing = _Background("triage-remap-fsync", lambda: [os.fsync(w.fd) for w in writers.values()])
+            syncing = _Background("triage-remap-fsync", lambda: _fsync_all(writers))
             config = _updated_config(plan, notes)
             if config is not None:
                 _write_small(temp.path / "config.json", (json.dumps(config, indent=2) + "\n").encode())
@@ -1906,7 +1917,7 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
                              "never followed).")
             report_progress.reset()
             compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
-            if not streamed:
+            if hashing is not None:  # not streamed: the source was hashed apart from the copy
                 digests = hashing.result()
                 if {file.name: _file_blake3(file) for file in plan.checkpoint.files} != digests:
                     raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
