@@ -9,10 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 
+from triage_tui.core.diagnose import CHECK_NAMES  # one bar per check, in the order diagnose() runs them
 from triage_tui.core.text import printable
-
-# The checks of `triage check --json`, in the order diagnose() runs them (docs/contracts.md).
-CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
 
 STATUS_STYLE = {
     "pass": ("✔", "green"),
