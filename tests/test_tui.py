@@ -843,3 +843,18 @@ async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_
         await pilot.press("c")
         await wait_for(pilot, lambda: app.checks_running_for is None, what="checks again")
         assert notifications(app) == []  # the pane beside it shows the answer
+
+
+async def test_every_flag_shows_in_an_80x24_pane(tmp_path):
+    """The flags pane of the compact layout shows each flag on a line of its own, none behind a scrollbar."""
+    runs = copy_samples(tmp_path / "sample_runs", ("diverged",))
+    app = make_app(runs, now=lambda: 2e9)  # long after the last event: stalled joins the others
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        kinds = [flag.kind for flag in app.statuses[app.rows[0].path].flags]
+        assert len(kinds) >= 3, kinds
+        lines = screen_text(app)
+        for kind in kinds:
+            assert any(f" {kind}  " in line for line in lines), (kind, "\n".join(lines))
+
