@@ -15,10 +15,15 @@ Safety, because this runs on someone's only copy of a drafter:
   of the directory), re-read and compared with the source, and only then renamed into place,
   so a crash at any moment leaves either no output or a complete verified one; a temporary
   directory left by a killed run is removed by the next run (an flock on it tells live from dead);
-- tensors stream through a window of rows at a time from the memory-mapped source, so peak
-  memory stays near one window, not the checkpoint;
-- the source's SHA-256 (provenance) is hashed from the first moment of the plan, and recorded
-  only if the source's files are unchanged when the output has been verified.
+- a safetensors source is read once, in file order, a window at a time (peak memory near one
+  window, not the checkpoint): unchanged tensors are copied in the kernel and hashed from the
+  output, the lm_head's rows are read into a buffer, hashed from it and written from it to their
+  new positions; so the BLAKE3 recorded (provenance) is that of the bytes copied, and the
+  comparison with the source afterwards fails if the source changed since. No torch on that
+  path; a .bin source goes through torch, hashed apart twice (the two digests must agree);
+- ``--force`` replaces only a directory whose provenance file triage wrote and that holds
+  nothing else; files beside the weights are carried over with their modes and holes, and a
+  symlink out of the checkpoint is never followed.
 """
 
 from __future__ import annotations
