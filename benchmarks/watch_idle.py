@@ -66,7 +66,7 @@ def idle_percent(root: Path, duration: float, use_watchdog: bool) -> tuple[float
         polls += 1
         return real_poll(*args, **kwargs)
 
-    watcher.poll_once = counted  # type: ignore[method-assign]
+    watcher.poll_once = counted  # type: ignore[method-assign]  # counting polls on this one instance
     thread = threading.Thread(target=watcher.run, args=(updates.append, stop))
     thread.start()
     while not updates:

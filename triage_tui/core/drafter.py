@@ -216,8 +216,10 @@ class Attention(nn.Module):
             cache.values.append(v)
         if step == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif cache is None:
+            raise ValueError("TTT steps after the first attend to the step-0 keys: pass the cache")
         else:
-            out = self._ttt_attention(q, cache, step)  # type: ignore[arg-type]
+            out = self._ttt_attention(q, cache, step)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
     def _ttt_attention(self, q: torch.Tensor, cache: TTTCache, step: int) -> torch.Tensor:

@@ -793,10 +793,10 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
         if k == 0:
             continue
         chosen = [found[i] for i in range(k)]
-        points = [last_value(tag) for tag in chosen]
-        if any(p is None or not math.isfinite(p[1]) for p in points):
+        points = [point for tag in chosen if (point := last_value(tag)) is not None and math.isfinite(point[1])]
+        if len(points) != len(chosen):
             continue
-        values = [min(max(p[1], 0.0), 1.0) for p in points]  # type: ignore[index]
+        values = [min(max(p[1], 0.0), 1.0) for p in points]
         if any(word in name for word in _UNCONDITIONAL):
             per_position = tuple(values)
             arithmetic = f"1 + sum of {name} over positions 0..{k - 1} (already P(first i+1 correct))"
@@ -809,7 +809,7 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
             arithmetic = (f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
                           f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
                           f"leaves out the 1)")
-        step = max(p[0] for p in points)  # type: ignore[index]
+        step = max(p[0] for p in points)
         return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
     return None
 

@@ -236,13 +236,13 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
                     log_q = torch.log_softmax(logits, -1) if head is not None else None
                     for k in mappings:
                         correct[k] += int((hot[k][pred] == chunk_labels).sum())
-                        if head is not None:
+                        if head is not None and log_q is not None:
                             # SpecForge target_p over this mapping's draft vocab, positions whose
                             # target argmax is outside it dropped (position_mask).
                             keep = member[k][chunk_labels]
                             columns = head.columns[k][offset + start:offset + start + chunk_labels.numel()]
                             target_p = torch.softmax(columns[keep], -1)
-                            loss_sum[k] += float(-(target_p * log_q[keep]).sum())  # type: ignore[index]
+                            loss_sum[k] += float(-(target_p * log_q[keep]).sum())
                             loss_count[k] += int(keep.sum())
                 order_correct[order] += int((hot["checkpoint"][pred] == chunk_labels).sum())
         offset += int(positions.size)

@@ -256,7 +256,7 @@ class DrillDownScreen(Screen):
 
     @property
     def triage(self) -> TriageApp:
-        return self.app  # type: ignore[return-value]
+        return self.app  # type: ignore[return-value]  # Screen.app is an App; this screen only runs in TriageApp
 
     def compose(self) -> ComposeResult:
         hypothesis = self.hypothesis

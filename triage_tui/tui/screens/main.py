@@ -53,7 +53,7 @@ class MainScreen(Screen):
 
     @property
     def triage(self) -> TriageApp:
-        return self.app  # type: ignore[return-value]
+        return self.app  # type: ignore[return-value]  # Screen.app is an App; this screen only runs in TriageApp
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")

@@ -114,7 +114,7 @@ class RemapScreen(ModalScreen[None]):
         return True
 
     def action_cancel_remap(self) -> None:
-        self.app.cancel_remap()  # type: ignore[attr-defined]
+        self.app.cancel_remap()  # type: ignore[attr-defined]  # Screen.app is an App; pushed only by TriageApp
 
     def show_progress(self, fraction: float, text: str) -> None:
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
