@@ -293,3 +293,53 @@ def test_the_fix_line_is_the_command_the_tui_shows(tmp_path, capsys):
     command = resolve_inputs(run).fix_commands()[0]
     assert " --target " in command and " --data " in command
     assert [line.strip() for line in out.splitlines() if "fix:" in line] == [f"fix: {command}"]
+
+
+# ----------------------------------------------------------------- truthful exit status (DESIGN.md second round)
+
+
+class _CreatesFile:
+    """Unpickling calls ``open(marker, "w")``: refused by the weights-only loader."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_nothing_to_check_is_exit_2_never_healthy(tmp_path):
+    run = tmp_path / "scratch"
+    write_events(run / "runs", [10.0] * 10, [0.01] * 10)  # a loss curve, no checkpoint, no mapping
+    done = triage("check", str(run), "--json", "--device", "cpu")
+    assert done.returncode == 2
+    line = _one_line(done.stderr)
+    assert line.startswith(f"triage check: {run / 'runs'}: nothing was checked") and "no drafter checkpoint" in line
+    document = json.loads(done.stdout)  # the partial result is still there
+    assert set(document["not_run"]) == set(CHECK_NAMES)
+
+
+def test_every_check_errored_on_a_refused_pickle_is_exit_2(tmp_path):
+    run = tmp_path / "run"
+    write_events(run / "runs", [10.0] * 10, [0.01] * 10)
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    torch.save({"lm_head.weight": torch.zeros(4, 2), "hook": _CreatesFile(tmp_path / "PWNED")},
+               evil / "pytorch_model.bin")
+    done = triage("check", str(run), "--checkpoint", str(evil), "--device", "cpu")
+    assert done.returncode == 2
+    assert "refused to unpickle" in _one_line(done.stderr)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_path_that_is_not_a_run_is_exit_2(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a run")
+    done = triage("check", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert "not a run" in _one_line(done.stderr)

@@ -1,7 +1,8 @@
 """`triage check RUN [--checkpoint P] [--mapping P] [--data P] [--target P] [--device D] [--json]`.
 
-All checks on one run and the ranked hypotheses. Exit status (docs/contracts.md): 0 no hypothesis
-scored >= 0.5, 1 some did, 2 bad input.
+All checks on one run and the ranked hypotheses. Exit status (docs/contracts.md): 0 the
+checks that ran found nothing >= 0.5 and the mapping comparison or the replay was among them,
+1 some hypothesis scored >= 0.5, 2 bad input, a path that is not a run, or nothing checked.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(diagnosis, flags))
+    return exit_status(diagnosis)
+
+
+def exit_status(diagnosis: Diagnosis) -> int:
+    """DESIGN.md: 2 when nothing could be checked (one line on stderr says why), else 1 when a
+    hypothesis scored >= 0.5, else 0. Never 0 when nothing was looked at."""
+    reason = diagnosis.nothing_checked()
+    if reason is not None:
+        print(f"triage check: {printable(str(diagnosis.inputs.run))}: {printable(reason)}", file=sys.stderr)
+        return 2
     return 1 if diagnosis.top_score >= HYPOTHESIS_EXIT_THRESHOLD else 0
 
 

@@ -97,11 +97,31 @@ class Diagnosis:
         }
         if self.serving is not None:
             document["serving"] = self.serving.to_json()
+        # Which checks could not run, and why (DESIGN.md second round: a partial result is visible).
+        document["not_run"] = {name: self.checks[name].summary for name in CHECK_NAMES
+                               if name in self.checks and self.checks[name].status in ("skipped", "error")}
         return document
 
     @property
     def top_score(self) -> float:
         return max((h.score for h in self.hypotheses), default=0.0)
+
+    def nothing_checked(self) -> str | None:
+        """Why this diagnosis cannot say "healthy" (exit 2), or None when it can.
+
+        DESIGN.md second round: a clean result needs the mapping comparison or the replay to have
+        run; every check skipped or errored is nothing checked, whatever the flags suggest.
+        """
+        ran = {name for name, result in self.checks.items() if result.status in ("pass", "fail")}
+        if not ran:
+            missing = [name for name in CHECK_NAMES if name in self.checks]
+        elif ran & {"vocab_mapping", "replay"} or self.top_score >= 0.5:
+            return None
+        else:
+            missing = [name for name in ("vocab_mapping", "replay") if name in self.checks]
+        why = "; ".join(f"{name} {self.checks[name].status}: {self.checks[name].summary}" for name in missing)
+        head = "nothing was checked" if not ran else "neither the vocab-mapping comparison nor the replay ran"
+        return f"{head} ({why})"
 
 
 # --------------------------------------------------------------------------- inputs
@@ -128,6 +148,9 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
         names = ", ".join(i.name for i in infos[:4]) + (", ..." if len(infos) > 4 else "")
         raise BadInput(run_path, f"holds {len(infos)} runs ({names}); pass one of them")
     info = info or (infos[0] if infos else None)
+    if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
+        raise BadInput(run_path, "not a run: no triage.toml, event files or W&B run here or below, and no "
+                                 "--checkpoint/--mapping/--data/--target to check")
     if info is not None and info.path != run_path:
         notes.append(f"the run is {info.path} (found from {run_path})")
         run_path = info.path
