@@ -56,7 +56,7 @@ from triage_tui import __version__
 from triage_tui.core.device import resolve_device
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
-from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
+from triage_tui.core.formats.mapping import mapping_sha256, read_mapping, write_mapping_npy, write_mapping_pt
 from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
 from triage_tui.core.vocab import VocabMapping
 
@@ -118,7 +118,7 @@ class RemapPlan:
     init_from: str                  # the same in words, for the confirm dialog
     written_as: str | None          # "model.safetensors" when a pytorch_model.bin source is rewritten
     mapping_sha256: str
-    mapping_sha256_of: str          # "file" (bytes of the mapping file) | "mapping" (hot ids of a directory)
+    mapping_sha256_of: str          # "file" (bytes of the mapping's file) | "mapping" (hot ids: read from no file)
     target_path: Path | None
     lm_head_name: str               # the checkpoint's lm_head tensor (checked present when planning)
     checkpoint: DrafterCheckpoint = field(repr=False)
@@ -172,13 +172,6 @@ def _check_unchanged(plan: RemapPlan) -> None:
     if tuple(_identity(file) for file in plan.checkpoint.files) != plan.source_identities:
         raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
                                     "nothing was written (run again once nothing writes to it)")
-
-
-def _mapping_digest(path: Path, mapping: VocabMapping) -> tuple[str, str]:
-    """SHA-256 of the mapping file; for a directory (a d2t/t2d pair, a checkpoint) of the hot ids."""
-    if path.is_file():
-        return _file_sha256(path), "file"
-    return mapping.sha256(), "mapping"
 
 
 def _default_output(source: Path, mapping_sha: str) -> Path:
@@ -288,7 +281,7 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
         notes.append(f"{', '.join(f.name for f in checkpoint.files)} is written as {OUTPUT_WEIGHTS} "
                      "(same tensor names, same layout).")
 
-    mapping_sha, mapping_sha_of = _mapping_digest(mapping_path, run_mapping)
+    mapping_sha, mapping_sha_of = mapping_sha256(run_mapping)  # the digest check shows as run_sha256
     output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
     _check_output_name(output)
     _check_output_location(output, source, [source, mapping_path] + ([target_path] if target_path else []))

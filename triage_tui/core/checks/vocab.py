@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.formats.mapping import mapping_sha256
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "vocab_mapping"
@@ -58,6 +59,7 @@ def check_vocab_mapping(
             "SpecForge cache/vocab_mapping/<key>.pt or speculators d2t.npy): pass --mapping",
         )
 
+    checkpoint_digest, run_digest = mapping_sha256(checkpoint_mapping), mapping_sha256(run_mapping)
     ckpt_hot, run_hot = checkpoint_mapping.hot_ids, run_mapping.hot_ids
     ckpt_vd, run_vd = checkpoint_mapping.draft_vocab_size, run_mapping.draft_vocab_size
     common = min(ckpt_vd, run_vd)
@@ -83,8 +85,11 @@ def check_vocab_mapping(
         "overlap": overlap,
         "only_in_checkpoint": int(ckpt_tokens.size - overlap),
         "only_in_run": int(run_tokens.size - overlap),
-        "checkpoint_sha256": checkpoint_mapping.sha256(),
-        "run_sha256": run_mapping.sha256(),
+        # formats/mapping.py mapping_sha256: the file's bytes, the digest remap shows too.
+        "checkpoint_sha256": checkpoint_digest[0],
+        "checkpoint_sha256_of": checkpoint_digest[1],
+        "run_sha256": run_digest[0],
+        "run_sha256_of": run_digest[1],
         "checkpoint_source": checkpoint_mapping.source,
         "run_source": run_mapping.source,
         "checkpoint_positions_in_run": moves,

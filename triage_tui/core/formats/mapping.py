@@ -10,6 +10,7 @@ inference engine would make of the file (``hot_ids = arange(Vd) + d2t``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -25,6 +26,23 @@ from triage_tui.core.vocab import VocabMapping, mapping_from_arrays, mask_array,
 
 # torch is imported where a tensor is read or written, not at module import: it takes ~1 s, and
 # safetensors headers and .npy mappings need none of it.
+
+
+def mapping_sha256(mapping: VocabMapping) -> tuple[str, str]:
+    """The one digest of a mapping that check and remap both show: (SHA-256, "file") of the bytes
+    of the file it was read from, so ``sha256sum FILE`` gives the same; (SHA-256 of the hot ids
+    and target vocab size, "mapping") only for a mapping that came from no file."""
+    path = Path(mapping.source) if mapping.source else None
+    if path is None or not path.is_file():
+        return mapping.sha256(), "mapping"
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(8 << 20):
+                digest.update(block)
+    except OSError as err:
+        raise BadInput(path, f"cannot read it to hash: {err.strerror or err}") from None
+    return digest.hexdigest(), "file"
 
 
 def read_mapping(path: str | Path, *, target_vocab_size: int | None = None) -> VocabMapping:
