@@ -214,3 +214,48 @@ def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(
 
     (scanned,) = json.loads(triage("scan", "--json", tmp_path).stdout)["runs"]
     assert scanned["metrics"]["loss"]["tag"] == "train/ploss_0"
+
+
+def test_one_hash_for_one_mapping_file_in_check_and_remap(specforge_buggy, tmp_path):
+    import hashlib
+
+    run = specforge_buggy
+    file_digest = hashlib.sha256(run.mapping_file.read_bytes()).hexdigest()  # what sha256sum prints
+    checked = triage("check", "--json", run.output, "--mapping", run.mapping_file)
+    vocab = json.loads(checked.stdout)["checks"]["vocab_mapping"]
+    assert (vocab["run_sha256"], vocab["run_sha256_of"]) == (file_digest, "file")
+    remapped = triage("remap", run.drafter, "--mapping", run.mapping_file, "--out", tmp_path / "r", "--json")
+    assert remapped.returncode == 0, remapped.stderr
+    assert json.loads(remapped.stdout)["mapping_sha256"] == file_digest
+
+
+def test_masked_averaging_chance_line_from_the_runs_loss_masks(specforge_buggy, tmp_path):
+    """SpecForge's ploss averages over every position, masked ones adding 0: a drafter at chance
+    (uniform logits, SpecForge's own _compute_loss) reads valid_fraction x ln V, and that is the line
+    drawn and compared once the run's dumps are known (triage.toml data)."""
+    import shutil
+
+    run = specforge_buggy
+    (scanned,) = json.loads(triage("scan", "--json", run.output).stdout)["runs"]
+    assert scanned["chance_basis"] == "ln V" and scanned["valid_fraction"] is None
+    assert "assumed" in scanned["chance_convention"]  # nothing told the fraction: the convention is said
+
+    copy = tmp_path / "work"
+    shutil.copytree(run.work, copy, symlinks=True)
+    (copy / "output" / "triage.toml").write_text('[run]\ndata = "../hidden_states"\n')
+    (scanned,) = json.loads(triage("scan", "--json", copy / "output").stdout)["runs"]
+    assert scanned["chance_basis"] == "valid_fraction × ln V"
+    assert scanned["valid_fraction"] == pytest.approx(run.valid_fraction)
+    assert str(copy / "hidden_states") in scanned["valid_fraction_source"]
+    assert scanned["chance_loss"] == pytest.approx(run.valid_fraction * math.log(DRAFT_VOCAB))
+    assert scanned["chance_loss"] == pytest.approx(run.plosses[-1], rel=1e-5)  # what a head at chance logs
+    assert scanned["metrics"]["loss"]["last"] < math.log(DRAFT_VOCAB) * 0.96  # well below ln V ...
+    assert "loss_at_chance" in {flag["kind"] for flag in scanned["flags"]}  # ... and still at chance
+    line = triage("scan", copy / "output").stdout
+    assert f"{run.valid_fraction:.3f} × ln {DRAFT_VOCAB} = " in line
+
+
+def test_trainers_that_average_over_valid_positions_keep_ln_v(hf_output):
+    (scanned,) = json.loads(triage("scan", "--json", hf_output).stdout)["runs"]
+    assert scanned["chance_basis"] == "ln V" and scanned["chance_loss"] == pytest.approx(math.log(256))
+    assert "valid positions only" in scanned["chance_convention"]

@@ -61,7 +61,8 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
     parts = [f"{glyphs[status.status]} {printable(status.info.name).ljust(width)}"]
     parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
     loss = status.metrics.get("loss")
-    chance = f"ln {status.vocab_size} = {status.chance_loss:.2f}"
+    chance = (status.chance.label() if status.chance is not None
+              else f"ln {status.vocab_size} = {status.chance_loss:.2f}")
     if loss and loss["last"] is not None:
         parts.append(f"{printable(loss['tag'])} {fmt(loss['last'])} vs {chance}")
     elif loss:

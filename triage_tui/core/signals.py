@@ -168,6 +168,60 @@ def chance_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 
 
+# Trainers whose per-step loss is a mean over every batch x length position, masked ones adding
+# 0 (so a head at chance reads valid_fraction x ln V): SpecForge's _compute_loss,
+# ``-torch.sum(position_mask * target_p * log_softmax(logits), 2).mean()`` (specforge 0.2.0
+# specforge/core/loss.py; the Triton LogSoftmaxLoss scales by 1 / (B * T) too), and EAGLE's
+# traineagle3 loss, the same expression. speculators 0.9.0 divides by the mask's sum
+# (speculators/losses/utils.py loss_function), modelopt by loss_mask.sum(), HF Trainer's
+# cross-entropy ignores -100 labels: for them chance is ln V itself.
+MEAN_OVER_ALL_POSITIONS = frozenset({"specforge", "specforge-classic", "eagle"})
+
+
+@dataclass(frozen=True)
+class ChanceLine:
+    """The loss of a uniform guess over the draft vocab, as the run's trainer averages it."""
+
+    vocab_size: int
+    valid_fraction: float | None = None  # set when the loss averages over masked positions too
+    valid_fraction_source: str | None = None
+    convention: str = ""  # which averaging was assumed and why, in words
+
+    @property
+    def value(self) -> float:
+        return (self.valid_fraction if self.valid_fraction is not None else 1.0) * chance_loss(self.vocab_size)
+
+    @property
+    def basis(self) -> str:
+        return "valid_fraction × ln V" if self.valid_fraction is not None else "ln V"
+
+    def label(self) -> str:
+        if self.valid_fraction is None:
+            return f"ln {self.vocab_size} = {self.value:.2f}"
+        return f"{self.valid_fraction:.3f} × ln {self.vocab_size} = {self.value:.2f}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chance_loss": self.value, "chance_basis": self.basis, "valid_fraction": self.valid_fraction,
+                "valid_fraction_source": self.valid_fraction_source, "chance_convention": self.convention}
+
+
+def chance_line(vocab_size: int, trainer: str | None, valid: Any = None) -> ChanceLine:
+    """The run's chance line: ``valid`` is a formats.hidden_states.LossMaskFraction, or None."""
+    if trainer not in MEAN_OVER_ALL_POSITIONS:
+        who = trainer or "an unrecognised trainer"
+        return ChanceLine(vocab_size, convention=f"ln V: {who} averages its loss over the valid positions only"
+                          if trainer else "ln V assumed: the trainer was not recognised from the tag names")
+    if valid is None:
+        return ChanceLine(vocab_size, convention=(
+            f"ln V assumed: {trainer} averages over all positions (masked ones add 0), so chance reads "
+            "valid_fraction × ln V, but no hidden-state dump with a loss_mask was found to measure the "
+            "fraction (set data in triage.toml)"))
+    return ChanceLine(vocab_size, valid.fraction, valid.describe(), convention=(
+        f"{trainer} averages over all positions (masked ones add 0): a head at chance reads "
+        "valid_fraction × ln V (an upper bound: positions whose target falls outside the draft vocab "
+        "and batch padding are masked too)"))
+
+
 # --------------------------------------------------------------------------- tag choice
 
 _LOSS_WORD = re.compile(r"loss|kl_div", re.IGNORECASE)
@@ -346,21 +400,23 @@ def value_flags(
     loss_tags: Sequence[str],
     accuracy_tags: Sequence[str],
     chance_comparable: bool = True,
+    chance: ChanceLine | None = None,
 ) -> list[Flag]:
-    """Every flag that depends on the values only (not on the clock)."""
+    """Every flag that depends on the values only (not on the clock); the loss is compared with
+    `chance` (default ln V)."""
+    chance = chance if chance is not None else ChanceLine(vocab_size)
     flags: list[Flag] = []
     non_finite = _non_finite([scalars.get(t) for t in dict.fromkeys([*loss_tags, *accuracy_tags])])
     if non_finite is not None:
         flags.append(non_finite)
-    ln_v = chance_loss(vocab_size)
     loss = _first_with_points(scalars, loss_tags)
     if loss is not None:
         curve = _Curve.of(loss)
         if len(curve.values):
-            chance = _loss_vs_chance(curve, vocab_size, ln_v) if chance_comparable else None
+            at_chance = _loss_vs_chance(curve, chance) if chance_comparable else None
             diverging = _diverging(curve)
-            flags.extend(f for f in (chance, diverging) if f is not None)
-            if chance is None and diverging is None:
+            flags.extend(f for f in (at_chance, diverging) if f is not None)
+            if at_chance is None and diverging is None:
                 plateau = _plateau(curve)
                 if plateau is not None:
                     flags.append(plateau)
@@ -394,11 +450,12 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
                 f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(series)} points not finite{others})")
 
 
-def _loss_vs_chance(curve: _Curve, vocab_size: int, ln_v: float) -> Flag | None:
+def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
+    ln_v = chance.value
     upper = ln_v + max(ABOVE_CHANCE_MIN_NATS, ABOVE_CHANCE_FRACTION * ln_v)
     lower = ln_v * (1.0 - CHANCE_BAND_BELOW)
     now_step, now_value = int(curve.steps[-1]), float(curve.smooth[-1])
-    chance_text = f"ln {vocab_size} = {ln_v:.2f}"
+    chance_text = chance.label()
     above = _streak_start(curve.smooth > upper, curve.post_warmup)
     if above is not None:
         step, value = int(curve.steps[above]), float(curve.values[above])

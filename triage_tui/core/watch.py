@@ -50,7 +50,9 @@ from triage_tui.core.serving import (
 from triage_tui.core.signals import (
     Activity,
     Flag,
-    chance_loss,
+    MEAN_OVER_ALL_POSITIONS,
+    ChanceLine,
+    chance_line,
     comparable_to_chance,
     json_number,
     last_step_of,
@@ -96,6 +98,7 @@ class RunStatus:
     serving_errors: tuple[str, ...] = ()
     trainer: str | None = None  # core.metric_names: whose metric names the run's tags matched
     source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
+    chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
 
     def to_json(self) -> dict[str, Any]:
         """The per-run object of docs/contracts.md's `scan --json`."""
@@ -106,6 +109,8 @@ class RunStatus:
             "vocab_size": self.vocab_size,
             "vocab_size_source": self.vocab_size_source,
             "chance_loss": self.chance_loss,
+            **({key: value for key, value in self.chance.to_json().items() if key != "chance_loss"}
+               if self.chance is not None else {}),
             "last_step": self.last_step,
             "last_update": self.last_update,
             "metrics": self.metrics,
@@ -172,6 +177,8 @@ class _Tracked:
     config: dict | None = None
     state_key: tuple[str, int, int] | None = None
     state_vocab: int | None = None  # SpecForge 0.2.0: draft vocab of the newest training_state.pt
+    valid_key: Path | None = None  # the dumps directory `valid` was measured from
+    valid: Any = None  # formats.hidden_states.LossMaskFraction of the run's dumps, or None
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
@@ -445,7 +452,8 @@ class Watcher:
             status=status,
             vocab_size=derived["vocab_size"],
             vocab_size_source=derived["vocab_size_source"],
-            chance_loss=chance_loss(derived["vocab_size"]),
+            chance_loss=derived["chance"].value,
+            chance=derived["chance"],
             last_step=derived["last_step"],
             last_update=scalars.last_wall_time,
             metrics=derived["metrics"],
@@ -484,6 +492,22 @@ class Watcher:
             return None, ()
         return tracked.serving.poll()
 
+    def _valid_fraction(self, tracked: _Tracked):
+        """The loss-mask fraction of the run's dumps (triage.toml data, else discovered), read once
+        per dumps directory; None when there are none or they carry no loss mask."""
+        manifest = tracked.info.manifest
+        path = manifest.data if manifest is not None and manifest.data is not None else tracked.info.artifacts.dumps
+        if path != tracked.valid_key:
+            tracked.valid_key, tracked.valid = path, None
+            if path is not None:
+                from triage_tui.core.formats.hidden_states import read_loss_mask_fraction
+
+                try:
+                    tracked.valid = read_loss_mask_fraction(path)
+                except BadInput:
+                    tracked.valid = None  # unreadable dumps: ln V with the convention said; `check` reports them
+        return tracked.valid
+
     def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
         manifest = tracked.info.manifest
         vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config, tracked.state_vocab)
@@ -497,8 +521,12 @@ class Watcher:
         loss_tag = loss_tags[0] if loss_tags else None
         accuracy_tag = accuracy_tags[0] if accuracy_tags else None
         comparable = loss_tag is None or comparable_to_chance(loss_tag, tags, manifest)
+        trainer_id = trainer.trainer if trainer is not None else None
+        chance = chance_line(vocab_size, trainer_id,
+                             self._valid_fraction(tracked) if trainer_id in MEAN_OVER_ALL_POSITIONS else None)
         tracked.value_flags = tuple(value_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags,
-                                                accuracy_tags=accuracy_tags, chance_comparable=comparable))
+                                                accuracy_tags=accuracy_tags, chance_comparable=comparable,
+                                                chance=chance))
         tracked.activity = Activity.of(scalars, loss_tag)
         tracked.derived = {
             "vocab_size": vocab_size,
@@ -507,7 +535,8 @@ class Watcher:
             "loss_tag": loss_tag,
             "accuracy_tag": accuracy_tag,
             "metrics": _metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
-            "trainer": trainer.trainer if trainer is not None else None,
+            "trainer": trainer_id,
+            "chance": chance,
         }
         tracked.version = scalars.version
         tracked.settings_changed = False

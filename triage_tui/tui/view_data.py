@@ -62,6 +62,7 @@ class ChartSeries:
     last_step: int
     last_value: float
     first_non_finite_step: int | None = None  # where NaN/inf begins, marked on the chart
+    chance_label: str | None = None  # "0.953 × ln 1000 = 6.58" when the trainer averages over masked positions
 
 
 def _metric_last(status: RunStatus, name: str) -> float | None:
@@ -143,6 +144,7 @@ def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
         version=version,
         chance_loss=status.chance_loss,
         vocab_size=status.vocab_size,
+        chance_label=status.chance.label() if status.chance is not None else None,
         steps=steps_all[kept],
         values=values_all[kept],
         smoothed=smoothed_all[kept],

@@ -97,6 +97,55 @@ def read_dumps(path: str | Path, *, max_files: int = 8) -> HiddenStateDumps:
                             target_hidden_is_post_norm=kind != "speculators")
 
 
+@dataclass(frozen=True)
+class LossMaskFraction:
+    """The share of positions a trainer's loss counts, from the loss masks of a sample of dumps."""
+
+    fraction: float      # valid positions / all positions, over the files read
+    files_read: int
+    files_total: int
+    positions: int
+    root: Path
+
+    def describe(self) -> str:
+        return (f"loss_mask of {self.files_read} of {self.files_total} hidden-state dumps in {self.root} "
+                f"({self.positions} positions, the last of each zeroed as the SpecForge loader does)")
+
+
+def read_loss_mask_fraction(path: str | Path, *, max_files: int = 16) -> LossMaskFraction | None:
+    """The valid fraction SpecForge's ploss is scaled by, or None when the dumps carry no loss mask.
+
+    SpecForge's offline loader (``process_offline_eagle3_sample``) zeroes each sample's last
+    position; its loss then averages over every position (specforge/core/loss.py). Only the
+    ``loss_mask`` of each file is materialised (torch.load maps the rest lazily).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(path, "no such file or directory")
+    if path.is_dir():
+        kind, files = _list_files(path)
+        root = path
+    else:
+        kind, files, root = _kind_of_file(path), [path], path.parent
+    if kind == "speculators":
+        return None  # speculators keeps the loss mask in its dataset, not in hs_*.safetensors
+    valid = positions = read = 0
+    for index in evenly_spaced(len(files), max_files):
+        data = _load_dict(files[index], "a hidden-state dict")
+        mask = _tensor(files[index], data, "loss_mask", required=False)
+        if mask is None:
+            return None
+        mask = mask.reshape(-1).numpy().astype(bool).copy()
+        if mask.size:
+            mask[-1] = False
+        valid += int(mask.sum())
+        positions += int(mask.size)
+        read += 1
+    if positions == 0:
+        return None
+    return LossMaskFraction(valid / positions, read, len(files), positions, root)
+
+
 def _load_dict(path: Path, expected: str) -> dict:
     loaded = safe_torch_load(path)
     if not isinstance(loaded, dict):
