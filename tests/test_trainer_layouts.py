@@ -259,3 +259,30 @@ def test_trainers_that_average_over_valid_positions_keep_ln_v(hf_output):
     (scanned,) = json.loads(triage("scan", "--json", hf_output).stdout)["runs"]
     assert scanned["chance_basis"] == "ln V" and scanned["chance_loss"] == pytest.approx(math.log(256))
     assert "valid positions only" in scanned["chance_convention"]
+
+
+# ----------------------------------------------------------------- speculators 0.9.0
+
+
+@pytest.fixture(scope="session")
+def speculators_output(tmp_path_factory):
+    from trainer_runs import speculators_run
+
+    return speculators_run(tmp_path_factory.mktemp("spec") / "k25")
+
+
+def test_speculators_save_path_beside_log_dir_is_one_run_with_its_config_and_verifier(speculators_output):
+    run = speculators_output
+    for given in (run.root.parent, run.root, run.root / "logs", run.root / "logs" / "k25-ft"):
+        (info,) = discover_runs([given])
+        assert info.path == run.root
+        assert [p.name for p in info.artifacts.checkpoints] == ["0", "1"]
+    (scanned,) = json.loads(triage("scan", "--json", run.root).stdout)["runs"]
+    assert (scanned["vocab_size"], scanned["vocab_size_source"]) == (DRAFT_VOCAB, "config.json")
+    assert scanned["chance_basis"] == "ln V" and scanned["trainer"] == "speculators"
+    assert scanned["last_step"] == 19
+    document = json.loads(triage("check", "--json", run.root).stdout)
+    assert document["inputs"]["target"] == str(run.verifier)  # speculators_config.verifier.name_or_path
+    assert document["inputs"]["mapping"] == str(run.data / f"t2d-{DRAFT_VOCAB}.npy")
+    vocab = document["checks"]["vocab_mapping"]
+    assert vocab["status"] == "pass" and vocab["positional_match"] == DRAFT_VOCAB  # the run's own, at its start

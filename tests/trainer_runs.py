@@ -218,3 +218,64 @@ def hf_trainer_run(root: Path, *, steps: int = 4, save_steps: int = 2) -> Path:
 
 def chance(vocab: int, fraction: float = 1.0) -> float:
     return fraction * math.log(vocab)
+
+
+@dataclass(frozen=True)
+class SpeculatorsRun:
+    """A speculators 0.9.0 run: <root>/logs/<run_name>/ beside <root>/checkpoints/<epoch>/, and
+    --data-path <root>/data."""
+
+    root: Path
+    verifier: Path
+    data: Path            # --data-path: token_freq.pt, d2t-<Vd>.npy, t2d-<Vd>.npy
+    hot: np.ndarray
+
+
+def speculators_run(root: Path) -> SpeculatorsRun:
+    """speculators 0.9.0's own functions: ``build_vocab_mappings_from_distribution`` (the
+    d2t/t2d that ``train/cli.py`` caches as ``d2t-<Vd>.npy``/``t2d-<Vd>.npy`` in the data path, with
+    ``np.save`` as it does), ``Eagle3DraftModel.from_training_args`` on a tiny verifier saved by
+    transformers, ``SingleGPUCheckpointer.save_checkpoint`` (``<save_path>/<epoch>/``) and
+    ``TensorBoardHandler`` (``<log_dir>/<run_name>/``). ``python -m speculators.train`` itself needs
+    a vLLM hidden-state server or dumps and flex attention on a GPU, so its steps are called here."""
+    import logging
+
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.train.checkpointer import SingleGPUCheckpointer
+    from speculators.train.logger import TensorBoardHandler
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    verifier = root.parent / f"{root.name}-verifier"  # a model directory of its own, outside the run
+    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                         num_hidden_layers=8, vocab_size=TARGET_VOCAB, max_position_embeddings=SEQ)
+    LlamaForCausalLM(config).save_pretrained(str(verifier))
+    data = root / "data"
+    data.mkdir(parents=True)
+    ids, mask = _token_data(4, 12, low=2000)
+    tokens, counts = ids[mask.bool()].unique(return_counts=True)
+    token_freq = dict(zip(tokens.tolist(), counts.tolist()))
+    torch.save(token_freq, data / "token_freq.pt")
+    d2t, t2d = build_vocab_mappings_from_distribution(token_freq_dict=token_freq, draft_vocab_size=DRAFT_VOCAB,
+                                                      target_vocab_size=TARGET_VOCAB)
+    np.save(data / f"d2t-{DRAFT_VOCAB}.npy", d2t.cpu().numpy())
+    np.save(data / f"t2d-{DRAFT_VOCAB}.npy", t2d.cpu().numpy())
+    layer_config = LlamaConfig(**{k: v for k, v in config.to_dict().items() if k in (
+        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+        "max_position_embeddings")}, num_hidden_layers=1)
+    model = Eagle3DraftModel.from_training_args(
+        layer_config, t2d=t2d, d2t=d2t, verifier_name_or_path=str(verifier), draft_vocab_size=DRAFT_VOCAB,
+        norm_before_residual=False, ttt_steps=3, draft_attn_impl="sdpa")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    checkpointer = SingleGPUCheckpointer(root / "checkpoints")
+    handler = TensorBoardHandler(run_name="k25-ft", log_dir=str(root / "logs"))
+    record = logging.LogRecord("speculators.metrics", logging.INFO, __file__, 0, {}, None, None)
+    for epoch in range(2):
+        for step in range(epoch * 10, epoch * 10 + 10):
+            record.msg = {"train": {"loss_0": math.log(DRAFT_VOCAB) - step / 100, "full_acc_0": step / 1000}}
+            record.step = step
+            handler.emit(record)
+        checkpointer.save_checkpoint(model, optimizer, epoch)
+    handler.close()
+    return SpeculatorsRun(root, verifier, data, _hot(d2t))

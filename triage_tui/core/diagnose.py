@@ -293,8 +293,25 @@ def _discovered(artifacts) -> dict[str, Found]:
         "checkpoint": (artifacts.checkpoints[0] if artifacts.checkpoints else None, []),
         "mapping": (mappings[0] if mappings else None, mapping_notes),
         "data": (artifacts.dumps, []),
-        "target": (artifacts.target, []),
+        "target": (artifacts.target, []) if artifacts.target is not None else _verifier_path(artifacts.config_json),
     }
+
+
+def _verifier_path(config_json: Path | None) -> Found:
+    """speculators' config.json names its target: ``speculators_config.verifier.name_or_path``
+    (speculators 0.9.0 ``Eagle3SpeculatorConfig``); used when that path exists on this machine."""
+    from triage_tui.core.runs import read_config
+
+    config = read_config(config_json) or {}
+    speculators = config.get("speculators_config")
+    verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if not isinstance(name, str) or not name:
+        return None, []
+    path = Path(name).expanduser()
+    if path.is_absolute() and path.is_dir():
+        return path, []
+    return None, [f"{config_json} names the verifier {name!r}, not a directory on this machine; pass --target"]
 
 
 # --------------------------------------------------------------------------- the diagnosis
