@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def exit_status(diagnosis: Diagnosis) -> int:
-    """DESIGN.md: 2 when nothing could be checked (one line on stderr says why), else 1 when a
+    """docs/contracts.md: 2 when nothing could be checked (one line on stderr says why), else 1 when a
     hypothesis scored >= 0.5, else 0. Never 0 when nothing was looked at."""
     reason = diagnosis.nothing_checked()
     if reason is not None:

@@ -97,7 +97,7 @@ class Diagnosis:
         }
         if self.serving is not None:
             document["serving"] = self.serving.to_json()
-        # Which checks could not run, and why (DESIGN.md second round: a partial result is visible).
+        # Which checks could not run, and why (docs/contracts.md: a partial result is visible).
         document["not_run"] = {name: self.checks[name].summary for name in CHECK_NAMES
                                if name in self.checks and self.checks[name].status in ("skipped", "error")}
         return document
@@ -109,7 +109,7 @@ class Diagnosis:
     def nothing_checked(self) -> str | None:
         """Why this diagnosis cannot say "healthy" (exit 2), or None when it can.
 
-        DESIGN.md second round: a clean result needs the mapping comparison or the replay to have
+        docs/contracts.md: a clean result needs the mapping comparison or the replay to have
         run; every check skipped or errored is nothing checked, whatever the flags suggest.
         """
         ran = {name for name, result in self.checks.items() if result.status in ("pass", "fail")}
