@@ -227,7 +227,9 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
     document = only(Watcher([tmp_path], use_watchdog=False).poll_once()).to_json()
     json.dumps(document, allow_nan=False)
     assert list(document) == ["path", "name", "status", "vocab_size", "vocab_size_source", "chance_loss",
+                              "chance_basis", "valid_fraction", "valid_fraction_source", "chance_convention",
                               "last_step", "last_update", "metrics", "flags", "sources", "trainer"]
+    assert document["chance_basis"] == "ln V" and document["valid_fraction"] is None  # no dumps: said, not guessed
     assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"
     assert document["status"] == "critical" and document["vocab_size_source"] == "default"
     assert document["chance_loss"] == pytest.approx(LN_32000)

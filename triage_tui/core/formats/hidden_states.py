@@ -132,10 +132,10 @@ def read_loss_mask_fraction(path: str | Path, *, max_files: int = 16) -> LossMas
     valid = positions = read = 0
     for index in evenly_spaced(len(files), max_files):
         data = _load_dict(files[index], "a hidden-state dict")
-        mask = _tensor(files[index], data, "loss_mask", required=False)
+        mask = _loss_mask(files[index], data)
         if mask is None:
             return None
-        mask = mask.reshape(-1).numpy().astype(bool).copy()
+        mask = mask.astype(bool)
         if mask.size:
             mask[-1] = False
         valid += int(mask.sum())
