@@ -85,7 +85,8 @@ _NUMBER = re.compile(r"(\d+)")
 
 def natural_key(text: str) -> tuple:
     """Sort key that orders epoch_0_step_900 before epoch_0_step_1000."""
-    return tuple(int(part) if part.isdigit() else part for part in _NUMBER.split(text))
+    # isdecimal, not isdigit: "²" is a digit that int() refuses (a directory may be named anything).
+    return tuple(int(part) if part.isdecimal() else part for part in _NUMBER.split(text))
 
 
 def is_event_file_name(name: str) -> bool:

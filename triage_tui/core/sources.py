@@ -108,7 +108,8 @@ def draft_vocab_from_config(config: dict[str, Any] | None) -> int | None:
     if isinstance(found, int) and not isinstance(found, bool) and found >= 2:
         return found
     path = _find_key(config, "draft_model_config", CONFIG_SEARCH_DEPTH)
-    if isinstance(path, str) and path.endswith(".json"):
+    # Only a regular file: the path comes from the run's records (a FIFO would hang the poll).
+    if isinstance(path, str) and path.endswith(".json") and Path(path).is_file():
         drafter = read_config(Path(path))
         if drafter:
             for key in ("draft_vocab_size", "vocab_size"):
