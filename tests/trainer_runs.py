@@ -255,7 +255,7 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     data.mkdir(parents=True)
     ids, mask = _token_data(4, 12, low=2000)
     tokens, counts = ids[mask.bool()].unique(return_counts=True)
-    token_freq = dict(zip(tokens.tolist(), counts.tolist()))
+    token_freq = dict(zip(tokens.tolist(), counts.tolist(), strict=True))
     torch.save(token_freq, data / "token_freq.pt")
     d2t, t2d = build_vocab_mappings_from_distribution(token_freq_dict=token_freq, draft_vocab_size=DRAFT_VOCAB,
                                                       target_vocab_size=TARGET_VOCAB)

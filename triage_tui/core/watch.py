@@ -48,10 +48,10 @@ from triage_tui.core.serving import (
     training_estimate_from_scalars,
 )
 from triage_tui.core.signals import (
-    Activity,
-    Flag,
     MEAN_OVER_ALL_POSITIONS,
+    Activity,
     ChanceLine,
+    Flag,
     chance_line,
     comparable_to_chance,
     json_number,
