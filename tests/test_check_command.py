@@ -295,7 +295,7 @@ def test_the_fix_line_is_the_command_the_tui_shows(tmp_path, capsys):
     assert [line.strip() for line in out.splitlines() if "fix:" in line] == [f"fix: {command}"]
 
 
-# ----------------------------------------------------------------- truthful exit status (DESIGN.md second round)
+# ----------------------------------------------------------------- truthful exit status (docs/contracts.md)
 
 
 class _CreatesFile:
