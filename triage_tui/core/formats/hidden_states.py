@@ -80,16 +80,20 @@ def evenly_spaced(count: int, wanted: int) -> list[int]:
     return [int(i) for i in np.linspace(0, count - 1, wanted).round()]
 
 
-def read_dumps(path: str | Path, *, max_files: int = 8) -> HiddenStateDumps:
-    """Up to ``max_files`` dump files, evenly spaced over the sorted list of all of them."""
+def _dump_files(path: str | Path) -> tuple[str, list[Path], Path]:
+    """(format, sorted dump files, their directory) for a dump directory or a single dump file."""
     path = Path(path)
     if not path.exists():
         raise BadInput(path, "no such file or directory")
     if path.is_dir():
         kind, files = _list_files(path)
-        root = path
-    else:
-        kind, files, root = _kind_of_file(path), [path], path.parent
+        return kind, files, path
+    return _kind_of_file(path), [path], path.parent
+
+
+def read_dumps(path: str | Path, *, max_files: int = 8) -> HiddenStateDumps:
+    """Up to ``max_files`` dump files, evenly spaced over the sorted list of all of them."""
+    kind, files, root = _dump_files(path)
     chosen = [files[i] for i in evenly_spaced(len(files), max_files)]
     reader = {"specforge": _read_specforge, "speculators": _read_speculators, "modelopt": _read_modelopt}[kind]
     samples = tuple(reader(file) for file in chosen)
@@ -119,14 +123,7 @@ def read_loss_mask_fraction(path: str | Path, *, max_files: int = 16) -> LossMas
     position; its loss then averages over every position (specforge/core/loss.py). Only the
     ``loss_mask`` of each file is materialised (torch.load maps the rest lazily).
     """
-    path = Path(path)
-    if not path.exists():
-        raise BadInput(path, "no such file or directory")
-    if path.is_dir():
-        kind, files = _list_files(path)
-        root = path
-    else:
-        kind, files, root = _kind_of_file(path), [path], path.parent
+    kind, files, root = _dump_files(path)
     if kind == "speculators":
         return None  # speculators keeps the loss mask in its dataset, not in hs_*.safetensors
     valid = positions = read = 0
