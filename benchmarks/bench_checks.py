@@ -48,13 +48,22 @@ def build_target(root: Path) -> None:
     from safetensors.torch import save_file
 
     root.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": TARGET_VOCAB,
-              "hidden_size": HIDDEN, "num_hidden_layers": 61, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "vocab_size": TARGET_VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": 61,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
     (root / "config.json").write_text(json.dumps(config, indent=2))
     gen = torch.Generator().manual_seed(7)
-    shards = {"model-00001-of-00002.safetensors": ["model.embed_tokens.weight"],
-              "model-00002-of-00002.safetensors": ["lm_head.weight", "model.norm.weight"]}
+    shards = {
+        "model-00001-of-00002.safetensors": ["model.embed_tokens.weight"],
+        "model-00002-of-00002.safetensors": ["lm_head.weight", "model.norm.weight"],
+    }
     weight_map = {}
     for shard, names in shards.items():
         tensors = {}
@@ -78,9 +87,12 @@ def build_dumps(root: Path, count: int, tokens: int) -> None:
         ids = torch.randint(0, TARGET_VOCAB, (tokens,), generator=gen)
         loss_mask = torch.ones(tokens, dtype=torch.long)
         loss_mask[: tokens // 4] = 0  # the prompt
-        data = {"input_ids": ids, "loss_mask": loss_mask,
-                "hidden_state": torch.randn(1, tokens, HIDDEN, generator=gen).to(torch.bfloat16),
-                "aux_hidden_state": torch.randn(1, tokens, 3 * HIDDEN, generator=gen).to(torch.bfloat16)}
+        data = {
+            "input_ids": ids,
+            "loss_mask": loss_mask,
+            "hidden_state": torch.randn(1, tokens, HIDDEN, generator=gen).to(torch.bfloat16),
+            "aux_hidden_state": torch.randn(1, tokens, 3 * HIDDEN, generator=gen).to(torch.bfloat16),
+        }
         folder = root / f"rows_{i // 4 * 4}-{i // 4 * 4 + 4}"
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(data, folder / f"data_{i}.ckpt")
@@ -95,8 +107,9 @@ def build(root: Path, dumps: int, tokens: int) -> Path:
         subprocess.run([sys.executable, __file__, "--child", "target", str(root / "target")], check=True, cwd=REPO)
     data = root / "hidden_states"
     shutil.rmtree(data, ignore_errors=True)
-    subprocess.run([sys.executable, __file__, "--child", "dumps", str(data), str(dumps), str(tokens)], check=True,
-                   cwd=REPO)
+    subprocess.run(
+        [sys.executable, __file__, "--child", "dumps", str(data), str(dumps), str(tokens)], check=True, cwd=REPO
+    )
     run = root / "k25-finetune"
     run.mkdir(exist_ok=True)
     (run / "triage.toml").write_text(
@@ -123,8 +136,9 @@ def timed_check(run: Path) -> dict:
     """`triage check RUN --json --device cpu` as a user runs it: wall time from exec to exit, peak RSS."""
     cmd = [sys.executable, "-m", "triage_tui", "check", str(run), "--json", "--device", "cpu"]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     peak = 0.0
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
@@ -142,9 +156,14 @@ def timed_check(run: Path) -> dict:
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"triage check exited {proc.returncode}:\n{stderr[-3000:]}")
     doc = json.loads(out[0])
-    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mib": peak, "exit": proc.returncode,
-            "replay_tokens": doc["checks"]["replay"].get("tokens"),
-            "top_hypothesis": doc["hypotheses"][0]["id"]}
+    return {
+        "seconds": seconds,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_mib": peak,
+        "exit": proc.returncode,
+        "replay_tokens": doc["checks"]["replay"].get("tokens"),
+        "top_hypothesis": doc["hypotheses"][0]["id"],
+    }
 
 
 def child_diagnose(run: str) -> dict:
@@ -183,11 +202,20 @@ def child_diagnose(run: str) -> dict:
         replay_split = {"load_s": first_s - per_token * replay_tokens[0][1], "per_token_s": per_token}
     vocab = diagnosis.checks["vocab_mapping"].details
     replay = diagnosis.checks["replay"].details
-    return {"imports_s": imports, "total_s": total, "cpu_s": cpu, "checks": checks, "peak_mib": _peak_mib(),
-            "positional_match": vocab.get("positional_match"), "overlap": vocab.get("overlap"),
-            "replay_tokens": replay.get("tokens"), "replay_device": replay.get("device"),
-            "top_hypothesis": diagnosis.hypotheses[0].id, "threads": torch.get_num_threads(),
-            "replay_split": replay_split}
+    return {
+        "imports_s": imports,
+        "total_s": total,
+        "cpu_s": cpu,
+        "checks": checks,
+        "peak_mib": _peak_mib(),
+        "positional_match": vocab.get("positional_match"),
+        "overlap": vocab.get("overlap"),
+        "replay_tokens": replay.get("tokens"),
+        "replay_device": replay.get("device"),
+        "top_hypothesis": diagnosis.hypotheses[0].id,
+        "threads": torch.get_num_threads(),
+        "replay_split": replay_split,
+    }
 
 
 def child_manual(checkpoint: str, mapping: str) -> dict:
@@ -211,8 +239,14 @@ def child_manual(checkpoint: str, mapping: str) -> dict:
     our_position = {token: i for i, token in enumerate(our_hot)}
     moved = sum(1 for i, token in enumerate(their_hot) if token in our_position and our_position[token] != i)
     seconds = time.perf_counter() - t0
-    return {"imports_s": imports, "seconds": seconds, "positional_match": positional, "overlap": overlap,
-            "moved": moved, "peak_mib": _peak_mib()}
+    return {
+        "imports_s": imports,
+        "seconds": seconds,
+        "positional_match": positional,
+        "overlap": overlap,
+        "moved": moved,
+        "peak_mib": _peak_mib(),
+    }
 
 
 def run_child(*args: str) -> dict:
@@ -235,10 +269,13 @@ def main() -> None:
     try:
         run = build(WORK, args.dumps, args.tokens)
         sizes = {p.name: p.stat().st_size for p in WORK.rglob("*") if p.is_file()}
-        print(f"built in {time.perf_counter() - t0:.0f} s: drafter "
-              f"{sum(v for k, v in sizes.items() if k == 'model.safetensors') / 2**30:.2f} GiB, target head "
-              f"{sum(v for k, v in sizes.items() if k.startswith('model-0000')) / 2**30:.2f} GiB, "
-              f"{args.dumps} dumps of {args.tokens} tokens", flush=True)
+        print(
+            f"built in {time.perf_counter() - t0:.0f} s: drafter "
+            f"{sum(v for k, v in sizes.items() if k == 'model.safetensors') / 2**30:.2f} GiB, target head "
+            f"{sum(v for k, v in sizes.items() if k.startswith('model-0000')) / 2**30:.2f} GiB, "
+            f"{args.dumps} dumps of {args.tokens} tokens",
+            flush=True,
+        )
         manual = run_child("manual", str(WORK / "kimi-k2-eagle3"), str(WORK / "run_vocab_mapping.pt"))
         print(f"manual script: {json.dumps(manual)}", flush=True)
         diag = run_child("diagnose", str(run))
@@ -251,33 +288,43 @@ def main() -> None:
 
     assert manual["positional_match"] == diag["positional_match"] == 252, (manual, diag)
     assert manual["overlap"] == diag["overlap"]
-    print(f"\n{os.cpu_count()} CPUs, load average {load_start} at start, "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; torch threads {diag['threads']}; "
-          f"diagnose peak RSS {diag['peak_mib'] / 1024:.1f} GiB, imports {diag['imports_s']:.1f} s\n")
+    print(
+        f"\n{os.cpu_count()} CPUs, load average {load_start} at start, "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; torch threads {diag['threads']}; "
+        f"diagnose peak RSS {diag['peak_mib'] / 1024:.1f} GiB, imports {diag['imports_s']:.1f} s\n"
+    )
     print("| check | wall time on the CPU (s) | status | what it found |")
     print("|---|---|---|---|")
     for name, check in diag["checks"].items():
         print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
-    print(f"| **all four (diagnose)** | **{diag['total_s']:.2f}** ({diag['cpu_s']:.1f} s of CPU) | | "
-          f"top hypothesis: {diag['top_hypothesis']} |")
-    print(f"\n`triage check RUN --json --device cpu`, the whole process from exec to exit (imports, reading, "
-          f"all four checks, the JSON): **{whole['seconds']:.1f} s** wall ({whole['cpu_s']:.1f} s of CPU), "
-          f"peak RSS **{whole['peak_mib'] / 1024:.2f} GiB**, "
-          f"exit status {whole['exit']}, replay over {whole['replay_tokens']} tokens, top hypothesis "
-          f"{whole['top_hypothesis']}.")
+    print(
+        f"| **all four (diagnose)** | **{diag['total_s']:.2f}** ({diag['cpu_s']:.1f} s of CPU) | | "
+        f"top hypothesis: {diag['top_hypothesis']} |"
+    )
+    print(
+        f"\n`triage check RUN --json --device cpu`, the whole process from exec to exit (imports, reading, "
+        f"all four checks, the JSON): **{whole['seconds']:.1f} s** wall ({whole['cpu_s']:.1f} s of CPU), "
+        f"peak RSS **{whole['peak_mib'] / 1024:.2f} GiB**, "
+        f"exit status {whole['exit']}, replay over {whole['replay_tokens']} tokens, top hypothesis "
+        f"{whole['top_hypothesis']}."
+    )
     vocab_s = diag["checks"]["vocab_mapping"]["seconds"]
     print("\n| story's script (torch.load + Python loop) | triage vocab_mapping check | ratio |")
     print("|---|---|---|")
-    print(f"| {manual['seconds']:.2f} s ({manual['positional_match']} / 32000 positional, overlap "
-          f"{manual['overlap']}) | {vocab_s:.2f} s (same numbers, plus moved rows and first mismatches) | "
-          f"{manual['seconds'] / vocab_s:.1f}× |")
+    print(
+        f"| {manual['seconds']:.2f} s ({manual['positional_match']} / 32000 positional, overlap "
+        f"{manual['overlap']}) | {vocab_s:.2f} s (same numbers, plus moved rows and first mismatches) | "
+        f"{manual['seconds'] / vocab_s:.1f}× |"
+    )
     split = diag["replay_split"]
     if split:
-        print(f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter and the "
-              f"target head's labels for every position ~{split['load_s']:.0f} s, then {split['per_token_s']:.3f} s "
-              f"per token (the stored aux chunk order); the CPU default cap of 512 tokens would add "
-              f"~{(512 - diag['replay_tokens']) * split['per_token_s']:.0f} s of drafter passes "
-              f"(and the head pass grows in proportion).")
+        print(
+            f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter and the "
+            f"target head's labels for every position ~{split['load_s']:.0f} s, then {split['per_token_s']:.3f} s "
+            f"per token (the stored aux chunk order); the CPU default cap of 512 tokens would add "
+            f"~{(512 - diag['replay_tokens']) * split['per_token_s']:.0f} s of drafter passes "
+            f"(and the head pass grows in proportion)."
+        )
     print("The GPU number needs a machine with one: benchmarks/gpu_check.py.")
 
 

@@ -194,8 +194,14 @@ def _worker(method: str, path: Path, repeat: int) -> dict:
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     peak = _peak_rss_bytes()
-    return {"wall": min(walls), "cpu": min(cpus), "points": points, "checksum": checksum,
-            "peak_extra": peak - base, "stored": stored}
+    return {
+        "wall": min(walls),
+        "cpu": min(cpus),
+        "points": points,
+        "checksum": checksum,
+        "peak_extra": peak - base,
+        "stored": stored,
+    }
 
 
 def _tail_worker(path: Path, rounds: int) -> dict:
@@ -216,8 +222,14 @@ def _tail_worker(path: Path, rounds: int) -> dict:
         cpus.append(time.process_time() - c0)
         assert stats.records == TAIL_EVENTS and stats.scalars == TAIL_EVENTS, stats
     assert events.scalars.points == loaded + rounds * TAIL_EVENTS
-    return {"best": min(walls), "median": statistics.median(walls), "cpu_best": min(cpus),
-            "cpu_median": statistics.median(cpus), "bytes": stats.bytes_read, "slow_records": stats.slow_records}
+    return {
+        "best": min(walls),
+        "median": statistics.median(walls),
+        "cpu_best": min(cpus),
+        "cpu_median": statistics.median(cpus),
+        "bytes": stats.bytes_read,
+        "slow_records": stats.slow_records,
+    }
 
 
 def _run_worker(args: list[str]) -> dict:
@@ -238,9 +250,23 @@ def rustboard(logdir: Path, repeat: int) -> dict:
     for _ in range(repeat):
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [server, "--logdir", str(logdir), "--reload", "once", "--samples-per-plugin", "scalars=all",
-             "--port", "0", "--die-after-stdin", "-v"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                server,
+                "--logdir",
+                str(logdir),
+                "--reload",
+                "once",
+                "--samples-per-plugin",
+                "scalars=all",
+                "--port",
+                "0",
+                "--die-after-stdin",
+                "-v",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             for line in proc.stderr:

@@ -39,8 +39,10 @@ sys.path.insert(0, str(REPO))
 
 import bench_events  # noqa: E402 - found through the sys.path entry above
 
-SERIAL = ("import sys, runpy; import triage_tui.commands.scalars as s; s._MIN_ROWS_TO_FORK = float('inf'); "
-          "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')")
+SERIAL = (
+    "import sys, runpy; import triage_tui.commands.scalars as s; s._MIN_ROWS_TO_FORK = float('inf'); "
+    "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
+)
 
 
 def timed(cmd: list[str], out: Path) -> tuple[float, float]:
@@ -108,8 +110,10 @@ def check_exact(csv_path: Path, json_path: Path, ref: dict) -> str:
     for tag in sorted(ref):
         writer.writerows((tag, s, repr(w), repr(float(np.float32(v)))) for s, w, v in ref[tag])
     assert expected.getvalue() == text, "CSV differs from csv.writer + repr"
-    return (f"{checked:,} points: CSV byte-identical to csv.writer + repr; "
-            "CSV and JSON parse back to the same float64 wall times and float32 values")
+    return (
+        f"{checked:,} points: CSV byte-identical to csv.writer + repr; "
+        "CSV and JSON parse back to the same float64 wall times and float32 values"
+    )
 
 
 def spread(xs: list[float]) -> str:
@@ -153,8 +157,10 @@ def main() -> None:
             cpu_ratios[name].append(cpu / rust_cpu)
     verdict = check_exact(work / "out.csv", work / "out.json", reference(big))
     load_end = os.getloadavg()
-    print(f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
-          f"{size / 1e6:.1f} MB\n")
+    print(
+        f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
+        f"{size / 1e6:.1f} MB\n"
+    )
     print(
         f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
     )
@@ -164,8 +170,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} | 1 |")
     for name in cmds:
-        print(f"| `triage scalars` {name} | {spread(times[name])} | {spread(ratios[name])} | {spread(cpus[name])} "
-              f"| {spread(cpu_ratios[name])} |")
+        print(
+            f"| `triage scalars` {name} | {spread(times[name])} | {spread(ratios[name])} | {spread(cpus[name])} "
+            f"| {spread(cpu_ratios[name])} |"
+        )
     shutil.rmtree(work, ignore_errors=True)
 
 

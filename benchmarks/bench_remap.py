@@ -107,18 +107,18 @@ PARTS = {
     "python start + numpy (no torch)": "import numpy",
     "python start + import torch + exit": "import torch",
     "SHA-256 of the source (the digest before)": "import sys; from triage_tui.core.remap import _file_sha256; "
-                                                 "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
+    "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
     "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap import _file_blake3; "
-                                             "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
-    "compare source with a copy (verification, memcmp)":
-        "import os, sys; from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
-        "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
-        "size = os.fstat(a).st_size\n"
-        "for at in range(0, size, WINDOW_BYTES):\n"
-        "    n = min(WINDOW_BYTES, size - at)\n"
-        "    with _mapped(a, at, n) as x, _mapped(b, at, n) as y:\n"
-        "        assert _equal_bytes(x, y)\n"
-        "        del x, y",
+    "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
+    "compare source with a copy (verification, memcmp)": "import os, sys; "
+    "from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
+    "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
+    "size = os.fstat(a).st_size\n"
+    "for at in range(0, size, WINDOW_BYTES):\n"
+    "    n = min(WINDOW_BYTES, size - at)\n"
+    "    with _mapped(a, at, n) as x, _mapped(b, at, n) as y:\n"
+    "        assert _equal_bytes(x, y)\n"
+    "        del x, y",
 }
 
 
@@ -164,12 +164,24 @@ def build_drafter(root: Path) -> None:
     }
     source = root / "kimi-k2-eagle3"
     source.mkdir(parents=True)
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
-              "head_dim": HEAD_DIM, "num_hidden_layers": 1, "max_position_embeddings": 131072,
-              "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-              "vocab_size": TARGET_VOCAB, "draft_vocab_size": DRAFT_VOCAB,
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": TARGET_VOCAB,
+        "draft_vocab_size": DRAFT_VOCAB,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+    }
     (source / "config.json").write_text(json.dumps(config, indent=2))
     save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
     write_mapping_pt(run_mapping, root / "run_vocab_mapping.pt")
@@ -230,8 +242,9 @@ def time_cp(source: Path, dest: Path, *, sync: bool) -> tuple[float, float]:
 
 def time_remap(source: Path, mapping: Path, out: Path) -> dict:
     cpu, t0 = children_cpu(), time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", WRAPPER, str(source), str(mapping), str(out)],
-                          cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, str(source), str(mapping), str(out)], cwd=REPO, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     cpu = children_cpu() - cpu  # the whole process, exit included, as for cp and the script
     if done.returncode != 0:
@@ -286,8 +299,9 @@ def measure_parts(source: Path, files: list[Path]) -> str:
             for _ in range(REPEATS):
                 warm(files + [copy / weights.name])
                 t0 = time.perf_counter()
-                subprocess.run([sys.executable, "-c", code, str(weights), str(copy / weights.name)],
-                               check=True, cwd=REPO)
+                subprocess.run(
+                    [sys.executable, "-c", code, str(weights), str(copy / weights.name)], check=True, cwd=REPO
+                )
                 times.append(time.perf_counter() - t0)
             lines.append(f"| {label} | {statistics.median(times):.2f} s |")
     finally:
@@ -306,13 +320,17 @@ def main() -> None:
         files = sorted(source.iterdir())
         total = sum(p.stat().st_size for p in files)
         os.sync()
-        print(f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
-              f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
+            f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s"
+        )
         load_before = os.getloadavg()[0]
-        header = ("| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
-                  "imports | plan | write | verify + fsync | remap / cp | remap / (cp + sync) | remap / script | "
-                  "CPU s: cp + sync / script / remap | CPU remap / (cp + sync) | CPU remap / script | "
-                  "peak RSS | RSS after imports | peak / lm_head |")
+        header = (
+            "| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
+            "imports | plan | write | verify + fsync | remap / cp | remap / (cp + sync) | remap / script | "
+            "CPU s: cp + sync / script / remap | CPU remap / (cp + sync) | CPU remap / script | "
+            "peak RSS | RSS after imports | peak / lm_head |"
+        )
         lines = [header, "|" + "---|" * (header.count("|") - 1)]
         report = None
         for cache in ("warm", "cold"):
@@ -324,8 +342,10 @@ def main() -> None:
                 script = median([r["script"][0] for r in rounds])
                 cps_cpu = median([r["cp+sync"][1] for r in rounds])
                 script_cpu = median([r["script"][1] for r in rounds])
-                remap = {key: median([r["remap"][key] for r in rounds])
-                         for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")}
+                remap = {
+                    key: median([r["remap"][key] for r in rounds])
+                    for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")
+                }
                 peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
                 after_imports = max(r["remap"]["rss_imports_kb"] for r in rounds) * 1024
                 cached = [c for r in rounds for c in r["cached"]]
@@ -337,12 +357,17 @@ def main() -> None:
                     f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {remap['wall_s'] / script:.2f}x | "
                     f"{cps_cpu:.2f} / {script_cpu:.2f} / {remap['cpu_s']:.2f} | {remap['cpu_s'] / cps_cpu:.2f}x | "
                     f"{remap['cpu_s'] / script_cpu:.2f}x | {peak / 2**20:.0f} MiB | "
-                    f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |")
-        print(f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
-              f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)")
-        print(f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
-              f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
-              f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}")
+                    f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |"
+                )
+        print(
+            f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
+            f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)"
+        )
+        print(
+            f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
+            f"({DRAFT_VOCAB} x {HIDDEN} bf16); remap: {report['rows_copied']} rows copied, "
+            f"{report['rows_initialized']} initialised ({report['init']}), verified {report['verified']}"
+        )
         print("\n".join(lines))
         print()
         print(measure_parts(source, files))

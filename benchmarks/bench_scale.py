@@ -85,8 +85,12 @@ def _varint_width(n: int) -> int:
 
 def _frame(payload: bytes) -> bytes:
     header = len(payload).to_bytes(8, "little")
-    return (header + _masked(crc32c.crc32c(header)).to_bytes(4, "little") + payload
-            + _masked(crc32c.crc32c(payload)).to_bytes(4, "little"))
+    return (
+        header
+        + _masked(crc32c.crc32c(header)).to_bytes(4, "little")
+        + payload
+        + _masked(crc32c.crc32c(payload)).to_bytes(4, "little")
+    )
 
 
 def scalar_records(tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -112,18 +116,18 @@ def scalar_records(tag: str, steps: np.ndarray, walls: np.ndarray, values: np.nd
         byte = (s >> np.uint64(7 * k)) & np.uint64(0x7F)
         payload[:, 10 + k] = byte | np.uint64(0x80 if k < width - 1 else 0)
     pos = 10 + width
-    payload[:, pos:pos + 4] = np.frombuffer(bytes([0x2A, summary_len, 0x0A, value_msg_len]), np.uint8)
+    payload[:, pos : pos + 4] = np.frombuffer(bytes([0x2A, summary_len, 0x0A, value_msg_len]), np.uint8)
     pos += 4
-    payload[:, pos:pos + 2 + len(name)] = np.frombuffer(bytes([0x0A, len(name)]) + name, np.uint8)
+    payload[:, pos : pos + 2 + len(name)] = np.frombuffer(bytes([0x0A, len(name)]) + name, np.uint8)
     pos += 2 + len(name)
     payload[:, pos] = 0x15
-    payload[:, pos + 1:pos + 5] = values.astype("<f4").view(np.uint8).reshape(n, 4)
+    payload[:, pos + 1 : pos + 5] = values.astype("<f4").view(np.uint8).reshape(n, 4)
     header = length.to_bytes(8, "little")
     rows = np.empty((n, 16 + length), np.uint8)
     rows[:, :8] = np.frombuffer(header, np.uint8)
     rows[:, 8:12] = np.frombuffer(_masked(crc32c.crc32c(header)).to_bytes(4, "little"), np.uint8)
-    rows[:, 12:12 + length] = payload
-    rows[:, 12 + length:] = _masked(_crc32c_rows(payload)).astype("<u4").view(np.uint8).reshape(n, 4)
+    rows[:, 12 : 12 + length] = payload
+    rows[:, 12 + length :] = _masked(_crc32c_rows(payload)).astype("<u4").view(np.uint8).reshape(n, 4)
     return rows
 
 
@@ -135,8 +139,11 @@ def check_records_match_the_real_writer(rng: np.random.Generator) -> None:
         for tag in TAGS[:1] + TAGS[-1:]:
             wall, value = WALL0 + step * 0.37, float(np.float32(rng.normal()))
             ours = scalar_records(tag, np.array([step]), np.array([wall]), np.array([value], np.float32))[0].tobytes()
-            event = event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(
-                value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
+            event = event_pb2.Event(
+                wall_time=wall,
+                step=step,
+                summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]),
+            )
             assert ours == _frame(event.SerializeToString()), (tag, step)
 
 
@@ -243,9 +250,17 @@ def child_load(root: str, expected: int) -> dict:
     again = watcher.poll_once()
     idle_poll = time.perf_counter() - t0
     assert all(a is b for a, b in zip(again, statuses, strict=True))
-    return {"load_s": seconds, "points": points, "stored_bytes": stored, "rss_imports_kb": rss0,
-            "rss_imports_peak_kb": rss_imports_peak, "rss_peak_kb": _vm_kb("self", "VmHWM"),
-            "rss_after_kb": _vm_kb("self", "VmRSS"), "idle_poll_s": idle_poll, "runs": len(statuses)}
+    return {
+        "load_s": seconds,
+        "points": points,
+        "stored_bytes": stored,
+        "rss_imports_kb": rss0,
+        "rss_imports_peak_kb": rss_imports_peak,
+        "rss_peak_kb": _vm_kb("self", "VmHWM"),
+        "rss_after_kb": _vm_kb("self", "VmRSS"),
+        "idle_poll_s": idle_poll,
+        "runs": len(statuses),
+    }
 
 
 def child_idle(root: str, expected: int, seconds: float, use_watchdog: bool) -> dict:
@@ -360,8 +375,20 @@ def rustboard_binary() -> Path:
 
 def rustboard_load(root: Path, timeout: float = 600.0) -> dict:
     """Exec to "Finished load cycle" of `server --reload once`, and its peak RSS."""
-    cmd = [str(rustboard_binary()), "--logdir", str(root), "--reload", "once", "--port", "0",
-           "--samples-per-plugin", "scalars=all", "--no-checksum", "-v", "--die-after-stdin"]
+    cmd = [
+        str(rustboard_binary()),
+        "--logdir",
+        str(root),
+        "--reload",
+        "once",
+        "--port",
+        "0",
+        "--samples-per-plugin",
+        "scalars=all",
+        "--no-checksum",
+        "-v",
+        "--die-after-stdin",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -421,8 +448,10 @@ def main() -> None:
     rows = []
     for key, (root, runs, points) in trees.items():
         size = tree_bytes(root)
-        print(f"[{key}] {runs} run(s), {points:,} points, {size / 1e6:.0f} MB of event files; load {loadavg()}",
-              flush=True)
+        print(
+            f"[{key}] {runs} run(s), {points:,} points, {size / 1e6:.0f} MB of event files; load {loadavg()}",
+            flush=True,
+        )
         # Three fresh processes each, alternating with rustboard, medians reported: the machine is shared.
         loads, rusts = [], []
         for _ in range(args.repeat):
@@ -455,12 +484,17 @@ def main() -> None:
     big_load = next(r[4] for r in rows if r[0] == "big")
     slope = (big_load["rss_peak_kb"] - tenth["rss_peak_kb"]) * 1024 / (trees["big"][2] - tenth_points)
     fixed = (tenth["rss_peak_kb"] - tenth["rss_imports_kb"]) * 1024 - slope * tenth_points
-    steady_slope = (big_load["rss_after_kb"] - big_load["rss_imports_kb"] - tenth["rss_after_kb"]
-                    + tenth["rss_imports_kb"]) * 1024 / (trees["big"][2] - tenth_points)
+    steady_slope = (
+        (big_load["rss_after_kb"] - big_load["rss_imports_kb"] - tenth["rss_after_kb"] + tenth["rss_imports_kb"])
+        * 1024
+        / (trees["big"][2] - tenth_points)
+    )
     print(f"[slope] one run of {tenth_points:,} points: {json.dumps(tenth)}")
-    print(f"[slope] peak RSS grows {slope:.1f} B per point from {tenth_points:,} to {trees['big'][2]:,} points "
-          f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB); "
-          f"RSS once loaded grows {steady_slope:.1f} B per point")
+    print(
+        f"[slope] peak RSS grows {slope:.1f} B per point from {tenth_points:,} to {trees['big'][2]:,} points "
+        f"(fixed overhead above imports ~{fixed / 2**20:.0f} MiB); "
+        f"RSS once loaded grows {steady_slope:.1f} B per point"
+    )
 
     print(f"\nload average at end {loadavg()}\n")
     print(

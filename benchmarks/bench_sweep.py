@@ -35,8 +35,10 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402  (the tree writer and rustboard's timing are bench_scale's)
 
-ONE_CORE = ("import sys, runpy; import triage_tui.core.parallel_read as p; p._cores = lambda: 1; "
-            "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')")
+ONE_CORE = (
+    "import sys, runpy; import triage_tui.core.parallel_read as p; p._cores = lambda: 1; "
+    "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
+)
 
 
 def write_tree(root: Path, runs: int, points: int) -> int:
@@ -89,9 +91,11 @@ def child_tui(root: str, runs: int, exec_wall: float) -> dict:
 
 
 def tui(root: Path, runs: int, one_core: bool) -> dict:
-    code = (("import triage_tui.core.parallel_read as p; p._cores = lambda: 1; " if one_core else "")
-            + f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
-            f"print(json.dumps(bench_sweep.child_tui({str(root)!r}, {runs}, {time.time()!r})))")
+    code = (
+        ("import triage_tui.core.parallel_read as p; p._cores = lambda: 1; " if one_core else "")
+        + f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
+        f"print(json.dumps(bench_sweep.child_tui({str(root)!r}, {runs}, {time.time()!r})))"
+    )
     seconds, stdout = timed([sys.executable, "-c", code])
     return json.loads(stdout.strip().splitlines()[-1])
 
@@ -116,8 +120,10 @@ def main() -> None:
     python = sys.executable
     scan = [python, "-m", "triage_tui", "scan", str(root), "--json"]
     scan_one = [python, "-c", ONE_CORE, "scan", str(root), "--json"]
-    times: dict[str, list[float]] = {k: [] for k in ("rustboard", "scan", "scan, one core", "tui first rows",
-                                                     "tui all rows", "tui all rows, one core")}
+    times: dict[str, list[float]] = {
+        k: []
+        for k in ("rustboard", "scan", "scan, one core", "tui first rows", "tui all rows", "tui all rows, one core")
+    }
     ratios: dict[str, list[float]] = {k: [] for k in times if k != "rustboard"}
     for _ in range(args.rounds):
         rust = bench_scale.rustboard_load(root)["load_s"]
@@ -137,18 +143,27 @@ def main() -> None:
             times[key].append(shown["all_rows_s"])
             ratios[key].append(shown["all_rows_s"] / rust)
     load_end = os.getloadavg()
-    print(f"# A sweep's first load: {args.runs} runs x {args.points:,} scalars ({expected:,} points, "
-          f"{size / 1e6:.0f} MB of event files, written in {written:.0f} s)\n")
-    print(f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, "
-          f"{load_end[0]:.1f} at the end")
-    print(f"- {args.rounds} rounds, each: rustboard, scan, scan on one core, TUI, TUI on one core; whole processes "
-          f"from exec, page cache warm\n")
+    print(
+        f"# A sweep's first load: {args.runs} runs x {args.points:,} scalars ({expected:,} points, "
+        f"{size / 1e6:.0f} MB of event files, written in {written:.0f} s)\n"
+    )
+    print(
+        f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
+    )
+    print(
+        f"- {args.rounds} rounds, each: rustboard, scan, scan on one core, TUI, TUI on one core; whole processes "
+        f"from exec, page cache warm\n"
+    )
     print("| what | seconds from exec, median (min–max) | ÷ rustboard in the same round, median (min–max) |")
     print("|---|---|---|")
     print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 |")
-    for name, label in (("scan", "`triage scan`"), ("scan, one core", "`triage scan`, helper off (one core)"),
-                        ("tui first rows", "TUI: first rows on screen"), ("tui all rows", "TUI: every run loaded"),
-                        ("tui all rows, one core", "TUI: every run loaded, helper off")):
+    for name, label in (
+        ("scan", "`triage scan`"),
+        ("scan, one core", "`triage scan`, helper off (one core)"),
+        ("tui first rows", "TUI: first rows on screen"),
+        ("tui all rows", "TUI: every run loaded"),
+        ("tui all rows, one core", "TUI: every run loaded, helper off"),
+    ):
         print(f"| {label} | {spread(times[name])} | {spread(ratios[name])} |")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

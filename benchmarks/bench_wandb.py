@@ -130,8 +130,9 @@ def child(code: str, *args: str) -> dict:
     """Run `code` in a fresh interpreter (offline W&B environment); its JSON line."""
     from wandb_writers import offline_env
 
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=offline_env(),
-                         check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=offline_env(), check=False
+    )
     if out.returncode != 0:
         raise SystemExit(f"benchmark step failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -150,8 +151,11 @@ def tail_cut(path: Path, rows: int, tail_rows: int) -> int:
     base = len(WANDB_HEADER)
     framed = _frame(data[base:], base)
     pb = wandb_protos()
-    history_ends = [end for end, payload in zip(framed.ends, framed.records, strict=True)
-                    if pb.Record.FromString(payload).WhichOneof("record_type") == "history"]
+    history_ends = [
+        end
+        for end, payload in zip(framed.ends, framed.records, strict=True)
+        if pb.Record.FromString(payload).WhichOneof("record_type") == "history"
+    ]
     return base + history_ends[rows - tail_rows - 1]
 
 
@@ -169,8 +173,12 @@ def main() -> None:
         from wandb_writers import offline_env
 
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", WRITER, str(work / "run"), str(args.rows)], env=offline_env(),
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", WRITER, str(work / "run"), str(args.rows)],
+            env=offline_env(),
+            check=True,
+            capture_output=True,
+        )
         written = time.perf_counter() - started
         (path,) = sorted((work / "run").glob("wandb/offline-run-*/run-*.wandb"))
         size = path.stat().st_size
@@ -182,8 +190,18 @@ def main() -> None:
         # `wandb leet inspect --json FILE` as a user types it, and the wandb-core command it runs
         # (wandb/cli/leet.py: launch_inspect), without the CLI's own start-up.
         cli = json.dumps([str(WANDB_CLI), "leet", "inspect", "--json", str(path)])
-        core = json.dumps([get_core_path(), "leet", "inspect", "--no-observability", "--json",
-                           "--run-file", str(path), str(path.parent.parent)])
+        core = json.dumps(
+            [
+                get_core_path(),
+                "leet",
+                "inspect",
+                "--no-observability",
+                "--json",
+                "--run-file",
+                str(path),
+                str(path.parent.parent),
+            ]
+        )
         triage = best(TRIAGE, [str(path), "-"], args.repeat)
         leet = best(LEET_PARSE, [cli, "-"], args.repeat)
         leet_core = best(LEET_PARSE, [core, "-"], args.repeat)
@@ -200,25 +218,35 @@ def main() -> None:
         print(f"## W&B reader benchmark: {args.rows:,} rows x {len(KEYS)} keys, {size / 1e6:.1f} MB\n")
         print(f"- machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
         print(f"- python {platform.python_version()}, wandb {wandb.__version__}")
-        print(f"- run written by wandb {wandb.__version__} offline in {written:.1f} s; "
-              f"{triage['records']:,} records, {triage['points']:,} points")
+        print(
+            f"- run written by wandb {wandb.__version__} offline in {written:.1f} s; "
+            f"{triage['records']:,} records, {triage['points']:,} points"
+        )
         print(f"- every point identical between the two readers: {'yes' if identical else 'NO'}")
         print(f"- cold read, page cache warm, best of {args.repeat}\n")
         print("| method | wall s | CPU s | wall vs triage | CPU vs triage |")
         print("|---|---:|---:|---:|---:|")
         t_wall, t_cpu = triage["wall"], triage["cpu"]
         print(f"| triage `WandbHistory.poll()` | {t_wall:.3f} | {t_cpu:.3f} | 1.0x | 1.0x |")
-        rows = [("`wandb leet inspect --json` (the CLI) + JSON lines to points", leet),
-                ("wandb-core `leet inspect --json` + JSON lines to points", leet_core),
-                ("wandb-core `leet inspect --json` alone, output discarded", leet_only)]
+        rows = [
+            ("`wandb leet inspect --json` (the CLI) + JSON lines to points", leet),
+            ("wandb-core `leet inspect --json` + JSON lines to points", leet_core),
+            ("wandb-core `leet inspect --json` alone, output discarded", leet_only),
+        ]
         for name, result in rows:
-            print(f"| {name} | {result['wall']:.3f} | {result['cpu']:.3f} | {result['wall'] / t_wall:.1f}x | "
-                  f"{result['cpu'] / t_cpu:.1f}x |")
-        print("\nCPU of the W&B rows counts the processes they start (the wandb CLI, wandb-core); "
-              "imports of the reading process are outside every clock.\n")
-        print(f"Tail: the last {args.tail_rows} rows ({tail['records']} records, {tail['points']:,} points) "
-              f"appended, one `poll()`: best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms "
-              f"(of {TAIL_ROUNDS}).")
+            print(
+                f"| {name} | {result['wall']:.3f} | {result['cpu']:.3f} | {result['wall'] / t_wall:.1f}x | "
+                f"{result['cpu'] / t_cpu:.1f}x |"
+            )
+        print(
+            "\nCPU of the W&B rows counts the processes they start (the wandb CLI, wandb-core); "
+            "imports of the reading process are outside every clock.\n"
+        )
+        print(
+            f"Tail: the last {args.tail_rows} rows ({tail['records']} records, {tail['points']:,} points) "
+            f"appended, one `poll()`: best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms "
+            f"(of {TAIL_ROUNDS})."
+        )
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

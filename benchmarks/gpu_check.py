@@ -59,10 +59,14 @@ def compare_replays(a: dict, b: dict, second: str) -> list[str]:
     if (a["tokens"], a["samples"]) != (b["tokens"], b["samples"]):
         problems.append("tokens/samples differ")
     tolerance = max(1, a["tokens"] // 1000) / max(1, a["tokens"])
-    accuracies = [("accuracy_checkpoint_mapping", a["accuracy_checkpoint_mapping"], b["accuracy_checkpoint_mapping"]),
-                  ("accuracy_run_mapping", a["accuracy_run_mapping"], b["accuracy_run_mapping"])]
-    accuracies += [(f"chunk order {o}", a["accuracy_by_chunk_order"][o], b["accuracy_by_chunk_order"].get(o, -1.0))
-                   for o in a["accuracy_by_chunk_order"]]
+    accuracies = [
+        ("accuracy_checkpoint_mapping", a["accuracy_checkpoint_mapping"], b["accuracy_checkpoint_mapping"]),
+        ("accuracy_run_mapping", a["accuracy_run_mapping"], b["accuracy_run_mapping"]),
+    ]
+    accuracies += [
+        (f"chunk order {o}", a["accuracy_by_chunk_order"][o], b["accuracy_by_chunk_order"].get(o, -1.0))
+        for o in a["accuracy_by_chunk_order"]
+    ]
     for name, x, y in accuracies:
         if abs(x - y) > tolerance + 1e-12:
             problems.append(f"{name}: cpu {x} {second} {y}")
@@ -80,11 +84,17 @@ def compare_replays(a: dict, b: dict, second: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=4096, help="scored positions replayed")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="build the world here, or reuse it (bench_checks.py --keep leaves one in "
-                             "benchmarks/.work/checks)")
-    parser.add_argument("--second-device", default="cuda",
-                        help="device compared with cpu (cpu only to dry-run this script without a GPU)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="build the world here, or reuse it (bench_checks.py --keep leaves one in benchmarks/.work/checks)",
+    )
+    parser.add_argument(
+        "--second-device",
+        default="cuda",
+        help="device compared with cpu (cpu only to dry-run this script without a GPU)",
+    )
     args = parser.parse_args()
     second = args.second_device
     if second == "cuda" and not torch.cuda.is_available():
@@ -108,9 +118,19 @@ def main() -> int:
 
         replays = []
         for device in ("cpu", second):
-            result, seconds = timed(device, lambda d=device: run_replay(
-                checkpoint, dumps, target, checkpoint.mapping, run_mapping, device=d, max_tokens=args.tokens,
-                all_chunk_orders=True))
+            result, seconds = timed(
+                device,
+                lambda d=device: run_replay(
+                    checkpoint,
+                    dumps,
+                    target,
+                    checkpoint.mapping,
+                    run_mapping,
+                    device=d,
+                    max_tokens=args.tokens,
+                    all_chunk_orders=True,
+                ),
+            )
             replays.append((result, seconds))
             print(f"replay {device:5s} {seconds:7.2f} s  {json.dumps(result.to_json(), sort_keys=True)}", flush=True)
         (cpu, cpu_s), (other, other_s) = replays
@@ -122,8 +142,12 @@ def main() -> int:
         remaps: list[tuple[Path, float]] = []
         for turn, device in enumerate(("cpu", second)):
             out = Path(tmp) / f"remapped-{turn}-{device}"
-            report, seconds = timed(device, lambda d=device, o=out: remap_checkpoint(
-                work / "kimi-k2-eagle3", work / "run_vocab_mapping.pt", out=o, device=d))
+            report, seconds = timed(
+                device,
+                lambda d=device, o=out: remap_checkpoint(
+                    work / "kimi-k2-eagle3", work / "run_vocab_mapping.pt", out=o, device=d
+                ),
+            )
             remaps.append((out, seconds))
             summary = json.dumps(report.to_json(), sort_keys=True, default=str)[:400]
             print(f"remap  {device:5s} {seconds:7.2f} s  {summary}", flush=True)
@@ -145,8 +169,10 @@ def main() -> int:
     if problems:
         print("\nMISMATCH: " + "; ".join(problems))
         return 1
-    print(f"\nOK: cpu and {second} agree (replay accuracies within one token in a thousand, losses 1e-4 relative; "
-          f"remapped checkpoints byte-identical)")
+    print(
+        f"\nOK: cpu and {second} agree (replay accuracies within one token in a thousand, losses 1e-4 relative; "
+        f"remapped checkpoints byte-identical)"
+    )
     return 0
 
 

@@ -68,8 +68,9 @@ async def select(pilot, run_name: str) -> None:
     if run_name not in names:
         raise SystemExit(f"screenshots: no run named {run_name!r} (runs: {', '.join(names)})")
     await pilot.press(*["down"] * names.index(run_name))
-    await until(pilot, lambda: (series := app.main.query_one(LossChart).series) is not None
-                and series.path.name == run_name)
+    await until(
+        pilot, lambda: (series := app.main.query_one(LossChart).series) is not None and series.path.name == run_name
+    )
 
 
 async def check(pilot) -> None:
@@ -117,16 +118,22 @@ async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
         await settle(pilot)
         save(app, out, "remap-dialog.svg", "triage: m asks before writing")
         await pilot.press("y")
-        await until(pilot, lambda: isinstance(app.screen, RemapScreen)
-                    and (app.screen.report is not None or app.screen.error is not None))
+        await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, RemapScreen) and (app.screen.report is not None or app.screen.error is not None)
+            ),
+        )
         await settle(pilot)
         save(app, out, "remap-result.svg", "triage: y wrote and verified the remapped checkpoint")
 
 
 # vLLM's v1 log line (vllm/v1/spec_decode/metrics.py, SpecDecodingLogging.log), verbatim.
-VLLM_SPEC_LINE = ("INFO %s [metrics.py:96] SpecDecoding metrics: Mean acceptance length: %.2f, "
-                  "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, "
-                  "Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%")
+VLLM_SPEC_LINE = (
+    "INFO %s [metrics.py:96] SpecDecoding metrics: Mean acceptance length: %.2f, "
+    "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, "
+    "Drafted: %d tokens, Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
+)
 
 
 def write_example_serving_log(run: Path) -> Path:
@@ -147,8 +154,19 @@ def write_example_serving_log(run: Path) -> Path:
         accepted, drafted = first + second, 2 * drafts
         stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime(1_796_000_000 + 10 * i))
         rates = f"{first / drafts:.3f}, {second / drafts:.3f}"
-        lines.append(VLLM_SPEC_LINE % (stamp, 1 + accepted / drafts, accepted / 10, drafted / 10, accepted, drafted,
-                                       rates, 100 * accepted / drafted))
+        lines.append(
+            VLLM_SPEC_LINE
+            % (
+                stamp,
+                1 + accepted / drafts,
+                accepted / 10,
+                drafted / 10,
+                accepted,
+                drafted,
+                rates,
+                100 * accepted / drafted,
+            )
+        )
     log = run / "vllm-serve.log"
     log.write_text("\n".join(lines) + "\n")
     with open(run / "triage.toml", "a") as handle:

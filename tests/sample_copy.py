@@ -49,8 +49,9 @@ def tracked_sample_files() -> list[str] | None:
     """``git ls-files sample_runs`` relative to sample_runs/, or None outside a git checkout."""
     if not (REPO / ".git").exists() or shutil.which("git") is None:
         return None
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", "sample_runs"],
-                            capture_output=True, check=False)
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--", "sample_runs"], capture_output=True, check=False
+    )
     if listed.returncode != 0:
         return None
     return sorted(Path(p).relative_to("sample_runs").as_posix() for p in listed.stdout.decode().split("\0") if p)

@@ -42,11 +42,17 @@ def open_writer(log_dir: Path, first_steps=range(0, 100, 10), start: float = 10.
 def write_drafter_checkpoint(directory: Path, *, draft_vocab: int = DRAFT_VOCAB, hidden: int = 8) -> None:
     """A SpecForge-style checkpoint dir: config.json + model.safetensors + training_state.pt."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": hidden,
-              "vocab_size": TARGET_VOCAB, "draft_vocab_size": draft_vocab}
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": hidden,
+        "vocab_size": TARGET_VOCAB,
+        "draft_vocab_size": draft_vocab,
+    }
     (directory / "config.json").write_text(json.dumps(config))
-    save_file({"lm_head.weight": torch.zeros(draft_vocab, hidden),
-               "d2t": torch.zeros(draft_vocab, dtype=torch.int64)}, str(directory / "model.safetensors"))
+    save_file(
+        {"lm_head.weight": torch.zeros(draft_vocab, hidden), "d2t": torch.zeros(draft_vocab, dtype=torch.int64)},
+        str(directory / "model.safetensors"),
+    )
     torch.save({"epoch": 0, "global_step": 100}, directory / "training_state.pt")
 
 
@@ -60,8 +66,10 @@ def write_specforge_output(out: Path) -> Path:
     hot = np.sort(np.random.default_rng(0).choice(TARGET_VOCAB, DRAFT_VOCAB, replace=False))
     t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
     t2d[hot] = True
-    torch.save({"d2t": torch.from_numpy(hot - np.arange(DRAFT_VOCAB)), "t2d": t2d},
-               mapping_dir / "8f14e45fceea167a5a36dedd4bea2543.pt")
+    torch.save(
+        {"d2t": torch.from_numpy(hot - np.arange(DRAFT_VOCAB)), "t2d": t2d},
+        mapping_dir / "8f14e45fceea167a5a36dedd4bea2543.pt",
+    )
     rows = out / "hidden_states" / "rows_0-5000"
     rows.mkdir(parents=True)
     torch.save({"input_ids": torch.arange(4)}, rows / "data_0.ckpt")

@@ -35,8 +35,14 @@ BAD_MANIFESTS = {
 
 def triage(*args: str | Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-m", "triage_tui", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "triage_tui", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=env,
+    )
 
 
 def triage_as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
@@ -226,8 +232,10 @@ def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
     result = triage("scan", root)
     assert result.returncode == 0, result.stderr
     assert [line.split()[1] for line in result.stdout.splitlines()] == ["run"]
-    assert result.stderr == (f"triage scan: not following 3 symlink(s) to directories outside the given paths: "
-                             f"{root / 'out'} -> {elsewhere}, {root / 'proc'} -> /proc, {root / 'slash'} -> /\n")
+    assert result.stderr == (
+        f"triage scan: not following 3 symlink(s) to directories outside the given paths: "
+        f"{root / 'out'} -> {elsewhere}, {root / 'proc'} -> /proc, {root / 'slash'} -> /\n"
+    )
     # Two watched paths: a link from one into the other is followed.
     names = {info.path for info in discover_runs([root], watched=[elsewhere], strict=False)}
     assert names == {root / "run", root / "out" / "other"} or names == {root / "run", elsewhere / "other"}

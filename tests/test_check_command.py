@@ -30,10 +30,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def write_drafter(root: Path, hot_ids: np.ndarray) -> Path:
-    config = DrafterConfig(hidden_size=HIDDEN, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                           intermediate_size=128, rms_norm_eps=1e-5, rope_theta=10000.0,
-                           draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
-                           target_hidden_size=HIDDEN, max_position_embeddings=512, aux_layer_ids=(1, 3, 4))
+    config = DrafterConfig(
+        hidden_size=HIDDEN,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        draft_vocab_size=DRAFT_VOCAB,
+        target_vocab_size=TARGET_VOCAB,
+        target_hidden_size=HIDDEN,
+        max_position_embeddings=512,
+        aux_layer_ids=(1, 3, 4),
+    )
     torch.manual_seed(0)
     state = {k: v.contiguous() for k, v in Eagle3Drafter(config).state_dict().items()}
     state["d2t"] = torch.from_numpy(hot_ids - np.arange(DRAFT_VOCAB))
@@ -49,12 +59,26 @@ def write_drafter(root: Path, hot_ids: np.ndarray) -> Path:
 def write_target(root: Path) -> Path:
     root.mkdir(parents=True)
     generator = torch.Generator().manual_seed(1)
-    save_file({"model.embed_tokens.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
-               "lm_head.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
-               "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16)}, str(root / "model.safetensors"))
-    (root / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "vocab_size": TARGET_VOCAB, "hidden_size": HIDDEN,
-        "num_hidden_layers": LAYERS, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}))
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
+            "lm_head.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
+            "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+        },
+        str(root / "model.safetensors"),
+    )
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "vocab_size": TARGET_VOCAB,
+                "hidden_size": HIDDEN,
+                "num_hidden_layers": LAYERS,
+                "tie_word_embeddings": False,
+                "rms_norm_eps": 1e-5,
+            }
+        )
+    )
     return root
 
 
@@ -81,9 +105,15 @@ def write_dumps(root: Path, run_hot_ids: np.ndarray, target: Path, files: int = 
         ids = torch.from_numpy(np.random.default_rng(i).choice(run_hot_ids, TOKENS))
         aux = torch.cat([s * torch.randn(TOKENS, HIDDEN, generator=generator) for s in (1.0, 2.0, 4.0)], -1)
         last = head[torch.roll(ids, -1)]
-        torch.save({"input_ids": ids, "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
-                    "hidden_state": last[None].bfloat16(),
-                    "aux_hidden_state": aux[None].bfloat16()}, group / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": ids,
+                "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
+                "hidden_state": last[None].bfloat16(),
+                "aux_hidden_state": aux[None].bfloat16(),
+            },
+            group / f"data_{i}.ckpt",
+        )
     return root
 
 
@@ -108,7 +138,8 @@ def build_run(tmp: Path, *, story: bool) -> Path:
     write_dumps(run / "hidden_states", run_hot, shared / "target")
     (run / "triage.toml").write_text(
         '[run]\nvocab_size = 32000\ncheckpoint = "../shared/drafters/k2"\n'
-        'mapping = "cache/vocab_mapping/3f9a.pt"\ndata = "hidden_states"\ntarget = "../shared/target"\n')
+        'mapping = "cache/vocab_mapping/3f9a.pt"\ndata = "hidden_states"\ntarget = "../shared/target"\n'
+    )
     points = 30
     if story:  # docs/case.md: loss 18-20, accuracy 2-7 %
         losses = 19.0 + 0.8 * np.sin(np.arange(points))
@@ -127,8 +158,9 @@ def runs(tmp_path_factory):
 
 
 def triage(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triage_tui", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "triage_tui", *args], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
 def test_story_run_json_shape_and_exit_1(runs):
@@ -193,8 +225,7 @@ def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(ru
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a pickle at all")
     messages = []
-    diagnosis = diagnose(resolve_inputs(story, mapping=garbage), device="cpu",
-                         progress=lambda f, m: messages.append(m))
+    diagnosis = diagnose(resolve_inputs(story, mapping=garbage), device="cpu", progress=lambda f, m: messages.append(m))
     assert diagnosis.checks["vocab_mapping"].status == "error"
     assert "garbage.pt" in diagnosis.checks["vocab_mapping"].summary
     assert "\n" not in diagnosis.checks["vocab_mapping"].summary
@@ -215,8 +246,12 @@ def test_training_state_args_then_discovery(tmp_path, runs):
     write_mapping(run / "cache" / "vocab_mapping" / "key.pt", run_mapping.hot_ids)
     for step in (200, 100):
         saved = write_drafter(run / f"epoch_0_step_{step}", run_mapping.hot_ids)
-        args = argparse.Namespace(ckpt_dir=str(shared / "drafters" / "k2"), target_model_path=str(shared / "target"),
-                                  cache_dir=str(run / "cache"), output_dir=str(run))
+        args = argparse.Namespace(
+            ckpt_dir=str(shared / "drafters" / "k2"),
+            target_model_path=str(shared / "target"),
+            cache_dir=str(run / "cache"),
+            output_dir=str(run),
+        )
         torch.save({"epoch": 0, "global_step": step, "args": args}, saved / "training_state.pt")
     write_events(run / "runs", [19.0] * 6, [0.04] * 6)
     inputs = resolve_inputs(run)
@@ -227,15 +262,17 @@ def test_training_state_args_then_discovery(tmp_path, runs):
 
     # A ckpt_dir from another machine is said to be ignored; the run's own checkpoints are the fallback.
     for step in (100, 200):
-        args = argparse.Namespace(ckpt_dir="/data/elsewhere/k2", target_model_path=str(shared / "target"),
-                                  cache_dir=str(run / "cache"))
+        args = argparse.Namespace(
+            ckpt_dir="/data/elsewhere/k2", target_model_path=str(shared / "target"), cache_dir=str(run / "cache")
+        )
         torch.save({"epoch": 0, "global_step": step, "args": args}, run / f"epoch_0_step_{step}" / "training_state.pt")
     inputs = resolve_inputs(run)
     assert inputs.sources["checkpoint"] == "discovery" and inputs.sources["target"] == "training_state.pt"
     assert any("/data/elsewhere/k2" in note and "does not exist" in note for note in inputs.notes)
     # Paths the manifest gives win, and the training args behind them add no notes.
-    (run / "triage.toml").write_text(f'[run]\ncheckpoint = "{shared / "drafters" / "k2"}"\n'
-                                     f'target = "{shared / "target"}"\n')
+    (run / "triage.toml").write_text(
+        f'[run]\ncheckpoint = "{shared / "drafters" / "k2"}"\ntarget = "{shared / "target"}"\n'
+    )
     inputs = resolve_inputs(run)
     assert inputs.sources["checkpoint"] == "triage.toml" and inputs.sources["mapping"] == "training_state.pt"
     assert not any("elsewhere" in note for note in inputs.notes)
@@ -330,8 +367,9 @@ def test_every_check_errored_on_a_refused_pickle_is_exit_2(tmp_path):
     write_events(run / "runs", [10.0] * 10, [0.01] * 10)
     evil = tmp_path / "evil"
     evil.mkdir()
-    torch.save({"lm_head.weight": torch.zeros(4, 2), "hook": _CreatesFile(tmp_path / "PWNED")},
-               evil / "pytorch_model.bin")
+    torch.save(
+        {"lm_head.weight": torch.zeros(4, 2), "hook": _CreatesFile(tmp_path / "PWNED")}, evil / "pytorch_model.bin"
+    )
     done = triage("check", str(run), "--checkpoint", str(evil), "--device", "cpu")
     assert done.returncode == 2
     assert "refused to unpickle" in _one_line(done.stderr)

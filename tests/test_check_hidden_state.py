@@ -18,19 +18,28 @@ from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
 from triage_tui.core.formats.target import read_target
 
-HT = 64           # target hidden size
-LAYERS = 12       # target decoder layers: default aux outputs of [1, 5, 8]
+HT = 64  # target hidden size
+LAYERS = 12  # target decoder layers: default aux outputs of [1, 5, 8]
 V, VD = 4096, 1024  # vocab sizes do not matter to this check; kept small
 TOKENS = 96
 LAYER_SCALE = (1.0, 2.5, 6.0)  # low -> mid -> high RMS, the way a residual stream grows
 
 
-def write_checkpoint(root, *, hidden=HT, target_hidden=HT, declare_target_hidden=True, lm_head=True,
-                     aux_ids=(1, 5, 8)):
-    config = DrafterConfig(hidden_size=hidden, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                           intermediate_size=128, rms_norm_eps=1e-5, rope_theta=10000.0, draft_vocab_size=VD,
-                           target_vocab_size=V, target_hidden_size=target_hidden, max_position_embeddings=512,
-                           aux_layer_ids=aux_ids)
+def write_checkpoint(root, *, hidden=HT, target_hidden=HT, declare_target_hidden=True, lm_head=True, aux_ids=(1, 5, 8)):
+    config = DrafterConfig(
+        hidden_size=hidden,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        draft_vocab_size=VD,
+        target_vocab_size=V,
+        target_hidden_size=target_hidden,
+        max_position_embeddings=512,
+        aux_layer_ids=aux_ids,
+    )
     torch.manual_seed(0)
     state = {k: v.contiguous() for k, v in Eagle3Drafter(config).state_dict().items()}
     if not lm_head:
@@ -47,11 +56,26 @@ def write_checkpoint(root, *, hidden=HT, target_hidden=HT, declare_target_hidden
 def write_target(root, *, hidden=HT):
     root.mkdir(parents=True)
     torch.manual_seed(1)
-    save_file({"model.embed_tokens.weight": torch.randn(V, hidden), "lm_head.weight": torch.randn(V, hidden),
-               "model.norm.weight": torch.ones(hidden)}, str(root / "model.safetensors"))
-    (root / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "vocab_size": V, "hidden_size": hidden,
-        "num_hidden_layers": LAYERS, "tie_word_embeddings": False, "rms_norm_eps": 1e-5}))
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(V, hidden),
+            "lm_head.weight": torch.randn(V, hidden),
+            "model.norm.weight": torch.ones(hidden),
+        },
+        str(root / "model.safetensors"),
+    )
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "vocab_size": V,
+                "hidden_size": hidden,
+                "num_hidden_layers": LAYERS,
+                "tie_word_embeddings": False,
+                "rms_norm_eps": 1e-5,
+            }
+        )
+    )
     return read_target(root)
 
 
@@ -68,12 +92,15 @@ def write_dumps(root, *, order=(0, 1, 2), only_last=False, files=3):
         layers = layer_states(100 + i)
         last = 9.0 * torch.randn(TOKENS, HT, generator=torch.Generator().manual_seed(200 + i))
         aux = last if only_last else torch.cat([layers[k] for k in order], dim=-1)
-        torch.save({
-            "input_ids": torch.randint(0, V, (TOKENS,), generator=torch.Generator().manual_seed(i)),
-            "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
-            "hidden_state": last[None].to(torch.bfloat16),
-            "aux_hidden_state": aux[None].to(torch.bfloat16),
-        }, group / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": torch.randint(0, V, (TOKENS,), generator=torch.Generator().manual_seed(i)),
+                "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
+                "hidden_state": last[None].to(torch.bfloat16),
+                "aux_hidden_state": aux[None].to(torch.bfloat16),
+            },
+            group / f"data_{i}.ckpt",
+        )
     return read_dumps(root)
 
 

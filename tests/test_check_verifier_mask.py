@@ -98,8 +98,11 @@ def test_duplicate_and_out_of_range_hot_ids_fail(story):
     assert result.status == "fail"
     names = {i["name"] for i in result.details["invariants"] if not i["ok"]}
     prefix = "checkpoint (no run mapping): "
-    assert {prefix + "hot ids unique", prefix + "hot ids within the target vocab",
-            prefix + "t2d.sum() == draft_vocab_size"} <= names
+    assert {
+        prefix + "hot ids unique",
+        prefix + "hot ids within the target vocab",
+        prefix + "t2d.sum() == draft_vocab_size",
+    } <= names
 
 
 def test_no_mapping_is_skipped():
@@ -119,10 +122,15 @@ def test_share_of_verifier_argmaxes_outside_the_draft_vocab(story, tmp_path):
     head = torch.nn.functional.normalize(torch.randn(TARGET_VOCAB, hidden, generator=generator), dim=-1)
     target_dir = tmp_path / "target"
     target_dir.mkdir()
-    save_file({"model.embed_tokens.weight": head.clone(), "lm_head.weight": head,
-               "model.norm.weight": torch.ones(hidden)}, str(target_dir / "model.safetensors"))
-    (target_dir / "config.json").write_text(json.dumps({"vocab_size": TARGET_VOCAB, "hidden_size": hidden,
-                                                        "num_hidden_layers": 8, "tie_word_embeddings": False}))
+    save_file(
+        {"model.embed_tokens.weight": head.clone(), "lm_head.weight": head, "model.norm.weight": torch.ones(hidden)},
+        str(target_dir / "model.safetensors"),
+    )
+    (target_dir / "config.json").write_text(
+        json.dumps(
+            {"vocab_size": TARGET_VOCAB, "hidden_size": hidden, "num_hidden_layers": 8, "tie_word_embeddings": False}
+        )
+    )
     # Labels: 2 in 3 from the run's draft vocab, the rest from outside it.
     rng = np.random.default_rng(3)
     outside_run = np.flatnonzero(~run.t2d())
@@ -132,13 +140,18 @@ def test_share_of_verifier_argmaxes_outside_the_draft_vocab(story, tmp_path):
     loss_mask[:40] = 0  # the prompt: not trained, not counted
     dumps_dir = tmp_path / "dumps" / "rows_0-1"
     dumps_dir.mkdir(parents=True)
-    torch.save({"input_ids": torch.from_numpy(labels), "loss_mask": torch.from_numpy(loss_mask),
-                "hidden_state": states[None], "aux_hidden_state": torch.randn(1, tokens, 3 * hidden)},
-               dumps_dir / "data_0.ckpt")
+    torch.save(
+        {
+            "input_ids": torch.from_numpy(labels),
+            "loss_mask": torch.from_numpy(loss_mask),
+            "hidden_state": states[None],
+            "aux_hidden_state": torch.randn(1, tokens, 3 * hidden),
+        },
+        dumps_dir / "data_0.ckpt",
+    )
     target, dumps = read_target(target_dir), read_dumps(tmp_path / "dumps")
     seen = []
-    result = check_verifier_mask(checkpoint, run, dumps=dumps, target=target,
-                                 progress=lambda f, m: seen.append((f, m)))
+    result = check_verifier_mask(checkpoint, run, dumps=dumps, target=target, progress=lambda f, m: seen.append((f, m)))
     outside = result.details["target_argmax_outside_draft_vocab"]
     trained = labels[40:]
     assert (head @ states[40:].T).argmax(0).numpy().tolist() == trained.tolist()  # the construction holds

@@ -67,7 +67,7 @@ def test_threshold_separates_a_few_differing_rows_from_a_different_mapping():
     assert result.details["positional_match"] == DRAFT_VOCAB - allowed
     assert f"{allowed} differ" in result.summary
     many = base.copy()
-    many[-(allowed + 1):] += 1
+    many[-(allowed + 1) :] += 1
     result = check_vocab_mapping(VocabMapping(base, TARGET_VOCAB), VocabMapping(many, TARGET_VOCAB))
     assert result.status == "fail"
 
@@ -98,5 +98,9 @@ def test_different_draft_vocab_sizes_fail_and_name_both(story):
     # Rows past the shorter vocab disagree too: there is no row there on the run's side.
     assert result.details["positional_match"] == 16000
     assert result.details["first_mismatches"][0] == {
-        "draft_id": 16000, "checkpoint_target_id": int(checkpoint.hot_ids[16000]), "run_target_id": None,
-        "checkpoint_token": None, "run_token": None}
+        "draft_id": 16000,
+        "checkpoint_target_id": int(checkpoint.hot_ids[16000]),
+        "run_target_id": None,
+        "checkpoint_token": None,
+        "run_token": None,
+    }

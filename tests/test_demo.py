@@ -76,12 +76,18 @@ def test_trainer_exits_when_its_parent_dies(tmp_path):
     layout = prepare_demo(tmp_path)
     # A stand-in parent that starts the trainer and is then killed without a chance to clean up.
     parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from triage_tui.samples.demo import DemoLayout, TrainerProcess; "
-         "t = TrainerProcess(DemoLayout(Path(sys.argv[1]))); "
-         "print(t.wait_for('started', 120) is not None, t.proc.pid, flush=True); time.sleep(600)",
-         str(tmp_path)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from triage_tui.samples.demo import DemoLayout, TrainerProcess; "
+            "t = TrainerProcess(DemoLayout(Path(sys.argv[1]))); "
+            "print(t.wait_for('started', 120) is not None, t.proc.pid, flush=True); time.sleep(600)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     started, pid = parent.stdout.readline().split()
     assert started == "True"
     pid = int(pid)
@@ -113,8 +119,7 @@ async def test_demo_in_the_tui_check_key_remap_key_and_recovery(tmp_path):
                     assert time.monotonic() < deadline, f"timed out waiting for {what}"
                     await pilot.pause(0.2)
 
-            await until(lambda: app.rows and "loss_above_chance" in app.rows[0].critical_kinds, 120,
-                        "the loss flag")
+            await until(lambda: app.rows and "loss_above_chance" in app.rows[0].critical_kinds, 120, "the loss flag")
             await pilot.press("c")
             run = app.rows[0].path
             await until(lambda: app.checks_running_for is None and run in app.diagnoses, 60, "checks")
@@ -126,8 +131,15 @@ async def test_demo_in_the_tui_check_key_remap_key_and_recovery(tmp_path):
             assert app.remap_reports[run].verified
             reloaded = trainer.wait_for("reloaded", 60)
             assert reloaded is not None and "drafter-a-remapped-" in reloaded["checkpoint"]
-            await until(lambda: app.rows[0].loss_last is not None and app.rows[0].loss_last < LN_V
-                        and "loss_above_chance" not in app.rows[0].critical_kinds, 60, "the loss to fall")
+            await until(
+                lambda: (
+                    app.rows[0].loss_last is not None
+                    and app.rows[0].loss_last < LN_V
+                    and "loss_above_chance" not in app.rows[0].critical_kinds
+                ),
+                60,
+                "the loss to fall",
+            )
     finally:
         trainer.stop()
     assert not processes_mentioning(str(tmp_path))

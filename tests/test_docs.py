@@ -45,7 +45,7 @@ def test_every_json_field_the_code_writes_is_in_the_contract():
     from triage_tui.core import watch
 
     source = Path(watch.__file__).read_text()
-    body = source[source.index("def to_json"):source.index("return document", source.index("def to_json"))]
+    body = source[source.index("def to_json") : source.index("return document", source.index("def to_json"))]
     keys = set(re.findall(r'"(\w+)":', body)) | set(re.findall(r'document\["(\w+)"\]', body))
     contract = (REPO / "docs" / "contracts.md").read_text()
     assert keys and all(key in contract for key in keys), sorted(k for k in keys if k not in contract)

@@ -25,9 +25,20 @@ V, VD, H = 512, 96, 32
 
 
 def small_config(**overrides) -> DrafterConfig:
-    base = dict(hidden_size=H, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=64,
-                rms_norm_eps=1e-5, rope_theta=10000.0, draft_vocab_size=VD, target_vocab_size=V,
-                target_hidden_size=H, max_position_embeddings=256, aux_layer_ids=(1, 3, 4))
+    base = dict(
+        hidden_size=H,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        draft_vocab_size=VD,
+        target_vocab_size=V,
+        target_hidden_size=H,
+        max_position_embeddings=256,
+        aux_layer_ids=(1, 3, 4),
+    )
     base.update(overrides)
     return DrafterConfig(**base)
 
@@ -60,39 +71,73 @@ def test_config_round_trip_and_defaults():
     again = DrafterConfig.from_config(config.to_config())
     assert again == config
     # SpecForge configs/llama3-8B-eagle3.json shape: no head_dim, no rope_theta, no target_hidden_size
-    plain = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "intermediate_size": 14336,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1,
-             "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "hidden_act": "silu",
-             "vocab_size": 128256, "draft_vocab_size": 32000}
+    plain = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-05,
+        "hidden_act": "silu",
+        "vocab_size": 128256,
+        "draft_vocab_size": 32000,
+    }
     parsed = DrafterConfig.from_config(plain)
     assert (parsed.head_dim, parsed.rope_theta, parsed.target_hidden_size) == (128, 10000.0, 4096)
     assert parsed.aux_layer_ids is None
-    assert DrafterConfig.from_config({**plain, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]}}
-                                     ).aux_layer_ids == (1, 11, 21)
+    assert DrafterConfig.from_config(
+        {**plain, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 11, 21]}}
+    ).aux_layer_ids == (1, 11, 21)
 
 
 def test_speculators_config_is_read_from_the_nested_layer_config():
-    config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-              "draft_vocab_size": 32000, "target_hidden_size": 7168, "norm_before_residual": True,
-              "eagle_aux_hidden_state_layer_ids": [2, 30, 58],
-              "transformer_layer_config": {"hidden_size": 7168, "intermediate_size": 18432,
-                                           "num_attention_heads": 64, "num_key_value_heads": 64,
-                                           "rms_norm_eps": 1e-6, "rope_theta": 50000.0,
-                                           "vocab_size": 163840, "max_position_embeddings": 4096}}
+    config = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "draft_vocab_size": 32000,
+        "target_hidden_size": 7168,
+        "norm_before_residual": True,
+        "eagle_aux_hidden_state_layer_ids": [2, 30, 58],
+        "transformer_layer_config": {
+            "hidden_size": 7168,
+            "intermediate_size": 18432,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 64,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 50000.0,
+            "vocab_size": 163840,
+            "max_position_embeddings": 4096,
+        },
+    }
     parsed = DrafterConfig.from_config(config)
     assert (parsed.hidden_size, parsed.draft_vocab_size, parsed.target_vocab_size) == (7168, 32000, 163840)
     assert parsed.aux_layer_ids == (2, 30, 58) and parsed.norm_before_residual
     assert parsed.head_dim == 112 and parsed.rope_theta == 50000.0
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({"num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10}, "hidden_size"),
-    ({"hidden_size": 8, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
-      "num_hidden_layers": 2}, "num_hidden_layers=2"),
-    ({"hidden_size": 8, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
-      "fc_norm": True}, "fc_norm"),
-    ({"hidden_size": "big", "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10}, "non-numeric"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10}, "hidden_size"),
+        (
+            {
+                "hidden_size": 8,
+                "num_attention_heads": 4,
+                "intermediate_size": 8,
+                "vocab_size": 10,
+                "num_hidden_layers": 2,
+            },
+            "num_hidden_layers=2",
+        ),
+        (
+            {"hidden_size": 8, "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10, "fc_norm": True},
+            "fc_norm",
+        ),
+        ({"hidden_size": "big", "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10}, "non-numeric"),
+    ],
+)
 def test_unusable_config_is_bad_input(bad, words):
     with pytest.raises(BadInput, match=words):
         DrafterConfig.from_config(bad, path="ckpt/config.json")
@@ -102,8 +147,9 @@ def test_from_state_dict_accepts_speculators_names_and_reproduces_outputs():
     config = small_config()
     model = seeded_drafter(config)
     sd = model.state_dict()
-    renamed = {k.replace("midlayer.", "layers.0."): v.to(torch.bfloat16) if v.is_floating_point() else v
-               for k, v in sd.items()}
+    renamed = {
+        k.replace("midlayer.", "layers.0."): v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in sd.items()
+    }
     renamed["embed_tokens.weight"] = torch.zeros(V, H)  # speculators saves it; it must be ignored
     loaded = Eagle3Drafter.from_state_dict(config, renamed)
     for key in STATE_DICT_KEYS:
@@ -146,8 +192,9 @@ def _embedding(embed, ids):
     return torch.nn.functional.embedding(ids, embed)
 
 
-def _specforge_reference_ttt(model: Eagle3Drafter, embed: torch.Tensor, input_ids: torch.Tensor,
-                             aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def _specforge_reference_ttt(
+    model: Eagle3Drafter, embed: torch.Tensor, input_ids: torch.Tensor, aux: torch.Tensor, steps: int
+) -> list[torch.Tensor]:
     """A literal transcription of SpecForge's cache-branch attention loop (llama3_eagle.py,
     core/eagle3.py): additive float causal mask whose diagonals are masked in place after each
     step, keys from later steps only through ``(q * k_i).sum(-1)``. Shares only the weights."""
@@ -160,7 +207,7 @@ def _specforge_reference_ttt(model: Eagle3Drafter, embed: torch.Tensor, input_id
 
     def rope(x, pos):
         emb = torch.cat([pos[:, None].float() * inv] * 2, -1)
-        return x * emb.cos() + torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), -1) * emb.sin()
+        return x * emb.cos() + torch.cat((-x[..., hd // 2 :], x[..., : hd // 2]), -1) * emb.sin()
 
     hidden = model.fc(aux)
     ids = torch.cat((input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])), 1)

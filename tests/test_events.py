@@ -67,8 +67,9 @@ def test_torch_simple_value_matches_what_was_logged_and_upb(tmp_path):
 
 @pytest.mark.parametrize("double_precision", [False, True])
 def test_torch_new_style_tensors(tmp_path, double_precision):
-    logged = _write_torch(tmp_path, range(200), tags=["train/ploss_0", "loss"], new_style=True,
-                          double_precision=double_precision)
+    logged = _write_torch(
+        tmp_path, range(200), tags=["train/ploss_0", "loss"], new_style=True, double_precision=double_precision
+    )
     path = _only_file(tmp_path)
     scalars, _ = _read(path)
     dtype = np.float64 if double_precision else np.float32
@@ -436,13 +437,16 @@ def test_a_signalling_nan_scalar_is_read_without_a_numpy_warning(tmp_path, dtype
     import warnings
 
     path = tmp_path / "events.out.tfevents.1.h"
-    records = [event_pb2.Event(wall_time=1e9 + step, step=step, summary=summary_pb2.Summary(value=[value]))
-               for step, value in enumerate([tensor_value("loss", dtype, half_val=[bits])] * 3  # one by one
-                                            + [summary_pb2.Summary.Value(tag="lr", simple_value=1.0)] * 20)]
+    records = [
+        event_pb2.Event(wall_time=1e9 + step, step=step, summary=summary_pb2.Summary(value=[value]))
+        for step, value in enumerate(
+            [tensor_value("loss", dtype, half_val=[bits])] * 3  # one by one
+            + [summary_pb2.Summary.Value(tag="lr", simple_value=1.0)] * 20
+        )
+    ]
     data = b"".join(frame(r.SerializeToString()) for r in records)
     snan32 = struct.pack("<I", 0x7FA00000)  # a float32 signalling NaN in each simple_value, read as columns
-    path.write_bytes(b"".join(frame(r.SerializeToString().replace(struct.pack("<f", 1.0), snan32))
-                              for r in records))
+    path.write_bytes(b"".join(frame(r.SerializeToString().replace(struct.pack("<f", 1.0), snan32)) for r in records))
     assert len(path.read_bytes()) == len(data)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

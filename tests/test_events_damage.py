@@ -130,7 +130,7 @@ def test_flipped_byte_in_the_middle_loses_only_that_record(tmp_path, torch_bytes
     assert stats.corrupt_records == 1
     if where in ("length", "length_crc"):
         assert stats.skipped_bytes == 16 + length  # resync at the next record
-    wanted = torch_bytes[: pos] + torch_bytes[pos + 16 + length :]  # the file without that record
+    wanted = torch_bytes[:pos] + torch_bytes[pos + 16 + length :]  # the file without that record
     assert same_points(as_points(events.scalars), reference_points([wanted]))
 
 
@@ -308,8 +308,9 @@ def test_sparse_zero_tail_costs_nothing_per_poll_and_data_after_it_is_found(tmp_
     assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
     again = events.poll()
     assert again.bytes_read == 0 and again.pending_bytes == hole
-    extra = b"".join(frame(scalar_event("train/ploss_0", 10_000 + i, 1.0, 1.8e9 + i).SerializeToString())
-                     for i in range(10))
+    extra = b"".join(
+        frame(scalar_event("train/ploss_0", 10_000 + i, 1.0, 1.8e9 + i).SerializeToString()) for i in range(10)
+    )
     with open(path, "ab") as f:  # the writer goes on after the hole
         f.write(extra)
     stats = events.poll()

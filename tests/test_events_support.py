@@ -38,7 +38,8 @@ def records(data: bytes) -> list[tuple[int, int]]:
 
 def scalar_event(tag: str, step: int, value: float, wall: float) -> event_pb2.Event:
     return event_pb2.Event(
-        wall_time=wall, step=step,
+        wall_time=wall,
+        step=step,
         summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]),
     )
 

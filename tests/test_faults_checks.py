@@ -26,8 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def no_nan_literals(text: str) -> dict:
     """json.loads that refuses NaN/Infinity, as jq and every strict parser do."""
+
     def refuse(constant: str):
         raise AssertionError(f"non-standard JSON constant {constant} in the output")
+
     return json.loads(text, parse_constant=refuse)
 
 

@@ -97,8 +97,10 @@ def series_points(tmp_path: Path, name: str, steps) -> Path:
 def test_a_file_growing_faster_than_it_is_read_loses_nothing(tmp_path):
     """A SummaryWriter file copied in at random cut points (mid-record too), as fast as the disk takes
     it, while a reader polls: every point arrives once, in order, and nothing is counted corrupt."""
-    source = write_scalars(tmp_path / "source", {TAG: [(s, float(s) * 1e-3) for s in range(1, 20_001)],
-                                                 "train/acc_0": [(s, 0.5) for s in range(1, 20_001)]})
+    source = write_scalars(
+        tmp_path / "source",
+        {TAG: [(s, float(s) * 1e-3) for s in range(1, 20_001)], "train/acc_0": [(s, 0.5) for s in range(1, 20_001)]},
+    )
     data = source.read_bytes()
     growing = tmp_path / "live" / source.name
     growing.parent.mkdir()
@@ -309,8 +311,9 @@ def test_real_chmod_of_a_file_and_a_directory_as_an_unprivileged_user(tmp_path):
                     path.chmod(0o644)
 
         try:
-            assert parent_replies.poll(30) and parent_replies.recv() == {"euid": 65534 if os.geteuid() == 0 else
-                                                                         os.geteuid()}
+            assert parent_replies.poll(30) and parent_replies.recv() == {
+                "euid": 65534 if os.geteuid() == 0 else os.geteuid()
+            }
             assert poll() == {"a": 50, "b": 50}
             # The file: records appended to it while it is unreadable are not seen, its 50 points stay.
             donor = write_scalars(tmp_path / "donor", {TAG: [(s, 1.0) for s in range(51, 61)]}).read_bytes()
@@ -382,8 +385,10 @@ def test_a_noisy_run_longer_than_the_chart_is_wide_can_be_drawn(tmp_path):
     from triage_tui.tui.view_data import chart_series
 
     rng = np.random.default_rng(0)
-    write_scalars(tmp_path / "run", {TAG: [(s, 19.0 + float(v)) for s, v in
-                                                    zip(range(1, 5001), rng.normal(0, 0.5, 5000), strict=True)]})
+    write_scalars(
+        tmp_path / "run",
+        {TAG: [(s, 19.0 + float(v)) for s, v in zip(range(1, 5001), rng.normal(0, 0.5, 5000), strict=True)]},
+    )
     (status,) = Watcher([tmp_path], use_watchdog=False).poll_once()
     for width in (64, 120, 200, 317):
         chart = chart_series(status, width)

@@ -22,13 +22,20 @@ from triage_tui.core.vocab import VocabMapping
 
 HIDDEN = 64
 HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 4, 2, 16, 128
-SPECFORGE_AUX = [1, 29, 57]     # output-of-layer convention (sglang/SpecForge)
-SPECULATORS_AUX = [2, 30, 58]   # capture-before convention (vLLM/speculators)
+SPECFORGE_AUX = [1, 29, 57]  # output-of-layer convention (sglang/SpecForge)
+SPECULATORS_AUX = [2, 30, 58]  # capture-before convention (vLLM/speculators)
 
 
-def drafter_state(layout: str, mapping: VocabMapping | None, *, hidden: int = HIDDEN,
-                  target_hidden: int | None = None, draft_vocab: int = DRAFT_VOCAB,
-                  target_vocab: int = TARGET_VOCAB, seed: int = 0) -> dict[str, torch.Tensor]:
+def drafter_state(
+    layout: str,
+    mapping: VocabMapping | None,
+    *,
+    hidden: int = HIDDEN,
+    target_hidden: int | None = None,
+    draft_vocab: int = DRAFT_VOCAB,
+    target_vocab: int = TARGET_VOCAB,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """A one-layer EAGLE-3 drafter state dict with every key the layout saves."""
     gen = torch.Generator().manual_seed(seed)
     target_hidden = target_hidden or hidden
@@ -61,37 +68,66 @@ def drafter_state(layout: str, mapping: VocabMapping | None, *, hidden: int = HI
     return state
 
 
-def drafter_config(layout: str, *, hidden: int = HIDDEN, draft_vocab: int = DRAFT_VOCAB,
-                   target_vocab: int = TARGET_VOCAB, target_hidden: int | None = None) -> dict:
+def drafter_config(
+    layout: str,
+    *,
+    hidden: int = HIDDEN,
+    draft_vocab: int = DRAFT_VOCAB,
+    target_vocab: int = TARGET_VOCAB,
+    target_hidden: int | None = None,
+) -> dict:
     llama = {
-        "model_type": "llama", "hidden_size": hidden, "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "num_hidden_layers": 1,
-        "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "hidden_act": "silu",
-        "tie_word_embeddings": False, "vocab_size": target_vocab,
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": INTERMEDIATE,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-05,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "vocab_size": target_vocab,
     }
     if layout == "speculators":  # src/speculators/models/eagle3/config.py
         return {
-            "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-            "speculators_version": "0.3.0", "draft_vocab_size": draft_vocab,
-            "norm_before_residual": False, "target_hidden_size": target_hidden,
-            "eagle_aux_hidden_state_layer_ids": SPECULATORS_AUX, "transformer_layer_config": llama,
-            "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
-                                   "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]}},
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": "0.3.0",
+            "draft_vocab_size": draft_vocab,
+            "norm_before_residual": False,
+            "target_hidden_size": target_hidden,
+            "eagle_aux_hidden_state_layer_ids": SPECULATORS_AUX,
+            "transformer_layer_config": llama,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "default_proposal_method": "greedy",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]},
+            },
         }
-    config = {"architectures": ["LlamaForCausalLMEagle3"], **llama, "torch_dtype": "float32",
-              "draft_vocab_size": draft_vocab,
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": SPECFORGE_AUX}}
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        **llama,
+        "torch_dtype": "float32",
+        "draft_vocab_size": draft_vocab,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": SPECFORGE_AUX},
+    }
     if target_hidden is not None:
         config["target_hidden_size"] = target_hidden
     if layout == "modelopt":  # modelopt export template eagle_config
-        config["eagle_config"].update(use_aux_hidden_state=True, use_input_layernorm_in_first_layer=True,
-                                      use_last_layernorm=True, use_mtp_layernorm=False)
+        config["eagle_config"].update(
+            use_aux_hidden_state=True,
+            use_input_layernorm_in_first_layer=True,
+            use_last_layernorm=True,
+            use_mtp_layernorm=False,
+        )
     return config
 
 
-def write_drafter(directory: Path, state: dict[str, torch.Tensor], config: dict | None, *,
-                  file_kind: str = "safetensors") -> Path:
+def write_drafter(
+    directory: Path, state: dict[str, torch.Tensor], config: dict | None, *, file_kind: str = "safetensors"
+) -> Path:
     """Write like the real tools: save_pretrained (safetensors), EAGLE (pytorch_model.bin), or sharded."""
     directory.mkdir(parents=True, exist_ok=True)
     if config is not None:
@@ -102,7 +138,7 @@ def write_drafter(directory: Path, state: dict[str, torch.Tensor], config: dict 
         torch.save(state, directory / "pytorch_model.bin")
     elif file_kind == "sharded":
         names = sorted(state)
-        halves = (names[: len(names) // 2], names[len(names) // 2:])
+        halves = (names[: len(names) // 2], names[len(names) // 2 :])
         weight_map = {}
         for i, part in enumerate(halves, start=1):
             shard = f"model-{i:05d}-of-00002.safetensors"
@@ -110,7 +146,8 @@ def write_drafter(directory: Path, state: dict[str, torch.Tensor], config: dict 
             weight_map.update(dict.fromkeys(part, shard))
         total = sum(t.numel() * t.element_size() for t in state.values())
         (directory / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+        )
     else:
         raise ValueError(file_kind)
     return directory
@@ -151,8 +188,9 @@ def test_metadata_read_loads_only_the_mapping_buffers(specforge_dir, monkeypatch
     loaded = []
     for loader in ("load_safetensors_tensor", "load_safetensors_array"):  # the mapping is read with numpy
         real = getattr(weights_module, loader)
-        monkeypatch.setattr(weights_module, loader,
-                            lambda path, name, real=real: loaded.append(name) or real(path, name))
+        monkeypatch.setattr(
+            weights_module, loader, lambda path, name, real=real: loaded.append(name) or real(path, name)
+        )
     ckpt = read_checkpoint(specforge_dir[0])
     assert sorted(loaded) == ["d2t", "t2d"]
     ckpt.tensor("norm.weight")

@@ -31,8 +31,12 @@ def write_specforge(root: Path, count: int, *, group: int = 4, gz: bool = False)
         ids, last, aux = states(idx, 20 + idx)
         loss_mask = torch.ones(len(ids), dtype=torch.long)
         loss_mask[:5] = 0
-        data = {"input_ids": ids, "loss_mask": loss_mask, "hidden_state": last.unsqueeze(0),
-                "aux_hidden_state": torch.cat(aux, dim=-1).unsqueeze(0)}
+        data = {
+            "input_ids": ids,
+            "loss_mask": loss_mask,
+            "hidden_state": last.unsqueeze(0),
+            "aux_hidden_state": torch.cat(aux, dim=-1).unsqueeze(0),
+        }
         g = idx // group * group
         folder = root / f"rows_{g}-{g + group}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -50,8 +54,13 @@ def test_specforge_dumps_sampled_evenly(tmp_path):
     dumps = read_dumps(tmp_path, max_files=5)
     assert dumps.format == "specforge" and dumps.files_total == 23 and dumps.root == tmp_path
     # natural order data_0..data_22; evenly spaced 0, 6, 11, 16, 22 (linspace(0, 22, 5) rounded)
-    assert [s.path.name for s in dumps.samples] == ["data_0.ckpt", "data_6.ckpt", "data_11.ckpt",
-                                                    "data_16.ckpt", "data_22.ckpt"]
+    assert [s.path.name for s in dumps.samples] == [
+        "data_0.ckpt",
+        "data_6.ckpt",
+        "data_11.ckpt",
+        "data_16.ckpt",
+        "data_22.ckpt",
+    ]
     assert dumps.target_hidden_is_post_norm is True and dumps.aux_layer_ids is None
     sample = dumps.samples[1]
     ids, loss_mask, last, aux = written[6]
@@ -96,8 +105,15 @@ def test_speculators_dumps(tmp_path):
 def test_modelopt_dumps(tmp_path):
     for conversation in ("conv-a", "conv-b"):
         ids, last, aux = states(len(conversation), 17)
-        torch.save({"input_ids": ids, "hidden_states": last, "aux_hidden_states": torch.cat(aux, -1),
-                    "conversation_id": conversation}, tmp_path / f"{conversation}.pt")
+        torch.save(
+            {
+                "input_ids": ids,
+                "hidden_states": last,
+                "aux_hidden_states": torch.cat(aux, -1),
+                "conversation_id": conversation,
+            },
+            tmp_path / f"{conversation}.pt",
+        )
     dumps = read_dumps(tmp_path)
     assert dumps.format == "modelopt" and dumps.files_total == 2
     assert dumps.target_hidden_is_post_norm is True
@@ -108,8 +124,15 @@ def test_modelopt_dumps(tmp_path):
 def test_target_hidden_size_differs_from_aux_chunks(tmp_path):
     ids, last, aux = states(0, 10)
     # fc expecting 4 aux layers: 4 * 64 wide, last hidden 64 wide
-    torch.save({"input_ids": ids, "loss_mask": torch.ones(10), "hidden_state": last[None],
-                "aux_hidden_state": torch.cat([*aux, aux[0]], -1)[None]}, tmp_path / "data_0.ckpt")
+    torch.save(
+        {
+            "input_ids": ids,
+            "loss_mask": torch.ones(10),
+            "hidden_state": last[None],
+            "aux_hidden_state": torch.cat([*aux, aux[0]], -1)[None],
+        },
+        tmp_path / "data_0.ckpt",
+    )
     assert read_dumps(tmp_path).samples[0].num_aux_chunks == 4
 
 

@@ -159,8 +159,10 @@ def test_writers_round_trip_story_mappings_in_the_exact_forms(tmp_path):
 def test_absolute_ids_stored_as_d2t_are_reported(tmp_path):
     _, run_mapping = story_mappings()
     # A hand-rolled export that saved the hot ids themselves under "d2t".
-    torch.save({"d2t": torch.from_numpy(run_mapping.hot_ids.copy()), "t2d": torch.from_numpy(run_mapping.t2d())},
-               tmp_path / "absolute.pt")
+    torch.save(
+        {"d2t": torch.from_numpy(run_mapping.hot_ids.copy()), "t2d": torch.from_numpy(run_mapping.t2d())},
+        tmp_path / "absolute.pt",
+    )
     mapping = read_mapping(tmp_path / "absolute.pt")
     np.testing.assert_array_equal(mapping.hot_ids, run_mapping.hot_ids + np.arange(DRAFT_VOCAB))  # not fixed
     assert any(n.startswith("d2t holds absolute target ids, not offsets") for n in mapping.notes)
@@ -176,12 +178,16 @@ def test_absolute_ids_stored_as_d2t_are_reported(tmp_path):
 def test_t2d_that_disagrees_with_d2t(tmp_path):
     checkpoint_mapping, run_mapping = story_mappings()
     # d2t of one mapping, t2d of the other: the stale-cache mix-up of SpecForge PR #602 / #534
-    torch.save({"d2t": torch.from_numpy(checkpoint_mapping.d2t().copy()),
-                "t2d": torch.from_numpy(run_mapping.t2d())}, tmp_path / "mixed.pt")
+    torch.save(
+        {"d2t": torch.from_numpy(checkpoint_mapping.d2t().copy()), "t2d": torch.from_numpy(run_mapping.t2d())},
+        tmp_path / "mixed.pt",
+    )
     mapping = read_mapping(tmp_path / "mixed.pt")
     assert mapping.sha256() == checkpoint_mapping.sha256()  # the mapping is what d2t says
-    assert ("t2d disagrees with d2t: 6250 tokens marked in t2d are not mapped by d2t, "
-            "6250 tokens mapped by d2t are not marked in t2d") in mapping.notes
+    assert (
+        "t2d disagrees with d2t: 6250 tokens marked in t2d are not mapped by d2t, "
+        "6250 tokens mapped by d2t are not marked in t2d"
+    ) in mapping.notes
 
 
 def test_t2d_sum_differs_from_draft_vocab(tmp_path):
@@ -200,8 +206,9 @@ def test_duplicates_and_vocab_size_argument_conflict(tmp_path):
     hot = np.arange(DRAFT_VOCAB)
     hot[100] = 99
     mapping = VocabMapping(hot, TARGET_VOCAB)
-    torch.save({"d2t": torch.from_numpy(mapping.d2t().copy()), "t2d": torch.from_numpy(mapping.t2d())},
-               tmp_path / "dup.pt")
+    torch.save(
+        {"d2t": torch.from_numpy(mapping.d2t().copy()), "t2d": torch.from_numpy(mapping.t2d())}, tmp_path / "dup.pt"
+    )
     got = read_mapping(tmp_path / "dup.pt", target_vocab_size=151_936)
     assert got.target_vocab_size == TARGET_VOCAB  # t2d length wins
     assert "t2d has 163840 entries but the target vocab size given is 151936" in got.notes
@@ -210,21 +217,33 @@ def test_duplicates_and_vocab_size_argument_conflict(tmp_path):
 
 def test_int_t2d_is_accepted_with_a_note(tmp_path):
     _, run_mapping = story_mappings()
-    torch.save({"d2t": torch.from_numpy(run_mapping.d2t().copy()),
-                "t2d": torch.from_numpy(run_mapping.t2d().astype(np.int64))}, tmp_path / "m.pt")
+    torch.save(
+        {
+            "d2t": torch.from_numpy(run_mapping.d2t().copy()),
+            "t2d": torch.from_numpy(run_mapping.t2d().astype(np.int64)),
+        },
+        tmp_path / "m.pt",
+    )
     got = read_mapping(tmp_path / "m.pt")
     assert got.sha256() == run_mapping.sha256() and got.notes == ("t2d is stored as int64 0/1, not bool",)
 
 
-@pytest.mark.parametrize("payload, message", [
-    ({"d2t": torch.zeros(DRAFT_VOCAB), "t2d": torch.ones(TARGET_VOCAB, dtype=torch.bool)},
-     "d2t has dtype float32; expected integer offsets"),
-    ({"d2t": torch.zeros(1, DRAFT_VOCAB, dtype=torch.int64)}, r"d2t has shape \[1, 32000\]"),
-    ({"d2t": torch.zeros(DRAFT_VOCAB, dtype=torch.int64), "t2d": torch.rand(TARGET_VOCAB)},
-     "t2d has dtype float32; expected a bool mask"),
-    ({"t2d": torch.ones(TARGET_VOCAB, dtype=torch.bool)}, r"no 'd2t' in this file \(keys: t2d\)"),
-    ([1, 2, 3], "holds a list"),
-])
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (
+            {"d2t": torch.zeros(DRAFT_VOCAB), "t2d": torch.ones(TARGET_VOCAB, dtype=torch.bool)},
+            "d2t has dtype float32; expected integer offsets",
+        ),
+        ({"d2t": torch.zeros(1, DRAFT_VOCAB, dtype=torch.int64)}, r"d2t has shape \[1, 32000\]"),
+        (
+            {"d2t": torch.zeros(DRAFT_VOCAB, dtype=torch.int64), "t2d": torch.rand(TARGET_VOCAB)},
+            "t2d has dtype float32; expected a bool mask",
+        ),
+        ({"t2d": torch.ones(TARGET_VOCAB, dtype=torch.bool)}, r"no 'd2t' in this file \(keys: t2d\)"),
+        ([1, 2, 3], "holds a list"),
+    ],
+)
 def test_malformed_mapping_files(tmp_path, payload, message):
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(BadInput, match=message) as err:

@@ -30,8 +30,15 @@ def layer_tensors(prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 def llama_config(**extra) -> dict:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": TARGET_VOCAB,
-            "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "tie_word_embeddings": False, **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": TARGET_VOCAB,
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "tie_word_embeddings": False,
+        **extra,
+    }
 
 
 def write_sharded(root: Path, shards: list[dict[str, torch.Tensor]], config: dict) -> Path:
@@ -53,8 +60,9 @@ def wanted():
 
 def test_sharded_target_opens_only_the_shards_it_needs(tmp_path, wanted):
     embed_and_norm = {k: v for k, v in wanted.items() if "lm_head" not in k}
-    write_sharded(tmp_path, [embed_and_norm, layer_tensors(), {"lm_head.weight": wanted["lm_head.weight"]}],
-                  llama_config())
+    write_sharded(
+        tmp_path, [embed_and_norm, layer_tensors(), {"lm_head.weight": wanted["lm_head.weight"]}], llama_config()
+    )
     # The layer shard is never opened: garbage there must not matter.
     (tmp_path / "model-00002-of-00003.safetensors").write_bytes(b"\xff" * 100)
     target = read_target(tmp_path)

@@ -10,9 +10,12 @@ import pytest
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.tokenizer import read_token_strings
 
-CORPUS = ["The drafter's lm_head rows follow the checkpoint's vocab mapping, not the run's.",
-          "Only 252 of 32 000 draft positions mapped to the same target token.",
-          "héllo wörld — naïve café; 数据 映射 不一致", "def forward(self, x):\n    return x + 1\n"] * 20
+CORPUS = [
+    "The drafter's lm_head rows follow the checkpoint's vocab mapping, not the run's.",
+    "Only 252 of 32 000 draft positions mapped to the same target token.",
+    "héllo wörld — naïve café; 数据 映射 不一致",
+    "def forward(self, x):\n    return x + 1\n",
+] * 20
 
 
 def test_byte_level_bpe_tokenizer_json_matches_the_library(tmp_path):
@@ -22,8 +25,12 @@ def test_byte_level_bpe_tokenizer_json_matches_the_library(tmp_path):
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
     tok.save(str(tmp_path / "tokenizer.json"))
     strings = read_token_strings(tmp_path)
@@ -53,8 +60,9 @@ def test_unigram_metaspace_tokenizer_json(tmp_path):
     tok = tokenizers.Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=["<unk>"],
-                                                            unk_token="<unk>"))
+    tok.train_from_iterator(
+        CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=["<unk>"], unk_token="<unk>")
+    )
     tok.save(str(tmp_path / "tokenizer.json"))
     strings = read_token_strings(tmp_path / "tokenizer.json")
     assert len(strings) == tok.get_vocab_size()
@@ -64,10 +72,13 @@ def test_unigram_metaspace_tokenizer_json(tmp_path):
 
 def test_hand_written_tokenizer_json(tmp_path):
     # The documented shape, so this reader is tested even without the tokenizers library.
-    data = {"version": "1.0", "added_tokens": [{"id": 3, "content": "<|im_end|>", "special": True}],
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]},
-            "decoder": {"type": "ByteLevel"},
-            "model": {"type": "BPE", "vocab": {"the": 0, "Ġthe": 1, "Ċ": 2}, "merges": []}}
+    data = {
+        "version": "1.0",
+        "added_tokens": [{"id": 3, "content": "<|im_end|>", "special": True}],
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": {"the": 0, "Ġthe": 1, "Ċ": 2}, "merges": []},
+    }
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
     assert read_token_strings(tmp_path) == {0: "the", 1: " the", 2: "\n", 3: "<|im_end|>"}
 
@@ -77,9 +88,16 @@ def test_tiktoken_model_with_added_tokens(tmp_path):
     pieces = [b"the", b" the", "数据".encode(), b"\xe6"]
     lines = [base64.b64encode(p).decode() + f" {i}" for i, p in enumerate(pieces)]
     (tmp_path / "tiktoken.model").write_text("\n".join(lines) + "\n")
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-        {"added_tokens_decoder": {"163584": {"content": "[BOS]", "special": True},
-                                  "163586": {"content": "<|im_end|>", "special": True}}}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "added_tokens_decoder": {
+                    "163584": {"content": "[BOS]", "special": True},
+                    "163586": {"content": "<|im_end|>", "special": True},
+                }
+            }
+        )
+    )
     strings = read_token_strings(tmp_path)
     assert strings == {0: "the", 1: " the", 2: "数据", 3: "\ufffd", 163584: "[BOS]", 163586: "<|im_end|>"}
 

@@ -24,11 +24,22 @@ def specforge_args(tmp_path) -> argparse.Namespace:
     parser.add_argument("--num-epochs", type=int, default=10)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--ttt-length", type=int, default=7)
-    return parser.parse_args([
-        "--target-model-path", "/models/Kimi-K2.5", "--draft-model-config", "configs/kimi-k2-eagle3.json",
-        "--train-data-path", "data/k25.jsonl", "--output-dir", str(tmp_path / "outputs"),
-        "--cache-dir", str(tmp_path / "cache"), "--ckpt-dir", "/drafters/AQ-MedAI-K2-eagle3",
-    ])
+    return parser.parse_args(
+        [
+            "--target-model-path",
+            "/models/Kimi-K2.5",
+            "--draft-model-config",
+            "configs/kimi-k2-eagle3.json",
+            "--train-data-path",
+            "data/k25.jsonl",
+            "--output-dir",
+            str(tmp_path / "outputs"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--ckpt-dir",
+            "/drafters/AQ-MedAI-K2-eagle3",
+        ]
+    )
 
 
 def save_training_state(path, args, extra=None) -> None:
@@ -39,8 +50,13 @@ def save_training_state(path, args, extra=None) -> None:
     model(torch.randn(2, 8)).sum().backward()
     optimizer.step()
     scheduler.step()
-    state = {"epoch": 2, "global_step": 1200, "args": args,
-             "optimizer_state_dict": optimizer.state_dict(), "scheduler_state_dict": scheduler.state_dict()}
+    state = {
+        "epoch": 2,
+        "global_step": 1200,
+        "args": args,
+        "optimizer_state_dict": optimizer.state_dict(),
+        "scheduler_state_dict": scheduler.state_dict(),
+    }
     state.update(extra or {})
     torch.save(state, path)
 

@@ -84,8 +84,9 @@ def test_malicious_pytorch_model_bin(tmp_path, how):
     marker = tmp_path / "PWNED"
     state = drafter_state("specforge", None, draft_vocab=256, target_vocab=1024)
     state["d2t"] = torch.zeros(256, dtype=torch.int64)
-    write_drafter(tmp_path / "ckpt", {}, drafter_config("specforge", draft_vocab=256, target_vocab=1024),
-                  file_kind="bin")
+    write_drafter(
+        tmp_path / "ckpt", {}, drafter_config("specforge", draft_vocab=256, target_vocab=1024), file_kind="bin"
+    )
     save_evil(tmp_path / "ckpt" / "pytorch_model.bin", {**state, "lm_head.weight": CreatesFile(marker)}, how)
     with pytest.raises(BadInput, match=r"pytorch_model.bin: refused to unpickle: .*io\.open"):
         read_checkpoint(tmp_path / "ckpt")
@@ -122,14 +123,18 @@ def test_pickled_numpy_object_array_is_refused(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "file is 0 bytes long"),
-    (b"\x00" * 64, "not a torch.save file"),
-    # Seeded, not os.urandom: xdist workers must collect the same parameters.
-    (np.random.default_rng(7).bytes(4096), "not a torch.save file|unreadable torch file"),
-    (b"PK\x03\x04" + b"\x00" * 200, "unreadable torch file"),
-    (b"\x1f\x8b\x08\x00garbage", "unreadable torch file"),
-], ids=["empty", "zeros", "random", "zip-header-only", "gzip-garbage"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "file is 0 bytes long"),
+        (b"\x00" * 64, "not a torch.save file"),
+        # Seeded, not os.urandom: xdist workers must collect the same parameters.
+        (np.random.default_rng(7).bytes(4096), "not a torch.save file|unreadable torch file"),
+        (b"PK\x03\x04" + b"\x00" * 200, "unreadable torch file"),
+        (b"\x1f\x8b\x08\x00garbage", "unreadable torch file"),
+    ],
+    ids=["empty", "zeros", "random", "zip-header-only", "gzip-garbage"],
+)
 def test_garbage_torch_files(tmp_path, content, message):
     (tmp_path / "junk.pt").write_bytes(content)
     with pytest.raises(BadInput, match=message):
@@ -155,6 +160,7 @@ def test_gzip_bomb_is_capped(tmp_path, monkeypatch):
 
 
 # ---- safetensors -------------------------------------------------------------------------
+
 
 def small_safetensors(path: Path) -> bytes:
     save_file({"lm_head.weight": torch.randn(256, 64), "norm.weight": torch.ones(64)}, str(path))
@@ -185,11 +191,14 @@ def test_huge_header_length(tmp_path):
 
 def test_header_claiming_more_bytes_than_the_file_has(tmp_path):
     data = torch.ones(64).numpy().tobytes()
-    header = {"norm.weight": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]},
-              "lm_head.weight": {"dtype": "F32", "shape": [32000, 64], "data_offsets": [256, 256 + 32000 * 64 * 4]}}
+    header = {
+        "norm.weight": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]},
+        "lm_head.weight": {"dtype": "F32", "shape": [32000, 64], "data_offsets": [256, 256 + 32000 * 64 * 4]},
+    }
     with_header(tmp_path / "model.safetensors", header, data)
-    with pytest.raises(BadInput,
-                       match=r"tensor 'lm_head.weight' claims bytes 256..8192256 but the file holds only 256"):
+    with pytest.raises(
+        BadInput, match=r"tensor 'lm_head.weight' claims bytes 256..8192256 but the file holds only 256"
+    ):
         read_checkpoint(tmp_path)
 
 

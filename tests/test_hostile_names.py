@@ -46,8 +46,26 @@ SPLIT = ("a[", "]b")
 
 def _names() -> st.SearchStrategy[str]:
     """Directory names: anything a filesystem takes (no "/" or NUL), biased to markup and escapes."""
-    pieces = st.sampled_from(["[", "]", "[/]", "[@click=app.quit]", "[b]", "\x1b", "\x1b[2J", "\x07", "\x9b",
-                              "\r", "\n", "\t", "\u202e", "\\", "ü", "界"])
+    pieces = st.sampled_from(
+        [
+            "[",
+            "]",
+            "[/]",
+            "[@click=app.quit]",
+            "[b]",
+            "\x1b",
+            "\x1b[2J",
+            "\x07",
+            "\x9b",
+            "\r",
+            "\n",
+            "\t",
+            "\u202e",
+            "\\",
+            "ü",
+            "界",
+        ]
+    )
     chars = st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",))
     name = st.lists(st.one_of(pieces, st.text(chars, min_size=1, max_size=4)), min_size=1, max_size=6).map("".join)
     return name.filter(lambda n: n not in (".", "..") and len(n.encode()) < 200 and not n.startswith("."))
@@ -110,8 +128,9 @@ def test_scan_shows_any_name_and_tag_escaped_and_json_exact(tmp_path_factory, ca
 def test_check_text_escapes_every_field(text):
     path, note, title, evidence, summary, flag = text
     diagnosis = Diagnosis(
-        inputs=CheckInputs(run=Path("/runs") / path, checkpoint=Path(path), sources={"checkpoint": "flag"},
-                           notes=(note,)),
+        inputs=CheckInputs(
+            run=Path("/runs") / path, checkpoint=Path(path), sources={"checkpoint": "flag"}, notes=(note,)
+        ),
         checks={"vocab_mapping": CheckResult("vocab_mapping", "fail", summary)},
         hypotheses=[Hypothesis("vocab_mapping_mismatch", title, 0.9, (evidence,), "remap")],
     )
@@ -150,9 +169,21 @@ def test_tui_cells_and_lines_are_text_not_markup(name, tag):
     from triage_tui.tui.widgets.hypotheses_list import hypothesis_prompt
     from triage_tui.tui.widgets.runs_table import row_cells
 
-    row = RunRow(path=Path("/x"), name=name, status="critical", last_step=1, loss_last=11.0, loss_smoothed=11.0,
-                 chance_loss=10.37, vocab_size=32000, accuracy_last=None, last_update=None,
-                 critical_kinds=frozenset(), loss_flagged=True, version=1)
+    row = RunRow(
+        path=Path("/x"),
+        name=name,
+        status="critical",
+        last_step=1,
+        loss_last=11.0,
+        loss_smoothed=11.0,
+        chance_loss=10.37,
+        vocab_size=32000,
+        accuracy_last=None,
+        last_update=None,
+        critical_kinds=frozenset(),
+        loss_flagged=True,
+        version=1,
+    )
     cells = row_cells(row, now=0.0)
     assert all(isinstance(cell, Text) for cell in cells)
     assert _elides(cells[1].plain, printable(name))
@@ -187,9 +218,11 @@ async def test_tui_shows_hostile_run_and_tag_names_as_text(tmp_path):
             path = table.selected_path
             status = app.statuses[path]
             pane = app.main.query_one("#chart-pane")
-            await wait_for(pilot, lambda status=status, pane=pane:
-                           printable(status.info.name) in _unmarkup(pane.border_title or ""),
-                           what="the chart title")
+            await wait_for(
+                pilot,
+                lambda status=status, pane=pane: printable(status.info.name) in _unmarkup(pane.border_title or ""),
+                what="the chart title",
+            )
             title = pane.border_title
             assert f"loss · {printable(status.loss_tag)} · {printable(status.info.name)}" in _unmarkup(title)
             flags = app.main.query_one(FlagsView).render()

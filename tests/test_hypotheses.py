@@ -23,9 +23,15 @@ def story():
 
 def _replay(own: float, run: float, orders: dict[str, float] | None = None) -> CheckResult:
     # The replay check's details contract (INTERFACES.md core/checks/replay.py).
-    details = {"tokens": 4096, "device": "cpu", "accuracy_checkpoint_mapping": own,
-               "accuracy_run_mapping": run, "loss_checkpoint_mapping": None, "loss_run_mapping": None,
-               "accuracy_by_chunk_order": orders or {}}
+    details = {
+        "tokens": 4096,
+        "device": "cpu",
+        "accuracy_checkpoint_mapping": own,
+        "accuracy_run_mapping": run,
+        "loss_checkpoint_mapping": None,
+        "loss_run_mapping": None,
+        "accuracy_by_chunk_order": orders or {},
+    }
     return CheckResult("replay", "fail" if own - run > 0.1 else "pass", "replay", details)
 
 
@@ -47,8 +53,7 @@ def test_story_evidence_puts_the_mapping_first_and_everything_else_low(story):
     checks = {
         "vocab_mapping": check_vocab_mapping(checkpoint, run),
         "hidden_state": _hidden([]),
-        "verifier_mask": check_verifier_mask(checkpoint, VocabMapping(run.hot_ids, TARGET_VOCAB,
-                                                                       stored_t2d=run.t2d())),
+        "verifier_mask": check_verifier_mask(checkpoint, VocabMapping(run.hot_ids, TARGET_VOCAB, stored_t2d=run.t2d())),
         "replay": _replay(own=0.62, run=0.004),
     }
     ranked = rank_hypotheses(checks, [_flag("loss_above_chance"), _flag("accuracy_at_chance", value=0.04)])
@@ -91,8 +96,11 @@ def test_symptoms_alone_do_not_name_a_cause():
 
 
 def test_hidden_state_issues_raise_the_format_hypothesis():
-    only_last = {"kind": "only_last_layer", "severity": "error",
-                 "message": "dumps carry one hidden state per token (width 64 = Ht) instead of 3"}
+    only_last = {
+        "kind": "only_last_layer",
+        "severity": "error",
+        "message": "dumps carry one hidden state per token (width 64 = Ht) instead of 3",
+    }
     ranked = rank_hypotheses({"hidden_state": _hidden([only_last])}, [_flag("loss_at_chance", value=10.3)])
     assert ranked[0].id == "hidden_state_format" and ranked[0].score >= 0.9
     assert only_last["message"] in ranked[0].evidence
@@ -123,8 +131,10 @@ def test_a_frequency_ordered_mask_raises_the_verifier_hypothesis(story):
 
 
 def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
-    metrics = {"loss": {"tag": "train/ploss_0", "last": 0.0, "min": 0.0, "count": 40},
-               "accuracy": {"tag": "train/acc_0", "last": 0.0, "min": 0.0, "count": 40}}
+    metrics = {
+        "loss": {"tag": "train/ploss_0", "last": 0.0, "min": 0.0, "count": 40},
+        "accuracy": {"tag": "train/acc_0", "last": 0.0, "min": 0.0, "count": 40},
+    }
     ranked = rank_hypotheses({}, [], metrics=metrics)
     assert ranked[0].id == "empty_loss_mask" and ranked[0].score >= 0.9
     assert "#392" in ranked[0].evidence[0]
@@ -133,13 +143,14 @@ def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
 
 
 def test_non_finite_and_diverging_flags_become_hypotheses():
-    ranked = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan")),
-                                         _flag("diverging", "warning", 25.0)]))
+    ranked = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan")), _flag("diverging", "warning", 25.0)]))
     assert ranked["non_finite"].score >= 0.9
     assert 0.5 <= ranked["diverged"].score < 0.9
 
 
 def test_errored_and_skipped_checks_carry_no_weight(story):
-    checks = {"vocab_mapping": CheckResult.error("vocab_mapping", "x.pt: not a mapping"),
-              "replay": CheckResult.skipped("replay", "needs --target")}
+    checks = {
+        "vocab_mapping": CheckResult.error("vocab_mapping", "x.pt: not a mapping"),
+        "replay": CheckResult.skipped("replay", "needs --target"),
+    }
     assert all(h.score == 0.0 for h in rank_hypotheses(checks, []))

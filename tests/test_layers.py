@@ -154,22 +154,30 @@ def test_every_module_has_a_room():
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
 
-@pytest.mark.parametrize(("layers", "within"), [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats")],
-                         ids=["rooms", "core", "formats"])
+@pytest.mark.parametrize(
+    ("layers", "within"), [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats")], ids=["rooms", "core", "formats"]
+)
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []
 
 
 def test_core_never_imports_the_terminal():
-    found = [f"{name} (line {line}) imports {module}"
-             for name, path in MODULES.items() if name.startswith("core")
-             for module, line in _imports(name, path) if module.split(".")[0] in CORE_NEVER]
+    found = [
+        f"{name} (line {line}) imports {module}"
+        for name, path in MODULES.items()
+        if name.startswith("core")
+        for module, line in _imports(name, path)
+        if module.split(".")[0] in CORE_NEVER
+    ]
     assert found == []
 
 
 def test_core_has_no_import_cycle():
-    graph = {name: {target for target, _ in targets if target.startswith("core")}
-             for name, targets in EDGES.items() if name.startswith("core")}
+    graph = {
+        name: {target for target, _ in targets if target.startswith("core")}
+        for name, targets in EDGES.items()
+        if name.startswith("core")
+    }
     cycles = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
@@ -177,7 +185,7 @@ def test_core_has_no_import_cycle():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(path[path.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -191,7 +199,7 @@ def test_core_has_no_import_cycle():
 def test_the_contract_sees_a_violation(tmp_path, monkeypatch):
     """The checker itself: an upward import, a sibling import and a cycle are each caught."""
     fake = {
-        "core.errors": "from triage_tui.core.runs import Run\n",            # up, and a cycle with runs
+        "core.errors": "from triage_tui.core.runs import Run\n",  # up, and a cycle with runs
         "core.runs": "from triage_tui.core import errors\n",
         "core.events": "def f():\n    from triage_tui.core.signals import Flag\n",  # a sibling, lazily
         "core.signals": "",

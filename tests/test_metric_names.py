@@ -34,8 +34,13 @@ def test_every_name_is_one_pattern_and_positions_come_in_order():
         for name in names.names:
             assert re.fullmatch(r"[A-Za-z0-9_/{}.]+", name), name
     tags = ["train/acc_1", "train/acc", "train/acc_0", "eval/per_position_acc/1", "eval/per_position_acc/0"]
-    assert ordered(tags, TRAINERS[0].accuracy) == ["train/acc_0", "train/acc", "eval/per_position_acc/0",
-                                                   "train/acc_1", "eval/per_position_acc/1"]
+    assert ordered(tags, TRAINERS[0].accuracy) == [
+        "train/acc_0",
+        "train/acc",
+        "eval/per_position_acc/0",
+        "train/acc_1",
+        "eval/per_position_acc/1",
+    ]
 
 
 def test_modelopt_positions_are_the_steps_of_the_first_parallel_draft():

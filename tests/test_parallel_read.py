@@ -64,11 +64,14 @@ def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
     assert last.scalars.get("train/ploss_0").last()[0] == 1000
 
 
-@pytest.mark.parametrize("command", [
-    [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8)"],  # takes a message, then exits
-    [sys.executable, "-c", "raise SystemExit(3)"],  # dies at once
-    ["/nonexistent/python"],  # never starts
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-c", "import sys; sys.stdin.buffer.read(8)"],  # takes a message, then exits
+        [sys.executable, "-c", "raise SystemExit(3)"],  # dies at once
+        ["/nonexistent/python"],  # never starts
+    ],
+)
 def test_a_helper_that_fails_leaves_every_run_read_here(sweep, command):
     runs = _runs(sweep)
     done: dict[int, RunEvents] = {}

@@ -60,8 +60,9 @@ def assert_unchanged(root: Path, before: dict[str, tuple], what: str) -> None:
     added = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
-    assert not (added or removed or changed), f"{what} touched the watched tree: added {added[:10]}, " \
-                                              f"removed {removed[:10]}, changed {changed[:10]}"
+    assert not (added or removed or changed), (
+        f"{what} touched the watched tree: added {added[:10]}, removed {removed[:10]}, changed {changed[:10]}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +73,19 @@ def watched(tmp_path_factory) -> Path:
     healthy_run(root)
     tensors = {**target_tensors(), **layer_tensors()}
     names = sorted(tensors)
-    write_sharded(root / "models" / "target", [{k: tensors[k] for k in names[:2]}, {k: tensors[k] for k in names[2:]}],
-                  llama_config())
+    write_sharded(
+        root / "models" / "target",
+        [{k: tensors[k] for k in names[:2]}, {k: tensors[k] for k in names[2:]}],
+        llama_config(),
+    )
     write_specforge(run / "hidden_states", 4)
-    torch.save({"epoch": 1, "args": argparse.Namespace(target_model_path=str(root / "models" / "target"),
-                                                       draft_vocab_size=DRAFT_VOCAB)},
-               run / "training_state.pt")
+    torch.save(
+        {
+            "epoch": 1,
+            "args": argparse.Namespace(target_model_path=str(root / "models" / "target"), draft_vocab_size=DRAFT_VOCAB),
+        },
+        run / "training_state.pt",
+    )
     (run / "triage.toml").write_text(
         (run / "triage.toml").read_text() + 'data = "hidden_states"\ntarget = "../models/target"\n'
     )
@@ -120,8 +128,14 @@ def triage(cwd: Path, cache_home: Path, *args: str | Path, watched: Path | None 
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a stray import from the tree must show up as __pycache__
     # -P: like the `triage` console script, nothing is imported from the working directory (the run).
-    return subprocess.run([sys.executable, "-P", "-c", AUDITED, str(watched or cwd), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-P", "-c", AUDITED, str(watched or cwd), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_scan_and_check_leave_the_tree_as_it_was(watched, tmp_path):
@@ -196,8 +210,12 @@ async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
     runs = [Path(r["path"]) for r in json.loads(scan.stdout)["runs"]]
     assert runs
     with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: the machine has two cores
-        checks = list(pool.map(lambda run: triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu",
-                                                  watched=copy), runs))
+        checks = list(
+            pool.map(
+                lambda run: triage(run, tmp_path / "cache", "check", run, "--json", "--device", "cpu", watched=copy),
+                runs,
+            )
+        )
     for check in checks:
         assert check.returncode in (0, 1, 2), check.stderr  # 2: a sample without a checkpoint to check
         assert "refused" not in check.stderr and check.returncode != 3, check.stderr

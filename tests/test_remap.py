@@ -42,8 +42,11 @@ ONLY_IN_CHECKPOINT = DRAFT_VOCAB - OVERLAP
 
 def tree_digest(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root`` (the "nothing changed" witness)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def listing(root: Path) -> list[str]:
@@ -92,8 +95,14 @@ def world(tmp_path, story):
     return {"source": source, "state": state, "mapping": mapping, "root": tmp_path}
 
 
-def check_output(out: Path, state: dict[str, torch.Tensor], run: VocabMapping, rows: np.ndarray,
-                 *, weights: str = "model.safetensors") -> dict[str, torch.Tensor]:
+def check_output(
+    out: Path,
+    state: dict[str, torch.Tensor],
+    run: VocabMapping,
+    rows: np.ndarray,
+    *,
+    weights: str = "model.safetensors",
+) -> dict[str, torch.Tensor]:
     """Read the output with safetensors and check every row, buffer and untouched tensor."""
     written = load_file(str(out / weights)) if weights.endswith(".safetensors") else None
     if written is None:
@@ -141,8 +150,7 @@ def test_story_rows_move_bit_for_bit_and_the_rest_is_the_mean(world, story, expe
     config = json.loads((report.output / "config.json").read_text())
     original = json.loads((world["source"] / "config.json").read_text())
     assert config == {**original, "draft_vocab_size": DRAFT_VOCAB}
-    assert listing(report.output) == ["config.json", "generation_config.json", "model.safetensors",
-                                      "triage-remap.json"]
+    assert listing(report.output) == ["config.json", "generation_config.json", "model.safetensors", "triage-remap.json"]
     assert any("training_state.pt" in note for note in report.notes)
 
 
@@ -157,7 +165,10 @@ def test_provenance_in_metadata_and_json(world):
     assert meta["triage.source"] == str(world["source"].resolve())
     assert meta["triage.mapping_sha256"] == mapping_sha
     assert (meta["triage.rows_copied"], meta["triage.rows_initialized"], meta["triage.init"]) == (
-        "25750", "6250", "zeros")
+        "25750",
+        "6250",
+        "zeros",
+    )
     assert meta["triage.version"] == __version__
     provenance = json.loads((report.output / "triage-remap.json").read_text())
     assert provenance["source_blake3"] == {"model.safetensors": source_b3}

@@ -64,16 +64,25 @@ def test_unreadable_inputs_are_one_line_exit_2_as_an_unprivileged_user(story):  
         unreadable: dict[str, Path] = {}
         for case in ("warm", "config", "weights", "mapping", "index", "directory", "carried-over file"):
             root = base / case
-            source = write_drafter(root / "drafter", state, drafter_config("specforge"),
-                                   file_kind="sharded" if case == "index" else "safetensors")
+            source = write_drafter(
+                root / "drafter",
+                state,
+                drafter_config("specforge"),
+                file_kind="sharded" if case == "index" else "safetensors",
+            )
             (source / "tokenizer.json").write_text("{}")
             mapping = write_mapping_pt(run_mapping, root / "run_mapping.pt")
             for path in [root, *root.rglob("*")]:
                 path.chmod(0o777 if path.is_dir() else 0o644)  # nobody may write outputs beside the source
-            unreadable[case] = {"config": source / "config.json", "weights": source / "model.safetensors",
-                                "mapping": mapping, "index": source / "model.safetensors.index.json",
-                                "directory": source, "carried-over file": source / "tokenizer.json",
-                                "warm": None}[case]
+            unreadable[case] = {
+                "config": source / "config.json",
+                "weights": source / "model.safetensors",
+                "mapping": mapping,
+                "index": source / "model.safetensors.index.json",
+                "directory": source,
+                "carried-over file": source / "tokenizer.json",
+                "warm": None,
+            }[case]
             argv = [str(source), "--mapping", str(mapping), "--out", str(root / "out")]
             if case == "warm":
                 warm_argv = argv
@@ -263,8 +272,10 @@ def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world): 
     assert report.source_blake3 == {"model.safetensors": now}
     provenance = json.loads((report.output / remap.PROVENANCE_FILE).read_text())
     assert provenance["source_blake3"] == {"model.safetensors": now}
-    with safe_open(str(report.output / "model.safetensors"), framework="np") as out, \
-            safe_open(str(weights), framework="np") as source:  # the output holds the bytes as changed
+    with (
+        safe_open(str(report.output / "model.safetensors"), framework="np") as out,
+        safe_open(str(weights), framework="np") as source,
+    ):  # the output holds the bytes as changed
         assert out.get_tensor("fc.weight").tobytes() == source.get_tensor("fc.weight").tobytes()
 
 

@@ -42,9 +42,25 @@ def leftovers(root: Path) -> list[str]:
 
 def start(source: Path, mapping: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "triage_tui", "remap", str(source), "--mapping", str(mapping), "--out", str(out),
-         "--force", "--device", "cpu", "--json"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "triage_tui",
+            "remap",
+            str(source),
+            "--mapping",
+            str(mapping),
+            "--out",
+            str(out),
+            "--force",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 60.0) -> float:
@@ -80,8 +96,14 @@ def big(tmp_path_factory):
     mapping = write_mapping_pt(run_mapping, root / "run.pt")
     where = {int(t): i for i, t in enumerate(ckpt_mapping.hot_ids)}
     rows = np.array([where.get(int(t), -1) for t in run_mapping.hot_ids])
-    return {"root": root, "source": source, "mapping": mapping, "state": state, "rows": rows,
-            "run_d2t": run_mapping.d2t()}
+    return {
+        "root": root,
+        "source": source,
+        "mapping": mapping,
+        "state": state,
+        "rows": rows,
+        "run_d2t": run_mapping.d2t(),
+    }
 
 
 def test_sigkill_at_random_moments(big):
@@ -109,7 +131,7 @@ def test_sigkill_at_random_moments(big):
         if i in (1, 2):  # anywhere from the start (import, plan, write, verify, rename)
             time.sleep(rng.uniform(0, 1.1 * total))
             when = "from start"
-        else:            # while the temporary directory exists: writing, syncing, verifying
+        else:  # while the temporary directory exists: writing, syncing, verifying
             wait_for(lambda: bool(leftovers(root)), proc)
             # Within the first third of the write window: the timed run above was the first, cold
             # one, and a warm rerun can finish its write well inside t_out (seen: both "from temp"

@@ -43,9 +43,23 @@ def story_run(tmp_path_factory):
 def test_accuracy_restored_by_the_remap(story_run, capsys):
     s = story_run
     before = {name: tree_digest(s[name]) for name in ("checkpoint", "target", "dumps")}
-    code, out, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--target", str(s["target"]),
-                              "--data", str(s["dumps"]), "--device", "cpu", "--max-tokens", str(TOKENS), "--json"],
-                             capsys)
+    code, out, err = run_cli(
+        [
+            str(s["checkpoint"]),
+            "--mapping",
+            str(s["mapping"]),
+            "--target",
+            str(s["target"]),
+            "--data",
+            str(s["dumps"]),
+            "--device",
+            "cpu",
+            "--max-tokens",
+            str(TOKENS),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["verified"] and report["init"] == "target" and report["accuracy_device"] == "cpu"
@@ -57,23 +71,43 @@ def test_accuracy_restored_by_the_remap(story_run, capsys):
     # The same numbers from the replay check itself, on the files as written.
     dumps, target = read_dumps(s["dumps"]), read_target(s["target"])
     source = read_checkpoint(s["checkpoint"])
-    check = run_replay(source, dumps, target, source.mapping, s["world"].run_mapping, device="cpu",
-                       max_tokens=TOKENS).details
+    check = run_replay(
+        source, dumps, target, source.mapping, s["world"].run_mapping, device="cpu", max_tokens=TOKENS
+    ).details
     assert check["accuracy_run_mapping"] == pytest.approx(report["accuracy_before"], abs=1e-9)
     remapped = load_drafter(read_checkpoint(report["output"]))
     after = replay_accuracy(remapped, dumps, target, s["world"].run_mapping, device="cpu", max_tokens=TOKENS)
     assert after == pytest.approx(report["accuracy_after"], abs=1e-9)
 
     provenance = json.loads((s["root"] / report["output"] / "triage-remap.json").read_text())
-    assert (provenance["accuracy_before"], provenance["accuracy_after"]) == (report["accuracy_before"],
-                                                                           report["accuracy_after"])
+    assert (provenance["accuracy_before"], provenance["accuracy_after"]) == (
+        report["accuracy_before"],
+        report["accuracy_after"],
+    )
 
 
 def test_human_report_shows_before_and_after(story_run, capsys):
     s = story_run
-    code, out, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--target", str(s["target"]),
-                              "--data", str(s["dumps"]), "--device", "cpu", "--max-tokens", str(TOKENS),
-                              "--init-missing", "zeros", "--out", str(s["root"] / "zeros")], capsys)
+    code, out, err = run_cli(
+        [
+            str(s["checkpoint"]),
+            "--mapping",
+            str(s["mapping"]),
+            "--target",
+            str(s["target"]),
+            "--data",
+            str(s["dumps"]),
+            "--device",
+            "cpu",
+            "--max-tokens",
+            str(TOKENS),
+            "--init-missing",
+            "zeros",
+            "--out",
+            str(s["root"] / "zeros"),
+        ],
+        capsys,
+    )
     assert code == 0, err
     line = next(line for line in out.splitlines() if "replay accuracy" in line)
     before, after = (float(part.split("%")[0]) for part in line.split(": ")[1].split(" -> "))
@@ -82,8 +116,19 @@ def test_human_report_shows_before_and_after(story_run, capsys):
 
 def test_data_without_target_writes_and_says_accuracy_was_not_measured(story_run, capsys):
     s = story_run
-    code, out, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--data", str(s["dumps"]),
-                              "--out", str(s["root"] / "no_target"), "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            str(s["checkpoint"]),
+            "--mapping",
+            str(s["mapping"]),
+            "--data",
+            str(s["dumps"]),
+            "--out",
+            str(s["root"] / "no_target"),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["accuracy_before"] is None and report["accuracy_after"] is None
@@ -93,8 +138,21 @@ def test_data_without_target_writes_and_says_accuracy_was_not_measured(story_run
 def test_dumps_that_do_not_fit_the_drafter_are_noted_and_the_remap_goes_on(story_run, capsys):
     s = story_run
     two_layers = write_specforge_dumps(s["world"], s["root"] / "two_aux_layers", samples=1, aux_chunks=2)
-    code, out, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--target", str(s["target"]),
-                              "--data", str(two_layers), "--out", str(s["root"] / "misfit"), "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            str(s["checkpoint"]),
+            "--mapping",
+            str(s["mapping"]),
+            "--target",
+            str(s["target"]),
+            "--data",
+            str(two_layers),
+            "--out",
+            str(s["root"] / "misfit"),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["verified"] and report["accuracy_before"] is None and report["accuracy_after"] is None
@@ -106,7 +164,19 @@ def test_unreadable_data_is_bad_input_before_anything_is_written(story_run, caps
     bad = s["root"] / "not_dumps"
     bad.mkdir()
     (bad / "data_0.ckpt").write_bytes(b"garbage")
-    code, _, err = run_cli([str(s["checkpoint"]), "--mapping", str(s["mapping"]), "--target", str(s["target"]),
-                            "--data", str(bad), "--out", str(s["root"] / "never")], capsys)
+    code, _, err = run_cli(
+        [
+            str(s["checkpoint"]),
+            "--mapping",
+            str(s["mapping"]),
+            "--target",
+            str(s["target"]),
+            "--data",
+            str(bad),
+            "--out",
+            str(s["root"] / "never"),
+        ],
+        capsys,
+    )
     assert code == 2 and err.count("\n") == 1
     assert not (s["root"] / "never").exists()

@@ -81,10 +81,20 @@ class World:
 
 
 def drafter_config() -> DrafterConfig:
-    return DrafterConfig(hidden_size=H, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                         intermediate_size=128, rms_norm_eps=1e-6, rope_theta=10000.0,
-                         draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB, target_hidden_size=H,
-                         max_position_embeddings=512, aux_layer_ids=(1, 15, 28))
+    return DrafterConfig(
+        hidden_size=H,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        draft_vocab_size=DRAFT_VOCAB,
+        target_vocab_size=TARGET_VOCAB,
+        target_hidden_size=H,
+        max_position_embeddings=512,
+        aux_layer_ids=(1, 15, 28),
+    )
 
 
 def train_drafter(world: World) -> tuple[Eagle3Drafter, list[float]]:
@@ -125,12 +135,28 @@ def train_drafter(world: World) -> tuple[Eagle3Drafter, list[float]]:
 
 def write_target(world: World, root: Path) -> Path:
     root.mkdir(parents=True)
-    (root / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
-        "num_hidden_layers": 32, "vocab_size": TARGET_VOCAB, "rms_norm_eps": 1e-6, "intermediate_size": 128,
-        "num_attention_heads": 4}))
-    save_file({"model.embed_tokens.weight": world.embed, "lm_head.weight": world.lm_head,
-               "model.norm.weight": world.final_norm}, str(root / "model.safetensors"))
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": H,
+                "num_hidden_layers": 32,
+                "vocab_size": TARGET_VOCAB,
+                "rms_norm_eps": 1e-6,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+            }
+        )
+    )
+    save_file(
+        {
+            "model.embed_tokens.weight": world.embed,
+            "lm_head.weight": world.lm_head,
+            "model.norm.weight": world.final_norm,
+        },
+        str(root / "model.safetensors"),
+    )
     return root
 
 
@@ -142,10 +168,15 @@ def write_specforge_dumps(world: World, root: Path, samples: int, *, aux_chunks:
         idx, aux, post = world.sequence()
         loss_mask = torch.ones(SEQ, dtype=torch.int64)
         loss_mask[:8] = 0  # a "prompt" the loss skips
-        torch.save({"input_ids": torch.as_tensor(world.ids(idx)), "loss_mask": loss_mask,
-                    "hidden_state": post[None].to(torch.bfloat16),
-                    "aux_hidden_state": aux[None, :, : aux_chunks * H].to(torch.bfloat16)},
-                   group / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": torch.as_tensor(world.ids(idx)),
+                "loss_mask": loss_mask,
+                "hidden_state": post[None].to(torch.bfloat16),
+                "aux_hidden_state": aux[None, :, : aux_chunks * H].to(torch.bfloat16),
+            },
+            group / f"data_{i}.ckpt",
+        )
     return root
 
 
@@ -158,8 +189,10 @@ def write_speculators_dumps(world: World, root: Path, samples: int) -> Path:
         # pre-norm state whose RMSNorm * final_norm points the same way as the post-norm one
         pre = post / world.final_norm * 3.0
         states = torch.cat([aux.view(SEQ, 3, H), pre[:, None]], 1)
-        save_file({"token_ids": torch.as_tensor(world.ids(idx)), "hidden_states": states.contiguous()},
-                  str(root / f"hs_{i}.safetensors"))
+        save_file(
+            {"token_ids": torch.as_tensor(world.ids(idx)), "hidden_states": states.contiguous()},
+            str(root / f"hs_{i}.safetensors"),
+        )
     return root
 
 
@@ -174,15 +207,27 @@ def write_speculators_checkpoint(drafter: Eagle3Drafter, world: World, root: Pat
     """``layers.0.*`` names, the embedding saved, nested transformer_layer_config."""
     root.mkdir(parents=True)
     c = drafter.config
-    (root / "config.json").write_text(json.dumps({
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-        "draft_vocab_size": c.draft_vocab_size, "target_hidden_size": c.target_hidden_size,
-        "eagle_aux_hidden_state_layer_ids": list(c.aux_layer_ids),
-        "transformer_layer_config": {"hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-                                     "num_attention_heads": c.num_attention_heads,
-                                     "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
-                                     "rms_norm_eps": c.rms_norm_eps, "vocab_size": c.target_vocab_size,
-                                     "max_position_embeddings": c.max_position_embeddings}}))
+    (root / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Eagle3Speculator"],
+                "speculators_model_type": "eagle3",
+                "draft_vocab_size": c.draft_vocab_size,
+                "target_hidden_size": c.target_hidden_size,
+                "eagle_aux_hidden_state_layer_ids": list(c.aux_layer_ids),
+                "transformer_layer_config": {
+                    "hidden_size": c.hidden_size,
+                    "intermediate_size": c.intermediate_size,
+                    "num_attention_heads": c.num_attention_heads,
+                    "num_key_value_heads": c.num_key_value_heads,
+                    "head_dim": c.head_dim,
+                    "rms_norm_eps": c.rms_norm_eps,
+                    "vocab_size": c.target_vocab_size,
+                    "max_position_embeddings": c.max_position_embeddings,
+                },
+            }
+        )
+    )
     tensors = {k.replace("midlayer.", "layers.0."): v.contiguous() for k, v in drafter.state_dict().items()}
     tensors["embed_tokens.weight"] = world.embed
     save_file(tensors, str(root / "model.safetensors"))
@@ -250,7 +295,8 @@ def test_identity_chunk_order_is_best(story):
     inputs, stored_only = story
     # By default only the order the dumps store is replayed (one drafter pass, not six).
     assert stored_only.details["accuracy_by_chunk_order"] == {
-        "0,1,2": stored_only.details["accuracy_checkpoint_mapping"]}
+        "0,1,2": stored_only.details["accuracy_checkpoint_mapping"]
+    }
     result = run_replay(*inputs, device="cpu", max_tokens=400, all_chunk_orders=True)
     assert result.details["accuracy_checkpoint_mapping"] == stored_only.details["accuracy_checkpoint_mapping"]
     assert result.details["loss_run_mapping"] == stored_only.details["loss_run_mapping"]
@@ -402,7 +448,8 @@ def test_dump_token_ids_outside_the_target_vocab_are_an_error_naming_the_file(fi
     data = torch.load(dump, weights_only=True)
     data["input_ids"][5] = TARGET_VOCAB + 7
     torch.save(data, dump)
-    result = run_replay(checkpoint, read_dumps(root), read_target(files["target"]), checkpoint.mapping,
-                        world.run_mapping, device="cpu")
+    result = run_replay(
+        checkpoint, read_dumps(root), read_target(files["target"]), checkpoint.mapping, world.run_mapping, device="cpu"
+    )
     assert result.status == "error" and str(dump) in result.summary
     assert f"..{TARGET_VOCAB + 7} fall outside the target embedding's" in result.summary

@@ -202,7 +202,7 @@ def test_an_empty_manifest_marks_a_run_without_event_files(tmp_path):
         ("[run]\nvocab_size = true\n", "vocab_size must be an integer"),
         ("[run]\ncheckpoint = 3\n", "checkpoint must be a non-empty path"),
         ('[run]\nloss_tags = "train/loss"\n', "loss_tags must be a list"),
-        ('[run]\nvocab-size = 32000\n', "unknown key(s) in [run]: vocab-size"),
+        ("[run]\nvocab-size = 32000\n", "unknown key(s) in [run]: vocab-size"),
         ("run = 3\n", "[run] must be a table"),
     ],
 )

@@ -106,16 +106,29 @@ def test_trainer_is_deterministic_and_writes_specforge_tags(tmp_path):
     runs = []
     for attempt in range(2):
         torch.manual_seed(123)
-        trainer = DrafterTrainer(tmp_path / f"run{attempt}", target, new_drafter(spec, mapping, seed=5, target=target),
-                                 RunData(corpus, corpus, mapping),
-                                 TrainConfig(total_steps=3, batch_size=2, ttt_length=2, eval_interval=3))
+        trainer = DrafterTrainer(
+            tmp_path / f"run{attempt}",
+            target,
+            new_drafter(spec, mapping, seed=5, target=target),
+            RunData(corpus, corpus, mapping),
+            TrainConfig(total_steps=3, batch_size=2, ttt_length=2, eval_interval=3),
+        )
         trainer.run()
         trainer.close()
         runs.append(trainer.history)
     assert [s.plosses for s in runs[0].steps] == [s.plosses for s in runs[1].steps]
     scalars = read_event_file(next((tmp_path / "run0" / "runs").glob("events.out.tfevents.*")))
-    assert set(scalars.tags()) == {"train/lr", "train/ploss_0", "train/ploss_1", "train/acc_0", "train/acc_1",
-                                   "eval/ploss_0", "eval/ploss_1", "eval/acc_0", "eval/acc_1"}
+    assert set(scalars.tags()) == {
+        "train/lr",
+        "train/ploss_0",
+        "train/ploss_1",
+        "train/acc_0",
+        "train/acc_1",
+        "eval/ploss_0",
+        "eval/ploss_1",
+        "eval/acc_0",
+        "eval/acc_1",
+    }
     assert scalars.get("train/ploss_0").steps.tolist() == [1, 2, 3]
     assert np.allclose(scalars.get("train/ploss_0").values, [s.plosses[0] for s in runs[0].steps])
 
@@ -189,7 +202,7 @@ def assert_curve_shapes(root: Path, spec: SampleSpec) -> None:
     diverged = _curve(root / "diverged", "train/ploss_0")
     bad = np.flatnonzero(~np.isfinite(diverged))
     assert bad.size, "diverged must end in NaN"
-    assert np.isfinite(diverged[: bad[0]]).all() and not np.isfinite(diverged[bad[0]:]).any()
+    assert np.isfinite(diverged[: bad[0]]).all() and not np.isfinite(diverged[bad[0] :]).any()
     assert diverged[: bad[0]].min() < diverged[0] - 2.0, "it learned something before it blew up"
 
 
@@ -352,8 +365,13 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     (out / "healthy" / "old-run.txt").write_text("the runs a user had\n")
     before = written_files(out)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    process = subprocess.Popen([sys.executable, "-m", "triage_tui.cli", "samples", "--small", "--out", str(out),
-                                "--jobs", "2"], stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "triage_tui.cli", "samples", "--small", "--out", str(out), "--jobs", "2"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     stderr_lines = []
     for line in process.stderr:  # progress lines; interrupt once the workers train
         stderr_lines.append(line)

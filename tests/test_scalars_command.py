@@ -95,14 +95,21 @@ def test_damaged_records_are_reported_on_stderr(capsys, tmp_path):
     assert err.strip() == f"triage scalars: {path}: skipped 1 damaged record(s), 0 byte(s)"
 
 
-@pytest.mark.parametrize("make, what", [
-    (lambda p: p / "missing", "no such file or directory"),
-    (lambda p: p, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it"),
-    (lambda p: (p / "notes.txt").write_text("hello, not a record\n" * 3) and p / "notes.txt",
-     "not a TensorBoard event file: no valid record in it"),
-    (lambda p: os.mkfifo(p / "events.out.tfevents.fifo") or p / "events.out.tfevents.fifo",
-     "not a regular file or a directory"),
-])
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda p: p / "missing", "no such file or directory"),
+        (lambda p: p, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it"),
+        (
+            lambda p: (p / "notes.txt").write_text("hello, not a record\n" * 3) and p / "notes.txt",
+            "not a TensorBoard event file: no valid record in it",
+        ),
+        (
+            lambda p: os.mkfifo(p / "events.out.tfevents.fifo") or p / "events.out.tfevents.fifo",
+            "not a regular file or a directory",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, make, what):
     path = make(tmp_path)
     code, out, err = _cli(capsys, path)
@@ -111,13 +118,21 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, make, what):
 
 
 def test_end_to_end_through_python_m(run_dir, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(run_dir), "--tag", "train/ploss_0"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(run_dir), "--tag", "train/ploss_0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 121 and lines[1] == "train/ploss_0,0,1700000000.0,10.369999885559082"
-    missing = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "nope")],
-                             capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
 
 
@@ -143,8 +158,12 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt):
         for step in range(20_000):  # far more than a pipe buffer holds
             writer.add_scalar("train/ploss_0", 10.0 - step * 1e-4, step, walltime=1.7e9 + step)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    process = subprocess.Popen([sys.executable, "-m", "triage_tui.cli", "scalars", str(tmp_path / "run"),
-                                "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "triage_tui.cli", "scalars", str(tmp_path / "run"), "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     assert len(process.stdout.read(20)) == 20
     process.stdout.close()
     stderr = process.stderr.read().decode()

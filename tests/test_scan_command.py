@@ -19,9 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def scan(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triage_tui", "scan", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    return subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scan", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
 
 
 def write_series(log_dir: Path, series: dict[str, np.ndarray]) -> None:

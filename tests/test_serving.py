@@ -51,8 +51,9 @@ def _record(message: str, filename: str = "metrics.py") -> logging.LogRecord:
     return record
 
 
-VLLM_FORMAT = logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
-                                datefmt="%m-%d %H:%M:%S")
+VLLM_FORMAT = logging.Formatter(
+    "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s", datefmt="%m-%d %H:%M:%S"
+)
 
 
 def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -> str:
@@ -61,11 +62,20 @@ def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -
     accepted, drafted = sum(accepted_per_pos), drafts * k
     rates = ", ".join(f"{p:.3f}" for p in np.array(accepted_per_pos) / drafts)
     # vLLM's own %-format string, verbatim, with its arguments.
-    fmt = ("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
-           "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
-           "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%")
-    args = (1 + accepted / drafts, accepted / elapsed, drafted / elapsed, accepted, drafted, rates,
-            accepted / drafted * 100)
+    fmt = (
+        "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+        "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+        "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
+    )
+    args = (
+        1 + accepted / drafts,
+        accepted / elapsed,
+        drafted / elapsed,
+        accepted,
+        drafted,
+        rates,
+        accepted / drafted * 100,
+    )
     message = fmt % args
     return VLLM_FORMAT.format(_record(message))
 
@@ -76,8 +86,10 @@ SGLANG_FORMAT = logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%
 def sglang_line(accepted_tokens: int, forward_ct: int, num_draft_tokens: int = 4) -> str:
     """log_decode_stats: accepted tokens include the bonus token of each verify step."""
     msg = "Decode batch, #running-req: 8, #token: 5120, token usage: 0.04, "
-    msg += (f"accept len: {accepted_tokens / forward_ct:.2f}, "
-            f"accept rate: {accepted_tokens / (forward_ct * num_draft_tokens):.2f}, ")
+    msg += (
+        f"accept len: {accepted_tokens / forward_ct:.2f}, "
+        f"accept rate: {accepted_tokens / (forward_ct * num_draft_tokens):.2f}, "
+    )
     msg += "cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0, "
     return SGLANG_FORMAT.format(_record(msg, "scheduler_metrics_mixin.py"))
 
@@ -86,12 +98,20 @@ def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> 
     """vLLM's /metrics page (SpecDecodingProm: labels model_name, engine; per-position adds position)."""
     registry = CollectorRegistry()
     labels = ["model_name", "engine"]
-    counters = [Counter(name, doc, labelnames=labels, registry=registry) for name, doc in (
-        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
-        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
-        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."))]
-    per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                      labelnames=[*labels, "position"], registry=registry)
+    counters = [
+        Counter(name, doc, labelnames=labels, registry=registry)
+        for name, doc in (
+            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."),
+        )
+    ]
+    per_pos = Counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labelnames=[*labels, "position"],
+        registry=registry,
+    )
     for engine in range(engines):
         lv = ("org/target", str(engine))
         counters[0].labels(*lv).inc(drafts)
@@ -105,10 +125,18 @@ def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> 
 def sglang_metrics(lengths: list[float]) -> bytes:
     registry = CollectorRegistry()
     labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
-    length = Gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
-                   labelnames=labels, registry=registry)
-    rate = Gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.",
-                 labelnames=labels, registry=registry)
+    length = Gauge(
+        "sglang:spec_accept_length",
+        "The average acceptance length of speculative decoding.",
+        labelnames=labels,
+        registry=registry,
+    )
+    rate = Gauge(
+        "sglang:spec_accept_rate",
+        "The average acceptance rate of speculative decoding.",
+        labelnames=labels,
+        registry=registry,
+    )
     for rank, value in enumerate(lengths):
         length.labels("org/target", "unified", str(rank), "0").set(value)
         rate.labels("org/target", "unified", str(rank), "0").set(0.25)
@@ -164,8 +192,10 @@ def test_sglang_log_line_and_mean_over_intervals(tmp_path):
     sample = parse_sglang_line(line)
     assert sample is not None and sample.acceptance_length == 2.06 and sample.drafts is None
     # Older releases: "Decode batch. #running-req: ..., accept len: 1.02, ..." with no accept rate.
-    old = "[2025-03-01 10:00:00 TP0] Decode batch. #running-req: 1, #token: 90, token usage: 0.00, " \
-          "accept len: 1.02, gen throughput (token/s): 50.10, #queue-req: 0"
+    old = (
+        "[2025-03-01 10:00:00 TP0] Decode batch. #running-req: 1, #token: 90, token usage: 0.00, "
+        "accept len: 1.02, gen throughput (token/s): 50.10, #queue-req: 0"
+    )
     assert parse_sglang_line(old).acceptance_length == 1.02
     log = tmp_path / "sglang.log"
     log.write_text("\n".join([sglang_line(412, 200), old, sglang_line(300, 100)]) + "\n")
@@ -187,10 +217,24 @@ def test_sglang_gauges(tmp_path):
 def test_sglang_meta_info_jsonl_pools_requests_and_histogram(tmp_path):
     # Two requests; histogram[k] = verify steps that accepted k drafts (3 drafts per step).
     requests = [
-        {"text": "a", "meta_info": {"completion_tokens": 20, "spec_verify_ct": 10, "spec_accept_length": 2.0,
-                                    "spec_accept_histogram": [2, 4, 4, 0]}},
-        {"text": "b", "meta_info": {"completion_tokens": 9, "spec_verify_ct": 6, "spec_accept_length": 1.5,
-                                    "spec_accept_histogram": [3, 3, 0, 0]}},
+        {
+            "text": "a",
+            "meta_info": {
+                "completion_tokens": 20,
+                "spec_verify_ct": 10,
+                "spec_accept_length": 2.0,
+                "spec_accept_histogram": [2, 4, 4, 0],
+            },
+        },
+        {
+            "text": "b",
+            "meta_info": {
+                "completion_tokens": 9,
+                "spec_verify_ct": 6,
+                "spec_accept_length": 1.5,
+                "spec_accept_histogram": [3, 3, 0, 0],
+            },
+        },
     ]
     path = tmp_path / "responses.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in requests))
@@ -325,8 +369,13 @@ def test_dead_url_is_one_line_and_exit_2(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
-    done = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--json"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and url in done.stderr and "does not answer" in done.stderr
     assert "Traceback" not in done.stderr
@@ -350,8 +399,14 @@ def test_training_estimate_conventions():
     assert estimate.per_position == pytest.approx((0.8, 0.4, 0.2))
     assert estimate.acceptance_length == pytest.approx(2.4) and estimate.step == 500
     # speculators full_acc_k is already unconditional; held-out (val/..._epoch) before train.
-    speculators = {"train/full_acc_0": 0.9, "train/full_acc_1": 0.6, "val/full_acc_0_epoch": 0.7,
-                   "val/full_acc_1_epoch": 0.3, "train/cond_acc_1": 0.66, "train/loss_0": 1.0}
+    speculators = {
+        "train/full_acc_0": 0.9,
+        "train/full_acc_1": 0.6,
+        "val/full_acc_0_epoch": 0.7,
+        "val/full_acc_1_epoch": 0.3,
+        "train/cond_acc_1": 0.66,
+        "train/loss_0": 1.0,
+    }
     estimate = training_estimate(speculators, _last(speculators))
     assert estimate.tags == ("val/full_acc_0_epoch", "val/full_acc_1_epoch")
     assert estimate.acceptance_length == pytest.approx(2.0)
@@ -384,13 +439,18 @@ def test_collapsed_and_disagreement_findings(tmp_path):
     above = compare_serving(good, chance_training)
     assert [f.kind for f in above.findings] == ["serving_above_training"]
     # same numbers, no finding
-    assert compare_serving(good, _estimate(
-        {"train/acc_0": 0.8, "train/acc_1": 0.75, "train/acc_2": 0.667})).findings == ()
+    assert (
+        compare_serving(good, _estimate({"train/acc_0": 0.8, "train/acc_1": 0.75, "train/acc_2": 0.667})).findings == ()
+    )
 
 
 def test_collapsed_serving_and_mismatched_mapping_rank_the_mapping_first(tmp_path):
-    vocab = CheckResult("vocab_mapping", "fail", "252 / 32000 draft positions agree",
-                        {"positional_match": 252, "draft_vocab_size": 32000, "positional_match_fraction": 252 / 32000})
+    vocab = CheckResult(
+        "vocab_mapping",
+        "fail",
+        "252 / 32000 draft positions agree",
+        {"positional_match": 252, "draft_vocab_size": 32000, "positional_match_fraction": 252 / 32000},
+    )
     checks = {"vocab_mapping": vocab, "hidden_state": CheckResult("hidden_state", "pass", "ok", {"issues": []})}
     serving = compare_serving(_evidence(tmp_path, 1000, [4, 0, 0]), None)
     ranked = rank_hypotheses(checks, serving=serving)
@@ -412,8 +472,13 @@ def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_p
     run = build_run(tmp_path, story=True)
     log = tmp_path / "vllm-serve.log"
     log.write_text("\n".join(vllm_line(drafts, [n, 0, 0]) for drafts, n in ((400, 2), (600, 3))) + "\n")
-    done = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--json",
-                           "--device", "cpu"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--json", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     serving = report["serving"]
@@ -430,8 +495,13 @@ def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_p
     assert any(line.startswith("serving: vllm accepts almost nothing") for line in top["evidence"])
     ids = {h["id"] for h in report["hypotheses"]}
     assert {"config_contract", "target_mismatch"} <= ids
-    text = subprocess.run([sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log),
-                           "--device", "cpu"], capture_output=True, text=True, cwd=REPO, timeout=300).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    ).stdout
     assert "serving (vllm, " in text and "acceptance length 1.00  (5 accepted / 1000 drafts)" in text
 
 
@@ -439,14 +509,19 @@ def test_manifest_serving_table(tmp_path):
     from triage_tui.core.runs import load_manifest
 
     path = tmp_path / "triage.toml"
-    path.write_text('[run]\nvocab_size = 32000\n[serving]\nlogs = ["logs/serve.log", "/abs/other.log"]\n'
-                    'metrics = "http://127.0.0.1:8000/metrics"\n')
+    path.write_text(
+        '[run]\nvocab_size = 32000\n[serving]\nlogs = ["logs/serve.log", "/abs/other.log"]\n'
+        'metrics = "http://127.0.0.1:8000/metrics"\n'
+    )
     manifest = load_manifest(path)
-    assert manifest.serving_sources == [str(tmp_path / "logs" / "serve.log"), "/abs/other.log",
-                                        "http://127.0.0.1:8000/metrics"]
+    assert manifest.serving_sources == [
+        str(tmp_path / "logs" / "serve.log"),
+        "/abs/other.log",
+        "http://127.0.0.1:8000/metrics",
+    ]
     path.write_text('[serving]\nmetrics = "saved/metrics.txt"\n')
     assert load_manifest(path).serving_sources == [str(tmp_path / "saved" / "metrics.txt")]
-    for bad in ('[serving]\nlogs = [1]\n', '[serving]\nurl = "x"\n', 'serving = 3\n'):
+    for bad in ("[serving]\nlogs = [1]\n", '[serving]\nurl = "x"\n', "serving = 3\n"):
         path.write_text(bad)
         with pytest.raises(BadInput, match=r"\[serving\]|serving"):
             load_manifest(path)

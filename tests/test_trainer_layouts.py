@@ -25,8 +25,9 @@ from triage_tui.core.runs import discover_runs
 
 
 def triage(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "triage_tui.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "triage_tui.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +159,8 @@ def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
     assert set(got) == set(expected)
     for tag, points in expected.items():
         assert list(zip(got[tag]["steps"], got[tag]["values"], strict=True)) == [
-            (s, pytest.approx(v)) for s, v in points], tag
+            (s, pytest.approx(v)) for s, v in points
+        ], tag
 
 
 def test_a_runs_step_is_its_loss_series_step(tmp_path):

@@ -81,15 +81,19 @@ async def wait_for(pilot, predicate, timeout: float = 60.0, what: str = "conditi
 async def on_screen(pilot, screen_type: type, what: str) -> None:
     """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
     app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted
-                   and bool(app.screen.children), what=what)
+    await wait_for(
+        pilot,
+        lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted and bool(app.screen.children),
+        what=what,
+    )
     await pilot.pause()
 
 
 async def loaded(pilot) -> None:
     app = pilot.app
-    await wait_for(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None,
-                   what="first poll and chart")
+    await wait_for(
+        pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None, what="first poll and chart"
+    )
 
 
 async def polled(pilot, *, rescan: bool = False, timeout: float = 60.0) -> None:
@@ -261,8 +265,10 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
         new_files = sorted(Path(output).glob("*.safetensors"))
-        with safe_open(str(inputs.checkpoint / "model.safetensors"), "pt") as old, \
-                safe_open(str(new_files[0]), "pt") as new:
+        with (
+            safe_open(str(inputs.checkpoint / "model.safetensors"), "pt") as old,
+            safe_open(str(new_files[0]), "pt") as new,
+        ):
             old_head, new_head = old.get_tensor("lm_head.weight"), new.get_tensor("lm_head.weight")
             new_d2t = new.get_tensor("d2t").numpy()
         assert np.array_equal(new_d2t + np.arange(DRAFT_VOCAB), run_hot)
@@ -385,22 +391,26 @@ async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
         await wait_for(pilot, lambda: app.polls > 0, what="first poll")
         chart = app.main.query_one(LossChart)
         # Healthy, then worse than chance: the trainer writes while the app runs.
-        for points, loss, accuracy in ((range(15), lambda i: 6.0 - i * 0.1, lambda i: 0.3 + i * 0.01),
-                                       (range(15, 30), lambda i: 4.5 - i * 0.05, lambda i: 0.45 + i * 0.01)):
+        for points, loss, accuracy in (
+            (range(15), lambda i: 6.0 - i * 0.1, lambda i: 0.3 + i * 0.01),
+            (range(15, 30), lambda i: 4.5 - i * 0.05, lambda i: 0.45 + i * 0.01),
+        ):
             thread = threading.Thread(target=write, args=(points, loss, accuracy))
             thread.start()
             await polled(pilot)  # reads whatever part the writer has flushed meanwhile
             await asyncio.to_thread(thread.join)
             await polled(pilot)
             assert app.rows[0].last_step == latest["step"]
-            await wait_for(pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"],
-                           what="chart to catch up")
+            await wait_for(
+                pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"], what="chart to catch up"
+            )
         assert app.bells == 0 and app.rows[0].status != "critical"
         await asyncio.to_thread(write, range(30, 60), lambda i: 19.0, lambda i: 0.03)
         await polled(pilot)
         assert app.rows[0].status == "critical" and app.rows[0].last_step == latest["step"]
-        await wait_for(pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"],
-                       what="chart to catch up")
+        await wait_for(
+            pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"], what="chart to catch up"
+        )
         await asyncio.to_thread(write, range(60, 70), lambda i: 19.5, lambda i: 0.02)
         for _ in range(3):
             await polled(pilot)
@@ -473,8 +483,11 @@ async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monk
         await pilot.press("c")
         bars = {bar.check: bar for bar in app.main.query(CheckBar)}
         assert list(bars) == ["vocab_mapping", "hidden_state", "verifier_mask", "replay"]
-        await wait_for(pilot, lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note").content),
-                       what="vocab_mapping bar")
+        await wait_for(
+            pilot,
+            lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note").content),
+            what="vocab_mapping bar",
+        )
         assert app.checks_running_for == story and app.screen.active_bindings["x"].enabled
         await pilot.press("x")
         await wait_for(pilot, lambda: app.checks_running_for is None, what="cancel")
@@ -579,8 +592,6 @@ async def test_age_column_follows_the_clock(runs_root):
         assert str(table.get_row_at(1)[7]) == "3h"
 
 
-
-
 async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
     """`triage sample_runs`, as the README tells it: c, enter, m, y on the vocab-mismatch run.
 
@@ -644,6 +655,7 @@ async def test_numbers_found_after_the_run_are_drawn_whole(tmp_path, size):
         table = app.main.query_one(RunsTable)
         assert "–" in table_lines(table)[1]
         from tui_support import write_scalars
+
         write_scalars(run / "runs", [12.148, 12.152], [0.0533, 0.643])
         await polled(pilot, rescan=True)
         await wait_for(pilot, lambda: app.rows[0].last_step is not None, what="the points")
@@ -680,8 +692,9 @@ def test_cli_a_file_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, capsys):
     readme.write_text("# not a run\n")
     assert main([str(readme)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"triage: {readme}: not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) "
-                   "or a triage.toml"]
+    assert err == [
+        f"triage: {readme}: not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml"
+    ]
     assert main(["scan", str(readme)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == err
 
@@ -725,7 +738,7 @@ def burst(app, keys: str) -> None:
 
 
 async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filter_first(runs_root, monkeypatch):
-    """"/vocab" typed fast must not start the checks with its `c`; esc closes the filter before it cancels."""
+    """ "/vocab" typed fast must not start the checks with its `c`; esc closes the filter before it cancels."""
     from triage_tui.core.checks import vocab
 
     gate = threading.Event()
@@ -784,8 +797,11 @@ def screen_text(app) -> list[str]:
 
     svg = app.export_screenshot()
     rows: dict[float, list[tuple[float, str]]] = {}
-    for x, y, text in re.findall(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="[\d.]+"'
-                                 r' clip-path="[^"]*">(.*?)</text>', svg):
+    for x, y, text in re.findall(
+        r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="[\d.]+"'
+        r' clip-path="[^"]*">(.*?)</text>',
+        svg,
+    ):
         rows.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
     lines = []
     for y in sorted(rows):
@@ -801,8 +817,7 @@ async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_mar
     healthy_run(tmp_path, "a-diverged")
     from tui_support import write_scalars
 
-    write_scalars(tmp_path / "a-diverged" / "runs", [3.0, 2.5, float("nan"), float("nan")], [0.3] * 4,
-                  first_point=60)
+    write_scalars(tmp_path / "a-diverged" / "runs", [3.0, 2.5, float("nan"), float("nan")], [0.3] * 4, first_point=60)
     app = make_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
@@ -857,4 +872,3 @@ async def test_every_flag_shows_in_an_80x24_pane(tmp_path):
         lines = screen_text(app)
         for kind in kinds:
             assert any(f" {kind}  " in line for line in lines), (kind, "\n".join(lines))
-

@@ -60,14 +60,20 @@ async def test_serving_chart_follows_the_log_beside_the_loss_and_feeds_the_check
         assert any(line.startswith("serving: vllm accepts almost nothing") for line in top.evidence)
         # A run without [serving] shows no serving chart.
         await pilot.press("down")
-        await wait_for(pilot, lambda: not app.main.query_one("#chart-pane").has_class("-serving"),
-                       what="the healthy run's chart")
+        await wait_for(
+            pilot, lambda: not app.main.query_one("#chart-pane").has_class("-serving"), what="the healthy run's chart"
+        )
 
 
 def test_scan_json_carries_the_serving_evidence(tmp_path):
     run = _serving_run(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "triage_tui", "scan", str(run), "--json"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scan", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode in (0, 1), done.stderr
     (report,) = json.loads(done.stdout)["runs"]
     serving = report["serving"]

@@ -99,8 +99,14 @@ def test_scan_flags_a_wandb_run_like_a_tensorboard_run(story_run):
 
 def test_scalars_command_exports_the_wandb_points(story_run):
     env = {**offline_env(), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(story_run), "--format", "json",
-                           "--tag", "train/*"], capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(story_run), "--format", "json", "--tag", "train/*"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     tags = json.loads(proc.stdout)["tags"]
     theirs = leet_points(run_file(story_run))
@@ -121,9 +127,17 @@ def test_define_metric_step_keys(tmp_path):
         rows.append({"eval/acc": 0.1 * n, "eval/step": n})
     rows.append({"late/metric": 1.0})  # before any late/step: W&B's step_sync fills in late/step = 0
     rows.append({"unsynced/metric": 2.0})  # step_sync off and no unsynced/step: no step to key it by
-    path = write_run(tmp_path, rows, define=[("train/global_step", None, None), ("*", "train/global_step", None),
-                                             ("eval/acc", "eval/step", None), ("late/metric", "late/step", None),
-                                             ("unsynced/metric", "unsynced/step", False)])
+    path = write_run(
+        tmp_path,
+        rows,
+        define=[
+            ("train/global_step", None, None),
+            ("*", "train/global_step", None),
+            ("eval/acc", "eval/step", None),
+            ("late/metric", "late/step", None),
+            ("unsynced/metric", "unsynced/step", False),
+        ],
+    )
     history = read(path)
     mine = points_of(history)
     assert [s for s, _, _ in mine["train/loss"]] == [0, 100, 200, 300, 400]
@@ -255,8 +269,11 @@ def _history_offsets(path: Path) -> list[tuple[int, int]]:
     base = len(WANDB_HEADER)
     framed = _frame(path.read_bytes()[base:], base)
     starts = [0] + framed.ends[:-1]
-    return [(base + a, base + b) for a, b, payload in zip(starts, framed.ends, framed.records, strict=True)
-            if wandb_protos().Record.FromString(payload).WhichOneof("record_type") == "history"]
+    return [
+        (base + a, base + b)
+        for a, b, payload in zip(starts, framed.ends, framed.records, strict=True)
+        if wandb_protos().Record.FromString(payload).WhichOneof("record_type") == "history"
+    ]
 
 
 def test_a_half_written_tail_waits_then_completes(story_run, tmp_path):
@@ -271,7 +288,7 @@ def test_a_half_written_tail_waits_then_completes(story_run, tmp_path):
     assert len(history.scalars.series["train/ploss_0"]) == 10
     assert stats.corrupt_records == 0 and stats.pending_bytes > 0
     with open(live, "ab") as handle:
-        handle.write(source[start + (end - start) // 2:])
+        handle.write(source[start + (end - start) // 2 :])
     stats = history.poll()
     assert len(history.scalars.series["train/ploss_0"]) == 40 and stats.corrupt_records == 0
     whole = points_of(read(run_file(story_run)))
@@ -291,8 +308,14 @@ def test_a_damaged_record_is_skipped_and_reported(story_run, tmp_path):
     steps = [s for s, _, _ in points_of(history)["train/ploss_0"]]
     assert steps == [50 * n for n in range(40) if n != 5]
     env = {**offline_env(), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(damaged), "--tag", "train/ploss_0"],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(damaged), "--tag", "train/ploss_0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0 and "skipped 1 damaged record" in proc.stderr
     assert len(proc.stdout.splitlines()) == 1 + 39
     # scan: the run carries the same damaged_records warning an event file's damage gives.
@@ -307,8 +330,14 @@ def test_a_file_that_is_not_a_wandb_run(tmp_path):
     history = read(bogus)
     assert history.problems[bogus].startswith("not a W&B run file")
     env = {**offline_env(), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "triage_tui", "scalars", str(bogus)],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "scalars", str(bogus)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a W&B run file" in proc.stderr
 
 
@@ -338,12 +367,20 @@ def test_a_run_with_both_sources_is_one_run(tmp_path):
 
 def test_without_the_wandb_package_a_wandb_run_says_why(story_run):
     """The extra absent: the run is listed with a one-line reason, nothing crashes."""
-    code = ("import sys, json; sys.modules['wandb'] = None\n"
-            "from triage_tui.core.watch import Watcher\n"
-            f"(s,) = Watcher([{str(story_run)!r}], use_watchdog=False).poll_once()\n"
-            "print(json.dumps(s.to_json()))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**offline_env(), "PYTHONPATH": str(REPO)}, timeout=120, check=False)
+    code = (
+        "import sys, json; sys.modules['wandb'] = None\n"
+        "from triage_tui.core.watch import Watcher\n"
+        f"(s,) = Watcher([{str(story_run)!r}], use_watchdog=False).poll_once()\n"
+        "print(json.dumps(s.to_json()))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**offline_env(), "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
     assert document["sources"] == ["wandb"] and document["status"] == "warning"

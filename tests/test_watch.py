@@ -166,8 +166,7 @@ def test_an_idle_tree_is_polled_once_per_interval_with_the_observer_on(tmp_path,
 
 def test_stall_severity_depends_on_whether_the_run_stopped_while_watched(tmp_path):
     writer = open_writer(tmp_path / "live")
-    write_scalars(tmp_path / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]},
-                  wall_time=1_600_000_000.0)
+    write_scalars(tmp_path / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]}, wall_time=1_600_000_000.0)
     watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600)
     try:
         watcher.poll_once()
@@ -220,15 +219,35 @@ def test_bad_manifest_does_not_stop_a_lenient_watcher(tmp_path):
 
 def test_to_json_has_exactly_the_scan_fields(tmp_path):
     rng = np.random.default_rng(0)
-    write_scalars(tmp_path / "run", {
-        "train/ploss_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(18, 20, 20), strict=True)],
-        "train/acc_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(0.02, 0.07, 20), strict=True)],
-    })
+    write_scalars(
+        tmp_path / "run",
+        {
+            "train/ploss_0": [(s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(18, 20, 20), strict=True)],
+            "train/acc_0": [
+                (s, float(v)) for s, v in zip(range(0, 1000, 50), rng.uniform(0.02, 0.07, 20), strict=True)
+            ],
+        },
+    )
     document = only(Watcher([tmp_path], use_watchdog=False).poll_once()).to_json()
     json.dumps(document, allow_nan=False)
-    assert list(document) == ["path", "name", "status", "vocab_size", "vocab_size_source", "chance_loss",
-                              "chance_basis", "valid_fraction", "valid_fraction_source", "chance_convention",
-                              "last_step", "last_update", "metrics", "flags", "sources", "trainer"]
+    assert list(document) == [
+        "path",
+        "name",
+        "status",
+        "vocab_size",
+        "vocab_size_source",
+        "chance_loss",
+        "chance_basis",
+        "valid_fraction",
+        "valid_fraction_source",
+        "chance_convention",
+        "last_step",
+        "last_update",
+        "metrics",
+        "flags",
+        "sources",
+        "trainer",
+    ]
     assert document["chance_basis"] == "ln V" and document["valid_fraction"] is None  # no dumps: said, not guessed
     assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"
     assert document["status"] == "critical" and document["vocab_size_source"] == "default"

@@ -52,14 +52,14 @@ STEPS = (100, 200)
 class SpecForgeRun:
     """Where each piece of a SpecForge 0.2.0 fine-tune lies, and what the trainer used."""
 
-    work: Path            # the trainer's working directory
-    drafter: Path         # the public drafter the fine-tune started from (save_pretrained)
-    output: Path          # <output_dir>: runs/ beside <run_id>-step<N>/
-    hidden_states: Path   # offline features
-    mapping_file: Path    # cache/vocab_mapping/<sha256>.pt (the buggy run) or the drafter's own
+    work: Path  # the trainer's working directory
+    drafter: Path  # the public drafter the fine-tune started from (save_pretrained)
+    output: Path  # <output_dir>: runs/ beside <run_id>-step<N>/
+    hidden_states: Path  # offline features
+    mapping_file: Path  # cache/vocab_mapping/<sha256>.pt (the buggy run) or the drafter's own
     drafter_hot: np.ndarray  # target ids of the drafter's draft positions
-    run_hot: np.ndarray      # target ids of the run's draft positions
-    valid_fraction: float    # mean loss mask over the features (the loader zeroes the last position)
+    run_hot: np.ndarray  # target ids of the run's draft positions
+    valid_fraction: float  # mean loss mask over the features (the loader zeroes the last position)
     plosses: tuple[float, ...]
 
 
@@ -81,9 +81,18 @@ def _token_data(seed: int, rows: int, low: int) -> tuple[torch.Tensor, torch.Ten
 def _draft_config():
     from transformers import LlamaConfig
 
-    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
-                         num_hidden_layers=1, vocab_size=TARGET_VOCAB, max_position_embeddings=SEQ,
-                         rms_norm_eps=1e-5, pad_token_id=0, tie_word_embeddings=False)
+    config = LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=1,
+        vocab_size=TARGET_VOCAB,
+        max_position_embeddings=SEQ,
+        rms_norm_eps=1e-5,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     config.draft_vocab_size = DRAFT_VOCAB
     config.architectures = ["LlamaForCausalLMEagle3"]
     return config
@@ -120,9 +129,15 @@ def specforge_run(root: Path, *, buggy: bool) -> SpecForgeRun:
     # The public drafter, trained on another model's data (tokens around 4000).
     ids, mask = _token_data(1, 48, low=4000)
     public_data = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "loss_mask": mask.tolist()})
-    public_mapping = Path(generate_vocab_mapping_file(public_data.with_format("torch"), TARGET_VOCAB, DRAFT_VOCAB,
-                                                      cache_dir=str(work / "public" / "vocab_mapping"),
-                                                      cache_key="public"))
+    public_mapping = Path(
+        generate_vocab_mapping_file(
+            public_data.with_format("torch"),
+            TARGET_VOCAB,
+            DRAFT_VOCAB,
+            cache_dir=str(work / "public" / "vocab_mapping"),
+            cache_key="public",
+        )
+    )
     torch.manual_seed(0)
     drafter_model = LlamaForCausalLMEagle3(_draft_config())
     drafter_model.load_vocab_mapping(str(public_mapping))
@@ -136,10 +151,15 @@ def specforge_run(root: Path, *, buggy: bool) -> SpecForgeRun:
     ids, mask = _token_data(2, 12, low=1000)
     g = torch.Generator().manual_seed(3)
     for i in range(ids.shape[0]):
-        torch.save({"input_ids": ids[i], "loss_mask": mask[i],
-                    "hidden_state": torch.randn(1, SEQ, HIDDEN, generator=g).bfloat16(),
-                    "aux_hidden_state": torch.randn(1, SEQ, 3 * HIDDEN, generator=g).bfloat16()},
-                   rows / f"data_{i}.ckpt")
+        torch.save(
+            {
+                "input_ids": ids[i],
+                "loss_mask": mask[i],
+                "hidden_state": torch.randn(1, SEQ, HIDDEN, generator=g).bfloat16(),
+                "aux_hidden_state": torch.randn(1, SEQ, 3 * HIDDEN, generator=g).bfloat16(),
+            },
+            rows / f"data_{i}.ckpt",
+        )
     trained_mask = mask.clone()
     trained_mask[:, -1] = 0  # process_offline_eagle3_sample zeroes the last position
     valid_fraction = float(trained_mask.float().mean())
@@ -151,10 +171,16 @@ def specforge_run(root: Path, *, buggy: bool) -> SpecForgeRun:
     warm_start_draft_model(model, str(drafter), draft_config=config, strategy="eagle3")
     vocab_mapping_path = "" if buggy else str(public_mapping)
     cfg = types.SimpleNamespace(
-        model=types.SimpleNamespace(vocab_mapping_path=vocab_mapping_path, draft_model_config=None,
-                                    target_model_path=str(work / "target"), embedding_key="model.embed_tokens.weight",
-                                    lm_head_key="lm_head.weight", load_target_embedding=True, input_modality="text",
-                                    torch_dtype="bfloat16"),
+        model=types.SimpleNamespace(
+            vocab_mapping_path=vocab_mapping_path,
+            draft_model_config=None,
+            target_model_path=str(work / "target"),
+            embedding_key="model.embed_tokens.weight",
+            lm_head_key="lm_head.weight",
+            load_target_embedding=True,
+            input_modality="text",
+            torch_dtype="bfloat16",
+        ),
         data=types.SimpleNamespace(cache_dir=str(work / "cache")),
     )
     bundle = types.SimpleNamespace(draft_model=model, draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB)
@@ -181,21 +207,41 @@ def specforge_run(root: Path, *, buggy: bool) -> SpecForgeRun:
         tracker.log({"train/ploss_0": ploss, "train/acc_0": 1.0 / DRAFT_VOCAB, "train/lr": 1e-4}, step=step)
         if step in STEPS:
             draft_state = {k: v for k, v in model.state_dict().items() if "embed" not in k.lower()}
-            shared = {"draft_state_dict": draft_state, "global_step": step, "epoch": 0, "epoch_batch": step,
-                      "epoch_samples": step, "strategy": "eagle3", "run_id": RUN_ID, "world_size": 1,
-                      "specforge_model_provenance": tuple((k, provenance[k]) for k in sorted(provenance))}
+            shared = {
+                "draft_state_dict": draft_state,
+                "global_step": step,
+                "epoch": 0,
+                "epoch_batch": step,
+                "epoch_samples": step,
+                "strategy": "eagle3",
+                "run_id": RUN_ID,
+                "world_size": 1,
+                "specforge_model_provenance": tuple((k, provenance[k]) for k in sorted(provenance)),
+            }
             CheckpointManager(str(output), RUN_ID).save(shared, step, rank_state={"optimizer": None, "rng": {}})
     tracker.close()
-    return SpecForgeRun(work=work, drafter=drafter, output=output, hidden_states=hidden_states,
-                        mapping_file=mapping_file, drafter_hot=_hot(drafter_model.d2t), run_hot=_hot(model.d2t),
-                        valid_fraction=valid_fraction, plosses=tuple(plosses))
+    return SpecForgeRun(
+        work=work,
+        drafter=drafter,
+        output=output,
+        hidden_states=hidden_states,
+        mapping_file=mapping_file,
+        drafter_hot=_hot(drafter_model.d2t),
+        run_hot=_hot(model.d2t),
+        valid_fraction=valid_fraction,
+        plosses=tuple(plosses),
+    )
 
 
 def vocab_numbers(checkpoint_hot: np.ndarray, run_hot: np.ndarray) -> dict[str, int]:
     """The vocab check's counts, computed here with numpy alone."""
     overlap = np.intersect1d(checkpoint_hot, run_hot).size
-    return {"positional_match": int((checkpoint_hot == run_hot).sum()), "overlap": int(overlap),
-            "only_in_checkpoint": int(checkpoint_hot.size - overlap), "only_in_run": int(run_hot.size - overlap)}
+    return {
+        "positional_match": int((checkpoint_hot == run_hot).sum()),
+        "overlap": int(overlap),
+        "only_in_checkpoint": int(checkpoint_hot.size - overlap),
+        "only_in_run": int(run_hot.size - overlap),
+    }
 
 
 def hf_trainer_run(root: Path, *, steps: int = 4, save_steps: int = 2) -> Path:
@@ -203,15 +249,31 @@ def hf_trainer_run(root: Path, *, steps: int = 4, save_steps: int = 2) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
-                                         num_key_value_heads=1, num_hidden_layers=1, vocab_size=256,
-                                         max_position_embeddings=32))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            num_hidden_layers=1,
+            vocab_size=256,
+            max_position_embeddings=32,
+        )
+    )
     g = torch.Generator().manual_seed(0)
     data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 256, (16, 16), generator=g)]
     output = root / "hf-out"
-    args = TrainingArguments(output_dir=str(output), max_steps=steps, save_steps=save_steps, logging_steps=1,
-                             per_device_train_batch_size=4, report_to=["tensorboard"], use_cpu=True,
-                             disable_tqdm=True, dataloader_num_workers=0)
+    args = TrainingArguments(
+        output_dir=str(output),
+        max_steps=steps,
+        save_steps=save_steps,
+        logging_steps=1,
+        per_device_train_batch_size=4,
+        report_to=["tensorboard"],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     Trainer(model=model, args=args, train_dataset=data).train()
     return output
 
@@ -227,7 +289,7 @@ class SpeculatorsRun:
 
     root: Path
     verifier: Path
-    data: Path            # --data-path: token_freq.pt, d2t-<Vd>.npy, t2d-<Vd>.npy
+    data: Path  # --data-path: token_freq.pt, d2t-<Vd>.npy, t2d-<Vd>.npy
     hot: np.ndarray
 
 
@@ -248,8 +310,15 @@ def speculators_run(root: Path) -> SpeculatorsRun:
 
     torch.manual_seed(0)
     verifier = root.parent / f"{root.name}-verifier"  # a model directory of its own, outside the run
-    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
-                         num_hidden_layers=8, vocab_size=TARGET_VOCAB, max_position_embeddings=SEQ)
+    config = LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=8,
+        vocab_size=TARGET_VOCAB,
+        max_position_embeddings=SEQ,
+    )
     LlamaForCausalLM(config).save_pretrained(str(verifier))
     data = root / "data"
     data.mkdir(parents=True)
@@ -257,16 +326,37 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     tokens, counts = ids[mask.bool()].unique(return_counts=True)
     token_freq = dict(zip(tokens.tolist(), counts.tolist(), strict=True))
     torch.save(token_freq, data / "token_freq.pt")
-    d2t, t2d = build_vocab_mappings_from_distribution(token_freq_dict=token_freq, draft_vocab_size=DRAFT_VOCAB,
-                                                      target_vocab_size=TARGET_VOCAB)
+    d2t, t2d = build_vocab_mappings_from_distribution(
+        token_freq_dict=token_freq, draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB
+    )
     np.save(data / f"d2t-{DRAFT_VOCAB}.npy", d2t.cpu().numpy())
     np.save(data / f"t2d-{DRAFT_VOCAB}.npy", t2d.cpu().numpy())
-    layer_config = LlamaConfig(**{k: v for k, v in config.to_dict().items() if k in (
-        "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
-        "max_position_embeddings")}, num_hidden_layers=1)
+    layer_config = LlamaConfig(
+        **{
+            k: v
+            for k, v in config.to_dict().items()
+            if k
+            in (
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "vocab_size",
+                "max_position_embeddings",
+            )
+        },
+        num_hidden_layers=1,
+    )
     model = Eagle3DraftModel.from_training_args(
-        layer_config, t2d=t2d, d2t=d2t, verifier_name_or_path=str(verifier), draft_vocab_size=DRAFT_VOCAB,
-        norm_before_residual=False, ttt_steps=3, draft_attn_impl="sdpa")
+        layer_config,
+        t2d=t2d,
+        d2t=d2t,
+        verifier_name_or_path=str(verifier),
+        draft_vocab_size=DRAFT_VOCAB,
+        norm_before_residual=False,
+        ttt_steps=3,
+        draft_attn_impl="sdpa",
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     checkpointer = SingleGPUCheckpointer(root / "checkpoints")
     handler = TensorBoardHandler(run_name="k25-ft", log_dir=str(root / "logs"))

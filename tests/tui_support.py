@@ -60,9 +60,17 @@ def healthy_curves(points: int = 60, seed: int = 1) -> tuple[np.ndarray, np.ndar
 def write_drafter_checkpoint(directory: Path, mapping_hot_ids: np.ndarray, *, seed: int = 0) -> Path:
     """A real Eagle3Drafter at draft vocab 32 000 / target 163 840, saved as SpecForge does."""
     config = DrafterConfig(
-        hidden_size=HIDDEN, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
-        rms_norm_eps=1e-6, rope_theta=10000.0, draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB,
-        target_hidden_size=HIDDEN, max_position_embeddings=512,
+        hidden_size=HIDDEN,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        draft_vocab_size=DRAFT_VOCAB,
+        target_vocab_size=TARGET_VOCAB,
+        target_hidden_size=HIDDEN,
+        max_position_embeddings=512,
     )
     torch.manual_seed(seed)
     model = Eagle3Drafter(config)

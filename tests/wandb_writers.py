@@ -26,9 +26,15 @@ WANDB_CLI = Path(sys.executable).parent / "wandb"
 def offline_env() -> dict[str, str]:
     """Offline, silent, nothing sent anywhere (no error reporting either)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_ERROR_REPORTING="false",
-               WANDB_DISABLE_GIT="true", WANDB_DISABLE_CODE="true", WANDB_CONSOLE="off",
-               PYTHONPATH=str(REPO))
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_ERROR_REPORTING="false",
+        WANDB_DISABLE_GIT="true",
+        WANDB_DISABLE_CODE="true",
+        WANDB_CONSOLE="off",
+        PYTHONPATH=str(REPO),
+    )
     return env
 
 
@@ -45,8 +51,14 @@ def init(directory, flush=None, **kwargs):
 def run_script(body: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
     """Run `body` (after PREAMBLE) in a child Python with the offline environment."""
     code = PREAMBLE + textwrap.dedent(body)
-    proc = subprocess.run([sys.executable, "-c", code, *args], env=offline_env(), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if proc.returncode != 0:
         raise AssertionError(f"W&B writer failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
@@ -55,8 +67,9 @@ def run_script(body: str, *args: str, timeout: float = 120.0) -> subprocess.Comp
 def start_script(body: str, *args: str, **kwargs) -> subprocess.Popen:
     """`body` in a child Python, in its own session (so a SIGKILL to its group takes wandb-core too)."""
     code = PREAMBLE + textwrap.dedent(body)
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=offline_env(), text=True,
-                            start_new_session=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], env=offline_env(), text=True, start_new_session=True, **kwargs
+    )
 
 
 def run_file(directory: Path) -> Path:
@@ -65,8 +78,14 @@ def run_file(directory: Path) -> Path:
     return found
 
 
-def write_run(directory: Path, rows: list[dict], *, config: dict | None = None,
-              steps: list[int] | None = None, define: list[tuple] = ()) -> Path:
+def write_run(
+    directory: Path,
+    rows: list[dict],
+    *,
+    config: dict | None = None,
+    steps: list[int] | None = None,
+    define: list[tuple] = (),
+) -> Path:
     """An offline run logging `rows` (at `steps` if given); its .wandb file.
 
     define = [(name, step_metric, step_sync)]."""

@@ -36,9 +36,11 @@ TUI_USAGE = "triage [PATH ...] [--readonly] [--poll] [--interval SECONDS] [--voc
 
 def tui_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="triage", usage=TUI_USAGE,
+        prog="triage",
+        usage=TUI_USAGE,
         description="The TUI (what `triage` runs without a COMMAND): watch PATHs for training runs, flag a "
-                    "loss at chance, and on a key check, drill down and remap.")
+        "loss at chance, and on a key check, drill down and remap.",
+    )
     _command_module("tui").add_arguments(parser)
     return parser
 
@@ -50,9 +52,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="triage",
         usage=f"{TUI_USAGE}\n       triage COMMAND [options]   (triage COMMAND --help)",
-        description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.\n\n" + tui_help
+        description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.\n\n"
+        + tui_help
         + "\n\nkeys in the TUI:\n  ↑/↓ select a run · c check · enter open a hypothesis · m remap · / filter · "
-          "l log-y\n  ? help · ctrl+p every action · q or ctrl+c quit\n\ncommands:",
+        "l log-y\n  ? help · ctrl+p every action · q or ctrl+c quit\n\ncommands:",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"triage {__version__}")

@@ -27,14 +27,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mapping", metavar="P", help="vocab mapping the trainer builds labels with")
     parser.add_argument("--data", metavar="P", help="hidden-state dumps (a sample is enough)")
     parser.add_argument("--target", metavar="P", help="target model dir (embeddings and lm_head)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="where the replay runs (auto: CUDA when torch sees a GPU)")
-    parser.add_argument("--serving", metavar="PATH_OR_URL", action="append", default=None,
-                        help="serving evidence: a vLLM/SGLang log, a saved /metrics page, an SGLang meta_info "
-                             "JSONL, or a live http:// metrics URL (repeatable; default: triage.toml [serving])")
-    parser.add_argument("--all-chunk-orders", action="store_true",
-                        help="replay every order of the three aux chunks (6 drafter passes), not only the stored "
-                             "order; done anyway when the hidden-state check finds the chunks suspect")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the replay runs (auto: CUDA when torch sees a GPU)",
+    )
+    parser.add_argument(
+        "--serving",
+        metavar="PATH_OR_URL",
+        action="append",
+        default=None,
+        help="serving evidence: a vLLM/SGLang log, a saved /metrics page, an SGLang meta_info "
+        "JSONL, or a live http:// metrics URL (repeatable; default: triage.toml [serving])",
+    )
+    parser.add_argument(
+        "--all-chunk-orders",
+        action="store_true",
+        help="replay every order of the three aux chunks (6 drafter passes), not only the stored "
+        "order; done anyway when the hidden-state check finds the chunks suspect",
+    )
     parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON (docs/contracts.md)")
 
 
@@ -44,14 +56,22 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
-    inputs = resolve_inputs(args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data,
-                            target=args.target)
+    inputs = resolve_inputs(
+        args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
+    )
     flags, metrics, scalars = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
     serving = _serving(inputs.run, args.serving, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
-    diagnosis = diagnose(inputs, device=args.device, flags=flags, metrics=metrics, progress=progress,
-                         serving=serving, all_chunk_orders=args.all_chunk_orders)
+    diagnosis = diagnose(
+        inputs,
+        device=args.device,
+        flags=flags,
+        metrics=metrics,
+        progress=progress,
+        serving=serving,
+        all_chunk_orders=args.all_chunk_orders,
+    )
     if args.json:
         json.dump(_finite(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -154,14 +174,18 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
 def _serving_lines(comparison) -> list[str]:
     serving, training = comparison.serving, comparison.training
     length = f"{serving.acceptance_length:.2f}" if serving.acceptance_length is not None else "-"
-    lines = [f"serving ({serving.engine}, {serving.source})", f"  acceptance length {length}"
-             + (f"  ({serving.accepted} accepted / {serving.drafts} drafts)" if serving.drafts else "")]
+    lines = [
+        f"serving ({serving.engine}, {serving.source})",
+        f"  acceptance length {length}"
+        + (f"  ({serving.accepted} accepted / {serving.drafts} drafts)" if serving.drafts else ""),
+    ]
     if serving.per_position:
         lines.append("  per position      " + " ".join(f"{p:.3f}" for p in serving.per_position))
     lines.append(f"  convention        {serving.convention}")
     if training is not None:
-        lines.append(f"  training estimate {training.acceptance_length:.2f} at step {training.step} "
-                     f"({training.arithmetic})")
+        lines.append(
+            f"  training estimate {training.acceptance_length:.2f} at step {training.step} ({training.arithmetic})"
+        )
     for note in serving.notes:
         lines.append(f"  note: {note}")
     for finding in comparison.findings:

@@ -10,17 +10,31 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-tui", action="store_true",
-                        help="run the scenario headless (watch, flag, check, remap, the loss falls) "
-                             "and print what happened")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="where to lay out the demo (default: a new temporary directory, removed afterwards)")
+    parser.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="run the scenario headless (watch, flag, check, remap, the loss falls) and print what happened",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where to lay out the demo (default: a new temporary directory, removed afterwards)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument("--samples", type=Path, default=None,
-                        help="a sample_runs/ to copy the target and drafter-a from (default: the checkout's)")
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        default=None,
+        help="a sample_runs/ to copy the target and drafter-a from (default: the checkout's)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="--no-tui: give up after this many seconds")
-    parser.add_argument("--step-delay", type=float, default=None,
-                        help="seconds the trainer sleeps between steps (default: 0.1 with the TUI, 0 without)")
+    parser.add_argument(
+        "--step-delay",
+        type=float,
+        default=None,
+        help="seconds the trainer sleeps between steps (default: 0.1 with the TUI, 0 without)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     root = Path(tempfile.mkdtemp(prefix="triage-demo-")) if made_temp else args.workdir
     say = lambda message: print(message, file=sys.stderr if not args.no_tui else sys.stdout, flush=True)  # noqa: E731
     try:
-        say(f"triage demo in {root}: drafter-a (trained with domain A's vocab mapping) fine-tuned on domain B "
-            "with a mapping regenerated from domain B")
+        say(
+            f"triage demo in {root}: drafter-a (trained with domain A's vocab mapping) fine-tuned on domain B "
+            "with a mapping regenerated from domain B"
+        )
         layout = prepare_demo(root, samples=args.samples or REPO_SAMPLES, progress=say)
         delay = args.step_delay if args.step_delay is not None else (0.0 if args.no_tui else 0.1)
         trainer = TrainerProcess(layout, step_delay=delay)

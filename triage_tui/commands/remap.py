@@ -19,19 +19,27 @@ INIT_CHOICES = ("target", "mean", "zeros")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="the drafter checkpoint directory (or its weights file)")
     parser.add_argument("--mapping", help="the run's vocab mapping: .pt {d2t,t2d}, d2t.npy, or a checkpoint")
-    parser.add_argument("--out", help="output directory (default: beside the checkpoint, "
-                                      "<name>-remapped-<mapping sha256 prefix>)")
-    parser.add_argument("--init-missing", choices=INIT_CHOICES, default=None,
-                        help="rows for tokens the checkpoint never had: the target's lm_head row "
-                             "(default with --target), the mean of the old rows (default), or zeros")
+    parser.add_argument(
+        "--out", help="output directory (default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>)"
+    )
+    parser.add_argument(
+        "--init-missing",
+        choices=INIT_CHOICES,
+        default=None,
+        help="rows for tokens the checkpoint never had: the target's lm_head row "
+        "(default with --target), the mean of the old rows (default), or zeros",
+    )
     parser.add_argument("--target", help="target model directory (lm_head rows for --init-missing target; replay)")
     parser.add_argument("--data", help="hidden-state dumps: replay accuracy before and after (needs --target)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (gather and replay)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens the replay scores (default 4096)")
     parser.add_argument("--force", action="store_true", help="replace an existing output written by triage")
-    parser.add_argument("--keep-checkpoint-mapping", action="store_true",
-                        help="the opposite fix: write the checkpoint's own d2t/t2d (vocab_mapping.pt, "
-                             "d2t.npy, t2d.npy) for the trainer to load; no weights are written")
+    parser.add_argument(
+        "--keep-checkpoint-mapping",
+        action="store_true",
+        help="the opposite fix: write the checkpoint's own d2t/t2d (vocab_mapping.pt, "
+        "d2t.npy, t2d.npy) for the trainer to load; no weights are written",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -77,12 +85,16 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(kept.to_json(), indent=2))
         else:
-            _say(f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
-                 f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched")
+            _say(
+                f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
+                f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched"
+            )
             for file in kept.files:
                 _say(f"  {file}")
-            _say("  SpecForge: vocab_mapping_path = vocab_mapping.pt;  speculators: --d2t-path d2t.npy "
-                 "--t2d-path t2d.npy")
+            _say(
+                "  SpecForge: vocab_mapping_path = vocab_mapping.pt;  speculators: --d2t-path d2t.npy "
+                "--t2d-path t2d.npy"
+            )
             for note in kept.notes:
                 _say(f"  note: {note}")
         return 0
@@ -90,9 +102,18 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(None, "--mapping is required (the run's vocab mapping), unless --keep-checkpoint-mapping")
     show_progress = not args.json and sys.stderr.isatty()
     try:
-        report = remap_checkpoint(args.checkpoint, args.mapping, out=args.out, init=args.init_missing,
-                                  target=args.target, data=args.data, force=args.force, device=args.device,
-                                  max_tokens=args.max_tokens, progress=_progress_line if show_progress else None)
+        report = remap_checkpoint(
+            args.checkpoint,
+            args.mapping,
+            out=args.out,
+            init=args.init_missing,
+            target=args.target,
+            data=args.data,
+            force=args.force,
+            device=args.device,
+            max_tokens=args.max_tokens,
+            progress=_progress_line if show_progress else None,
+        )
     finally:
         if show_progress:
             sys.stderr.write("\r" + " " * 66 + "\r")
@@ -100,12 +121,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
         return 0
     _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
-    _say(f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
-         f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all")
+    _say(
+        f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
+        f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all"
+    )
     _say(f"  d2t/t2d from {report.mapping} (sha256 {report.mapping_sha256[:12]})")
     if report.accuracy_before is not None and report.accuracy_after is not None:
-        _say(f"  replay accuracy under the run's mapping: {_percent(report.accuracy_before)} -> "
-             f"{_percent(report.accuracy_after)} ({report.accuracy_device})")
+        _say(
+            f"  replay accuracy under the run's mapping: {_percent(report.accuracy_before)} -> "
+            f"{_percent(report.accuracy_after)} ({report.accuracy_device})"
+        )
     for note in report.notes:
         _say(f"  note: {note}")
     return 0

@@ -37,15 +37,25 @@ from triage_tui.core.wandb_history import find_wandb_files
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="RUN_OR_FILE",
-                        help="an event file or W&B run file, or a run directory "
-                             "(all *tfevents* and run-*.wandb below it)")
-    parser.add_argument("--tag", action="append", metavar="GLOB",
-                        help="only tags matching this glob (fnmatch, case-sensitive); repeat for several")
-    parser.add_argument("--format", choices=("csv", "json"), default="csv",
-                        help="csv: tag,step,wall_time,value (default); "
-                             "json: {\"tags\": {tag: {steps, wall_times, values}}}, "
-                             "non-finite values as the strings \"NaN\", \"Infinity\", \"-Infinity\"")
+    parser.add_argument(
+        "path",
+        metavar="RUN_OR_FILE",
+        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it)",
+    )
+    parser.add_argument(
+        "--tag",
+        action="append",
+        metavar="GLOB",
+        help="only tags matching this glob (fnmatch, case-sensitive); repeat for several",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("csv", "json"),
+        default="csv",
+        help="csv: tag,step,wall_time,value (default); "
+        'json: {"tags": {tag: {steps, wall_times, values}}}, '
+        'non-finite values as the strings "NaN", "Infinity", "-Infinity"',
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,12 +89,17 @@ def run(args: argparse.Namespace) -> int:
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
         raise BadInput(path, "not a TensorBoard event file: no valid record in it")
     if stats.unreadable_files > len(problems):
-        print(f"triage scalars: {printable(path)}: {stats.unreadable_files - len(problems)} event file(s) "
-              "could not be read",
-              file=sys.stderr)
+        print(
+            f"triage scalars: {printable(path)}: {stats.unreadable_files - len(problems)} event file(s) "
+            "could not be read",
+            file=sys.stderr,
+        )
     if stats.corrupt_records:
-        print(f"triage scalars: {printable(path)}: skipped {stats.corrupt_records} damaged record(s), "
-              f"{stats.skipped_bytes} byte(s)", file=sys.stderr)
+        print(
+            f"triage scalars: {printable(path)}: skipped {stats.corrupt_records} damaged record(s), "
+            f"{stats.skipped_bytes} byte(s)",
+            file=sys.stderr,
+        )
     series = [events.scalars.series[tag] for tag in events.scalars.tags() if _wanted(tag, args.tag)]
     if args.tag and not series:
         print(f"triage scalars: {printable(path)}: no tag matches {printable(' or '.join(args.tag))}", file=sys.stderr)

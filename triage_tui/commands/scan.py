@@ -19,12 +19,18 @@ ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="run directories or parents of runs (default .)")
-    parser.add_argument("--json", action="store_true", help="print {\"runs\": [...]} as in docs/contracts.md")
-    parser.add_argument("--vocab-size", type=_vocab_size, metavar="N",
-                        help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)")
-    parser.add_argument("--poll", action="store_true",
-                        help="polling only, no inotify "
-                             "(a single pass never uses it; accepted for symmetry with the TUI)")
+    parser.add_argument("--json", action="store_true", help='print {"runs": [...]} as in docs/contracts.md')
+    parser.add_argument(
+        "--vocab-size",
+        type=_vocab_size,
+        metavar="N",
+        help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)",
+    )
+    parser.add_argument(
+        "--poll",
+        action="store_true",
+        help="polling only, no inotify (a single pass never uses it; accepted for symmetry with the TUI)",
+    )
 
 
 def _vocab_size(text: str) -> int:
@@ -41,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
         links = list(watcher.skipped_links.items())
         shown = ", ".join(f"{printable(link)} -> {printable(target)}" for link, target in links[:3])
         more = f" and {len(watcher.skipped_links) - 3} more" if len(watcher.skipped_links) > 3 else ""
-        print(f"triage scan: not following {len(watcher.skipped_links)} symlink(s) to directories outside the given "
-              f"paths: {shown}{more}", file=sys.stderr)
+        print(
+            f"triage scan: not following {len(watcher.skipped_links)} symlink(s) to directories outside the given "
+            f"paths: {shown}{more}",
+            file=sys.stderr,
+        )
     if args.json:
         json.dump({"runs": [status.to_json() for status in statuses]}, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
@@ -61,8 +70,9 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
     parts = [f"{glyphs[status.status]} {printable(status.info.name).ljust(width)}"]
     parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
     loss = status.metrics.get("loss")
-    chance = (status.chance.label() if status.chance is not None
-              else f"ln {status.vocab_size} = {status.chance_loss:.2f}")
+    chance = (
+        status.chance.label() if status.chance is not None else f"ln {status.vocab_size} = {status.chance_loss:.2f}"
+    )
     if loss and loss["last"] is not None:
         parts.append(f"{printable(loss['tag'])} {fmt(loss['last'])} vs {chance}")
     elif loss:

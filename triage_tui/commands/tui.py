@@ -11,16 +11,31 @@ from triage_tui.core.runs import check_watch_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH",
-                        help="runs, or directories to find runs in (default: .)")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                        help="how often to look for new event data (default: 1.0)")
-    parser.add_argument("--poll", action="store_true",
-                        help="poll only; do not use filesystem notifications (for NFS and other network mounts)")
-    parser.add_argument("--readonly", action="store_true",
-                        help="no action that writes files: the remap key does not exist")
-    parser.add_argument("--vocab-size", type=int, default=None, metavar="N",
-                        help="draft vocab size for the chance line ln N, when runs do not say")
+    parser.add_argument(
+        "paths", nargs="*", default=["."], metavar="PATH", help="runs, or directories to find runs in (default: .)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for new event data (default: 1.0)",
+    )
+    parser.add_argument(
+        "--poll",
+        action="store_true",
+        help="poll only; do not use filesystem notifications (for NFS and other network mounts)",
+    )
+    parser.add_argument(
+        "--readonly", action="store_true", help="no action that writes files: the remap key does not exist"
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draft vocab size for the chance line ln N, when runs do not say",
+    )
     parser.add_argument("--device", default="auto", help="device for the replay check and remap (default: auto)")
 
 

@@ -59,8 +59,7 @@ class CheckInputs:
     notes: tuple[str, ...] = ()
 
     def paths(self) -> dict[str, str | None]:
-        return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None)
-                for name in INPUT_NAMES}
+        return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None) for name in INPUT_NAMES}
 
     def fix_commands(self) -> tuple[str, str] | None:
         """The shell commands of both fixes, remap the rows or keep the checkpoint's mapping; None
@@ -98,8 +97,11 @@ class Diagnosis:
         if self.serving is not None:
             document["serving"] = self.serving.to_json()
         # Which checks could not run, and why (docs/contracts.md: a partial result is visible).
-        document["not_run"] = {name: self.checks[name].summary for name in CHECK_NAMES
-                               if name in self.checks and self.checks[name].status in ("skipped", "error")}
+        document["not_run"] = {
+            name: self.checks[name].summary
+            for name in CHECK_NAMES
+            if name in self.checks and self.checks[name].status in ("skipped", "error")
+        }
         return document
 
     @property
@@ -127,8 +129,14 @@ class Diagnosis:
 # --------------------------------------------------------------------------- inputs
 
 
-def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, mapping: str | Path | None = None,
-                   data: str | Path | None = None, target: str | Path | None = None) -> CheckInputs:
+def resolve_inputs(
+    run: str | Path,
+    *,
+    checkpoint: str | Path | None = None,
+    mapping: str | Path | None = None,
+    data: str | Path | None = None,
+    target: str | Path | None = None,
+) -> CheckInputs:
     """Flags > triage.toml > training_state.pt args > discovery; BadInput for a missing run or flag path."""
     from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
 
@@ -149,8 +157,11 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
         raise BadInput(run_path, f"holds {len(infos)} runs ({names}); pass one of them")
     info = info or (infos[0] if infos else None)
     if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
-        raise BadInput(run_path, "not a run: no triage.toml, event files or W&B run here or below, and no "
-                                 "--checkpoint/--mapping/--data/--target to check")
+        raise BadInput(
+            run_path,
+            "not a run: no triage.toml, event files or W&B run here or below, and no "
+            "--checkpoint/--mapping/--data/--target to check",
+        )
     if info is not None and info.path != run_path:
         notes.append(f"the run is {info.path} (found from {run_path})")
         run_path = info.path
@@ -177,8 +188,10 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
         used_training = False
         for name in missing:
             chosen[name] = None
-            for source, (path, field_notes) in (("training_state.pt", by_training[name]),
-                                                ("discovery", by_discovery[name])):
+            for source, (path, field_notes) in (
+                ("training_state.pt", by_training[name]),
+                ("discovery", by_discovery[name]),
+            ):
                 notes.extend(field_notes)  # why a source was passed over, or what the used one chose
                 if path is not None:
                     chosen[name], sources[name] = path, source
@@ -190,7 +203,8 @@ def resolve_inputs(run: str | Path, *, checkpoint: str | Path | None = None, map
         notes.append(
             f"no starting checkpoint is recorded (flag, triage.toml or training_state.pt ckpt_dir): using the "
             f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
-            f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint")
+            f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
+        )
     return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
 
 
@@ -221,8 +235,10 @@ def _from_training_state(state, run_path: Path) -> dict[str, Found]:
     checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path)
     if checkpoint is not None and not _holds_weights(checkpoint):
         # 0.2.0's draft_config source is a config file when model.draft_model_config was given.
-        checkpoint_notes.append(f"training_state.pt names {checkpoint} as the draft config source; "
-                                "it holds no weights, so it is not the starting drafter")
+        checkpoint_notes.append(
+            f"training_state.pt names {checkpoint} as the draft config source; "
+            "it holds no weights, so it is not the starting drafter"
+        )
         checkpoint = None
     return {
         "checkpoint": (checkpoint, checkpoint_notes),
@@ -276,8 +292,9 @@ def _cache_mapping(cache_dir: Path | None) -> Found:
     if len(files) > 1:
         # Several cache keys (other datasets, other vocab sizes: SpecForge PR #602); the newest is
         # the one a run that just started wrote or reused last.
-        return files[-1], [f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, "
-                           f"{files[-1].name}"]
+        return files[-1], [
+            f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, {files[-1].name}"
+        ]
     return files[-1], []
 
 
@@ -286,8 +303,9 @@ def _discovered(artifacts) -> dict[str, Found]:
         return {name: (None, []) for name in INPUT_NAMES}
     # speculators keeps t2d.npy beside d2t.npy; read_mapping finds the pair from the d2t file.
     mappings = [p for p in artifacts.mappings if not p.name.startswith("t2d")] or list(artifacts.mappings)
-    mapping_notes = ([f"{len(mappings)} mapping files found in the run; using {mappings[0]}"]
-                     if len(mappings) > 1 else [])
+    mapping_notes = (
+        [f"{len(mappings)} mapping files found in the run; using {mappings[0]}"] if len(mappings) > 1 else []
+    )
     return {
         # Oldest first (natural name order): the earliest saved checkpoint is the closest to the start.
         "checkpoint": (artifacts.checkpoints[0] if artifacts.checkpoints else None, []),
@@ -395,10 +413,17 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] = (),
-             metrics: dict[str, Any] | None = None, progress: Progress | None = None,
-             cancel: threading.Event | None = None, serving: ServingComparison | None = None,
-             all_chunk_orders: bool = False) -> Diagnosis:
+def diagnose(
+    inputs: CheckInputs,
+    *,
+    device: str = "auto",
+    flags: Sequence[Any] = (),
+    metrics: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    serving: ServingComparison | None = None,
+    all_chunk_orders: bool = False,
+) -> Diagnosis:
     """Run the four checks (each isolated) and rank the hypotheses.
 
     ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
@@ -414,6 +439,7 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
         def inner(fraction: float, message: str) -> None:
             if progress is not None:
                 progress(fraction, message if message.startswith(f"{name}:") else f"{name}: {message}")
+
         return inner
 
     def token_strings():
@@ -430,8 +456,9 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
             return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
         checkpoint_mapping = loaded.get("checkpoint_mapping")
         run_mapping = loaded.get("run_mapping")
-        return check_vocab_mapping(checkpoint_mapping, run_mapping, token_strings=token_strings(),
-                                   dumps=_optional(loaded, "dumps"))
+        return check_vocab_mapping(
+            checkpoint_mapping, run_mapping, token_strings=token_strings(), dumps=_optional(loaded, "dumps")
+        )
 
     def hidden_state() -> CheckResult:
         from triage_tui.core.checks.hidden_state import check_hidden_state
@@ -443,10 +470,15 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
 
         # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,
         # so a checkpoint that cannot be read (reported by the other checks) does not stop this one.
-        return check_verifier_mask(_optional(loaded, "checkpoint_mapping"), loaded.get("run_mapping"),
-                                   dumps=_optional(loaded, "dumps"), target=_optional(loaded, "target"),
-                                   device=str(resolve_device(device)), progress=report("verifier_mask"),
-                                   cancel=cancel)
+        return check_verifier_mask(
+            _optional(loaded, "checkpoint_mapping"),
+            loaded.get("run_mapping"),
+            dumps=_optional(loaded, "dumps"),
+            target=_optional(loaded, "target"),
+            device=str(resolve_device(device)),
+            progress=report("verifier_mask"),
+            cancel=cancel,
+        )
 
     def replay() -> CheckResult:
         from triage_tui.core.checks.replay import run_replay
@@ -454,15 +486,27 @@ def diagnose(inputs: CheckInputs, *, device: str = "auto", flags: Sequence[Any] 
         # run_replay says itself what it lacks (no checkpoint, no dumps; without a target it
         # falls back to the checkpoint's own embedding when it has one).
         hidden = checks.get("hidden_state")
-        suspect = hidden is not None and any(issue.get("kind") in AUX_CHUNK_ISSUES
-                                             for issue in hidden.details.get("issues", ()))
-        return run_replay(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"),
-                          loaded.get("checkpoint_mapping"), loaded.get("run_mapping"),
-                          device=device, all_chunk_orders=all_chunk_orders or suspect,
-                          progress=report("replay"), cancel=cancel)
+        suspect = hidden is not None and any(
+            issue.get("kind") in AUX_CHUNK_ISSUES for issue in hidden.details.get("issues", ())
+        )
+        return run_replay(
+            loaded.get("checkpoint"),
+            loaded.get("dumps"),
+            loaded.get("target"),
+            loaded.get("checkpoint_mapping"),
+            loaded.get("run_mapping"),
+            device=device,
+            all_chunk_orders=all_chunk_orders or suspect,
+            progress=report("replay"),
+            cancel=cancel,
+        )
 
-    runners = {"vocab_mapping": vocab_mapping, "hidden_state": hidden_state,
-               "verifier_mask": verifier_mask, "replay": replay}
+    runners = {
+        "vocab_mapping": vocab_mapping,
+        "hidden_state": hidden_state,
+        "verifier_mask": verifier_mask,
+        "replay": replay,
+    }
     checks: dict[str, CheckResult] = {}
     for name in CHECK_NAMES:
         if cancel is not None and cancel.is_set():

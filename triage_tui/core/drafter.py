@@ -85,8 +85,9 @@ class DrafterConfig:
             intermediate = int(need("intermediate_size", layer.get("intermediate_size")))
             eps = float(layer.get("rms_norm_eps") or 1e-6)
             theta = float(layer.get("rope_theta") or 10000.0)
-            target_vocab = int(need("vocab_size",
-                                    _first(config, "vocab_size", "target_vocab_size") or layer.get("vocab_size")))
+            target_vocab = int(
+                need("vocab_size", _first(config, "vocab_size", "target_vocab_size") or layer.get("vocab_size"))
+            )
             # sglang: draft_vocab_size None -> the full target vocab (llama_eagle3.py)
             draft_vocab = int(_first(config, "draft_vocab_size") or layer.get("draft_vocab_size") or target_vocab)
             target_hidden = int(_first(config, "target_hidden_size") or layer.get("target_hidden_size") or hidden)
@@ -98,8 +99,9 @@ class DrafterConfig:
         aux = _first(config, "eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
         layers = int(layer.get("num_hidden_layers") or 1)
         if layers != 1:
-            raise BadInput(path, f"drafter has num_hidden_layers={layers}; "
-                                 "only single-layer EAGLE-3 drafters are supported")
+            raise BadInput(
+                path, f"drafter has num_hidden_layers={layers}; only single-layer EAGLE-3 drafters are supported"
+            )
         act = layer.get("hidden_act", "silu")
         if act != "silu":
             raise BadInput(path, f"drafter hidden_act {act!r} is not supported (only silu)")
@@ -109,9 +111,17 @@ class DrafterConfig:
         if heads % kv_heads:
             raise BadInput(path, f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
         return cls(
-            hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-            intermediate_size=intermediate, rms_norm_eps=eps, rope_theta=theta, draft_vocab_size=draft_vocab,
-            target_vocab_size=target_vocab, target_hidden_size=target_hidden, max_position_embeddings=max_pos,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            rms_norm_eps=eps,
+            rope_theta=theta,
+            draft_vocab_size=draft_vocab,
+            target_vocab_size=target_vocab,
+            target_hidden_size=target_hidden,
+            max_position_embeddings=max_pos,
             aux_layer_ids=tuple(int(i) for i in aux) if aux else None,
             norm_before_residual=bool(config.get("norm_before_residual", False)),
         )
@@ -267,8 +277,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, input_embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                cache: TTTCache | None) -> torch.Tensor:
+    def forward(
+        self, input_embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: TTTCache | None
+    ) -> torch.Tensor:
         residual = hidden
         hidden = self.hidden_norm(hidden)
         if self.norm_before_residual:
@@ -280,11 +291,20 @@ class DecoderLayer(nn.Module):
 
 STATE_DICT_KEYS = (
     "fc.weight",
-    "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight",
-    "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
-    "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight",
-    "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "midlayer.post_attention_layernorm.weight",
-    "norm.weight", "lm_head.weight", "d2t", "t2d",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
 )
 # Names a checkpoint may hold that the drafter does not use: the frozen target embedding
 # (speculators saves it; SpecForge filters it out) and speculators' verifier copies.
@@ -294,9 +314,9 @@ _IGNORED_KEYS = ("embed_tokens.weight", "verifier_lm_head.weight", "verifier_nor
 def canonical_key(name: str) -> str:
     """Map a checkpoint tensor name to this module's: speculators/vLLM ``layers.0.`` -> ``midlayer.``."""
     if name.startswith("model."):  # sglang-style prefix some exports carry
-        name = name[len("model."):]
+        name = name[len("model.") :]
     if name.startswith("layers.0."):
-        name = "midlayer." + name[len("layers.0."):]
+        name = "midlayer." + name[len("layers.0.") :]
     return name
 
 
@@ -323,8 +343,13 @@ class Eagle3Drafter(nn.Module):
         """fc over the concatenated low/mid/high aux hidden states, ``[B, T, 3Ht] -> [B, T, H]``."""
         return self.fc(aux_hidden)
 
-    def step(self, input_embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None = None,
-             cache: TTTCache | None = None) -> torch.Tensor:
+    def step(
+        self,
+        input_embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        cache: TTTCache | None = None,
+    ) -> torch.Tensor:
         """One pass of the midlayer; returns the pre-norm hidden (the next TTT step's input)."""
         if position_ids is None:
             b, t = hidden.shape[:2]
@@ -334,23 +359,43 @@ class Eagle3Drafter(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden))
 
-    def forward(self, input_embeds: torch.Tensor, aux_hidden: torch.Tensor,
-                position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_embeds: torch.Tensor, aux_hidden: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """First draft step: ``(logits [B, T, Vd], pre-norm hidden [B, T, H])``."""
         out = self.step(input_embeds, self.project(aux_hidden), position_ids)
         return self.compute_logits(out), out
 
     @classmethod
-    def from_state_dict(cls, config: DrafterConfig, state_dict: Mapping[str, torch.Tensor], *,
-                        path: str | Path | None = None, device: torch.device | str = "cpu",
-                        dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+    def from_state_dict(
+        cls,
+        config: DrafterConfig,
+        state_dict: Mapping[str, torch.Tensor],
+        *,
+        path: str | Path | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> Eagle3Drafter:
         """Build from tensors named as SpecForge (``midlayer.*``) or speculators (``layers.0.*``) name them."""
-        return _build(config, {canonical_key(k): k for k in state_dict}, lambda k: state_dict[k],
-                      path=path, device=device, dtype=dtype)
+        return _build(
+            config,
+            {canonical_key(k): k for k in state_dict},
+            lambda k: state_dict[k],
+            path=path,
+            device=device,
+            dtype=dtype,
+        )
 
 
-def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], torch.Tensor], *,
-           path: str | Path | None, device: torch.device | str, dtype: torch.dtype) -> Eagle3Drafter:
+def _build(
+    config: DrafterConfig,
+    names: dict[str, str],
+    fetch: Callable[[str], torch.Tensor],
+    *,
+    path: str | Path | None,
+    device: torch.device | str,
+    dtype: torch.dtype,
+) -> Eagle3Drafter:
     """Allocate on the meta device, then fill every tensor from ``fetch`` (one at a time)."""
     unknown = sorted(names[k] for k in names if k not in STATE_DICT_KEYS and k not in _IGNORED_KEYS)
     if unknown:
@@ -370,8 +415,9 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
                 continue
             value = fetch(names[key])
             if tuple(value.shape) != tuple(target.shape):
-                raise BadInput(path, f"{names[key]} has shape {tuple(value.shape)}, "
-                                     f"the config implies {tuple(target.shape)}")
+                raise BadInput(
+                    path, f"{names[key]} has shape {tuple(value.shape)}, the config implies {tuple(target.shape)}"
+                )
             if key == "t2d":
                 value = value.to(torch.bool)
             elif key == "d2t":
@@ -391,8 +437,9 @@ def _build(config: DrafterConfig, names: dict[str, str], fetch: Callable[[str], 
     return model
 
 
-def load_drafter(checkpoint: DrafterCheckpoint, *, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+def load_drafter(
+    checkpoint: DrafterCheckpoint, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> Eagle3Drafter:
     """Build the drafter a checkpoint directory holds, reading one tensor at a time."""
     raw = dict(checkpoint.config)
     # modelopt exports and hand-written configs may omit the vocab sizes; the reader derived
@@ -429,9 +476,14 @@ def embed_ids(embed: torch.Tensor | Callable[[torch.Tensor], torch.Tensor], inpu
     return F.embedding(input_ids, embed) if isinstance(embed, torch.Tensor) else embed(input_ids)
 
 
-def ttt_forward(drafter: Eagle3Drafter, embed: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
-                input_ids: torch.Tensor, aux_hidden: torch.Tensor, steps: int,
-                position_ids: torch.Tensor | None = None) -> list[torch.Tensor]:
+def ttt_forward(
+    drafter: Eagle3Drafter,
+    embed: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
+    input_ids: torch.Tensor,
+    aux_hidden: torch.Tensor,
+    steps: int,
+    position_ids: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
     """Unroll ``steps`` TTT steps; returns the drafter's float32 logits ``[B, T, Vd]`` per step.
 
     Alignment (SpecForge classic ``specforge/core/eagle3.py``
@@ -457,8 +509,9 @@ def ttt_forward(drafter: Eagle3Drafter, embed: torch.Tensor | Callable[[torch.Te
     return logits
 
 
-def target_distribution(target_logits: torch.Tensor, t2d: torch.Tensor,
-                        loss_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def target_distribution(
+    target_logits: torch.Tensor, t2d: torch.Tensor, loss_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(target_p [.., Vd], position_mask [..])`` as SpecForge ``_compute_target_p`` computes them.
 
     ``target_p = softmax(target_logits[..., t2d])`` (renormalised over the draft vocab, in
@@ -494,8 +547,9 @@ def soft_cross_entropy(logits: torch.Tensor, target_p: torch.Tensor, position_ma
     return (position_mask.to(torch.float32) * per_position_soft_cross_entropy(logits, target_p)).mean()
 
 
-def draft_accuracy(logits: torch.Tensor, target_p: torch.Tensor, position_mask: torch.Tensor,
-                   loss_mask: torch.Tensor) -> float:
+def draft_accuracy(
+    logits: torch.Tensor, target_p: torch.Tensor, position_mask: torch.Tensor, loss_mask: torch.Tensor
+) -> float:
     """SpecForge classic ``acc``: draft-index argmax hits over ``loss_mask.sum() + 1e-6``."""
     hits = ((logits.argmax(-1) == target_p.argmax(-1)).to(torch.float32) * position_mask.to(torch.float32)).sum()
     return float(hits.item() / (loss_mask.to(torch.float32).sum().item() + 1e-6))
@@ -509,8 +563,9 @@ class StepMetrics:
     acc: float
 
 
-def ttt_metrics(logits_per_step: list[torch.Tensor], target_logits: torch.Tensor, loss_mask: torch.Tensor,
-                t2d: torch.Tensor) -> list[StepMetrics]:
+def ttt_metrics(
+    logits_per_step: list[torch.Tensor], target_logits: torch.Tensor, loss_mask: torch.Tensor, t2d: torch.Tensor
+) -> list[StepMetrics]:
     """Per-step SpecForge ``ploss``/``acc`` for the logits of :func:`ttt_forward`.
 
     ``target_logits`` are the target's full-vocab logits at the dump's positions
@@ -523,6 +578,10 @@ def ttt_metrics(logits_per_step: list[torch.Tensor], target_logits: torch.Tensor
     for k, logits in enumerate(logits_per_step):
         mask = shift_left(loss_mask, k)
         target_p, position_mask = target_distribution(shift_left(target_logits, k + 1), t2d, mask)
-        metrics.append(StepMetrics(soft_cross_entropy(logits, target_p, position_mask),
-                                   draft_accuracy(logits, target_p, position_mask, mask)))
+        metrics.append(
+            StepMetrics(
+                soft_cross_entropy(logits, target_p, position_mask),
+                draft_accuracy(logits, target_p, position_mask, mask),
+            )
+        )
     return metrics

@@ -276,20 +276,52 @@ def _frame(buf, n: int, more: int = 0) -> _Frames:
 # TensorProto dtype -> raw `tensor_content` decoder (tensorflow/tensorboard
 # tensorboard/compat/proto/types.proto); rank-0, so the content is exactly one element.
 _CONTENT_KIND = {
-    1: "f32", 2: "f64", 3: "i32", 4: "u8", 5: "i16", 6: "i8", 9: "i64", 10: "bool",
-    14: "bf16", 17: "u16", 19: "f16", 22: "u32", 23: "u64",
+    1: "f32",
+    2: "f64",
+    3: "i32",
+    4: "u8",
+    5: "i16",
+    6: "i8",
+    9: "i64",
+    10: "bool",
+    14: "bf16",
+    17: "u16",
+    19: "f16",
+    22: "u32",
+    23: "u64",
 }
 _KIND_WIDTH = {
-    "f32": 4, "f64": 8, "i32": 4, "u8": 1, "i16": 2, "i8": 1, "i64": 8, "bool": 1,
-    "bf16": 2, "u16": 2, "f16": 2, "u32": 4, "u64": 8,
+    "f32": 4,
+    "f64": 8,
+    "i32": 4,
+    "u8": 1,
+    "i16": 2,
+    "i8": 1,
+    "i64": 8,
+    "bool": 1,
+    "bf16": 2,
+    "u16": 2,
+    "f16": 2,
+    "u32": 4,
+    "u64": 8,
 }
 # dtype -> (TensorProto field that holds its values when tensor_content is empty, decoder)
 # (tensorboard/compat/proto/tensor.proto: half_val holds DT_HALF and DT_BFLOAT16 bit patterns;
 # int_val holds DT_INT32, DT_INT16, DT_INT8, DT_UINT8, DT_UINT16).
 _VAL_FIELD = {
-    1: (5, "f32"), 2: (6, "f64"), 19: (13, "v_f16"), 14: (13, "v_bf16"),
-    3: (7, "v_i32"), 5: (7, "v_i32"), 6: (7, "v_i32"), 4: (7, "v_i32"), 17: (7, "v_i32"),
-    9: (10, "v_i64"), 10: (11, "v_bool"), 22: (16, "v_u32"), 23: (17, "v_u64"),
+    1: (5, "f32"),
+    2: (6, "f64"),
+    19: (13, "v_f16"),
+    14: (13, "v_bf16"),
+    3: (7, "v_i32"),
+    5: (7, "v_i32"),
+    6: (7, "v_i32"),
+    4: (7, "v_i32"),
+    17: (7, "v_i32"),
+    9: (10, "v_i64"),
+    10: (11, "v_bool"),
+    22: (16, "v_u32"),
+    23: (17, "v_u64"),
 }
 _VALUE_SOURCE_FIELDS = frozenset({4, 5, 6, 7, 10, 11, 13, 16, 17})
 
@@ -460,8 +492,17 @@ def _walk_tensor(p: bytes, pos: int, end: int) -> tuple[int, int, str] | None:
 # record by record (one cache miss a record); byte j of a row is payload byte j.
 
 _FIXED_DTYPE = {
-    "f32": "<f4", "f64": "<f8", "f16": "<f2", "i8": "i1", "u8": "u1", "i16": "<i2", "u16": "<u2",
-    "i32": "<i4", "u32": "<u4", "i64": "<i8", "u64": "<u8",
+    "f32": "<f4",
+    "f64": "<f8",
+    "f16": "<f2",
+    "i8": "i1",
+    "u8": "u1",
+    "i16": "<i2",
+    "u16": "<u2",
+    "i32": "<i4",
+    "u32": "<u4",
+    "i64": "<i8",
+    "u64": "<u8",
 }
 
 
@@ -539,8 +580,14 @@ def _decode_layout(rows: np.ndarray, layout: _Layout):
 # --- templates: one skeleton per (tag, writer, byte layout) ----------------------------------
 
 _HASH_MULT = [
-    0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-    0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9,
+    0x9E3779B97F4A7C15,
+    0xC2B2AE3D27D4EB4F,
+    0x165667B19E3779F9,
+    0xD6E8FEB86659FD93,
+    0xFF51AFD7ED558CCD,
+    0xC4CEB9FE1A85EC53,
+    0x94D049BB133111EB,
+    0xBF58476D1CE4E5B9,
 ]
 
 
@@ -955,8 +1002,9 @@ class _Decoder:
         elif which == "session_log" and event.session_log.status == event_pb2.SessionLog.START:
             chunk.starts.append((key, event.step))
 
-    def _point(self, chunk: _Chunk, key: int, tag: str, plugin: str | None,
-               step: int, wall: float, value: float) -> None:
+    def _point(
+        self, chunk: _Chunk, key: int, tag: str, plugin: str | None, step: int, wall: float, value: float
+    ) -> None:
         tag_id = self.tag_id(tag)
         chunk.saw_tag(tag_id, key, plugin)
         chunk.slow_points.append((key, tag_id, step, wall, value))
@@ -1340,6 +1388,7 @@ class RunEvents:
                 lows[i] = hi
             if phase < len(purges) and scalars.purge_from(purges[phase][1]):
                 scalars.version += 1  # a purge alone (no new points) is a change too
+
 
 def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
     """Each event file's series-name prefix: ``"<subdir>/"`` below the run's own log directory.

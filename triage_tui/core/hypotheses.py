@@ -48,10 +48,20 @@ W_SYMPTOM_CORROBORATES = 0.3
 # order keeps shapes valid but feeds states the drafter never saw: 0.75. A draft/target hidden
 # mismatch without target_hidden_size breaks loaders (vLLM #18906): 0.7.
 W_HIDDEN_ISSUE = {
-    "aux_width": 0.9, "only_last_layer": 0.9, "aux_chunk_count": 0.9, "fc_width": 0.9,
-    "length_mismatch": 0.8, "inconsistent_dumps": 0.6, "missing_fc": 0.9,
-    "repeated_aux_chunk": 0.75, "aux_chunk_order": 0.75, "aux_chunk_is_last_hidden": 0.75,
-    "draft_hidden_mismatch": 0.7, "target_vocab": 0.6, "aux_layer_mismatch": 0.6, "aux_layer_out_of_range": 0.6,
+    "aux_width": 0.9,
+    "only_last_layer": 0.9,
+    "aux_chunk_count": 0.9,
+    "fc_width": 0.9,
+    "length_mismatch": 0.8,
+    "inconsistent_dumps": 0.6,
+    "missing_fc": 0.9,
+    "repeated_aux_chunk": 0.75,
+    "aux_chunk_order": 0.75,
+    "aux_chunk_is_last_hidden": 0.75,
+    "draft_hidden_mismatch": 0.7,
+    "target_vocab": 0.6,
+    "aux_layer_mismatch": 0.6,
+    "aux_layer_out_of_range": 0.6,
 }
 # Replay: another chunk order scores clearly better than the stored one (low, mid, high).
 W_REPLAY_CHUNK_ORDER = 0.7
@@ -67,8 +77,14 @@ W_AUX_OFF_BY_ONE = 0.6
 # count or length is
 # wrong usually crashes (EAGLE #248) rather than trains at chance: 0.6. A stored mask that
 # disagrees with d2t selects other target columns than the rows mean: 0.8.
-W_MASK_INVARIANT = {"ascending": 0.9, "t2d.sum()": 0.6, "len(t2d)": 0.6, "stored t2d": 0.8,
-                    "within the target vocab": 0.6, "unique": 0.6}
+W_MASK_INVARIANT = {
+    "ascending": 0.9,
+    "t2d.sum()": 0.6,
+    "len(t2d)": 0.6,
+    "stored t2d": 0.8,
+    "within the target vocab": 0.6,
+    "unique": 0.6,
+}
 # The checkpoint's mask differs from the run's: a consequence of a different mapping, which
 # vocab_mapping_mismatch already explains and remap fixes; small on its own.
 W_MASKS_DIFFER = 0.1
@@ -87,9 +103,9 @@ W_LOSS_AND_ACC_ZERO = 0.9
 W_DUMPS_ALL_MASKS_EMPTY = 0.8
 
 # -- missing_lm_head / non_finite / diverged ----------------------------------------------------
-W_MISSING_LM_HEAD = 0.9   # a random head: accept length 1.00 (sglang PR #27908)
-W_NON_FINITE = 0.9        # a NaN/inf loss is itself the failure
-W_DIVERGING = 0.6         # a rising loss: learning rate or data, the flag cannot tell which
+W_MISSING_LM_HEAD = 0.9  # a random head: accept length 1.00 (sglang PR #27908)
+W_NON_FINITE = 0.9  # a NaN/inf loss is itself the failure
+W_DIVERGING = 0.6  # a rising loss: learning rate or data, the flag cannot tell which
 
 # -- serving evidence (core/serving.py) --------------------------------------------------------
 # Serving acceptance collapsed to ~1 (later positions ~0): the engine rejects nearly every draft
@@ -111,10 +127,14 @@ W_SERVING_ABOVE_TRAINING = 0.45
 W_SERVING_ABOVE_CORROBORATES = 0.3
 
 LINKS = {
-    "config_contract": ("https://github.com/vllm-project/vllm/issues/38111",
-                        "https://github.com/sgl-project/sglang/issues/32226"),
-    "target_mismatch": ("https://github.com/sgl-project/SpecForge/issues/533",
-                        "https://github.com/vllm-project/vllm/issues/9534"),
+    "config_contract": (
+        "https://github.com/vllm-project/vllm/issues/38111",
+        "https://github.com/sgl-project/sglang/issues/32226",
+    ),
+    "target_mismatch": (
+        "https://github.com/sgl-project/SpecForge/issues/533",
+        "https://github.com/vllm-project/vllm/issues/9534",
+    ),
     "training_metric_misread": ("https://github.com/vllm-project/vllm/issues/42508",),
 }
 
@@ -133,8 +153,14 @@ class Hypothesis:
     links: tuple[str, ...] = ()  # public issues the cause is known from
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "score": round(self.score, 4),
-                "evidence": list(self.evidence), "action": self.action, "links": list(self.links)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "score": round(self.score, 4),
+            "evidence": list(self.evidence),
+            "action": self.action,
+            "links": list(self.links),
+        }
 
 
 class _Evidence:
@@ -164,9 +190,13 @@ class _Evidence:
         return tuple(line for _, line in self.items)
 
 
-def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence[Flag] = (), *,
-                    metrics: Mapping[str, Any] | None = None,
-                    serving: ServingComparison | None = None) -> list[Hypothesis]:
+def rank_hypotheses(
+    checks: Mapping[str, CheckResult],
+    flags: Sequence[Flag] = (),
+    *,
+    metrics: Mapping[str, Any] | None = None,
+    serving: ServingComparison | None = None,
+) -> list[Hypothesis]:
     """Score every cause the evidence can speak to, best first.
 
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
@@ -182,9 +212,14 @@ def rank_hypotheses(checks: Mapping[str, CheckResult], flags: Sequence[Flag] = (
     ]
     if serving is not None:
         hypotheses += [_config_contract(serving), _target_mismatch(serving)]
-    for optional in (_aux_layer_off_by_one(checks, symptoms), _missing_lm_head(checks, symptoms),
-                     _empty_loss_mask(checks, metrics), _non_finite(flags), _diverged(flags),
-                     _training_metric_misread(serving)):
+    for optional in (
+        _aux_layer_off_by_one(checks, symptoms),
+        _missing_lm_head(checks, symptoms),
+        _empty_loss_mask(checks, metrics),
+        _non_finite(flags),
+        _diverged(flags),
+        _training_metric_misread(serving),
+    ):
         if optional is not None:
             hypotheses.append(optional)
     # Stable order for ties: the always-present ones first, in their listed order.
@@ -221,22 +256,28 @@ def _vocab_mapping_mismatch(checks, flags, symptoms, serving=None) -> Hypothesis
     if vocab is not None:
         d = vocab.details
         fraction = d.get("positional_match_fraction", 1.0)
-        line = (f"{d.get('positional_match')} / {d.get('draft_vocab_size')} draft positions map to the same target "
-                f"token in the checkpoint's and the run's mapping ({fraction:.2%})")
+        line = (
+            f"{d.get('positional_match')} / {d.get('draft_vocab_size')} draft positions map to the same target "
+            f"token in the checkpoint's and the run's mapping ({fraction:.2%})"
+        )
         if vocab.status == "fail":
             ev.add(W_VOCAB_CHECK * (1.0 - fraction), line)
             tokens = d.get("training_tokens") or {}
             if tokens.get("same_row_fraction") is not None:
-                ev.note(f"{tokens['same_row_fraction']:.1%} of {tokens['tokens']} loss-masked training tokens land "
-                        f"on the lm_head row trained for them")
+                ev.note(
+                    f"{tokens['same_row_fraction']:.1%} of {tokens['tokens']} loss-masked training tokens land "
+                    f"on the lm_head row trained for them"
+                )
         else:
             ev.note(line)
     replay = _replay(checks)
     if replay is not None:
         own, run = replay.get("accuracy_checkpoint_mapping"), replay.get("accuracy_run_mapping")
         if own is not None and run is not None:
-            line = (f"replay on {replay.get('tokens')} tokens: accuracy {own:.1%} with the checkpoint's mapping, "
-                    f"{run:.1%} with the run's")
+            line = (
+                f"replay on {replay.get('tokens')} tokens: accuracy {own:.1%} with the checkpoint's mapping, "
+                f"{run:.1%} with the run's"
+            )
             if own - run >= MIN_REPLAY_GAP:
                 ev.add(W_REPLAY_GAP * (own - run) / own, line)
             else:
@@ -253,9 +294,13 @@ def _vocab_mapping_mismatch(checks, flags, symptoms, serving=None) -> Hypothesis
         else:
             ev.note(f"serving: {serving_above.message}")
     _serving_collapsed(ev, serving)
-    return Hypothesis("vocab_mapping_mismatch",
-                      "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",
-                      ev.score(), ev.lines(), "remap")
+    return Hypothesis(
+        "vocab_mapping_mismatch",
+        "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",
+        ev.score(),
+        ev.lines(),
+        "remap",
+    )
 
 
 def _hidden_state_format(checks, symptoms, serving=None) -> Hypothesis:
@@ -274,13 +319,19 @@ def _hidden_state_format(checks, symptoms, serving=None) -> Hypothesis:
         stored = orders.get("0,1,2")
         best_order, best = max(orders.items(), key=lambda kv: kv[1])
         if stored is not None and best_order != "0,1,2" and best - stored >= MIN_REPLAY_GAP:
-            ev.add(W_REPLAY_CHUNK_ORDER * (best - stored) / best,
-                   f"replay accuracy {best:.1%} with aux chunks in order {best_order}, {stored:.1%} as stored")
+            ev.add(
+                W_REPLAY_CHUNK_ORDER * (best - stored) / best,
+                f"replay accuracy {best:.1%} with aux chunks in order {best_order}, {stored:.1%} as stored",
+            )
     _corroborate(ev, symptoms)
     _serving_collapsed(ev, serving)
-    return Hypothesis("hidden_state_format",
-                      "The hidden-state dumps are not what the drafter's fc was trained to read",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis(
+        "hidden_state_format",
+        "The hidden-state dumps are not what the drafter's fc was trained to read",
+        ev.score(),
+        ev.lines(),
+        None,
+    )
 
 
 def _verifier_mask_mismatch(checks, symptoms) -> Hypothesis:
@@ -308,9 +359,13 @@ def _verifier_mask_mismatch(checks, symptoms) -> Hypothesis:
     # a differing mapping and should not pull in the chance-level symptom.
     if any(w >= 0.5 for w, _ in ev.items):
         _corroborate(ev, symptoms)
-    return Hypothesis("verifier_mask_mismatch",
-                      "The verifier mask (t2d) does not select target logits in the drafter's row order",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis(
+        "verifier_mask_mismatch",
+        "The verifier mask (t2d) does not select target logits in the drafter's row order",
+        ev.score(),
+        ev.lines(),
+        None,
+    )
 
 
 def _issues(checks, kind: str) -> list[dict[str, str]]:
@@ -326,9 +381,13 @@ def _aux_layer_off_by_one(checks, symptoms) -> Hypothesis | None:
         return None
     ev = _Evidence()
     ev.add(W_AUX_OFF_BY_ONE, found[0]["message"])
-    return Hypothesis("aux_layer_off_by_one",
-                      "The aux hidden states come from layers one off from those the config names",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis(
+        "aux_layer_off_by_one",
+        "The aux hidden states come from layers one off from those the config names",
+        ev.score(),
+        ev.lines(),
+        None,
+    )
 
 
 def _missing_lm_head(checks, symptoms) -> Hypothesis | None:
@@ -338,8 +397,9 @@ def _missing_lm_head(checks, symptoms) -> Hypothesis | None:
     ev = _Evidence()
     ev.add(W_MISSING_LM_HEAD, found[0]["message"])
     _corroborate(ev, symptoms)
-    return Hypothesis("missing_lm_head", "The checkpoint has no lm_head: the draft head starts random",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis(
+        "missing_lm_head", "The checkpoint has no lm_head: the draft head starts random", ev.score(), ev.lines(), None
+    )
 
 
 def _empty_loss_mask(checks, metrics) -> Hypothesis | None:
@@ -347,8 +407,10 @@ def _empty_loss_mask(checks, metrics) -> Hypothesis | None:
     loss = (metrics or {}).get("loss") or {}
     acc = (metrics or {}).get("accuracy") or {}
     if loss.get("last") == 0.0 and acc.get("last") == 0.0:
-        ev.add(W_LOSS_AND_ACC_ZERO,
-               f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)")
+        ev.add(
+            W_LOSS_AND_ACC_ZERO,
+            f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)",
+        )
     vocab = checks.get("vocab_mapping")
     tokens = (vocab.details.get("training_tokens") if vocab is not None else None) or {}
     samples, empty = tokens.get("samples", 0), tokens.get("samples_with_empty_loss_mask", 0)
@@ -358,8 +420,7 @@ def _empty_loss_mask(checks, metrics) -> Hypothesis | None:
         ev.note(f"{empty} of {samples} dumped samples have an all-zero loss_mask")
     if not ev.items:
         return None
-    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained", ev.score(), ev.lines(), None)
 
 
 def _non_finite(flags) -> Hypothesis | None:
@@ -377,8 +438,9 @@ def _diverged(flags) -> Hypothesis | None:
         return None
     ev = _Evidence()
     ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
-    return Hypothesis("diverged", "The run diverged (learning rate too high, or bad batches)",
-                      ev.score(), ev.lines(), None)
+    return Hypothesis(
+        "diverged", "The run diverged (learning rate too high, or bad batches)", ev.score(), ev.lines(), None
+    )
 
 
 def _config_contract(serving) -> Hypothesis:
@@ -386,10 +448,15 @@ def _config_contract(serving) -> Hypothesis:
     _serving_collapsed(ev, serving)
     if not ev.items:
         ev.note(f"serving acceptance length {_length(serving)}: not collapsed")
-    return Hypothesis("config_contract",
-                      "The drafter's config asks for something the serving engine ignores or reads differently "
-                      "(aux layer ids, norm before fc, draft vocab size)",
-                      ev.score(), ev.lines(), None, LINKS["config_contract"])
+    return Hypothesis(
+        "config_contract",
+        "The drafter's config asks for something the serving engine ignores or reads differently "
+        "(aux layer ids, norm before fc, draft vocab size)",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["config_contract"],
+    )
 
 
 def _target_mismatch(serving) -> Hypothesis:
@@ -401,9 +468,14 @@ def _target_mismatch(serving) -> Hypothesis:
         ev.note(f"training estimates {serving.training.acceptance_length:.2f}, serving accepts {_length(serving)}")
     else:
         ev.note("the run logs no per-position accuracy (acc_i, full_acc_i, cond_acc_i) to compare serving with")
-    return Hypothesis("target_mismatch",
-                      "The served target (verifier) is not the one the drafter was trained against",
-                      ev.score(), ev.lines(), None, LINKS["target_mismatch"])
+    return Hypothesis(
+        "target_mismatch",
+        "The served target (verifier) is not the one the drafter was trained against",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["target_mismatch"],
+    )
 
 
 def _training_metric_misread(serving) -> Hypothesis | None:
@@ -412,9 +484,14 @@ def _training_metric_misread(serving) -> Hypothesis | None:
         return None
     ev = _Evidence()
     ev.add(W_SERVING_ABOVE_TRAINING, f"serving: {above.message}")
-    return Hypothesis("training_metric_misread",
-                      "Training's accuracy does not measure the drafter the server runs (labels or metric)",
-                      ev.score(), ev.lines(), None, LINKS["training_metric_misread"])
+    return Hypothesis(
+        "training_metric_misread",
+        "Training's accuracy does not measure the drafter the server runs (labels or metric)",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["training_metric_misread"],
+    )
 
 
 def _length(serving) -> str:

@@ -75,8 +75,13 @@ TRAINERS: tuple[TrainerNames, ...] = (
         accuracy=("train/acc_{i}", "train/acc", "eval/per_position_acc/{i}", "eval/avg_acc"),
         summed_loss=("train/loss", "eval/avg_loss"),
         acceptance_length=("eval/simulated_acc_len",),
-        other=("train/acceptance_rate_{i}", "train/acceptance_rate", "eval/acceptance_rate_{i}",
-               "train/lr", "train/grad_norm"),
+        other=(
+            "train/acceptance_rate_{i}",
+            "train/acceptance_rate",
+            "eval/acceptance_rate_{i}",
+            "train/lr",
+            "train/grad_norm",
+        ),
     ),
     TrainerNames(
         "specforge-classic",
@@ -113,8 +118,15 @@ TRAINERS: tuple[TrainerNames, ...] = (
         "huggingface/transformers 5.24.0 (integrations/integration_utils.py: TensorBoardCallback, WandbCallback)",
         loss=("train/loss", "loss", "eval/loss", "eval_loss"),
         accuracy=(),
-        other=("train/learning_rate", "learning_rate", "train/grad_norm", "grad_norm", "train/epoch", "epoch",
-               "train/global_step"),
+        other=(
+            "train/learning_rate",
+            "learning_rate",
+            "train/grad_norm",
+            "grad_norm",
+            "train/epoch",
+            "epoch",
+            "train/global_step",
+        ),
     ),
 )
 

@@ -46,8 +46,9 @@ def worth_a_helper(runs: Sequence[RunEvents], min_bytes: int = MIN_PARALLEL_BYTE
     return sum(r.unread_bytes() for r in runs) >= min_bytes
 
 
-def read_runs(runs: list[RunEvents], on_read: Callable[[int, RunEvents], None],
-              helper_command: Sequence[str] | None = None) -> None:
+def read_runs(
+    runs: list[RunEvents], on_read: Callable[[int, RunEvents], None], helper_command: Sequence[str] | None = None
+) -> None:
     """Poll every run of `runs` once, on two cores; `on_read(i, events)` as each is done.
 
     `events` is `runs[i]` itself, or the helper's copy of it after its poll: the caller keeps
@@ -124,7 +125,10 @@ class _Helper:
         try:
             proc = subprocess.Popen(
                 list(command or [sys.executable, "-m", "triage_tui.core.parallel_read"]),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,  # Ctrl-C in the terminal is this process's to handle
             )
         except OSError:

@@ -69,8 +69,15 @@ if TYPE_CHECKING:
 # plan_remap spends hashing the source meanwhile (formats/ defers it the same way).
 
 __all__ = [
-    "INIT_STRATEGIES", "Cancelled", "KeptMapping", "RemapPlan", "RemapReport",
-    "execute_remap", "keep_checkpoint_mapping", "plan_remap", "remap_checkpoint",
+    "INIT_STRATEGIES",
+    "Cancelled",
+    "KeptMapping",
+    "RemapPlan",
+    "RemapReport",
+    "execute_remap",
+    "keep_checkpoint_mapping",
+    "plan_remap",
+    "remap_checkpoint",
 ]
 
 INIT_STRATEGIES = ("target", "mean", "zeros")
@@ -107,31 +114,33 @@ def _count(n: int) -> str:
 class RemapPlan:
     """What a remap will write, worked out from the inputs; nothing has been written yet."""
 
-    source: Path                    # the source checkpoint directory
+    source: Path  # the source checkpoint directory
     output: Path
     mapping_path: Path
-    draft_vocab_size: int           # rows of the new lm_head (the run's draft vocab)
+    draft_vocab_size: int  # rows of the new lm_head (the run's draft vocab)
     rows_copied: int
     rows_initialized: int
-    init: str                       # "target" | "mean" | "zeros": what initialised rows are set from
+    init: str  # "target" | "mean" | "zeros": what initialised rows are set from
     notes: tuple[str, ...]
-    init_from: str                  # the same in words, for the confirm dialog
-    written_as: str | None          # "model.safetensors" when a pytorch_model.bin source is rewritten
+    init_from: str  # the same in words, for the confirm dialog
+    written_as: str | None  # "model.safetensors" when a pytorch_model.bin source is rewritten
     mapping_sha256: str
-    mapping_sha256_of: str          # "file" (bytes of the mapping's file) | "mapping" (hot ids: read from no file)
+    mapping_sha256_of: str  # "file" (bytes of the mapping's file) | "mapping" (hot ids: read from no file)
     target_path: Path | None
-    lm_head_name: str               # the checkpoint's lm_head tensor (checked present when planning)
+    lm_head_name: str  # the checkpoint's lm_head tensor (checked present when planning)
     checkpoint: DrafterCheckpoint = field(repr=False)
     run_mapping: VocabMapping = field(repr=False)
-    source_rows: np.ndarray = field(repr=False)   # per new row: the old row it copies, -1 if initialised
+    source_rows: np.ndarray = field(repr=False)  # per new row: the old row it copies, -1 if initialised
     target_model: Any = field(default=None, repr=False)
     source_identities: tuple = field(default=(), repr=False)  # (dev, inode, size, mtime) of each weights file
 
     def describe(self) -> str:
         """The exact text the TUI's confirm dialog shows."""
-        text = (f"Write {self.output} from {self.source}: {_count(self.rows_copied)} lm_head rows move to the "
-                f"run's order, {_count(self.rows_initialized)} rows initialised from {self.init_from}; "
-                f"d2t/t2d replaced by {self.mapping_path}; source untouched.")
+        text = (
+            f"Write {self.output} from {self.source}: {_count(self.rows_copied)} lm_head rows move to the "
+            f"run's order, {_count(self.rows_initialized)} rows initialised from {self.init_from}; "
+            f"d2t/t2d replaced by {self.mapping_path}; source untouched."
+        )
         return "\n".join([text, *self.notes])
 
 
@@ -170,8 +179,11 @@ def _identity(path: Path) -> tuple[int, ...]:
 def _check_unchanged(plan: RemapPlan) -> None:
     """The source's files are those the plan read (a rewrite or replacement since is refused)."""
     if tuple(_identity(file) for file in plan.checkpoint.files) != plan.source_identities:
-        raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
-                                    "nothing was written (run again once nothing writes to it)")
+        raise BadInput(
+            plan.source,
+            "the checkpoint's weights changed while it was being remapped; "
+            "nothing was written (run again once nothing writes to it)",
+        )
 
 
 def _default_output(source: Path, mapping_sha: str) -> Path:
@@ -184,8 +196,14 @@ def _read_target(path: Path):
     return read_target(path)
 
 
-def plan_remap(checkpoint_path: str | Path, mapping_path: str | Path, *, out: str | Path | None = None,
-               init: str | None = None, target: str | Path | None = None) -> RemapPlan:
+def plan_remap(
+    checkpoint_path: str | Path,
+    mapping_path: str | Path,
+    *,
+    out: str | Path | None = None,
+    init: str | None = None,
+    target: str | Path | None = None,
+) -> RemapPlan:
     """Read and check the inputs and decide every row; BadInput for anything that does not fit."""
     if init is not None and init not in INIT_STRATEGIES:
         raise BadInput(None, f"--init-missing must be one of {', '.join(INIT_STRATEGIES)}, not {init!r}")
@@ -205,8 +223,13 @@ def _read_error(err: OSError, fallback: str | Path) -> BadInput:
     return BadInput(err.filename or fallback, f"cannot read: {reason}")
 
 
-def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path | None, init: str | None,
-          target: str | Path | None) -> RemapPlan:
+def _plan(
+    checkpoint_path: str | Path,
+    mapping_path: str | Path,
+    out: str | Path | None,
+    init: str | None,
+    target: str | Path | None,
+) -> RemapPlan:
     checkpoint = read_checkpoint(checkpoint_path)
     identities = tuple(_identity(file) for file in checkpoint.files)
     source = checkpoint.path.resolve()
@@ -232,42 +255,61 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
         # vLLM keeps draft_id_to_target_id at zeros when a checkpoint has no d2t (reference
         # section 1.2): the rows then stand for target ids 0..Vd-1, and that is what they learnt.
         checkpoint_mapping = VocabMapping.identity(old_rows, vocab, source=f"{source} (no d2t: identity)")
-        notes.append(f"The checkpoint has no d2t: its rows are taken as target ids 0..{old_rows - 1}, "
-                     "as vLLM reads such a checkpoint.")
+        notes.append(
+            f"The checkpoint has no d2t: its rows are taken as target ids 0..{old_rows - 1}, "
+            "as vLLM reads such a checkpoint."
+        )
     elif checkpoint_mapping.draft_vocab_size != old_rows:
-        raise BadInput(source, f"d2t has {checkpoint_mapping.draft_vocab_size} entries but lm_head.weight has "
-                               f"{old_rows} rows")
+        raise BadInput(
+            source, f"d2t has {checkpoint_mapping.draft_vocab_size} entries but lm_head.weight has {old_rows} rows"
+        )
 
     mapping_path = Path(mapping_path).resolve()
-    run_mapping = read_mapping(mapping_path, target_vocab_size=checkpoint.target_vocab_size
-                               or (target_model.vocab_size if target_model else None))
+    run_mapping = read_mapping(
+        mapping_path,
+        target_vocab_size=checkpoint.target_vocab_size or (target_model.vocab_size if target_model else None),
+    )
     _check_run_mapping(run_mapping, mapping_path, checkpoint, checkpoint_mapping, source)
     notes.extend(f"The checkpoint's mapping: {note}" for note in checkpoint_mapping.notes)
     notes.extend(f"The run's mapping: {note}" for note in run_mapping.notes)
 
     duplicated = checkpoint_mapping.draft_vocab_size - np.unique(checkpoint_mapping.hot_ids).size
     if duplicated:
-        notes.append(f"The checkpoint's d2t repeats a target id at {duplicated} positions; "
-                     "a repeated token's row is taken from its last position.")
+        notes.append(
+            f"The checkpoint's d2t repeats a target id at {duplicated} positions; "
+            "a repeated token's row is taken from its last position."
+        )
     source_rows = checkpoint_mapping.draft_position_of()[run_mapping.hot_ids]
     rows_copied = int(np.count_nonzero(source_rows >= 0))
     rows_initialized = run_mapping.draft_vocab_size - rows_copied
     if rows_copied == 0:
         # Every row would be initialised: a checkpoint that keeps nothing of its training is not a fix.
         outside = checkpoint_mapping.out_of_range().size
-        why = (f"its d2t maps {outside} of its {old_rows} positions outside the target vocab "
-               f"[0, {run_mapping.target_vocab_size})" if outside else "the two mappings share no token")
-        raise BadInput(source, f"none of the {run_mapping.draft_vocab_size} tokens of the run's mapping "
-                               f"{mapping_path} has a row in this checkpoint ({why}): the output would keep "
-                               "no trained lm_head row; nothing was written")
+        why = (
+            f"its d2t maps {outside} of its {old_rows} positions outside the target vocab "
+            f"[0, {run_mapping.target_vocab_size})"
+            if outside
+            else "the two mappings share no token"
+        )
+        raise BadInput(
+            source,
+            f"none of the {run_mapping.draft_vocab_size} tokens of the run's mapping "
+            f"{mapping_path} has a row in this checkpoint ({why}): the output would keep "
+            "no trained lm_head row; nothing was written",
+        )
 
     if target_model is not None and target_model.vocab_size != run_mapping.target_vocab_size:
-        raise BadInput(target_path, f"the target's vocab has {target_model.vocab_size} tokens but the run's "
-                                    f"mapping {mapping_path} is over {run_mapping.target_vocab_size}")
+        raise BadInput(
+            target_path,
+            f"the target's vocab has {target_model.vocab_size} tokens but the run's "
+            f"mapping {mapping_path} is over {run_mapping.target_vocab_size}",
+        )
     init = init or ("target" if target_model is not None else "mean")
     if init == "target" and target_model is not None and target_model.hidden_size != width:
-        notes.append(f"The target's lm_head rows are {target_model.hidden_size} wide but the drafter's are "
-                     f"{width}: new rows are initialised from the mean of the old rows instead.")
+        notes.append(
+            f"The target's lm_head rows are {target_model.hidden_size} wide but the drafter's are "
+            f"{width}: new rows are initialised from the mean of the old rows instead."
+        )
         init = "mean"
     init_from = {
         "target": f"the target's lm_head ({target_path})",
@@ -278,44 +320,72 @@ def _plan(checkpoint_path: str | Path, mapping_path: str | Path, out: str | Path
     written_as = None
     if checkpoint.file_kind == "bin":
         written_as = OUTPUT_WEIGHTS
-        notes.append(f"{', '.join(f.name for f in checkpoint.files)} is written as {OUTPUT_WEIGHTS} "
-                     "(same tensor names, same layout).")
+        notes.append(
+            f"{', '.join(f.name for f in checkpoint.files)} is written as {OUTPUT_WEIGHTS} "
+            "(same tensor names, same layout)."
+        )
 
     mapping_sha, mapping_sha_of = mapping_sha256(run_mapping)  # the digest check shows as run_sha256
     output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
     _check_output_name(output)
     _check_output_location(output, source, [source, mapping_path] + ([target_path] if target_path else []))
     return RemapPlan(
-        source=source, output=output, mapping_path=mapping_path, draft_vocab_size=run_mapping.draft_vocab_size,
-        rows_copied=rows_copied, rows_initialized=rows_initialized, init=init, notes=tuple(notes),
-        init_from=init_from, written_as=written_as, mapping_sha256=mapping_sha, mapping_sha256_of=mapping_sha_of,
-        target_path=target_path, lm_head_name=lm_head_name, checkpoint=checkpoint, run_mapping=run_mapping,
+        source=source,
+        output=output,
+        mapping_path=mapping_path,
+        draft_vocab_size=run_mapping.draft_vocab_size,
+        rows_copied=rows_copied,
+        rows_initialized=rows_initialized,
+        init=init,
+        notes=tuple(notes),
+        init_from=init_from,
+        written_as=written_as,
+        mapping_sha256=mapping_sha,
+        mapping_sha256_of=mapping_sha_of,
+        target_path=target_path,
+        lm_head_name=lm_head_name,
+        checkpoint=checkpoint,
+        run_mapping=run_mapping,
         source_rows=source_rows,
-        target_model=target_model, source_identities=identities,
+        target_model=target_model,
+        source_identities=identities,
     )
 
 
-def _check_run_mapping(run: VocabMapping, path: Path, checkpoint, checkpoint_mapping: VocabMapping,
-                       source: Path) -> None:
+def _check_run_mapping(
+    run: VocabMapping, path: Path, checkpoint, checkpoint_mapping: VocabMapping, source: Path
+) -> None:
     """The run's mapping must name each token once, inside the same target vocab as the checkpoint's."""
     if run.draft_vocab_size == 0:
         raise BadInput(path, "the mapping has 0 draft positions: a drafter with no lm_head rows; nothing was written")
     vocab = checkpoint.target_vocab_size
     if vocab is not None and run.target_vocab_size != vocab:
-        raise BadInput(path, f"mapping is over a target vocab of {run.target_vocab_size} tokens but the "
-                             f"checkpoint's is {vocab} ({source}): not the same target model")
+        raise BadInput(
+            path,
+            f"mapping is over a target vocab of {run.target_vocab_size} tokens but the "
+            f"checkpoint's is {vocab} ({source}): not the same target model",
+        )
     outside = run.out_of_range()
     if outside.size:
         first = int(outside[0])
-        raise BadInput(path, f"{outside.size} draft positions map outside the target vocab "
-                             f"[0, {run.target_vocab_size}) (first: position {first} -> id {int(run.hot_ids[first])})")
+        raise BadInput(
+            path,
+            f"{outside.size} draft positions map outside the target vocab "
+            f"[0, {run.target_vocab_size}) (first: position {first} -> id {int(run.hot_ids[first])})",
+        )
     repeated = run.draft_vocab_size - np.unique(run.hot_ids).size
     if repeated:
-        raise BadInput(path, f"{repeated} draft positions repeat a target id another position has; "
-                             "a remapped lm_head needs one row per token")
+        raise BadInput(
+            path,
+            f"{repeated} draft positions repeat a target id another position has; "
+            "a remapped lm_head needs one row per token",
+        )
     if vocab is None and int(checkpoint_mapping.hot_ids.max(initial=-1)) >= run.target_vocab_size:
-        raise BadInput(path, f"the checkpoint maps target ids up to {int(checkpoint_mapping.hot_ids.max())}, "
-                             f"beyond this mapping's target vocab of {run.target_vocab_size}")
+        raise BadInput(
+            path,
+            f"the checkpoint maps target ids up to {int(checkpoint_mapping.hot_ids.max())}, "
+            f"beyond this mapping's target vocab of {run.target_vocab_size}",
+        )
 
 
 def _check_output_name(output: Path) -> None:
@@ -328,8 +398,11 @@ def _check_output_name(output: Path) -> None:
     limit = name_max - len(os.fsencode(_temp_prefix(Path("x")))) + 1 - 8
     length = len(os.fsencode(output.name))
     if length > limit:
-        raise BadInput(output.parent, f"the --out name is {length} bytes long; with the temporary name it is "
-                                      f"written under first, this filesystem allows at most {limit}")
+        raise BadInput(
+            output.parent,
+            f"the --out name is {length} bytes long; with the temporary name it is "
+            f"written under first, this filesystem allows at most {limit}",
+        )
 
 
 def _is_within(path: Path, parent: Path) -> bool:
@@ -342,8 +415,9 @@ def _check_output_location(output: Path, source: Path, inputs: list[Path]) -> No
         if _is_within(given, output):
             raise BadInput(output, f"the output would replace {given}, an input; choose another --out")
     if _is_within(output, source):
-        raise BadInput(output, f"is inside the source checkpoint {source}, which is never written to; "
-                               "choose another --out")
+        raise BadInput(
+            output, f"is inside the source checkpoint {source}, which is never written to; choose another --out"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,9 +452,11 @@ class _Rows:
     def read(self, lo: int, hi: int) -> torch.Tensor:
         whole = self.checkpoint.tensor(self.name)
         if whole.dtype != self.dtype or tuple(whole.shape) != tuple(self.shape):
-            raise BadInput(self.checkpoint.path,
-                           f"tensor {self.name!r} reads as {whole.dtype} {list(whole.shape)}, "
-                           f"its header says {self.dtype} {list(self.shape)}")
+            raise BadInput(
+                self.checkpoint.path,
+                f"tensor {self.name!r} reads as {whole.dtype} {list(whole.shape)}, "
+                f"its header says {self.dtype} {list(self.shape)}",
+            )
         return whole if whole.dim() == 0 else whole[lo:hi]
 
     def gather(self, rows: np.ndarray, cancel: threading.Event | None = None) -> torch.Tensor:
@@ -438,7 +514,7 @@ def _take(source: torch.Tensor, index: np.ndarray) -> torch.Tensor:
     import torch
 
     if _is_range(index):
-        return source[int(index[0]):int(index[-1]) + 1]
+        return source[int(index[0]) : int(index[-1]) + 1]
     return source.index_select(0, torch.from_numpy(index))
 
 
@@ -446,7 +522,7 @@ def _put(target: torch.Tensor, index: np.ndarray, values: torch.Tensor) -> None:
     import torch
 
     if _is_range(index):
-        target[int(index[0]):int(index[-1]) + 1] = values
+        target[int(index[0]) : int(index[-1]) + 1] = values
     else:
         target[torch.from_numpy(index)] = values
 
@@ -525,8 +601,16 @@ def _mapped(fd: int, offset: int, length: int) -> Iterator[np.ndarray]:
         mapped.close()
 
 
-def _same_file_bytes(fd_a: int, offset_a: int, fd_b: int, offset_b: int, length: int,
-                     cancel: threading.Event | None, progress: _Progress | None, phase: str) -> bool:
+def _same_file_bytes(
+    fd_a: int,
+    offset_a: int,
+    fd_b: int,
+    offset_b: int,
+    length: int,
+    cancel: threading.Event | None,
+    progress: _Progress | None,
+    phase: str,
+) -> bool:
     """Two byte ranges of files are equal, compared a window at a time through memory maps."""
     for position in range(0, length, WINDOW_BYTES):
         _check_cancel(cancel)
@@ -617,8 +701,11 @@ def _libc_function(name: str, argtypes: tuple, restype=ctypes.c_int) -> Callable
 
 
 # Linux ``sync_file_range``: start writeback of a range, do not wait.
-_SYNC_FILE_RANGE = (_libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
-                    if sys.platform.startswith("linux") else None)
+_SYNC_FILE_RANGE = (
+    _libc_function("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint))
+    if sys.platform.startswith("linux")
+    else None
+)
 # ``memcmp`` compares mapped pages at memory speed, with no temporary array (np.array_equal makes one).
 _MEMCMP = _libc_function("memcmp", (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t))
 _SYNC_FILE_RANGE_WRITE = 2
@@ -680,7 +767,7 @@ def _free_bytes(directory: Path) -> int:
 @dataclass(frozen=True)
 class _Entry:
     name: str
-    dtype: str          # torch dtype name, as TensorInfo spells it
+    dtype: str  # torch dtype name, as TensorInfo spells it
     shape: tuple[int, ...]
 
     @property
@@ -721,8 +808,11 @@ class _SafetensorsWriter:
         header: dict[str, Any] = {"__metadata__": metadata}
         for entry in self.entries:
             begin = self.offsets[entry.name]
-            header[entry.name] = {"dtype": _TORCH_DTYPE_TO_SAFETENSORS[entry.dtype][0], "shape": list(entry.shape),
-                                  "data_offsets": [begin, begin + entry.nbytes]}
+            header[entry.name] = {
+                "dtype": _TORCH_DTYPE_TO_SAFETENSORS[entry.dtype][0],
+                "shape": list(entry.shape),
+                "data_offsets": [begin, begin + entry.nbytes],
+            }
         raw = json.dumps(header, separators=(",", ":")).encode()
         return raw + b" " * (-len(raw) % 8)
 
@@ -890,14 +980,20 @@ def _check_output_free(output: Path, force: bool) -> bool:
         return True
     written = _files_triage_wrote(output)
     if written is None:
-        raise BadInput(output, f"exists and holds no {PROVENANCE_FILE} that triage wrote: not a triage output; "
-                               "refusing to replace it even with --force")
+        raise BadInput(
+            output,
+            f"exists and holds no {PROVENANCE_FILE} that triage wrote: not a triage output; "
+            "refusing to replace it even with --force",
+        )
     others = sorted(present - written)
     if others:
         more = f" and {len(others) - 5} more" if len(others) > 5 else ""
         shown = ", ".join(repr(name) for name in others[:5]) + more
-        raise BadInput(output, f"holds {len(others)} file(s) triage did not write ({shown}); refusing to replace "
-                               "it even with --force: move them out first")
+        raise BadInput(
+            output,
+            f"holds {len(others)} file(s) triage did not write ({shown}); refusing to replace "
+            "it even with --force: move them out first",
+        )
     return True
 
 
@@ -930,8 +1026,7 @@ def _is_regular_file(path: Path) -> bool:
 
 def _write_error(err: OSError, output: Path) -> BadInput:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return BadInput(output.parent, f"no space left on the device while writing {output.name}; "
-                                       "nothing was written")
+        return BadInput(output.parent, f"no space left on the device while writing {output.name}; nothing was written")
     return BadInput(output.parent, f"cannot write {output.name}: {err.strerror or err}; nothing was written")
 
 
@@ -963,13 +1058,23 @@ class RemapReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": str(self.source), "output": str(self.output), "mapping": str(self.mapping),
-            "draft_vocab_size": self.draft_vocab_size, "rows_copied": self.rows_copied,
-            "rows_initialized": self.rows_initialized, "init": self.init, "verified": self.verified,
-            "written_as": self.written_as, "accuracy_before": self.accuracy_before,
-            "accuracy_after": self.accuracy_after, "accuracy_device": self.accuracy_device,
-            "mapping_sha256": self.mapping_sha256, "source_blake3": dict(self.source_blake3),
-            "files": list(self.files), "replaced": self.replaced, "notes": list(self.notes),
+            "source": str(self.source),
+            "output": str(self.output),
+            "mapping": str(self.mapping),
+            "draft_vocab_size": self.draft_vocab_size,
+            "rows_copied": self.rows_copied,
+            "rows_initialized": self.rows_initialized,
+            "init": self.init,
+            "verified": self.verified,
+            "written_as": self.written_as,
+            "accuracy_before": self.accuracy_before,
+            "accuracy_after": self.accuracy_after,
+            "accuracy_device": self.accuracy_device,
+            "mapping_sha256": self.mapping_sha256,
+            "source_blake3": dict(self.source_blake3),
+            "files": list(self.files),
+            "replaced": self.replaced,
+            "notes": list(self.notes),
         }
 
 
@@ -1008,8 +1113,9 @@ def _updated_config(plan: RemapPlan, notes: list[str]) -> dict | None:
     layer = config.get("transformer_layer_config")
     for holder in (config, layer if isinstance(layer, dict) else {}):
         if "vocab_size" in holder and holder["vocab_size"] != run.target_vocab_size:
-            notes.append(f"config.json vocab_size {holder['vocab_size']} -> {run.target_vocab_size} "
-                         "(the run's target vocab).")
+            notes.append(
+                f"config.json vocab_size {holder['vocab_size']} -> {run.target_vocab_size} (the run's target vocab)."
+            )
             holder["vocab_size"] = run.target_vocab_size
     if "vocab_size" not in config and not isinstance(layer, dict) and plan.checkpoint.target_vocab_size is None:
         config["vocab_size"] = run.target_vocab_size
@@ -1021,11 +1127,11 @@ def _updated_config(plan: RemapPlan, notes: list[str]) -> dict | None:
 class _Extra:
     """A file beside the weights that is carried into the output (tokenizer, README, generation config)."""
 
-    path: Path          # as listed in the checkpoint directory
-    real: Path          # the file itself (a symlink resolved, never to outside the checkpoint)
-    mode: int           # permission bits, kept on the copy
+    path: Path  # as listed in the checkpoint directory
+    real: Path  # the file itself (a symlink resolved, never to outside the checkpoint)
+    mode: int  # permission bits, kept on the copy
     size: int
-    allocated: int      # bytes it occupies (a sparse file's holes stay holes in the copy)
+    allocated: int  # bytes it occupies (a sparse file's holes stay holes in the copy)
 
 
 def _extra_files(plan: RemapPlan) -> tuple[list[_Extra], list[str], list[str]]:
@@ -1053,8 +1159,15 @@ def _extra_files(plan: RemapPlan) -> tuple[list[_Extra], list[str], list[str]]:
         if name.endswith(_NOT_COPIED_SUFFIXES):
             skipped.append(name)
         else:
-            copied.append(_Extra(path, real, stat.S_IMODE(info.st_mode) & 0o777, info.st_size,
-                                 min(info.st_size, info.st_blocks * 512)))
+            copied.append(
+                _Extra(
+                    path,
+                    real,
+                    stat.S_IMODE(info.st_mode) & 0o777,
+                    info.st_size,
+                    min(info.st_size, info.st_blocks * 512),
+                )
+            )
     return copied, skipped, outside
 
 
@@ -1102,8 +1215,10 @@ def _copy_extra(extra: _Extra, target: Path, cancel: threading.Event | None) -> 
             os.fsync(target_fd)
             for begin, end in segments:
                 if not _same_file_bytes(source_fd, begin, target_fd, begin, end - begin, cancel, None, ""):
-                    raise BadInput(target.parent, f"verification failed: {extra.path.name} differs from the "
-                                                  "source; nothing was written")
+                    raise BadInput(
+                        target.parent,
+                        f"verification failed: {extra.path.name} differs from the source; nothing was written",
+                    )
         finally:
             os.close(target_fd)
     except OSError as err:
@@ -1175,8 +1290,11 @@ class _InitRows:
         if plan.init == "target" and plan.rows_initialized:
             head = plan.target_model.lm_head()
             if head.dim() != 2 or head.shape[1] != self.width or head.shape[0] != plan.run_mapping.target_vocab_size:
-                raise BadInput(plan.target_path, f"target lm_head has shape {list(head.shape)}; expected "
-                                                 f"[{plan.run_mapping.target_vocab_size}, {self.width}]")
+                raise BadInput(
+                    plan.target_path,
+                    f"target lm_head has shape {list(head.shape)}; expected "
+                    f"[{plan.run_mapping.target_vocab_size}, {self.width}]",
+                )
             self.target_head = head
 
     def add(self, rows: np.ndarray) -> None:
@@ -1217,8 +1335,9 @@ class _InitRows:
             self._sum_thread.join()
 
 
-def _lm_head_chunk(plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int,
-                   cancel: threading.Event | None) -> torch.Tensor:
+def _lm_head_chunk(
+    plan: RemapPlan, gather, init_rows: _InitRows, lo: int, hi: int, cancel: threading.Event | None
+) -> torch.Tensor:
     """New lm_head rows lo..hi: copied rows gathered from the old head, the rest initialised."""
     import torch
 
@@ -1263,8 +1382,14 @@ _WRITE_SPAN = (0.0, 0.55)
 _VERIFY_SPAN = (0.55, 0.85)
 
 
-def _copy_tensor(checkpoint, entry: _Entry, writer: _SafetensorsWriter, extents: dict[str, tuple[int, int]],
-                 progress: _Progress, cancel: threading.Event | None) -> None:
+def _copy_tensor(
+    checkpoint,
+    entry: _Entry,
+    writer: _SafetensorsWriter,
+    extents: dict[str, tuple[int, int]],
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> None:
     """An unchanged tensor: copied in the kernel when its byte range is known, else streamed by windows."""
     if entry.name in extents:
         begin, end = extents[entry.name]
@@ -1289,8 +1414,9 @@ def _copy_tensor(checkpoint, entry: _Entry, writer: _SafetensorsWriter, extents:
         del data
 
 
-def _open_writers(temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str],
-                  run: VocabMapping) -> dict[str, _SafetensorsWriter]:
+def _open_writers(
+    temp: Path, files: dict[str, list[_Entry]], metadata: dict[str, str], run: VocabMapping
+) -> dict[str, _SafetensorsWriter]:
     """Every output file, header first (digest placeholders), with the run's d2t/t2d written."""
     writers: dict[str, _SafetensorsWriter] = {}
     try:
@@ -1309,8 +1435,14 @@ def _open_writers(temp: Path, files: dict[str, list[_Entry]], metadata: dict[str
     return writers
 
 
-def _write_tensors(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], gather, init_rows: _InitRows,
-                   progress: _Progress, cancel: threading.Event | None) -> None:
+def _write_tensors(
+    plan: RemapPlan,
+    writers: dict[str, _SafetensorsWriter],
+    gather,
+    init_rows: _InitRows,
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> None:
     """The path through torch (.bin sources, lm_head dtypes numpy lacks): each tensor goes to its own
     offset, so order is free: the lm_head comes last, once the mean (summed in a thread) is ready."""
     checkpoint = plan.checkpoint
@@ -1432,21 +1564,31 @@ def _source_layout(plan: RemapPlan, file: Path, header: bytes, size: int) -> lis
         if name == "__metadata__":
             continue
         info = plan.checkpoint.tensors.get(name)
-        if info is None or info.file != file or not isinstance(entry, dict) \
-                or SAFETENSORS_DTYPES.get(str(entry.get("dtype")), ("",))[0] != info.dtype \
-                or entry.get("shape") != list(info.shape):
+        if (
+            info is None
+            or info.file != file
+            or not isinstance(entry, dict)
+            or SAFETENSORS_DTYPES.get(str(entry.get("dtype")), ("",))[0] != info.dtype
+            or entry.get("shape") != list(info.shape)
+        ):
             raise _SourceChanged
         begin, end = entry["data_offsets"]
         layout.append((name, start + begin, start + end))
     layout.sort(key=lambda item: item[1])
-    if start + sum(end - begin for _, begin, end in layout) != size or \
-            len(layout) != sum(1 for info in plan.checkpoint.tensors.values() if info.file == file):
+    if start + sum(end - begin for _, begin, end in layout) != size or len(layout) != sum(
+        1 for info in plan.checkpoint.tensors.values() if info.file == file
+    ):
         raise _SourceChanged
     return layout
 
 
-def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init_rows: _InitRows,
-                   progress: _Progress, cancel: threading.Event | None) -> dict[str, str]:
+def _stream_source(
+    plan: RemapPlan,
+    writers: dict[str, _SafetensorsWriter],
+    init_rows: _InitRows,
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> dict[str, str]:
     """Copy every unchanged tensor and move the lm_head rows, reading each source file once;
     returns the BLAKE3 of each file as read."""
     import blake3
@@ -1503,8 +1645,13 @@ def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init
                             if name == lm_head_name:
                                 first_row = (offset - begin) // row_bytes
                                 rows = np.frombuffer(view, dtype=np.uint8).reshape(-1, row_bytes)
-                                _scatter_rows(head_writer, lm_head_name, rows,
-                                              new_position[first_row:first_row + rows.shape[0]], row_bytes)
+                                _scatter_rows(
+                                    head_writer,
+                                    lm_head_name,
+                                    rows,
+                                    new_position[first_row : first_row + rows.shape[0]],
+                                    row_bytes,
+                                )
                                 init_rows.add(rows)
                                 del rows
                             elif name not in ("d2t", "t2d"):  # those two are replaced by the run's
@@ -1513,33 +1660,36 @@ def _stream_source(plan: RemapPlan, writers: dict[str, _SafetensorsWriter], init
                             del view
                     pipe.drain()
                 except _SourceChanged:
-                    raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
-                                                "nothing was written (run again once nothing writes to it)") from None
+                    raise BadInput(
+                        plan.source,
+                        "the checkpoint's weights changed while it was being remapped; "
+                        "nothing was written (run again once nothing writes to it)",
+                    ) from None
             digests[file.name] = hasher.hexdigest()
     finally:
         pipe.close()
     initialised = np.flatnonzero(plan.source_rows < 0)
     for start in range(0, initialised.size, window_rows):
         _check_cancel(cancel)
-        positions = initialised[start:start + window_rows]
+        positions = initialised[start : start + window_rows]
         _write_runs(head_writer, lm_head_name, positions, init_rows.rows_bytes(positions), row_bytes)
     return digests
 
 
-def _scatter_rows(writer: _SafetensorsWriter, name: str, rows: np.ndarray, positions: np.ndarray,
-                  row_bytes: int) -> None:
+def _scatter_rows(
+    writer: _SafetensorsWriter, name: str, rows: np.ndarray, positions: np.ndarray, row_bytes: int
+) -> None:
     """Write old rows to their new positions (-1: the row is not kept)."""
     kept = np.flatnonzero(positions >= 0)
     if not kept.size:
         return
     order = np.argsort(positions[kept], kind="stable")
     source = kept[order]
-    data = rows[int(source[0]):int(source[-1]) + 1] if _is_range(source) else rows[source]
+    data = rows[int(source[0]) : int(source[-1]) + 1] if _is_range(source) else rows[source]
     _write_runs(writer, name, positions[source], data, row_bytes)
 
 
-def _write_runs(writer: _SafetensorsWriter, name: str, positions: np.ndarray, data: np.ndarray,
-                row_bytes: int) -> None:
+def _write_runs(writer: _SafetensorsWriter, name: str, positions: np.ndarray, data: np.ndarray, row_bytes: int) -> None:
     """``data[k]`` to row ``positions[k]`` (ascending), one write per run of consecutive rows."""
     breaks = np.flatnonzero(np.diff(positions) != 1) + 1
     for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.size], strict=True):
@@ -1559,16 +1709,25 @@ def _verify_metadata(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]]
     """The provenance reads back from every output file's header."""
     for file_name in files:
         if _safetensors_metadata(temp / file_name) != metadata:
-            raise BadInput(plan.output, f"verification failed: {file_name}: provenance metadata does not "
-                                        "read back; nothing was written")
+            raise BadInput(
+                plan.output,
+                f"verification failed: {file_name}: provenance metadata does not read back; nothing was written",
+            )
 
 
-def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_rows: _InitRows,
-            progress: _Progress, cancel: threading.Event | None) -> int:
+def _verify(
+    plan: RemapPlan,
+    temp: Path,
+    files: dict[str, list[_Entry]],
+    init_rows: _InitRows,
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> int:
     """Re-read the output through the program's reader and compare it with the source; returns bytes compared.
 
     Raises BadInput naming the first difference: the output is then removed, never renamed into place.
     """
+
     def fail(what: str) -> BadInput:
         return BadInput(plan.output, f"verification failed: {what}; nothing was written")
 
@@ -1582,8 +1741,9 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
     for name, entry in expected.items():
         info = written.tensors[name]
         if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
-            raise fail(f"{name} reads back as {info.dtype} {list(info.shape)}, "
-                       f"expected {entry.dtype} {list(entry.shape)}")
+            raise fail(
+                f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}"
+            )
     run = plan.run_mapping
     source_extents = _checkpoint_extents(plan.checkpoint)
     written_extents = _checkpoint_extents(written)
@@ -1596,14 +1756,18 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
         if not same:
             raise fail("d2t/t2d differ from the run's mapping")
         compared += want.size
-    if written.mapping is None or not np.array_equal(written.mapping.hot_ids, run.hot_ids) \
-            or written.mapping.target_vocab_size != run.target_vocab_size:
+    if (
+        written.mapping is None
+        or not np.array_equal(written.mapping.hot_ids, run.hot_ids)
+        or written.mapping.target_vocab_size != run.target_vocab_size
+    ):
         raise fail("the output's d2t/t2d do not read back as the run's mapping")
 
     lm_head_name = plan.lm_head_name
     if lm_head_name in source_extents and lm_head_name in written_extents:
-        compared += _verify_lm_head_mapped(plan, written, source_extents, written_extents, init_rows, fail,
-                                           progress, cancel)
+        compared += _verify_lm_head_mapped(
+            plan, written, source_extents, written_extents, init_rows, fail, progress, cancel
+        )
     else:
         compared += _verify_lm_head_rows(plan, written, init_rows, fail, progress, cancel)
 
@@ -1613,8 +1777,9 @@ def _verify(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]], init_ro
         if name in source_extents and name in written_extents:
             (old_begin, old_end), (new_begin, _) = source_extents[name], written_extents[name]
             with _opened(plan.checkpoint.tensors[name].file) as old_fd, _opened(written.tensors[name].file) as new_fd:
-                if not _same_file_bytes(old_fd, old_begin, new_fd, new_begin, old_end - old_begin, cancel,
-                                        progress, f"verifying {name}"):
+                if not _same_file_bytes(
+                    old_fd, old_begin, new_fd, new_begin, old_end - old_begin, cancel, progress, f"verifying {name}"
+                ):
                     raise fail(f"{name} differs from the source")
             compared += old_end - old_begin
             continue
@@ -1648,8 +1813,16 @@ def _opened(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_extents, init_rows: _InitRows,
-                           fail, progress: _Progress, cancel: threading.Event | None) -> int:
+def _verify_lm_head_mapped(
+    plan: RemapPlan,
+    written,
+    source_extents,
+    written_extents,
+    init_rows: _InitRows,
+    fail,
+    progress: _Progress,
+    cancel: threading.Event | None,
+) -> int:
     """Each window of the new lm_head, read from the output file, against the rows it should hold.
 
     The expected rows are taken here from the source's bytes with numpy (the write gathered them
@@ -1684,16 +1857,19 @@ def _verify_lm_head_mapped(plan: RemapPlan, written, source_extents, written_ext
                 del got
             if not same:
                 if plan.source_rows[wrong] >= 0:
-                    raise fail(f"lm_head row {wrong} differs from row {int(plan.source_rows[wrong])} of the source "
-                               "lm_head it copies")
+                    raise fail(
+                        f"lm_head row {wrong} differs from row {int(plan.source_rows[wrong])} of the source "
+                        "lm_head it copies"
+                    )
                 raise fail(f"initialised lm_head row {wrong} is not the {plan.init} row meant for it")
             progress.advance(want.nbytes, "verifying lm_head", _VERIFY_SPAN)
             del want
     return new_rows * row_bytes
 
 
-def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, progress: _Progress,
-                         cancel: threading.Event | None) -> int:
+def _verify_lm_head_rows(
+    plan: RemapPlan, written, init_rows: _InitRows, fail, progress: _Progress, cancel: threading.Event | None
+) -> int:
     """The lm_head check for a source read through torch (.bin): each window of the old head against
     the output rows that should hold it."""
     compared = 0
@@ -1704,26 +1880,30 @@ def _verify_lm_head_rows(plan: RemapPlan, written, init_rows: _InitRows, fail, p
     sources = plan.source_rows[by_source]
     for lo, hi in old_head.windows():
         _check_cancel(cancel)
-        positions = by_source[np.searchsorted(sources, lo):np.searchsorted(sources, hi)]
+        positions = by_source[np.searchsorted(sources, lo) : np.searchsorted(sources, hi)]
         if not positions.size:
             continue
         want = _take(old_head.read(lo, hi), plan.source_rows[positions] - lo)
         got = new_head.gather(positions, cancel)
         if not _same_bytes(got, want):
             first = next(i for i in range(positions.size) if not _same_bytes(got[i], want[i]))
-            raise fail(f"lm_head row {int(positions[first])} differs from row "
-                       f"{int(plan.source_rows[positions[first]])} of the source lm_head it copies")
+            raise fail(
+                f"lm_head row {int(positions[first])} differs from row "
+                f"{int(plan.source_rows[positions[first]])} of the source lm_head it copies"
+            )
         compared += _as_bytes(got).size
         progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
         del want, got
     initialised = np.flatnonzero(plan.source_rows < 0)
     for start in range(0, initialised.size, new_head.window_rows):
         _check_cancel(cancel)
-        positions = initialised[start:start + new_head.window_rows]
+        positions = initialised[start : start + new_head.window_rows]
         got = new_head.gather(positions, cancel)
         if not _same_bytes(got, init_rows.rows(positions)):
-            raise fail(f"an initialised lm_head row among {int(positions[0])}..{int(positions[-1])} is not the "
-                       f"{plan.init} row meant for it")
+            raise fail(
+                f"an initialised lm_head row among {int(positions[0])}..{int(positions[-1])} is not the "
+                f"{plan.init} row meant for it"
+            )
         compared += _as_bytes(got).size
         progress.advance(_as_bytes(got).size, "verifying lm_head", _VERIFY_SPAN)
     return compared
@@ -1759,16 +1939,23 @@ class _Background(threading.Thread):
 
 def _provenance(plan: RemapPlan, digests: dict[str, str], notes: list[str]) -> dict[str, Any]:
     return {
-        "tool": "triage", "version": __version__,
+        "tool": "triage",
+        "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "source": str(plan.source), "source_file_kind": plan.checkpoint.file_kind,
+        "source": str(plan.source),
+        "source_file_kind": plan.checkpoint.file_kind,
         "source_layout": plan.checkpoint.layout,
         "source_blake3": dict(digests),
-        "mapping": str(plan.mapping_path), "mapping_sha256": plan.mapping_sha256,
+        "mapping": str(plan.mapping_path),
+        "mapping_sha256": plan.mapping_sha256,
         "mapping_sha256_of": plan.mapping_sha256_of,
-        "draft_vocab_size": plan.draft_vocab_size, "target_vocab_size": plan.run_mapping.target_vocab_size,
-        "rows_copied": plan.rows_copied, "rows_initialized": plan.rows_initialized,
-        "init": plan.init, "init_from": plan.init_from, "written_as": plan.written_as,
+        "draft_vocab_size": plan.draft_vocab_size,
+        "target_vocab_size": plan.run_mapping.target_vocab_size,
+        "rows_copied": plan.rows_copied,
+        "rows_initialized": plan.rows_initialized,
+        "init": plan.init,
+        "init_from": plan.init_from,
+        "written_as": plan.written_as,
         "notes": list(notes),
     }
 
@@ -1777,16 +1964,18 @@ def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[st
     """safetensors metadata: the source's own keys plus the provenance, as strings."""
     metadata = dict(source_metadata)
     metadata.setdefault("format", "pt")
-    metadata.update({
-        "triage.version": __version__,
-        "triage.source": str(plan.source),
-        "triage.source_blake3": json.dumps(digests, sort_keys=True),
-        "triage.mapping": str(plan.mapping_path),
-        "triage.mapping_sha256": plan.mapping_sha256,
-        "triage.rows_copied": str(plan.rows_copied),
-        "triage.rows_initialized": str(plan.rows_initialized),
-        "triage.init": plan.init,
-    })
+    metadata.update(
+        {
+            "triage.version": __version__,
+            "triage.source": str(plan.source),
+            "triage.source_blake3": json.dumps(digests, sort_keys=True),
+            "triage.mapping": str(plan.mapping_path),
+            "triage.mapping_sha256": plan.mapping_sha256,
+            "triage.rows_copied": str(plan.rows_copied),
+            "triage.rows_initialized": str(plan.rows_initialized),
+            "triage.init": plan.init,
+        }
+    )
     return metadata
 
 
@@ -1806,12 +1995,14 @@ def _write_index(plan: RemapPlan, temp: Path, files: dict[str, list[_Entry]]) ->
     metadata = dict(original.get("metadata") or {})
     metadata["total_size"] = sum(e.nbytes for entries in files.values() for e in entries)
     weight_map = {e.name: file_name for file_name, entries in files.items() for e in entries}
-    _write_small(temp / index.name, json.dumps({**original, "metadata": metadata, "weight_map": weight_map},
-                                               indent=2).encode())
+    _write_small(
+        temp / index.name, json.dumps({**original, "metadata": metadata, "weight_map": weight_map}, indent=2).encode()
+    )
 
 
-def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: str, max_tokens: int,
-                     notes: list[str]) -> float | None:
+def _replay_accuracy(
+    checkpoint, dumps, target, mapping: VocabMapping, device: str, max_tokens: int, notes: list[str]
+) -> float | None:
     """Top-1 accuracy of the drafter's first step on the dumps, read through ``mapping`` (checks/replay).
 
     The proof is a measurement beside the fix: when the dumps do not fit the drafter, the note
@@ -1831,13 +2022,19 @@ def _replay_accuracy(checkpoint, dumps, target, mapping: VocabMapping, device: s
 def _streams(plan: RemapPlan) -> bool:
     """The single pass (no torch) applies: a safetensors source whose lm_head numpy can sum."""
     checkpoint = plan.checkpoint
-    return (checkpoint.file_kind == "safetensors"
-            and checkpoint.tensors[plan.lm_head_name].dtype in _NUMPY_HEAD_DTYPES)
+    return checkpoint.file_kind == "safetensors" and checkpoint.tensors[plan.lm_head_name].dtype in _NUMPY_HEAD_DTYPES
 
 
-def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: bool = False,
-                  device: str = "auto", max_tokens: int = 4096, progress: Progress | None = None,
-                  cancel: threading.Event | None = None) -> RemapReport:
+def execute_remap(
+    plan: RemapPlan,
+    *,
+    data: str | Path | None = None,
+    force: bool = False,
+    device: str = "auto",
+    max_tokens: int = 4096,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> RemapReport:
     """Write, verify and move into place the checkpoint ``plan`` describes."""
     output = plan.output
     replace = _check_output_free(output, force)
@@ -1859,8 +2056,10 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
     except OSError as err:
         raise _write_error(err, output) from None
     if free < total + (1 << 20):
-        raise BadInput(output.parent, f"needs {total / 1e9:.2f} GB for {output.name} but only "
-                                      f"{free / 1e9:.2f} GB is free; nothing was written")
+        raise BadInput(
+            output.parent,
+            f"needs {total / 1e9:.2f} GB for {output.name} but only {free / 1e9:.2f} GB is free; nothing was written",
+        )
     notes = list(plan.notes)
     report_progress = _Progress(progress, total)
     streamed = _streams(plan)
@@ -1873,8 +2072,13 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         raise _write_error(err, output) from None
     # A source read through torch is hashed apart from the copy, once while it is written and once
     # after the verification: the two digests must agree.
-    hashing = None if streamed else _Background(
-        "triage-remap-blake3", lambda: {file.name: _file_blake3(file) for file in plan.checkpoint.files})
+    hashing = (
+        None
+        if streamed
+        else _Background(
+            "triage-remap-blake3", lambda: {file.name: _file_blake3(file) for file in plan.checkpoint.files}
+        )
+    )
     writers: dict[str, _SafetensorsWriter] = {}
     init_rows = syncing = None
     replay = dumps is not None and plan.target_model is not None
@@ -1882,8 +2086,9 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         if replay:
             if progress:
                 progress(0.0, "replay on the source checkpoint")
-            accuracy_before = _replay_accuracy(plan.checkpoint, dumps, plan.target_model, plan.run_mapping,
-                                               device, max_tokens, notes)
+            accuracy_before = _replay_accuracy(
+                plan.checkpoint, dumps, plan.target_model, plan.run_mapping, device, max_tokens, notes
+            )
             replay = accuracy_before is not None
         elif dumps is not None:
             notes.append("Accuracy not measured: the replay needs --target as well as --data.")
@@ -1908,18 +2113,24 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
             for extra in extras:
                 _copy_extra(extra, temp.path / extra.path.name, cancel)
             if skipped:
-                notes.append("Not carried over: " + ", ".join(skipped) + " (weights in another form, or pickled "
-                             "training state, which holds lm_head moments in the old row order).")
+                notes.append(
+                    "Not carried over: " + ", ".join(skipped) + " (weights in another form, or pickled "
+                    "training state, which holds lm_head moments in the old row order)."
+                )
             if outside:
-                notes.append("Not carried over: " + ", ".join(outside) + " (symlinks to outside the checkpoint, "
-                             "never followed).")
+                notes.append(
+                    "Not carried over: " + ", ".join(outside) + " (symlinks to outside the checkpoint, never followed)."
+                )
             report_progress.reset()
             compared = _verify(plan, temp.path, files, init_rows, report_progress, cancel)
             if hashing is not None:  # not streamed: the source was hashed apart from the copy
                 digests = hashing.result()
                 if {file.name: _file_blake3(file) for file in plan.checkpoint.files} != digests:
-                    raise BadInput(plan.source, "the checkpoint's weights changed while it was being remapped; "
-                                                "nothing was written (run again once nothing writes to it)")
+                    raise BadInput(
+                        plan.source,
+                        "the checkpoint's weights changed while it was being remapped; "
+                        "nothing was written (run again once nothing writes to it)",
+                    )
             _check_unchanged(plan)
             # The source's digest goes into the headers' placeholders last.
             metadata = _metadata(plan, source_metadata, digests)
@@ -1933,12 +2144,17 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
         if replay:
             if progress:
                 progress(0.9, "replay on the remapped checkpoint")
-            accuracy_after = _replay_accuracy(read_checkpoint(temp.path), dumps, plan.target_model,
-                                              plan.run_mapping, device, max_tokens, notes)
+            accuracy_after = _replay_accuracy(
+                read_checkpoint(temp.path), dumps, plan.target_model, plan.run_mapping, device, max_tokens, notes
+            )
             accuracy_device = str(resolve_device(device))
         provenance = _provenance(plan, digests, notes)
-        provenance.update(bytes_verified=compared, accuracy_before=accuracy_before, accuracy_after=accuracy_after,
-                          files=sorted([p.name for p in temp.path.iterdir()] + [PROVENANCE_FILE]))
+        provenance.update(
+            bytes_verified=compared,
+            accuracy_before=accuracy_before,
+            accuracy_after=accuracy_after,
+            files=sorted([p.name for p in temp.path.iterdir()] + [PROVENANCE_FILE]),
+        )
         try:
             _write_small(temp.path / PROVENANCE_FILE, (json.dumps(provenance, indent=2) + "\n").encode())
             temp.commit(replace)
@@ -1957,22 +2173,45 @@ def execute_remap(plan: RemapPlan, *, data: str | Path | None = None, force: boo
     if progress:
         progress(1.0, "done")
     return RemapReport(
-        source=plan.source, output=output, mapping=plan.mapping_path, draft_vocab_size=plan.draft_vocab_size,
-        rows_copied=plan.rows_copied, rows_initialized=plan.rows_initialized, init=plan.init, verified=True,
-        written_as=plan.written_as, accuracy_before=accuracy_before, accuracy_after=accuracy_after,
-        accuracy_device=accuracy_device, mapping_sha256=plan.mapping_sha256, source_blake3=dict(digests),
-        files=tuple(provenance["files"]), replaced=replace, notes=tuple(notes),
+        source=plan.source,
+        output=output,
+        mapping=plan.mapping_path,
+        draft_vocab_size=plan.draft_vocab_size,
+        rows_copied=plan.rows_copied,
+        rows_initialized=plan.rows_initialized,
+        init=plan.init,
+        verified=True,
+        written_as=plan.written_as,
+        accuracy_before=accuracy_before,
+        accuracy_after=accuracy_after,
+        accuracy_device=accuracy_device,
+        mapping_sha256=plan.mapping_sha256,
+        source_blake3=dict(digests),
+        files=tuple(provenance["files"]),
+        replaced=replace,
+        notes=tuple(notes),
     )
 
 
-def remap_checkpoint(checkpoint_path: str | Path, mapping_path: str | Path, *, out: str | Path | None = None,
-                     init: str | None = None, target: str | Path | None = None, data: str | Path | None = None,
-                     force: bool = False, device: str = "auto", max_tokens: int = 4096,
-                     progress: Progress | None = None, cancel: threading.Event | None = None) -> RemapReport:
+def remap_checkpoint(
+    checkpoint_path: str | Path,
+    mapping_path: str | Path,
+    *,
+    out: str | Path | None = None,
+    init: str | None = None,
+    target: str | Path | None = None,
+    data: str | Path | None = None,
+    force: bool = False,
+    device: str = "auto",
+    max_tokens: int = 4096,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> RemapReport:
     """Plan and write a remapped checkpoint (``triage remap``)."""
     plan = plan_remap(checkpoint_path, mapping_path, out=out, init=init, target=target)
-    return execute_remap(plan, data=data, force=force, device=device, max_tokens=max_tokens,
-                         progress=progress, cancel=cancel)
+    return execute_remap(
+        plan, data=data, force=force, device=device, max_tokens=max_tokens, progress=progress, cancel=cancel
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1988,32 +2227,42 @@ class KeptMapping:
     files: tuple[Path, ...]
     draft_vocab_size: int
     target_vocab_size: int
-    mapping_sha256: str         # VocabMapping.sha256(): what the mapping means
+    mapping_sha256: str  # VocabMapping.sha256(): what the mapping means
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": str(self.source), "output": str(self.output), "files": [str(f) for f in self.files],
-                "draft_vocab_size": self.draft_vocab_size, "target_vocab_size": self.target_vocab_size,
-                "mapping_sha256": self.mapping_sha256, "notes": list(self.notes)}
+        return {
+            "source": str(self.source),
+            "output": str(self.output),
+            "files": [str(f) for f in self.files],
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "mapping_sha256": self.mapping_sha256,
+            "notes": list(self.notes),
+        }
 
 
-def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | None = None, *,
-                            force: bool = False) -> KeptMapping:
+def keep_checkpoint_mapping(
+    checkpoint_path: str | Path, out_dir: str | Path | None = None, *, force: bool = False
+) -> KeptMapping:
     """Write the checkpoint's d2t/t2d as ``vocab_mapping.pt`` (SpecForge ``vocab_mapping_path``) and
     ``d2t.npy``/``t2d.npy`` (speculators ``--d2t-path``/``--t2d-path``); the weights are not touched."""
     checkpoint = read_checkpoint(checkpoint_path)
     source = checkpoint.path.resolve()
     mapping = checkpoint.mapping
     if mapping is None:
-        raise BadInput(source, "checkpoint has no d2t buffer, so no mapping of its own to keep "
-                               "(engines read it as identity)")
+        raise BadInput(
+            source, "checkpoint has no d2t buffer, so no mapping of its own to keep (engines read it as identity)"
+        )
     notes = []
     if not mapping.is_ascending():
         # SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`: SpecForge/EAGLE build targets with
         # logits[..., t2d] (ascending id order).
-        notes.append("The checkpoint's draft order is not ascending by target id (frequency order, as modelopt "
-                     "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
-                     "speculators) would misalign its rows; remap instead.")
+        notes.append(
+            "The checkpoint's draft order is not ascending by target id (frequency order, as modelopt "
+            "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
+            "speculators) would misalign its rows; remap instead."
+        )
     output = Path(out_dir).resolve() if out_dir is not None else source.parent / f"{source.name}-vocab-mapping"
     _check_output_location(output, source, [source])
     replace = _check_output_free(output, force)
@@ -2021,24 +2270,36 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
     temp = _TempOutput(output)
     try:
         try:
-            written = [write_mapping_pt(mapping, temp.path / "vocab_mapping.pt"),
-                       *write_mapping_npy(mapping, temp.path)]
+            written = [
+                write_mapping_pt(mapping, temp.path / "vocab_mapping.pt"),
+                *write_mapping_npy(mapping, temp.path),
+            ]
             for path in written:
                 os.chmod(path, 0o666 & ~_umask())  # written through mkstemp, which makes them 0600
                 _fsync_path(path)
             for path in written:
                 back = read_mapping(path, target_vocab_size=mapping.target_vocab_size)
-                if not np.array_equal(back.hot_ids, mapping.hot_ids) or \
-                        back.target_vocab_size != mapping.target_vocab_size:
-                    raise BadInput(output, f"verification failed: {path.name} does not read back as the "
-                                           "checkpoint's mapping; nothing was written")
-            provenance = {"tool": "triage", "version": __version__,
-                          "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          "source": str(source),
-                          "source_blake3": {f.name: _file_blake3(f) for f in checkpoint.files},
-                          "mapping_sha256": mapping.sha256(), "draft_vocab_size": mapping.draft_vocab_size,
-                          "target_vocab_size": mapping.target_vocab_size, "notes": notes,
-                          "files": sorted([p.name for p in written] + [KEPT_MAPPING_PROVENANCE_FILE])}
+                if (
+                    not np.array_equal(back.hot_ids, mapping.hot_ids)
+                    or back.target_vocab_size != mapping.target_vocab_size
+                ):
+                    raise BadInput(
+                        output,
+                        f"verification failed: {path.name} does not read back as the "
+                        "checkpoint's mapping; nothing was written",
+                    )
+            provenance = {
+                "tool": "triage",
+                "version": __version__,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "source": str(source),
+                "source_blake3": {f.name: _file_blake3(f) for f in checkpoint.files},
+                "mapping_sha256": mapping.sha256(),
+                "draft_vocab_size": mapping.draft_vocab_size,
+                "target_vocab_size": mapping.target_vocab_size,
+                "notes": notes,
+                "files": sorted([p.name for p in written] + [KEPT_MAPPING_PROVENANCE_FILE]),
+            }
             _write_small(temp.path / KEPT_MAPPING_PROVENANCE_FILE, (json.dumps(provenance, indent=2) + "\n").encode())
             temp.commit(replace)
         except OSError as err:
@@ -2048,6 +2309,12 @@ def keep_checkpoint_mapping(checkpoint_path: str | Path, out_dir: str | Path | N
     finally:
         temp.close()
     files = tuple(output / p.name for p in written)
-    return KeptMapping(source=source, output=output, files=files, draft_vocab_size=mapping.draft_vocab_size,
-                       target_vocab_size=mapping.target_vocab_size, mapping_sha256=mapping.sha256(),
-                       notes=tuple(notes))
+    return KeptMapping(
+        source=source,
+        output=output,
+        files=files,
+        draft_vocab_size=mapping.draft_vocab_size,
+        target_vocab_size=mapping.target_vocab_size,
+        mapping_sha256=mapping.sha256(),
+        notes=tuple(notes),
+    )

@@ -135,8 +135,9 @@ def expand_user(value: str | Path, named_in: str | Path | None = None) -> Path:
         return Path(value).expanduser()
     except RuntimeError:
         where = f"{value}: " if named_in is not None else ""
-        raise BadInput(named_in if named_in is not None else value,
-                       f"{where}no such user's home directory (~user)") from None
+        raise BadInput(
+            named_in if named_in is not None else value, f"{where}no such user's home directory (~user)"
+        ) from None
 
 
 def stat_or_bad_input(path: Path, missing: str = "no such file or directory") -> os.stat_result:
@@ -313,8 +314,15 @@ class _Listing:
     links: frozenset[str] = frozenset()  # which of `dirs` are symlinks
 
     @classmethod
-    def of(cls, key: tuple[int, int, int], trusted: bool, name: str, files: tuple[str, ...],
-           dirs: tuple[str, ...], links: frozenset[str] = frozenset()) -> _Listing:
+    def of(
+        cls,
+        key: tuple[int, int, int],
+        trusted: bool,
+        name: str,
+        files: tuple[str, ...],
+        dirs: tuple[str, ...],
+        links: frozenset[str] = frozenset(),
+    ) -> _Listing:
         in_mapping_dir = bool(_MAPPING_DIR.search(name))
         if any(_SPECFORGE_DUMP.match(f) for f in files):
             dump_kind = "specforge"
@@ -325,7 +333,10 @@ class _Listing:
         else:
             dump_kind = None
         return cls(
-            key, trusted, files, dirs,
+            key,
+            trusted,
+            files,
+            dirs,
             event_names=tuple(f for f in files if is_event_file_name(f)),
             wandb_names=tuple(f for f in files if is_wandb_file_name(f)),
             has_manifest=MANIFEST_NAME in files,
@@ -429,8 +440,13 @@ class _Node:
         return os.path.basename(self.path)
 
 
-def _walk(path: str, cache: ListingCache, visited: set[tuple[int, int]], depth: int | None = None,
-          within: tuple[str, ...] = ()) -> _Node | None:
+def _walk(
+    path: str,
+    cache: ListingCache,
+    visited: set[tuple[int, int]],
+    depth: int | None = None,
+    within: tuple[str, ...] = (),
+) -> _Node | None:
     """The tree below `path`; `depth` levels of children at most (None: all).
 
     A symlink to a directory is followed only when its target lies within one of the real paths
@@ -543,8 +559,7 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for log_dir in (root, root.parent):
         if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
             # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
-            probe = _walk(str(log_dir.parent), cache, set(), depth=3,
-                          within=(os.path.realpath(log_dir.parent),))
+            probe = _walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
             if probe is not None and _promotes_parent(probe):
                 return log_dir.parent
     return root
@@ -574,8 +589,11 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     mappings: list[str] = []
     training_states: list[str] = []
     dumps: str | None = None
-    targets = [node.path for node in run.nodes
-               if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config]
+    targets = [
+        node.path
+        for node in run.nodes
+        if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config
+    ]
     for node in run.nodes:
         if any(_is_under(node.path, t) for t in targets):
             continue  # the target model's weights are not the run's checkpoints
@@ -631,7 +649,10 @@ def _dump_root(node: _Node, run_dir: str) -> str | None:
 
 
 def discover_runs(
-    paths: Sequence[str | Path], *, cache: ListingCache | None = None, strict: bool = True,
+    paths: Sequence[str | Path],
+    *,
+    cache: ListingCache | None = None,
+    strict: bool = True,
     watched: Sequence[str | Path] = (),
 ) -> list[RunInfo]:
     """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.

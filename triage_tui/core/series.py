@@ -281,4 +281,3 @@ def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[
     picked = np.concatenate(([0, n - 1], base + lows, base + highs))
     keep = np.unique(picked[picked < n])
     return steps[keep], values[keep]
-

@@ -93,9 +93,14 @@ class ServingSample:
     accepted: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "time": self.time, "acceptance_length": _number(self.acceptance_length),
-                "per_position": [_number(p) for p in self.per_position], "drafts": self.drafts,
-                "accepted": self.accepted}
+        return {
+            "index": self.index,
+            "time": self.time,
+            "acceptance_length": _number(self.acceptance_length),
+            "per_position": [_number(p) for p in self.per_position],
+            "drafts": self.drafts,
+            "accepted": self.accepted,
+        }
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,14 @@ class ServingEvidence:
 
     def to_json(self, *, with_samples: bool = True) -> dict[str, Any]:
         document: dict[str, Any] = {
-            "engine": self.engine, "source": self.source, "acceptance_length": _number(self.acceptance_length),
-            "per_position": [_number(p) for p in self.per_position], "drafts": self.drafts,
-            "accepted": self.accepted, "convention": self.convention, "notes": list(self.notes),
+            "engine": self.engine,
+            "source": self.source,
+            "acceptance_length": _number(self.acceptance_length),
+            "per_position": [_number(p) for p in self.per_position],
+            "drafts": self.drafts,
+            "accepted": self.accepted,
+            "convention": self.convention,
+            "notes": list(self.notes),
         }
         if with_samples:
             document["samples"] = [s.to_json() for s in self.samples]
@@ -136,7 +146,8 @@ _VLLM_LINE = re.compile(
     r"SpecDecoding metrics: Mean acceptance length: (?P<mal>[0-9.]+|nan), "
     r"Accepted throughput: [0-9.]+ tokens/s, Drafted throughput: [0-9.]+ tokens/s, "
     r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dra>\d+) tokens, "
-    r"Per-position acceptance rate: (?P<pos>[0-9., ]*?), Avg Draft acceptance rate: (?:[0-9.]+|nan)%")
+    r"Per-position acceptance rate: (?P<pos>[0-9., ]*?), Avg Draft acceptance rate: (?:[0-9.]+|nan)%"
+)
 # vLLM's logger: "INFO 05-12 10:11:12 [metrics.py:96] ..." (month-day, no year).
 _VLLM_TIME = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d\d-\d\d \d\d:\d\d:\d\d)")
 _SGLANG_LINE = re.compile(r"Decode batch\b.*?\baccept len: (?P<len>[0-9.]+|nan)(?:, accept rate: (?P<rate>[0-9.]+))?")
@@ -161,7 +172,7 @@ def parse_vllm_line(line: str, index: int = 0) -> ServingSample | None:
     logged = float(match["mal"])
     drafts = _vllm_drafts(logged, accepted, drafted, rates)
     length = 1.0 + accepted / drafts if drafts else logged
-    stamp = _VLLM_TIME.search(line[:match.start()])
+    stamp = _VLLM_TIME.search(line[: match.start()])
     return ServingSample(index, stamp.group(1) if stamp else None, length, rates, drafts, accepted)
 
 
@@ -186,12 +197,13 @@ def parse_sglang_line(line: str, index: int = 0) -> ServingSample | None:
     length = float(match["len"])
     if not math.isfinite(length) or length <= 0:
         return None  # speculative decoding off (SGLang logs 0) or no decode in the interval
-    stamp = _SGLANG_TIME.search(line[:match.start()])
+    stamp = _SGLANG_TIME.search(line[: match.start()])
     return ServingSample(index, stamp.group(1) if stamp else None, length)
 
 
-def samples_from_lines(lines: Iterable[str], start: int = 0, engine: str | None = None
-                       ) -> tuple[str | None, list[ServingSample], int]:
+def samples_from_lines(
+    lines: Iterable[str], start: int = 0, engine: str | None = None
+) -> tuple[str | None, list[ServingSample], int]:
     """(engine, samples, lines that looked like stats but did not parse) for a run of log lines.
 
     The first engine seen (or the one given) is the log's; the other engine's lines are skipped.
@@ -216,8 +228,9 @@ def samples_from_lines(lines: Iterable[str], start: int = 0, engine: str | None 
     return engine, samples, unparsed
 
 
-def pool_samples(engine: str, source: str, samples: Sequence[ServingSample],
-                 notes: Sequence[str] = ()) -> ServingEvidence:
+def pool_samples(
+    engine: str, source: str, samples: Sequence[ServingSample], notes: Sequence[str] = ()
+) -> ServingEvidence:
     """The samples of one source pooled: counts summed where every sample has them."""
     notes = list(notes)
     if not samples:
@@ -228,14 +241,28 @@ def pool_samples(engine: str, source: str, samples: Sequence[ServingSample],
         k = max(len(s.per_position) for s in samples)
         per_position = tuple(
             sum(s.per_position[i] * (s.drafts or 0) for s in samples if i < len(s.per_position)) / drafts
-            for i in range(k))
-        convention = ("1 + accepted / drafts over pooled counts; per-position = accepted at position i / drafts "
-                      "(vLLM's per-interval counts summed; drafts = drafted tokens / k)")
-        return ServingEvidence(engine, source, 1.0 + accepted / drafts, per_position, drafts, accepted,
-                               convention, tuple(samples), tuple(notes))
+            for i in range(k)
+        )
+        convention = (
+            "1 + accepted / drafts over pooled counts; per-position = accepted at position i / drafts "
+            "(vLLM's per-interval counts summed; drafts = drafted tokens / k)"
+        )
+        return ServingEvidence(
+            engine,
+            source,
+            1.0 + accepted / drafts,
+            per_position,
+            drafts,
+            accepted,
+            convention,
+            tuple(samples),
+            tuple(notes),
+        )
     mean = sum(s.acceptance_length for s in samples) / len(samples)
-    convention = ("mean of SGLang's per-interval accept len (completion tokens / verify steps, bonus token "
-                  "included); the log gives no counts, so intervals are weighted equally")
+    convention = (
+        "mean of SGLang's per-interval accept len (completion tokens / verify steps, bonus token "
+        "included); the log gives no counts, so intervals are weighted equally"
+    )
     return ServingEvidence(engine, source, mean, (), None, None, convention, tuple(samples), tuple(notes))
 
 
@@ -371,8 +398,12 @@ class ServingLog:
 
 # --------------------------------------------------------------------------- Prometheus text
 
-_VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                  "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos")
+_VLLM_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+)
 _SGLANG_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate")
 
 
@@ -408,6 +439,7 @@ def parse_metrics_text(text: str, source: str) -> MetricsSnapshot:
     except ValueError as err:
         raise BadInput(source, f"not Prometheus text: {err}") from None
     if any(name in values for name in _VLLM_COUNTERS):
+
         def total(name: str) -> int:
             return round(sum(v for _, v in values.get(name, ())))
 
@@ -420,20 +452,29 @@ def parse_metrics_text(text: str, source: str) -> MetricsSnapshot:
             positions[position] = positions.get(position, 0.0) + value
         per_position = tuple(round(positions.get(i, 0.0)) for i in range(max(positions) + 1)) if positions else ()
         label_sets = len(values.get(_VLLM_COUNTERS[0], ()))
-        return MetricsSnapshot("vllm", total(_VLLM_COUNTERS[0]), total(_VLLM_COUNTERS[1]), total(_VLLM_COUNTERS[2]),
-                               per_position, label_sets=label_sets)
+        return MetricsSnapshot(
+            "vllm",
+            total(_VLLM_COUNTERS[0]),
+            total(_VLLM_COUNTERS[1]),
+            total(_VLLM_COUNTERS[2]),
+            per_position,
+            label_sets=label_sets,
+        )
     if _SGLANG_GAUGES[0] in values:
         lengths = [v for _, v in values[_SGLANG_GAUGES[0]] if math.isfinite(v) and v > 0]
         rates = [v for _, v in values.get(_SGLANG_GAUGES[1], ()) if math.isfinite(v)]
-        return MetricsSnapshot("sglang", accept_length=sum(lengths) / len(lengths) if lengths else None,
-                               accept_rate=sum(rates) / len(rates) if rates else None,
-                               label_sets=len(values[_SGLANG_GAUGES[0]]))
-    raise BadInput(source, "holds no speculative-decoding metrics (vllm:spec_decode_num_drafts_total or "
-                           "sglang:spec_accept_length)")
+        return MetricsSnapshot(
+            "sglang",
+            accept_length=sum(lengths) / len(lengths) if lengths else None,
+            accept_rate=sum(rates) / len(rates) if rates else None,
+            label_sets=len(values[_SGLANG_GAUGES[0]]),
+        )
+    raise BadInput(
+        source, "holds no speculative-decoding metrics (vllm:spec_decode_num_drafts_total or sglang:spec_accept_length)"
+    )
 
 
-def snapshot_evidence(snapshot: MetricsSnapshot, source: str,
-                      samples: Sequence[ServingSample] = ()) -> ServingEvidence:
+def snapshot_evidence(snapshot: MetricsSnapshot, source: str, samples: Sequence[ServingSample] = ()) -> ServingEvidence:
     """A snapshot as evidence: vLLM's counters are since the server started, so they pool exactly."""
     notes: list[str] = []
     if snapshot.engine == "vllm":
@@ -441,23 +482,38 @@ def snapshot_evidence(snapshot: MetricsSnapshot, source: str,
             notes.append(f"counters summed over {snapshot.label_sets} engine label sets")
         if not snapshot.drafts:
             notes.append("no drafts counted yet (vllm:spec_decode_num_drafts_total is 0)")
-            return ServingEvidence("vllm", source, None, (), 0, snapshot.accepted, "no drafts", tuple(samples),
-                                   tuple(notes))
+            return ServingEvidence(
+                "vllm", source, None, (), 0, snapshot.accepted, "no drafts", tuple(samples), tuple(notes)
+            )
         per_position = tuple(count / snapshot.drafts for count in snapshot.per_position)
-        convention = ("1 + accepted / drafts over pooled counts; per-position = accepted at position i / drafts "
-                      "(vLLM's Prometheus counters since the server started)")
-        return ServingEvidence("vllm", source, 1.0 + snapshot.accepted / snapshot.drafts, per_position,
-                               snapshot.drafts, snapshot.accepted, convention, tuple(samples), tuple(notes))
+        convention = (
+            "1 + accepted / drafts over pooled counts; per-position = accepted at position i / drafts "
+            "(vLLM's Prometheus counters since the server started)"
+        )
+        return ServingEvidence(
+            "vllm",
+            source,
+            1.0 + snapshot.accepted / snapshot.drafts,
+            per_position,
+            snapshot.drafts,
+            snapshot.accepted,
+            convention,
+            tuple(samples),
+            tuple(notes),
+        )
     if snapshot.label_sets > 1:
         notes.append(f"sglang:spec_accept_length averaged over {snapshot.label_sets} label sets")
     if snapshot.accept_rate is not None:
         # Its definition changed between releases (accepted drafts / proposed drafts, or with the
         # bonus token in both), so it is reported, not used.
         notes.append(f"sglang:spec_accept_rate {snapshot.accept_rate:.3f} (definition varies by SGLang release)")
-    convention = ("SGLang's sglang:spec_accept_length gauge: the last logging interval's completion tokens / "
-                  "verify steps (bonus token included); no counts")
-    return ServingEvidence("sglang", source, snapshot.accept_length, (), None, None, convention, tuple(samples),
-                           tuple(notes))
+    convention = (
+        "SGLang's sglang:spec_accept_length gauge: the last logging interval's completion tokens / "
+        "verify steps (bonus token included); no counts"
+    )
+    return ServingEvidence(
+        "sglang", source, snapshot.accept_length, (), None, None, convention, tuple(samples), tuple(notes)
+    )
 
 
 def scrape(url: str, *, timeout: float = SCRAPE_TIMEOUT_SECS) -> str:
@@ -483,8 +539,14 @@ class MetricsWatch:
     in at the next poll after it arrived. ``scan`` scrapes in line, once.
     """
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic,
-                 interval: float = SCRAPE_INTERVAL_SECS, background: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = SCRAPE_INTERVAL_SECS,
+        background: bool = False,
+    ) -> None:
         self.url = url
         self.clock = clock
         self.interval = interval
@@ -507,8 +569,9 @@ class MetricsWatch:
                 return self._evidence
             if self.pending is None or not self.pending.is_alive():
                 self._last_scrape = now
-                self.pending = threading.Thread(target=self._scrape_in_background, daemon=True,
-                                                name=f"scrape {self.url}")
+                self.pending = threading.Thread(
+                    target=self._scrape_in_background, daemon=True, name=f"scrape {self.url}"
+                )
                 self.pending.start()
         with self._lock:
             arrived, self._arrived = self._arrived, None
@@ -555,8 +618,9 @@ def _interval_sample(previous: MetricsSnapshot | None, current: MetricsSnapshot,
         before = previous.per_position
     if drafts <= 0:
         return None
-    per_position = tuple((count - (before[i] if i < len(before) else 0)) / drafts
-                         for i, count in enumerate(current.per_position))
+    per_position = tuple(
+        (count - (before[i] if i < len(before) else 0)) / drafts for i, count in enumerate(current.per_position)
+    )
     return ServingSample(index, stamp, 1.0 + accepted / drafts, per_position, drafts, accepted)
 
 
@@ -599,9 +663,11 @@ def read_meta_info_jsonl(path: Path, lines: Iterable[str]) -> ServingEvidence:
     accepted = completion - verify
     per_position: tuple[float, ...] = ()
     if histogram and sum(histogram) == verify:
-        per_position = tuple(sum(histogram[i + 1:]) / verify for i in range(len(histogram) - 1))
-    convention = (f"1 + accepted / drafts pooled over {requests} requests' meta_info: drafts = spec_verify_ct, "
-                  "accepted = completion_tokens - spec_verify_ct (SGLang's completion_tokens / spec_verify_ct)")
+        per_position = tuple(sum(histogram[i + 1 :]) / verify for i in range(len(histogram) - 1))
+    convention = (
+        f"1 + accepted / drafts pooled over {requests} requests' meta_info: drafts = spec_verify_ct, "
+        "accepted = completion_tokens - spec_verify_ct (SGLang's completion_tokens / spec_verify_ct)"
+    )
     return ServingEvidence("sglang", str(path), 1.0 + accepted / verify, per_position, verify, accepted, convention)
 
 
@@ -655,10 +721,14 @@ def read_serving(source: str) -> ServingEvidence:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return read_meta_info_jsonl(path, handle)
     if log.unparsed:
-        raise BadInput(path, f"{log.unparsed} 'SpecDecoding metrics:' line(s), none in the vLLM v1 format this "
-                             f"version reads")
-    raise BadInput(path, "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
-                         "speculative-decoding Prometheus metric or SGLang meta_info")
+        raise BadInput(
+            path, f"{log.unparsed} 'SpecDecoding metrics:' line(s), none in the vLLM v1 format this version reads"
+        )
+    raise BadInput(
+        path,
+        "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
+        "speculative-decoding Prometheus metric or SGLang meta_info",
+    )
 
 
 def read_serving_sources(sources: Sequence[str]) -> ServingEvidence | None:
@@ -688,23 +758,43 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
         accepted = sum(p.accepted or 0 for p in parts)
         k = min(len(p.per_position) for p in parts)
         per_position = tuple(sum(p.per_position[i] * (p.drafts or 0) for p in parts) / drafts for i in range(k))
-        return ServingEvidence(engine, source, 1.0 + accepted / drafts, per_position, drafts, accepted,
-                               f"1 + accepted / drafts over the counts of {len(parts)} sources pooled",
-                               (), tuple(notes), tuple(parts))
+        return ServingEvidence(
+            engine,
+            source,
+            1.0 + accepted / drafts,
+            per_position,
+            drafts,
+            accepted,
+            f"1 + accepted / drafts over the counts of {len(parts)} sources pooled",
+            (),
+            tuple(notes),
+            tuple(parts),
+        )
     lengths = [p.acceptance_length for p in parts if p.acceptance_length is not None]
     mean = sum(lengths) / len(lengths) if lengths else None
-    return ServingEvidence(engine, source, mean, (), None, None,
-                           f"mean of {len(lengths)} sources' acceptance lengths (not all have counts)",
-                           (), tuple(notes), tuple(parts))
+    return ServingEvidence(
+        engine,
+        source,
+        mean,
+        (),
+        None,
+        None,
+        f"mean of {len(lengths)} sources' acceptance lengths (not all have counts)",
+        (),
+        tuple(notes),
+        tuple(parts),
+    )
 
 
 class ServingWatch:
     """A run's serving sources followed over time (the watcher's thread polls it, never the UI's)."""
 
-    def __init__(self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
-                 background: bool = False) -> None:
+    def __init__(
+        self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic, background: bool = False
+    ) -> None:
         self.followers: list[ServingLog | MetricsWatch] = [
-            MetricsWatch(s, clock=clock, background=background) if is_url(s) else ServingLog(s) for s in sources]
+            MetricsWatch(s, clock=clock, background=background) if is_url(s) else ServingLog(s) for s in sources
+        ]
         # The TUI (background) reads a long log over several polls; a one-shot poll reads it all.
         self.to_end = not background
         self._parts: tuple[ServingEvidence, ...] = ()
@@ -748,17 +838,25 @@ class TrainingEstimate:
     arithmetic: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"acceptance_length": _number(self.acceptance_length),
-                "per_position": [_number(p) for p in self.per_position], "tags": list(self.tags),
-                "step": self.step, "arithmetic": self.arithmetic}
+        return {
+            "acceptance_length": _number(self.acceptance_length),
+            "per_position": [_number(p) for p in self.per_position],
+            "tags": list(self.tags),
+            "step": self.step,
+            "arithmetic": self.arithmetic,
+        }
 
     def truncated(self, k: int) -> TrainingEstimate:
         """The estimate for a server that drafts only k tokens."""
         if k <= 0 or k >= len(self.per_position):
             return self
         per_position = self.per_position[:k]
-        return replace(self, acceptance_length=1.0 + sum(per_position), per_position=per_position,
-                       arithmetic=f"{self.arithmetic}; first {k} positions (the server drafts {k})")
+        return replace(
+            self,
+            acceptance_length=1.0 + sum(per_position),
+            per_position=per_position,
+            arithmetic=f"{self.arithmetic}; first {k} positions (the server drafts {k})",
+        )
 
 
 # Per-position accuracies are found by the trainers' metric-names table (core/metric_names.py).
@@ -771,8 +869,9 @@ _UNCONDITIONAL = ("full_acc",)
 _HELD_OUT = ("eval", "val", "valid", "validation", "test")
 
 
-def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int, float] | None]
-                      ) -> TrainingEstimate | None:
+def training_estimate(
+    tags: Iterable[str], last_value: Callable[[str], tuple[int, float] | None]
+) -> TrainingEstimate | None:
     """The estimate from the latest per-position accuracies, or None when the run logs none.
 
     ``last_value(tag)`` returns the tag's last (step, value). Held-out series come before train.
@@ -806,9 +905,11 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
                 running *= value
                 chained.append(running)
             per_position = tuple(chained)
-            arithmetic = (f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
-                          f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
-                          f"leaves out the 1)")
+            arithmetic = (
+                f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
+                f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
+                f"leaves out the 1)"
+            )
         step = max(p[0] for p in points)
         return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
     return None
@@ -816,6 +917,7 @@ def training_estimate(tags: Iterable[str], last_value: Callable[[str], tuple[int
 
 def training_estimate_from_scalars(scalars: Any) -> TrainingEstimate | None:
     """training_estimate over a RunScalars (core/series.py)."""
+
     def last_value(tag: str) -> tuple[int, float] | None:
         series = scalars.get(tag)
         last = series.last() if series is not None and len(series) else None
@@ -864,15 +966,23 @@ def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None)
     if length is not None:
         later = serving.per_position[1:]
         if length <= COLLAPSED_LENGTH and all(p <= COLLAPSED_LATER_POSITION for p in later):
-            positions = (", per position " + ", ".join(f"{p:.3f}" for p in serving.per_position)
-                         if serving.per_position else "")
-            counts = (f" ({serving.accepted} accepted of {serving.drafts} drafts)"
-                      if serving.drafts is not None and serving.accepted is not None else "")
-            findings.append(ServingFinding(
-                "acceptance_collapsed", length,
-                f"{serving.engine} accepts almost nothing from the drafter: acceptance length {length:.2f}"
-                f"{counts}{positions} (collapsed: <= {COLLAPSED_LENGTH} with later positions <= "
-                f"{COLLAPSED_LATER_POSITION})"))
+            positions = (
+                ", per position " + ", ".join(f"{p:.3f}" for p in serving.per_position) if serving.per_position else ""
+            )
+            counts = (
+                f" ({serving.accepted} accepted of {serving.drafts} drafts)"
+                if serving.drafts is not None and serving.accepted is not None
+                else ""
+            )
+            findings.append(
+                ServingFinding(
+                    "acceptance_collapsed",
+                    length,
+                    f"{serving.engine} accepts almost nothing from the drafter: acceptance length {length:.2f}"
+                    f"{counts}{positions} (collapsed: <= {COLLAPSED_LENGTH} with later positions <= "
+                    f"{COLLAPSED_LATER_POSITION})",
+                )
+            )
         if training is not None:
             # Compare over the positions both sides have: a server drafting fewer tokens than the
             # run trained for gets the estimate's first k; one drafting more gets its own first k.
@@ -888,25 +998,36 @@ def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None)
             if abs(gap) >= DISAGREE_TOKENS and ratio >= DISAGREE_RATIO:
                 tags = ", ".join(estimate.tags)
                 if gap > 0:
-                    findings.append(ServingFinding(
-                        "serving_below_training", gap,
-                        f"training estimates acceptance length {estimate.acceptance_length:.2f} from {tags} at step "
-                        f"{estimate.step}, {serving.engine} accepts {served:.2f}{over}: the served target or the "
-                        f"engine's reading of the drafter differs from training"))
+                    findings.append(
+                        ServingFinding(
+                            "serving_below_training",
+                            gap,
+                            f"training estimates acceptance length {estimate.acceptance_length:.2f} from {tags} "
+                            f"at step "
+                            f"{estimate.step}, {serving.engine} accepts {served:.2f}{over}: the served target or the "
+                            f"engine's reading of the drafter differs from training",
+                        )
+                    )
                 else:
-                    findings.append(ServingFinding(
-                        "serving_above_training", -gap,
-                        f"{serving.engine} accepts {served:.2f}{over}, training estimates only "
-                        f"{estimate.acceptance_length:.2f} from {tags} at step {estimate.step}: the drafter works, "
-                        f"the training metric does not measure it"))
+                    findings.append(
+                        ServingFinding(
+                            "serving_above_training",
+                            -gap,
+                            f"{serving.engine} accepts {served:.2f}{over}, training estimates only "
+                            f"{estimate.acceptance_length:.2f} from {tags} at step {estimate.step}: the drafter works, "
+                            f"the training metric does not measure it",
+                        )
+                    )
     return ServingComparison(serving, training, tuple(findings))
-
 
 
 # Severity of each finding as a run flag (scan, the TUI): a collapsed acceptance means the drafter
 # buys nothing in production; a disagreement says one of the two numbers is not what it seems.
-FLAG_SEVERITY = {"acceptance_collapsed": "critical", "serving_below_training": "warning",
-                 "serving_above_training": "warning"}
+FLAG_SEVERITY = {
+    "acceptance_collapsed": "critical",
+    "serving_below_training": "warning",
+    "serving_above_training": "warning",
+}
 
 
 def serving_flags(comparison: ServingComparison) -> list[Flag]:

@@ -127,8 +127,14 @@ class Flag:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity, "tag": self.tag, "step": self.step,
-                "value": json_number(self.value), "message": self.message}
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "tag": self.tag,
+            "step": self.step,
+            "value": json_number(self.value),
+            "message": self.message,
+        }
 
 
 def json_number(value: float | None) -> float | None:
@@ -141,8 +147,9 @@ def json_number(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- vocab size
 
 
-def resolve_vocab_size(flag: int | None, manifest: Manifest | None, config: dict | None,
-                       training_state_vocab: int | None = None) -> tuple[int, str]:
+def resolve_vocab_size(
+    flag: int | None, manifest: Manifest | None, config: dict | None, training_state_vocab: int | None = None
+) -> tuple[int, str]:
     """(V, where it came from): --vocab-size > triage.toml > config.json > training_state.pt > 32 000.
 
     ``training_state_vocab`` is the draft vocab of a SpecForge 0.2.0 ``draft_state_dict`` (its
@@ -201,25 +208,44 @@ class ChanceLine:
         return f"{self.valid_fraction:.3f} × ln {self.vocab_size} = {self.value:.2f}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"chance_loss": self.value, "chance_basis": self.basis, "valid_fraction": self.valid_fraction,
-                "valid_fraction_source": self.valid_fraction_source, "chance_convention": self.convention}
+        return {
+            "chance_loss": self.value,
+            "chance_basis": self.basis,
+            "valid_fraction": self.valid_fraction,
+            "valid_fraction_source": self.valid_fraction_source,
+            "chance_convention": self.convention,
+        }
 
 
 def chance_line(vocab_size: int, trainer: str | None, valid: Any = None) -> ChanceLine:
     """The run's chance line: ``valid`` is a formats.hidden_states.LossMaskFraction, or None."""
     if trainer not in MEAN_OVER_ALL_POSITIONS:
         who = trainer or "an unrecognised trainer"
-        return ChanceLine(vocab_size, convention=f"ln V: {who} averages its loss over the valid positions only"
-                          if trainer else "ln V assumed: the trainer was not recognised from the tag names")
+        return ChanceLine(
+            vocab_size,
+            convention=f"ln V: {who} averages its loss over the valid positions only"
+            if trainer
+            else "ln V assumed: the trainer was not recognised from the tag names",
+        )
     if valid is None:
-        return ChanceLine(vocab_size, convention=(
-            f"ln V assumed: {trainer} averages over all positions (masked ones add 0), so chance reads "
-            "valid_fraction × ln V, but no hidden-state dump with a loss_mask was found to measure the "
-            "fraction (set data in triage.toml)"))
-    return ChanceLine(vocab_size, valid.fraction, valid.describe(), convention=(
-        f"{trainer} averages over all positions (masked ones add 0): a head at chance reads "
-        "valid_fraction × ln V (an upper bound: positions whose target falls outside the draft vocab "
-        "and batch padding are masked too)"))
+        return ChanceLine(
+            vocab_size,
+            convention=(
+                f"ln V assumed: {trainer} averages over all positions (masked ones add 0), so chance reads "
+                "valid_fraction × ln V, but no hidden-state dump with a loss_mask was found to measure the "
+                "fraction (set data in triage.toml)"
+            ),
+        )
+    return ChanceLine(
+        vocab_size,
+        valid.fraction,
+        valid.describe(),
+        convention=(
+            f"{trainer} averages over all positions (masked ones add 0): a head at chance reads "
+            "valid_fraction × ln V (an upper bound: positions whose target falls outside the draft vocab "
+            "and batch padding are masked too)"
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- tag choice
@@ -446,8 +472,14 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
     step, _, series, first, count = min(found, key=lambda item: item[:2])
     value = float(series.values[first])
     others = f"; also in {len(found) - 1} other tag{'s' if len(found) > 2 else ''}" if len(found) > 1 else ""
-    return Flag("non_finite", "critical", series.tag, step, value,
-                f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(series)} points not finite{others})")
+    return Flag(
+        "non_finite",
+        "critical",
+        series.tag,
+        step,
+        value,
+        f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(series)} points not finite{others})",
+    )
 
 
 def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
@@ -459,9 +491,15 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
     above = _streak_start(curve.smooth > upper, curve.post_warmup)
     if above is not None:
         step, value = int(curve.steps[above]), float(curve.values[above])
-        return Flag("loss_above_chance", "critical", curve.tag, step, value,
-                    f"{curve.tag} = {fmt(value)} at step {step}, above {chance_text} "
-                    f"(smoothed {fmt(now_value)} at step {now_step}): confidently wrong")
+        return Flag(
+            "loss_above_chance",
+            "critical",
+            curve.tag,
+            step,
+            value,
+            f"{curve.tag} = {fmt(value)} at step {step}, above {chance_text} "
+            f"(smoothed {fmt(now_value)} at step {now_step}): confidently wrong",
+        )
     at = _streak_start((curve.smooth >= lower) & (curve.smooth <= upper), curve.post_warmup)
     if at is None:
         return None
@@ -469,9 +507,15 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
     if start_value - end_value > TREND_MAX_DROP_FRACTION * ln_v:
         return None  # still descending from chance: learning, just early
     step, value = int(curve.steps[at]), float(curve.values[at])
-    return Flag("loss_at_chance", "critical", curve.tag, step, value,
-                f"{curve.tag} = {fmt(value)} at step {step}, at chance {chance_text} "
-                f"(smoothed {fmt(now_value)} at step {now_step}, not falling)")
+    return Flag(
+        "loss_at_chance",
+        "critical",
+        curve.tag,
+        step,
+        value,
+        f"{curve.tag} = {fmt(value)} at step {step}, at chance {chance_text} "
+        f"(smoothed {fmt(now_value)} at step {now_step}, not falling)",
+    )
 
 
 def _diverging(curve: _Curve) -> Flag | None:
@@ -483,9 +527,15 @@ def _diverging(curve: _Curve) -> Flag | None:
         return None
     best = float(running_min[-1])
     step, value = int(curve.steps[start]), float(curve.values[start])
-    return Flag("diverging", "critical", curve.tag, step, value,
-                f"{curve.tag} rising since step {step}: smoothed {fmt(float(curve.smooth[-1]))} "
-                f"at step {int(curve.steps[-1])}, best was {fmt(best)}")
+    return Flag(
+        "diverging",
+        "critical",
+        curve.tag,
+        step,
+        value,
+        f"{curve.tag} rising since step {step}: smoothed {fmt(float(curve.smooth[-1]))} "
+        f"at step {int(curve.steps[-1])}, best was {fmt(best)}",
+    )
 
 
 def _plateau(curve: _Curve) -> Flag | None:
@@ -497,9 +547,15 @@ def _plateau(curve: _Curve) -> Flag | None:
     if abs(end_value - start_value) > PLATEAU_MAX_CHANGE * max(abs(start_value), 1e-12):
         return None
     step = int(curve.steps[first])
-    return Flag("plateau", "info", curve.tag, step, float(curve.values[first]),
-                f"{curve.tag} flat at {fmt(end_value)} since step {step} "
-                f"(changed {fmt(end_value - start_value)} over the last {width} points)")
+    return Flag(
+        "plateau",
+        "info",
+        curve.tag,
+        step,
+        float(curve.values[first]),
+        f"{curve.tag} flat at {fmt(end_value)} since step {step} "
+        f"(changed {fmt(end_value - start_value)} over the last {width} points)",
+    )
 
 
 def _accuracy_at_chance(series: ScalarSeries, vocab_size: int) -> Flag | None:
@@ -516,10 +572,16 @@ def _accuracy_at_chance(series: ScalarSeries, vocab_size: int) -> Flag | None:
     if end_value - start_value > ACCURACY_MAX_RISE:
         return None  # climbing out of chance
     step, value = int(curve.steps[at]), float(curve.values[at])
-    return Flag("accuracy_at_chance", "critical", curve.tag, step, value * (100.0 if percent else 1.0),
-                f"{curve.tag} = {value * 100:.1f} % at step {step}, below {ACCURACY_CHANCE * 100:.0f} % "
-                f"(smoothed {end_value * 100:.1f} % at step {int(curve.steps[-1])}; "
-                f"uniform over {vocab_size} is {100 / vocab_size:.3g} %)")
+    return Flag(
+        "accuracy_at_chance",
+        "critical",
+        curve.tag,
+        step,
+        value * (100.0 if percent else 1.0),
+        f"{curve.tag} = {value * 100:.1f} % at step {step}, below {ACCURACY_CHANCE * 100:.0f} % "
+        f"(smoothed {end_value * 100:.1f} % at step {int(curve.steps[-1])}; "
+        f"uniform over {vocab_size} is {100 / vocab_size:.3g} %)",
+    )
 
 
 # --------------------------------------------------------------------------- stall
@@ -548,12 +610,17 @@ class Activity:
         )
 
     def stall_after(self, flush_secs: float) -> float:
-        return max(flush_secs + STALL_MARGIN_SECS, STALL_MEDIAN_GAPS * self.median_gap,
-                   STALL_LONGEST_GAP * self.longest_gap)
+        return max(
+            flush_secs + STALL_MARGIN_SECS, STALL_MEDIAN_GAPS * self.median_gap, STALL_LONGEST_GAP * self.longest_gap
+        )
 
 
 def stall_flag(
-    activity: Activity, *, now: float, flush_secs: float = 120.0, seen_live: bool = False,
+    activity: Activity,
+    *,
+    now: float,
+    flush_secs: float = 120.0,
+    seen_live: bool = False,
     last_step: int | None = None,
 ) -> Flag | None:
     """The `stalled` flag, measured against `now` (cheap: the watcher calls it every poll)."""
@@ -565,11 +632,16 @@ def stall_flag(
     if silence <= limit:
         return None
     if seen_live or silence < STALL_WARNING_SECS:
-        return Flag("stalled", "warning", None, last_step, None,
-                    f"no new data for {fmt_duration(silence)} (expected within {fmt_duration(limit)}: "
-                    f"writers flush every {flush_secs:.0f} s, longest gap so far {fmt_duration(activity.longest_gap)})")
-    return Flag("stalled", "info", None, last_step, None,
-                f"last data {fmt_duration(silence)} ago: finished or stopped")
+        return Flag(
+            "stalled",
+            "warning",
+            None,
+            last_step,
+            None,
+            f"no new data for {fmt_duration(silence)} (expected within {fmt_duration(limit)}: "
+            f"writers flush every {flush_secs:.0f} s, longest gap so far {fmt_duration(activity.longest_gap)})",
+        )
+    return Flag("stalled", "info", None, last_step, None, f"last data {fmt_duration(silence)} ago: finished or stopped")
 
 
 def raise_flags(
@@ -589,8 +661,13 @@ def raise_flags(
     """
     if chance_comparable is None:
         chance_comparable = not loss_tags or not is_summed_loss(loss_tags[0], scalars.tags())
-    flags = value_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags,
-                        accuracy_tags=accuracy_tags, chance_comparable=chance_comparable)
+    flags = value_flags(
+        scalars,
+        vocab_size=vocab_size,
+        loss_tags=loss_tags,
+        accuracy_tags=accuracy_tags,
+        chance_comparable=chance_comparable,
+    )
     activity = Activity.of(scalars, loss_tags[0] if loss_tags else None)
     last_step = last_step_of(scalars, loss_tags[0] if loss_tags else None)
     stalled = stall_flag(activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=last_step)
@@ -614,6 +691,6 @@ def last_step_of(scalars: RunScalars, loss_tag: str | None = None) -> int | None
 
 
 def worst_severity(flags: Iterable[Flag]) -> str:
-    """"ok" when no flag or only info flags, else the worst severity."""
+    """ "ok" when no flag or only info flags, else the worst severity."""
     worst = max((SEVERITY_ORDER[f.severity] for f in flags), default=0)
     return {0: "ok", 1: "warning", 2: "critical"}[worst]

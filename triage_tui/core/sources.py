@@ -130,4 +130,3 @@ def _find_key(config: dict, key: str, depth: int) -> Any:
             if found is not None:
                 return found
     return None
-

@@ -66,8 +66,13 @@ class VocabMapping:
     ) -> VocabMapping:
         """Build from offsets: ``hot_ids = arange(Vd) + d2t`` (all-zero d2t is the identity)."""
         d2t = np.asarray(d2t, dtype=np.int64)
-        return cls(np.arange(d2t.shape[0], dtype=np.int64) + d2t, int(target_vocab_size),
-                   source=source, stored_t2d=stored_t2d, notes=tuple(notes))
+        return cls(
+            np.arange(d2t.shape[0], dtype=np.int64) + d2t,
+            int(target_vocab_size),
+            source=source,
+            stored_t2d=stored_t2d,
+            notes=tuple(notes),
+        )
 
     @classmethod
     def identity(cls, draft_vocab_size: int, target_vocab_size: int, *, source: str = "") -> VocabMapping:
@@ -121,11 +126,17 @@ def _as_array(path: str | Path, name: str, value: object) -> np.ndarray | None:
     if torch is not None and isinstance(value, torch.Tensor):
         tensor = cast("Tensor", value)  # torch found in sys.modules is an untyped module object
         # A weights-only load rebuilds these too; none holds a plain array of ids to read.
-        kind = ("a meta tensor (no data)" if tensor.device.type == "meta"
-                else f"a {str(tensor.layout).removeprefix('torch.')} tensor" if tensor.layout != torch.strided
-                else "a nested tensor" if tensor.is_nested
-                else f"a quantized tensor ({_dtype_name(tensor)})" if tensor.is_quantized
-                else None)
+        kind = (
+            "a meta tensor (no data)"
+            if tensor.device.type == "meta"
+            else f"a {str(tensor.layout).removeprefix('torch.')} tensor"
+            if tensor.layout != torch.strided
+            else "a nested tensor"
+            if tensor.is_nested
+            else f"a quantized tensor ({_dtype_name(tensor)})"
+            if tensor.is_quantized
+            else None
+        )
         if kind is not None:
             raise BadInput(path, f"{name} is {kind}; expected a dense tensor of integers")
         if tensor.dtype.is_floating_point and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
@@ -206,16 +217,24 @@ def _anomalies(d2t: np.ndarray, hot: np.ndarray, t2d: np.ndarray | None, vocab: 
     if looks_absolute and (outside.size or (t2d_ids is not None and np.array_equal(t2d_ids, d2t))):
         notes.append(
             "d2t holds absolute target ids, not offsets: values ascend like token ids"
-            + (f" and arange+d2t puts {outside.size} of {draft} positions past the target vocab"
-               if outside.size else " and equal the ids t2d marks")
-            + "; engines compute target = draft + d2t[draft], so every position maps to the wrong token")
+            + (
+                f" and arange+d2t puts {outside.size} of {draft} positions past the target vocab"
+                if outside.size
+                else " and equal the ids t2d marks"
+            )
+            + "; engines compute target = draft + d2t[draft], so every position maps to the wrong token"
+        )
     elif looks_absolute and draft >= 16:
-        notes.append("d2t is strictly increasing, which offsets of a real vocab almost never are; "
-                     "it may hold absolute target ids instead of offsets")
+        notes.append(
+            "d2t is strictly increasing, which offsets of a real vocab almost never are; "
+            "it may hold absolute target ids instead of offsets"
+        )
     if outside.size:
         first = int(outside[0])
-        notes.append(f"{outside.size} of {draft} draft positions map outside the target vocab [0, {vocab}) "
-                     f"(first: position {first} -> id {int(hot[first])})")
+        notes.append(
+            f"{outside.size} of {draft} draft positions map outside the target vocab [0, {vocab}) "
+            f"(first: position {first} -> id {int(hot[first])})"
+        )
     in_range = hot[(hot >= 0) & (hot < vocab)]
     unique = np.unique(in_range)
     if unique.size < in_range.size:
@@ -226,13 +245,19 @@ def _anomalies(d2t: np.ndarray, hot: np.ndarray, t2d: np.ndarray | None, vocab: 
         only_t2d = np.setdiff1d(t2d_ids, unique, assume_unique=True)
         only_d2t = np.setdiff1d(unique, t2d_ids, assume_unique=True)
         if only_t2d.size or only_d2t.size:
-            notes.append(f"t2d disagrees with d2t: {only_t2d.size} tokens marked in t2d are not mapped by d2t, "
-                         f"{only_d2t.size} tokens mapped by d2t are not marked in t2d")
+            notes.append(
+                f"t2d disagrees with d2t: {only_t2d.size} tokens marked in t2d are not mapped by d2t, "
+                f"{only_d2t.size} tokens mapped by d2t are not marked in t2d"
+            )
     if draft > 1 and not bool(np.all(np.diff(hot) > 0)):
         if t2d is not None:
-            notes.append("draft order is not ascending by target id, yet the file has a t2d: a trainer that "
-                         "builds targets with logits[..., t2d] (SpecForge/EAGLE/speculators) misaligns lm_head rows")
+            notes.append(
+                "draft order is not ascending by target id, yet the file has a t2d: a trainer that "
+                "builds targets with logits[..., t2d] (SpecForge/EAGLE/speculators) misaligns lm_head rows"
+            )
         else:
-            notes.append("draft order is not ascending by target id (frequency order, as modelopt writes); "
-                         "self-consistent for engines, which use d2t only")
+            notes.append(
+                "draft order is not ascending by target id (frequency order, as modelopt writes); "
+                "self-consistent for engines, which use d2t only"
+            )
     return notes

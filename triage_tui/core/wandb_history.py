@@ -261,7 +261,8 @@ class WandbHistory:
                 self._read(pb, state, stats, rows)
             for tag, (steps, walls, values) in rows.items():
                 self.scalars.series_for(tag, "wandb").extend(
-                    np.array(steps, np.int64), np.array(walls, np.float64), np.array(values, np.float64))
+                    np.array(steps, np.int64), np.array(walls, np.float64), np.array(values, np.float64)
+                )
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             self.totals.add(stats)
@@ -283,7 +284,8 @@ class WandbHistory:
         try:
             # O_NONBLOCK: a FIFO named like a run file must not hang the poll.
             handle = open(  # noqa: SIM115 - entered by `with handle` below, once the open's errors are told apart
-                state.path, "rb", opener=open_nonblocking)
+                state.path, "rb", opener=open_nonblocking
+            )
         except FileNotFoundError:
             return
         except OSError as err:

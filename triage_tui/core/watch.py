@@ -109,8 +109,11 @@ class RunStatus:
             "vocab_size": self.vocab_size,
             "vocab_size_source": self.vocab_size_source,
             "chance_loss": self.chance_loss,
-            **({key: value for key, value in self.chance.to_json().items() if key != "chance_loss"}
-               if self.chance is not None else {}),
+            **(
+                {key: value for key, value in self.chance.to_json().items() if key != "chance_loss"}
+                if self.chance is not None
+                else {}
+            ),
             "last_step": self.last_step,
             "last_update": self.last_update,
             "metrics": self.metrics,
@@ -135,20 +138,26 @@ def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
     if series is None or not len(series):
         return {"tag": tag, "last": None, "min": None, "count": 0}
     last = series.last()
-    return {"tag": tag, "last": json_number(last[2] if last else None),
-            "min": json_number(series.finite_min()), "count": len(series)}
+    return {
+        "tag": tag,
+        "last": json_number(last[2] if last else None),
+        "min": json_number(series.finite_min()),
+        "count": len(series),
+    }
 
 
-def _metrics(scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None,
-             accuracy_tag: str | None) -> dict[str, Any]:
+def _metrics(
+    scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None, accuracy_tag: str | None
+) -> dict[str, Any]:
     """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
     metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
     if trainer is None:
         return metrics
     positions = per_position(tags, trainer)
     if positions:
-        metrics["per_position_accuracy"] = [{"position": position, **(_metric(scalars, tag) or {})}
-                                            for position, tag in positions]
+        metrics["per_position_accuracy"] = [
+            {"position": position, **(_metric(scalars, tag) or {})} for position, tag in positions
+        ]
     acceptance = ordered(tags, trainer.acceptance_length)
     if acceptance:
         metrics["acceptance_length"] = _metric(scalars, acceptance[0])
@@ -163,8 +172,14 @@ def damaged_records_flag(events: RunEvents | RunSources) -> Flag | None:
     count = sum(damaged.values())
     worst = max(damaged, key=lambda path: damaged[path])
     where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
-    return Flag("damaged_records", "warning", None, None, float(count),
-                f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing")
+    return Flag(
+        "damaged_records",
+        "warning",
+        None,
+        None,
+        float(count),
+        f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing",
+    )
 
 
 @dataclass
@@ -242,8 +257,9 @@ class Watcher:
             self._rescan_requested.set()
         self._wake.set()
 
-    def poll_once(self, now: float | None = None,
-                  on_progress: Callable[[list[RunStatus]], None] | None = None) -> list[RunStatus]:
+    def poll_once(
+        self, now: float | None = None, on_progress: Callable[[list[RunStatus]], None] | None = None
+    ) -> list[RunStatus]:
         """Rescan if due, read appended bytes, recompute flags; every run's status.
 
         ``on_progress`` gets the statuses read so far after PROGRESS_SECS, then at doubling
@@ -276,6 +292,7 @@ class Watcher:
             if self.parallel_min_bytes is not None and worth_a_helper(
                 [runs[i].events.events for i in fresh], self.parallel_min_bytes
             ):
+
                 def read(j: int, events: RunEvents) -> None:
                     runs[fresh[j]].events.events = events  # the helper's copy, read; the poll below is a stat
                     update(fresh[j])
@@ -296,8 +313,10 @@ class Watcher:
                 # The first poll of a big tree takes seconds (200 runs x 100k points: ~6 s):
                 # show each run as soon as it is read rather than all of them at the end.
                 statuses = self.poll_once(on_progress=on_update if previous is None else None)
-                if previous is None or len(statuses) != len(previous) or any(
-                    a is not b for a, b in zip(statuses, previous, strict=True)
+                if (
+                    previous is None
+                    or len(statuses) != len(previous)
+                    or any(a is not b for a, b in zip(statuses, previous, strict=True))
                 ):
                     on_update(statuses)
                 if previous is None and self.use_watchdog:
@@ -433,18 +452,34 @@ class Watcher:
             self._recompute(tracked, scalars)
         derived = tracked.derived
         activity = tracked.activity  # set by the first _recompute, which every run's first poll does
-        stalled = None if activity is None else stall_flag(activity, now=now, flush_secs=self.flush_secs,
-                                                           seen_live=tracked.seen_live,
-                                                           last_step=derived["last_step"])
+        stalled = (
+            None
+            if activity is None
+            else stall_flag(
+                activity,
+                now=now,
+                flush_secs=self.flush_secs,
+                seen_live=tracked.seen_live,
+                last_step=derived["last_step"],
+            )
+        )
         damaged = damaged_records_flag(tracked.events)
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
         problems = tuple(p for p in (tracked.info.manifest_error, *source_errors, tracked.read_error) if p)
-        flags = tracked.value_flags + tuple(f for f in (stalled, damaged) if f is not None) + tuple(
-            Flag("unreadable_file", "warning", None, None, None, problem) for problem in problems)
+        flags = (
+            tracked.value_flags
+            + tuple(f for f in (stalled, damaged) if f is not None)
+            + tuple(Flag("unreadable_file", "warning", None, None, None, problem) for problem in problems)
+        )
         serving, serving_errors = self._poll_serving(tracked)
         flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
-        if (not recompute and tracked.status is not None and flags == tracked.status.flags
-                and serving is tracked.status.serving and serving_errors == tracked.status.serving_errors):
+        if (
+            not recompute
+            and tracked.status is not None
+            and flags == tracked.status.flags
+            and serving is tracked.status.serving
+            and serving_errors == tracked.status.serving_errors
+        ):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
         tracked.status = RunStatus(
@@ -468,8 +503,9 @@ class Watcher:
         )
         return tracked.status
 
-    def _serving_flags(self, tracked: _Tracked, serving: ServingEvidence | None,
-                       scalars: RunScalars) -> tuple[Flag, ...]:
+    def _serving_flags(
+        self, tracked: _Tracked, serving: ServingEvidence | None, scalars: RunScalars
+    ) -> tuple[Flag, ...]:
         """Collapsed serving acceptance, or serving far from the run's own estimate, as flags."""
         if serving is None:
             return ()
@@ -522,11 +558,19 @@ class Watcher:
         accuracy_tag = accuracy_tags[0] if accuracy_tags else None
         comparable = loss_tag is None or comparable_to_chance(loss_tag, tags, manifest)
         trainer_id = trainer.trainer if trainer is not None else None
-        chance = chance_line(vocab_size, trainer_id,
-                             self._valid_fraction(tracked) if trainer_id in MEAN_OVER_ALL_POSITIONS else None)
-        tracked.value_flags = tuple(value_flags(scalars, vocab_size=vocab_size, loss_tags=loss_tags,
-                                                accuracy_tags=accuracy_tags, chance_comparable=comparable,
-                                                chance=chance))
+        chance = chance_line(
+            vocab_size, trainer_id, self._valid_fraction(tracked) if trainer_id in MEAN_OVER_ALL_POSITIONS else None
+        )
+        tracked.value_flags = tuple(
+            value_flags(
+                scalars,
+                vocab_size=vocab_size,
+                loss_tags=loss_tags,
+                accuracy_tags=accuracy_tags,
+                chance_comparable=comparable,
+                chance=chance,
+            )
+        )
         tracked.activity = Activity.of(scalars, loss_tag)
         tracked.derived = {
             "vocab_size": vocab_size,

@@ -65,8 +65,11 @@ class DemoLayout:
 
     def remapped(self) -> list[Path]:
         """Remapped checkpoints beside the init one, complete ones only, oldest first."""
-        found = [p for p in self.init.parent.glob(self.init.name + "-remapped-*")
-                 if (p / "config.json").is_file() and any(p.glob("*.safetensors"))]
+        found = [
+            p
+            for p in self.init.parent.glob(self.init.name + "-remapped-*")
+            if (p / "config.json").is_file() and any(p.glob("*.safetensors"))
+        ]
         return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
@@ -75,12 +78,16 @@ def _samples_match(samples: Path, digest: str) -> bool:
         recorded = json.loads((samples / "GENERATED.json").read_text())
     except (OSError, ValueError):
         return False
-    return (recorded.get("spec_digest") == digest and (samples / "_target" / "model.safetensors").is_file()
-            and (samples / "_drafters" / "drafter-a" / "model.safetensors").is_file())
+    return (
+        recorded.get("spec_digest") == digest
+        and (samples / "_target" / "model.safetensors").is_file()
+        and (samples / "_drafters" / "drafter-a" / "model.safetensors").is_file()
+    )
 
 
-def prepare_demo(root: Path, *, samples: Path | None = REPO_SAMPLES,
-                 progress: Callable[[str], None] = lambda message: None) -> DemoLayout:
+def prepare_demo(
+    root: Path, *, samples: Path | None = REPO_SAMPLES, progress: Callable[[str], None] = lambda message: None
+) -> DemoLayout:
     """Lay out the demo under ``root``: target and drafter-a (copied from sample_runs/ or built), the run's files."""
     import torch
 
@@ -105,17 +112,24 @@ def prepare_demo(root: Path, *, samples: Path | None = REPO_SAMPLES,
         shutil.copytree(samples / "_target", layout.target, dirs_exist_ok=True)
         shutil.copytree(samples / "_drafters" / "drafter-a", layout.init, dirs_exist_ok=True)
     else:
-        progress(f"no matching sample_runs/ to copy from: building the target and pretraining drafter-a "
-                 f"({spec.pretrain_steps} steps, about a minute)")
+        progress(
+            f"no matching sample_runs/ to copy from: building the target and pretraining drafter-a "
+            f"({spec.pretrain_steps} steps, about a minute)"
+        )
         save_target(world.target, layout.target)
         pretrain_drafter(world, root, "drafter-a")
     cache = Path("cache/vocab_mapping") / mapping_cache_name("domain-b.jsonl", spec, "../_target")
     write_mapping_pt(world.mapping_b, layout.run / cache)
     write_dumps(world, world.data_b, layout.run, spec.dumps_per_run)
-    write_manifest(layout.run, mapping=str(cache), data="hidden_states", target="../_target",
-                   checkpoint="../_drafters/drafter-a",
-                   note="triage demo: drafter-a, trained with the mapping of domain A, fine-tuned on domain B\n"
-                        "with a mapping regenerated from domain B (SpecForge PR #534).")
+    write_manifest(
+        layout.run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint="../_drafters/drafter-a",
+        note="triage demo: drafter-a, trained with the mapping of domain A, fine-tuned on domain B\n"
+        "with a mapping regenerated from domain B (SpecForge PR #534).",
+    )
     return layout
 
 
@@ -142,10 +156,16 @@ def train_live(root: Path, *, parent: int, max_steps: int, step_delay: float) ->
     target = load_target(layout.target, spec.world)
     mapping = read_mapping(layout.mapping)  # the mapping the trainer labels with: domain B's
     corpus = generate_corpus(spec.world, "B", TRAIN_SEQUENCES)
-    config = TrainConfig(total_steps=max_steps, batch_size=spec.batch_size, learning_rate=spec.finetune_lr,
-                         ttt_length=spec.ttt_length, eval_interval=0)
-    trainer = DrafterTrainer(layout.run, target, load_saved_drafter(layout.init), RunData(corpus, corpus, mapping),
-                             config, flush_secs=1.0)
+    config = TrainConfig(
+        total_steps=max_steps,
+        batch_size=spec.batch_size,
+        learning_rate=spec.finetune_lr,
+        ttt_length=spec.ttt_length,
+        eval_interval=0,
+    )
+    trainer = DrafterTrainer(
+        layout.run, target, load_saved_drafter(layout.init), RunData(corpus, corpus, mapping), config, flush_secs=1.0
+    )
     loaded: set[Path] = set()
     _emit("started", run=str(layout.run), checkpoint=str(layout.init), pid=os.getpid())
     reason = "max-steps"
@@ -183,12 +203,24 @@ class TrainerProcess:
 
     def __init__(self, layout: DemoLayout, *, max_steps: int = 5_000, step_delay: float = 0.0) -> None:
         self.layout = layout
-        command = [sys.executable, "-m", "triage_tui.samples.demo", "train", str(layout.root),
-                   "--parent", str(os.getpid()), "--max-steps", str(max_steps), "--step-delay", str(step_delay)]
+        command = [
+            sys.executable,
+            "-m",
+            "triage_tui.samples.demo",
+            "train",
+            str(layout.root),
+            "--parent",
+            str(os.getpid()),
+            "--max-steps",
+            str(max_steps),
+            "--step-delay",
+            str(step_delay),
+        ]
         self.log_path = layout.root / "trainer.log"
         self._stderr = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         self.events: queue.Queue[dict] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="demo-trainer-events", daemon=True)
         self._reader.start()
@@ -264,8 +296,9 @@ def _loss_points(status: RunStatus) -> list[tuple[int, float]]:
     return list(zip(series.steps.tolist(), series.values.tolist(), strict=True))
 
 
-def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float = 300.0,
-                 say: Callable[[str], None] = print) -> int:
+def run_headless(
+    layout: DemoLayout, trainer: TrainerProcess, *, timeout: float = 300.0, say: Callable[[str], None] = print
+) -> int:
     """The same scenario without a terminal UI: watch, flag, check, remap, and see the loss fall."""
     from triage_tui.core.diagnose import diagnose, resolve_inputs
     from triage_tui.core.remap import remap_checkpoint
@@ -310,8 +343,10 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
         own = replay.details.get("accuracy_checkpoint_mapping")
         run_acc = replay.details.get("accuracy_run_mapping")
         if own is not None and run_acc is not None:
-            stamp(f"replay: drafter-a predicts {own:.1%} of the target's next tokens under its own mapping, "
-                  f"{run_acc:.1%} under the run's")
+            stamp(
+                f"replay: drafter-a predicts {own:.1%} of the target's next tokens under its own mapping, "
+                f"{run_acc:.1%} under the run's"
+            )
     if top.id != "vocab_mapping_mismatch":
         stamp("the check did not rank the vocab-mapping mismatch first")
         return 1
@@ -324,8 +359,10 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
     accuracy = ""
     if report.accuracy_before is not None and report.accuracy_after is not None:
         accuracy = f"; replay under the run's mapping {report.accuracy_before:.1%} -> {report.accuracy_after:.1%}"
-    stamp(f"remap: wrote {report.output.name} ({report.rows_copied} rows copied, {report.rows_initialized} "
-          f"initialised from {report.init}, verified={report.verified}{accuracy})")
+    stamp(
+        f"remap: wrote {report.output.name} ({report.rows_copied} rows copied, {report.rows_initialized} "
+        f"initialised from {report.init}, verified={report.verified}{accuracy})"
+    )
 
     reloaded = trainer.wait_for("reloaded", timeout=max(1.0, deadline - time.monotonic()))
     if reloaded is None:
@@ -343,12 +380,16 @@ def run_headless(layout: DemoLayout, trainer: TrainerProcess, *, timeout: float 
         below = [point for point in after if point[1] < ln_v]
         if below and not still_flagged and len(after) >= 5 and sum(v for _, v in after[-5:]) / 5 < ln_v:
             step, value = below[0]
-            stamp(f"step {step}: {status.loss_tag} {value:.2f}, under ln 32000 = {ln_v:.2f}, "
-                  f"{time.monotonic() - remapped_at:.0f} s after the remap; loss flag cleared")
+            stamp(
+                f"step {step}: {status.loss_tag} {value:.2f}, under ln 32000 = {ln_v:.2f}, "
+                f"{time.monotonic() - remapped_at:.0f} s after the remap; loss flag cleared"
+            )
             mean_before = sum(above[-20:]) / len(above[-20:])
             mean_after = sum(v for _, v in after[-5:]) / 5
-            say(f"done: {status.loss_tag} averaged {mean_before:.2f} over the last {len(above[-20:])} steps before "
-                f"the remap (above ln 32000 = {ln_v:.2f}) and {mean_after:.2f} over the last 5 after it.")
+            say(
+                f"done: {status.loss_tag} averaged {mean_before:.2f} over the last {len(above[-20:])} steps before "
+                f"the remap (above ln 32000 = {ln_v:.2f}) and {mean_after:.2f} over the last 5 after it."
+            )
             return 0
         time.sleep(0.5)
     stamp("the loss did not fall under the chance line before the timeout")

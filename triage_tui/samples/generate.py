@@ -88,7 +88,7 @@ class SampleSpec:
     """Everything the generator depends on; GENERATED.json records it and a test compares it."""
 
     world: WorldSpec = field(default_factory=WorldSpec)
-    dataset_sequences: int = 100_000   # the dataset the mappings are counted over (loss-masked tokens)
+    dataset_sequences: int = 100_000  # the dataset the mappings are counted over (loss-masked tokens)
     batch_size: int = 4
     ttt_length: int = 2
     pretrain_steps: int = 150
@@ -98,7 +98,7 @@ class SampleSpec:
     scratch_lr: float = 1e-2
     finetune_lr: float = 5e-5
     diverged_lr: float = 0.5
-    diverged_batch_size: int = 2   # fp16 matmuls are 50x slower than bf16 on CPU
+    diverged_batch_size: int = 2  # fp16 matmuls are 50x slower than bf16 on CPU
     diverged_warmup: int = 40
     dumps_per_run: int = 16
     eval_interval: int = 25
@@ -106,9 +106,17 @@ class SampleSpec:
     @classmethod
     def small(cls) -> SampleSpec:
         """The reduced version the tests regenerate (same sizes of vocab and model, fewer steps)."""
-        return cls(dataset_sequences=40_000, pretrain_steps=70, healthy_steps=60, finetune_steps=12,
-                   diverged_steps=40, diverged_lr=1.0, diverged_warmup=15,
-                   dumps_per_run=6, eval_interval=0)
+        return cls(
+            dataset_sequences=40_000,
+            pretrain_steps=70,
+            healthy_steps=60,
+            finetune_steps=12,
+            diverged_steps=40,
+            diverged_lr=1.0,
+            diverged_warmup=15,
+            dumps_per_run=6,
+            eval_interval=0,
+        )
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -136,14 +144,18 @@ def build_world(spec: SampleSpec) -> World:
     target = build_target(w)
     counts_b = token_counts(data_b)
     return World(
-        spec=spec, target=target, data_a=data_a, data_b=data_b,
+        spec=spec,
+        target=target,
+        data_a=data_a,
+        data_b=data_b,
         eval_a=generate_corpus(w, "A", spec.batch_size, salt=1),
         eval_b=generate_corpus(w, "B", spec.batch_size, salt=1),
         mapping_a=specforge_mapping(token_counts(data_a), w.draft_vocab_size, source="domain A"),
         mapping_b=specforge_mapping(counts_b, w.draft_vocab_size, source="domain B"),
         # modelopt counts every token (no loss mask) and keeps frequency order
-        mapping_modelopt=modelopt_mapping(token_counts(data_b, loss_masked_only=False), w.draft_vocab_size,
-                                          source="domain B, modelopt order"),
+        mapping_modelopt=modelopt_mapping(
+            token_counts(data_b, loss_masked_only=False), w.draft_vocab_size, source="domain B, modelopt order"
+        ),
     )
 
 
@@ -153,8 +165,9 @@ def mapping_cache_name(data_name: str, spec: SampleSpec, target: str) -> str:
     return hashlib.md5(key.encode()).hexdigest() + ".pt"
 
 
-def write_dumps(world: World, corpus: Corpus, out_dir: Path, count: int,
-                chunk_order: tuple[int, int, int] = (0, 1, 2)) -> Path:
+def write_dumps(
+    world: World, corpus: Corpus, out_dir: Path, count: int, chunk_order: tuple[int, int, int] = (0, 1, 2)
+) -> Path:
     """SpecForge offline format: ``rows_{g}-{g+2000}/data_{i}.ckpt`` dicts, target dtype (fp16)."""
     root = out_dir / "hidden_states"
     ids = torch.from_numpy(corpus.input_ids[:count])
@@ -165,23 +178,30 @@ def write_dumps(world: World, corpus: Corpus, out_dir: Path, count: int,
         group = (i // DUMP_GROUP) * DUMP_GROUP
         path = root / f"rows_{group}-{group + DUMP_GROUP}" / f"data_{i}.ckpt"
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({
-            "input_ids": ids[i].clone(),
-            "loss_mask": torch.from_numpy(corpus.loss_mask[i].copy()),
-            "hidden_state": last[i:i + 1].to(torch.float16).clone(),
-            "aux_hidden_state": aux[i:i + 1].to(torch.float16).clone(),
-        }, path)
+        torch.save(
+            {
+                "input_ids": ids[i].clone(),
+                "loss_mask": torch.from_numpy(corpus.loss_mask[i].copy()),
+                "hidden_state": last[i : i + 1].to(torch.float16).clone(),
+                "aux_hidden_state": aux[i : i + 1].to(torch.float16).clone(),
+            },
+            path,
+        )
     return root
 
 
-def write_manifest(run_dir: Path, *, mapping: str, data: str, target: str, checkpoint: str | None,
-                   note: str) -> None:
+def write_manifest(run_dir: Path, *, mapping: str, data: str, target: str, checkpoint: str | None, note: str) -> None:
     lines = [f"# {line}" for line in note.strip().splitlines()]
     lines += ["[run]", "vocab_size = 32000"]
     if checkpoint is not None:
         lines.append(f'checkpoint = "{checkpoint}"')
-    lines += [f'mapping = "{mapping}"', f'data = "{data}"', f'target = "{target}"',
-              'loss_tags = ["train/ploss_0"]', 'accuracy_tags = ["train/acc_0"]']
+    lines += [
+        f'mapping = "{mapping}"',
+        f'data = "{data}"',
+        f'target = "{target}"',
+        'loss_tags = ["train/ploss_0"]',
+        'accuracy_tags = ["train/acc_0"]',
+    ]
     (run_dir / "triage.toml").write_text("\n".join(lines) + "\n")
 
 
@@ -202,16 +222,24 @@ class RunRecord:
         acc = trainer.history.series("accs")
         bad = np.flatnonzero(~np.isfinite(loss))
         finite = loss[np.isfinite(loss)]
-        return cls(name, len(loss), round(seconds, 1), float(loss[0]), float(loss[-1]),
-                   float(finite.min()) if finite.size else math.nan, float(acc[-1]),
-                   int(bad[0]) + 1 if bad.size else None)
+        return cls(
+            name,
+            len(loss),
+            round(seconds, 1),
+            float(loss[0]),
+            float(loss[-1]),
+            float(finite.min()) if finite.size else math.nan,
+            float(acc[-1]),
+            int(bad[0]) + 1 if bad.size else None,
+        )
 
 
 Progress = Callable[[str], None]
 
 
-def _train(world: World, run_dir: Path, drafter, data: RunData, config: TrainConfig,
-           *, stop_after_nan: int | None = None) -> DrafterTrainer:
+def _train(
+    world: World, run_dir: Path, drafter, data: RunData, config: TrainConfig, *, stop_after_nan: int | None = None
+) -> DrafterTrainer:
     def killed(history) -> bool:  # the user noticed the NaNs and stopped the run
         nans = sum(not math.isfinite(s.plosses[0]) for s in history.steps)
         return stop_after_nan is not None and nans >= stop_after_nan
@@ -222,17 +250,33 @@ def _train(world: World, run_dir: Path, drafter, data: RunData, config: TrainCon
     return trainer
 
 
-def _config(spec: SampleSpec, steps: int, lr: float, *, save: bool = False, warmup: int = 10,
-            compute_dtype: ComputeDtype = "bfloat16", max_grad_norm: float | None = 0.5,
-            batch_size: int | None = None) -> TrainConfig:
-    return TrainConfig(total_steps=steps, batch_size=batch_size or spec.batch_size, learning_rate=lr,
-                       warmup_steps=warmup,
-                       ttt_length=spec.ttt_length, eval_interval=spec.eval_interval,
-                       save_steps=(steps,) if save else (), compute_dtype=compute_dtype, max_grad_norm=max_grad_norm)
+def _config(
+    spec: SampleSpec,
+    steps: int,
+    lr: float,
+    *,
+    save: bool = False,
+    warmup: int = 10,
+    compute_dtype: ComputeDtype = "bfloat16",
+    max_grad_norm: float | None = 0.5,
+    batch_size: int | None = None,
+) -> TrainConfig:
+    return TrainConfig(
+        total_steps=steps,
+        batch_size=batch_size or spec.batch_size,
+        learning_rate=lr,
+        warmup_steps=warmup,
+        ttt_length=spec.ttt_length,
+        eval_interval=spec.eval_interval,
+        save_steps=(steps,) if save else (),
+        compute_dtype=compute_dtype,
+        max_grad_norm=max_grad_norm,
+    )
 
 
-def lay_out_run(world: World, out: Path, name: str, mapping: VocabMapping,
-                chunk_order: tuple[int, int, int] = (0, 1, 2)) -> tuple[Path, Path]:
+def lay_out_run(
+    world: World, out: Path, name: str, mapping: VocabMapping, chunk_order: tuple[int, int, int] = (0, 1, 2)
+) -> tuple[Path, Path]:
     """A run's SpecForge inputs before training: the mapping in the cache, a few dumps.
 
     Returns (run directory, the mapping's path relative to it).
@@ -248,12 +292,22 @@ def generate_healthy(world: World, out: Path) -> RunRecord:
     spec, start = world.spec, time.monotonic()
     run, cache = lay_out_run(world, out, "healthy", world.mapping_b)
     drafter = new_drafter(spec.world, world.mapping_b, seed=21, target=world.target)
-    trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.healthy_steps, spec.scratch_lr, save=True))
-    write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
-                   checkpoint=f"epoch_0_step_{spec.healthy_steps}",
-                   note="From-scratch drafter on domain B with the mapping built from domain B.\n"
-                        "Nothing is wrong here: the loss falls far below ln 32000.")
+    trainer = _train(
+        world,
+        run,
+        drafter,
+        RunData(world.data_b, world.eval_b, world.mapping_b),
+        _config(spec, spec.healthy_steps, spec.scratch_lr, save=True),
+    )
+    write_manifest(
+        run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint=f"epoch_0_step_{spec.healthy_steps}",
+        note="From-scratch drafter on domain B with the mapping built from domain B.\n"
+        "Nothing is wrong here: the loss falls far below ln 32000.",
+    )
     return RunRecord.of("healthy", trainer, time.monotonic() - start)
 
 
@@ -263,12 +317,22 @@ def generate_vocab_mismatch(world: World, out: Path) -> RunRecord:
     # SpecForge PR #534: --ckpt-dir loads the weights, then the mapping regenerated from the
     # new data overwrites the checkpoint's d2t/t2d; lm_head rows keep mapping A's order.
     drafter = load_saved_drafter(out / "_drafters" / "drafter-a")
-    trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr))
-    write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
-                   checkpoint="../_drafters/drafter-a",
-                   note="The story (docs/case.md): drafter-a, trained with the mapping\n"
-                        "of domain A, fine-tuned on domain B with a mapping regenerated from domain B.")
+    trainer = _train(
+        world,
+        run,
+        drafter,
+        RunData(world.data_b, world.eval_b, world.mapping_b),
+        _config(spec, spec.finetune_steps, spec.finetune_lr),
+    )
+    write_manifest(
+        run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint="../_drafters/drafter-a",
+        note="The story (docs/case.md): drafter-a, trained with the mapping\n"
+        "of domain A, fine-tuned on domain B with a mapping regenerated from domain B.",
+    )
     return RunRecord.of("vocab-mismatch", trainer, time.monotonic() - start)
 
 
@@ -277,13 +341,23 @@ def generate_hidden_state_format(world: World, out: Path) -> RunRecord:
     run, cache = lay_out_run(world, out, "hidden-state-format", world.mapping_b, chunk_order=REVERSED_CHUNKS)
     init = f"../healthy/epoch_0_step_{spec.healthy_steps}"
     drafter = load_saved_drafter((run / init).resolve())
-    trainer = _train(world, run, drafter,
-                     RunData(world.data_b, world.eval_b, world.mapping_b, chunk_order=REVERSED_CHUNKS),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr))
-    write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target", checkpoint=init,
-                   note="healthy's drafter fine-tuned on dumps whose aux_hidden_state concatenates the\n"
-                        f"capture layers high|mid|low (layers {list(reversed(spec.world.aux_layer_ids))}) "
-                        "instead of low|mid|high.")
+    trainer = _train(
+        world,
+        run,
+        drafter,
+        RunData(world.data_b, world.eval_b, world.mapping_b, chunk_order=REVERSED_CHUNKS),
+        _config(spec, spec.finetune_steps, spec.finetune_lr),
+    )
+    write_manifest(
+        run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint=init,
+        note="healthy's drafter fine-tuned on dumps whose aux_hidden_state concatenates the\n"
+        f"capture layers high|mid|low (layers {list(reversed(spec.world.aux_layer_ids))}) "
+        "instead of low|mid|high.",
+    )
     return RunRecord.of("hidden-state-format", trainer, time.monotonic() - start)
 
 
@@ -293,12 +367,22 @@ def generate_verifier_mask(world: World, out: Path) -> RunRecord:
     # written SpecForge-style with a t2d; SpecForge builds target_p with logits[..., t2d].
     run, cache = lay_out_run(world, out, "verifier-mask", world.mapping_modelopt)
     drafter = load_saved_drafter(out / "_drafters" / "drafter-modelopt")
-    trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_modelopt),
-                     _config(spec, spec.finetune_steps, spec.finetune_lr))
-    write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target",
-                   checkpoint="../_drafters/drafter-modelopt",
-                   note="drafter-modelopt (frequency-ordered d2t, trained with modelopt's d2t gather)\n"
-                        "fine-tuned by a SpecForge-style trainer, whose labels come from logits[..., t2d].")
+    trainer = _train(
+        world,
+        run,
+        drafter,
+        RunData(world.data_b, world.eval_b, world.mapping_modelopt),
+        _config(spec, spec.finetune_steps, spec.finetune_lr),
+    )
+    write_manifest(
+        run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint="../_drafters/drafter-modelopt",
+        note="drafter-modelopt (frequency-ordered d2t, trained with modelopt's d2t gather)\n"
+        "fine-tuned by a SpecForge-style trainer, whose labels come from logits[..., t2d].",
+    )
     return RunRecord.of("verifier-mask", trainer, time.monotonic() - start)
 
 
@@ -309,14 +393,31 @@ def generate_diverged(world: World, out: Path) -> RunRecord:
     # fp16 compute and a learning rate 5000x SpecForge's default, warmed up over 40 steps:
     # the loss falls, creeps back up as the rate grows, then activations overflow fp16's
     # 65504 and the loss turns NaN (and stays NaN: the NaN gradients poison the weights)
-    trainer = _train(world, run, drafter, RunData(world.data_b, world.eval_b, world.mapping_b),
-                     _config(spec, spec.diverged_steps, spec.diverged_lr, warmup=spec.diverged_warmup,
-                             compute_dtype="float16", batch_size=spec.diverged_batch_size),
-                     stop_after_nan=10)
-    write_manifest(run, mapping=str(cache), data="hidden_states", target="../_target", checkpoint=None,
-                   note=f"From scratch, fp16 compute, learning rate {spec.diverged_lr} "
-                        f"(warmed up over {spec.diverged_warmup} steps): "
-                        "the loss blows up to NaN.")
+    trainer = _train(
+        world,
+        run,
+        drafter,
+        RunData(world.data_b, world.eval_b, world.mapping_b),
+        _config(
+            spec,
+            spec.diverged_steps,
+            spec.diverged_lr,
+            warmup=spec.diverged_warmup,
+            compute_dtype="float16",
+            batch_size=spec.diverged_batch_size,
+        ),
+        stop_after_nan=10,
+    )
+    write_manifest(
+        run,
+        mapping=str(cache),
+        data="hidden_states",
+        target="../_target",
+        checkpoint=None,
+        note=f"From scratch, fp16 compute, learning rate {spec.diverged_lr} "
+        f"(warmed up over {spec.diverged_warmup} steps): "
+        "the loss blows up to NaN.",
+    )
     return RunRecord.of("diverged", trainer, time.monotonic() - start)
 
 
@@ -350,8 +451,13 @@ def pretrain_drafter(world: World, out: Path, name: str) -> float:
     # drafter-modelopt: modelopt's trainer gathers logits[..., arange(Vd) + d2t], which is
     # self-consistent with its frequency-ordered d2t
     with tempfile.TemporaryDirectory() as scratch:
-        trainer = _train(world, Path(scratch), drafter, RunData(data, evald, mapping, label_order=order),
-                         _config(spec, spec.pretrain_steps, spec.scratch_lr))
+        trainer = _train(
+            world,
+            Path(scratch),
+            drafter,
+            RunData(data, evald, mapping, label_order=order),
+            _config(spec, spec.pretrain_steps, spec.scratch_lr),
+        )
     save_drafter(trainer.drafter, out / "_drafters" / name)
     return round(time.monotonic() - start, 1)
 
@@ -389,8 +495,9 @@ def generate(out: Path, spec: SampleSpec | None = None, *, jobs: int = 2, progre
         raise BadInput(out, "is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "GENERATED.json").is_file():
         # it would replace directories named like the runs: only in a tree it built itself
-        raise BadInput(out, "exists and was not built by `triage samples` (no GENERATED.json); "
-                            "pass a new or empty directory")
+        raise BadInput(
+            out, "exists and was not built by `triage samples` (no GENERATED.json); pass a new or empty directory"
+        )
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f"{TEMP_PREFIX}{out.name}-*"):
@@ -442,8 +549,10 @@ def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
         try:
             futures = {pool.submit(run_chain, out, spec, chain): chain for chain in CHAINS}
-            progress(f"training {len(CHAINS)} chains in {jobs} processes: "
-                     + "; ".join(" -> ".join(chain) for chain in CHAINS))
+            progress(
+                f"training {len(CHAINS)} chains in {jobs} processes: "
+                + "; ".join(" -> ".join(chain) for chain in CHAINS)
+            )
             for future in as_completed(futures):
                 collect(futures[future], future.result())
         except BaseException:
@@ -501,8 +610,10 @@ def readme_text(summary: dict) -> str:
         r = summary["runs"][name]
         last = "NaN" if not math.isfinite(r["last_ploss_0"]) else f"{r['last_ploss_0']:.2f}"
         cause = EXPECTED_CAUSE[name] or "nothing scores >= 0.5"
-        lines.append(f"| `{name}/` | {WHAT_IS_WRONG[name]} | {r['steps']} | {r['first_ploss_0']:.2f} -> {last} "
-                     f"| {r['last_acc_0']:.3f} | {cause} |")
+        lines.append(
+            f"| `{name}/` | {WHAT_IS_WRONG[name]} | {r['steps']} | {r['first_ploss_0']:.2f} -> {last} "
+            f"| {r['last_acc_0']:.3f} | {cause} |"
+        )
     lines += [
         "",
         "Shared: `_target/` (the target model, fp16), `_drafters/drafter-a/` (trained on domain A with",

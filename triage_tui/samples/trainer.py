@@ -54,16 +54,24 @@ LabelOrder = Literal["t2d", "d2t"]  # which mapping array the trainer builds its
 def drafter_config(spec: WorldSpec) -> DrafterConfig:
     """The drafter shape used throughout the sample world (one layer, hidden = target hidden)."""
     return DrafterConfig(
-        hidden_size=spec.hidden_size, num_attention_heads=4, num_key_value_heads=4, head_dim=spec.hidden_size // 4,
-        intermediate_size=2 * spec.hidden_size, rms_norm_eps=1e-6, rope_theta=10000.0,
-        draft_vocab_size=spec.draft_vocab_size, target_vocab_size=spec.target_vocab_size,
-        target_hidden_size=spec.hidden_size, max_position_embeddings=2 * spec.seq_len,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=spec.hidden_size // 4,
+        intermediate_size=2 * spec.hidden_size,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        draft_vocab_size=spec.draft_vocab_size,
+        target_vocab_size=spec.target_vocab_size,
+        target_hidden_size=spec.hidden_size,
+        max_position_embeddings=2 * spec.seq_len,
         aux_layer_ids=spec.aux_layer_ids,
     )
 
 
-def new_drafter(spec: WorldSpec, mapping: VocabMapping, *, seed: int,
-                target: TinyTarget | None = None) -> Eagle3Drafter:
+def new_drafter(
+    spec: WorldSpec, mapping: VocabMapping, *, seed: int, target: TinyTarget | None = None
+) -> Eagle3Drafter:
     """A freshly initialised drafter (torch defaults, as SpecForge) with the mapping in its buffers.
 
     With ``target``, ``lm_head`` starts from the target's lm_head rows of the draft vocab in
@@ -111,9 +119,9 @@ class TrainConfig:
 class RunData:
     """What the trainer is fed and how it builds labels from it."""
 
-    corpus: Corpus                      # training sequences, consumed in order
-    eval_corpus: Corpus                 # one held-out batch for eval/*
-    label_mapping: VocabMapping         # the mapping the trainer builds labels with
+    corpus: Corpus  # training sequences, consumed in order
+    eval_corpus: Corpus  # one held-out batch for eval/*
+    label_mapping: VocabMapping  # the mapping the trainer builds labels with
     label_order: LabelOrder = "t2d"
     chunk_order: tuple[int, int, int] = (0, 1, 2)
 
@@ -153,8 +161,17 @@ def label_index(mapping: VocabMapping, order: str) -> torch.Tensor:
 class DrafterTrainer:
     """The loop, one optimizer step at a time, so that the demo can swap the drafter mid-run."""
 
-    def __init__(self, run_dir: Path, target: TinyTarget, drafter: Eagle3Drafter, data: RunData,
-                 config: TrainConfig, *, flush_secs: float = 120.0, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        target: TinyTarget,
+        drafter: Eagle3Drafter,
+        data: RunData,
+        config: TrainConfig,
+        *,
+        flush_secs: float = 120.0,
+        start_step: int = 0,
+    ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = run_dir
@@ -180,8 +197,8 @@ class DrafterTrainer:
         n = corpus.input_ids.shape[0]
         b = self.config.batch_size
         start = (index * b) % max(1, n - b + 1)
-        ids = torch.from_numpy(corpus.input_ids[start:start + b])
-        mask = torch.from_numpy(corpus.loss_mask[start:start + b]).clone()
+        ids = torch.from_numpy(corpus.input_ids[start : start + b])
+        mask = torch.from_numpy(corpus.loss_mask[start : start + b]).clone()
         mask[:, -1] = 0  # SpecForge's offline dataset: loss_mask[0, -1] = 0
         return ids, mask
 
@@ -217,7 +234,7 @@ class DrafterTrainer:
         ids, mask = self._batch(self.data.corpus, self.step_index)
         plosses, accs = self._metrics(ids, mask)
         # reduce, not sum(): the same additions in the same order, without sum's int 0 start
-        total = functools.reduce(operator.add, (PLOSS_DECAY ** k * p for k, p in enumerate(plosses)))
+        total = functools.reduce(operator.add, (PLOSS_DECAY**k * p for k, p in enumerate(plosses)))
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if config.max_grad_norm is not None:

@@ -174,7 +174,7 @@ def generate_corpus(spec: WorldSpec, domain: str, num_sequences: int, *, salt: i
         pick = np.where(u < spec.p_next, by_next, np.where(u < spec.p_next + spec.p_skip, by_skip, -1))
         ids[:, t] = np.where(pick >= 0, pick, draw)
     mask = np.zeros((n, t_len), dtype=np.int64)
-    mask[:, spec.prompt_len:] = 1
+    mask[:, spec.prompt_len :] = 1
     return Corpus(ids, mask, domain, v)
 
 
@@ -268,7 +268,7 @@ class TinyTarget(nn.Module):
             "architectures": ["TriageTinyCausalLM"],
             "model_type": "triage_tiny",
             "description": "hand-built target of triage's sample world (triage_tui/samples/world.py): "
-                           "per layer a linear map, a token shift and a SwiGLU MLP; no attention",
+            "per layer a linear map, a token shift and a SwiGLU MLP; no attention",
             "vocab_size": s.target_vocab_size,
             "hidden_size": s.hidden_size,
             "num_hidden_layers": s.num_layers,
@@ -331,7 +331,7 @@ def build_target(spec: WorldSpec) -> TinyTarget:
     for rot in rotations[: spec.prev_token_layer]:
         before_copy = rot @ before_copy
     after_copy = torch.eye(c)
-    for rot in rotations[spec.prev_token_layer + 1:]:
+    for rot in rotations[spec.prev_token_layer + 1 :]:
         after_copy = rot @ after_copy
     # (the growth factor only rescales; lm_head reads the post-norm state, so it is left out)
     emb_code = model.embed_tokens.detach()[:, code]
@@ -340,7 +340,8 @@ def build_target(spec: WorldSpec) -> TinyTarget:
     read_skip = torch.zeros(v, h)
     read_next[torch.from_numpy(rules.successor[rules.rule_tokens]), code] = emb_code[tokens] @ after_all.T
     read_skip[torch.from_numpy(rules.skip_successor[rules.rule_tokens]), code] = (
-        emb_code[tokens] @ (after_copy @ copy_prev @ before_copy).T)
+        emb_code[tokens] @ (after_copy @ copy_prev @ before_copy).T
+    )
     prior = 0.5 * (domain_unigram(spec, "A") + domain_unigram(spec, "B"))
     log_prior = torch.from_numpy(np.log(prior)).float()
     read_prior = torch.zeros(v, h)

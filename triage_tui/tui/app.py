@@ -190,8 +190,9 @@ class TriageApp(App[None]):
         if selected_path is None or selected is None or selected_path in self.statuses:
             return
         files = set(selected.info.event_files) | set(selected.info.wandb_files)
-        moved = next((path for path, status in self.statuses.items()
-                      if not files.isdisjoint(_run_identity(status))), None)
+        moved = next(
+            (path for path, status in self.statuses.items() if not files.isdisjoint(_run_identity(status))), None
+        )
         if moved is not None:
             self.main.query_one(RunsTable).keep_selected(selected_path, moved)
 
@@ -214,14 +215,22 @@ class TriageApp(App[None]):
     def _empty_text(self) -> Text:
         """What an empty table means: the filter matches nothing, or nothing was found (yet)."""
         if self.rows:
-            return Text.assemble(("no run name contains ", "dim"), (self._filter, "bold"),
-                                 ("  (esc clears the filter)", "dim"))
+            return Text.assemble(
+                ("no run name contains ", "dim"), (self._filter, "bold"), ("  (esc clears the filter)", "dim")
+            )
         where = ", ".join(str(path) for path in self.paths)
         return Text.assemble(
-            ("No runs under ", ""), (where, "bold"), (" yet.\n\n", ""),
-            ("triage looks, in every subdirectory, for TensorBoard event files (", "dim"), ("*tfevents*", "bold"),
-            ("), W&B run files (", "dim"), ("run-*.wandb", "bold"), (") and ", "dim"), ("triage.toml", "bold"),
-            (" files, and is watching: a run shows here as soon as its trainer writes its first event.", "dim"))
+            ("No runs under ", ""),
+            (where, "bold"),
+            (" yet.\n\n", ""),
+            ("triage looks, in every subdirectory, for TensorBoard event files (", "dim"),
+            ("*tfevents*", "bold"),
+            ("), W&B run files (", "dim"),
+            ("run-*.wandb", "bold"),
+            (") and ", "dim"),
+            ("triage.toml", "bold"),
+            (" files, and is watching: a run shows here as soon as its trainer writes its first event.", "dim"),
+        )
 
     @_skipped_after_shutdown
     def _refresh_ages(self) -> None:
@@ -293,7 +302,8 @@ class TriageApp(App[None]):
         # Compared with what the chart shows, not with what was last asked for: a computation that
         # was cancelled, failed or finished out of order is simply asked for again at the next tick.
         if wanted == self._chart_requested and any(
-                worker.group == "chart" and not worker.is_finished for worker in self.workers):
+            worker.group == "chart" and not worker.is_finished for worker in self.workers
+        ):
             return
         self._chart_requested = wanted
         # Braille markers put two points in a cell.
@@ -319,8 +329,12 @@ class TriageApp(App[None]):
         tag = message.series.tag if message.series else "no loss tag"
         served = message.serving.acceptance_length if message.serving else None
         # A Text: a tag or directory named "[@click=app.quit]" or "[/]" is shown, never applied.
-        self.main.show_chart_title(Text(f"loss · {printable(tag)} · {printable(name)}"
-                                        + (f" · served {served:.2f}" if served is not None else "")))
+        self.main.show_chart_title(
+            Text(
+                f"loss · {printable(tag)} · {printable(name)}"
+                + (f" · served {served:.2f}" if served is not None else "")
+            )
+        )
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -361,8 +375,15 @@ class TriageApp(App[None]):
             serving = None
             if status.serving is not None:
                 serving = compare_serving(status.serving, training_estimate_from_scalars(status.scalars))
-            diagnosis = diagnose(inputs, device=self.device, flags=status.flags, metrics=status.metrics,
-                                 progress=progress, cancel=cancel, serving=serving)
+            diagnosis = diagnose(
+                inputs,
+                device=self.device,
+                flags=status.flags,
+                metrics=status.metrics,
+                progress=progress,
+                cancel=cancel,
+                serving=serving,
+            )
         except BadInput as err:
             self.post_message(messages.ChecksFinished(path, None, error=err.line()))
             return
@@ -481,8 +502,10 @@ class TriageApp(App[None]):
             plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
             if plan.output.exists():
                 # Refuse before asking: a dialog whose "yes" can only fail would be a lie.
-                raise BadInput(plan.output, "already exists (an earlier remap?): nothing was written; remove it "
-                                            "or use `triage remap --force`")
+                raise BadInput(
+                    plan.output,
+                    "already exists (an earlier remap?): nothing was written; remove it or use `triage remap --force`",
+                )
         except BadInput as err:
             self.post_message(messages.RemapPlanned(path, None, error=err.line()))
             return
@@ -520,8 +543,13 @@ class TriageApp(App[None]):
 
         try:
             # The plan the user confirmed is the plan executed: the dialog's text is the truth.
-            report = execute_remap(plan, data=inputs.data, device=self.device, progress=progress,
-                                   cancel=get_current_worker().cancelled_event)
+            report = execute_remap(
+                plan,
+                data=inputs.data,
+                device=self.device,
+                progress=progress,
+                cancel=get_current_worker().cancelled_event,
+            )
         except Cancelled:
             self.post_message(messages.RemapFinished(path, None, error="cancelled: nothing was written"))
             return
@@ -603,4 +631,3 @@ def _action_runner(screen: Screen, action: str) -> Callable[[], object]:
         await screen.run_action(action)
 
     return run
-

@@ -68,12 +68,14 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
         width = widths[0]
         if len(widths) > 1:
             issue("inconsistent_dumps", "error", f"dump samples disagree on the aux width: {widths}")
-        expected_width = fc_in if fc_in is not None else (
-            DEFAULT_AUX_CHUNKS * target_hidden if target_hidden else None)
+        expected_width = fc_in if fc_in is not None else (DEFAULT_AUX_CHUNKS * target_hidden if target_hidden else None)
         if expected_width is not None and not row("dumps aux_hidden width", expected_width, width):
-            issue("aux_width", "error",
-                  f"dumps carry aux states of width {width}, the drafter's fc reads {expected_width}"
-                  + (" (SafeAILab/EAGLE #294: all layers concatenated instead of 3)" if width > expected_width else ""))
+            issue(
+                "aux_width",
+                "error",
+                f"dumps carry aux states of width {width}, the drafter's fc reads {expected_width}"
+                + (" (SafeAILab/EAGLE #294: all layers concatenated instead of 3)" if width > expected_width else ""),
+            )
         if target_hidden:
             recorded = dumps.samples[0].num_aux_chunks  # the reader's count, when the widths made it unambiguous
             if recorded is not None:
@@ -83,21 +85,33 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
             expected_chunks = (fc_in // target_hidden) if fc_in and fc_in % target_hidden == 0 else DEFAULT_AUX_CHUNKS
             if chunks_present is not None and not row("aux chunks in dumps", expected_chunks, chunks_present):
                 if chunks_present == 1:
-                    issue("only_last_layer", "error",
-                          f"dumps carry one hidden state per token (width {width} = Ht) instead of "
-                          f"{expected_chunks} concatenated aux layers ({expected_chunks * target_hidden})")
+                    issue(
+                        "only_last_layer",
+                        "error",
+                        f"dumps carry one hidden state per token (width {width} = Ht) instead of "
+                        f"{expected_chunks} concatenated aux layers ({expected_chunks * target_hidden})",
+                    )
                 else:
-                    issue("aux_chunk_count", "error",
-                          f"dumps carry {chunks_present} aux chunks, the drafter expects {expected_chunks}")
+                    issue(
+                        "aux_chunk_count",
+                        "error",
+                        f"dumps carry {chunks_present} aux chunks, the drafter expects {expected_chunks}",
+                    )
             with_target = [s for s in dumps.samples if s.target_hidden is not None]
             if with_target:
                 row("dumps target_hidden width", target_hidden, int(with_target[0].target_hidden.shape[-1]))
         for sample in dumps.samples:
             if int(sample.aux_hidden.shape[0]) != int(len(sample.input_ids)):
-                row(f"tokens vs aux rows ({sample.path.name})", int(len(sample.input_ids)),
-                    int(sample.aux_hidden.shape[0]))
-                issue("length_mismatch", "error",
-                      f"{sample.path}: {len(sample.input_ids)} input_ids but {sample.aux_hidden.shape[0]} aux rows")
+                row(
+                    f"tokens vs aux rows ({sample.path.name})",
+                    int(len(sample.input_ids)),
+                    int(sample.aux_hidden.shape[0]),
+                )
+                issue(
+                    "length_mismatch",
+                    "error",
+                    f"{sample.path}: {len(sample.input_ids)} input_ids but {sample.aux_hidden.shape[0]} aux rows",
+                )
                 break
         if target_hidden and width % target_hidden == 0 and width // target_hidden > 1:
             rms_by_chunk = _chunk_profile(dumps, target_hidden, issue)
@@ -145,41 +159,62 @@ def _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, ro
     fc = checkpoint.tensors.get("fc.weight")
     fc_in = None
     if fc is None:
-        issue("missing_fc", "error",
-              "checkpoint has no fc.weight: the aux hidden states cannot be read (an EAGLE-1/2 draft? "
-              "sglang PR #21272: fc silently skipped gives accept length 1.00)")
+        issue(
+            "missing_fc",
+            "error",
+            "checkpoint has no fc.weight: the aux hidden states cannot be read (an EAGLE-1/2 draft? "
+            "sglang PR #21272: fc silently skipped gives accept length 1.00)",
+        )
     else:
         fc_in = int(fc.shape[1])
         if target_hidden and not row("fc.weight in-features", DEFAULT_AUX_CHUNKS * target_hidden, fc_in):
-            issue("fc_width", "error",
-                  f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
-                  f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}")
+            issue(
+                "fc_width",
+                "error",
+                f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
+                f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}",
+            )
         row("fc.weight out-features", int(checkpoint.hidden_size), int(fc.shape[0]))
 
     if target is not None and int(checkpoint.hidden_size) != int(target.hidden_size):
         declared = checkpoint.config.get("target_hidden_size")
         if not row("config target_hidden_size", int(target.hidden_size), declared):
-            issue("draft_hidden_mismatch", "error",
-                  f"draft hidden size {checkpoint.hidden_size} differs from the target's {target.hidden_size} "
-                  f"and the config does not declare target_hidden_size (vLLM #18906)")
+            issue(
+                "draft_hidden_mismatch",
+                "error",
+                f"draft hidden size {checkpoint.hidden_size} differs from the target's {target.hidden_size} "
+                f"and the config does not declare target_hidden_size (vLLM #18906)",
+            )
 
     lm_head_name = checkpoint.lm_head_name
     lm_head = checkpoint.tensors.get(lm_head_name) if lm_head_name else None
     expected_head = [int(checkpoint.draft_vocab_size), int(checkpoint.hidden_size)]
     if not row("lm_head.weight", expected_head, list(lm_head.shape) if lm_head is not None else None):
         if lm_head is None:
-            issue("missing_lm_head", "error",
-                  "checkpoint has no lm_head.weight: the draft head starts random "
-                  "(sglang PR #27908: accept len 1.00)")
+            issue(
+                "missing_lm_head",
+                "error",
+                "checkpoint has no lm_head.weight: the draft head starts random (sglang PR #27908: accept len 1.00)",
+            )
         else:
-            issue("lm_head_shape", "error",
-                  f"lm_head.weight is {list(lm_head.shape)}, expected {expected_head} (SafeAILab/EAGLE #249)")
+            issue(
+                "lm_head_shape",
+                "error",
+                f"lm_head.weight is {list(lm_head.shape)}, expected {expected_head} (SafeAILab/EAGLE #249)",
+            )
 
-    if target is not None and checkpoint.target_vocab_size is not None and not row(
-            "target vocab size (checkpoint vs target)", int(target.vocab_size), int(checkpoint.target_vocab_size)):
-        issue("target_vocab", "error",
-              f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has "
-              f"{target.vocab_size}")
+    if (
+        target is not None
+        and checkpoint.target_vocab_size is not None
+        and not row(
+            "target vocab size (checkpoint vs target)", int(target.vocab_size), int(checkpoint.target_vocab_size)
+        )
+    ):
+        issue(
+            "target_vocab",
+            "error",
+            f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has {target.vocab_size}",
+        )
     return fc_in
 
 
@@ -201,7 +236,8 @@ def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
             for j in range(i + 1, chunks):
                 pair_diff[i, j] = pair_diff.get((i, j), 0.0) + float((x[:, i] - x[:, j]).pow(2).sum())
                 pair_norm[i, j] = pair_norm.get((i, j), 0.0) + float(
-                    torch.maximum(x[:, i].pow(2).sum(), x[:, j].pow(2).sum()))
+                    torch.maximum(x[:, i].pow(2).sum(), x[:, j].pow(2).sum())
+                )
         if sample.target_hidden is not None and sample.target_hidden.shape == x[:, 0].shape:
             last = sample.target_hidden.float()
             for i in range(chunks):
@@ -216,21 +252,30 @@ def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
     for (i, j), diff in pair_diff.items():
         relative = (diff / pair_norm[i, j]) ** 0.5 if pair_norm[i, j] > 0 else 0.0
         if relative < REPEATED_CHUNK_RELATIVE_DIFFERENCE:
-            issue("repeated_aux_chunk", "error",
-                  f"aux chunks {i} and {j} hold the same state (relative difference {relative:.1e}): "
-                  f"one layer was captured twice")
+            issue(
+                "repeated_aux_chunk",
+                "error",
+                f"aux chunks {i} and {j} hold the same state (relative difference {relative:.1e}): "
+                f"one layer was captured twice",
+            )
     for i, (diff, norm) in last_vs_chunk.items():
         relative = (diff / norm) ** 0.5 if norm > 0 else 1.0
         if relative < REPEATED_CHUNK_RELATIVE_DIFFERENCE:
-            issue("aux_chunk_is_last_hidden", "error",
-                  f"aux chunk {i} equals the dumps' last hidden state (relative difference {relative:.1e}): "
-                  f"the final layer was stored as an aux layer")
+            issue(
+                "aux_chunk_is_last_hidden",
+                "error",
+                f"aux chunk {i} equals the dumps' last hidden state (relative difference {relative:.1e}): "
+                f"the final layer was stored as an aux layer",
+            )
     out_of_order = [i for i in range(len(rms) - 1) if rms[i + 1] < CHUNK_ORDER_TOLERANCE * rms[i]]
     if out_of_order:
         profile = " -> ".join(f"{v:.3g}" for v in rms)
-        issue("aux_chunk_order", "error",
-              f"aux chunk RMS shrinks with depth ({profile}); low -> mid -> high should grow: "
-              f"chunks are concatenated in another order than cat(low, mid, high)")
+        issue(
+            "aux_chunk_order",
+            "error",
+            f"aux chunk RMS shrinks with depth ({profile}); low -> mid -> high should grow: "
+            f"chunks are concatenated in another order than cat(low, mid, high)",
+        )
     return [float(v) for v in rms]
 
 
@@ -249,14 +294,16 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
     dump_convention = DUMP_FORMAT_CONVENTION.get(getattr(dumps, "format", ""), "output_of")
     # speculators configs are consumed by vLLM as-is (capture-before); SpecForge/EAGLE configs
     # are SpecForge's hook ids and what sglang reads with +1 (output-of).
-    config_convention = ("capture_before" if getattr(checkpoint, "layout", None) == "speculators"
-                         else "output_of")
+    config_convention = "capture_before" if getattr(checkpoint, "layout", None) == "speculators" else "output_of"
     if config_ids is None:
         if num_layers:
             default = (1, num_layers // 2 - 1, num_layers - 4)
-            issue("aux_layer_ids_missing", "warning",
-                  f"checkpoint config has no eagle_aux_hidden_state_layer_ids: engines fall back to outputs of "
-                  f"layers {list(default)} (vLLM PR #50170: a missing field cost the whole speedup)")
+            issue(
+                "aux_layer_ids_missing",
+                "warning",
+                f"checkpoint config has no eagle_aux_hidden_state_layer_ids: engines fall back to outputs of "
+                f"layers {list(default)} (vLLM PR #50170: a missing field cost the whole speedup)",
+            )
             config_ids, config_convention = default, "output_of"
         else:
             return
@@ -264,9 +311,12 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
         beyond = [i for i in _physical_layers(config_ids, config_convention) if not 0 <= i < num_layers]
         if beyond:
             # A drafter trained for a deeper sibling model names layers this target does not have.
-            issue("aux_layer_out_of_range", "error",
-                  f"config aux layer ids {list(config_ids)} name layer outputs {beyond} that a target with "
-                  f"{num_layers} layers does not have: the drafter was trained for another target")
+            issue(
+                "aux_layer_out_of_range",
+                "error",
+                f"config aux layer ids {list(config_ids)} name layer outputs {beyond} that a target with "
+                f"{num_layers} layers does not have: the drafter was trained for another target",
+            )
     if dump_ids is None:
         return
     config_layers = _physical_layers(config_ids, config_convention)
@@ -274,17 +324,26 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
     row("aux layers (outputs of), config vs dumps", list(config_layers), list(dump_layers))
     if config_layers == dump_layers:
         if tuple(config_ids) != tuple(dump_ids):
-            issue("aux_layer_convention", "info",
-                  f"config ids {list(config_ids)} ({config_convention}) and dump ids {list(dump_ids)} "
-                  f"({dump_convention}) name the same layers")
+            issue(
+                "aux_layer_convention",
+                "info",
+                f"config ids {list(config_ids)} ({config_convention}) and dump ids {list(dump_ids)} "
+                f"({dump_convention}) name the same layers",
+            )
         return
     if len(config_layers) == len(dump_layers):
         offsets = {d - c for c, d in zip(config_layers, dump_layers, strict=True)}
         if offsets in ({1}, {-1}):
-            issue("aux_layer_off_by_one", "error",
-                  f"dumps hold outputs of layers {list(dump_layers)} (ids {list(dump_ids)}, {dump_convention}) "
-                  f"but the config names outputs of {list(config_layers)} (ids {list(config_ids)}, "
-                  f"{config_convention}): one side used the other index convention (vLLM PR #43671, sglang PR #25454)")
+            issue(
+                "aux_layer_off_by_one",
+                "error",
+                f"dumps hold outputs of layers {list(dump_layers)} (ids {list(dump_ids)}, {dump_convention}) "
+                f"but the config names outputs of {list(config_layers)} (ids {list(config_ids)}, "
+                f"{config_convention}): one side used the other index convention (vLLM PR #43671, sglang PR #25454)",
+            )
             return
-    issue("aux_layer_mismatch", "error",
-          f"dumps hold outputs of layers {list(dump_layers)}, the config names {list(config_layers)}")
+    issue(
+        "aux_layer_mismatch",
+        "error",
+        f"dumps hold outputs of layers {list(dump_layers)}, the config names {list(config_layers)}",
+    )

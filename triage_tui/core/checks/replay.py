@@ -96,8 +96,10 @@ class _Labels:
             if dumps.target_hidden_is_post_norm is False:
                 norm = target.final_norm()
                 if norm is None:
-                    raise BadInput(getattr(target, "path", None),
-                                   "dumps hold the pre-norm last hidden but the target has no final norm weight")
+                    raise BadInput(
+                        getattr(target, "path", None),
+                        "dumps hold the pre-norm last hidden but the target has no final norm weight",
+                    )
                 self.final_norm = norm.to(device=device, dtype=torch.float32)
                 self.norm_eps = float(target.config.get("rms_norm_eps", 1e-6))
         self.source = "target" if self.target is not None else "input_ids"
@@ -112,8 +114,13 @@ class _Labels:
     def vocab_size(self) -> int:
         return int(self.target.vocab_size) if self.target is not None else int(self.embed_shape[0])
 
-    def scan(self, hidden: torch.Tensor, columns: dict[str, torch.Tensor], progress: Progress | None,
-             cancel: threading.Event | None) -> HeadScan | None:
+    def scan(
+        self,
+        hidden: torch.Tensor,
+        columns: dict[str, torch.Tensor],
+        progress: Progress | None,
+        cancel: threading.Event | None,
+    ) -> HeadScan | None:
         """The target's argmax and its logits at `columns`' ids for every row of `hidden` (one pass over the head)."""
         if self.final_norm is not None:
             hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.final_norm
@@ -135,22 +142,28 @@ def _validate(drafter: Eagle3Drafter, dumps: Any, mappings: dict[str, VocabMappi
     for sample in dumps.samples:
         width = int(sample.aux_hidden.shape[-1])
         if width != fc_in:
-            raise BadInput(sample.path,
-                           f"aux hidden width {width} does not match the drafter's fc input {fc_in} (3 x Ht)")
+            raise BadInput(
+                sample.path, f"aux hidden width {width} does not match the drafter's fc input {fc_in} (3 x Ht)"
+            )
     vd = drafter.config.draft_vocab_size
     vocab = labels.vocab_size
     for label, mapping in mappings.items():
         if mapping.draft_vocab_size != vd:
-            raise BadInput(mapping.source or None,
-                           f"the {label} mapping has {mapping.draft_vocab_size} draft tokens, "
-                           f"the drafter's lm_head {vd}")
+            raise BadInput(
+                mapping.source or None,
+                f"the {label} mapping has {mapping.draft_vocab_size} draft tokens, the drafter's lm_head {vd}",
+            )
         if mapping.target_vocab_size != vocab:
-            raise BadInput(mapping.source or None,
-                           f"the {label} mapping is over {mapping.target_vocab_size} target tokens, "
-                           f"the target has {vocab}")
+            raise BadInput(
+                mapping.source or None,
+                f"the {label} mapping is over {mapping.target_vocab_size} target tokens, the target has {vocab}",
+            )
     if int(labels.embed_shape[-1]) != drafter.config.hidden_size:
-        raise BadInput(None, f"target embedding width {int(labels.embed_shape[-1])} differs from the drafter's "
-                             f"hidden size {drafter.config.hidden_size}")
+        raise BadInput(
+            None,
+            f"target embedding width {int(labels.embed_shape[-1])} differs from the drafter's "
+            f"hidden size {drafter.config.hidden_size}",
+        )
 
 
 def _rows_per_chunk(width: int) -> int:
@@ -158,9 +171,17 @@ def _rows_per_chunk(width: int) -> int:
 
 
 @torch.no_grad()
-def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[str, VocabMapping], *,
-            chunk_orders: tuple[tuple[int, ...], ...], max_tokens: int, progress: Progress | None,
-            cancel: threading.Event | None) -> ReplayNumbers:
+def _replay(
+    drafter: Eagle3Drafter,
+    dumps: Any,
+    labels: _Labels,
+    mappings: dict[str, VocabMapping],
+    *,
+    chunk_orders: tuple[tuple[int, ...], ...],
+    max_tokens: int,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+) -> ReplayNumbers:
     device = labels.device
     _validate(drafter, dumps, mappings, labels)
     vd = drafter.config.draft_vocab_size
@@ -178,7 +199,7 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
     plan = []
     budget = max_tokens
     for sample in dumps.samples:
-        positions = _scored_positions(sample, labels.lookahead)[:max(budget, 0)]
+        positions = _scored_positions(sample, labels.lookahead)[: max(budget, 0)]
         if positions.size:
             plan.append((sample, positions))
             budget -= int(positions.size)
@@ -197,8 +218,9 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
     head: HeadScan | None = None
     if labels.source == "target" and plan:
         states = torch.cat([s.target_hidden[p + 1].to(device=device, dtype=torch.float32) for s, p in plan])
-        head = labels.scan(states, gather, None if progress is None else lambda f, m: progress(f / 2, f"{NAME}: {m}"),
-                           cancel)
+        head = labels.scan(
+            states, gather, None if progress is None else lambda f, m: progress(f / 2, f"{NAME}: {m}"), cancel
+        )
         del states
         if head is None:
             plan, cancelled = [], True
@@ -214,8 +236,11 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
         rows = int(labels.embed_shape[0])
         if ids_np.size and (int(ids_np.min()) < 0 or int(ids_np.max()) >= rows):
             # An embedding lookup out of range is an IndexError with no file named in it.
-            raise BadInput(sample.path, f"token ids {int(ids_np.min())}..{int(ids_np.max())} fall outside the "
-                                        f"target embedding's {rows} rows (a dump from another model's tokenizer?)")
+            raise BadInput(
+                sample.path,
+                f"token ids {int(ids_np.min())}..{int(ids_np.max())} fall outside the "
+                f"target embedding's {rows} rows (a dump from another model's tokenizer?)",
+            )
         ids = torch.as_tensor(ids_np)[None]
         embeds = embed_ids(labels.embed, shift_left(ids)[:, :length]).to(device=device, dtype=torch.float32)
         aux = sample.aux_hidden[:length].to(device=device, dtype=torch.float32)[None]
@@ -223,15 +248,15 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
         if head is None:
             label_ids = ids[0, positions + 2].to(device)
         else:
-            label_ids = head.argmax[offset:offset + positions.size]
+            label_ids = head.argmax[offset : offset + positions.size]
 
         for order in chunk_orders:
-            order_aux = aux if order == (0, 1, 2) else torch.cat([aux[..., i * ht:(i + 1) * ht] for i in order], -1)
+            order_aux = aux if order == (0, 1, 2) else torch.cat([aux[..., i * ht : (i + 1) * ht] for i in order], -1)
             out = drafter.step(embeds, drafter.project(order_aux))[0, where]
             for start in range(0, positions.size, rows):
-                logits = drafter.compute_logits(out[start:start + rows]).float()
+                logits = drafter.compute_logits(out[start : start + rows]).float()
                 pred = logits.argmax(-1)
-                chunk_labels = label_ids[start:start + rows]
+                chunk_labels = label_ids[start : start + rows]
                 if order == (0, 1, 2):
                     log_q = torch.log_softmax(logits, -1) if head is not None else None
                     for k in mappings:
@@ -240,7 +265,7 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
                             # SpecForge target_p over this mapping's draft vocab, positions whose
                             # target argmax is outside it dropped (position_mask).
                             keep = member[k][chunk_labels]
-                            columns = head.columns[k][offset + start:offset + start + chunk_labels.numel()]
+                            columns = head.columns[k][offset + start : offset + start + chunk_labels.numel()]
                             target_p = torch.softmax(columns[keep], -1)
                             loss_sum[k] += float(-(target_p * log_q[keep]).sum())
                             loss_count[k] += int(keep.sum())
@@ -256,7 +281,9 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
         return n / tokens if tokens else 0.0
 
     return ReplayNumbers(
-        tokens=tokens, samples=samples, label_source=labels.source,
+        tokens=tokens,
+        samples=samples,
+        label_source=labels.source,
         accuracy={k: frac(v) for k, v in correct.items()},
         loss={k: (loss_sum[k] / loss_count[k] if loss_count[k] else None) for k in mappings},
         accuracy_by_chunk_order={",".join(map(str, o)): frac(v) for o, v in order_correct.items()},
@@ -264,9 +291,16 @@ def _replay(drafter: Eagle3Drafter, dumps: Any, labels: _Labels, mappings: dict[
     )
 
 
-def replay_accuracy(drafter: Eagle3Drafter, dumps: Any, target: Any, mapping: VocabMapping, *,
-                    device: str | torch.device = "auto", max_tokens: int = 4096,
-                    embed: torch.Tensor | None = None) -> float:
+def replay_accuracy(
+    drafter: Eagle3Drafter,
+    dumps: Any,
+    target: Any,
+    mapping: VocabMapping,
+    *,
+    device: str | torch.device = "auto",
+    max_tokens: int = 4096,
+    embed: torch.Tensor | None = None,
+) -> float:
     """Top-1 accuracy of the drafter's first step on the dumps, draft indices read through ``mapping``.
 
     The remap proof calls it on the remapped checkpoint with the run's mapping. ``embed``
@@ -275,8 +309,16 @@ def replay_accuracy(drafter: Eagle3Drafter, dumps: Any, target: Any, mapping: Vo
     dev = resolve_device(device)
     drafter = drafter.to(dev)
     labels = _Labels(target, embed, dumps, dev)
-    numbers = _replay(drafter, dumps, labels, {"checkpoint": mapping}, chunk_orders=((0, 1, 2),),
-                      max_tokens=max_tokens, progress=None, cancel=None)
+    numbers = _replay(
+        drafter,
+        dumps,
+        labels,
+        {"checkpoint": mapping},
+        chunk_orders=((0, 1, 2),),
+        max_tokens=max_tokens,
+        progress=None,
+        cancel=None,
+    )
     return numbers.accuracy["checkpoint"]
 
 
@@ -284,10 +326,19 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def run_replay(checkpoint: Any, dumps: Any, target: Any, checkpoint_mapping: VocabMapping | None,
-               run_mapping: VocabMapping | None, *, device: str = "auto", max_tokens: int | None = None,
-               all_chunk_orders: bool = False, progress: Progress | None = None,
-               cancel: threading.Event | None = None) -> CheckResult:
+def run_replay(
+    checkpoint: Any,
+    dumps: Any,
+    target: Any,
+    checkpoint_mapping: VocabMapping | None,
+    run_mapping: VocabMapping | None,
+    *,
+    device: str = "auto",
+    max_tokens: int | None = None,
+    all_chunk_orders: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> CheckResult:
     """Replay the drafter's first TTT step on the run's dumps under the checkpoint's and the run's mapping.
 
     The aux chunks are fed in the order the dumps store them; ``all_chunk_orders`` replays the
@@ -311,29 +362,41 @@ def run_replay(checkpoint: Any, dumps: Any, target: Any, checkpoint_mapping: Voc
             checkpoint_mapping = checkpoint.mapping
         if checkpoint_mapping is None:
             # No d2t in the checkpoint: vLLM and sglang then read draft id i as target id i.
-            checkpoint_mapping = VocabMapping.identity(checkpoint.draft_vocab_size,
-                                                       checkpoint.target_vocab_size or
-                                                       (target.vocab_size if target is not None else 0),
-                                                       source=f"{checkpoint.path} (no d2t: identity)")
+            checkpoint_mapping = VocabMapping.identity(
+                checkpoint.draft_vocab_size,
+                checkpoint.target_vocab_size or (target.vocab_size if target is not None else 0),
+                source=f"{checkpoint.path} (no d2t: identity)",
+            )
             notes.append("the checkpoint has no d2t; its mapping is taken as the identity, as vLLM does")
         embed = None
         if target is None:
             if "embed_tokens.weight" not in checkpoint.tensors:
                 return CheckResult.skipped(
-                    NAME, "no target model: the drafter's token embedding and the labels come from it (pass --target)")
+                    NAME, "no target model: the drafter's token embedding and the labels come from it (pass --target)"
+                )
             embed = checkpoint.tensor("embed_tokens.weight")
             notes.append("no target model: embedding from the checkpoint's embed_tokens.weight")
         drafter = load_drafter(checkpoint, device=dev)
         labels = _Labels(target, embed, dumps, dev)
         if labels.source == "input_ids":
-            notes.append("labels are the dumps' next tokens (no target head or no target hidden states), "
-                         "not the target's argmax; losses are not computed")
+            notes.append(
+                "labels are the dumps' next tokens (no target head or no target hidden states), "
+                "not the target's argmax; losses are not computed"
+            )
         mappings = {"checkpoint": checkpoint_mapping}
         if run_mapping is not None:
             mappings["run"] = run_mapping
         orders = CHUNK_ORDERS if all_chunk_orders else (tuple(range(3)),)
-        numbers = _replay(drafter, dumps, labels, mappings, chunk_orders=orders, max_tokens=max_tokens,
-                          progress=progress, cancel=cancel)
+        numbers = _replay(
+            drafter,
+            dumps,
+            labels,
+            mappings,
+            chunk_orders=orders,
+            max_tokens=max_tokens,
+            progress=progress,
+            cancel=cancel,
+        )
     except BadInput as exc:
         return CheckResult.error(NAME, exc.line())
     except (RuntimeError, ValueError) as exc:  # torch shape/device errors on inputs that read fine
@@ -365,29 +428,43 @@ def _verdict(numbers: ReplayNumbers, device: torch.device, notes: list[str]) -> 
         return CheckResult(NAME, "skipped", "no scored positions in the dumps (loss_mask is 0 everywhere?)", details)
 
     labelled = "the target's argmax" if numbers.label_source == "target" else "the dumps' next tokens"
-    evidence = [f"drafter top-1 over {numbers.tokens} tokens vs {labelled}: {_pct(acc_ckpt)} under the "
-                f"checkpoint's mapping" + (f", {_pct(acc_run)} under the run's" if acc_run is not None else "")]
+    evidence = [
+        f"drafter top-1 over {numbers.tokens} tokens vs {labelled}: {_pct(acc_ckpt)} under the "
+        f"checkpoint's mapping" + (f", {_pct(acc_run)} under the run's" if acc_run is not None else "")
+    ]
     if numbers.loss["checkpoint"] is not None and numbers.loss.get("run") is not None:
-        evidence.append(f"soft CE per position: {numbers.loss['checkpoint']:.2f} under the checkpoint's mapping, "
-                        f"{numbers.loss['run']:.2f} under the run's (ln Vd is chance)")
+        evidence.append(
+            f"soft CE per position: {numbers.loss['checkpoint']:.2f} under the checkpoint's mapping, "
+            f"{numbers.loss['run']:.2f} under the run's (ln Vd is chance)"
+        )
     if best_order != IDENTITY_ORDER and by_order[best_order] - by_order[IDENTITY_ORDER] >= CHUNK_ORDER_MARGIN:
-        evidence.append(f"aux chunk order {best_order} scores {_pct(by_order[best_order])} vs "
-                        f"{_pct(by_order[IDENTITY_ORDER])} as stored: the dumps' layer order differs from training's")
+        evidence.append(
+            f"aux chunk order {best_order} scores {_pct(by_order[best_order])} vs "
+            f"{_pct(by_order[IDENTITY_ORDER])} as stored: the dumps' layer order differs from training's"
+        )
     evidence.extend(notes)
 
     status: CheckStatus
-    mapping_broken = (acc_run is not None and numbers.tokens >= FAIL_MIN_TOKENS
-                      and acc_ckpt >= FAIL_MIN_ACCURACY and acc_run < FAIL_RATIO * acc_ckpt)
+    mapping_broken = (
+        acc_run is not None
+        and numbers.tokens >= FAIL_MIN_TOKENS
+        and acc_ckpt >= FAIL_MIN_ACCURACY
+        and acc_run < FAIL_RATIO * acc_ckpt
+    )
     if mapping_broken:
-        summary = (f"drafter predicts {_pct(acc_ckpt)} under its own mapping but {_pct(acc_run)} under the run's: "
-                   f"the run labels its lm_head rows with other tokens")
+        summary = (
+            f"drafter predicts {_pct(acc_ckpt)} under its own mapping but {_pct(acc_run)} under the run's: "
+            f"the run labels its lm_head rows with other tokens"
+        )
         status = "fail"
     elif acc_run is None:
         summary = f"drafter top-1 {_pct(acc_ckpt)} under its own mapping over {numbers.tokens} tokens (no run mapping)"
         status = "pass"
     else:
-        summary = (f"drafter top-1 {_pct(acc_ckpt)} under its own mapping, {_pct(acc_run)} under the run's "
-                   f"over {numbers.tokens} tokens")
+        summary = (
+            f"drafter top-1 {_pct(acc_ckpt)} under its own mapping, {_pct(acc_run)} under the run's "
+            f"over {numbers.tokens} tokens"
+        )
         if acc_ckpt < FAIL_MIN_ACCURACY:
             summary += ": the drafter predicts poorly under either mapping, look at its inputs"
         status = "pass"

@@ -28,9 +28,15 @@ class HeadScan:
 
 
 @torch.no_grad()
-def scan_head(target: Any, states: torch.Tensor, *, columns: dict[str, torch.Tensor] | None = None,
-              device: torch.device | str = "cpu", progress: Callable[[float, str], None] | None = None,
-              cancel: threading.Event | None = None) -> HeadScan | None:
+def scan_head(
+    target: Any,
+    states: torch.Tensor,
+    *,
+    columns: dict[str, torch.Tensor] | None = None,
+    device: torch.device | str = "cpu",
+    progress: Callable[[float, str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> HeadScan | None:
     """``states @ lm_head.T`` reduced to its argmax (first of equal maxima) and the logits at `columns`' ids.
 
     `states` are float32 on `device`, already through the target's final norm where the dumps
@@ -50,14 +56,14 @@ def scan_head(target: Any, states: torch.Tensor, *, columns: dict[str, torch.Ten
         block = target.lm_head_rows(start, stop).to(device=device, dtype=torch.float32)
         inside = {name: torch.nonzero((c >= start) & (c < stop)).reshape(-1) for name, c in ids.items()}
         for t in range(0, n, TOKEN_BATCH):
-            logits = states[t:t + TOKEN_BATCH] @ block.T
+            logits = states[t : t + TOKEN_BATCH] @ block.T
             value, index = logits.max(dim=-1)
-            better = value > best_value[t:t + TOKEN_BATCH]
-            best_value[t:t + TOKEN_BATCH] = torch.where(better, value, best_value[t:t + TOKEN_BATCH])
-            best_index[t:t + TOKEN_BATCH] = torch.where(better, index + start, best_index[t:t + TOKEN_BATCH])
+            better = value > best_value[t : t + TOKEN_BATCH]
+            best_value[t : t + TOKEN_BATCH] = torch.where(better, value, best_value[t : t + TOKEN_BATCH])
+            best_index[t : t + TOKEN_BATCH] = torch.where(better, index + start, best_index[t : t + TOKEN_BATCH])
             for name, where in inside.items():
                 if where.numel():
-                    picked[name][t:t + TOKEN_BATCH, where] = logits[:, ids[name][where] - start]
+                    picked[name][t : t + TOKEN_BATCH, where] = logits[:, ids[name][where] - start]
         del block
         if progress is not None:
             progress(count / len(starts), f"target head block {count}/{len(starts)}")

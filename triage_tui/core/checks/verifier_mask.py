@@ -64,21 +64,36 @@ def check_verifier_mask(
         ckpt_mask, run_mask = _effective_mask(checkpoint_mapping), _effective_mask(run_mapping)
         if ckpt_mask.shape == run_mask.shape:
             differing = int(np.count_nonzero(ckpt_mask != run_mask))
-            invariants.append(_invariant(
-                "checkpoint t2d == run t2d", differing == 0,
-                f"{differing} target ids differ in membership (the vocab_mapping check explains why)",
-                required=False))
+            invariants.append(
+                _invariant(
+                    "checkpoint t2d == run t2d",
+                    differing == 0,
+                    f"{differing} target ids differ in membership (the vocab_mapping check explains why)",
+                    required=False,
+                )
+            )
             numbers["t2d_differing_target_ids"] = differing
         else:
-            invariants.append(_invariant(
-                "checkpoint t2d == run t2d", False,
-                f"masks cover {ckpt_mask.shape[0]} vs {run_mask.shape[0]} target ids", required=False))
+            invariants.append(
+                _invariant(
+                    "checkpoint t2d == run t2d",
+                    False,
+                    f"masks cover {ckpt_mask.shape[0]} vs {run_mask.shape[0]} target ids",
+                    required=False,
+                )
+            )
 
     outside = None
     if dumps is not None and target is not None:
         outside = _argmax_outside_draft_vocab(
-            dumps, target, {"run": run_mapping, "checkpoint": checkpoint_mapping},
-            device=device, max_tokens=max_tokens, progress=progress, cancel=cancel)
+            dumps,
+            target,
+            {"run": run_mapping, "checkpoint": checkpoint_mapping},
+            device=device,
+            max_tokens=max_tokens,
+            progress=progress,
+            cancel=cancel,
+        )
         numbers["target_argmax_outside_draft_vocab"] = outside
 
     failed = [i for i in invariants if i["required"] and not i["ok"]]
@@ -87,7 +102,8 @@ def check_verifier_mask(
     if outside and outside.get("run") is not None:
         evidence.append(
             f"{outside['run']:.1%} of {outside['tokens']} loss-masked positions have a target argmax outside the "
-            f"run's draft vocab (dropped from the loss by position_mask)")
+            f"run's draft vocab (dropped from the loss by position_mask)"
+        )
     if failed:
         summary = "; ".join(f"{i['name']} fails: {i['detail']}" for i in failed[:3])
         return CheckResult(NAME, "fail", summary, details, tuple(evidence))
@@ -107,46 +123,70 @@ def _effective_mask(mapping: VocabMapping) -> np.ndarray:
     return mapping.stored_t2d if mapping.stored_t2d is not None else mapping.t2d()
 
 
-def _mapping_invariants(label: str, mapping: VocabMapping, target_vocab: int | None, *,
-                        ordering_required: bool) -> list[dict[str, Any]]:
+def _mapping_invariants(
+    label: str, mapping: VocabMapping, target_vocab: int | None, *, ordering_required: bool
+) -> list[dict[str, Any]]:
     """SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`: len(d2t)==Vd, t2d.sum()==Vd,
     sorted(arange(Vd)+d2t)==t2d.nonzero()."""
     vd = mapping.draft_vocab_size
     mask = _effective_mask(mapping)
     out = []
     out_of_range = mapping.out_of_range()
-    out.append(_invariant(
-        f"{label}: hot ids within the target vocab", out_of_range.size == 0,
-        f"{out_of_range.size} draft positions point outside [0, {mapping.target_vocab_size})"
-        + (f", first at {int(out_of_range[0])}" if out_of_range.size else "")))
+    out.append(
+        _invariant(
+            f"{label}: hot ids within the target vocab",
+            out_of_range.size == 0,
+            f"{out_of_range.size} draft positions point outside [0, {mapping.target_vocab_size})"
+            + (f", first at {int(out_of_range[0])}" if out_of_range.size else ""),
+        )
+    )
     unique = int(np.unique(mapping.hot_ids).size)
-    out.append(_invariant(
-        f"{label}: hot ids unique", unique == vd, f"{vd - unique} draft positions repeat a target id"))
+    out.append(
+        _invariant(f"{label}: hot ids unique", unique == vd, f"{vd - unique} draft positions repeat a target id")
+    )
     total = int(mask.sum())
-    out.append(_invariant(
-        f"{label}: t2d.sum() == draft_vocab_size", total == vd,
-        f"t2d selects {total} target ids for {vd} draft rows"
-        + (" (SafeAILab/EAGLE #248: target_p and logits shapes differ)" if total != vd else "")))
+    out.append(
+        _invariant(
+            f"{label}: t2d.sum() == draft_vocab_size",
+            total == vd,
+            f"t2d selects {total} target ids for {vd} draft rows"
+            + (" (SafeAILab/EAGLE #248: target_p and logits shapes differ)" if total != vd else ""),
+        )
+    )
     if target_vocab is not None:
-        out.append(_invariant(
-            f"{label}: len(t2d) == target vocab", mask.shape[0] == target_vocab,
-            f"t2d covers {mask.shape[0]} ids, the target model has {target_vocab}"))
+        out.append(
+            _invariant(
+                f"{label}: len(t2d) == target vocab",
+                mask.shape[0] == target_vocab,
+                f"t2d covers {mask.shape[0]} ids, the target model has {target_vocab}",
+            )
+        )
     if mapping.stored_t2d is not None:
         implied = mapping.t2d()
         if implied.shape == mapping.stored_t2d.shape:
             differing = int(np.count_nonzero(implied != mapping.stored_t2d))
-            out.append(_invariant(
-                f"{label}: stored t2d == mask built from d2t", differing == 0,
-                f"{differing} target ids differ between the stored t2d and arange(Vd)+d2t"))
+            out.append(
+                _invariant(
+                    f"{label}: stored t2d == mask built from d2t",
+                    differing == 0,
+                    f"{differing} target ids differ between the stored t2d and arange(Vd)+d2t",
+                )
+            )
         else:
-            out.append(_invariant(
-                f"{label}: stored t2d == mask built from d2t", False,
-                f"stored t2d has {mapping.stored_t2d.shape[0]} entries, d2t implies {implied.shape[0]}"))
+            out.append(
+                _invariant(
+                    f"{label}: stored t2d == mask built from d2t",
+                    False,
+                    f"stored t2d has {mapping.stored_t2d.shape[0]} entries, d2t implies {implied.shape[0]}",
+                )
+            )
     descents = np.flatnonzero(np.diff(mapping.hot_ids) <= 0)
     if descents.size:
-        detail = (f"{descents.size} places where the next draft position's target id is not larger, first at "
-                  f"draft id {int(descents[0]) + 1}; logits[..., t2d] is in ascending id order, so "
-                  f"column j would not be draft row j (frequency-ordered d2t, as modelopt writes it)")
+        detail = (
+            f"{descents.size} places where the next draft position's target id is not larger, first at "
+            f"draft id {int(descents[0]) + 1}; logits[..., t2d] is in ascending id order, so "
+            f"column j would not be draft row j (frequency-ordered d2t, as modelopt writes it)"
+        )
     else:
         detail = "draft order is ascending target-id order, as logits[..., t2d] selects"
     # A trainer that masks with t2d needs ascending ids; a mapping stored without any t2d was
@@ -158,8 +198,9 @@ def _mapping_invariants(label: str, mapping: VocabMapping, target_vocab: int | N
 
 
 @torch.no_grad()
-def _argmax_outside_draft_vocab(dumps, target, mappings: dict[str, VocabMapping | None], *, device: str,
-                                max_tokens: int, progress, cancel) -> dict[str, Any] | None:
+def _argmax_outside_draft_vocab(
+    dumps, target, mappings: dict[str, VocabMapping | None], *, device: str, max_tokens: int, progress, cancel
+) -> dict[str, Any] | None:
     """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
     hidden = []
     budget = max_tokens
@@ -183,8 +224,13 @@ def _argmax_outside_draft_vocab(dumps, target, mappings: dict[str, VocabMapping 
             eps = float(target.config.get("rms_norm_eps", 1e-6))
             variance = states.pow(2).mean(-1, keepdim=True)
             states = states * torch.rsqrt(variance + eps) * norm.to(device=device, dtype=torch.float32)
-    scan = scan_head(target, states, device=device, cancel=cancel,
-                     progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: verifier argmax, {m}"))
+    scan = scan_head(
+        target,
+        states,
+        device=device,
+        cancel=cancel,
+        progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: verifier argmax, {m}"),
+    )
     if scan is None:
         return None
     argmax = scan.argmax.cpu().numpy()

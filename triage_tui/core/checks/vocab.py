@@ -44,7 +44,8 @@ def check_vocab_mapping(
     """Compare the checkpoint's draft vocab with the run's, position by position."""
     if checkpoint_mapping is None and run_mapping is None:
         return CheckResult.skipped(
-            NAME, "no vocab mapping found for the checkpoint or the run: pass --checkpoint and --mapping")
+            NAME, "no vocab mapping found for the checkpoint or the run: pass --checkpoint and --mapping"
+        )
     if checkpoint_mapping is None:
         return CheckResult.skipped(
             NAME,
@@ -105,13 +106,13 @@ def check_vocab_mapping(
     if checkpoint_mapping.target_vocab_size != run_mapping.target_vocab_size:
         problems.append(
             f"target vocab sizes differ: checkpoint {checkpoint_mapping.target_vocab_size}, "
-            f"run {run_mapping.target_vocab_size}")
+            f"run {run_mapping.target_vocab_size}"
+        )
     if fraction < MIN_POSITIONAL_MATCH_FRACTION:
         problems.append(f"only {positional_match} / {ckpt_vd} draft positions map to the same target token")
     weighted = coverage.get("same_row_fraction") if coverage else None
     if weighted is not None and weighted < MIN_POSITIONAL_MATCH_FRACTION:
-        problems.append(
-            f"only {weighted:.1%} of the run's training tokens land on the lm_head row trained for them")
+        problems.append(f"only {weighted:.1%} of the run's training tokens land on the lm_head row trained for them")
 
     evidence = [
         f"{positional_match} / {ckpt_vd} draft positions map to the same target token ({fraction:.2%})",
@@ -124,7 +125,8 @@ def check_vocab_mapping(
         evidence.append(
             f"{coverage['same_row_fraction']:.1%} of {coverage['tokens']} loss-masked training tokens hit the "
             f"row trained for them; the run's vocab covers {coverage['run_coverage']:.1%}, the checkpoint's "
-            f"{coverage['checkpoint_coverage']:.1%}")
+            f"{coverage['checkpoint_coverage']:.1%}"
+        )
 
     if problems:
         summary = "; ".join(problems)
@@ -134,8 +136,7 @@ def check_vocab_mapping(
     if positional_match == ckpt_vd:
         summary = f"the two mappings agree at all {ckpt_vd} draft positions"
     else:
-        summary = (f"{positional_match} / {ckpt_vd} draft positions agree "
-                   f"({ckpt_vd - positional_match} differ, listed)")
+        summary = f"{positional_match} / {ckpt_vd} draft positions agree ({ckpt_vd - positional_match} differ, listed)"
     return CheckResult(NAME, "pass", summary, details, tuple(evidence))
 
 
@@ -153,8 +154,10 @@ def _position_moves(checkpoint: VocabMapping, run: VocabMapping) -> dict[str, An
     shifts = new_position[moved] - old_position[moved]
     # Spread the sample over all moved rows: the first few are often one block with one shift.
     picked = np.unique(np.linspace(0, shifts.size - 1, num=min(MAX_LISTED_MOVES, shifts.size)).astype(np.int64))
-    sample = [{"checkpoint_position": int(old_position[moved][k]), "run_position": int(new_position[moved][k])}
-              for k in picked.tolist()]
+    sample = [
+        {"checkpoint_position": int(old_position[moved][k]), "run_position": int(new_position[moved][k])}
+        for k in picked.tolist()
+    ]
     return {
         "same": int(np.count_nonzero(same)),
         "moved": int(np.count_nonzero(moved)),
@@ -165,8 +168,9 @@ def _position_moves(checkpoint: VocabMapping, run: VocabMapping) -> dict[str, An
     }
 
 
-def _first_mismatches(ckpt_hot: np.ndarray, run_hot: np.ndarray, same_position: np.ndarray,
-                      token_strings: Mapping[int, str] | None) -> list[dict[str, Any]]:
+def _first_mismatches(
+    ckpt_hot: np.ndarray, run_hot: np.ndarray, same_position: np.ndarray, token_strings: Mapping[int, str] | None
+) -> list[dict[str, Any]]:
     """The first disagreeing draft positions, with token strings when a tokenizer was found."""
     differing = np.flatnonzero(~same_position)[:MAX_LISTED_MISMATCHES]
     # Positions past the shorter vocab disagree too: one side has no row there.
@@ -176,13 +180,15 @@ def _first_mismatches(ckpt_hot: np.ndarray, run_hot: np.ndarray, same_position: 
     for draft_id in (*differing.tolist(), *tail.tolist()):
         ckpt_id = int(ckpt_hot[draft_id]) if draft_id < ckpt_hot.shape[0] else None
         run_id = int(run_hot[draft_id]) if draft_id < run_hot.shape[0] else None
-        rows.append({
-            "draft_id": int(draft_id),
-            "checkpoint_target_id": ckpt_id,
-            "run_target_id": run_id,
-            "checkpoint_token": _token(token_strings, ckpt_id),
-            "run_token": _token(token_strings, run_id),
-        })
+        rows.append(
+            {
+                "draft_id": int(draft_id),
+                "checkpoint_target_id": ckpt_id,
+                "run_target_id": run_id,
+                "checkpoint_token": _token(token_strings, ckpt_id),
+                "run_token": _token(token_strings, run_id),
+            }
+        )
     return rows
 
 
@@ -234,8 +240,7 @@ def _training_token_coverage(checkpoint: VocabMapping, run: VocabMapping, dumps:
     result["run_coverage"] = float(np.mean(in_run)) if ids.size else 0.0
     result["checkpoint_coverage"] = float(np.mean(ckpt_pos >= 0)) if ids.size else 0.0
     # Of the tokens the run actually trains on, how many land on the row the checkpoint trained for them.
-    result["same_row_fraction"] = (float(np.mean(ckpt_pos[in_run] == run_pos[in_run]))
-                                   if np.any(in_run) else None)
+    result["same_row_fraction"] = float(np.mean(ckpt_pos[in_run] == run_pos[in_run])) if np.any(in_run) else None
     return result
 
 

@@ -41,10 +41,10 @@ _MODELOPT_EAGLE_KEYS = {"use_input_layernorm_in_first_layer", "use_last_layernor
 class DrafterCheckpoint:
     """What a drafter checkpoint holds and the sizes it implies; tensors stay on disk until asked for."""
 
-    path: Path                      # the checkpoint directory
+    path: Path  # the checkpoint directory
     files: tuple[Path, ...]
-    file_kind: str                  # "safetensors" | "bin"
-    layout: str                     # "specforge" | "speculators" | "modelopt" | "unknown"
+    file_kind: str  # "safetensors" | "bin"
+    layout: str  # "specforge" | "speculators" | "modelopt" | "unknown"
     config: dict
     tensors: dict[str, TensorInfo]
     hidden_size: int
@@ -52,8 +52,8 @@ class DrafterCheckpoint:
     target_vocab_size: int | None
     target_hidden_size: int | None
     aux_layer_ids: tuple[int, ...] | None
-    mapping: VocabMapping | None    # from the d2t/t2d buffers; None when there is no d2t
-    notes: tuple[str, ...] = ()     # oddities seen while reading (config vs tensors, missing lm_head, ...)
+    mapping: VocabMapping | None  # from the d2t/t2d buffers; None when there is no d2t
+    notes: tuple[str, ...] = ()  # oddities seen while reading (config vs tensors, missing lm_head, ...)
     _weights: WeightFiles | None = field(default=None, repr=False)
 
     def tensor(self, name: str) -> torch.Tensor:
@@ -88,8 +88,11 @@ def _require_shape(info: TensorInfo | None, ndim: int, what: str) -> TensorInfo 
 
 def _layout(names: set[str], config: dict) -> str:
     architectures = config.get("architectures") or []
-    if (any(n.startswith("layers.") for n in names) or "Eagle3Speculator" in architectures
-            or "speculators_model_type" in config):
+    if (
+        any(n.startswith("layers.") for n in names)
+        or "Eagle3Speculator" in architectures
+        or "speculators_model_type" in config
+    ):
         return "speculators"
     if any(n.startswith("midlayer.") for n in names):
         eagle_config = config.get("eagle_config")
@@ -113,8 +116,10 @@ def _aux_layer_ids(config: dict, notes: list[str]) -> tuple[int, ...] | None:
         notes.append(f"config.json eagle_aux_hidden_state_layer_ids is {ids!r}, not a list of ints; ignored")
         return None
     if top is not None and nested is not None and list(top) != list(nested):
-        notes.append(f"config.json has aux layer ids {top} at the top level (vLLM, speculators) "
-                     f"but {nested} in eagle_config (sglang, SpecForge)")
+        notes.append(
+            f"config.json has aux layer ids {top} at the top level (vLLM, speculators) "
+            f"but {nested} in eagle_config (sglang, SpecForge)"
+        )
     return tuple(ids)
 
 
@@ -150,8 +155,10 @@ def read_checkpoint(path: str | Path) -> DrafterCheckpoint:
     aux_layer_ids = _aux_layer_ids(config, notes)
     target_hidden_size = _target_hidden_size(config, fc, aux_layer_ids, notes)
     if lm_head is None:
-        notes.append("no lm_head.weight: sglang would use a random head unless draft_vocab_size is unset "
-                     "(sglang PR #27908); modelopt falls back to the target's head")
+        notes.append(
+            "no lm_head.weight: sglang would use a random head unless draft_vocab_size is unset "
+            "(sglang PR #27908); modelopt falls back to the target's head"
+        )
 
     mapping = None
     if d2t is not None:
@@ -163,26 +170,42 @@ def read_checkpoint(path: str | Path) -> DrafterCheckpoint:
         mapping_notes: tuple[str, ...] = (mask_note,) if mask_note else ()
         if vocab is None and mask is None:
             vocab = int((np.arange(offsets.shape[0]) + offsets).max()) + 1
-            mapping_notes += (f"target vocab size unknown (no t2d, no vocab_size in config.json); "
-                              f"range checks assume {vocab} (largest mapped id + 1)",)
+            mapping_notes += (
+                f"target vocab size unknown (no t2d, no vocab_size in config.json); "
+                f"range checks assume {vocab} (largest mapped id + 1)",
+            )
         mapping = mapping_from_arrays(d2t.file, offsets, mask, target_vocab_size=vocab, notes=mapping_notes)
 
     return DrafterCheckpoint(
-        path=root, files=weights.files, file_kind=weights.kind, layout=layout, config=config,
-        tensors=tensors, hidden_size=hidden_size, draft_vocab_size=draft_vocab_size,
-        target_vocab_size=target_vocab_size, target_hidden_size=target_hidden_size,
-        aux_layer_ids=aux_layer_ids, mapping=mapping, notes=tuple(notes), _weights=weights,
+        path=root,
+        files=weights.files,
+        file_kind=weights.kind,
+        layout=layout,
+        config=config,
+        tensors=tensors,
+        hidden_size=hidden_size,
+        draft_vocab_size=draft_vocab_size,
+        target_vocab_size=target_vocab_size,
+        target_hidden_size=target_hidden_size,
+        aux_layer_ids=aux_layer_ids,
+        mapping=mapping,
+        notes=tuple(notes),
+        _weights=weights,
     )
 
 
 def _hidden_size(config, layer_config, lm_head, norm, fc, notes, root) -> int:
     from_tensors: list[tuple[str, int]] = [
-        (info.name, int(info.shape[dim])) for info, dim in ((norm, 0), (lm_head, 1), (fc, 0)) if info is not None]
+        (info.name, int(info.shape[dim])) for info, dim in ((norm, 0), (lm_head, 1), (fc, 0)) if info is not None
+    ]
     for name, size in from_tensors[1:]:
         if size != from_tensors[0][1]:
             info = {NORM: norm, LM_HEAD: lm_head, FC: fc}[name]
-            raise BadInput(info.file, f"tensor {name!r} has shape {list(info.shape)}, which does not fit "
-                                      f"hidden size {from_tensors[0][1]} from {from_tensors[0][0]!r}")
+            raise BadInput(
+                info.file,
+                f"tensor {name!r} has shape {list(info.shape)}, which does not fit "
+                f"hidden size {from_tensors[0][1]} from {from_tensors[0][0]!r}",
+            )
     configured = _config_int(config, layer_config, "hidden_size")
     if from_tensors:
         size = from_tensors[0][1]
@@ -190,8 +213,11 @@ def _hidden_size(config, layer_config, lm_head, norm, fc, notes, root) -> int:
             notes.append(f"config.json hidden_size is {configured} but {from_tensors[0][0]} says {size}")
         return size
     if configured is None:
-        raise BadInput(root, "cannot tell the hidden size: no norm.weight, lm_head.weight or fc.weight, "
-                             "and no hidden_size in config.json")
+        raise BadInput(
+            root,
+            "cannot tell the hidden size: no norm.weight, lm_head.weight or fc.weight, "
+            "and no hidden_size in config.json",
+        )
     return configured
 
 
@@ -199,22 +225,31 @@ def _draft_vocab_size(config, lm_head, d2t, notes, root) -> int:
     configured = config.get("draft_vocab_size")
     configured = configured if isinstance(configured, int) and not isinstance(configured, bool) else None
     if lm_head is not None and d2t is not None and lm_head.shape[0] != d2t.shape[0]:
-        raise BadInput(d2t.file, f"tensor 'd2t' has {d2t.shape[0]} entries but lm_head.weight has "
-                                 f"{lm_head.shape[0]} rows; they must both be the draft vocab size")
+        raise BadInput(
+            d2t.file,
+            f"tensor 'd2t' has {d2t.shape[0]} entries but lm_head.weight has "
+            f"{lm_head.shape[0]} rows; they must both be the draft vocab size",
+        )
     size = lm_head.shape[0] if lm_head is not None else d2t.shape[0] if d2t is not None else configured
     if size is None:
-        raise BadInput(root, "cannot tell the draft vocab size: no lm_head.weight, no d2t, "
-                             "no draft_vocab_size in config.json")
+        raise BadInput(
+            root, "cannot tell the draft vocab size: no lm_head.weight, no d2t, no draft_vocab_size in config.json"
+        )
     if configured is not None and configured != size:
-        notes.append(f"config.json draft_vocab_size is {configured} but the tensors hold {size} "
-                     "(an engine building the head from config.json would fail to load them)")
+        notes.append(
+            f"config.json draft_vocab_size is {configured} but the tensors hold {size} "
+            "(an engine building the head from config.json would fail to load them)"
+        )
     return int(size)
 
 
 def _target_vocab_size(config, layer_config, t2d, embed, notes) -> int | None:
     if t2d is not None and embed is not None and t2d.shape[0] != embed.shape[0]:
-        raise BadInput(t2d.file, f"tensor 't2d' has {t2d.shape[0]} entries but embed_tokens.weight has "
-                                 f"{embed.shape[0]} rows; both must be the target vocab size")
+        raise BadInput(
+            t2d.file,
+            f"tensor 't2d' has {t2d.shape[0]} entries but embed_tokens.weight has "
+            f"{embed.shape[0]} rows; both must be the target vocab size",
+        )
     size = t2d.shape[0] if t2d is not None else embed.shape[0] if embed is not None else None
     configured = _config_int(config, layer_config, "vocab_size")
     if size is not None and configured is not None and configured != size:
@@ -234,6 +269,8 @@ def _target_hidden_size(config, fc, aux_layer_ids, notes) -> int | None:
         return configured
     derived = in_features // chunks
     if configured is not None and configured != derived:
-        notes.append(f"config.json target_hidden_size is {configured} but fc.weight takes {in_features} "
-                     f"inputs = {chunks} x {derived}")
+        notes.append(
+            f"config.json target_hidden_size is {configured} but fc.weight takes {in_features} "
+            f"inputs = {chunks} x {derived}"
+        )
     return derived

@@ -33,18 +33,18 @@ class HiddenStateSample:
     """One dumped sequence: token ids, optional loss mask, aux hidden states, last target hidden."""
 
     path: Path
-    input_ids: np.ndarray                 # int64 [T]
-    loss_mask: np.ndarray | None          # [T], None when the format does not store it
-    aux_hidden: torch.Tensor              # float32 [T, k*Ht], aux layers concatenated low -> high
-    target_hidden: torch.Tensor | None    # float32 [T, Ht], the target's last hidden state
-    num_aux_chunks: int | None            # k, when the widths make it unambiguous
+    input_ids: np.ndarray  # int64 [T]
+    loss_mask: np.ndarray | None  # [T], None when the format does not store it
+    aux_hidden: torch.Tensor  # float32 [T, k*Ht], aux layers concatenated low -> high
+    target_hidden: torch.Tensor | None  # float32 [T, Ht], the target's last hidden state
+    num_aux_chunks: int | None  # k, when the widths make it unambiguous
 
 
 @dataclass(frozen=True)
 class HiddenStateDumps:
     root: Path
-    format: str                           # "specforge" | "speculators" | "modelopt"
-    files_total: int                      # how many dump files exist; len(samples) were read
+    format: str  # "specforge" | "speculators" | "modelopt"
+    files_total: int  # how many dump files exist; len(samples) were read
     samples: tuple[HiddenStateSample, ...]
     aux_layer_ids: tuple[int, ...] | None  # the dump formats do not record them
     target_hidden_is_post_norm: bool | None
@@ -55,8 +55,11 @@ def _natural_key(path: Path) -> list:
 
 
 def _list_files(root: Path) -> tuple[str, list[Path]]:
-    for kind, patterns in (("specforge", _SPECFORGE_PATTERNS), ("speculators", _SPECULATORS_PATTERNS),
-                           ("modelopt", _MODELOPT_PATTERNS)):
+    for kind, patterns in (
+        ("specforge", _SPECFORGE_PATTERNS),
+        ("speculators", _SPECULATORS_PATTERNS),
+        ("modelopt", _MODELOPT_PATTERNS),
+    ):
         files = sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()}, key=_natural_key)
         if files:
             return kind, files
@@ -97,23 +100,31 @@ def read_dumps(path: str | Path, *, max_files: int = 8) -> HiddenStateDumps:
     chosen = [files[i] for i in evenly_spaced(len(files), max_files)]
     reader = {"specforge": _read_specforge, "speculators": _read_speculators, "modelopt": _read_modelopt}[kind]
     samples = tuple(reader(file) for file in chosen)
-    return HiddenStateDumps(root=root, format=kind, files_total=len(files), samples=samples, aux_layer_ids=None,
-                            target_hidden_is_post_norm=kind != "speculators")
+    return HiddenStateDumps(
+        root=root,
+        format=kind,
+        files_total=len(files),
+        samples=samples,
+        aux_layer_ids=None,
+        target_hidden_is_post_norm=kind != "speculators",
+    )
 
 
 @dataclass(frozen=True)
 class LossMaskFraction:
     """The share of positions a trainer's loss counts, from the loss masks of a sample of dumps."""
 
-    fraction: float      # valid positions / all positions, over the files read
+    fraction: float  # valid positions / all positions, over the files read
     files_read: int
     files_total: int
     positions: int
     root: Path
 
     def describe(self) -> str:
-        return (f"loss_mask of {self.files_read} of {self.files_total} hidden-state dumps in {self.root} "
-                f"({self.positions} positions, the last of each zeroed as the SpecForge loader does)")
+        return (
+            f"loss_mask of {self.files_read} of {self.files_total} hidden-state dumps in {self.root} "
+            f"({self.positions} positions, the last of each zeroed as the SpecForge loader does)"
+        )
 
 
 def read_loss_mask_fraction(path: str | Path, *, max_files: int = 16) -> LossMaskFraction | None:
@@ -216,8 +227,14 @@ def _read_specforge(path: Path) -> HiddenStateSample:
         target = _squeeze_batch(path, "hidden_state", target, 2, "[1, T, Ht]")
     for key, value in (("loss_mask", loss_mask), ("aux_hidden_state", aux), ("hidden_state", target)):
         _check_length(path, tokens, key, value)
-    return HiddenStateSample(path, input_ids, loss_mask, aux.float(), None if target is None else target.float(),
-                             _chunks(aux.shape[1], None if target is None else target.shape[1]))
+    return HiddenStateSample(
+        path,
+        input_ids,
+        loss_mask,
+        aux.float(),
+        None if target is None else target.float(),
+        _chunks(aux.shape[1], None if target is None else target.shape[1]),
+    )
 
 
 def _read_modelopt(path: Path) -> HiddenStateSample:
@@ -229,8 +246,9 @@ def _read_modelopt(path: Path) -> HiddenStateSample:
     loss_mask = _loss_mask(path, data)
     for key, value in (("aux_hidden_states", aux), ("hidden_states", target), ("loss_mask", loss_mask)):
         _check_length(path, tokens, key, value)
-    return HiddenStateSample(path, input_ids, loss_mask, aux.float(), target.float(),
-                             _chunks(aux.shape[1], target.shape[1]))
+    return HiddenStateSample(
+        path, input_ids, loss_mask, aux.float(), target.float(), _chunks(aux.shape[1], target.shape[1])
+    )
 
 
 def _read_speculators(path: Path) -> HiddenStateSample:
@@ -240,8 +258,11 @@ def _read_speculators(path: Path) -> HiddenStateSample:
             raise BadInput(path, f"no {key!r} in this dump (tensors: {', '.join(sorted(header)[:8])})")
     shape = header["hidden_states"].shape
     if len(shape) != 3 or shape[1] < 2:
-        raise BadInput(path, f"'hidden_states' has shape {list(shape)}; expected [T, k, H] with k >= 2 "
-                             "(aux layers, then the verifier's last layer)")
+        raise BadInput(
+            path,
+            f"'hidden_states' has shape {list(shape)}; expected [T, k, H] with k >= 2 "
+            "(aux layers, then the verifier's last layer)",
+        )
     input_ids = _token_ids(path, "token_ids", load_safetensors_tensor(path, "token_ids"))
     hidden = load_safetensors_tensor(path, "hidden_states")
     tokens, layers, width = hidden.shape

@@ -66,8 +66,12 @@ def _read_mapping_dir(path: Path, target_vocab_size: int | None) -> VocabMapping
         raise BadInput(path, "several d2t files (" + ", ".join(p.name for p in d2t_files) + "); pass one")
     if d2t_files:
         return _read_npy_pair(d2t_files[0], target_vocab_size)
-    if ((path / "config.json").is_file() or any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()
-            or (path / TRAINING_STATE).is_file()):
+    if (
+        (path / "config.json").is_file()
+        or any(path.glob("*.safetensors"))
+        or (path / "pytorch_model.bin").is_file()
+        or (path / TRAINING_STATE).is_file()
+    ):
         return _checkpoint_mapping(path)
     for name in ("d2t.pt", "cache.pt"):  # modelopt draft_vocab_cache/<model>/d2t.pt, EAGLE cache.pt
         if (path / name).is_file():
@@ -78,8 +82,7 @@ def _read_mapping_dir(path: Path, target_vocab_size: int | None) -> VocabMapping
 def _checkpoint_mapping(path: Path) -> VocabMapping:
     checkpoint = read_checkpoint(path)
     if checkpoint.mapping is None:
-        raise BadInput(path, "checkpoint has no d2t buffer, so no vocab mapping "
-                             "(vLLM would treat it as identity)")
+        raise BadInput(path, "checkpoint has no d2t buffer, so no vocab mapping (vLLM would treat it as identity)")
     return checkpoint.mapping
 
 
@@ -88,14 +91,19 @@ def _load_npy(path: Path) -> np.ndarray:
         with open(path, "rb") as f:
             # The header declares the shape; an array larger than the file (an ".npy" of 8 TiB in a
             # few bytes) is refused before numpy tries to allocate it.
-            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                           (2, 0): np.lib.format.read_array_header_2_0}.get(np.lib.format.read_magic(f))
+            read_header = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }.get(np.lib.format.read_magic(f))
             shape, _, dtype = read_header(f) if read_header else ((), False, np.dtype("u1"))
             declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
             holds = os.fstat(f.fileno()).st_size - f.tell()
             if read_header and declared > holds:
-                raise BadInput(path, f".npy header declares shape {list(shape)} ({declared} bytes) but the file "
-                                     f"holds {holds} bytes of data")
+                raise BadInput(
+                    path,
+                    f".npy header declares shape {list(shape)} ({declared} bytes) but the file "
+                    f"holds {holds} bytes of data",
+                )
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
         raise BadInput(path, f"not a readable .npy array: {' '.join(str(err).split())[:200]}") from None
@@ -116,8 +124,9 @@ def _read_npy_pair(path: Path, target_vocab_size: int | None) -> VocabMapping:
     t2d, t2d_note = (None, None)
     if t2d_path.is_file():
         t2d, t2d_note = mask_array(t2d_path, "t2d", _load_npy(t2d_path))
-    return mapping_from_arrays(d2t_path, d2t, t2d, target_vocab_size=target_vocab_size,
-                               notes=(t2d_note,) if t2d_note else ())
+    return mapping_from_arrays(
+        d2t_path, d2t, t2d, target_vocab_size=target_vocab_size, notes=(t2d_note,) if t2d_note else ()
+    )
 
 
 def _read_mapping_pt(path: Path, target_vocab_size: int | None) -> VocabMapping:
@@ -127,8 +136,7 @@ def _read_mapping_pt(path: Path, target_vocab_size: int | None) -> VocabMapping:
     torch = sys.modules.get("torch")
     if isinstance(loaded, np.ndarray) or (torch is not None and isinstance(loaded, torch.Tensor)):
         # modelopt d2t.pt: offsets only, frequency order
-        return mapping_from_arrays(path, offsets_array(path, "d2t", loaded), None,
-                                   target_vocab_size=target_vocab_size)
+        return mapping_from_arrays(path, offsets_array(path, "d2t", loaded), None, target_vocab_size=target_vocab_size)
     if not isinstance(loaded, dict):
         raise BadInput(path, f"holds a {type(loaded).__name__}, not a {{'d2t', 't2d'}} dict or a d2t tensor")
     if "d2t" not in loaded:
@@ -138,8 +146,9 @@ def _read_mapping_pt(path: Path, target_vocab_size: int | None) -> VocabMapping:
     t2d, t2d_note = (None, None)
     if loaded.get("t2d") is not None:
         t2d, t2d_note = mask_array(path, "t2d", loaded["t2d"])
-    return mapping_from_arrays(path, d2t, t2d, target_vocab_size=target_vocab_size,
-                               notes=(t2d_note,) if t2d_note else ())
+    return mapping_from_arrays(
+        path, d2t, t2d, target_vocab_size=target_vocab_size, notes=(t2d_note,) if t2d_note else ()
+    )
 
 
 def _atomic_write(path: Path, write) -> None:

@@ -60,8 +60,9 @@ _REFUSED = "refused to unpickle: {}; triage never runs code from a file"
 _WIDENED_LOAD = threading.Lock()
 
 # Every file written with pickle protocol > 2 makes the weights-only unpickler warn; nothing to act on.
-warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning,
-                        module=r"torch\._weights_only_unpickler")
+warnings.filterwarnings(
+    "ignore", message="Detected pickle protocol", category=UserWarning, module=r"torch\._weights_only_unpickler"
+)
 
 
 def _torch_version() -> tuple[int, int]:
@@ -143,8 +144,11 @@ def _read_gzip(path: Path) -> bytes:
         while chunk := stream.read(1 << 24):
             out.write(chunk)
             if out.tell() > limit:
-                raise BadInput(path, f"decompresses to more than {limit >> 20} MiB from {size} bytes (over "
-                                     f"{GZIP_MAX_RATIO}x: real dumps compress ~1.1-2x); refused as a gzip bomb")
+                raise BadInput(
+                    path,
+                    f"decompresses to more than {limit >> 20} MiB from {size} bytes (over "
+                    f"{GZIP_MAX_RATIO}x: real dumps compress ~1.1-2x); refused as a gzip bomb",
+                )
     return out.getvalue()
 
 
@@ -157,8 +161,11 @@ def _refuse_zip_bomb(path: Path) -> None:
         return  # torch.load says what is wrong with it
     for info in infos:
         if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_COMPRESSED_ENTRY_BYTES:
-            raise BadInput(path, f"zip entry {info.filename!r} would inflate {info.compress_size} bytes to "
-                                 f"{info.file_size} (torch.save stores entries uncompressed); refused as a zip bomb")
+            raise BadInput(
+                path,
+                f"zip entry {info.filename!r} would inflate {info.compress_size} bytes to "
+                f"{info.file_size} (torch.save stores entries uncompressed); refused as a zip bomb",
+            )
 
 
 def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -> object:
@@ -172,8 +179,11 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
 
     path = Path(path)
     if _torch_version() < _TORCH_MIN_SAFE:
-        raise BadInput(path, f"refusing to unpickle with torch {torch.__version__} < 2.6 "
-                             "(CVE-2025-32434: weights_only is bypassable); upgrade torch")
+        raise BadInput(
+            path,
+            f"refusing to unpickle with torch {torch.__version__} < 2.6 "
+            "(CVE-2025-32434: weights_only is bypassable); upgrade torch",
+        )
     try:
         if not path.is_file():
             raise BadInput(path, "no such file" if not path.exists() else "not a file")
@@ -205,8 +215,19 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
         raise
     except RecursionError:
         raise BadInput(path, "unreadable torch file: its pickle is nested too deeply") from None
-    except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError, TypeError,
-            AttributeError, struct.error, zipfile.BadZipFile, gzip.BadGzipFile) as err:
+    except (
+        RuntimeError,
+        EOFError,
+        ValueError,
+        OSError,
+        KeyError,
+        IndexError,
+        TypeError,
+        AttributeError,
+        struct.error,
+        zipfile.BadZipFile,
+        gzip.BadGzipFile,
+    ) as err:
         raise BadInput(path, f"unreadable torch file (truncated or corrupt?): {_first_line(err)}") from None
 
 
@@ -216,8 +237,14 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
 # start). The unpickler knows exactly the globals such a file names; for anything else it
 # returns None and the caller goes through safe_torch_load, which refuses or reads it.
 
-_PLAIN_STORAGES = {"LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "i1",
-                   "ByteStorage": "u1", "BoolStorage": "?"}
+_PLAIN_STORAGES = {
+    "LongStorage": "<i8",
+    "IntStorage": "<i4",
+    "ShortStorage": "<i2",
+    "CharStorage": "i1",
+    "ByteStorage": "u1",
+    "BoolStorage": "?",
+}
 _PLAIN_MAX_BYTES = 64 << 20  # a mapping over a 16M-token vocab; larger files take the torch path
 
 
@@ -226,14 +253,26 @@ class _NotPlain(Exception):
 
 
 def _rebuild_plain(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
-    if not (isinstance(storage, np.ndarray) and isinstance(offset, int) and isinstance(size, tuple)
-            and isinstance(stride, tuple) and len(size) == 1 and len(stride) == 1 and not hooks and not metadata):
+    if not (
+        isinstance(storage, np.ndarray)
+        and isinstance(offset, int)
+        and isinstance(size, tuple)
+        and isinstance(stride, tuple)
+        and len(size) == 1
+        and len(stride) == 1
+        and not hooks
+        and not metadata
+    ):
         raise _NotPlain
     (n,), (step,) = size, stride
-    if not (isinstance(n, int) and isinstance(step, int)) or n < 0 or offset < 0 or \
-            (n and (step < 1 or offset + (n - 1) * step >= storage.size)):
+    if (
+        not (isinstance(n, int) and isinstance(step, int))
+        or n < 0
+        or offset < 0
+        or (n and (step < 1 or offset + (n - 1) * step >= storage.size))
+    ):
         raise _NotPlain
-    return storage[offset:offset + n * step:step].copy() if n else storage[:0].copy()
+    return storage[offset : offset + n * step : step].copy() if n else storage[:0].copy()
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -251,8 +290,15 @@ class _PlainUnpickler(pickle.Unpickler):
         raise _NotPlain
 
     def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and pid[1] in _PLAIN_STORAGES.values()
-                and isinstance(pid[2], str) and pid[3] == "cpu" and isinstance(pid[4], int)):
+        if not (
+            isinstance(pid, tuple)
+            and len(pid) == 5
+            and pid[0] == "storage"
+            and pid[1] in _PLAIN_STORAGES.values()
+            and isinstance(pid[2], str)
+            and pid[3] == "cpu"
+            and isinstance(pid[4], int)
+        ):
             raise _NotPlain
         dtype = np.dtype(pid[1])
         info = self.archive.getinfo(f"{self.prefix}data/{pid[2]}")
@@ -277,11 +323,25 @@ def load_plain_arrays(path: str | Path) -> object | None:
             if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder") != b"little":
                 return None
             value = _PlainUnpickler(archive.read(pickles[0]), archive, prefix).load()
-    except (_NotPlain, pickle.UnpicklingError, zipfile.BadZipFile, KeyError, ValueError, TypeError,
-            EOFError, IndexError, AttributeError, OSError, RecursionError, struct.error):
+    except (
+        _NotPlain,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+        KeyError,
+        ValueError,
+        TypeError,
+        EOFError,
+        IndexError,
+        AttributeError,
+        OSError,
+        RecursionError,
+        struct.error,
+    ):
         return None
-    plain = isinstance(value, np.ndarray) or (isinstance(value, dict) and all(
-        isinstance(k, str) and (isinstance(v, np.ndarray) or v is None) for k, v in value.items()))
+    plain = isinstance(value, np.ndarray) or (
+        isinstance(value, dict)
+        and all(isinstance(k, str) and (isinstance(v, np.ndarray) or v is None) for k, v in value.items())
+    )
     return value if plain else None
 
 
@@ -292,10 +352,21 @@ def load_plain_arrays(path: str | Path) -> object | None:
 # (https://github.com/huggingface/safetensors, README "Format").
 
 SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
-    "BOOL": ("bool", 1), "U8": ("uint8", 1), "I8": ("int8", 1), "I16": ("int16", 2),
-    "U16": ("uint16", 2), "I32": ("int32", 4), "U32": ("uint32", 4), "I64": ("int64", 8),
-    "U64": ("uint64", 8), "F16": ("float16", 2), "BF16": ("bfloat16", 2), "F32": ("float32", 4),
-    "F64": ("float64", 8), "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1),
+    "BOOL": ("bool", 1),
+    "U8": ("uint8", 1),
+    "I8": ("int8", 1),
+    "I16": ("int16", 2),
+    "U16": ("uint16", 2),
+    "I32": ("int32", 4),
+    "U32": ("uint32", 4),
+    "I64": ("int64", 8),
+    "U64": ("uint64", 8),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "F32": ("float32", 4),
+    "F64": ("float64", 8),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
 }
 
 
@@ -326,11 +397,17 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
                 raise BadInput(path, f"file is {size} bytes long; not a safetensors file")
             (header_len,) = struct.unpack("<Q", prefix)
             if header_len > MAX_SAFETENSORS_HEADER:
-                raise BadInput(path, f"safetensors header claims {header_len} bytes (limit "
-                                     f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt")
+                raise BadInput(
+                    path,
+                    f"safetensors header claims {header_len} bytes (limit "
+                    f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt",
+                )
             if header_len > size - 8:
-                raise BadInput(path, f"safetensors header claims {header_len} bytes but the file has "
-                                     f"{size - 8} after the length field (truncated?)")
+                raise BadInput(
+                    path,
+                    f"safetensors header claims {header_len} bytes but the file has "
+                    f"{size - 8} after the length field (truncated?)",
+                )
             header_bytes = f.read(header_len)
     except OSError as err:
         raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
@@ -354,8 +431,11 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     position = 0
     for begin, end, name in sorted(spans):
         if begin != position:
-            raise BadInput(path, f"tensor {name!r} starts at byte {begin} of the data, expected {position} "
-                                 "(overlapping or gapped offsets)")
+            raise BadInput(
+                path,
+                f"tensor {name!r} starts at byte {begin} of the data, expected {position} "
+                "(overlapping or gapped offsets)",
+            )
         position = end
     if position != data_size:
         raise BadInput(path, f"tensors cover {position} data bytes but the file has {data_size}")
@@ -368,11 +448,13 @@ def _header_entry(path: Path, name: str, entry: object, data_size: int) -> Tenso
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if dtype not in SAFETENSORS_DTYPES:
         raise BadInput(path, f"tensor {name!r}: unknown dtype {dtype!r}")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                            for d in shape)):
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
         raise BadInput(path, f"tensor {name!r}: bad shape {shape!r}")
-    if not (isinstance(offsets, list) and len(offsets) == 2
-            and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
         raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
     begin, end = offsets
     torch_name, itemsize = SAFETENSORS_DTYPES[dtype]
@@ -382,11 +464,14 @@ def _header_entry(path: Path, name: str, entry: object, data_size: int) -> Tenso
     if not 0 <= begin <= end:
         raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
     if end > data_size:
-        raise BadInput(path, f"tensor {name!r} claims bytes {begin}..{end} but the file holds only "
-                             f"{data_size} data bytes (truncated?)")
+        raise BadInput(
+            path,
+            f"tensor {name!r} claims bytes {begin}..{end} but the file holds only {data_size} data bytes (truncated?)",
+        )
     if end - begin != numel * itemsize:
-        raise BadInput(path, f"tensor {name!r}: shape {shape} {dtype} needs {numel * itemsize} bytes, "
-                             f"header gives {end - begin}")
+        raise BadInput(
+            path, f"tensor {name!r}: shape {shape} {dtype} needs {numel * itemsize} bytes, header gives {end - begin}"
+        )
     return TensorInfo(name, tuple(shape), torch_name, path)
 
 

@@ -25,13 +25,13 @@ _EMBED, _LM_HEAD, _NORM = "embed_tokens.weight", "lm_head.weight", "model.norm.w
 @dataclass(frozen=True, eq=False)
 class TargetModel:
     path: Path
-    config: dict                  # the text model's config (``text_config`` when nested)
+    config: dict  # the text model's config (``text_config`` when nested)
     vocab_size: int
     hidden_size: int
     num_layers: int
-    tied: bool                    # lm_head is the embedding (tie_word_embeddings)
+    tied: bool  # lm_head is the embedding (tie_word_embeddings)
     _weights: WeightFiles = field(repr=False)
-    tensor_names: dict[str, str | None] = field(default_factory=dict)   # role -> stored name
+    tensor_names: dict[str, str | None] = field(default_factory=dict)  # role -> stored name
 
     def _name(self, role: str) -> str:
         name = self.tensor_names.get(role)
@@ -78,8 +78,11 @@ class TargetModel:
 
 
 def _find_name(names: list[str], suffix: str) -> str | None:
-    matches = [n for n in names if (n == suffix or n.endswith("." + suffix))
-               and ".layers." not in n and not n.startswith("layers.")]
+    matches = [
+        n
+        for n in names
+        if (n == suffix or n.endswith("." + suffix)) and ".layers." not in n and not n.startswith("layers.")
+    ]
     if not matches:
         return None
     shortest = min(len(n) for n in matches)
@@ -113,8 +116,11 @@ def read_target(path: str | Path) -> TargetModel:
     layers = _config_size(root, config, "num_hidden_layers")
 
     names = weights.names()
-    found = {"embed_tokens": _find_name(names, _EMBED), "lm_head": _find_name(names, _LM_HEAD),
-             "norm": _find_name(names, _NORM)}
+    found = {
+        "embed_tokens": _find_name(names, _EMBED),
+        "lm_head": _find_name(names, _LM_HEAD),
+        "norm": _find_name(names, _NORM),
+    }
     if found["embed_tokens"] is None:
         raise BadInput(root, "no model.embed_tokens.weight in the weights")
     tie = full_config.get("tie_word_embeddings", config.get("tie_word_embeddings"))
@@ -130,7 +136,16 @@ def read_target(path: str | Path) -> TargetModel:
         info = weights.info(name)
         assert info is not None  # the name came from this same listing of the weights
         if info.shape != expected:
-            raise BadInput(info.file, f"tensor {info.name!r} has shape {list(info.shape)}; config.json implies "
-                                      f"{list(expected)}")
-    return TargetModel(path=root, config=config, vocab_size=vocab, hidden_size=hidden, num_layers=layers,
-                       tied=tied, tensor_names=found, _weights=weights)
+            raise BadInput(
+                info.file, f"tensor {info.name!r} has shape {list(info.shape)}; config.json implies {list(expected)}"
+            )
+    return TargetModel(
+        path=root,
+        config=config,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_layers=layers,
+        tied=tied,
+        tensor_names=found,
+        _weights=weights,
+    )

@@ -41,7 +41,6 @@ def _from_byte_level(piece: str) -> str:
     return bytes(decoder[ch] for ch in piece).decode("utf-8", errors="replace")
 
 
-
 def _token_id(path: Path, piece: object, value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -70,11 +69,14 @@ def _read_tokenizer_json(path: Path) -> dict[int, str]:
     if "ByteLevel" in types:
         show = _from_byte_level
     elif "Metaspace" in types or "Replace" in types:
+
         def show(piece: str) -> str:
             return piece.replace("▁", " ")
     else:
+
         def show(piece: str) -> str:
             return piece
+
     strings: dict[int, str] = {}
     if isinstance(vocab, dict):
         for piece, value in vocab.items():
@@ -123,8 +125,9 @@ def read_token_strings(path: str | Path) -> dict[int, str] | None:
         file = path
     else:
         return None
-    reader = {"tokenizer.json": _read_tokenizer_json, "tiktoken.model": _read_tiktoken,
-              "vocab.json": _read_vocab_json}[file.name]
+    reader = {"tokenizer.json": _read_tokenizer_json, "tiktoken.model": _read_tiktoken, "vocab.json": _read_vocab_json}[
+        file.name
+    ]
     strings = reader(file)
     config_path = file.parent / "tokenizer_config.json"
     if config_path.is_file():

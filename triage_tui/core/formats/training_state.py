@@ -66,9 +66,13 @@ def read_training_state(path: str | Path) -> TrainingState:
         return TrainingState(path, dict(args))
     draft = state.get(DRAFT_STATE_DICT)
     if isinstance(draft, dict):
-        return TrainingState(path, _provenance_paths(state.get(PROVENANCE_KEY)), "0.2.0",
-                             draft_vocab_size=_rows(draft, "lm_head.weight", "d2t"),
-                             target_vocab_size=_rows(draft, "t2d"))
+        return TrainingState(
+            path,
+            _provenance_paths(state.get(PROVENANCE_KEY)),
+            "0.2.0",
+            draft_vocab_size=_rows(draft, "lm_head.weight", "d2t"),
+            target_vocab_size=_rows(draft, "t2d"),
+        )
     keys = ", ".join(sorted(map(str, state))[:8])
     raise BadInput(path, f"no 'args' namespace and no '{DRAFT_STATE_DICT}' in this training state (keys: {keys})")
 
@@ -99,7 +103,12 @@ def _provenance_paths(provenance: Any) -> dict[str, str]:
     paths = {}
     for key in ("target_model", "draft_config", "vocab_mapping"):
         identity = items.get(key)
-        if (isinstance(identity, (tuple, list)) and len(identity) >= 2 and identity[0] != "reference"
-                and isinstance(identity[1], str) and identity[1]):
+        if (
+            isinstance(identity, (tuple, list))
+            and len(identity) >= 2
+            and identity[0] != "reference"
+            and isinstance(identity[1], str)
+            and identity[1]
+        ):
             paths[key] = identity[1]
     return paths

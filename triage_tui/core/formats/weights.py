@@ -41,10 +41,10 @@ _CANDIDATES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mod
 class WeightFiles:
     """The weight files of one model and a lazy name -> tensor lookup over them."""
 
-    root: Path                             # the directory (config.json lives here)
-    kind: str                              # "safetensors" | "bin"
+    root: Path  # the directory (config.json lives here)
+    kind: str  # "safetensors" | "bin"
     files: tuple[Path, ...]
-    weight_map: dict[str, Path] | None     # from an index file; None for a single file
+    weight_map: dict[str, Path] | None  # from an index file; None for a single file
     _headers: dict[Path, dict[str, TensorInfo]] = field(default_factory=dict, repr=False)
     _bin_states: dict[Path, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
 
@@ -94,7 +94,6 @@ class WeightFiles:
             return load_safetensors_tensor(found.file, name)
         return self._bin_states[found.file][name]
 
-
     def load_array(self, name: str) -> np.ndarray | torch.Tensor:
         """A tensor of integers or bools (d2t, t2d): numpy from safetensors, without importing torch."""
         found = self.info(name)
@@ -125,8 +124,11 @@ def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
         # SpecForge 0.2.0 keeps the drafter inside its training state (formats/training_state.py).
         draft = state.get(DRAFT_STATE_DICT)
         if not isinstance(draft, dict):
-            raise BadInput(file, f"no '{DRAFT_STATE_DICT}' in this training state: it holds no drafter weights "
-                                 "(a SpecForge classic training state sits beside model.safetensors)")
+            raise BadInput(
+                file,
+                f"no '{DRAFT_STATE_DICT}' in this training state: it holds no drafter weights "
+                "(a SpecForge classic training state sits beside model.safetensors)",
+            )
         state = draft
     not_tensors = [str(k) for k, v in state.items() if not isinstance(v, torch.Tensor)]
     if not_tensors:
@@ -159,8 +161,12 @@ def find_weights(path: str | Path) -> WeightFiles:
             elif not lone and (path / TRAINING_STATE).is_file():
                 chosen = path / TRAINING_STATE  # SpecForge 0.2.0 <run_id>-step<N>/
             else:
-                raise BadInput(path, "no weights here (looked for " + ", ".join(_CANDIDATES) +
-                               f", a {TRAINING_STATE} holding draft_state_dict)")
+                raise BadInput(
+                    path,
+                    "no weights here (looked for "
+                    + ", ".join(_CANDIDATES)
+                    + f", a {TRAINING_STATE} holding draft_state_dict)",
+                )
         path = chosen
     root = path.parent
     name = path.name
@@ -181,8 +187,9 @@ def _from_index(index_path: Path) -> WeightFiles:
     shards: dict[str, Path] = {}
     for tensor_name, shard in weight_map.items():
         if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-            raise BadInput(index_path,
-                           f"weight_map entry {tensor_name!r} names {shard!r}, not a file in this directory")
+            raise BadInput(
+                index_path, f"weight_map entry {tensor_name!r} names {shard!r}, not a file in this directory"
+            )
         if shard not in shards:
             shard_path = root / shard
             if not shard_path.is_file():

@@ -63,8 +63,9 @@ def _key_values(details: Mapping[str, Any], keys: list[str] | None = None) -> Ta
         if key not in details:
             continue
         value = details.get(key)
-        if isinstance(value, (dict, list)) and any(isinstance(v, (dict, list)) for v in (
-                value.values() if isinstance(value, dict) else value)):
+        if isinstance(value, (dict, list)) and any(
+            isinstance(v, (dict, list)) for v in (value.values() if isinstance(value, dict) else value)
+        ):
             continue  # nested structures get their own tables
         shown = f"{value:.2%}" if key.endswith("_fraction") and isinstance(value, float) else _fmt(value)
         table.add_row(Text(printable(key.replace("_", " ")), style="dim"), shown)
@@ -91,17 +92,33 @@ def vocab_details(details: Mapping[str, Any]) -> list[RenderableType]:
     headline.append(f"{match}", style="bold red" if details.get("positional_match_fraction", 1) < 0.99 else "bold")
     headline.append(f" / {vd} draft positions map to the same target token in both mappings")
     parts.append(headline)
-    parts.append(_key_values(details, [
-        "positional_match", "positional_match_fraction", "overlap", "only_in_checkpoint", "only_in_run",
-        "draft_vocab_size", "target_vocab_size", "run_draft_vocab_size", "run_target_vocab_size",
-        "checkpoint_source", "run_source",
-    ]))
+    parts.append(
+        _key_values(
+            details,
+            [
+                "positional_match",
+                "positional_match_fraction",
+                "overlap",
+                "only_in_checkpoint",
+                "only_in_run",
+                "draft_vocab_size",
+                "target_vocab_size",
+                "run_draft_vocab_size",
+                "run_target_vocab_size",
+                "checkpoint_source",
+                "run_source",
+            ],
+        )
+    )
     moves = details.get("checkpoint_positions_in_run")
     if isinstance(moves, Mapping):
         parts.append(Text("\nwhere the checkpoint's draft positions land in the run's vocab", style="bold"))
-        parts.append(Text(
-            f"{moves.get('same')} keep their position, {moves.get('moved')} move "
-            f"(median shift {moves.get('median_shift')}), {moves.get('dropped')} have no place"))
+        parts.append(
+            Text(
+                f"{moves.get('same')} keep their position, {moves.get('moved')} move "
+                f"(median shift {moves.get('median_shift')}), {moves.get('dropped')} have no place"
+            )
+        )
         sample = moves.get("sample") or []
         if sample:
             table = _plain_table("checkpoint pos", "→ run pos", "shift")
@@ -115,8 +132,11 @@ def vocab_details(details: Mapping[str, Any]) -> list[RenderableType]:
         table = _plain_table("draft id", "checkpoint → target", "token", "run → target", "token")
         for row in mismatches:
             table.add_row(
-                str(row.get("draft_id")), _fmt(row.get("checkpoint_target_id")), _token(row.get("checkpoint_token")),
-                _fmt(row.get("run_target_id")), _token(row.get("run_token")),
+                str(row.get("draft_id")),
+                _fmt(row.get("checkpoint_target_id")),
+                _token(row.get("checkpoint_token")),
+                _fmt(row.get("run_target_id")),
+                _token(row.get("run_token")),
             )
         parts.append(table)
     coverage = details.get("training_tokens")
@@ -127,18 +147,32 @@ def vocab_details(details: Mapping[str, Any]) -> list[RenderableType]:
 
 
 def hidden_state_details(details: Mapping[str, Any]) -> list[RenderableType]:
-    parts: list[RenderableType] = [_key_values(details, [
-        "target_hidden_size", "target_hidden_size_source", "draft_hidden_size", "fc_in_features",
-        "aux_chunks_present", "dumps_format", "dump_samples",
-    ])]
+    parts: list[RenderableType] = [
+        _key_values(
+            details,
+            [
+                "target_hidden_size",
+                "target_hidden_size_source",
+                "draft_hidden_size",
+                "fc_in_features",
+                "aux_chunks_present",
+                "dumps_format",
+                "dump_samples",
+            ],
+        )
+    ]
     shapes = details.get("shapes") or []
     if shapes:
         parts.append(Text("\nshapes", style="bold"))
         table = _plain_table("", "what", "expected", "actual")
         for row in shapes:
             ok = row.get("ok")
-            table.add_row(Text("✔" if ok else "✖", style="green" if ok else "bold red"), _fmt(row.get("what")),
-                          _fmt(row.get("expected")), _fmt(row.get("actual")))
+            table.add_row(
+                Text("✔" if ok else "✖", style="green" if ok else "bold red"),
+                _fmt(row.get("what")),
+                _fmt(row.get("expected")),
+                _fmt(row.get("actual")),
+            )
         parts.append(table)
     rms = details.get("rms_by_chunk")
     if rms:
@@ -187,10 +221,12 @@ def verifier_mask_details(details: Mapping[str, Any]) -> list[RenderableType]:
         table = _plain_table("", "invariant", "result", "")
         for row in invariants:
             ok = bool(row.get("ok"))
-            table.add_row(Text("✔" if ok else "✖", style="green" if ok else ("bold red" if row.get("required")
-                                                                              else "yellow")),
-                          _fmt(row.get("name")), _fmt(row.get("detail") or ""),
-                          Text("required" if row.get("required") else "context", style="dim"))
+            table.add_row(
+                Text("✔" if ok else "✖", style="green" if ok else ("bold red" if row.get("required") else "yellow")),
+                _fmt(row.get("name")),
+                _fmt(row.get("detail") or ""),
+                Text("required" if row.get("required") else "context", style="dim"),
+            )
         parts.append(table)
     rest = {k: v for k, v in details.items() if k != "invariants"}
     if rest:
@@ -238,10 +274,10 @@ class DrillDownScreen(Screen):
     BINDING_GROUP_TITLE = "Hypothesis"
     BINDINGS = [
         Binding("escape,backspace", "app.pop_screen", "Back", key_display="esc", id="back"),
-        Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order",
-                id="remap"),
-        Binding("c", "copy_command", "Copy command", tooltip="Copy the fix's shell command (OSC 52, tmux too)",
-                id="copy"),
+        Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order", id="remap"),
+        Binding(
+            "c", "copy_command", "Copy command", tooltip="Copy the fix's shell command (OSC 52, tmux too)", id="copy"
+        ),
         Binding("1", "tab('evidence')", "Evidence", show=False),
         Binding("2", "tab('details')", "Details", show=False),
         Binding("3", "tab('action')", "Action", show=False),
@@ -277,8 +313,10 @@ class DrillDownScreen(Screen):
                     yield Static(self._action(), id="action-body")
                     for index, command in enumerate(self._commands()):
                         if index:
-                            yield Static("\nOr the opposite fix: keep the weights and give the trainer the "
-                                         "checkpoint's own mapping:")
+                            yield Static(
+                                "\nOr the opposite fix: keep the weights and give the trainer the "
+                                "checkpoint's own mapping:"
+                            )
                         # One line, never wrapped: copied from the terminal (tmux) it must still run.
                         # Wider than the pane, it scrolls sideways; `c` copies it (OSC 52).
                         with HorizontalScroll(classes="command-line"):
@@ -325,13 +363,18 @@ class DrillDownScreen(Screen):
         if self.hypothesis.action == "remap" and not self._remap_called_for():
             vocab = self.diagnosis.checks.get("vocab_mapping")
             text.append("Nothing to remap\n", style="bold")
-            text.append("The vocab check " + (f"{vocab.status}: {printable(vocab.summary)}" if vocab is not None
-                                              else "did not run") + "\n")
+            text.append(
+                "The vocab check "
+                + (f"{vocab.status}: {printable(vocab.summary)}" if vocab is not None else "did not run")
+                + "\n"
+            )
             return text
         if self.hypothesis.action == "remap":
             text.append("Remap the drafter's lm_head rows into the run's order\n", style="bold")
-            text.append("Row j of the new head is the old row of the run's token j; tokens the drafter never had "
-                        "get new rows; d2t/t2d become the run's. The source is not touched.\n\n")
+            text.append(
+                "Row j of the new head is the old row of the run's token j; tokens the drafter never had "
+                "get new rows; d2t/t2d become the run's. The source is not touched.\n\n"
+            )
             if self.triage.readonly:
                 text.append("read-only: the remap key is disabled here. From a shell:", style="magenta")
             else:

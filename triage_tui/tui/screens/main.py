@@ -37,17 +37,23 @@ class MainScreen(Screen):
     BINDING_GROUP_TITLE = "Runs"
     BINDINGS = [
         Binding("c", "check", "Check", tooltip="Run every check on the selected run", id="check"),
-        Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order",
-                id="remap"),
+        Binding("m", "remap", "Remap", tooltip="Write a checkpoint with lm_head rows in the run's order", id="remap"),
         Binding("x", "cancel_checks", "Cancel", tooltip="Cancel the running checks", id="cancel"),
         Binding("escape", "escape", "Back", show=False, tooltip="Cancel the checks, clear the filter, or back to runs"),
-        Binding("h", "focus_hypotheses", "Hypotheses", show=False, tooltip="Go to the hypotheses (enter opens one)",
-                id="hypotheses"),
+        Binding(
+            "h",
+            "focus_hypotheses",
+            "Hypotheses",
+            show=False,
+            tooltip="Go to the hypotheses (enter opens one)",
+            id="hypotheses",
+        ),
         Binding("r", "focus_runs", "Runs", show=False, tooltip="Go to the runs table", id="runs"),
         # priority: handled as the app receives the key, before the keys queued behind it (typed fast or
         # pasted) are routed, so those land in the filter and the `c` of "vocab" does not start the checks.
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter",
-                priority=True),
+        Binding(
+            "slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter", priority=True
+        ),
         Binding("l", "toggle_log_y", "Log-y", show=False, tooltip="Loss chart: log or linear y axis", id="log_y"),
     ]
 
@@ -132,8 +138,11 @@ class MainScreen(Screen):
             table = self.query_one(RunsTable)
             self.call_after_refresh(lambda: table.move_cursor(row=table.cursor_row, animate=False))
         if not state:
-            hint.update(Text("no run selected", style="dim") if path is None else Text.assemble(
-                ("press ", "dim"), ("c", "bold"), (" to run the checks on this run", "dim")))
+            hint.update(
+                Text("no run selected", style="dim")
+                if path is None
+                else Text.assemble(("press ", "dim"), ("c", "bold"), (" to run the checks on this run", "dim"))
+            )
             pane.border_title = "checks"
             hypotheses.show(())
         elif running:
@@ -252,9 +261,13 @@ class MainScreen(Screen):
         elif self.selected_path is not None:
             # Nothing to open yet: say what enter will do, rather than nothing.
             running = self.triage.checks_running_for == self.selected_path
-            self.notify("the checks are still running" if running else
-                        "press c to run the checks; enter then opens the most likely cause",
-                        title="enter", timeout=5)
+            self.notify(
+                "the checks are still running"
+                if running
+                else "press c to run the checks; enter then opens the most likely cause",
+                title="enter",
+                timeout=5,
+            )
 
     @on(OptionList.OptionSelected, "#hypotheses")
     def _hypothesis_selected(self, event: OptionList.OptionSelected) -> None:

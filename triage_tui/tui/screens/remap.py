@@ -62,10 +62,17 @@ def describe_report(report: RemapReport) -> Table:
     table.add_row("output", Text(printable(report.output), style="bold"))
     table.add_row("from", Text(printable(report.source)))
     table.add_row("mapping", Text(printable(report.mapping)))
-    table.add_row("rows", f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
-                          f"of {report.draft_vocab_size}")
-    table.add_row("verified", Text("yes: re-read and compared with the source", style="green")
-                  if report.verified else Text("NO", style="bold red"))
+    table.add_row(
+        "rows",
+        f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
+        f"of {report.draft_vocab_size}",
+    )
+    table.add_row(
+        "verified",
+        Text("yes: re-read and compared with the source", style="green")
+        if report.verified
+        else Text("NO", style="bold red"),
+    )
     if report.accuracy_before is not None and report.accuracy_after is not None:
         accuracy = Text()
         accuracy.append(f"{report.accuracy_before:.1%}", style="red")
@@ -131,8 +138,12 @@ class RemapScreen(ModalScreen[None]):
             result.update(Text(printable(error or "", newlines=True)))
             self.query_one("#dialog").border_title = "remap failed"
         else:
-            status.update(Text("✔ wrote a verified checkpoint" if report.verified else "✖ written but NOT verified",
-                               style="bold green" if report.verified else "bold red"))
+            status.update(
+                Text(
+                    "✔ wrote a verified checkpoint" if report.verified else "✖ written but NOT verified",
+                    style="bold green" if report.verified else "bold red",
+                )
+            )
             result.update(describe_report(report))
             self.query_one("#dialog").border_title = "remap done"
         self.query_one("#dialog").border_subtitle = "esc closes"

@@ -77,14 +77,21 @@ class LossChart(PlotextPlot):
             # Keep the chance line in view even when the loss is far below it.
             low, high = min(low, chance), max(high, chance)
             plt.horizontal_line(chance, color=danger)
-            label = series.chance_label or (f"ln {series.vocab_size} = {chance:.2f}" if series.vocab_size
-                                            else f"chance {chance:.2f}")
+            label = series.chance_label or (
+                f"ln {series.vocab_size} = {chance:.2f}" if series.vocab_size else f"chance {chance:.2f}"
+            )
             plt.text(label, x=steps[0], y=chance, color=danger, background=surface, alignment="left")
         if series.first_non_finite_step is not None:
             # Where the loss stopped being a number: a flag's step, drawn where the curve ends.
             plt.vertical_line(series.first_non_finite_step, color=danger)
-            plt.text(f"NaN from {format_step(series.first_non_finite_step)}", x=series.first_non_finite_step,
-                     y=high, color=danger, background=surface, alignment="right")
+            plt.text(
+                f"NaN from {format_step(series.first_non_finite_step)}",
+                x=series.first_non_finite_step,
+                y=high,
+                color=danger,
+                background=surface,
+                alignment="right",
+            )
         if self.log_y:
             plt.yscale("log")
         else:

@@ -89,6 +89,7 @@ class RunsTable(DataTable):
     """Runs sorted by severity; keyed by run path so updates keep the cursor on its run."""
 
     HELP = "Runs, worst first. ↑/↓ select a run; its loss, flags and hypotheses show beside it."
+
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._order: list[Path] = []

@@ -18,8 +18,10 @@ FLOOR = 1.0
 class ServingChart(PlotextPlot):
     """Acceptance length per reporting interval, the floor 1.0 and the training estimate."""
 
-    HELP = ("Serving acceptance length of the selected run (triage.toml [serving]): per interval (bright), "
-            "1.0 = every draft token rejected (red), the run's own per-position accuracies' estimate (dim).")
+    HELP = (
+        "Serving acceptance length of the selected run (triage.toml [serving]): per interval (bright), "
+        "1.0 = every draft token rejected (red), the run's own per-position accuracies' estimate (dim)."
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -56,8 +58,9 @@ class ServingChart(PlotextPlot):
         estimate = series.training_estimate
         if estimate is not None and math.isfinite(estimate):
             plt.horizontal_line(estimate, color=muted)
-            plt.text(f"training est. {estimate:.2f}", x=x[-1], y=estimate, color=muted, background=surface,
-                     alignment="right")
+            plt.text(
+                f"training est. {estimate:.2f}", x=x[-1], y=estimate, color=muted, background=surface, alignment="right"
+            )
             high = max(high, estimate)
         pad = max((high - low) * 0.1, 0.05)
         plt.ylim(low - pad, high + pad)
