@@ -64,7 +64,7 @@ FORMATS = [
     ("core.formats.mapping",),
     ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
     ("core.formats.weights",),
-    ("core.formats.training_state",),
+    ("core.formats.training_state", "core.formats.run_yaml"),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.

@@ -288,3 +288,33 @@ def test_speculators_save_path_beside_log_dir_is_one_run_with_its_config_and_ver
     assert document["inputs"]["mapping"] == str(run.data / f"t2d-{DRAFT_VOCAB}.npy")
     vocab = document["checks"]["vocab_mapping"]
     assert vocab["status"] == "pass" and vocab["positional_match"] == DRAFT_VOCAB  # the run's own, at its start
+
+
+@pytest.fixture(scope="session")
+def speculators_finetune_output(tmp_path_factory):
+    from trainer_runs import speculators_finetune
+
+    return speculators_finetune(tmp_path_factory.mktemp("spec-ft") / "k25")
+
+
+def test_speculators_fine_tune_from_a_drafter_with_another_mapping_is_caught_from_its_run_yaml(
+    speculators_finetune_output,
+):
+    """No flag: run.yaml (speculators' TrainConfig.save) names the starting drafter and the
+    --data-path outside the run; the drafter's mapping and the run's differ, so check exits 1."""
+    run = speculators_finetune_output
+    assert (run.root / "checkpoints" / "run.yaml").is_file()
+    expected = vocab_numbers(run.drafter_hot, run.run_hot)
+    assert expected["positional_match"] < DRAFT_VOCAB // 2  # two different vocabularies, by construction
+    result = triage("check", "--json", run.root)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["inputs"]["checkpoint"] == str(run.drafter)
+    assert document["inputs"]["mapping"] == str(run.data / f"d2t-{DRAFT_VOCAB}.npy")
+    assert document["inputs"]["target"] == str(run.verifier)
+    assert {document["input_sources"][k] for k in ("checkpoint", "mapping", "target")} == {"run.yaml"}
+    vocab = document["checks"]["vocab_mapping"]
+    assert vocab["status"] == "fail"
+    assert {k: vocab[k] for k in expected} == expected
+    assert document["hypotheses"][0]["id"] == "vocab_mapping_mismatch"
+    assert document["hypotheses"][0]["score"] >= 0.5

@@ -300,26 +300,12 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     transformers, ``SingleGPUCheckpointer.save_checkpoint`` (``<save_path>/<epoch>/``) and
     ``TensorBoardHandler`` (``<log_dir>/<run_name>/``). ``python -m speculators.train`` itself needs
     a vLLM hidden-state server or dumps and flex attention on a GPU, so its steps are called here."""
-    import logging
-
     from speculators.models.eagle3 import Eagle3DraftModel
-    from speculators.train.checkpointer import SingleGPUCheckpointer
-    from speculators.train.logger import TensorBoardHandler
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     verifier = root.parent / f"{root.name}-verifier"  # a model directory of its own, outside the run
-    config = LlamaConfig(
-        hidden_size=HIDDEN,
-        intermediate_size=32,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_hidden_layers=8,
-        vocab_size=TARGET_VOCAB,
-        max_position_embeddings=SEQ,
-    )
-    LlamaForCausalLM(config).save_pretrained(str(verifier))
+    config = _speculators_verifier(verifier)
     data = root / "data"
     data.mkdir(parents=True)
     ids, mask = _token_data(4, 12, low=2000)
@@ -331,24 +317,8 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     )
     np.save(data / f"d2t-{DRAFT_VOCAB}.npy", d2t.cpu().numpy())
     np.save(data / f"t2d-{DRAFT_VOCAB}.npy", t2d.cpu().numpy())
-    layer_config = LlamaConfig(
-        **{
-            k: v
-            for k, v in config.to_dict().items()
-            if k
-            in (
-                "hidden_size",
-                "intermediate_size",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "vocab_size",
-                "max_position_embeddings",
-            )
-        },
-        num_hidden_layers=1,
-    )
     model = Eagle3DraftModel.from_training_args(
-        layer_config,
+        _speculators_layer_config(config),
         t2d=t2d,
         d2t=d2t,
         verifier_name_or_path=str(verifier),
@@ -357,9 +327,52 @@ def speculators_run(root: Path) -> SpeculatorsRun:
         ttt_steps=3,
         draft_attn_impl="sdpa",
     )
+    _speculators_train(model, root / "checkpoints", root / "logs")
+    return SpeculatorsRun(root, verifier, data, _hot(d2t))
+
+
+def _speculators_verifier(path: Path):
+    """A tiny Llama verifier saved by transformers: the target both speculators runs name."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=8,
+        vocab_size=TARGET_VOCAB,
+        max_position_embeddings=SEQ,
+    )
+    LlamaForCausalLM(config).save_pretrained(str(path))
+    return config
+
+
+def _speculators_layer_config(config):
+    from transformers import LlamaConfig
+
+    keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "max_position_embeddings",
+    )
+    return LlamaConfig(**{k: v for k, v in config.to_dict().items() if k in keys}, num_hidden_layers=1)
+
+
+def _speculators_train(model, save_path: Path, log_dir: Path) -> None:
+    """Two epochs as speculators' Trainer records them: ``TensorBoardHandler`` events (loss near
+    ln Vd) and ``SingleGPUCheckpointer.save_checkpoint`` after each epoch (``<save_path>/<epoch>/``)."""
+    import logging
+
+    from speculators.train.checkpointer import SingleGPUCheckpointer
+    from speculators.train.logger import TensorBoardHandler
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    checkpointer = SingleGPUCheckpointer(root / "checkpoints")
-    handler = TensorBoardHandler(run_name="k25-ft", log_dir=str(root / "logs"))
+    checkpointer = SingleGPUCheckpointer(save_path)
+    handler = TensorBoardHandler(run_name="k25-ft", log_dir=str(log_dir))
     record = logging.LogRecord("speculators.metrics", logging.INFO, __file__, 0, {}, None, None)
     for epoch in range(2):
         for step in range(epoch * 10, epoch * 10 + 10):
@@ -368,4 +381,77 @@ def speculators_run(root: Path) -> SpeculatorsRun:
             handler.emit(record)
         checkpointer.save_checkpoint(model, optimizer, epoch)
     handler.close()
-    return SpeculatorsRun(root, verifier, data, _hot(d2t))
+
+
+@dataclass(frozen=True)
+class SpeculatorsFineTune:
+    """A speculators 0.9.0 fine-tune ``--from-pretrained`` a public drafter, whose ``--data-path``
+    (outside the run) holds a mapping built from other data than the drafter's."""
+
+    root: Path  # checkpoints/ (with run.yaml) beside logs/
+    drafter: Path  # the public drafter (save_pretrained), mapping from its own data
+    data: Path  # --data-path: token_freq.pt, and the d2t/t2d speculators generated from it
+    verifier: Path
+    drafter_hot: np.ndarray
+    run_hot: np.ndarray
+
+
+def speculators_finetune(root: Path) -> SpeculatorsFineTune:
+    """What ``python -m speculators.train --from-pretrained <drafter> --data-path <data>
+    --draft-vocab-size 1000`` does before its first step, by its own functions:
+    ``TrainConfig.resolve`` (the argv) and ``TrainConfig.save`` (``run.yaml`` in --save-path,
+    ``speculators/train/config/artifacts.py``), ``parse_vocab_mappings`` (generates the mapping
+    from ``<data>/token_freq.pt`` with ``build_vocab_mappings_from_distribution`` and caches it
+    as ``d2t-1000.npy``/``t2d-1000.npy``), ``build_draft_model`` (``Eagle3DraftModel.
+    from_pretrained`` with that mapping installed); then ``_speculators_train``. The public
+    drafter: ``Eagle3DraftModel.from_training_args`` with a mapping from other data, and
+    ``save_pretrained``."""
+    import argparse
+
+    from speculators.models.eagle3 import Eagle3DraftModel
+    from speculators.train.cli import build_draft_model, parse_vocab_mappings
+    from speculators.train.config.schema import TrainConfig
+    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+
+    torch.manual_seed(0)
+    verifier = root.parent / f"{root.name}-verifier"
+    config = _speculators_verifier(verifier)
+
+    def frequencies(seed: int, low: int) -> dict[int, int]:
+        ids, mask = _token_data(seed, 40, low=low)  # enough tokens that each top-1000 is its own
+        tokens, counts = ids[mask.bool()].unique(return_counts=True)
+        return dict(zip(tokens.tolist(), counts.tolist(), strict=True))
+
+    drafter = root.parent / f"{root.name}-public-drafter"
+    d2t, t2d = build_vocab_mappings_from_distribution(
+        token_freq_dict=frequencies(1, low=0), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB
+    )
+    public = Eagle3DraftModel.from_training_args(
+        _speculators_layer_config(config),
+        t2d=t2d,
+        d2t=d2t,
+        verifier_name_or_path=str(verifier),
+        draft_vocab_size=DRAFT_VOCAB,
+        norm_before_residual=False,
+        ttt_steps=3,
+        draft_attn_impl="sdpa",
+    )
+    public.save_pretrained(str(drafter))
+
+    data = root.parent / f"{root.name}-data"  # --data-path outside the run directory
+    data.mkdir(parents=True)
+    torch.save(frequencies(2, low=4000), data / "token_freq.pt")
+    save_path = root / "checkpoints"
+    argv = [
+        *("--verifier-name-or-path", str(verifier), "--from-pretrained", str(drafter)),
+        *("--data-path", str(data), "--draft-vocab-size", str(DRAFT_VOCAB), "--draft-attn-impl", "sdpa"),
+        *("--save-path", str(save_path), "--log-dir", str(root / "logs"), "--run-name", "k25-ft"),
+        *("--logger", "tensorboard"),
+    ]
+    cfg = TrainConfig.resolve(argv)
+    cfg.save(str(save_path))
+    args = argparse.Namespace(**cfg.flatten())
+    run_d2t, run_t2d, vocab = parse_vocab_mappings(args)
+    model = build_draft_model(args, Eagle3DraftModel, run_t2d, run_d2t, vocab)
+    _speculators_train(model, save_path, root / "logs")
+    return SpeculatorsFineTune(root, drafter, data, verifier, _hot(d2t), _hot(run_d2t))

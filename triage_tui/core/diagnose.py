@@ -1,7 +1,8 @@
 """What `triage check` and the TUI's check key call: find a run's inputs, run every check, rank causes.
 
 Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
-> SpecForge ``training_state.pt`` args > discovery (``core/runs.py`` artifacts). Every check
+> SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs.py``
+artifacts). Every check
 is isolated: a file that is not what it claims (BadInput) or any other exception in one check
 becomes that check's ``status="error"`` with a one-line reason, and the others still run.
 """
@@ -54,7 +55,7 @@ class CheckInputs:
     mapping: Path | None = None
     data: Path | None = None
     target: Path | None = None
-    # input name -> "flag" | "triage.toml" | "training_state.pt" | "discovery"
+    # input name -> "flag" | "triage.toml" | "training_state.pt" | "run.yaml" | "discovery"
     sources: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -137,7 +138,7 @@ def resolve_inputs(
     data: str | Path | None = None,
     target: str | Path | None = None,
 ) -> CheckInputs:
-    """Flags > triage.toml > training_state.pt args > discovery; BadInput for a missing run or flag path."""
+    """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
     from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
 
     run_path = Path(os.path.abspath(expand_user(run)))
@@ -184,12 +185,14 @@ def resolve_inputs(
     if missing:
         state, args_notes = _training_state(artifacts)
         by_training = _from_training_state(state, run_path)
+        by_run_yaml = _from_run_yaml(getattr(artifacts, "run_yaml", None))
         by_discovery = _discovered(artifacts)
         used_training = False
         for name in missing:
             chosen[name] = None
             for source, (path, field_notes) in (
                 ("training_state.pt", by_training[name]),
+                ("run.yaml", by_run_yaml[name]),
                 ("discovery", by_discovery[name]),
             ):
                 notes.extend(field_notes)  # why a source was passed over, or what the used one chose
@@ -201,7 +204,8 @@ def resolve_inputs(
             notes.extend(args_notes)
     if sources.get("checkpoint") == "discovery":
         notes.append(
-            f"no starting checkpoint is recorded (flag, triage.toml or training_state.pt ckpt_dir): using the "
+            f"no starting checkpoint is recorded (flag, triage.toml, training_state.pt ckpt_dir or run.yaml "
+            f"from_pretrained): using the "
             f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
             f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
         )
@@ -248,6 +252,37 @@ def _from_training_state(state, run_path: Path) -> dict[str, Found]:
     }
 
 
+def _from_run_yaml(path: Path | None) -> dict[str, Found]:
+    """speculators' run.yaml (formats/run_yaml.py): the starting drafter, the verifier, and the
+    mapping ``parse_vocab_mappings`` labelled with, wherever ``--data-path`` put it."""
+    found: dict[str, Found] = {name: (None, []) for name in INPUT_NAMES}
+    if path is None:
+        return found
+    from triage_tui.core.formats.run_yaml import read_run_yaml
+
+    try:
+        config = read_run_yaml(path)
+    except BadInput as err:
+        found["checkpoint"] = (None, [f"run.yaml not used: {err.line()}"])
+        return found
+    # Relative paths are relative to the trainer's working directory; speculators' examples run
+    # from the directory that holds --save-path (the run yaml's parent's parent) or the run's.
+    base = path.parent
+    named = {
+        "checkpoint": ("draft.from_pretrained", config.from_pretrained),
+        "target": ("verifier.verifier_name_or_path", config.verifier),
+        "mapping": ("draft.d2t_path" if config.d2t_path else "data.data_path", config.mapping_path()),
+    }
+    for name, (key, value) in named.items():
+        if value is not None:
+            found[name] = _arg_path({key: value}, (key,), base, origin=f"{path}: train")
+    checkpoint, notes = found["checkpoint"]
+    if checkpoint is not None and not _holds_weights(checkpoint):
+        # speculators' is_config_only_dir: a config-only directory initialises fresh weights.
+        found["checkpoint"] = (None, [*notes, f"{path} from_pretrained {checkpoint} holds no weights: a fresh start"])
+    return found
+
+
 def _holds_weights(path: Path) -> bool:
     from triage_tui.core.formats.weights import find_weights
 
@@ -258,7 +293,9 @@ def _holds_weights(path: Path) -> bool:
     return True
 
 
-def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Found:
+def _arg_path(
+    args: dict[str, Any], keys: Sequence[str], run_path: Path, origin: str = "training_state.pt args"
+) -> Found:
     from triage_tui.core import runs
 
     notes = []
@@ -269,7 +306,7 @@ def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Foun
         try:
             path = runs.expand_user(str(value))
         except BadInput:
-            notes.append(f"training_state.pt args.{key} = {value!r}: no such user's home directory; ignored")
+            notes.append(f"{origin}.{key} = {value!r}: no such user's home directory; ignored")
             continue
         # The trainer's paths are relative to its working directory, unknown here; the run
         # directory and its parent are the best guesses (SpecForge is usually launched from
@@ -278,7 +315,7 @@ def _arg_path(args: dict[str, Any], keys: Sequence[str], run_path: Path) -> Foun
         for candidate in candidates:
             if candidate.exists():
                 return Path(os.path.abspath(candidate)), notes
-        notes.append(f"training_state.pt args.{key} = {value!r} does not exist on this machine; ignored")
+        notes.append(f"{origin}.{key} = {value!r} does not exist on this machine; ignored")
     return None, notes
 
 

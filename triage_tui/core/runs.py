@@ -53,6 +53,7 @@ else:  # pragma: no cover - pyproject pulls tomli in for 3.10
 MANIFEST_NAME = "triage.toml"
 CONFIG_NAME = "config.json"
 TRAINING_STATE_NAME = "training_state.pt"  # SpecForge: inside each epoch_{e}_step_{s}/ checkpoint
+RUN_YAML_NAME = "run.yaml"  # speculators 0.9.0: in --save-path, beside the <epoch>/ checkpoints
 # Event-file predicate of TensorBoard (io_wrapper.IsSummaryEventsFile) and rustboard
 # (EVENT_FILE_BASENAME_INFIX): basename contains "tfevents"; profiler placeholders excluded.
 EVENT_INFIX = "tfevents"
@@ -268,6 +269,7 @@ class RunArtifacts:
     dumps: Path | None = None
     training_state: Path | None = None
     target: Path | None = None
+    run_yaml: Path | None = None  # speculators: the args it ran with, in --save-path (formats/run_yaml.py)
 
 
 @dataclass(frozen=True)
@@ -588,6 +590,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     checkpoints: list[_Node] = []
     mappings: list[str] = []
     training_states: list[str] = []
+    run_yamls: list[str] = []
     dumps: str | None = None
     targets = [
         node.path
@@ -603,6 +606,8 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         mappings.extend(os.path.join(node.path, name) for name in listing.mapping_names)
         if listing.has_training_state:
             training_states.append(os.path.join(node.path, TRAINING_STATE_NAME))
+        if RUN_YAML_NAME in listing.files:
+            run_yamls.append(os.path.join(node.path, RUN_YAML_NAME))
         if dumps is None and listing.dump_kind is not None:
             dumps = _dump_root(node, run_dir)
     checkpoints.sort(key=lambda n: natural_key(n.path))
@@ -623,6 +628,8 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         dumps=Path(dumps) if dumps else None,
         training_state=Path(training_states[-1]) if training_states else None,
         target=Path(targets[0]) if targets else None,
+        # The shallowest: the run's own --save-path, not a copy inside one of its checkpoints.
+        run_yaml=Path(min(run_yamls, key=lambda p: (p.count(os.sep), natural_key(p)))) if run_yamls else None,
     )
 
 
