@@ -16,7 +16,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from test_events_support import as_points, frame, reference_points, same_points, scalar_event, tensor_value
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import RunEvents, find_event_files, masked_crc32c, read_event_file
+from triage_tui.core.events.crc import masked_crc32c
+from triage_tui.core.events.reader import RunEvents, find_event_files, read_event_file
 
 SPECFORGE_TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for i in range(7)] + ["train/lr"]
 
@@ -363,12 +364,12 @@ def test_header_struct_is_little_endian():
 def test_block_and_slice_boundaries_lose_and_duplicate_nothing(tmp_path, monkeypatch, scan_words, group_rows):
     """The header scan works in blocks of words and the decoder in slices of a length group; at
     full size those are 4 MiB and 65 536 records, here tiny so every boundary case occurs."""
-    import triage_tui.core.events as events_module
+    from triage_tui.core.events import framing, tuning
 
     _write_torch(tmp_path, range(150), tags=SPECFORGE_TAGS[:4])
     path = _only_file(tmp_path)
-    monkeypatch.setattr(events_module, "_SCAN_WORDS", scan_words)
-    monkeypatch.setattr(events_module, "_GROUP_ROWS", group_rows)
+    monkeypatch.setattr(tuning, "SCAN_WORDS", scan_words)
+    monkeypatch.setattr(tuning, "GROUP_ROWS", group_rows)
     scalars, stats = _read(path)
     assert stats.records == 601
     assert same_points(as_points(scalars), reference_points([path]))
@@ -384,7 +385,7 @@ def test_block_and_slice_boundaries_lose_and_duplicate_nothing(tmp_path, monkeyp
         and struct.unpack_from("<I", data, p + 8)[0] == masked_crc32c(data[p : p + 8])
         and p + 16 + data[p] <= len(data)
     ]
-    found, lengths = events_module._small_headers(buf, len(data))
+    found, lengths = framing.small_headers(buf, len(data))
     assert found.tolist() == brute and lengths.tolist() == [data[p] for p in brute]
 
 
@@ -392,7 +393,7 @@ def test_block_and_slice_boundaries_lose_and_duplicate_nothing(tmp_path, monkeyp
 def test_read_window_smaller_than_records(tmp_path, monkeypatch, chunk):
     """Reads are capped (64 MiB at full size); records longer than the window, and records cut by
     its end, are read whole all the same, without anything counted as damage."""
-    import triage_tui.core.events as events_module
+    from triage_tui.core.events import tuning
 
     with SummaryWriter(log_dir=str(tmp_path)) as writer:
         for step in range(40):
@@ -400,7 +401,7 @@ def test_read_window_smaller_than_records(tmp_path, monkeypatch, chunk):
             if step % 7 == 0:
                 writer.add_image("img", torch.rand(3, 32, 32), step)  # ~3-5 KB records
     path = _only_file(tmp_path)
-    monkeypatch.setattr(events_module, "_CHUNK", chunk)
+    monkeypatch.setattr(tuning, "READ_WINDOW", chunk)
     events = RunEvents()
     events.set_files([path])
     stats = events.poll()

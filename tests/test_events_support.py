@@ -15,7 +15,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.util import tensor_util
 
-from triage_tui.core.events import masked_crc32c
+from triage_tui.core.events.crc import masked_crc32c
 
 
 def frame(payload: bytes) -> bytes:

@@ -25,9 +25,10 @@ import pytest
 
 from tb_writers import open_writer, write_scalars
 from test_events_support import records
-from triage_tui.core import events as events_module
+from triage_tui.core import fileio
 from triage_tui.core import runs as runs_module
-from triage_tui.core.events import RunEvents
+from triage_tui.core.events import tuning
+from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.watch import Watcher
 
 TAG = "train/ploss_0"
@@ -163,20 +164,20 @@ def test_a_file_replaced_by_rsync_in_the_middle_of_a_read_shows_only_the_new_con
     live = tmp_path / "run" / old.name
     live.parent.mkdir()
     shutil.copyfile(old, live)
-    monkeypatch.setattr(events_module, "_CHUNK", 64 << 10)  # several read windows per poll
-    real_frame = events_module._frame
+    monkeypatch.setattr(tuning, "READ_WINDOW", 64 << 10)  # several read windows per poll
+    real_read_into = fileio.read_into
     windows = 0
 
-    def frame_then_replace(*args, **kwargs):
+    def read_then_replace(*args, **kwargs):
         nonlocal windows
         windows += 1
-        if windows == 3:
+        if windows == 3:  # the poll holds the old file open: it reads the old inode on
             staged = live.parent / f".{live.name}.Xy12Ab"
             shutil.copyfile(new, staged)
             os.replace(staged, live)
-        return real_frame(*args, **kwargs)
+        return real_read_into(*args, **kwargs)
 
-    monkeypatch.setattr(events_module, "_frame", frame_then_replace)
+    monkeypatch.setattr(fileio, "read_into", read_then_replace)
     reader = RunEvents()
     reader.set_files([live])
     reader.poll()
@@ -213,15 +214,15 @@ def test_an_event_file_losing_read_permission_keeps_its_points_and_resumes(tmp_p
     locked = series_points(tmp_path, "locked", range(1, 51)).parent
     series_points(tmp_path, "open", range(1, 51))
     denied = threading.Event()
-    real_open = open
+    real_open = fileio.open_polled
 
     def guarded_open(path, *args, **kwargs):
         if denied.is_set() and Path(path).parent == locked:
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    # events.py opens event files with the builtin open; a module global shadows it there only.
-    monkeypatch.setattr(events_module, "open", guarded_open, raising=False)
+    # Every reader of a run's files opens them through fileio.open_polled (as root, a chmod denies nothing).
+    monkeypatch.setattr(fileio, "open_polled", guarded_open)
     watcher = Watcher([tmp_path], poll_interval=0.05, rescan_interval=0.2, use_watchdog=True)
     with Running(watcher) as running:
         running.wait_for(lambda s: by_name(s) == {"locked": 50, "open": 50}, what="both runs")

@@ -20,11 +20,13 @@ from a sibling room of its own layer (siblings are independent):
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
-    series | vocab | metric_names | decimal_text | text | device   small shared types and helpers
+    series | vocab | metric_names | decimal_text | text | device | fileio   small shared helpers
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
-checkpoint its weight files), and nothing in core imports in a circle.
+checkpoint its weight files), and so is ``events`` (reader over decode over templates and columns
+over wire and framing over crc); nothing in core imports in a circle. The modules tests patch
+(``fileio``, ``events.tuning``) are imported whole, never ``from ... import name``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,15 @@ CORE = [
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
     ("core.formats",),
-    ("core.series", "core.vocab", "core.metric_names", "core.decimal_text", "core.text", "core.device"),
+    (
+        "core.series",
+        "core.vocab",
+        "core.metric_names",
+        "core.decimal_text",
+        "core.text",
+        "core.device",
+        "core.fileio",
+    ),
     ("core.errors",),
 ]
 FORMATS = [
@@ -67,6 +77,16 @@ FORMATS = [
     ("core.formats.training_state", "core.formats.run_yaml"),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
+EVENTS = [
+    ("core.events.reader",),
+    ("core.events.decode",),
+    ("core.events.templates", "core.events.columns"),
+    ("core.events.wire", "core.events.framing"),
+    ("core.events.crc", "core.events.tuning"),
+]
+# The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
+# and read as ``module.name`` at the call, so a monkeypatch reaches every caller wherever code moves.
+SEAM_MODULES = ("core.fileio", "core.events.tuning")
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.
 CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
 
@@ -151,14 +171,30 @@ def test_every_module_has_a_room():
     unplaced = [name for name in MODULES if name and _room(name, ROOMS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
 
 @pytest.mark.parametrize(
-    ("layers", "within"), [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats")], ids=["rooms", "core", "formats"]
+    ("layers", "within"),
+    [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats"), (EVENTS, "core.events")],
+    ids=["rooms", "core", "formats", "events"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []
+
+
+def test_seam_modules_are_imported_whole():
+    """``from triage_tui.core.fileio import write_at`` binds the function where it is imported: a
+    test's monkeypatch of ``fileio.write_at`` would then miss that caller, silently."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                module = node.module.removeprefix("triage_tui.")
+                if module in SEAM_MODULES:
+                    found.append(f"{name} (line {node.lineno}) imports names from {module}")
+    assert found == []
 
 
 def test_core_never_imports_the_terminal():

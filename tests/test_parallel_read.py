@@ -12,7 +12,7 @@ import pytest
 from tb_writers import write_scalars
 from test_events_support import frame, scalar_event
 from triage_tui.core import parallel_read
-from triage_tui.core.events import RunEvents, find_event_files
+from triage_tui.core.events.reader import RunEvents, find_event_files
 from triage_tui.core.watch import Watcher
 
 

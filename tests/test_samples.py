@@ -20,7 +20,7 @@ import torch
 from sample_copy import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import read_event_file
+from triage_tui.core.events.reader import read_event_file
 from triage_tui.samples.generate import (
     EXPECTED_CAUSE,
     RUN_NAMES,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tb_writers import write_scalars
-from triage_tui.core.events import read_event_file
+from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs import Manifest
 from triage_tui.core.signals import (
     is_summed_loss,

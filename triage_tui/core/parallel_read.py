@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from triage_tui.core.events import RunEvents
+from triage_tui.core.events.reader import RunEvents
 
 __all__ = ["read_runs", "worth_a_helper"]
 

@@ -51,8 +51,9 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import ReadStats, any_file_replaced, open_nonblocking
+from triage_tui.core.events.reader import ReadStats, any_file_replaced
 from triage_tui.core.runs import is_wandb_file_name, natural_key
 from triage_tui.core.series import RunScalars
 
@@ -282,10 +283,7 @@ class WandbHistory:
 
     def _read(self, pb, state: _FileState, stats: ReadStats, rows: _Rows) -> None:
         try:
-            # O_NONBLOCK: a FIFO named like a run file must not hang the poll.
-            handle = open(  # noqa: SIM115 - entered by `with handle` below, once the open's errors are told apart
-                state.path, "rb", opener=open_nonblocking
-            )
+            handle = fileio.open_polled(state.path)  # a FIFO named like a run file must not hang the poll
         except FileNotFoundError:
             return
         except OSError as err:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import RunEvents
+from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer, ordered, per_position
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
 from triage_tui.core.runs import (

@@ -1,0 +1,391 @@
+"""A run's event files, polled: only the bytes appended since the last poll are read.
+
+Robustness: only whole records are consumed, so a half-written tail waits for the next poll; the
+length and data CRCs are always checked; a record whose CRC or proto is bad is dropped and reading
+resumes at the next offset that holds a whole record with valid CRCs (rustboard marks such a file
+dead, TensorBoard's Python loader stops there for good); a zero-filled or sparse tail is pending,
+not corruption; a file that shrinks or changes inode is read again from the start (with the rest of
+its run). SessionLog.START purges as TensorBoard's loader does (``RunEvents._restarts``), and each
+event file's series are named below the run's own log directory (``series_prefixes``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from triage_tui.core import fileio
+from triage_tui.core.errors import BadInput
+from triage_tui.core.events import tuning
+from triage_tui.core.events.decode import Chunk, Decoder
+from triage_tui.core.events.framing import frame
+from triage_tui.core.runs import RACY_MTIME_SECS, is_event_file_name, natural_key
+from triage_tui.core.series import RunScalars
+
+_PAD = 16  # slack after the data in every read buffer: word gathers may run past the last record
+
+
+@dataclass
+class ReadStats:
+    """What one poll (or, in RunEvents.totals, every poll so far) did."""
+
+    files: int = 0  # event files looked at
+    bytes_read: int = 0
+    records: int = 0  # whole records consumed
+    scalars: int = 0  # scalar points decoded (before restart rules)
+    skipped_bytes: int = 0  # damaged bytes stepped over to resync
+    corrupt_records: int = 0  # records dropped: bad CRC, undecodable, or a resync
+    resets: int = 0  # times the run was re-read from scratch (a file shrank or was replaced)
+    pending_bytes: int = 0  # bytes at file ends not yet a whole record (half-written, zero-filled)
+    dropped_points: int = 0  # points with a non-finite wall_time (rustboard rejects those too)
+    slow_records: int = 0  # records parsed one by one by Event.FromString (no template fitted)
+    unreadable_files: int = 0  # files that exist but could not be read (permissions, not a file)
+
+    def add(self, other: ReadStats) -> None:
+        for f in fields(self):
+            if f.name not in ("files", "pending_bytes", "unreadable_files"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.files = other.files
+        self.pending_bytes = other.pending_bytes
+        self.unreadable_files = other.unreadable_files
+
+
+def any_file_replaced(states: Iterable) -> bool:
+    """Whether a file already read (``path``, ``dev``, ``ino``, ``offset``) was replaced or shrank.
+
+    Then the run is read again from the start (RunEvents, WandbHistory). A file that is gone keeps
+    what it gave (as rustboard does).
+    """
+    for state in states:
+        if state.dev < 0:
+            continue
+        try:
+            st = os.stat(state.path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) != (state.dev, state.ino) or st.st_size < state.offset:
+            return True
+    return False
+
+
+@dataclass
+class _FileState:
+    path: Path
+    dev: int = -1
+    ino: int = -1
+    offset: int = 0  # everything before it is consumed; it is always a record boundary
+    file_version: float | None = None
+    seen_start: bool = False
+    seen_summary: bool = False
+    prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
+    quiet: tuple[int, int] | None = None  # (size, mtime_ns) when a poll found bytes it could not take yet
+
+
+# A big read grows each series' arrays several times; glibc keeps the freed smaller arrays in its
+# heap, so RSS ends ~38 B/point while the series hold 24 (benchmarks/RESULTS-scale.md; 24.4 B/point
+# after malloc_trim). Trimming after reads of this size costs a few ms and gives them back.
+_TRIM_AFTER_BYTES = 16 << 20
+
+
+class RunEvents:
+    """Incremental reader for all event files of one run; `scalars` is updated in place."""
+
+    def __init__(self) -> None:
+        self.scalars = RunScalars()
+        self.totals = ReadStats()
+        self._files: dict[Path, _FileState] = {}
+        self._decoder = Decoder()
+        self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
+        self.damaged: dict[Path, int] = {}  # file -> damaged records dropped from it, every poll so far
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        # A run read in another process comes back pickled (core/parallel_read.py); the lock stays.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def unread_bytes(self) -> int:
+        """Bytes past what was read in the run's files (a stat per file; a replaced file counts whole)."""
+        total = 0
+        with self._lock:
+            for state in self._files.values():
+                try:
+                    st = os.stat(state.path)
+                except OSError:
+                    continue
+                same = (st.st_dev, st.st_ino) == (state.dev, state.ino)
+                total += max(st.st_size - (state.offset if same else 0), 0)
+        return total
+
+    def set_files(self, paths: Iterable[Path]) -> None:
+        """The run's event files. Points already read from a file that leaves the set are kept."""
+        with self._lock:
+            # Discovery's order (natural: ...tfevents.<t>.<host>.<pid>.9 before .13), so files of
+            # one second are read in the order the writer created them.
+            wanted = sorted({Path(p) for p in paths}, key=lambda p: (natural_key(p.name), str(p)))
+            prefixes = series_prefixes(wanted)
+            files = {}
+            renamed = False
+            for path in wanted:
+                state = self._files.get(path) or _FileState(path, prefix=prefixes[path])
+                renamed |= state.prefix != prefixes[path]
+                files[path] = state
+            self._files = files
+            if renamed:
+                # A log dir above a file appeared (its writer started later): its series change
+                # names, so the run is read again under the new ones.
+                for state in files.values():
+                    state.prefix = prefixes[state.path]
+                self._forget_all()
+
+    def poll(self) -> ReadStats:
+        """Stat every file and read only the bytes appended since the last poll."""
+        with self._lock:
+            stats = ReadStats(files=len(self._files))
+            if self._any_replaced():
+                self._forget_all()
+                stats.resets += 1
+            for state in self._files.values():
+                self._read(state, stats)
+            if stats.scalars or stats.resets:
+                self.scalars.version += 1
+            if stats.bytes_read >= _TRIM_AFTER_BYTES:
+                fileio.return_freed_heap()
+            self.totals.add(stats)
+            return stats
+
+    def _any_replaced(self) -> bool:
+        return any_file_replaced(self._files.values())
+
+    def _forget_all(self) -> None:
+        # Simplest correct answer to a rewritten file: every file of the run is read again, in order.
+        self.scalars.clear()
+        self._plugins = {}
+        self._files = {p: _FileState(p, prefix=state.prefix) for p, state in self._files.items()}
+
+    def _read(self, state: _FileState, stats: ReadStats) -> None:
+        corrupt_before = stats.corrupt_records
+        try:
+            # Reopened every poll: NFS close-to-open revalidation. Unbuffered: the hole probes move
+            # the descriptor's offset, which a buffered reader would not notice (its seek() can stay
+            # within its buffer).
+            handle = fileio.open_polled(state.path, buffering=0)
+        except FileNotFoundError:
+            return  # gone (or not there yet): keep what it gave
+        except OSError:
+            stats.unreadable_files += 1
+            return
+        with handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader forever
+                stats.unreadable_files += 1
+                return
+            if state.dev < 0:
+                state.dev, state.ino = st.st_dev, st.st_ino
+            elif (st.st_dev, st.st_ino) != (state.dev, state.ino):
+                return  # replaced since the stat: the next poll starts the run over
+            size = st.st_size
+            if state.quiet == (size, st.st_mtime_ns):
+                # Nothing written since a poll that could take nothing (a half-written record, a
+                # zero-filled or sparse tail): reading the same bytes again would find the same.
+                stats.pending_bytes += size - state.offset
+                return
+            window = tuning.READ_WINDOW
+            base = state.offset  # where this read starts: past a run of zero bytes, beyond offset
+            while base < size:
+                remaining = size - base
+                # Up to the next hole of a sparse file: what lies beyond it starts with zeros.
+                data_end = fileio.hole_at(handle.fileno(), base, size)
+                if data_end == base:
+                    found = fileio.next_nonzero(handle.fileno(), base, size)
+                    if found is None:
+                        break  # a sparse tail: the writer's data has not landed yet
+                    base, window = max(base + 1, found - 16), tuning.READ_WINDOW
+                    continue
+                want = min(window, remaining, data_end - base)
+                buf = bytearray(want + _PAD)  # zero slack: word gathers may run past the last record
+                handle.seek(base)
+                n = fileio.read_into(handle, memoryview(buf)[:want])
+                stats.bytes_read += n
+                frames = frame(buf, n, remaining - n)
+                if frames.consumed and base != state.offset:
+                    # Zeros [offset, base), then whole records: the zeros were damage after all.
+                    stats.skipped_bytes += base - state.offset
+                    stats.corrupt_records += 0 if frames.corrupt else 1
+                stats.skipped_bytes += frames.skipped_bytes
+                stats.corrupt_records += frames.corrupt
+                if frames.starts.size:
+                    stats.records += int(frames.starts.size)
+                    # A signalling NaN widened to float64 makes numpy print a RuntimeWarning, with a
+                    # source line from the install, on the user's terminal: it is just a NaN point.
+                    with np.errstate(invalid="ignore"):
+                        chunk = self._decoder.decode(buf, frames)
+                    stats.corrupt_records += chunk.corrupt
+                    stats.slow_records += chunk.slow
+                    self._store(chunk, state, stats)
+                if frames.consumed:
+                    state.offset = base = base + frames.consumed
+                    window = tuning.READ_WINDOW
+                    continue
+                if n and not np.frombuffer(buf, np.uint8, count=n).any():
+                    # No record starts in zeros. Look for the next byte of data in bounded steps
+                    # (holes skipped with SEEK_DATA) instead of reading ever larger windows.
+                    found = fileio.next_nonzero(handle.fileno(), base + n, size)
+                    if found is None:
+                        break  # a zero-filled tail: the writer's data has not landed yet
+                    base, window = (
+                        max(base + n, found - 16),
+                        tuning.READ_WINDOW,
+                    )  # a header starts at most 8 bytes before
+                    continue
+                if n >= remaining or n < want or frames.need > remaining:
+                    break  # the rest is a record still being written, or damage not yet followed by data
+                if base + n >= data_end:
+                    # What could not be taken runs into a hole: look past the hole for data.
+                    found = fileio.next_nonzero(handle.fileno(), data_end, size)
+                    if found is None:
+                        break
+                    base, window = max(base + 1, found - 16), tuning.READ_WINDOW
+                    continue
+                window = max(frames.need, 2 * n)  # a record, or damage, longer than the window
+            # Remembered only when the mtime is old enough to change with the next write (git's
+            # racy-index rule, as core.runs' listing cache): a write in the same tick keeps it.
+            racy = time.time() - st.st_mtime <= RACY_MTIME_SECS
+            state.quiet = (size, st.st_mtime_ns) if state.offset < size and not racy else None
+            stats.pending_bytes += max(size - state.offset, 0)
+        if stats.corrupt_records > corrupt_before:
+            self.damaged[state.path] = self.damaged.get(state.path, 0) + stats.corrupt_records - corrupt_before
+
+    def _restarts(self, chunk: Chunk, state: _FileState) -> list[tuple[int, int]]:
+        """SessionLog.START events that purge: (key, step).
+
+        Only in files with file_version >= 2, as TensorBoard's Python loader
+        (plugin_event_accumulator.py: _CheckForRestartAndMaybePurge). TB ignores the first START
+        of a run (PR tensorflow/tensorboard#4763: a writer's own START must not purge the graph
+        or summaries it wrote just before it). Here a file's first START is ignored only when
+        that file already wrote summaries before it; torch's SummaryWriter(purge_step=T) writes
+        START(T) as the first records of the restarted writer's new file, and that one must purge
+        what the dead process wrote at steps >= T in the run's other files.
+        """
+        events = sorted([(k, 0, v) for k, v in chunk.versions] + [(k, 1, s) for k, s in chunk.starts])
+        version = state.file_version
+        purges = []
+        for key, is_start, value in events:
+            if not is_start:
+                version = value
+                continue
+            if version is None or version < 2:
+                continue
+            if not state.seen_start:
+                state.seen_start = True
+                wrote_before = state.seen_summary or (chunk.first_summary is not None and chunk.first_summary < key)
+                if wrote_before:
+                    continue
+            purges.append((key, int(value)))
+        state.file_version = version
+        state.seen_summary |= chunk.first_summary is not None
+        return purges
+
+    def _store(self, chunk: Chunk, state: _FileState, stats: ReadStats) -> None:
+        purges = self._restarts(chunk, state)
+        # First occurrence wins, even when that point itself is not kept (a NaN wall_time).
+        for tag_id, (_, plugin) in chunk.first_plugin.items():
+            self._plugins.setdefault(tag_id, plugin)
+        if not chunk.keys and not purges:
+            return
+        scalars = self.scalars
+        if chunk.keys:
+            keys = np.concatenate(chunk.keys)
+            tag_ids = np.concatenate(chunk.tag_ids)
+            steps = np.concatenate(chunk.steps)
+            walls = np.concatenate(chunk.walls)
+            values = np.concatenate(chunk.values)
+            chunk.keys = chunk.tag_ids = chunk.steps = chunk.walls = chunk.values = []  # peak memory
+            stats.scalars += int(keys.size)
+            finite = np.isfinite(walls)
+            if not finite.all():
+                stats.dropped_points += int(finite.size - finite.sum())
+                keys, tag_ids, steps, walls, values = (a[finite] for a in (keys, tag_ids, steps, walls, values))
+            # Record order within each tag: sort by key, then (stably) by tag.
+            order = np.argsort(keys, kind="stable")
+            tag_sorted = tag_ids[order]
+            if tag_sorted.size and tag_sorted.max() < 65536:
+                tag_sorted = tag_sorted.astype(np.uint16)  # radix sort
+            order = order[np.argsort(tag_sorted, kind="stable")]
+            keys, tag_ids, steps, walls, values = (a[order] for a in (keys, tag_ids, steps, walls, values))
+            edges = np.flatnonzero(np.diff(tag_ids)) + 1
+            bounds = np.concatenate(([0], edges, [keys.size])).tolist() if keys.size else [0]
+        else:
+            bounds = [0]
+        tags = self._decoder.tags
+        segments = []
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            tag_id = int(tag_ids[a])
+            series = scalars.series_for(state.prefix + tags[tag_id], self._plugins.get(tag_id))
+            cuts = np.searchsorted(keys[a:b], [k for k, _ in purges]).tolist() if purges else []
+            segments.append((series, a, [a + c for c in cuts] + [b]))
+        lows = [a for _, a, _ in segments]
+        for phase in range(len(purges) + 1):
+            for i, (series, _, cuts) in enumerate(segments):
+                lo, hi = lows[i], cuts[phase]
+                if hi > lo:
+                    series.extend(steps[lo:hi], walls[lo:hi], values[lo:hi])
+                lows[i] = hi
+            if phase < len(purges) and scalars.purge_from(purges[phase][1]):
+                scalars.version += 1  # a purge alone (no new points) is a change too
+
+
+def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
+    """Each event file's series-name prefix: ``"<subdir>/"`` below the run's own log directory.
+
+    A series is (sub-directory, tag), as in TensorBoard, where every directory of event files is
+    a run of its own: ``add_scalars("eval", {"ploss_0": x, "acc_0": y})`` writes tag ``eval``
+    into ``eval_ploss_0/`` and ``eval_acc_0/`` below the writer's directory, and those must not
+    merge into one ``eval``. The run's own log directories are those with no other event-file
+    directory of the run above them (several of them, such as HF Trainer's
+    ``runs/<date_host>/`` after a restart, are one run's continuations: their tags merge).
+    """
+    directories = {Path(f).parent for f in files}
+    prefixes = {}
+    for file in files:
+        directory = Path(file).parent
+        root = next((a for a in reversed(directory.parents) if a in directories), directory)
+        prefixes[Path(file)] = "" if root == directory else directory.relative_to(root).as_posix() + "/"
+    return prefixes
+
+
+def read_event_file(path: str | Path) -> RunScalars:
+    """Every scalar of one event file (one-shot convenience over RunEvents)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(path, "no such event file")
+    events = RunEvents()
+    events.set_files([path])
+    events.poll()
+    return events.scalars
+
+
+def find_event_files(path: str | Path) -> list[Path]:
+    """`path` itself if it is a file, else every *tfevents* file below it, hidden dirs skipped."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if is_event_file_name(name):
+                found.append(Path(root) / name)
+    return found
