@@ -10,7 +10,6 @@ import asyncio
 import io
 import math
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +33,7 @@ from tui_support import (
     healthy_run,
     story_run,
 )
+from waiting import wait_for
 
 SIZE = (80, 24)
 
@@ -64,20 +64,6 @@ def make_app(root: Path, **kwargs) -> TriageApp:
     return app
 
 
-async def wait_for(pilot, predicate, timeout: float = 60.0, what: str = "condition") -> float:
-    """Pause the pilot until ``predicate()`` holds; returns the seconds it took.
-
-    The timeout only turns a hang into a failure (generous, for a loaded CI machine); what a
-    test waits for is always a condition, never an amount of time.
-    """
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
-    return time.monotonic() - start
-
-
 async def on_screen(pilot, screen_type: type, what: str) -> None:
     """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
     app = pilot.app
@@ -103,9 +89,16 @@ async def polled(pilot, *, rescan: bool = False, timeout: float = 60.0) -> None:
     """
     app = pilot.app
     await wait_for(pilot, lambda: app.watcher is not None, timeout=timeout, what="the watcher")
-    target = app.watcher.polls + 2  # the poll under way may have started before the files changed
-    app.watcher.wake(rescan=rescan)
-    await wait_for(pilot, lambda: app.watcher.polls >= target, timeout=timeout, what="a poll")
+    watcher = app.watcher
+    target = watcher.polls + 2  # the poll under way may have started before the files changed
+    watcher.wake(rescan=rescan)
+    # Done with that poll (its update, if any, sent), and the app has taken in the last update sent.
+    await wait_for(
+        pilot,
+        lambda: watcher.reported >= target and app.watcher_poll >= watcher.updated,
+        timeout=timeout,
+        what="a poll taken in",
+    )
     await pilot.pause()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen
 from triage_tui.tui.widgets.loss_chart import LossChart
 from tui_support import FROZEN_NOW, healthy_run, story_run
+from waiting import wait_for
 
 # A fixed place, not tmp_path: the remap dialog names the files it would write.
 SNAPSHOT_RUNS = Path("/tmp/triage-tui-snapshots")
@@ -46,11 +46,8 @@ def frozen_app(root: Path) -> TriageApp:
     return app
 
 
-async def until(pilot, predicate, timeout: float = 30.0) -> None:
-    start = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - start < timeout, "snapshot setup timed out"
-        await pilot.pause(0.05)
+async def until(pilot, predicate) -> None:
+    await wait_for(pilot, predicate, what="the snapshot's setup")
 
 
 async def loaded(pilot) -> None:

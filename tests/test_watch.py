@@ -308,3 +308,32 @@ def test_a_run_whose_files_land_in_any_order_is_one_run_read_once(tmp_path, orde
     else:
         assert [(s.info.name, s.last_step) for s in before] == [("out", None)]
     assert watcher.polls == 2
+
+
+def test_reported_counts_a_poll_only_once_its_update_was_sent(tmp_path):
+    """`polls` is counted before run() sends the poll's update: a consumer waiting on it alone can
+    look while the update is still on its way (the TUI's live-writer test did, under load).
+    `reported` and `updated` say when everything a poll read has been handed over."""
+    write_scalars(tmp_path / "a", {"loss": [(0, 3.0), (10, 2.0)]})
+    watcher = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
+    sending, release, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def on_update(statuses):
+        sending.set()
+        assert release.wait(30)
+
+    thread = threading.Thread(target=watcher.run, args=(on_update, stop), daemon=True)
+    thread.start()
+    try:
+        assert sending.wait(30)
+        assert watcher.polls == 1 and watcher.reported == 0 and watcher.updated == 0
+        release.set()
+        deadline = time.monotonic() + 30
+        while watcher.reported < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Poll 2 read nothing new: reported moves on, updated stays at the poll that sent one.
+        assert watcher.reported >= 2 and watcher.updated == 1
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)

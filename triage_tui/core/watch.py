@@ -248,6 +248,11 @@ class Watcher:
         self._wake = threading.Event()
         self._lock = threading.Lock()  # poll_once may be called from the TUI and the worker
         self.polls = 0  # poll_once calls completed: tests wait for polls, never for seconds
+        # run(): the last poll whose on_update (if any) was called, and the last one that called it. A
+        # consumer that has taken in the update of poll `updated` has seen everything polls up to
+        # `reported` read (polls is counted before on_update is called: waiting on it alone races).
+        self.reported = 0
+        self.updated = 0
 
     # ------------------------------------------------------------------ public
 
@@ -319,6 +324,8 @@ class Watcher:
                     or any(a is not b for a, b in zip(statuses, previous, strict=True))
                 ):
                     on_update(statuses)
+                    self.updated = self.polls
+                self.reported = self.polls
                 if previous is None and self.use_watchdog:
                     # After the first update: adding inotify watches to a big tree takes a while
                     # and must not delay the first screenful.

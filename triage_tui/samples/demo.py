@@ -35,6 +35,14 @@ STOP_FILE = "STOP"
 REPO_SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 TRAIN_SEQUENCES = 4_000  # the trainer cycles through these; more than any demo needs
 STEP_EVENT_EVERY = 5
+# The story's budgets, in trainer steps, not seconds (a busy machine runs fewer steps a second,
+# never a different story): the flag comes at about step 100, the loss falls under ln V within
+# a few steps of the reload. Four times that is room for noise, not for a broken story.
+FLAG_BY_STEP = 400
+RECOVERY_STEPS = 200
+# No new step for this long (wall clock) is a stuck trainer or watcher, not a slow one: at load
+# 24 on two cores a step takes about 3 s.
+STALL_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -311,26 +319,31 @@ def run_headless(
     def stamp(message: str) -> None:
         say(f"[{time.monotonic() - started:5.1f} s] {message}")
 
-    if trainer.wait_for("started", timeout=120) is None:
+    if trainer.wait_for("started", timeout=max(1.0, deadline - time.monotonic())) is None:
         stamp(f"the trainer did not start; see {trainer.log_path}")
         return 1
     watcher = Watcher([layout.run], poll_interval=0.5, use_watchdog=False)
     ln_v = chance_loss(32_000)
     flag = status = None
     last_said = 0.0
-    while time.monotonic() < deadline and flag is None:
+    progress = _Progress()
+    while flag is None:
         statuses = watcher.poll_once()
         status = statuses[0] if statuses else None
+        point = _latest(status, status.loss_tag) if status is not None else None
         if status is not None:
             flag = next((f for f in status.flags if f.kind == "loss_above_chance"), None)
-            point = _latest(status, status.loss_tag)
             if point and time.monotonic() - last_said > 10:
                 last_said = time.monotonic()
                 stamp(f"step {point[0]:4d}  {status.loss_tag} {point[1]:.2f}  (ln 32000 = {ln_v:.2f})")
-        if flag is None:
-            time.sleep(0.5)
-    if flag is None or status is None:
-        stamp("no loss_above_chance flag before the timeout")
+        if flag is not None:
+            break
+        why = progress.stop_waiting(point[0] if point else None, FLAG_BY_STEP, deadline)
+        if why:
+            stamp(f"no loss_above_chance flag: {why}")
+            return 1
+        time.sleep(0.5)
+    if status is None:
         return 1
     stamp(f"flag {flag.kind}: {flag.message}")
 
@@ -372,7 +385,8 @@ def run_headless(
     stamp(f"trainer reloaded from {Path(reloaded['checkpoint']).name} at step {reload_step}")
 
     above = [v for s, v in _loss_points(status) if s <= reload_step]
-    while time.monotonic() < deadline:
+    progress = _Progress()
+    while True:
         statuses = watcher.poll_once()
         status = statuses[0]
         after = [(s, v) for s, v in _loss_points(status) if s > reload_step]
@@ -391,9 +405,33 @@ def run_headless(
                 f"the remap (above ln 32000 = {ln_v:.2f}) and {mean_after:.2f} over the last 5 after it."
             )
             return 0
+        point = _latest(status, status.loss_tag)
+        why = progress.stop_waiting(point[0] if point else None, reload_step + RECOVERY_STEPS, deadline)
+        if why:
+            stamp(f"the loss did not fall under the chance line: {why}")
+            return 1
         time.sleep(0.5)
-    stamp("the loss did not fall under the chance line before the timeout")
-    return 1
+
+
+class _Progress:
+    """When to stop waiting for the story's next turn: past its step budget, a stall, or --timeout."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.moved = time.monotonic()
+
+    def stop_waiting(self, step: int | None, by_step: int, deadline: float) -> str | None:
+        """Why to give up now (the trainer is at ``step``, the turn was due by ``by_step``); None: wait on."""
+        now = time.monotonic()
+        if step != self.step:
+            self.step, self.moved = step, now
+        if step is not None and step > by_step:
+            return f"the trainer is at step {step}, past step {by_step}"
+        if now - self.moved > STALL_SECONDS:
+            return f"no new step for {STALL_SECONDS:.0f} s (last: {step})"
+        if now > deadline:
+            return "--timeout reached"
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,7 +96,8 @@ class TriageApp(App[None]):
 
         self.statuses: dict[Path, RunStatus] = {}
         self.rows: list[RunRow] = []
-        self.polls = 0
+        self.polls = 0  # RunsUpdated messages taken in
+        self.watcher_poll = 0  # the Watcher poll the last of them came from
         self.diagnoses: dict[Path, Diagnosis] = {}
         self.check_outcomes: dict[Path, str] = {}
         self.checks_running_for: Path | None = None
@@ -160,7 +161,7 @@ class TriageApp(App[None]):
         self.watcher = watcher
 
         def on_update(statuses: list[RunStatus]) -> None:
-            self.post_message(messages.RunsUpdated(list(statuses), [rows.row(s) for s in statuses]))
+            self.post_message(messages.RunsUpdated(list(statuses), [rows.row(s) for s in statuses], watcher.polls))
 
         watcher.run(on_update, stop)
 
@@ -168,6 +169,7 @@ class TriageApp(App[None]):
     @_skipped_after_shutdown
     def _runs_updated(self, message: messages.RunsUpdated) -> None:
         self.polls += 1
+        self.watcher_poll = message.poll
         previous = self.statuses
         self.statuses = {status.info.path: status for status in message.statuses}
         self.rows = sorted(message.rows, key=RunRow.sort_key)
