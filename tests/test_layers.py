@@ -16,7 +16,7 @@ from a sibling room of its own layer (siblings are independent):
     hypotheses                rank causes from check results and run evidence
     checks | watch            one verdict each / the live monitor over runs
     sources | parallel_read   the readers of a run, one process or two
-    wandb_history | serving   W&B run files / vLLM and SGLang acceptance evidence
+    wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
@@ -55,7 +55,7 @@ CORE = [
     ("core.hypotheses",),
     ("core.checks", "core.watch"),
     ("core.sources", "core.parallel_read"),
-    ("core.wandb_history", "core.serving"),
+    ("core.wandb_history", "core.serving", "core.curve_shapes"),
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
     ("core.formats",),

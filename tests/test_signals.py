@@ -143,8 +143,26 @@ def test_nan_is_non_finite_at_the_step_it_appeared(tmp_path):
     flag = by_kind(flags)["non_finite"]
     assert flag.severity == "critical" and flag.tag == "train/ploss_0"
     assert flag.step == STEPS[20] and math.isnan(flag.value)
-    assert flag.message == "train/ploss_0 = nan at step 1000 (21 of 41 points not finite; also in 2 other tags)"
+    loss_before = float(np.float32(loss[19]))  # the writer stores float32
+    assert flag.message == (
+        f"train/ploss_0 = nan at step 1000, after 20 finite points (last {loss_before:.4g} at step 950) "
+        "(21 of 41 points not finite; also in 2 other tags)"
+    )
+    assert not flag.from_start
     assert flag.to_json()["value"] is None  # JSON has no NaN
+
+
+def test_nan_from_the_first_logged_step_is_told_apart(tmp_path):
+    """speculators #238: loss_k = nan from the first step while the accuracies stay finite."""
+    loss = np.full(len(STEPS), np.nan)
+    accuracy = np.full(len(STEPS), 0.002)
+    flags = flags_for(tmp_path, {"train/loss_0": loss, "train/loss_1": loss.copy(), "train/full_acc_0": accuracy})
+    flag = by_kind(flags)["non_finite"]
+    assert flag.from_start and flag.step == 0 and flag.tag == "train/loss_0"
+    assert flag.message == (
+        "train/loss_0 = nan from its first logged step 0 (never finite before) "
+        "(41 of 41 points not finite; also in 1 other tag)"
+    )
 
 
 def test_inf_in_accuracy_alone_is_non_finite(tmp_path):

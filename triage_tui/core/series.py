@@ -19,6 +19,9 @@ import numpy as np
 
 _GROWTH = 1.25
 _MIN_EXTRA = 16
+# Restart steps kept per series: a run resumed more often than this is rare; a tag logged at one
+# step forever (global_step=None) repeats one step, which is kept once.
+_MAX_RESTARTS = 256
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -29,7 +32,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 class ScalarSeries:
     """One tag of one run: exact points in step order, steps non-decreasing (a step logged twice keeps both)."""
 
-    __slots__ = ("tag", "plugin", "_steps", "_walls", "_values", "_n")
+    __slots__ = ("tag", "plugin", "_steps", "_walls", "_values", "_n", "_restarts")
 
     def __init__(self, tag: str, plugin: str | None = None) -> None:
         self.tag = tag
@@ -38,6 +41,7 @@ class ScalarSeries:
         self._walls = np.empty(0, np.float64)
         self._values = np.empty(0, np.float64)
         self._n = 0
+        self._restarts: list[int] = []
 
     def __len__(self) -> int:
         return self._n
@@ -68,6 +72,13 @@ class ScalarSeries:
         if n == 0:
             return None
         return int(self._steps[n - 1]), float(self._walls[n - 1]), float(self._values[n - 1])
+
+    @property
+    def restarts(self) -> tuple[int, ...]:
+        """Steps at which this tag was logged again or went back, in the order read: where a
+        trainer resumed from a checkpoint (its new process repeats or rewinds the step). The
+        points a rewind evicted are gone; the step is what remains of them (core.curve_shapes)."""
+        return tuple(self._restarts)
 
     def finite_min(self) -> float | None:
         values = self._values[: self._n]
@@ -104,6 +115,12 @@ class ScalarSeries:
         before[1:] = steps[:-1]
         regress = np.where(steps < before, steps, np.iinfo(np.int64).max)
         first_regress = int(regress.min())
+        again = np.flatnonzero(steps <= before)
+        if n == 0:
+            again = again[again > 0]  # the first point ever read repeats nothing
+        for step in steps[again].tolist():
+            if len(self._restarts) < _MAX_RESTARTS and (not self._restarts or self._restarts[-1] != step):
+                self._restarts.append(step)
         if m > 1:
             # Point i survives iff its step is below every later regression's step.
             later = np.minimum.accumulate(regress[::-1])[::-1]
@@ -158,6 +175,8 @@ class RunScalars:
     def __init__(self) -> None:
         self.series: dict[str, ScalarSeries] = {}
         self.version = 0  # bumps on every change: the TUI redraws when it moved
+        # Steps a restarted writer purged from (SessionLog.START, torch's purge_step): a resume.
+        self.purges: list[int] = []
 
     def tags(self) -> list[str]:
         return sorted(self.series)
@@ -193,11 +212,14 @@ class RunScalars:
         purged = False
         for series in list(self.series.values()):
             purged |= series.purge_from(step)
+        if purged and len(self.purges) < _MAX_RESTARTS:
+            self.purges.append(int(step))
         return purged
 
     def clear(self) -> None:
         """Forget everything (a file was replaced or truncated: the run is re-read from scratch)."""
         self.series = {}
+        self.purges = []
         self.version += 1
 
 

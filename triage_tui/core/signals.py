@@ -119,12 +119,16 @@ class Flag:
     """One thing wrong (or worth knowing) about a run, with the step and value behind it."""
 
     kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
-    #           | damaged_records | unreadable_file (core.watch)
+    #           | damaged_records | unreadable_file (core.watch) | starts_at_chance | ttt_position_collapse
+    #           | resume_discontinuity | eval_peaked (core.curve_shapes)
     severity: FlagSeverity
     tag: str | None
     step: int | None
     value: float | None
     message: str
+    # The condition holds from the series' first logged point (non_finite: no finite value was ever
+    # logged before it), which points at the setup rather than at training (core.hypotheses).
+    from_start: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -375,7 +379,7 @@ def _warmup_end(steps: np.ndarray) -> int:
     return min(n, max(WARMUP_POINTS, first_by_steps))
 
 
-def _streak_start(condition: np.ndarray, start: int) -> int | None:
+def streak_start(condition: np.ndarray, start: int) -> int | None:
     """Index where the run of True values that ends at the last point begins (>= start)."""
     if len(condition) == 0 or not condition[-1] or len(condition) <= start:
         return None
@@ -472,13 +476,22 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
     step, _, series, first, count = min(found, key=lambda item: item[:2])
     value = float(series.values[first])
     others = f"; also in {len(found) - 1} other tag{'s' if len(found) > 2 else ''}" if len(found) > 1 else ""
+    # From the first logged point, nothing trained before it broke: the model as built or its inputs
+    # (speculators #238: num_layers 2, "loss turns to nan from the first step"). After finite points, an
+    # update broke it (learning rate, fp16 overflow, a bad batch): the last finite value says how it went.
+    if first == 0:
+        when = f"from its first logged step {step} (never finite before)"
+    else:
+        last_finite, last_step = float(series.values[first - 1]), int(series.steps[first - 1])
+        when = f"at step {step}, after {first} finite points (last {fmt(last_finite)} at step {last_step})"
     return Flag(
         "non_finite",
         "critical",
         series.tag,
         step,
         value,
-        f"{series.tag} = {fmt(value)} at step {step} ({count} of {len(series)} points not finite{others})",
+        f"{series.tag} = {fmt(value)} {when} ({count} of {len(series)} points not finite{others})",
+        from_start=first == 0,
     )
 
 
@@ -488,7 +501,7 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
     lower = ln_v * (1.0 - CHANCE_BAND_BELOW)
     now_step, now_value = int(curve.steps[-1]), float(curve.smooth[-1])
     chance_text = chance.label()
-    above = _streak_start(curve.smooth > upper, curve.post_warmup)
+    above = streak_start(curve.smooth > upper, curve.post_warmup)
     if above is not None:
         step, value = int(curve.steps[above]), float(curve.values[above])
         return Flag(
@@ -500,7 +513,7 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
             f"{curve.tag} = {fmt(value)} at step {step}, above {chance_text} "
             f"(smoothed {fmt(now_value)} at step {now_step}): confidently wrong",
         )
-    at = _streak_start((curve.smooth >= lower) & (curve.smooth <= upper), curve.post_warmup)
+    at = streak_start((curve.smooth >= lower) & (curve.smooth <= upper), curve.post_warmup)
     if at is None:
         return None
     start_value, end_value = _trend_window(curve)
@@ -522,7 +535,7 @@ def _diverging(curve: _Curve) -> Flag | None:
     running_min = np.minimum.accumulate(curve.smooth)
     rise = curve.smooth - running_min
     diverged = rise > np.maximum(DIVERGE_RELATIVE * np.abs(running_min), DIVERGE_MIN_NATS)
-    start = _streak_start(diverged, 0)
+    start = streak_start(diverged, 0)
     if start is None or len(diverged) - start < DIVERGE_PERSIST:
         return None
     best = float(running_min[-1])
@@ -565,7 +578,7 @@ def _accuracy_at_chance(series: ScalarSeries, vocab_size: int) -> Flag | None:
         return None
     percent = float(finite.max()) > 1.0
     curve = _Curve.of(series, 0.01 if percent else 1.0)
-    at = _streak_start(curve.smooth < ACCURACY_CHANCE, curve.post_warmup)
+    at = streak_start(curve.smooth < ACCURACY_CHANCE, curve.post_warmup)
     if at is None:
         return None
     start_value, end_value = _trend_window(curve)

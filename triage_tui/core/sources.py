@@ -91,6 +91,7 @@ class RunSources:
         for part in parts:
             merged.update(part.series)
         self.scalars.series = merged
+        self.scalars.purges = [step for part in parts for step in part.purges]  # resumes (core.curve_shapes)
         self.scalars.version += 1
 
 

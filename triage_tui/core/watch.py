@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer, ordered, per_position
@@ -99,6 +100,7 @@ class RunStatus:
     trainer: str | None = None  # core.metric_names: whose metric names the run's tags matched
     source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
     chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
+    start: RunStart | None = None  # the first logged points: near chance or not (core.curve_shapes)
 
     def to_json(self) -> dict[str, Any]:
         """The per-run object of docs/contracts.md's `scan --json`."""
@@ -507,6 +509,7 @@ class Watcher:
             serving_errors=serving_errors,
             trainer=derived["trainer"],
             source_errors=source_errors,
+            start=derived["start"],
         )
         return tracked.status
 
@@ -577,6 +580,14 @@ class Watcher:
                 chance_comparable=comparable,
                 chance=chance,
             )
+        ) + tuple(
+            curve_flags(
+                scalars,
+                loss_tags=loss_tags,
+                accuracy_tags=accuracy_tags,
+                trainer=trainer,
+                checkpoints=tracked.info.artifacts.checkpoints,
+            )
         )
         tracked.activity = Activity.of(scalars, loss_tag)
         tracked.derived = {
@@ -588,6 +599,7 @@ class Watcher:
             "metrics": _metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
             "trainer": trainer_id,
             "chance": chance,
+            "start": run_start(scalars, loss_tag, accuracy_tag, chance if comparable else None),
         }
         tracked.version = scalars.version
         tracked.settings_changed = False
