@@ -142,6 +142,20 @@ def test_hf_trainer_output_dir_is_one_run(hf_output):
     assert scanned["metrics"]["loss"]["tag"] == "train/loss"
 
 
+def test_check_on_a_plain_language_model_run_has_nothing_to_check(hf_output):
+    """An HF Trainer LM run (no drafter): the drafter checks skip, saying why, and check exits 2;
+    it used to exit 1 on the hidden-state check's "no fc.weight", a confident wrong answer."""
+    result = triage("check", "--json", hf_output)
+    assert result.returncode == 2, result.stdout
+    (line,) = result.stderr.splitlines()
+    assert "nothing was checked" in line and "not an EAGLE-3 drafter: no fc/midlayer weights" in line
+    checks = json.loads(result.stdout)["checks"]
+    for name in ("hidden_state", "replay"):
+        assert checks[name]["status"] == "skipped"
+        assert checks[name]["summary"] == "not an EAGLE-3 drafter: no fc/midlayer weights"
+    assert all(check["status"] != "fail" for check in checks.values())
+
+
 def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
     """HF logs train/epoch twice at its last step; EventAccumulator keeps both, and so does `scalars`."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

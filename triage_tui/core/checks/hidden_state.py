@@ -44,6 +44,8 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
     """Shapes, aux chunk count, layer ids and the per-chunk RMS profile of the dumps against the drafter."""
     if checkpoint is None and dumps is None:
         return CheckResult.skipped(NAME, "no checkpoint and no hidden-state dumps: pass --checkpoint and --data")
+    if checkpoint is not None and checkpoint.not_eagle3 is not None:
+        return CheckResult.skipped(NAME, checkpoint.not_eagle3)  # a plain model: no shapes to hold dumps against
 
     target_hidden, target_hidden_source = _target_hidden_size(checkpoint, target)
     rows: list[dict[str, Any]] = []

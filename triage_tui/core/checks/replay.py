@@ -351,6 +351,8 @@ def run_replay(
     """
     if checkpoint is None:
         return CheckResult.skipped(NAME, "no drafter checkpoint to replay (pass --checkpoint)")
+    if checkpoint.not_eagle3 is not None:
+        return CheckResult.skipped(NAME, checkpoint.not_eagle3)
     if dumps is None or not getattr(dumps, "samples", None):
         return CheckResult.skipped(NAME, "no hidden-state dumps to replay on (pass --data)")
     dev = resolve_device(device)

@@ -67,6 +67,17 @@ class DrafterCheckpoint:
         return LM_HEAD if LM_HEAD in self.tensors else None
 
     @property
+    def not_eagle3(self) -> str | None:
+        """Why this is not an EAGLE-3 drafter at all, or None: no ``fc`` and no draft decoder layer
+        (``midlayer.*``, speculators' ``layers.0.*``) is a plain model, such as an HF Trainer
+        language-model checkpoint (``model.layers.*``), which the drafter checks cannot judge.
+        An EAGLE-1/2 draft keeps its decoder layer and lacks only ``fc``: the hidden-state check
+        says so itself."""
+        if FC in self.tensors or any(name.startswith(("midlayer.", "layers.0.")) for name in self.tensors):
+            return None
+        return "not an EAGLE-3 drafter: no fc/midlayer weights"
+
+    @property
     def layer_prefix(self) -> str:
         """Prefix of the first decoder layer's keys: sglang/SpecForge ``midlayer.``, speculators/vLLM ``layers.0.``."""
         return "layers.0." if any(name.startswith("layers.0.") for name in self.tensors) else "midlayer."
