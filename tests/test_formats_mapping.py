@@ -275,3 +275,20 @@ def test_npy_declaring_more_than_the_file_holds_is_refused_before_allocating(tmp
     declared = r"declares shape \[1099511627776\] \(8796093022208 bytes\) but the file holds 64"
     with pytest.raises(BadInput, match=declared):
         read_mapping(path, target_vocab_size=163_840)
+
+
+def test_an_empty_t2d_is_named_as_such(tmp_path):
+    """An empty t2d.npy read as "a target vocab of 0 tokens": the d2t was blamed (every position
+    outside [0, 0)) and remap called it another target model. It is the t2d file, and it is empty."""
+    np.save(tmp_path / "d2t.npy", np.zeros(DRAFT_VOCAB, dtype=np.int64))
+    np.save(tmp_path / "t2d.npy", np.zeros(0, dtype=bool))
+    for given in ("d2t.npy", "t2d.npy"):
+        with pytest.raises(BadInput) as err:
+            read_mapping(tmp_path / given)
+        assert err.value.path == str(tmp_path / "t2d.npy")
+        assert err.value.what == "t2d is empty: a verifier mask has one entry per target token"
+    torch.save(
+        {"d2t": torch.zeros(DRAFT_VOCAB, dtype=torch.int64), "t2d": torch.zeros(0, dtype=torch.bool)}, tmp_path / "m.pt"
+    )
+    with pytest.raises(BadInput, match="t2d is empty"):
+        read_mapping(tmp_path / "m.pt")

@@ -169,6 +169,10 @@ def mask_array(path: str | Path, name: str, value: object) -> tuple[np.ndarray, 
         raise BadInput(path, f"{name} is a {type(value).__name__}, not a tensor")
     if array.ndim != 1:
         raise BadInput(path, f"{name} has shape {list(array.shape)}; expected one dimension [target_vocab_size]")
+    if array.size == 0:
+        # Said here, of this tensor: an empty mask otherwise reads as "a target vocab of 0 tokens",
+        # and the blame falls on the d2t or on the target model.
+        raise BadInput(path, f"{name} is empty: a verifier mask has one entry per target token")
     if array.dtype == bool:
         return array, None
     if np.issubdtype(array.dtype, np.integer) and array.size and array.min() >= 0 and array.max() <= 1:
