@@ -309,3 +309,21 @@ async def test_the_tui_flags_pane_shows_the_curve_flags(tmp_path):
             await pilot.pause(0.05)
         text = str(flags.render())
         assert "ttt_position_collapse" in text and "the later TTT positions do not learn" in text
+
+
+@pytest.mark.parametrize(("first", "near"), [(0.049, True), (0.051, False), (4.9, True), (5.1, False)])
+def test_run_start_boundary(tmp_path, first, near):
+    """START_ACCURACY: 5 %, read as a fraction or, for a series logged in percent, as percent."""
+    peak = 70.0 if first > 1 else 0.7  # a percent series reaches above 1
+    rows = [(s, {"train/acc_0": first if s < 250 else peak}) for s in range(0, 500, 50)]
+    specforge_log(tmp_path / "out", rows)
+    assert status_of(tmp_path / "out").start.near_chance is near
+    assert curve_shapes.START_ACCURACY == 0.05
+
+
+def test_acceptance_peaking_while_the_loss_is_flat_raises_nothing(tmp_path):
+    """Not DeepSpec #84's shape: the loss stopped falling too (a plateau, not over-training)."""
+    rows = [(step, {"train/loss": 1.5}) for step in range(0, 26001, 260)]
+    rows += [(step, {"eval/simulated_acc_len": value}) for step, value in zip(EVAL_STEPS, ACCEPT, strict=True)]
+    specforge_log(tmp_path / "out", sorted(rows, key=lambda row: row[0]))
+    assert "eval_peaked" not in kinds(status_of(tmp_path / "out"))
