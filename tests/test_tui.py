@@ -226,9 +226,21 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         await pilot.press("m")
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         inputs = app.diagnoses[app.rows[0].path].inputs
-        expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target).describe()
-        assert app.screen.text == expected
-        assert _plain(app.screen.query_one("#plan-text")).split() == expected.split()
+        expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
+        assert app.screen.plan.output == expected.output
+        # Each path and count whole on one line as drawn (copied from the terminal, it must still be
+        # the path), however narrow the dialog: wider lines scroll sideways.
+        plan_text = app.screen.query_one("#plan-text")
+        drawn = [plan_text.render_line(y).text for y in range(plan_text.size.height)]
+        for whole in (
+            str(expected.output),
+            str(expected.source),
+            str(expected.mapping_path),
+            f"rows     {expected.rows_copied} copied into the run's order",
+            f"{expected.rows_initialized} initialised from {expected.init_from}",
+        ):
+            assert any(whole in line for line in drawn), (whole, drawn)
+        assert len(str(expected.output)) > 60  # at 80 columns it would have wrapped after a label
         assert app.screen.focused.id == "no"  # default No: Enter alone writes nothing
         await pilot.press("n")
         await wait_for(pilot, lambda: not app.remap_running, what="dialog closed")
@@ -254,6 +266,11 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         assert report.verified and Path(report.output) == output
         assert isinstance(app.screen, RemapScreen) and app.screen.report is report
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
+        await pilot.pause()
+        result = app.screen.query_one("#remap-result")
+        drawn = [result.render_line(y).text for y in range(result.size.height)]
+        for path in (report.output, report.source, report.mapping):  # whole on one line, to be copied
+            assert any(str(path) in line for line in drawn), (path, drawn)
         # Row j of the new head is the old row of the same target token.
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
@@ -865,3 +882,30 @@ async def test_every_flag_shows_in_an_80x24_pane(tmp_path):
         lines = screen_text(app)
         for kind in kinds:
             assert any(f" {kind}  " in line for line in lines), (kind, "\n".join(lines))
+
+
+@pytest.mark.parametrize("checks", [False, True], ids=["runs", "with-hypotheses"])
+async def test_the_selected_run_stays_in_view_after_a_resize(tmp_path, checks):
+    """Wide, then a tmux pane (80x24): the table shrinks to a few rows and must scroll to the
+    selected run, the one the chart shows, not leave it out of view."""
+    story_run(tmp_path)
+    for index in range(11):
+        healthy_run(tmp_path, f"sweep-{index:02d}")
+    app = make_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await loaded(pilot)
+        if checks:
+            await checked(pilot)
+        await pilot.press(*["down"] * 9)
+        table = app.main.query_one(RunsTable)
+        chart = app.main.query_one(LossChart)
+        selected = app.rows[9]
+        await wait_for(pilot, lambda: table.selected_path == selected.path and chart.series.path == selected.path)
+        for size in (SIZE, (100, 30), SIZE):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            await pilot.pause()
+            lines = table_lines(table)[1:]  # under the header
+            assert len(lines) < 10, lines  # the small layout really scrolls
+            assert any(selected.name in line for line in lines), (size, selected.name, lines)
+            assert table.selected_path == selected.path and chart.series.path == selected.path

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, ProgressBar, Static
 
@@ -31,13 +31,15 @@ class ConfirmRemapScreen(ModalScreen[bool]):
     def __init__(self, plan: RemapPlan) -> None:
         super().__init__()
         self.plan = plan
-        self.text = plan.describe()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            with VerticalScroll(id="dialog-body"):
-                # Text, not markup: the plan names paths, which may hold brackets.
-                yield Static(Text(printable(self.text, newlines=True)), id="plan-text")
+            with ScrollableContainer(id="dialog-body"):
+                # One line per path and count, never wrapped (a path split across lines cannot be
+                # copied from the terminal); wider than the dialog, the body scrolls sideways.
+                yield Static(describe_plan(self.plan), id="plan-text")
+                if self.plan.notes:
+                    yield Static(notes_text(self.plan.notes), classes="dialog-notes")
             with Horizontal(id="dialog-buttons"):
                 yield Button("y  write it", id="yes", variant="error", compact=True)
                 yield Button("n  cancel", id="no", variant="primary", compact=True)
@@ -54,39 +56,82 @@ class ConfirmRemapScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-def describe_report(report: RemapReport) -> Table:
-    """The report as label/value rows; long paths fold under their value, not under the label."""
-    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
-    table.add_column("label", style="dim", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    table.add_row("output", Text(printable(report.output), style="bold"))
-    table.add_row("from", Text(printable(report.source)))
-    table.add_row("mapping", Text(printable(report.mapping)))
-    table.add_row(
-        "rows",
-        f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
-        f"of {report.draft_vocab_size}",
-    )
-    table.add_row(
-        "verified",
-        Text("yes: re-read and compared with the source", style="green")
-        if report.verified
-        else Text("NO", style="bold red"),
-    )
-    if report.accuracy_before is not None and report.accuracy_after is not None:
-        accuracy = Text()
-        accuracy.append(f"{report.accuracy_before:.1%}", style="red")
-        accuracy.append(" → ")
-        accuracy.append(f"{report.accuracy_after:.1%}", style="bold green")
-        accuracy.append("  first-step accuracy on the run's dumps and mapping")
-        table.add_row("replay", accuracy)
+def _label_lines(rows: list[tuple[str, Text | str | Path]]) -> Text:
+    """Label/value lines, never wrapped: a count must stay whole to be read and copied. A Path is a
+    line of its own from the first column (under the line that says what it is), so that a path as
+    long as the dialog is wide is on screen whole, to be copied from the terminal (tmux); a longer
+    one scrolls sideways. Text, not markup: paths may hold brackets."""
+    text = Text(no_wrap=True, overflow="ignore")
+    for index, (label, value) in enumerate(rows):
+        if index:
+            text.append("\n")
+        if isinstance(value, Path):
+            text.append(printable(value), style="bold")
+        else:
+            text.append(f"{label:<9}", style="dim")
+            text.append_text(value if isinstance(value, Text) else Text(printable(value)))
+    return text
+
+
+def describe_plan(plan: RemapPlan) -> Text:
+    """What a remap will write, a label and a value per line."""
+    rows: list[tuple[str, Text | str | Path]] = [
+        ("write", Text("a new checkpoint directory", style="dim")),
+        ("", plan.output),
+        ("from", Text("the drafter's checkpoint, not touched", style="dim")),
+        ("", plan.source),
+        ("d2t/t2d", Text("the run's mapping, in place of the checkpoint's", style="dim")),
+        ("", plan.mapping_path),
+        ("rows", f"{plan.rows_copied} copied into the run's order"),
+    ]
+    if plan.init == "target" and plan.target_path is not None:
+        rows += [("", f"{plan.rows_initialized} initialised from the target's lm_head"), ("", plan.target_path)]
     else:
-        table.add_row("replay", Text("not measured (needs hidden-state dumps and the target)", style="dim"))
-    for note in report.notes:
-        table.add_row("note", Text(note, style="yellow"))
-    table.add_row("", "")
-    table.add_row("next", "restart the fine-tune from the output (SpecForge: --ckpt-dir)")
-    return table
+        rows.append(("", f"{plan.rows_initialized} initialised from {plan.init_from}"))
+    return _label_lines(rows)
+
+
+def describe_report(report: RemapReport) -> Text:
+    """What the remap wrote, a label and a value per line."""
+    if report.accuracy_before is not None and report.accuracy_after is not None:
+        replay = Text.assemble(
+            (f"{report.accuracy_before:.1%}", "red"),
+            " → ",
+            (f"{report.accuracy_after:.1%}", "bold green"),
+            "  first-step accuracy on the run's dumps and mapping",
+        )
+    else:
+        replay = Text("not measured (needs hidden-state dumps and the target)", style="dim")
+    return _label_lines(
+        [
+            ("output", Text("the remapped checkpoint", style="dim")),
+            ("", Path(report.output)),
+            ("from", Text("the source, untouched", style="dim")),
+            ("", Path(report.source)),
+            ("mapping", Text("d2t/t2d now the run's", style="dim")),
+            ("", Path(report.mapping)),
+            (
+                "rows",
+                f"{report.rows_copied} copied, {report.rows_initialized} initialised ({report.init}) "
+                f"of {report.draft_vocab_size}",
+            ),
+            (
+                "verified",
+                Text("yes: re-read and compared with the source", style="green")
+                if report.verified
+                else Text("NO", style="bold red"),
+            ),
+            ("replay", replay),
+            ("", ""),
+            ("next", "restart the fine-tune from the output (SpecForge: --ckpt-dir)"),
+        ]
+    )
+
+
+def notes_text(notes: tuple[str, ...] | list[str]) -> Text:
+    """Notes of a plan or report: prose, wrapped at spaces (numbers are written without spaces, as
+    everywhere in the TUI, so none is split)."""
+    return Text("\n".join(printable(note) for note in notes), style="yellow")
 
 
 class RemapScreen(ModalScreen[None]):
@@ -108,8 +153,9 @@ class RemapScreen(ModalScreen[None]):
         with Vertical(id="dialog"):
             yield Label(Text(f"writing {printable(self.plan.output)}"), id="remap-status")
             yield ProgressBar(total=1.0, show_eta=False, id="remap-progress")
-            with VerticalScroll(id="dialog-body"):
+            with ScrollableContainer(id="dialog-body"):
                 yield Static("", id="remap-result")
+                yield Static("", id="remap-notes", classes="dialog-notes")
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "remap"
@@ -135,7 +181,7 @@ class RemapScreen(ModalScreen[None]):
         result = self.query_one("#remap-result", Static)
         if report is None:
             status.update(Text("remap failed: nothing was written", style="bold red"))
-            result.update(Text(printable(error or "", newlines=True)))
+            self.query_one("#remap-notes", Static).update(Text(printable(error or "", newlines=True)))
             self.query_one("#dialog").border_title = "remap failed"
         else:
             status.update(
@@ -145,5 +191,6 @@ class RemapScreen(ModalScreen[None]):
                 )
             )
             result.update(describe_report(report))
+            self.query_one("#remap-notes", Static).update(notes_text(report.notes))
             self.query_one("#dialog").border_title = "remap done"
         self.query_one("#dialog").border_subtitle = "esc closes"
