@@ -10,6 +10,7 @@ stderr naming the file and exit status 2, or a note when the file was optional.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -236,6 +237,11 @@ def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
         f"triage scan: not following 3 symlink(s) to directories outside the given paths: "
         f"{root / 'out'} -> {elsewhere}, {root / 'proc'} -> /proc, {root / 'slash'} -> /\n"
     )
+    document = json.loads(triage("scan", "--json", root).stdout)
+    assert document["skipped_links"] == [
+        {"link": str(root / name), "target": target}
+        for name, target in (("out", str(elsewhere)), ("proc", "/proc"), ("slash", "/"))
+    ]
     # Two watched paths: a link from one into the other is followed.
     names = {info.path for info in discover_runs([root], watched=[elsewhere], strict=False)}
     assert names == {root / "run", root / "out" / "other"} or names == {root / "run", elsewhere / "other"}

@@ -283,3 +283,24 @@ def test_scalars_csv_escapes_tags_on_a_terminal_and_stays_exact_in_a_pipe(tmp_pa
     os.close(leader)
     shown = b"".join(chunks).decode()
     assert "loss^[]52;c;ZXZpbA==^G[/],7," in shown and "\x1b" not in shown and "\x07" not in shown
+
+
+async def test_tui_says_which_symlinks_it_did_not_follow(tmp_path):
+    """`scan` named the symlinks out of the watched paths on stderr; the TUI said nothing, so a run
+    behind such a link was simply missing. It says so once, in the same words, names escaped."""
+    from test_tui import loaded, make_app, wait_for
+
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    write_run(root, "run", "train/ploss_0")
+    write_run(elsewhere, "other", "train/ploss_0")
+    link = root / "[@click=app.quit]\x1b[2Jout"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    app = make_app(root)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        expected = (
+            f"not following 1 symlink(s) to directories outside the given paths: {printable(str(link))} -> {elsewhere}"
+        )
+        await wait_for(pilot, lambda: any(n.message == expected for n in app._notifications), what="the notice")
+        assert [row.path for row in app.rows] == [root / "run"]
+        assert sum(n.message == expected for n in app._notifications) == 1

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from triage_tui.core.runs import skipped_links_note
 from triage_tui.core.signals import fmt
 from triage_tui.core.text import printable
 from triage_tui.core.watch import RunStatus, Watcher
@@ -43,17 +44,17 @@ def _vocab_size(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     watcher = Watcher(args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True)
     statuses = watcher.poll_once()
-    if watcher.skipped_links:
-        links = list(watcher.skipped_links.items())
-        shown = ", ".join(f"{printable(link)} -> {printable(target)}" for link, target in links[:3])
-        more = f" and {len(watcher.skipped_links) - 3} more" if len(watcher.skipped_links) > 3 else ""
-        print(
-            f"triage scan: not following {len(watcher.skipped_links)} symlink(s) to directories outside the given "
-            f"paths: {shown}{more}",
-            file=sys.stderr,
-        )
+    note = skipped_links_note(watcher.skipped_links)
+    if note is not None:
+        print(f"triage scan: {note}", file=sys.stderr)
     if args.json:
-        json.dump({"runs": [status.to_json() for status in statuses]}, sys.stdout, indent=2, allow_nan=False)
+        document: dict = {"runs": [status.to_json() for status in statuses]}
+        if watcher.skipped_links:
+            # docs/contracts.md: symlinks not followed, exact (the stderr line above escapes them).
+            document["skipped_links"] = [
+                {"link": link, "target": target} for link, target in sorted(watcher.skipped_links.items())
+            ]
+        json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     elif not statuses:
         print(f"triage scan: no runs under {', '.join(map(printable, watcher.paths))}", file=sys.stderr)

@@ -442,6 +442,19 @@ class _Node:
         return os.path.basename(self.path)
 
 
+def skipped_links_note(links: dict[str, str]) -> str | None:
+    """The one line that says which symlinks discovery did not follow (``scan`` on stderr, the TUI
+    as a notice), or None; names shown as ``cat -v`` would."""
+    if not links:
+        return None
+    from triage_tui.core.text import printable
+
+    items = sorted(links.items())
+    shown = ", ".join(f"{printable(link)} -> {printable(target)}" for link, target in items[:3])
+    more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+    return f"not following {len(items)} symlink(s) to directories outside the given paths: {shown}{more}"
+
+
 def _walk(
     path: str,
     cache: ListingCache,

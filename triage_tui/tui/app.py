@@ -97,6 +97,7 @@ class TriageApp(App[None]):
         self.statuses: dict[Path, RunStatus] = {}
         self.rows: list[RunRow] = []
         self.polls = 0  # RunsUpdated messages taken in
+        self._skipped_links_shown: str | None = None
         self.watcher_poll = 0  # the Watcher poll the last of them came from
         self.diagnoses: dict[Path, Diagnosis] = {}
         self.check_outcomes: dict[Path, str] = {}
@@ -144,6 +145,7 @@ class TriageApp(App[None]):
 
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
+        from triage_tui.core.runs import skipped_links_note
         from triage_tui.core.watch import Watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.
@@ -161,7 +163,14 @@ class TriageApp(App[None]):
         self.watcher = watcher
 
         def on_update(statuses: list[RunStatus]) -> None:
-            self.post_message(messages.RunsUpdated(list(statuses), [rows.row(s) for s in statuses], watcher.polls))
+            self.post_message(
+                messages.RunsUpdated(
+                    list(statuses),
+                    [rows.row(s) for s in statuses],
+                    watcher.polls,
+                    skipped_links_note(watcher.skipped_links),
+                )
+            )
 
         watcher.run(on_update, stop)
 
@@ -170,6 +179,11 @@ class TriageApp(App[None]):
     def _runs_updated(self, message: messages.RunsUpdated) -> None:
         self.polls += 1
         self.watcher_poll = message.poll
+        if message.skipped_links != self._skipped_links_shown:
+            # Once per change, as `scan` says it on stderr: a run behind such a link is not missing by accident.
+            self._skipped_links_shown = message.skipped_links
+            if message.skipped_links is not None:
+                self.notify(message.skipped_links, severity="warning", timeout=10)
         previous = self.statuses
         self.statuses = {status.info.path: status for status in message.statuses}
         self.rows = sorted(message.rows, key=RunRow.sort_key)
