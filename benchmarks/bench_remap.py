@@ -55,7 +55,8 @@ WRAPPER = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from triage_tui.commands.remap import skip_final_collection
-from triage_tui.core.remap import execute_remap, plan_remap
+from triage_tui.core.remap.execute import execute_remap
+from triage_tui.core.remap.plan import plan_remap
 skip_final_collection()  # as `triage remap` does
 rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t1 = time.perf_counter()
@@ -106,18 +107,20 @@ json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
 PARTS = {
     "python start + numpy (no torch)": "import numpy",
     "python start + import torch + exit": "import torch",
-    "SHA-256 of the source (the digest before)": "import sys; from triage_tui.core.remap import _file_sha256; "
-    "from pathlib import Path; _file_sha256(Path(sys.argv[1]))",
-    "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap import _file_blake3; "
-    "from pathlib import Path; _file_blake3(Path(sys.argv[1]))",
+    "SHA-256 of the source (the digest before)": "import hashlib, sys\n"
+    "digest, f = hashlib.sha256(), open(sys.argv[1], 'rb')\n"
+    "while block := f.read(8 << 20):\n"
+    "    digest.update(block)",
+    "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap.digest import file_blake3; "
+    "from pathlib import Path; file_blake3(Path(sys.argv[1]))",
     "compare source with a copy (verification, memcmp)": "import os, sys; "
-    "from triage_tui.core.remap import WINDOW_BYTES, _equal_bytes, _mapped\n"
+    "from triage_tui.core import fileio; from triage_tui.core.remap import tuning\n"
     "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
     "size = os.fstat(a).st_size\n"
-    "for at in range(0, size, WINDOW_BYTES):\n"
-    "    n = min(WINDOW_BYTES, size - at)\n"
-    "    with _mapped(a, at, n) as x, _mapped(b, at, n) as y:\n"
-    "        assert _equal_bytes(x, y)\n"
+    "for at in range(0, size, tuning.WINDOW_BYTES):\n"
+    "    n = min(tuning.WINDOW_BYTES, size - at)\n"
+    "    with fileio.mapped(a, at, n) as x, fileio.mapped(b, at, n) as y:\n"
+    "        assert fileio.equal_bytes(x, y)\n"
     "        del x, y",
 }
 

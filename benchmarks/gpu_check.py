@@ -39,7 +39,7 @@ from triage_tui.core.formats.checkpoint import read_checkpoint  # noqa: E402
 from triage_tui.core.formats.hidden_states import read_dumps  # noqa: E402
 from triage_tui.core.formats.mapping import read_mapping  # noqa: E402
 from triage_tui.core.formats.target import read_target  # noqa: E402
-from triage_tui.core.remap import remap_checkpoint  # noqa: E402
+from triage_tui.core.remap.execute import remap_checkpoint  # noqa: E402
 
 TOKENS_PER_DUMP = 344  # a quarter of each dump is prompt (loss_mask 0): 257 scored positions each
 

@@ -24,9 +24,10 @@ from a sibling room of its own layer (siblings are independent):
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
-checkpoint its weight files), and so is ``events`` (reader over decode over templates and columns
-over wire and framing over crc); nothing in core imports in a circle. The modules tests patch
-(``fileio``, ``events.tuning``) are imported whole, never ``from ... import name``.
+checkpoint its weight files), and so are ``events`` (reader over decode over templates and columns
+over wire and framing over crc) and ``remap`` (execute over verify and the write paths over rows
+over plan over staging and writer); nothing in core imports in a circle. The modules tests patch
+(``fileio``, ``events.tuning``, ``remap.tuning``) are imported whole, never ``from ... import name``.
 """
 
 from __future__ import annotations
@@ -84,9 +85,18 @@ EVENTS = [
     ("core.events.wire", "core.events.framing"),
     ("core.events.crc", "core.events.tuning"),
 ]
+REMAP = [
+    ("core.remap.execute", "core.remap.keep"),
+    ("core.remap.verify", "core.remap.single_pass", "core.remap.torch_path", "core.remap.carry"),
+    ("core.remap.rows",),
+    ("core.remap.plan",),
+    ("core.remap.staging", "core.remap.writer"),
+    ("core.remap.job", "core.remap.digest"),
+    ("core.remap.tuning",),
+]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
 # and read as ``module.name`` at the call, so a monkeypatch reaches every caller wherever code moves.
-SEAM_MODULES = ("core.fileio", "core.events.tuning")
+SEAM_MODULES = ("core.fileio", "core.events.tuning", "core.remap.tuning")
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.
 CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
 
@@ -172,13 +182,14 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
 
 @pytest.mark.parametrize(
     ("layers", "within"),
-    [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats"), (EVENTS, "core.events")],
-    ids=["rooms", "core", "formats", "events"],
+    [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats"), (EVENTS, "core.events"), (REMAP, "core.remap")],
+    ids=["rooms", "core", "formats", "events", "remap"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

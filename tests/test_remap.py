@@ -28,9 +28,14 @@ from story_mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB, story_mappings
 from test_formats_checkpoint import HIDDEN, drafter_config, drafter_state, write_drafter
 from triage_tui import __version__
 from triage_tui.commands import remap as remap_command
-from triage_tui.core import remap
+from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_npy, write_mapping_pt
+from triage_tui.core.remap import rows, staging, tuning, writer
+from triage_tui.core.remap.execute import execute_remap, remap_checkpoint
+from triage_tui.core.remap.job import Cancelled
+from triage_tui.core.remap.keep import keep_checkpoint_mapping
+from triage_tui.core.remap.plan import INIT_STRATEGIES, plan_remap
 from triage_tui.core.vocab import VocabMapping
 
 ONLY_IN_CHECKPOINT = DRAFT_VOCAB - OVERLAP
@@ -127,7 +132,7 @@ def check_output(
 def test_story_rows_move_bit_for_bit_and_the_rest_is_the_mean(world, story, expected_rows):
     ckpt_mapping, run_mapping = story
     before = tree_digest(world["source"])
-    report = remap.remap_checkpoint(world["source"], world["mapping"], device="cpu")
+    report = remap_checkpoint(world["source"], world["mapping"], device="cpu")
     assert tree_digest(world["source"]) == before
     assert (report.rows_copied, report.rows_initialized) == (OVERLAP, ONLY_IN_CHECKPOINT) == (25_750, 6_250)
     assert report.verified and report.init == "mean" and report.draft_vocab_size == DRAFT_VOCAB
@@ -155,7 +160,7 @@ def test_story_rows_move_bit_for_bit_and_the_rest_is_the_mean(world, story, expe
 
 
 def test_provenance_in_metadata_and_json(world):
-    report = remap.remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
+    report = remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
     source_b3 = blake3.blake3((world["source"] / "model.safetensors").read_bytes()).hexdigest()
     mapping_sha = hashlib.sha256(world["mapping"].read_bytes()).hexdigest()
     with safe_open(str(report.output / "model.safetensors"), framework="pt") as f:
@@ -177,13 +182,13 @@ def test_provenance_in_metadata_and_json(world):
     assert provenance["version"] == __version__ and provenance["source"] == str(world["source"].resolve())
     assert provenance["files"] == listing(report.output)
     assert report.source_blake3 == {"model.safetensors": source_b3}
-    umask = remap._umask()
+    umask = staging.umask()
     assert report.output.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700
     assert all(p.stat().st_mode & 0o777 == 0o666 & ~umask for p in report.output.iterdir())
 
 
 def test_zeros_init(world, story, expected_rows):
-    report = remap.remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
+    report = remap_checkpoint(world["source"], world["mapping"], init="zeros", device="cpu")
     written = check_output(report.output, world["state"], story[1], expected_rows)
     initialised = torch.from_numpy(np.flatnonzero(expected_rows < 0))
     assert torch.count_nonzero(written["lm_head.weight"][initialised]) == 0
@@ -191,7 +196,7 @@ def test_zeros_init(world, story, expected_rows):
 
 
 def test_plan_describes_exactly_what_will_be_written(world):
-    plan = remap.plan_remap(world["source"], world["mapping"])
+    plan = plan_remap(world["source"], world["mapping"])
     assert plan.describe() == (
         f"Write {plan.output} from {world['source'].resolve()}: 25 750 lm_head rows move to the run's order, "
         f"6 250 rows initialised from the mean of the old rows; d2t/t2d replaced by {world['mapping'].resolve()}; "
@@ -220,7 +225,7 @@ def test_layouts_and_file_kinds(tmp_path, story, expected_rows, layout, file_kin
     source = write_drafter(tmp_path / "src", state, drafter_config(layout), file_kind=file_kind)
     mapping = write_mapping_npy(run_mapping, tmp_path / "run")[0]  # speculators' d2t.npy / t2d.npy
     before = tree_digest(source)
-    report = remap.remap_checkpoint(source, mapping, out=tmp_path / "out", device="cpu")
+    report = remap_checkpoint(source, mapping, out=tmp_path / "out", device="cpu")
     assert tree_digest(source) == before
     assert (report.rows_copied, report.rows_initialized) == (25_750, 6_250)
     if file_kind == "sharded":
@@ -269,8 +274,8 @@ def test_frequency_ordered_checkpoint_and_many_windows(tmp_path, monkeypatch):
     state["lm_head.weight"][8] = -0.0
     source = write_drafter(tmp_path / "src", state, drafter_config("modelopt"))
     mapping = write_mapping_pt(run_mapping, tmp_path / "run.pt")
-    monkeypatch.setattr(remap, "WINDOW_BYTES", 1000 * HIDDEN * 4)  # 32 windows over the old head
-    report = remap.remap_checkpoint(source, mapping, out=tmp_path / "out", init="zeros", device="cpu")
+    monkeypatch.setattr(tuning, "WINDOW_BYTES", 1000 * HIDDEN * 4)  # 32 windows over the old head
+    report = remap_checkpoint(source, mapping, out=tmp_path / "out", init="zeros", device="cpu")
     rows = expected_source_rows(ckpt_mapping, run_mapping)
     assert report.rows_copied == 20_000 == np.count_nonzero(rows >= 0)
     check_output(tmp_path / "out", state, run_mapping, rows)
@@ -280,17 +285,13 @@ def test_frequency_ordered_checkpoint_and_many_windows(tmp_path, monkeypatch):
 def test_the_single_pass_and_the_torch_paths_write_the_same_bytes(world, monkeypatch, init):
     """The single pass over the safetensors source (numpy, rows scattered as they pass) against the path
     through torch (.bin sources), gathering on the CPU and staged on a device, byte for byte."""
-    streamed = remap.remap_checkpoint(
+    streamed = remap_checkpoint(
         world["source"], world["mapping"], out=world["root"] / "streamed", init=init, device="cpu"
     )
-    monkeypatch.setattr(remap, "_streams", lambda plan: False)
-    direct = remap.remap_checkpoint(
-        world["source"], world["mapping"], out=world["root"] / "direct", init=init, device="cpu"
-    )
-    monkeypatch.setattr(remap, "_use_gpu", lambda device, nbytes: torch.device("cpu"))
-    staged = remap.remap_checkpoint(
-        world["source"], world["mapping"], out=world["root"] / "staged", init=init, device="cpu"
-    )
+    monkeypatch.setattr(tuning, "SINGLE_PASS", False)
+    direct = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "direct", init=init, device="cpu")
+    monkeypatch.setattr(tuning, "STAGE_ON", "cpu")
+    staged = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "staged", init=init, device="cpu")
     a, b, c = (r.output / "model.safetensors" for r in (streamed, direct, staged))
     assert a.read_bytes() == b.read_bytes() == c.read_bytes()
     assert streamed.source_blake3 == direct.source_blake3 == staged.source_blake3
@@ -298,10 +299,10 @@ def test_the_single_pass_and_the_torch_paths_write_the_same_bytes(world, monkeyp
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_cuda_gather_writes_the_same_bytes(world, monkeypatch):
-    cpu = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "cpu", device="cpu")
-    monkeypatch.setattr(remap, "GPU_MIN_BYTES", 0)
-    monkeypatch.setattr(remap, "_streams", lambda plan: False)  # the gather path, staged on the GPU
-    gpu = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "gpu", device="cuda")
+    cpu = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "cpu", device="cpu")
+    monkeypatch.setattr(tuning, "GPU_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "SINGLE_PASS", False)  # the gather path, staged on the GPU
+    gpu = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "gpu", device="cuda")
     assert (cpu.output / "model.safetensors").read_bytes() == (gpu.output / "model.safetensors").read_bytes()
 
 
@@ -311,7 +312,7 @@ def test_draft_vocab_of_another_size(tmp_path, story):
     run_mapping = VocabMapping(np.sort(ckpt_mapping.hot_ids[::2]), TARGET_VOCAB)
     state = drafter_state("specforge", ckpt_mapping)
     source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
-    report = remap.remap_checkpoint(
+    report = remap_checkpoint(
         source, write_mapping_pt(run_mapping, tmp_path / "half.pt"), out=tmp_path / "out", device="cpu"
     )
     assert (report.rows_copied, report.rows_initialized, report.draft_vocab_size) == (16_000, 0, 16_000)
@@ -323,7 +324,7 @@ def test_checkpoint_without_d2t_is_read_as_identity(tmp_path, story):
     _, run_mapping = story
     state = drafter_state("specforge", None)
     source = write_drafter(tmp_path / "src", state, drafter_config("specforge"))
-    report = remap.remap_checkpoint(
+    report = remap_checkpoint(
         source, write_mapping_pt(run_mapping, tmp_path / "run.pt"), out=tmp_path / "out", device="cpu"
     )
     identity = VocabMapping.identity(DRAFT_VOCAB, TARGET_VOCAB)
@@ -373,10 +374,10 @@ def test_target_init_takes_the_targets_rows(world, story, expected_rows):
     pytest.importorskip("triage_tui.core.formats.target")
     target, target_head = write_target(world["root"] / "target")
     before = tree_digest(target)
-    plan = remap.plan_remap(world["source"], world["mapping"], target=target)
+    plan = plan_remap(world["source"], world["mapping"], target=target)
     assert plan.init == "target"  # the default when a target is given
     assert f"6 250 rows initialised from the target's lm_head ({target.resolve()})" in plan.describe()
-    report = remap.execute_remap(plan, device="cpu")
+    report = execute_remap(plan, device="cpu")
     written = check_output(report.output, world["state"], story[1], expected_rows)
     initialised = np.flatnonzero(expected_rows < 0)
     tokens = torch.from_numpy(story[1].hot_ids[initialised])
@@ -388,7 +389,7 @@ def test_target_init_takes_the_targets_rows(world, story, expected_rows):
 def test_target_of_another_width_falls_back_to_mean_and_says_so(world):
     pytest.importorskip("triage_tui.core.formats.target")
     target, _ = write_target(world["root"] / "wide", hidden=2 * HIDDEN)
-    plan = remap.plan_remap(world["source"], world["mapping"], init="target", target=target)
+    plan = plan_remap(world["source"], world["mapping"], init="target", target=target)
     assert plan.init == "mean"
     assert any(f"{2 * HIDDEN} wide but the drafter's are {HIDDEN}" in note for note in plan.notes)
     assert "the mean of the old rows" in plan.describe()
@@ -398,7 +399,7 @@ def test_target_with_another_vocab_is_bad_input(world):
     pytest.importorskip("triage_tui.core.formats.target")
     target, _ = write_target(world["root"] / "small", vocab=100_000)
     with pytest.raises(BadInput, match="100000 tokens"):
-        remap.plan_remap(world["source"], world["mapping"], target=target)
+        plan_remap(world["source"], world["mapping"], target=target)
 
 
 # ------------------------------------------------------------------------------------------
@@ -421,7 +422,7 @@ def test_keep_checkpoint_mapping_writes_the_mapping_and_no_weights(world, story,
     assert np.array_equal(np.load(output / "t2d.npy"), ckpt_mapping.t2d())
     assert tree_digest(world["source"]) == before
     assert not any(p.suffix in (".safetensors", ".bin") for p in output.iterdir())
-    assert all(p.stat().st_mode & 0o777 == 0o666 & ~remap._umask() for p in output.iterdir())
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~staging.umask() for p in output.iterdir())
     code, _, err = run_cli([str(world["source"]), "--keep-checkpoint-mapping"], capsys)
     assert code == 2 and "already exists" in err
 
@@ -430,7 +431,7 @@ def test_keep_checkpoint_mapping_warns_about_frequency_order(tmp_path):
     rng = np.random.default_rng(3)
     mapping = VocabMapping(rng.permutation(TARGET_VOCAB)[:DRAFT_VOCAB], TARGET_VOCAB)
     source = write_drafter(tmp_path / "src", drafter_state("modelopt", mapping), drafter_config("modelopt"))
-    kept = remap.keep_checkpoint_mapping(source, tmp_path / "kept")
+    kept = keep_checkpoint_mapping(source, tmp_path / "kept")
     assert any("not ascending" in note for note in kept.notes)
     assert np.array_equal(np.load(tmp_path / "kept" / "d2t.npy"), mapping.d2t())
 
@@ -468,7 +469,7 @@ def test_force_replaces_a_previous_remap(world, capsys):
 
 def test_interrupt_during_the_swap_puts_the_old_output_back(world, monkeypatch):
     out = world["root"] / "out"
-    remap.remap_checkpoint(world["source"], world["mapping"], out=out, init="zeros", device="cpu")
+    remap_checkpoint(world["source"], world["mapping"], out=out, init="zeros", device="cpu")
     first = tree_digest(out)
     real_rename = os.rename
 
@@ -480,7 +481,7 @@ def test_interrupt_during_the_swap_puts_the_old_output_back(world, monkeypatch):
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
-        remap.remap_checkpoint(world["source"], world["mapping"], out=out, force=True, device="cpu")
+        remap_checkpoint(world["source"], world["mapping"], out=out, force=True, device="cpu")
     assert tree_digest(out) == first
     assert [p for p in os.listdir(world["root"]) if ".triage-" in p] == []
 
@@ -494,7 +495,7 @@ def test_output_that_would_replace_an_input_is_refused(world, capsys):
 
 
 def inject_failure(monkeypatch, calls: int, error: BaseException) -> None:
-    """Output bytes go to disk through remap._write_at and remap._copy_range (in-kernel copies):
+    """Output bytes go to disk through fileio.write_at and fileio.copy_range (in-kernel copies):
     both succeed ``calls`` times in all, then raise ``error``."""
     count = {"n": 0}
 
@@ -507,17 +508,17 @@ def inject_failure(monkeypatch, calls: int, error: BaseException) -> None:
 
         return wrapped
 
-    monkeypatch.setattr(remap, "_write_at", failing(remap._write_at))
-    monkeypatch.setattr(remap, "_copy_range", failing(remap._copy_range))
+    monkeypatch.setattr(fileio, "write_at", failing(fileio.write_at))
+    monkeypatch.setattr(fileio, "copy_range", failing(fileio.copy_range))
 
 
 def count_writes(world, monkeypatch) -> int:
     """How many times a whole remap writes (a dry run into a scratch directory)."""
     count = {"n": 0}
-    for name in ("_write_at", "_copy_range"):
-        real = getattr(remap, name)
-        monkeypatch.setattr(remap, name, lambda *a, real=real: (count.__setitem__("n", count["n"] + 1), real(*a))[1])
-    remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "scratch", device="cpu")
+    for name in ("write_at", "copy_range"):
+        real = getattr(fileio, name)
+        monkeypatch.setattr(fileio, name, lambda *a, real=real: (count.__setitem__("n", count["n"] + 1), real(*a))[1])
+    remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "scratch", device="cpu")
     monkeypatch.undo()
     shutil.rmtree(world["root"] / "scratch")
     return count["n"]
@@ -542,7 +543,7 @@ def test_full_disk_mid_write_leaves_nothing_and_says_so(world, monkeypatch, caps
 def test_interrupt_mid_write_leaves_nothing(world, monkeypatch):
     inject_failure(monkeypatch, 5, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
-        remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
+        remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
@@ -557,8 +558,8 @@ def test_cancel_leaves_nothing(world):
         if fraction > 0.2:
             cancel.set()
 
-    with pytest.raises(remap.Cancelled):
-        remap.remap_checkpoint(
+    with pytest.raises(Cancelled):
+        remap_checkpoint(
             world["source"], world["mapping"], out=world["root"] / "out", device="cpu", progress=progress, cancel=cancel
         )
     assert seen and listing(world["root"]) == ["drafter", "run_mapping.pt"]
@@ -575,7 +576,7 @@ def test_cancel_leaves_nothing(world):
 )
 def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypatch, capsys, tensor, byte, kind):
     """Flip one bit on its way to disk: verification must name it, and nothing is renamed into place."""
-    real = remap._SafetensorsWriter.write
+    real = writer.SafetensorsWriter.write
 
     def corrupting(self, name, offset, data):
         if name == tensor and offset <= byte < offset + data.nbytes:
@@ -583,7 +584,7 @@ def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypa
             data.reshape(-1).view(np.uint8)[byte - offset] ^= 0x01
         real(self, name, offset, data)
 
-    real_copy = remap._SafetensorsWriter.copy
+    real_copy = writer.SafetensorsWriter.copy
 
     def corrupting_copy(self, name, offset, source_fd, source_offset, length):
         real_copy(self, name, offset, source_fd, source_offset, length)
@@ -594,8 +595,8 @@ def test_a_corrupted_write_fails_verification_and_is_not_renamed(world, monkeypa
                 flipped = bytes([f.read(1)[0] ^ 0x01])
             os.pwrite(self.fd, flipped, at)
 
-    monkeypatch.setattr(remap._SafetensorsWriter, "write", corrupting)
-    monkeypatch.setattr(remap._SafetensorsWriter, "copy", corrupting_copy)
+    monkeypatch.setattr(writer.SafetensorsWriter, "write", corrupting)
+    monkeypatch.setattr(writer.SafetensorsWriter, "copy", corrupting_copy)
     code, _, err = run_cli(
         [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(world["root"] / "out")], capsys
     )
@@ -610,7 +611,7 @@ def test_without_in_kernel_copy_tensors_stream_through_memory(world, story, expe
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(os, "copy_file_range", refuse)
-    report = remap.remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
+    report = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "out", device="cpu")
     check_output(report.output, world["state"], story[1], expected_rows)
 
 
@@ -624,7 +625,7 @@ def test_stale_temporary_is_removed_and_a_live_one_kept(world):
     fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as a running remap holds it
     try:
-        remap.remap_checkpoint(world["source"], world["mapping"], out=out, device="cpu")
+        remap_checkpoint(world["source"], world["mapping"], out=out, device="cpu")
         assert not stale.exists() and live.exists()
     finally:
         os.close(fd)
@@ -672,7 +673,7 @@ def test_full_tmpfs(world, monkeypatch, capsys):
         args = [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(small / "out")]
         code, _, err = run_cli(args, capsys)  # caught by the free-space check before anything is created
         assert code == 2 and "GB is free" in err and os.listdir(small) == []
-        monkeypatch.setattr(remap, "_free_bytes", lambda directory: 1 << 40)  # let the kernel say it
+        monkeypatch.setattr(fileio, "free_bytes", lambda directory: 1 << 40)  # let the kernel say it
         code, _, err = run_cli(args, capsys)
         assert code == 2 and "no space left on the device" in err and err.count("\n") == 1
         assert os.listdir(small) == []
@@ -787,7 +788,7 @@ def test_human_report(world, capsys):
 
 
 def test_cli_choices_match_the_core():
-    assert remap_command.INIT_CHOICES == remap.INIT_STRATEGIES
+    assert remap_command.INIT_CHOICES == INIT_STRATEGIES
     parser = argparse.ArgumentParser()
     remap_command.add_arguments(parser)
     with pytest.raises(SystemExit):
@@ -801,13 +802,13 @@ def test_cli_choices_match_the_core():
 def test_source_rewritten_after_planning_is_refused_and_nothing_written(world):
     """The digest recorded must be that of the bytes the output was made from: a source rewritten
     between plan and execute (the TUI's confirm dialog can sit open) stops the remap."""
-    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
     weights = world["source"] / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data)  # same bytes, but rewritten: the remap cannot know what was read when
     os.utime(weights, ns=(1, 1))
     with pytest.raises(BadInput, match="changed while it was being remapped"):
-        remap.execute_remap(plan, device="cpu")
+        execute_remap(plan, device="cpu")
     assert listing(world["root"]) == ["drafter", "run_mapping.pt"]
 
 
@@ -833,7 +834,10 @@ def test_importing_remap_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, triage_tui.core.remap, triage_tui.commands.remap; print('torch' in sys.modules)"
+    code = (
+        "import sys, triage_tui.core.remap.execute, triage_tui.core.remap.keep, triage_tui.commands.remap; "
+        "print('torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -852,7 +856,7 @@ def test_the_mean_rounds_as_torch_does(dtype):
         ]
     )
     reference = torch.from_numpy(values).to(getattr(torch, dtype))
-    got = torch.from_numpy(remap._float64_to_bytes(values, dtype).copy()).view(getattr(torch, dtype))
+    got = torch.from_numpy(rows.float64_to_bytes(values, dtype).copy()).view(getattr(torch, dtype))
     nan = np.isnan(values)
     # torch's NaN bits depend on its code path (0x7fc0 or 0xffff for bf16); any NaN stays NaN
     assert torch.isnan(got[torch.from_numpy(nan)]).all()

@@ -20,8 +20,12 @@ import pytest
 
 from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from test_remap import listing, run_cli, story, tree_digest, world  # noqa: F401 - fixtures
-from triage_tui.core import remap
+from triage_tui.core import fileio
+from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
+from triage_tui.core.remap.execute import execute_remap, output_entries
+from triage_tui.core.remap.plan import plan_remap
+from triage_tui.core.remap.staging import PROVENANCE_FILE
 
 NOBODY = 65534
 
@@ -134,12 +138,12 @@ def test_force_does_not_take_a_look_alike_provenance_file_for_a_triage_output(wo
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
     if fake == "empty object":
-        (out / remap.PROVENANCE_FILE).write_text("{}")
+        (out / PROVENANCE_FILE).write_text("{}")
     elif fake == "symlink to a real one":
         assert run_cli(_args(world, world["root"] / "real", "--init-missing", "zeros"), capsys)[0] == 0
-        (out / remap.PROVENANCE_FILE).symlink_to(world["root"] / "real" / remap.PROVENANCE_FILE)
+        (out / PROVENANCE_FILE).symlink_to(world["root"] / "real" / PROVENANCE_FILE)
     else:
-        (out / remap.PROVENANCE_FILE).write_text(json.dumps({"tool": "other", "files": ["thesis.tex"]}))
+        (out / PROVENANCE_FILE).write_text(json.dumps({"tool": "other", "files": ["thesis.tex"]}))
     before = tree_digest(out)
     code, stdout, err = run_cli(_args(world, out, "--force"), capsys)
     assert code == 2 and stdout == "" and err.count("\n") == 1, err
@@ -231,11 +235,11 @@ def test_a_sparse_carried_over_file_is_streamed_and_stays_sparse(world, capsys):
 
 def test_carried_over_files_count_in_the_free_space_check(world, capsys, monkeypatch):  # noqa: F811
     (world["source"] / "tokenizer.json").write_bytes(os.urandom(8 << 20))
-    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
-    weights = sum(e.nbytes for entries in remap._output_entries(plan).values() for e in entries)
+    plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    weights = sum(e.nbytes for entries in output_entries(plan).values() for e in entries)
     del plan
     # room for the weights and a little more, not for the 8 MiB tokenizer.json
-    monkeypatch.setattr(remap, "_free_bytes", lambda directory: weights + (4 << 20))
+    monkeypatch.setattr(fileio, "free_bytes", lambda directory: weights + (4 << 20))
     code, _, err = run_cli(_args(world, world["root"] / "out"), capsys)
     assert code == 2 and "GB is free" in err and err.count("\n") == 1, err
     assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]
@@ -260,17 +264,17 @@ def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world): 
     import blake3
     from safetensors import safe_open
 
-    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
     thread = getattr(getattr(plan, "source_digest", None), "thread", None)
     if thread is not None:  # a plan that hashed the source up front (as triage did) has finished by now
         thread.join()
     weights = world["source"] / "model.safetensors"
-    begin, _ = remap._safetensors_extents(plan.checkpoint, weights)["fc.weight"]
+    begin, _ = plan.checkpoint.tensors["fc.weight"].data
     _flip_in_place(weights, begin + 5)
-    report = remap.execute_remap(plan, device="cpu")
+    report = execute_remap(plan, device="cpu")
     now = blake3.blake3(weights.read_bytes()).hexdigest()
     assert report.source_blake3 == {"model.safetensors": now}
-    provenance = json.loads((report.output / remap.PROVENANCE_FILE).read_text())
+    provenance = json.loads((report.output / PROVENANCE_FILE).read_text())
     assert provenance["source_blake3"] == {"model.safetensors": now}
     with (
         safe_open(str(report.output / "model.safetensors"), framework="np") as out,
@@ -279,19 +283,20 @@ def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world): 
         assert out.get_tensor("fc.weight").tobytes() == source.get_tensor("fc.weight").tobytes()
 
 
-def test_a_source_changed_in_place_during_the_remap_writes_nothing(world, monkeypatch):  # noqa: F811
+def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):  # noqa: F811
     """Changed after its bytes were copied and hashed, before the comparison: the output no longer
     matches the source, so nothing is renamed into place."""
     weights = world["source"] / "model.safetensors"
-    plan = remap.plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
-    begin, _ = remap._safetensors_extents(plan.checkpoint, weights)["fc.weight"]
-    real_verify = remap._verify
+    plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
+    begin, _ = plan.checkpoint.tensors["fc.weight"].data
+    flipped = []
 
-    def verify(*args, **kwargs):
-        _flip_in_place(weights, begin + 5)
-        return real_verify(*args, **kwargs)
+    def progress(fraction: float, phase: str) -> None:
+        if phase.startswith("verifying") and not flipped:  # every byte is copied and hashed by now
+            _flip_in_place(weights, begin + 5)
+            flipped.append(phase)
 
-    monkeypatch.setattr(remap, "_verify", verify)
-    with pytest.raises(remap.BadInput, match="verification failed: fc.weight differs from the source"):
-        remap.execute_remap(plan, device="cpu")
+    with pytest.raises(BadInput, match="verification failed: fc.weight differs from the source"):
+        execute_remap(plan, device="cpu", progress=progress)
+    assert flipped == ["verifying lm_head"]  # before fc.weight was compared
     assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]

@@ -216,7 +216,7 @@ def _plain(static) -> str:
 
 
 async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root):
-    from triage_tui.core.remap import plan_remap
+    from triage_tui.core.remap.plan import plan_remap
 
     app = make_app(fresh_root)
     async with app.run_test(size=SIZE) as pilot:

@@ -11,7 +11,7 @@ import sys
 
 from triage_tui.core.text import printable
 
-# Same values as triage_tui.core.remap.INIT_STRATEGIES (a test keeps them equal); spelled out here
+# Same values as triage_tui.core.remap.plan.INIT_STRATEGIES (a test keeps them equal); spelled out here
 # so that building the parser does not import torch.
 INIT_CHOICES = ("target", "mean", "zeros")
 
@@ -76,7 +76,8 @@ def _say(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
-    from triage_tui.core.remap import keep_checkpoint_mapping, remap_checkpoint
+    from triage_tui.core.remap.execute import remap_checkpoint
+    from triage_tui.core.remap.keep import keep_checkpoint_mapping
 
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     skip_final_collection()

@@ -309,7 +309,7 @@ def run_headless(
 ) -> int:
     """The same scenario without a terminal UI: watch, flag, check, remap, and see the loss fall."""
     from triage_tui.core.diagnose import diagnose, resolve_inputs
-    from triage_tui.core.remap import remap_checkpoint
+    from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.signals import chance_loss
     from triage_tui.core.watch import Watcher
 

@@ -37,7 +37,8 @@ from triage_tui.tui.widgets.runs_table import RunsTable
 
 if TYPE_CHECKING:
     from triage_tui.core.diagnose import CheckInputs, Diagnosis
-    from triage_tui.core.remap import RemapPlan, RemapReport
+    from triage_tui.core.remap.execute import RemapReport
+    from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.watch import RunStatus, Watcher
 
 
@@ -509,7 +510,7 @@ class TriageApp(App[None]):
 
     @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="plan remap")
     def _plan_remap(self, path: Path, inputs: CheckInputs) -> None:
-        from triage_tui.core.remap import plan_remap
+        from triage_tui.core.remap.plan import plan_remap
 
         if inputs.checkpoint is None or inputs.mapping is None:  # remap_available() let none of these through
             self.post_message(messages.RemapPlanned(path, None, error="no checkpoint and mapping to remap"))
@@ -552,7 +553,8 @@ class TriageApp(App[None]):
 
     @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="remap")
     def _run_remap(self, path: Path, inputs: CheckInputs, plan: RemapPlan) -> None:
-        from triage_tui.core.remap import Cancelled, execute_remap
+        from triage_tui.core.remap.execute import execute_remap
+        from triage_tui.core.remap.job import Cancelled
 
         def progress(fraction: float, text: str) -> None:
             self.post_message(messages.RemapProgress(fraction, text))

@@ -10,7 +10,8 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.remap import RemapPlan, RemapReport
+    from triage_tui.core.remap.execute import RemapReport
+    from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.watch import RunStatus
     from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
 

@@ -372,12 +372,18 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """Name, shape and dtype of one stored tensor, and the file that holds it."""
+    """Name, shape and dtype of one stored tensor, the file that holds it, and where in that file.
+
+    ``data`` is the absolute byte range [begin, end) of a safetensors tensor's bytes in ``file``
+    (header included in the count), checked against the header's bounds, shape and dtype when it
+    was read; None for a pickled tensor, whose bytes have no place of their own.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str  # torch dtype name without the "torch." prefix: "float32", "int64", "bool", ...
     file: Path
+    data: tuple[int, int] | None = None
 
 
 def tensor_info(name: str, tensor: torch.Tensor, file: Path) -> TensorInfo:
@@ -425,7 +431,7 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        tensors[name] = _header_entry(path, name, entry, data_size)
+        tensors[name] = _header_entry(path, name, entry, data_size, 8 + header_len)
         spans.append((*entry["data_offsets"], name))
     # safetensors requires the tensors to tile the data area exactly, and refuses files that don't.
     position = 0
@@ -442,7 +448,7 @@ def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
     return tensors
 
 
-def _header_entry(path: Path, name: str, entry: object, data_size: int) -> TensorInfo:
+def _header_entry(path: Path, name: str, entry: object, data_size: int, data_start: int) -> TensorInfo:
     if not isinstance(entry, dict):
         raise BadInput(path, f"tensor {name!r}: header entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -472,7 +478,7 @@ def _header_entry(path: Path, name: str, entry: object, data_size: int) -> Tenso
         raise BadInput(
             path, f"tensor {name!r}: shape {shape} {dtype} needs {numel * itemsize} bytes, header gives {end - begin}"
         )
-    return TensorInfo(name, tuple(shape), torch_name, path)
+    return TensorInfo(name, tuple(shape), torch_name, path, (data_start + begin, data_start + end))
 
 
 def load_safetensors_rows(path: str | Path, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:

@@ -16,7 +16,8 @@ from textual.widgets import Button, Label, ProgressBar, Static
 from triage_tui.core.text import printable
 
 if TYPE_CHECKING:
-    from triage_tui.core.remap import RemapPlan, RemapReport
+    from triage_tui.core.remap.execute import RemapReport
+    from triage_tui.core.remap.plan import RemapPlan
 
 
 class ConfirmRemapScreen(ModalScreen[bool]):

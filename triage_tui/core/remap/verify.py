@@ -1,0 +1,219 @@
+"""The output re-read through the program's reader and compared with the source, before any rename.
+
+Raises BadInput naming the first difference; the output is then removed, never renamed into place.
+Unchanged tensors are compared byte range to byte range (memory-mapped windows); the lm_head's
+expected rows are rebuilt from the source's bytes with numpy, apart from how they were written.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from triage_tui.core import fileio
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.remap import tuning
+from triage_tui.core.remap.job import VERIFY_SPAN, PhaseProgress, check_cancel
+from triage_tui.core.remap.plan import RemapPlan
+from triage_tui.core.remap.rows import InitRows, Rows, as_bytes, same_bytes, same_file_bytes, take
+from triage_tui.core.remap.writer import Entry, safetensors_metadata
+
+
+def verify_metadata(plan: RemapPlan, temp: Path, files: dict[str, list[Entry]], metadata: dict[str, str]) -> None:
+    """The provenance reads back from every output file's header."""
+    for file_name in files:
+        if safetensors_metadata(temp / file_name) != metadata:
+            raise BadInput(
+                plan.output,
+                f"verification failed: {file_name}: provenance metadata does not read back; nothing was written",
+            )
+
+
+def verify(
+    plan: RemapPlan,
+    temp: Path,
+    files: dict[str, list[Entry]],
+    init_rows: InitRows,
+    progress: PhaseProgress,
+    cancel: threading.Event | None,
+) -> int:
+    """Re-read the output through the program's reader and compare it with the source; returns bytes compared.
+
+    Raises BadInput naming the first difference: the output is then removed, never renamed into place.
+    """
+
+    def fail(what: str) -> BadInput:
+        return BadInput(plan.output, f"verification failed: {what}; nothing was written")
+
+    try:
+        written = read_checkpoint(temp)
+    except BadInput as err:
+        raise fail(f"the output does not read back ({err.what})") from None
+    expected = {entry.name: entry for entries in files.values() for entry in entries}
+    if set(written.tensors) != set(expected):
+        raise fail(f"tensor names differ: {sorted(set(written.tensors) ^ set(expected))[:5]}")
+    for name, entry in expected.items():
+        info = written.tensors[name]
+        if (info.dtype, tuple(info.shape)) != (entry.dtype, entry.shape):
+            raise fail(
+                f"{name} reads back as {info.dtype} {list(info.shape)}, expected {entry.dtype} {list(entry.shape)}"
+            )
+    run = plan.run_mapping
+    source_extents = _extents(plan.checkpoint)
+    written_extents = _extents(written)
+    compared = 0
+    for name, want in (("d2t", run.d2t().astype("<i8").view(np.uint8)), ("t2d", run.t2d().astype(bool).view(np.uint8))):
+        begin, end = written_extents[name]
+        with fileio.opened(written.tensors[name].file) as fd, fileio.mapped(fd, begin, end - begin) as got:
+            same = fileio.equal_bytes(got, want)
+            del got
+        if not same:
+            raise fail("d2t/t2d differ from the run's mapping")
+        compared += want.size
+    if (
+        written.mapping is None
+        or not np.array_equal(written.mapping.hot_ids, run.hot_ids)
+        or written.mapping.target_vocab_size != run.target_vocab_size
+    ):
+        raise fail("the output's d2t/t2d do not read back as the run's mapping")
+
+    lm_head_name = plan.lm_head_name
+    if lm_head_name in source_extents and lm_head_name in written_extents:
+        compared += _verify_lm_head_mapped(
+            plan, written, source_extents, written_extents, init_rows, fail, progress, cancel
+        )
+    else:
+        compared += _verify_lm_head_rows(plan, written, init_rows, fail, progress, cancel)
+
+    for name in expected:
+        if name in (lm_head_name, "d2t", "t2d"):
+            continue
+        if name in source_extents and name in written_extents:
+            (old_begin, old_end), (new_begin, _) = source_extents[name], written_extents[name]
+            with (
+                fileio.opened(plan.checkpoint.tensors[name].file) as old_fd,
+                fileio.opened(written.tensors[name].file) as new_fd,
+            ):
+                if not same_file_bytes(
+                    old_fd, old_begin, new_fd, new_begin, old_end - old_begin, cancel, progress, f"verifying {name}"
+                ):
+                    raise fail(f"{name} differs from the source")
+            compared += old_end - old_begin
+            continue
+        old, new = Rows(plan.checkpoint, name), Rows(written, name)
+        for lo, hi in old.windows():
+            check_cancel(cancel)
+            a, b = old.read(lo, hi), new.read(lo, hi)
+            if not same_bytes(a, b):
+                raise fail(f"{name} differs from the source")
+            compared += as_bytes(a).size
+            progress.advance(as_bytes(a).size, f"verifying {name}", VERIFY_SPAN)
+            del a, b
+    return compared
+
+
+def _extents(checkpoint) -> dict[str, tuple[int, int]]:
+    """Byte range of each tensor in a safetensors checkpoint's files; empty for a .bin checkpoint."""
+    return {name: info.data for name, info in checkpoint.tensors.items() if info.data is not None}
+
+
+def _verify_lm_head_mapped(
+    plan: RemapPlan,
+    written,
+    source_extents,
+    written_extents,
+    init_rows: InitRows,
+    fail,
+    progress: PhaseProgress,
+    cancel: threading.Event | None,
+) -> int:
+    """Each window of the new lm_head, read from the output file, against the rows it should hold.
+
+    The expected rows are taken here from the source's bytes with numpy (the write gathered them
+    with torch, maybe on a GPU), and the initialised rows are the ones the plan's init gives.
+    """
+    name = plan.lm_head_name
+    old_rows, width = plan.checkpoint.tensors[name].shape
+    row_bytes = Entry(name, plan.checkpoint.tensors[name].dtype, (1, width)).nbytes
+    (old_begin, old_end), (new_begin, new_end) = source_extents[name], written_extents[name]
+    new_rows = (new_end - new_begin) // max(1, row_bytes)
+    window_rows = max(1, tuning.WINDOW_BYTES // max(1, row_bytes))
+    with (
+        fileio.opened(plan.checkpoint.tensors[name].file) as old_fd,
+        fileio.opened(written.tensors[name].file) as new_fd,
+    ):
+        for lo in range(0, new_rows, window_rows):
+            check_cancel(cancel)
+            hi = min(new_rows, lo + window_rows)
+            sources = plan.source_rows[lo:hi]
+            copied = np.flatnonzero(sources >= 0)
+            initialised = np.flatnonzero(sources < 0)
+            want = np.empty((hi - lo, row_bytes), dtype=np.uint8)
+            if copied.size:
+                # the whole old head mapped afresh per window: only the rows taken are touched, and
+                # closing the map drops them from this process's memory
+                with fileio.mapped(old_fd, old_begin, old_end - old_begin) as old:
+                    want[copied] = old.reshape(old_rows, row_bytes)[sources[copied]]
+                    del old
+            if initialised.size:
+                want[initialised] = init_rows.rows_bytes(initialised + lo)
+            with fileio.mapped(new_fd, new_begin + lo * row_bytes, (hi - lo) * row_bytes) as got:
+                same = fileio.equal_bytes(got, want.reshape(-1))
+                if not same:
+                    wrong = lo + int(np.flatnonzero(np.any(got.reshape(-1, row_bytes) != want, axis=1))[0])
+                del got
+            if not same:
+                if plan.source_rows[wrong] >= 0:
+                    raise fail(
+                        f"lm_head row {wrong} differs from row {int(plan.source_rows[wrong])} of the source "
+                        "lm_head it copies"
+                    )
+                raise fail(f"initialised lm_head row {wrong} is not the {plan.init} row meant for it")
+            progress.advance(want.nbytes, "verifying lm_head", VERIFY_SPAN)
+            del want
+    return new_rows * row_bytes
+
+
+def _verify_lm_head_rows(
+    plan: RemapPlan, written, init_rows: InitRows, fail, progress: PhaseProgress, cancel: threading.Event | None
+) -> int:
+    """The lm_head check for a source read through torch (.bin): each window of the old head against
+    the output rows that should hold it."""
+    compared = 0
+    lm_head_name = plan.lm_head_name
+    old_head, new_head = Rows(plan.checkpoint, lm_head_name), Rows(written, lm_head_name)
+    copied_new = np.flatnonzero(plan.source_rows >= 0)
+    by_source = copied_new[np.argsort(plan.source_rows[copied_new], kind="stable")]
+    sources = plan.source_rows[by_source]
+    for lo, hi in old_head.windows():
+        check_cancel(cancel)
+        positions = by_source[np.searchsorted(sources, lo) : np.searchsorted(sources, hi)]
+        if not positions.size:
+            continue
+        want = take(old_head.read(lo, hi), plan.source_rows[positions] - lo)
+        got = new_head.gather(positions, cancel)
+        if not same_bytes(got, want):
+            first = next(i for i in range(positions.size) if not same_bytes(got[i], want[i]))
+            raise fail(
+                f"lm_head row {int(positions[first])} differs from row "
+                f"{int(plan.source_rows[positions[first]])} of the source lm_head it copies"
+            )
+        compared += as_bytes(got).size
+        progress.advance(as_bytes(got).size, "verifying lm_head", VERIFY_SPAN)
+        del want, got
+    initialised = np.flatnonzero(plan.source_rows < 0)
+    for start in range(0, initialised.size, new_head.window_rows):
+        check_cancel(cancel)
+        positions = initialised[start : start + new_head.window_rows]
+        got = new_head.gather(positions, cancel)
+        if not same_bytes(got, init_rows.rows(positions)):
+            raise fail(
+                f"an initialised lm_head row among {int(positions[0])}..{int(positions[-1])} is not the "
+                f"{plan.init} row meant for it"
+            )
+        compared += as_bytes(got).size
+        progress.advance(as_bytes(got).size, "verifying lm_head", VERIFY_SPAN)
+    return compared
