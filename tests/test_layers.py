@@ -26,8 +26,9 @@ from a sibling room of its own layer (siblings are independent):
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
 checkpoint its weight files), and so are ``events`` (reader over decode over templates and columns
 over wire and framing over crc) and ``remap`` (execute over verify and the write paths over rows
-over plan over staging and writer); nothing in core imports in a circle. The modules tests patch
-(``fileio``, ``events.tuning``, ``remap.tuning``) are imported whole, never ``from ... import name``.
+over plan over staging and writer) and ``serving`` (read and compare over one module per source
+format over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``
+and each package's ``tuning``) are imported whole, never ``from ... import name``.
 """
 
 from __future__ import annotations
@@ -94,9 +95,14 @@ REMAP = [
     ("core.remap.job", "core.remap.digest"),
     ("core.remap.tuning",),
 ]
+SERVING = [
+    ("core.serving.read", "core.serving.compare"),
+    ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
+    ("core.serving.evidence", "core.serving.tuning"),
+]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
 # and read as ``module.name`` at the call, so a monkeypatch reaches every caller wherever code moves.
-SEAM_MODULES = ("core.fileio", "core.events.tuning", "core.remap.tuning")
+SEAM_MODULES = ("core.fileio", "core.events.tuning", "core.remap.tuning", "core.serving.tuning")
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.
 CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
 
@@ -183,13 +189,21 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
 
 @pytest.mark.parametrize(
     ("layers", "within"),
-    [(ROOMS, None), (CORE, "core"), (FORMATS, "core.formats"), (EVENTS, "core.events"), (REMAP, "core.remap")],
-    ids=["rooms", "core", "formats", "events", "remap"],
+    [
+        (ROOMS, None),
+        (CORE, "core"),
+        (FORMATS, "core.formats"),
+        (EVENTS, "core.events"),
+        (REMAP, "core.remap"),
+        (SERVING, "core.serving"),
+    ],
+    ids=["rooms", "core", "formats", "events", "remap", "serving"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

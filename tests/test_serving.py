@@ -1,4 +1,4 @@
-"""Serving evidence (core/serving.py) on text in each engine's own format.
+"""Serving evidence (core/serving/) on text in each engine's own format.
 
 vLLM's log line is produced by the computation and format string of ``SpecDecodingLogging.log``
 (vllm/v1/spec_decode/metrics.py) through a ``logging.Formatter`` with vLLM's format; its and
@@ -28,16 +28,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import rank_hypotheses
-from triage_tui.core.serving import (
-    LogTail,
-    MetricsWatch,
-    ServingLog,
-    compare_serving,
-    parse_sglang_line,
-    parse_vllm_line,
-    read_serving,
-    training_estimate,
-)
+from triage_tui.core.serving.compare import compare_serving, training_estimate
+from triage_tui.core.serving.logs import LogTail, ServingLog, parse_sglang_line, parse_vllm_line
+from triage_tui.core.serving.metrics import MetricsWatch
+from triage_tui.core.serving.read import read_serving
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -571,9 +565,9 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
 
 
 def test_a_long_chunk_without_newline_does_not_end_the_read(tmp_path, monkeypatch):
-    import triage_tui.core.serving as serving
+    from triage_tui.core.serving import tuning
 
-    monkeypatch.setattr(serving, "MAX_READ_BYTES", 4096)  # one poll's read, made small
+    monkeypatch.setattr(tuning, "MAX_READ_BYTES", 4096)  # one poll's read, made small
     path = tmp_path / "mixed.log"
     # 10 KB of a runaway line (dropped), then the last line without its newline.
     path.write_bytes(b"x" * 10_000 + b"\n" + vllm_line(100, [60, 20, 4]).encode())
@@ -582,7 +576,7 @@ def test_a_long_chunk_without_newline_does_not_end_the_read(tmp_path, monkeypatc
 
 
 def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
-    from triage_tui.core.serving import ServingWatch
+    from triage_tui.core.serving.read import ServingWatch
 
     watch = ServingWatch([str(tmp_path / "later.log")])
     assert watch.poll() == (None, (f"{tmp_path / 'later.log'}: no such file (yet)",))
@@ -593,13 +587,14 @@ def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
 
 
 def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
-    import triage_tui.core.serving as serving
+    from triage_tui.core.serving import tuning
+    from triage_tui.core.serving.read import ServingWatch
 
-    monkeypatch.setattr(serving, "MAX_READ_BYTES", 1024)  # one poll's read, made small
+    monkeypatch.setattr(tuning, "MAX_READ_BYTES", 1024)  # one poll's read, made small
     path = tmp_path / "long.log"
     path.write_text("".join(vllm_line(10, [5, 1, 0]) + "\n" for _ in range(20)))
-    assert serving.ServingWatch([str(path)]).poll()[0].drafts == 200  # scan: to the end
-    tui = serving.ServingWatch([str(path)], background=True)
+    assert ServingWatch([str(path)]).poll()[0].drafts == 200  # scan: to the end
+    tui = ServingWatch([str(path)], background=True)
     first = tui.poll()[0].drafts
     assert first < 200  # the TUI catches up over polls
     polls = 1
@@ -609,7 +604,7 @@ def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
 
 
 def test_several_sources_pool_counts_and_never_mix_engines(tmp_path):
-    from triage_tui.core.serving import read_serving_sources
+    from triage_tui.core.serving.read import read_serving_sources
 
     a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
     a.write_text(vllm_line(100, [60, 20, 4]) + "\n")

@@ -22,7 +22,7 @@ from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.device import resolve_device
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
-from triage_tui.core.serving import ServingComparison
+from triage_tui.core.serving.compare import ServingComparison
 
 Progress = Callable[[float, str], None]
 
@@ -466,7 +466,7 @@ def diagnose(
     ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
     progress and ``message`` starts with the check's name, so the TUI can show one bar each.
     ``metrics`` is the scan's metrics of the run (RunStatus.metrics), for hypotheses no flag states.
-    ``serving`` (core/serving.py compare_serving) adds what the serving engine accepted.
+    ``serving`` (core/serving/compare.py compare_serving) adds what the serving engine accepted.
     ``all_chunk_orders``: the replay tries every order of the aux chunks, not only the stored one
     (it does anyway when the hidden-state check finds the chunks suspect).
     """

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from triage_tui.core.checks.result import CheckResult
 
 if TYPE_CHECKING:
-    from triage_tui.core.serving import ServingComparison
+    from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals import Flag
 
 # -- vocab_mapping_mismatch -------------------------------------------------------------------
@@ -107,7 +107,7 @@ W_MISSING_LM_HEAD = 0.9  # a random head: accept length 1.00 (sglang PR #27908)
 W_NON_FINITE = 0.9  # a NaN/inf loss is itself the failure
 W_DIVERGING = 0.6  # a rising loss: learning rate or data, the flag cannot tell which
 
-# -- serving evidence (core/serving.py) --------------------------------------------------------
+# -- serving evidence (core/serving/) --------------------------------------------------------
 # Serving acceptance collapsed to ~1 (later positions ~0): the engine rejects nearly every draft
 # token. A drafter whose rows mean other tokens (vLLM #50170), aux hidden states from other layers
 # or another capture convention (SGLang #25454, #30982), or a config flag the engine ignores
@@ -201,7 +201,7 @@ def rank_hypotheses(
 
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
     used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
-    the serving engine accepted beside the training estimate (core/serving.py); with it, the
+    the serving engine accepted beside the training estimate (core/serving/); with it, the
     hypotheses only serving speaks to (config_contract, target_mismatch) are listed too.
     """
     symptoms = [f for f in flags if f.kind in CHANCE_SYMPTOMS]

@@ -115,7 +115,7 @@ class Manifest:
     target: Path | None = None
     loss_tags: tuple[str, ...] = ()
     accuracy_tags: tuple[str, ...] = ()
-    # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving.py
+    # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving/
     serving_logs: tuple[Path, ...] = ()
     serving_metrics: str | None = None
 

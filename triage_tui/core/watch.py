@@ -41,13 +41,9 @@ from triage_tui.core.runs import (
     read_config,
 )
 from triage_tui.core.series import RunScalars
-from triage_tui.core.serving import (
-    ServingEvidence,
-    ServingWatch,
-    compare_serving,
-    serving_flags,
-    training_estimate_from_scalars,
-)
+from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
+from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.serving.read import ServingWatch
 from triage_tui.core.signals import (
     MEAN_OVER_ALL_POSITIONS,
     Activity,
@@ -93,7 +89,7 @@ class RunStatus:
     loss_tag: str | None
     accuracy_tag: str | None
     scalars: RunScalars = field(compare=False, repr=False)  # live object, for plots
-    # What the serving engine accepts (triage.toml [serving]; core/serving.py), and one line per
+    # What the serving engine accepts (triage.toml [serving]; core/serving/), and one line per
     # source that failed at the last poll (a dead metrics URL never stops the watch).
     serving: ServingEvidence | None = None
     serving_errors: tuple[str, ...] = ()

@@ -375,7 +375,7 @@ class TriageApp(App[None]):
     @work(thread=True, exclusive=True, group="check", exit_on_error=False, description="checks")
     def _run_checks(self, status: RunStatus) -> None:
         from triage_tui.core.diagnose import diagnose, resolve_inputs
-        from triage_tui.core.serving import compare_serving, training_estimate_from_scalars
+        from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
 
         path = status.info.path
         cancel = get_current_worker().cancelled_event

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
-from triage_tui.core.serving import training_estimate_from_scalars
+from triage_tui.core.serving.compare import training_estimate_from_scalars
 from triage_tui.core.watch import RunStatus
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.

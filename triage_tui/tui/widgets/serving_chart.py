@@ -1,4 +1,4 @@
-"""The selected run's serving acceptance length over time, beside its loss (core/serving.py)."""
+"""The selected run's serving acceptance length over time, beside its loss (core/serving/)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,7 @@
+"""Serving evidence: what vLLM and SGLang accepted from the drafter, in one convention (``evidence``).
+
+The rooms, top to bottom: ``read`` (sources read once or followed, pooled) and ``compare`` (serving
+against the training side: findings, flags) over ``logs``, ``metrics`` and ``meta_info`` (one module
+per source format) over ``evidence`` (the typed results and the convention) and ``tuning`` (read
+bounds). Importers name the module that holds what they use; this package re-exports nothing.
+"""

@@ -1,0 +1,242 @@
+"""Serving against training: the training side's estimate, and what their difference concludes.
+
+The thresholds are named constants with the reasons for their sizes; the findings become run
+flags (``serving_flags``) and feed the hypotheses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from triage_tui.core.serving.evidence import ServingEvidence, finite_number
+
+if TYPE_CHECKING:
+    from triage_tui.core.signals import Flag
+
+# -- conclusions ----------------------------------------------------------------------------
+# "Collapsed": the drafter's tokens are essentially never accepted. vLLM #50170 and SGLang
+# #25454 report 1.00-1.05 with every later position at 0; a working EAGLE-3 drafter with 3+
+# speculative tokens sits at 2-4. 1.15 leaves room for a few lucky tokens of a broken drafter.
+COLLAPSED_LENGTH = 1.15
+# ... and every position after the first below this (when the source has positions).
+COLLAPSED_LATER_POSITION = 0.05
+# "Disagree": the training-side estimate and serving differ by at least this many tokens of
+# acceptance length and by this factor. Half a token is more than the interval-to-interval
+# noise of a serving log (prompts differ) and smaller than the gap of a wrong target.
+DISAGREE_TOKENS = 0.5
+DISAGREE_RATIO = 1.4
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """Acceptance length as the run's own per-position accuracies predict it."""
+
+    acceptance_length: float
+    per_position: tuple[float, ...]  # unconditional: P(first i+1 draft tokens all correct)
+    tags: tuple[str, ...]
+    step: int | None
+    arithmetic: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "acceptance_length": finite_number(self.acceptance_length),
+            "per_position": [finite_number(p) for p in self.per_position],
+            "tags": list(self.tags),
+            "step": self.step,
+            "arithmetic": self.arithmetic,
+        }
+
+    def truncated(self, k: int) -> TrainingEstimate:
+        """The estimate for a server that drafts only k tokens."""
+        if k <= 0 or k >= len(self.per_position):
+            return self
+        per_position = self.per_position[:k]
+        return replace(
+            self,
+            acceptance_length=1.0 + sum(per_position),
+            per_position=per_position,
+            arithmetic=f"{self.arithmetic}; first {k} positions (the server drafts {k})",
+        )
+
+
+# Per-position accuracies are found by the trainers' metric-names table (core/metric_names.py).
+# speculators' full_acc_k is already unconditional (its correct mask is ANDed with the previous
+# steps': speculators/models/metrics.py compute_accuracy_single_step); every other per-position
+# accuracy (SpecForge's acc_i and per_position_acc/i, speculators' cond_acc_k, EAGLE's, ModelOpt's)
+# is taken as step i's accuracy given the earlier steps, and chained as a product, as SpecForge's
+# own simulated acceptance does (specforge/eval/evaluator.py _simulated_acc_len).
+_UNCONDITIONAL = ("full_acc",)
+_HELD_OUT = ("eval", "val", "valid", "validation", "test")
+
+
+def training_estimate(
+    tags: Iterable[str], last_value: Callable[[str], tuple[int, float] | None]
+) -> TrainingEstimate | None:
+    """The estimate from the latest per-position accuracies, or None when the run logs none.
+
+    ``last_value(tag)`` returns the tag's last (step, value). Held-out series come before train.
+    """
+    from triage_tui.core.metric_names import match_trainer, position_of
+
+    tags = list(tags)
+    trainer = match_trainer(tags)
+    if trainer is None:
+        return None
+    names = [name for name in trainer.accuracy if "{" in name]
+    names.sort(key=lambda name: name.split("/", 1)[0].lower() not in _HELD_OUT)  # stable: table order kept
+    for name in names:
+        found = {p: tag for tag in tags if (p := position_of(name, tag)) is not None}
+        k = 0
+        while k in found:
+            k += 1
+        if k == 0:
+            continue
+        chosen = [found[i] for i in range(k)]
+        points = [point for tag in chosen if (point := last_value(tag)) is not None and math.isfinite(point[1])]
+        if len(points) != len(chosen):
+            continue
+        values = [min(max(p[1], 0.0), 1.0) for p in points]
+        if any(word in name for word in _UNCONDITIONAL):
+            per_position = tuple(values)
+            arithmetic = f"1 + sum of {name} over positions 0..{k - 1} (already P(first i+1 correct))"
+        else:
+            running, chained = 1.0, []
+            for value in values:
+                running *= value
+                chained.append(running)
+            per_position = tuple(chained)
+            arithmetic = (
+                f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
+                f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
+                f"leaves out the 1)"
+            )
+        step = max(p[0] for p in points)
+        return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
+    return None
+
+
+def training_estimate_from_scalars(scalars: Any) -> TrainingEstimate | None:
+    """training_estimate over a RunScalars (core/series.py)."""
+
+    def last_value(tag: str) -> tuple[int, float] | None:
+        series = scalars.get(tag)
+        last = series.last() if series is not None and len(series) else None
+        return (int(last[0]), float(last[2])) if last is not None else None
+
+    return training_estimate(scalars.tags(), last_value)
+
+
+@dataclass(frozen=True)
+class ServingFinding:
+    """A conclusion from the serving evidence, with its numbers in the message."""
+
+    kind: str  # "acceptance_collapsed" | "serving_below_training" | "serving_above_training"
+    value: float
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": finite_number(self.value), "message": self.message}
+
+
+@dataclass(frozen=True)
+class ServingComparison:
+    """Serving evidence beside the training estimate, and what the two say together."""
+
+    serving: ServingEvidence
+    training: TrainingEstimate | None
+    findings: tuple[ServingFinding, ...] = field(default=())
+
+    def finding(self, kind: str) -> ServingFinding | None:
+        return next((f for f in self.findings if f.kind == kind), None)
+
+    def to_json(self) -> dict[str, Any]:
+        document = self.serving.to_json()
+        document["training_estimate"] = self.training.to_json() if self.training is not None else None
+        document["findings"] = [f.to_json() for f in self.findings]
+        return document
+
+
+def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None) -> ServingComparison:
+    """Flag a collapsed acceptance and a training estimate far from what the server accepts."""
+    findings: list[ServingFinding] = []
+    length = serving.acceptance_length
+    if length is not None:
+        later = serving.per_position[1:]
+        if length <= COLLAPSED_LENGTH and all(p <= COLLAPSED_LATER_POSITION for p in later):
+            positions = (
+                ", per position " + ", ".join(f"{p:.3f}" for p in serving.per_position) if serving.per_position else ""
+            )
+            counts = (
+                f" ({serving.accepted} accepted of {serving.drafts} drafts)"
+                if serving.drafts is not None and serving.accepted is not None
+                else ""
+            )
+            findings.append(
+                ServingFinding(
+                    "acceptance_collapsed",
+                    length,
+                    f"{serving.engine} accepts almost nothing from the drafter: acceptance length {length:.2f}"
+                    f"{counts}{positions} (collapsed: <= {COLLAPSED_LENGTH} with later positions <= "
+                    f"{COLLAPSED_LATER_POSITION})",
+                )
+            )
+        if training is not None:
+            # Compare over the positions both sides have: a server drafting fewer tokens than the
+            # run trained for gets the estimate's first k; one drafting more gets its own first k.
+            k = len(serving.per_position)
+            estimate = training.truncated(k) if k else training
+            served, over = length, ""
+            if k > len(training.per_position):
+                k = len(training.per_position)
+                served = 1.0 + sum(serving.per_position[:k])
+                over = f" over the first {k} position{'s' if k > 1 else ''}"
+            gap = estimate.acceptance_length - served
+            ratio = max(estimate.acceptance_length, served) / max(min(estimate.acceptance_length, served), 1e-9)
+            if abs(gap) >= DISAGREE_TOKENS and ratio >= DISAGREE_RATIO:
+                tags = ", ".join(estimate.tags)
+                if gap > 0:
+                    findings.append(
+                        ServingFinding(
+                            "serving_below_training",
+                            gap,
+                            f"training estimates acceptance length {estimate.acceptance_length:.2f} from {tags} "
+                            f"at step "
+                            f"{estimate.step}, {serving.engine} accepts {served:.2f}{over}: the served target or the "
+                            f"engine's reading of the drafter differs from training",
+                        )
+                    )
+                else:
+                    findings.append(
+                        ServingFinding(
+                            "serving_above_training",
+                            -gap,
+                            f"{serving.engine} accepts {served:.2f}{over}, training estimates only "
+                            f"{estimate.acceptance_length:.2f} from {tags} at step {estimate.step}: the drafter works, "
+                            f"the training metric does not measure it",
+                        )
+                    )
+    return ServingComparison(serving, training, tuple(findings))
+
+
+# Severity of each finding as a run flag (scan, the TUI): a collapsed acceptance means the drafter
+# buys nothing in production; a disagreement says one of the two numbers is not what it seems.
+FLAG_SEVERITY = {
+    "acceptance_collapsed": "critical",
+    "serving_below_training": "warning",
+    "serving_above_training": "warning",
+}
+
+
+def serving_flags(comparison: ServingComparison) -> list[Flag]:
+    """The findings as run flags: ``serving_acceptance_collapsed``, ``serving_below_training``, ..."""
+    from triage_tui.core.signals import Flag
+
+    flags = []
+    for finding in comparison.findings:
+        kind = finding.kind if finding.kind.startswith("serving_") else f"serving_{finding.kind}"
+        step = comparison.training.step if comparison.training is not None and "training" in kind else None
+        flags.append(Flag(kind, FLAG_SEVERITY[finding.kind], None, step, finding.value, finding.message))
+    return flags
