@@ -182,6 +182,14 @@ def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
     assert result.status == "pass"
 
 
+def test_without_a_checkpoint_no_config_is_blamed(world):
+    """sample_runs/diverged names no checkpoint (`checkpoint -`): there is no config to lack the layer ids."""
+    _, dumps, target = world
+    result = check_hidden_state(None, dumps, target)
+    assert "aux_layer_ids_missing" not in _kinds(result)
+    assert "config" not in result.summary
+
+
 def test_draft_hidden_size_differs_from_the_target_without_declaring_it(tmp_path, world):
     _, dumps, target = world
     checkpoint = write_checkpoint(tmp_path / "narrow", hidden=32, target_hidden=HT, declare_target_hidden=False)

@@ -298,7 +298,8 @@ def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
     # are SpecForge's hook ids and what sglang reads with +1 (output-of).
     config_convention = "capture_before" if getattr(checkpoint, "layout", None) == "speculators" else "output_of"
     if config_ids is None:
-        if num_layers:
+        # No checkpoint, no config to fault (the run names none: `checkpoint -`); a checkpoint without the field is.
+        if num_layers and checkpoint is not None:
             default = (1, num_layers // 2 - 1, num_layers - 4)
             issue(
                 "aux_layer_ids_missing",
