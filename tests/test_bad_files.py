@@ -245,3 +245,48 @@ def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
     # Two watched paths: a link from one into the other is followed.
     names = {info.path for info in discover_runs([root], watched=[elsewhere], strict=False)}
     assert names == {root / "run", root / "out" / "other"} or names == {root / "run", elsewhere / "other"}
+
+
+def _failing_reads(monkeypatch, bad: Path, error: BaseException) -> None:
+    """The reader's one read seam (fileio.read_into) fails for one file, as a failing disk does."""
+    from triage_tui.core import fileio
+
+    real = fileio.read_into
+
+    def read_into(handle, view):
+        if os.path.samestat(os.fstat(handle.fileno()), os.stat(bad)):
+            raise error
+        return real(handle, view)
+
+    monkeypatch.setattr(fileio, "read_into", read_into)
+
+
+def test_an_io_error_in_an_event_file_names_the_file_and_the_other_runs_go_on(tmp_path, monkeypatch, capsys):
+    """`OSError: [Errno 5] Input/output error` was said of the run (or of nothing); it is the file."""
+    import errno
+
+    from triage_tui.cli import main
+
+    write_scalars(tmp_path / "good", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    bad_run = tmp_path / "bad"
+    write_scalars(bad_run, {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    (bad_file,) = bad_run.glob("*tfevents*")
+    _failing_reads(monkeypatch, bad_file, OSError(errno.EIO, "Input/output error"))
+    assert main(["scan", "--json", str(tmp_path)]) == 0
+    runs = {run["name"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["good"]["last_step"] == 9 and not runs["good"]["flags"]
+    (flag,) = runs["bad"]["flags"]
+    assert (flag["kind"], flag["message"]) == ("unreadable_file", f"{bad_file}: cannot read it: Input/output error")
+    assert main(["scalars", str(bad_run)]) == 0
+    assert f"triage scalars: {bad_file}: cannot read it: Input/output error" in capsys.readouterr().err
+
+
+def test_an_unexpected_reader_error_in_scan_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    from triage_tui.cli import main
+
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    (bad_file,) = (tmp_path / "run").glob("*tfevents*")
+    _failing_reads(monkeypatch, bad_file, ValueError("a reader bug"))
+    assert main(["scan", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"triage: {bad_file}: cannot read it: ValueError: a reader bug\n"

@@ -62,8 +62,9 @@ class RunSources:
 
     @property
     def problems(self) -> dict[Path, str]:
-        """Files that could not be read, and why (W&B files only; event files are counted in stats)."""
-        return dict(self.wandb.problems) if self.wandb is not None else {}
+        """Files that could not be read, and why: an I/O error in an event file, any in a W&B file
+        (an event file that cannot be opened is only counted in stats, as TensorBoard skips it)."""
+        return {**self.events.problems, **(self.wandb.problems if self.wandb is not None else {})}
 
     @property
     def damaged(self) -> dict[Path, int]:

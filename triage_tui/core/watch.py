@@ -441,10 +441,14 @@ class Watcher:
         try:
             tracked.events.poll()
             tracked.read_error = None
-        except Exception as err:  # noqa: BLE001 - one run's unreadable file must not stop the watch of the others
+        except Exception as err:
+            # One run's unreadable file must not stop the watch of the others. A reader names the
+            # file (BadInput); anything else is said of the run.
+            if not isinstance(err, BadInput):
+                err = BadInput(tracked.info.path, f"cannot read its scalars: {type(err).__name__}: {err}")
             if self.strict:
-                raise BadInput(tracked.info.path, f"cannot read its scalars: {type(err).__name__}: {err}") from None
-            tracked.read_error = f"{tracked.info.path}: cannot read its scalars: {type(err).__name__}: {err}"
+                raise err from None
+            tracked.read_error = err.line()
         scalars = tracked.events.scalars
         wandb = tracked.events.wandb
         if wandb is not None and wandb.config_version != tracked.wandb_config_version:

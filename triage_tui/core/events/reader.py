@@ -104,6 +104,7 @@ class RunEvents:
         self._decoder = Decoder()
         self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self.damaged: dict[Path, int] = {}  # file -> damaged records dropped from it, every poll so far
+        self.problems: dict[Path, str] = {}  # file -> why its last read failed (an I/O error)
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -158,7 +159,17 @@ class RunEvents:
                 self._forget_all()
                 stats.resets += 1
             for state in self._files.values():
-                self._read(state, stats)
+                try:
+                    self._read(state, stats)
+                except OSError as err:
+                    # EIO from a failing disk, ...: this file named, its points so far kept, the
+                    # run's other files read on; the next poll tries it again.
+                    stats.unreadable_files += 1
+                    self.problems[state.path] = f"cannot read it: {err.strerror or err}"
+                    continue
+                except Exception as err:  # a reader bug: said of the file that caused it
+                    raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
+                self.problems.pop(state.path, None)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             if stats.bytes_read >= _TRIM_AFTER_BYTES:
