@@ -300,3 +300,19 @@ def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):  # no
         execute_remap(plan, device="cpu", progress=progress)
     assert flipped == ["verifying lm_head"]  # before fc.weight was compared
     assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["remap", "keep-checkpoint-mapping"])
+def test_an_out_on_a_filesystem_that_stores_no_files_says_so(world, capsys, keep):  # noqa: F811
+    """`--out /proc/x` said "needs 0.00 GB for x but only 0.00 GB is free" (remap), or was a
+    FileNotFoundError traceback from mkdtemp (--keep-checkpoint-mapping)."""
+    argv = (
+        [str(world["source"]), "--keep-checkpoint-mapping", "--out", "/proc/x"]
+        if keep
+        else _args(world, Path("/proc/x"), "--init-missing", "zeros")
+    )
+    code, stdout, err = run_cli(argv, capsys)
+    assert (code, stdout) == (2, "")
+    assert (
+        err == "triage: /proc: is on a filesystem that stores no files (such as /proc or /sys): choose another --out\n"
+    )

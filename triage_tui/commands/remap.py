@@ -6,6 +6,7 @@ import argparse
 import atexit
 import gc
 import json
+import os
 import signal
 import sys
 
@@ -74,7 +75,38 @@ def _say(line: str) -> None:
     print(printable(line))
 
 
+def _check_out(out: str | None) -> None:
+    """``--out`` on a filesystem that holds no files (/proc, /sys) read as "needs 0.00 GB but only
+    0.00 GB is free", or a traceback: said as what it is, before anything is read or written."""
+    from triage_tui.core.errors import BadInput
+
+    if out is None:
+        return  # the default lies beside the checkpoint
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(out)))
+    try:
+        blocks = os.statvfs(parent).f_blocks
+    except OSError:
+        return  # a missing or unreadable directory: the remap itself says which
+    if blocks == 0:
+        raise BadInput(parent, "is on a filesystem that stores no files (such as /proc or /sys): choose another --out")
+
+
 def run(args: argparse.Namespace) -> int:
+    from triage_tui.core.errors import BadInput
+
+    _check_out(args.out)
+    try:
+        return _run(args)
+    except OSError as err:
+        # An OSError that escaped the remap with its file named (mkdir on a read-only filesystem, ...):
+        # one line naming it, exit 2. The output is written into a temporary directory first, so
+        # the failed step left nothing behind.
+        if err.filename is None:
+            raise
+        raise BadInput(err.filename, err.strerror or str(err)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.remap.keep import keep_checkpoint_mapping
