@@ -3,7 +3,7 @@
 Builds in benchmarks/.work/checks/ (deleted at the end unless --keep), each in a child process:
 - the Kimi-K2-shaped EAGLE-3 drafter of bench_remap.py (hidden 7168, draft vocab 32 000, target
   vocab 163 840, bf16 safetensors, d2t/t2d of the story's checkpoint mapping) and the run's
-  mapping as SpecForge's .pt (252 / 32 000 positions agree, tests/story_mappings.py);
+  mapping as SpecForge's .pt (252 / 32 000 positions agree, tests/builders/mappings.py);
 - a target model directory as a K2-sized checkpoint names its head: a sharded safetensors index
   whose shards hold ``model.embed_tokens.weight`` and ``lm_head.weight`` [163 840, 7168] bf16 and
   ``model.norm.weight`` (the transformer layers are left out: no check reads them);

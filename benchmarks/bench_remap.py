@@ -4,7 +4,7 @@ Builds a drafter shaped like a Kimi-K2 EAGLE-3 drafter in benchmarks/.work/remap
 hidden 7168, draft vocab 32 000, target vocab 163 840, bf16, SpecForge ``midlayer.*`` names,
 64 query / 8 key-value heads of 128, MLP intermediate 12 288 (chosen to land the file in the
 1-2 GB range), ``lm_head`` [32 000, 7168]. The source carries the story's checkpoint mapping
-(tests/story_mappings.py) and is remapped to the run's mapping with the default init (mean).
+(tests/builders/mappings.py) and is remapped to the run's mapping with the default init (mean).
 
 Each round times, as separate processes:
 - ``cp -r SRC DST`` (what a user would otherwise run to get a second copy),
@@ -45,7 +45,7 @@ REPO = HERE.parent
 HIDDEN = 7168
 HEADS, KV_HEADS, HEAD_DIM = 64, 8, 128
 INTERMEDIATE = 12_288
-DRAFT_VOCAB, TARGET_VOCAB = 32_000, 163_840  # the story's sizes (tests/story_mappings.py)
+DRAFT_VOCAB, TARGET_VOCAB = 32_000, 163_840  # the story's sizes (tests/builders/mappings.py)
 REPEATS = 3
 WORK = HERE / ".work" / "remap"  # only this benchmark's own folder: others share benchmarks/.work
 
@@ -133,7 +133,7 @@ def build_drafter(root: Path) -> None:
     from safetensors.torch import save_file
 
     sys.path.insert(0, str(REPO / "tests"))
-    from story_mappings import story_mappings
+    from builders.mappings import story_mappings
     from triage_tui.core.formats.mapping import write_mapping_pt
 
     ckpt_mapping, run_mapping = story_mappings()

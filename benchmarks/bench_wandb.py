@@ -128,7 +128,7 @@ print(json.dumps({"best": min(times), "median": statistics.median(times), "point
 
 def child(code: str, *args: str) -> dict:
     """Run `code` in a fresh interpreter (offline W&B environment); its JSON line."""
-    from wandb_writers import offline_env
+    from builders.wandb_runs import offline_env
 
     out = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=offline_env(), check=False
@@ -170,7 +170,7 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="triage-bench-wandb-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        from wandb_writers import offline_env
+        from builders.wandb_runs import offline_env
 
         started = time.perf_counter()
         subprocess.run(
@@ -185,7 +185,7 @@ def main() -> None:
 
         from wandb.util import get_core_path
 
-        from wandb_writers import WANDB_CLI
+        from builders.wandb_runs import WANDB_CLI
 
         # `wandb leet inspect --json FILE` as a user types it, and the wandb-core command it runs
         # (wandb/cli/leet.py: launch_inspect), without the CLI's own start-up.

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tb_writers import write_scalars
+from builders.tensorboard import write_scalars
 from triage_tui.core.errors import BadInput
 from triage_tui.core.watch import Watcher
 

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
-from sample_copy import copy_samples
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.samples import copy_samples
 from triage_tui.core.diagnose import CHECK_NAMES, diagnose, resolve_inputs
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.errors import BadInput

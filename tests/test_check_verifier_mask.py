@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.vocab import VocabMapping
 

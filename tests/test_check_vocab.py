@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from story_mappings import DRAFT_VOCAB, ONLY_IN_CHECKPOINT, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, ONLY_IN_CHECKPOINT, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
 from triage_tui.core.checks.vocab import MIN_POSITIONAL_MATCH_FRACTION, check_vocab_mapping
 from triage_tui.core.vocab import VocabMapping
 

@@ -19,7 +19,7 @@ import pytest
 import tensorboardX
 from torch.utils.tensorboard import SummaryWriter
 
-from tb_writers import write_drafter_checkpoint
+from builders.tensorboard import write_drafter_checkpoint
 from triage_tui.core import curve_shapes
 from triage_tui.core.curve_shapes import checkpoint_step
 from triage_tui.core.watch import Watcher

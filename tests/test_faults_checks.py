@@ -2,7 +2,7 @@
 
 The readers' own test (test_formats_checkpoint.py::test_nan_weights_are_read) shows such a
 checkpoint is read as it is; this one follows it through every check and the CLI: the story run
-(tests/tui_support.py) with its drafter re-saved by safetensors with NaN in fc.weight and in 100
+(tests/builders/tui.py) with its drafter re-saved by safetensors with NaN in fc.weight and in 100
 lm_head rows, plus SpecForge dumps and a target, so the replay runs too.
 """
 
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from story_mappings import POSITIONAL_MATCH
+from builders.mappings import POSITIONAL_MATCH
+from builders.tui import story_run
 from test_formats_hidden_states import write_specforge
 from test_formats_target import layer_tensors, llama_config, target_tensors, write_sharded
-from tui_support import story_run
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tb_writers import open_writer, write_scalars
+from builders.tensorboard import open_writer, write_scalars
 from test_events_support import records
 from triage_tui.core import fileio
 from triage_tui.core import runs as runs_module

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats import weights as weights_module
 from triage_tui.core.formats.checkpoint import read_checkpoint

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt

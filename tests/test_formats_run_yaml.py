@@ -62,7 +62,7 @@ def test_anything_else_is_one_line_naming_the_file(tmp_path, content, says):
 
 
 def test_a_broken_run_yaml_is_a_note_in_check(tmp_path):
-    from tb_writers import write_scalars
+    from builders.tensorboard import write_scalars
 
     run = tmp_path / "run"
     write_scalars(run, {"train/loss_0": [(i, 6.9) for i in range(3)]})

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from story_mappings import TARGET_VOCAB
+from builders.mappings import TARGET_VOCAB
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.target import read_target
 

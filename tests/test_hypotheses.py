@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from story_mappings import TARGET_VOCAB, story_mappings
+from builders.mappings import TARGET_VOCAB, story_mappings
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping

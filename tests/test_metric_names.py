@@ -89,9 +89,9 @@ log.close()
 
 
 def test_specforge_logging_to_wandb_is_recognised_and_flagged(tmp_path):
-    from tb_writers import write_drafter_checkpoint
+    from builders.tensorboard import write_drafter_checkpoint
+    from builders.wandb_runs import run_script
     from triage_tui.core.watch import Watcher
-    from wandb_writers import run_script
 
     out = tmp_path / "out"
     write_drafter_checkpoint(out / "epoch_0_step_1000")
@@ -133,8 +133,8 @@ wandb.finish()
 
 
 def test_speculators_logging_to_wandb_is_recognised(tmp_path):
+    from builders.wandb_runs import run_script
     from triage_tui.core.watch import Watcher
-    from wandb_writers import run_script
 
     run_script(SPECULATORS_RUN, str(tmp_path))
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once(now=time.time())
@@ -171,8 +171,8 @@ wandb.finish()
 
 def test_hf_trainer_logging_to_wandb_is_keyed_by_its_global_step(tmp_path):
     """transformers' own WandbCallback: define_metric("*", step_metric="train/global_step")."""
+    from builders.wandb_runs import run_script
     from triage_tui.core.watch import Watcher
-    from wandb_writers import run_script
 
     out = tmp_path / "out"
     run_script(HF_TRAINER_RUN, str(out), timeout=300)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tb_writers import write_scalars
+from builders.tensorboard import write_scalars
 from test_events_support import frame, scalar_event
 from triage_tui.core import parallel_read
 from triage_tui.core.events.reader import RunEvents, find_event_files

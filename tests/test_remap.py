@@ -24,7 +24,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from story_mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB, story_mappings
 from test_formats_checkpoint import HIDDEN, drafter_config, drafter_state, write_drafter
 from triage_tui import __version__
 from triage_tui.commands import remap as remap_command

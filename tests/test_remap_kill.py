@@ -24,7 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from story_mappings import story_mappings
+from builders.mappings import story_mappings
 from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from triage_tui.core.formats.mapping import write_mapping_pt
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from triage_tui.core.checks.replay import CHUNK_ORDERS, replay_accuracy, run_replay
 from triage_tui.core.drafter import (
     DrafterConfig,

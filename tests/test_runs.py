@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tb_writers import age_tree, write_drafter_checkpoint, write_scalars, write_specforge_output
+from builders.tensorboard import age_tree, write_drafter_checkpoint, write_scalars, write_specforge_output
 from triage_tui.core import runs as runs_module
 from triage_tui.core.errors import BadInput
 from triage_tui.core.runs import ListingCache, discover_runs, load_manifest

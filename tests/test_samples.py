@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from sample_copy import COMMITTED, copy_samples, generated_paths, tracked_sample_files
+from builders.samples import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import read_event_file
@@ -259,7 +259,7 @@ committed = pytest.mark.skipif(not (COMMITTED / "GENERATED.json").is_file(), rea
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
-    """The generator's files of sample_runs/, copied: what a user added there is not seen (sample_copy.py)."""
+    """The generator's files of sample_runs/, copied: what a user added there is not seen (builders/samples.py)."""
     return copy_samples(tmp_path_factory.mktemp("sample_runs"))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tb_writers import write_scalars
+from builders.tensorboard import write_scalars
 from test_signals import STEPS, T0, story_series
 
 ROOT = Path(__file__).resolve().parents[1]

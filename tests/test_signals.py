@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tb_writers import write_scalars
+from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs import Manifest
 from triage_tui.core.signals import (

@@ -1,4 +1,4 @@
-"""The trainers' own layouts, made by their own code (tests/trainer_runs.py says which function
+"""The trainers' own layouts, made by their own code (tests/builders/trainers.py says which function
 made what): each is one run with the right chance line, and `check` finds the vocab-mapping bug
 with the exact numbers in the buggy fine-tune and nothing in the healthy control."""
 
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainer_runs import (
+from builders.trainers import (
     DRAFT_VOCAB,
     RUN_ID,
     STEPS,
@@ -100,7 +100,7 @@ def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
     from specforge.training.model_loading import warm_start_draft_model
 
-    from trainer_runs import _draft_config
+    from builders.trainers import _draft_config
 
     run = specforge_buggy
     step_dir = run.output / f"{RUN_ID}-step{STEPS[0]}"
@@ -282,7 +282,7 @@ def test_trainers_that_average_over_valid_positions_keep_ln_v(hf_output):
 
 @pytest.fixture(scope="session")
 def speculators_output(tmp_path_factory):
-    from trainer_runs import speculators_run
+    from builders.trainers import speculators_run
 
     return speculators_run(tmp_path_factory.mktemp("spec") / "k25")
 
@@ -306,7 +306,7 @@ def test_speculators_save_path_beside_log_dir_is_one_run_with_its_config_and_ver
 
 @pytest.fixture(scope="session")
 def speculators_finetune_output(tmp_path_factory):
-    from trainer_runs import speculators_finetune
+    from builders.trainers import speculators_finetune
 
     return speculators_finetune(tmp_path_factory.mktemp("spec-ft") / "k25")
 

@@ -1,4 +1,4 @@
-"""Pilot tests of the TUI on runs written by the real writers (tests/tui_support.py).
+"""Pilot tests of the TUI on runs written by the real writers (tests/builders/tui.py).
 
 Each test drives the real app (real Watcher thread, real diagnose(), real remap) with key
 presses and asserts on what it holds and shows.
@@ -17,8 +17,15 @@ import pytest
 from safetensors import safe_open
 from textual.widgets import TabbedContent
 
-from sample_copy import copy_samples
-from story_mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
+from builders.mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
+from builders.samples import copy_samples
+from builders.tui import (
+    ACC_TAG,
+    LOSS_TAG,
+    STEP_EVERY,
+    healthy_run,
+    story_run,
+)
 from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
@@ -26,13 +33,6 @@ from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
-from tui_support import (
-    ACC_TAG,
-    LOSS_TAG,
-    STEP_EVERY,
-    healthy_run,
-    story_run,
-)
 from waiting import wait_for
 
 SIZE = (80, 24)
@@ -589,7 +589,7 @@ async def test_a_new_run_appears_once_and_rings_once_whatever_order_its_files_la
 
 
 async def test_age_column_follows_the_clock(runs_root):
-    from tui_support import FROZEN_NOW
+    from builders.tui import FROZEN_NOW
 
     clock = [FROZEN_NOW]
     app = make_app(runs_root, now=lambda: clock[0])
@@ -664,7 +664,7 @@ async def test_numbers_found_after_the_run_are_drawn_whole(tmp_path, size):
         await pilot.pause()
         table = app.main.query_one(RunsTable)
         assert "–" in table_lines(table)[1]
-        from tui_support import write_scalars
+        from builders.tui import write_scalars
 
         write_scalars(run / "runs", [12.148, 12.152], [0.0533, 0.643])
         await polled(pilot, rescan=True)
@@ -825,7 +825,7 @@ def screen_text(app) -> list[str]:
 
 async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_marked(tmp_path):
     healthy_run(tmp_path, "a-diverged")
-    from tui_support import write_scalars
+    from builders.tui import write_scalars
 
     write_scalars(tmp_path / "a-diverged" / "runs", [3.0, 2.5, float("nan"), float("nan")], [0.3] * 4, first_point=60)
     app = make_app(tmp_path)

@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
+from builders.tui import healthy_run, story_run
 from test_serving import REPO, vllm_line
 from test_tui import SIZE, loaded, make_app, polled, wait_for
 from triage_tui.tui.widgets.serving_chart import ServingChart
-from tui_support import healthy_run, story_run
 
 WIDE = (160, 45)
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from story_mappings import DRAFT_VOCAB, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
 from triage_tui.core.vocab import VocabMapping
 
 

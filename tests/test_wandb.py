@@ -14,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_writers import write_drafter_checkpoint, write_scalars
-from triage_tui.core.runs import discover_runs
-from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb_history import WandbHistory
-from triage_tui.core.watch import Watcher
-from wandb_writers import (
+from builders.tensorboard import write_drafter_checkpoint, write_scalars
+from builders.wandb_runs import (
     REPO,
     leet_points,
     offline_env,
@@ -28,6 +24,10 @@ from wandb_writers import (
     start_script,
     write_run,
 )
+from triage_tui.core.runs import discover_runs
+from triage_tui.core.sources import RunSources
+from triage_tui.core.wandb_history import WandbHistory
+from triage_tui.core.watch import Watcher
 
 V = 32_000
 LN_V = math.log(V)

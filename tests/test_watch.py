@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from tb_writers import open_writer, write_drafter_checkpoint, write_scalars
+from builders.tensorboard import open_writer, write_drafter_checkpoint, write_scalars
 from triage_tui.core.watch import RunStatus, Watcher
 
 LN_32000 = math.log(32_000)

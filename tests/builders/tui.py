@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
-from story_mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 
 WALLTIME0 = 1_750_000_000.0

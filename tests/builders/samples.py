@@ -14,7 +14,7 @@ from pathlib import Path
 
 from triage_tui.samples.generate import EVENT_FILE_PATTERN, SampleSpec, expected_files
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "sample_runs"
 
 

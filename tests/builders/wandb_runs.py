@@ -19,7 +19,7 @@ import pytest
 
 wandb = pytest.importorskip("wandb", reason="the optional extra triage-tui[wandb] is not installed")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WANDB_CLI = Path(sys.executable).parent / "wandb"
 
 
