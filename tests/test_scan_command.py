@@ -81,8 +81,25 @@ def test_human_line_names_the_flags(tmp_path):
     result = scan(tmp_path / "k2")
     assert result.returncode == 1
     (line,) = result.stdout.splitlines()
-    assert line.startswith("✗ k2")
     assert "vs ln 32000 = 10.37" in line and "loss_above_chance" in line and "accuracy_at_chance" in line
+
+
+def test_scan_writes_status_and_accuracy_as_the_tui_does(tmp_path):
+    """One symbol set and one number format: the glyph of the TUI's runs table, accuracy in percent."""
+    from triage_tui.core.watch import Watcher
+    from triage_tui.tui.view_data import RowCache
+    from triage_tui.tui.widgets.runs_table import row_cells
+
+    write_series(tmp_path / "k2", story_series())
+    write_series(tmp_path / "healthy", healthy_series())
+    lines = {line.split()[1]: line for line in scan(tmp_path).stdout.splitlines()}
+    statuses = {s.info.name: s for s in Watcher([tmp_path], use_watchdog=False).poll_once()}
+    for name, line in lines.items():
+        glyph, _, _, _, _, _, accuracy, _ = (cell.plain for cell in row_cells(RowCache().row(statuses[name]), 0.0))
+        assert line.startswith(f"{glyph} {name}"), (glyph, line)
+        assert re.search(rf"train/acc_0 {re.escape(accuracy)}(\s|$)", line), (accuracy, line)
+        assert accuracy.endswith("%")
+    assert lines["k2"].startswith("✖") and lines["healthy"].startswith("●")
 
 
 def test_vocab_size_flag_moves_the_chance_line(tmp_path):

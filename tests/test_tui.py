@@ -354,6 +354,43 @@ async def test_help_lists_every_key_in_context(runs_root):
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
 
 
+@pytest.mark.parametrize("size", [(100, 50), (200, 50)])
+async def test_help_headings_are_whole(runs_root, size):
+    """Each group's heading ("in the focused RunsTable") is drawn whole, not cut to the key column."""
+    app = make_app(runs_root)
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        shown = "\n".join(screen_text(app))
+        for where in dict.fromkeys(where for where, _, _, _ in app.screen.rows):
+            assert f" {where} " in shown, (where, shown)
+
+
+async def test_a_healthy_runs_action_tab_offers_no_remap(tmp_path):
+    """The vocab check passed: the Action tab says there is nothing to remap, and neither the footer
+    nor the help offers `m` (it would only say why not)."""
+    runs = copy_samples(tmp_path / "sample_runs", ("healthy",))
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await checked(pilot)
+        diagnosis = app.diagnoses[app.rows[0].path]
+        assert diagnosis.checks["vocab_mapping"].status == "pass"
+        await pilot.press("h", "enter")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
+        assert app.screen.hypothesis.id == "vocab_mapping_mismatch"
+        await pilot.press("3")
+        await pilot.pause()
+        assert "Nothing to remap" in _plain(app.screen.query_one("#action-body"))
+        assert not app.screen.query(".command")
+        assert "m" not in app.screen.active_bindings
+        assert "Remap" not in screen_text(app)[-1]  # the footer
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        assert not any("lm_head" in what for _, _, what, _ in app.screen.rows)
+
+
 async def test_slash_filters_runs(runs_root):
     app = make_app(runs_root)
     async with app.run_test(size=SIZE) as pilot:

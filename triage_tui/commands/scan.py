@@ -11,11 +11,10 @@ import sys
 
 from triage_tui.core.runs import skipped_links_note
 from triage_tui.core.signals import fmt
-from triage_tui.core.text import printable
+from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import RunStatus, Watcher
 
-GLYPHS = {"ok": "✓", "warning": "!", "critical": "✗"}
-ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}
+ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}  # where stdout cannot encode STATUS_GLYPHS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     elif not statuses:
         print(f"triage scan: no runs under {', '.join(map(printable, watcher.paths))}", file=sys.stderr)
     else:
-        glyphs = GLYPHS if _can_print(GLYPHS) else ASCII_GLYPHS
+        glyphs = STATUS_GLYPHS if _can_print(STATUS_GLYPHS) else ASCII_GLYPHS
         width = max(len(printable(status.info.name)) for status in statuses)
         for status in statuses:
             print(summary_line(status, glyphs, width))
@@ -80,7 +79,7 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
         parts.append(f"{printable(loss['tag'])} (no finite value) vs {chance}")
     accuracy = status.metrics.get("accuracy")
     if accuracy and accuracy["last"] is not None:
-        parts.append(f"{printable(accuracy['tag'])} {fmt(accuracy['last'])}")
+        parts.append(f"{printable(accuracy['tag'])} {format_accuracy(accuracy['last'])}")
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
         parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))

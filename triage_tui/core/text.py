@@ -9,9 +9,10 @@ encoder escapes control characters itself).
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["printable"]
+__all__ = ["STATUS_GLYPHS", "format_accuracy", "printable"]
 
 # C0 controls and DEL, C1 controls (U+0080-U+009F: U+009B is a CSI to some terminals), the
 # line/paragraph separators, bidirectional overrides and isolates (they reorder what follows
@@ -40,3 +41,19 @@ def printable(text: object, *, newlines: bool = False) -> str:
     if newlines:
         return "\n".join(_UNSAFE.sub(_shown, line) for line in text.split("\n"))
     return _UNSAFE.sub(_shown, text)
+
+
+# ---- how a run's status and numbers are written for a person: one way, in `scan` and in the TUI
+
+# A run's status: critical, warning, ok (the TUI colours them; `scan` falls back to ASCII words).
+STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●"}
+
+
+def format_accuracy(value: float | None) -> str:
+    """Accuracy as a percentage; trainers log fractions (SpecForge acc_i) or percents."""
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return "nan"
+    percent = value * 100 if abs(value) <= 1.0 else value
+    return f"{percent:.1f}%"

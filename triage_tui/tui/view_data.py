@@ -16,6 +16,7 @@ import numpy as np
 
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
+from triage_tui.core.text import format_accuracy
 from triage_tui.core.watch import RunStatus
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
@@ -236,16 +237,6 @@ def format_loss(value: float | None) -> str:
     if not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return f"{value:.2f}" if abs(value) < 1000 else f"{value:.3g}"
-
-
-def format_accuracy(value: float | None) -> str:
-    """Accuracy as a percentage; trainers log fractions (SpecForge acc_i) or percents."""
-    if value is None:
-        return "–"
-    if not math.isfinite(value):
-        return "nan"
-    percent = value * 100 if abs(value) <= 1.0 else value
-    return f"{percent:.1f}%"
 
 
 def metrics_line(status: RunStatus) -> str | None:

@@ -401,8 +401,9 @@ class DrillDownScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "remap":
-            # Remaps, or says why not; absent in --readonly and on the other hypotheses.
-            return not (self.triage.readonly or self.hypothesis.id != REMAP_HYPOTHESIS)
+            # Remaps, or says why not; absent in --readonly, on the other hypotheses, and where the
+            # vocab check found nothing to remap (the Action tab says so; offering `m` would contradict it).
+            return not (self.triage.readonly or self.hypothesis.id != REMAP_HYPOTHESIS or not self._remap_called_for())
         if action == "copy_command":
             return bool(self._commands())
         return True

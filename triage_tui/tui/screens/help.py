@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,6 +18,14 @@ def _where(node, screen: Screen) -> str:
     if node is screen:
         return "this screen"
     return f"in the focused {type(node).__name__}"
+
+
+def _keys_table() -> Table:
+    # Not expanded: every group's table then has the same key column, so the descriptions line up.
+    table = Table(box=None, show_header=False, padding=(0, 1))
+    table.add_column("key", style="bold cyan", no_wrap=True, width=11)
+    table.add_column("what")
+    return table
 
 
 class HelpScreen(ModalScreen[None]):
@@ -55,21 +64,23 @@ class HelpScreen(ModalScreen[None]):
         return cls(title, rows)
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
-        table.add_column("key", style="bold cyan", no_wrap=True, width=11)
-        table.add_column("what")
+        # A heading per group on a line of its own, over the key and the description: in the key
+        # column ("in the focused RunsTable") it was cut to the key's width.
+        parts: list[RenderableType] = []
+        table: Table | None = None
         group = None
         for where, key, what, enabled in self.rows:
-            if where != group:
-                if group is not None:
-                    table.add_row("", "")
-                table.add_row(Text(where, style="bold underline"), "")
+            if where != group or table is None:
+                if table is not None:
+                    parts += [table, Text("")]
+                parts.append(Text(where, style="bold underline"))
+                table = _keys_table()
                 group = where
             table.add_row(key, Text(what, style="" if enabled else "dim"))
-        table.add_row("", "")
-        table.add_row("ctrl+p", "command palette: every action, searchable")
+        if table is not None:
+            parts.append(table)  # ^p, the command palette, is among "everywhere"
         with VerticalScroll(id="help-body"):
-            yield Static(table)
+            yield Static(Group(*parts))
 
     def on_mount(self) -> None:
         self.query_one("#help-body").border_title = f"keys · {self.help_title}"
