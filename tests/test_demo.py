@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from builders.waiting import load_factor, out_of_patience
 from triage_tui import cli
 from triage_tui.samples.demo import FLAG_BY_STEP, RECOVERY_STEPS, STALL_SECONDS, TrainerProcess, demo_app, prepare_demo
-from waiting import load_factor, out_of_patience
 
 LN_V = math.log(32_000)
 

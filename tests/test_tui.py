@@ -26,6 +26,7 @@ from builders.tui import (
     healthy_run,
     story_run,
 )
+from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
@@ -33,7 +34,6 @@ from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
-from waiting import wait_for
 
 SIZE = (80, 24)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from builders.tui import FROZEN_NOW, healthy_run, story_run
+from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen
 from triage_tui.tui.widgets.loss_chart import LossChart
-from waiting import wait_for
 
 # A fixed place, not tmp_path: the remap dialog names the files it would write.
 SNAPSHOT_RUNS = Path("/tmp/triage-tui-snapshots")

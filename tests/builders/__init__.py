@@ -9,4 +9,5 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     mappings      the story's two vocab mappings (252 of 32 000 positions agree)
     tui           runs for the TUI tests and snapshots, and the frozen clock
     samples       the committed sample_runs/, copied file by file
+    waiting       waits on conditions, bounded by a timeout that grows with the machine's load
 """
