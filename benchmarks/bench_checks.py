@@ -170,7 +170,8 @@ def child_diagnose(run: str) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from triage_tui.core.diagnose import diagnose, resolve_inputs
+    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.diagnose import diagnose
 
     torch.set_num_threads(os.cpu_count() or 1)
     imports = time.perf_counter() - t0
@@ -200,8 +201,8 @@ def child_diagnose(run: str) -> dict:
         per_token = sum(dt for dt, _ in later) / sum(dn for _, dn in later)
         first_s = replay_tokens[0][0] - start
         replay_split = {"load_s": first_s - per_token * replay_tokens[0][1], "per_token_s": per_token}
-    vocab = diagnosis.checks["vocab_mapping"].details
-    replay = diagnosis.checks["replay"].details
+    vocab = diagnosis.checks["vocab_mapping"].to_json()  # the check --json keys
+    replay = diagnosis.checks["replay"].to_json()
     return {
         "imports_s": imports,
         "total_s": total,

@@ -136,8 +136,8 @@ def main() -> int:
         (cpu, cpu_s), (other, other_s) = replays
         if cpu.status != other.status:
             problems.append(f"replay status: cpu {cpu.status} {second} {other.status}")
-        problems += compare_replays(cpu.details, other.details, second)
-        rows.append((f"replay, {cpu.details['tokens']} tokens, 6 aux chunk orders", cpu_s, other_s))
+        problems += compare_replays(cpu.to_json(), other.to_json(), second)
+        rows.append((f"replay, {cpu.to_json()['tokens']} tokens, 6 aux chunk orders", cpu_s, other_s))
 
         remaps: list[tuple[Path, float]] = []
         for turn, device in enumerate(("cpu", second)):

@@ -168,7 +168,7 @@ def specforge_output(run: Path, args: argparse.Namespace) -> Path:
 
 
 def test_training_state_args_naming_no_user_are_a_note(tmp_path):
-    from triage_tui.core.diagnose import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_inputs
 
     args = argparse.Namespace(ckpt_dir="~nosuchuser/k2", target_model_path="~nosuchuser/t", cache_dir="~nosuchuser/c")
     specforge_output(tmp_path / "out", args)

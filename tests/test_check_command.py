@@ -19,7 +19,9 @@ from torch.utils.tensorboard import SummaryWriter
 
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from builders.samples import copy_samples
-from triage_tui.core.diagnose import CHECK_NAMES, diagnose, resolve_inputs
+from triage_tui.core.check_inputs import resolve_inputs
+from triage_tui.core.checks.registry import CHECK_NAMES
+from triage_tui.core.diagnose import diagnose
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.errors import BadInput
 

@@ -110,19 +110,19 @@ def world(tmp_path):
 
 
 def _kinds(result):
-    return {issue["kind"] for issue in result.details["issues"]}
+    return {issue.kind for issue in result.details.issues}
 
 
 def test_healthy_dumps_pass_with_a_growing_profile(world):
     checkpoint, dumps, target = world
     result = check_hidden_state(checkpoint, dumps, target)
-    assert result.status == "pass", result.details["issues"]
-    assert all(row["ok"] for row in result.details["shapes"])
-    rms = result.details["rms_by_chunk"]
+    assert result.status == "pass", result.details.issues
+    assert all(row.ok for row in result.details.shapes)
+    rms = result.details.rms_by_chunk
     assert len(rms) == 3 and rms[0] < rms[1] < rms[2]
     assert rms[2] / rms[0] == pytest.approx(LAYER_SCALE[2] / LAYER_SCALE[0], rel=0.1)
-    fc_row = next(r for r in result.details["shapes"] if r["what"] == "fc.weight in-features")
-    assert (fc_row["expected"], fc_row["actual"]) == (3 * HT, 3 * HT)
+    fc_row = next(r for r in result.details.shapes if r.what == "fc.weight in-features")
+    assert (fc_row.expected, fc_row.actual) == (3 * HT, 3 * HT)
     json.dumps(result.to_json())
 
 
@@ -131,9 +131,9 @@ def test_dumps_with_only_the_last_hidden_state_fail(world, tmp_path):
     result = check_hidden_state(checkpoint, write_dumps(tmp_path / "last", only_last=True), target)
     assert result.status == "fail"
     assert {"aux_width", "only_last_layer"} <= _kinds(result)
-    width = next(r for r in result.details["shapes"] if r["what"] == "dumps aux_hidden width")
-    assert (width["expected"], width["actual"]) == (3 * HT, HT)
-    assert result.details["aux_chunks_present"] == 1
+    width = next(r for r in result.details.shapes if r.what == "dumps aux_hidden width")
+    assert (width.expected, width.actual) == (3 * HT, HT)
+    assert result.details.aux_chunks_present == 1
 
 
 def test_swapped_aux_chunks_are_caught_by_the_profile(world, tmp_path):
@@ -141,10 +141,10 @@ def test_swapped_aux_chunks_are_caught_by_the_profile(world, tmp_path):
     result = check_hidden_state(checkpoint, write_dumps(tmp_path / "swapped", order=(2, 1, 0)), target)
     assert result.status == "fail"
     assert _kinds(result) == {"aux_chunk_order"}
-    rms = result.details["rms_by_chunk"]
+    rms = result.details.rms_by_chunk
     assert rms[0] > rms[1] > rms[2]
     # Shapes are all fine: only the profile can see this.
-    assert all(row["ok"] for row in result.details["shapes"])
+    assert all(row.ok for row in result.details.shapes)
 
 
 def test_a_repeated_chunk_is_caught(world, tmp_path):
@@ -167,8 +167,8 @@ def test_aux_layer_ids_off_by_one_between_conventions(world):
     shifted = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(2, 6, 9))
     result = check_hidden_state(checkpoint, shifted, target)
     assert result.status == "fail" and "aux_layer_off_by_one" in _kinds(result)
-    row = next(r for r in result.details["shapes"] if r["what"].startswith("aux layers"))
-    assert (row["expected"], row["actual"]) == ([1, 5, 8], [2, 6, 9])
+    row = next(r for r in result.details.shapes if r.what.startswith("aux layers"))
+    assert (row.expected, row.actual) == ([1, 5, 8], [2, 6, 9])
     unrelated = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(3, 6, 10))
     assert "aux_layer_mismatch" in _kinds(check_hidden_state(checkpoint, unrelated, target))
 
@@ -177,8 +177,8 @@ def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
     _, dumps, target = world
     checkpoint = write_checkpoint(tmp_path / "no_ids", aux_ids=None)
     result = check_hidden_state(checkpoint, dumps, target)
-    warning = next(i for i in result.details["issues"] if i["kind"] == "aux_layer_ids_missing")
-    assert warning["severity"] == "warning" and "[1, 5, 8]" in warning["message"]
+    warning = next(i for i in result.details.issues if i.kind == "aux_layer_ids_missing")
+    assert warning.severity == "warning" and "[1, 5, 8]" in warning.message
     assert result.status == "pass"
 
 
@@ -221,5 +221,5 @@ def test_aux_layer_ids_beyond_the_targets_depth(tmp_path, world):
     _, dumps, target = world
     deep = write_checkpoint(tmp_path / "deep", aux_ids=(1, 29, 57))  # a 61-layer sibling's ids
     result = check_hidden_state(deep, dumps, target)
-    issue = next(i for i in result.details["issues"] if i["kind"] == "aux_layer_out_of_range")
-    assert result.status == "fail" and "[29, 57]" in issue["message"] and f"{LAYERS} layers" in issue["message"]
+    issue = next(i for i in result.details.issues if i.kind == "aux_layer_out_of_range")
+    assert result.status == "fail" and "[29, 57]" in issue.message and f"{LAYERS} layers" in issue.message

@@ -29,7 +29,7 @@ def _frequency_ordered(seed: int = 0) -> VocabMapping:
 
 
 def _by_name(result, name):
-    return next(i for i in result.details["invariants"] if i["name"] == name)
+    return next(i for i in result.details.invariants if i.name == name)
 
 
 def test_story_masks_hold_their_invariants_and_differ_from_each_other(story):
@@ -39,10 +39,10 @@ def test_story_masks_hold_their_invariants_and_differ_from_each_other(story):
     assert result.status == "pass"
     differ = _by_name(result, "checkpoint t2d == run t2d")
     # 6 250 tokens only in each vocab: 12 500 target ids change membership.
-    assert not differ["ok"] and not differ["required"]
-    assert result.details["t2d_differing_target_ids"] == 12_500
-    assert _by_name(result, "run: t2d.sum() == draft_vocab_size")["ok"]
-    assert _by_name(result, "run: hot ids strictly ascending")["ok"]
+    assert not differ.ok and not differ.required
+    assert result.details.t2d_differing_target_ids == 12_500
+    assert _by_name(result, "run: t2d.sum() == draft_vocab_size").ok
+    assert _by_name(result, "run: hot ids strictly ascending").ok
     json.dumps(result.to_json())
 
 
@@ -53,7 +53,7 @@ def test_frequency_ordered_d2t_with_a_t2d_mask_fails_and_really_misaligns(story)
     result = check_verifier_mask(checkpoint, masked)
     assert result.status == "fail"
     ascending = _by_name(result, "run: hot ids strictly ascending")
-    assert not ascending["ok"] and ascending["required"]
+    assert not ascending.ok and ascending.required
     assert "ascending" in result.summary
     # What the invariant protects: SpecForge's target_p columns are target_logits[..., t2d];
     # draft row j stands for hot_ids[j]. They agree only where the order happens to coincide.
@@ -63,15 +63,15 @@ def test_frequency_ordered_d2t_with_a_t2d_mask_fails_and_really_misaligns(story)
     aligned = float((columns == rows).float().mean())
     assert aligned < 0.01
     # The mask itself is consistent with d2t: only the order is wrong.
-    assert _by_name(result, "run: stored t2d == mask built from d2t")["ok"]
-    assert _by_name(result, "run: t2d.sum() == draft_vocab_size")["ok"]
+    assert _by_name(result, "run: stored t2d == mask built from d2t").ok
+    assert _by_name(result, "run: t2d.sum() == draft_vocab_size").ok
 
 
 def test_frequency_ordered_d2t_without_a_mask_is_fine_for_d2t_gathering(story):
     checkpoint, _ = story
     result = check_verifier_mask(checkpoint, _frequency_ordered())
     ascending = _by_name(result, "run: hot ids strictly ascending")
-    assert not ascending["ok"] and not ascending["required"]
+    assert not ascending.ok and not ascending.required
     assert result.status == "pass"
 
 
@@ -83,9 +83,9 @@ def test_a_short_mask_and_a_stale_mask_fail(story):
     result = check_verifier_mask(None, VocabMapping(run.hot_ids, TARGET_VOCAB, stored_t2d=short))
     assert result.status == "fail"
     total = _by_name(result, "run: t2d.sum() == draft_vocab_size")
-    assert not total["ok"] and "1746" in total["detail"]
+    assert not total.ok and "1746" in total.detail
     stale = _by_name(result, "run: stored t2d == mask built from d2t")
-    assert not stale["ok"] and f"{DRAFT_VOCAB - 1746} target ids differ" in stale["detail"]
+    assert not stale.ok and f"{DRAFT_VOCAB - 1746} target ids differ" in stale.detail
 
 
 def test_duplicate_and_out_of_range_hot_ids_fail(story):
@@ -96,7 +96,7 @@ def test_duplicate_and_out_of_range_hot_ids_fail(story):
     # Without a run mapping the trainer keeps the checkpoint's buffers: those are checked.
     result = check_verifier_mask(VocabMapping(broken, TARGET_VOCAB), None)
     assert result.status == "fail"
-    names = {i["name"] for i in result.details["invariants"] if not i["ok"]}
+    names = {i.name for i in result.details.invariants if not i.ok}
     prefix = "checkpoint (no run mapping): "
     assert {
         prefix + "hot ids unique",
@@ -152,12 +152,12 @@ def test_share_of_verifier_argmaxes_outside_the_draft_vocab(story, tmp_path):
     target, dumps = read_target(target_dir), read_dumps(tmp_path / "dumps")
     seen = []
     result = check_verifier_mask(checkpoint, run, dumps=dumps, target=target, progress=lambda f, m: seen.append((f, m)))
-    outside = result.details["target_argmax_outside_draft_vocab"]
+    outside = result.details.target_argmax_outside_draft_vocab
     trained = labels[40:]
     assert (head @ states[40:].T).argmax(0).numpy().tolist() == trained.tolist()  # the construction holds
-    assert outside["tokens"] == tokens - 40
-    assert outside["run"] == pytest.approx(float(np.mean(~run.t2d()[trained])))
-    assert outside["checkpoint"] == pytest.approx(float(np.mean(~checkpoint.t2d()[trained])))
-    assert 0.3 < outside["run"] < 0.37
+    assert outside.tokens == tokens - 40
+    assert outside.run == pytest.approx(float(np.mean(~run.t2d()[trained])))
+    assert outside.checkpoint == pytest.approx(float(np.mean(~checkpoint.t2d()[trained])))
+    assert 0.3 < outside.run < 0.37
     assert seen and all(m.startswith("verifier_mask:") for _, m in seen) and seen[-1][0] == 1.0
     assert "outside the run's draft vocab" in result.summary

@@ -22,8 +22,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from triage_tui import cli
 from triage_tui.commands.check import render_text
+from triage_tui.core.check_inputs import CheckInputs
+from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails, ShapeRow
 from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.diagnose import CheckInputs, Diagnosis
+from triage_tui.core.diagnose import Diagnosis
 from triage_tui.core.hypotheses import Hypothesis
 from triage_tui.core.text import printable
 
@@ -188,7 +190,21 @@ def test_tui_cells_and_lines_are_text_not_markup(name, tag):
     assert all(isinstance(cell, Text) for cell in cells)
     assert _elides(cells[1].plain, printable(name))
     prompt = hypothesis_prompt(Hypothesis("x", tag, 0.9, (name,)))
-    section = check_section(CheckResult("generic", "fail", name, details={"path": name, tag or "k": [{"a": tag}]}))
+    # A file's strings reach the drill-down through a check's details (here the dumps' format name
+    # and an issue message); its lines must stay text.
+    details = HiddenStateDetails(
+        target_hidden_size=64,
+        target_hidden_size_source=tag,
+        draft_hidden_size=None,
+        fc_in_features=None,
+        aux_chunks_present=None,
+        shapes=(ShapeRow(tag, name, None, False),),
+        rms_by_chunk=None,
+        issues=(HiddenIssue("aux_width", "error", name),),
+        dumps_format=name,
+        dump_samples=1,
+    )
+    section = check_section(CheckResult("hidden_state", "fail", name, details))
     for renderable in (*cells, prompt, section):
         out = _rendered(renderable)
         # Only the escape sequences rich writes for styles; no other control character.

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from builders.mappings import TARGET_VOCAB, story_mappings
+from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
+from triage_tui.core.checks.replay import ReplayDetails
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping
-from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
+from triage_tui.core.hypotheses import LIKELY, W_ABOVE_CHANCE_ALONE, Hypothesis, rank_hypotheses
 from triage_tui.core.signals import Flag
 from triage_tui.core.vocab import VocabMapping
 
@@ -22,22 +24,38 @@ def story():
 
 
 def _replay(own: float, run: float, orders: dict[str, float] | None = None) -> CheckResult:
-    # The replay check's details contract (INTERFACES.md core/checks/replay.py).
-    details = {
-        "tokens": 4096,
-        "device": "cpu",
-        "accuracy_checkpoint_mapping": own,
-        "accuracy_run_mapping": run,
-        "loss_checkpoint_mapping": None,
-        "loss_run_mapping": None,
-        "accuracy_by_chunk_order": orders or {},
-    }
+    orders = orders or {"0,1,2": own}
+    details = ReplayDetails(
+        tokens=4096,
+        samples=8,
+        device="cpu",
+        label_source="target",
+        accuracy_checkpoint_mapping=own,
+        accuracy_run_mapping=run,
+        loss_checkpoint_mapping=None,
+        loss_run_mapping=None,
+        accuracy_by_chunk_order=orders,
+        best_chunk_order=max(orders, key=lambda o: orders[o]),
+        notes=(),
+    )
     return CheckResult("replay", "fail" if own - run > 0.1 else "pass", "replay", details)
 
 
-def _hidden(issues: list[dict[str, str]]) -> CheckResult:
-    status = "fail" if any(i["severity"] == "error" for i in issues) else "pass"
-    return CheckResult("hidden_state", status, "hidden", {"issues": issues, "shapes": [], "rms_by_chunk": None})
+def _hidden(issues: list[HiddenIssue]) -> CheckResult:
+    status = "fail" if any(i.severity == "error" for i in issues) else "pass"
+    details = HiddenStateDetails(
+        target_hidden_size=64,
+        target_hidden_size_source="target config",
+        draft_hidden_size=64,
+        fc_in_features=192,
+        aux_chunks_present=3,
+        shapes=(),
+        rms_by_chunk=None,
+        issues=tuple(issues),
+        dumps_format="specforge",
+        dump_samples=8,
+    )
+    return CheckResult("hidden_state", status, "hidden", details)
 
 
 def _flag(kind: str, severity: str = "critical", value: float = 19.2) -> Flag:
@@ -73,6 +91,23 @@ def test_the_vocab_check_alone_already_passes_one_half(story):
     assert 0.5 <= ranked["vocab_mapping_mismatch"].score < 0.9
 
 
+def test_loss_above_chance_alone_points_at_the_mapping_only_until_the_vocab_check_clears_it(story):
+    checkpoint, _ = story
+    above = [_flag("loss_above_chance")]
+    unchecked = _by_id(rank_hypotheses({}, above))["vocab_mapping_mismatch"]
+    assert unchecked.score == pytest.approx(W_ABOVE_CHANCE_ALONE) and unchecked.score < LIKELY
+    # The vocab check ran and the mappings agree: the rows mean their tokens, the symptom is only a note.
+    same = VocabMapping(checkpoint.hot_ids.copy(), TARGET_VOCAB)
+    cleared = _by_id(rank_hypotheses({"vocab_mapping": check_vocab_mapping(checkpoint, same)}, above))
+    assert cleared["vocab_mapping_mismatch"].score == 0.0
+    assert any("loss_above_chance" in line for line in cleared["vocab_mapping_mismatch"].evidence)
+    # A vocab check that could not run clears nothing.
+    errored = {"vocab_mapping": CheckResult.error("vocab_mapping", "x.pt: not a mapping")}
+    assert _by_id(rank_hypotheses(errored, above))["vocab_mapping_mismatch"].score == pytest.approx(
+        W_ABOVE_CHANCE_ALONE
+    )
+
+
 def test_a_healthy_run_scores_everything_below_one_half(story):
     checkpoint, _ = story
     same = VocabMapping(checkpoint.hot_ids.copy(), TARGET_VOCAB, stored_t2d=checkpoint.t2d())
@@ -96,14 +131,12 @@ def test_symptoms_alone_do_not_name_a_cause():
 
 
 def test_hidden_state_issues_raise_the_format_hypothesis():
-    only_last = {
-        "kind": "only_last_layer",
-        "severity": "error",
-        "message": "dumps carry one hidden state per token (width 64 = Ht) instead of 3",
-    }
+    only_last = HiddenIssue(
+        "only_last_layer", "error", "dumps carry one hidden state per token (width 64 = Ht) instead of 3"
+    )
     ranked = rank_hypotheses({"hidden_state": _hidden([only_last])}, [_flag("loss_at_chance", value=10.3)])
     assert ranked[0].id == "hidden_state_format" and ranked[0].score >= 0.9
-    assert only_last["message"] in ranked[0].evidence
+    assert only_last.message in ranked[0].evidence
     # A replay where another chunk order wins is evidence of the same cause on its own.
     ranked = _by_id(rank_hypotheses({"replay": _replay(0.1, 0.1, {"0,1,2": 0.1, "2,1,0": 0.6})}, []))
     assert 0.5 <= ranked["hidden_state_format"].score < 0.9
@@ -111,8 +144,8 @@ def test_hidden_state_issues_raise_the_format_hypothesis():
 
 def test_off_by_one_and_missing_head_are_added_only_with_evidence():
     issues = [
-        {"kind": "aux_layer_off_by_one", "severity": "error", "message": "dumps hold outputs of [2, 16, 29]"},
-        {"kind": "missing_lm_head", "severity": "error", "message": "checkpoint has no lm_head.weight"},
+        HiddenIssue("aux_layer_off_by_one", "error", "dumps hold outputs of [2, 16, 29]"),
+        HiddenIssue("missing_lm_head", "error", "checkpoint has no lm_head.weight"),
     ]
     ranked = _by_id(rank_hypotheses({"hidden_state": _hidden(issues)}, []))
     assert ranked["aux_layer_off_by_one"].score == pytest.approx(0.6)

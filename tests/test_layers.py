@@ -12,8 +12,8 @@ too). The rooms, top to bottom (CONTRIBUTING.md draws the same map):
 and within core, top to bottom; a module may import only from layers below its own, never
 from a sibling room of its own layer (siblings are independent):
 
-    diagnose | remap          resolve inputs and run checks / rewrite a checkpoint
-    hypotheses                rank causes from check results and run evidence
+    diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
+    hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
     sources | parallel_read   the readers of a run, one process or two
     wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
@@ -54,7 +54,7 @@ ROOMS = [
 ]
 CORE = [
     ("core.diagnose", "core.remap"),
-    ("core.hypotheses",),
+    ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
     ("core.sources", "core.parallel_read"),
     ("core.wandb_history", "core.serving", "core.curve_shapes"),

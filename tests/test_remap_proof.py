@@ -74,7 +74,7 @@ def test_accuracy_restored_by_the_remap(story_run, capsys):
     check = run_replay(
         source, dumps, target, source.mapping, s["world"].run_mapping, device="cpu", max_tokens=TOKENS
     ).details
-    assert check["accuracy_run_mapping"] == pytest.approx(report["accuracy_before"], abs=1e-9)
+    assert check.accuracy_run_mapping == pytest.approx(report["accuracy_before"], abs=1e-9)
     remapped = load_drafter(read_checkpoint(report["output"]))
     after = replay_accuracy(remapped, dumps, target, s["world"].run_mapping, device="cpu", max_tokens=TOKENS)
     assert after == pytest.approx(report["accuracy_after"], abs=1e-9)

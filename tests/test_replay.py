@@ -281,12 +281,12 @@ def test_story_case_high_under_own_mapping_zero_under_the_runs(story):
     _, result = story
     d = result.details
     assert result.name == "replay" and result.status == "fail", result.summary
-    assert d["tokens"] == 400 and d["device"] == "cpu" and d["label_source"] == "target"
-    assert d["accuracy_checkpoint_mapping"] >= 0.8
-    assert d["accuracy_run_mapping"] <= 0.02
+    assert d.tokens == 400 and d.device == "cpu" and d.label_source == "target"
+    assert d.accuracy_checkpoint_mapping >= 0.8
+    assert d.accuracy_run_mapping <= 0.02
     # the loss the run would log: far above chance (ln 32000), because the drafter is sure of
     # the wrong rows; under its own mapping it is low
-    assert d["loss_run_mapping"] > CHANCE and d["loss_checkpoint_mapping"] < CHANCE / 2
+    assert d.loss_run_mapping > CHANCE and d.loss_checkpoint_mapping < CHANCE / 2
     assert "under the run's" in result.summary
     json.dumps(result.to_json())  # JSON-ready
 
@@ -294,18 +294,16 @@ def test_story_case_high_under_own_mapping_zero_under_the_runs(story):
 def test_identity_chunk_order_is_best(story):
     inputs, stored_only = story
     # By default only the order the dumps store is replayed (one drafter pass, not six).
-    assert stored_only.details["accuracy_by_chunk_order"] == {
-        "0,1,2": stored_only.details["accuracy_checkpoint_mapping"]
-    }
+    assert stored_only.details.accuracy_by_chunk_order == {"0,1,2": stored_only.details.accuracy_checkpoint_mapping}
     result = run_replay(*inputs, device="cpu", max_tokens=400, all_chunk_orders=True)
-    assert result.details["accuracy_checkpoint_mapping"] == stored_only.details["accuracy_checkpoint_mapping"]
-    assert result.details["loss_run_mapping"] == stored_only.details["loss_run_mapping"]
-    by_order = result.details["accuracy_by_chunk_order"]
+    assert result.details.accuracy_checkpoint_mapping == stored_only.details.accuracy_checkpoint_mapping
+    assert result.details.loss_run_mapping == stored_only.details.loss_run_mapping
+    by_order = result.details.accuracy_by_chunk_order
     assert set(by_order) == {",".join(map(str, o)) for o in CHUNK_ORDERS}
-    assert by_order["0,1,2"] == result.details["accuracy_checkpoint_mapping"]
+    assert by_order["0,1,2"] == result.details.accuracy_checkpoint_mapping
     assert all(by_order["0,1,2"] > acc for order, acc in by_order.items() if order != "0,1,2")
     assert min(by_order.values()) < by_order["0,1,2"] - 0.1
-    assert result.details["best_chunk_order"] == "0,1,2"
+    assert result.details.best_chunk_order == "0,1,2"
 
 
 def test_same_numbers_on_a_repeated_run(story):
@@ -319,8 +317,8 @@ def test_same_mapping_both_sides_passes_with_equal_accuracy(story):
     result = run_replay(checkpoint, dumps, target, ckpt_mapping, ckpt_mapping, device="cpu", max_tokens=200)
     d = result.details
     assert result.status == "pass"
-    assert d["accuracy_run_mapping"] == d["accuracy_checkpoint_mapping"] >= 0.8
-    assert d["loss_run_mapping"] == d["loss_checkpoint_mapping"]
+    assert d.accuracy_run_mapping == d.accuracy_checkpoint_mapping >= 0.8
+    assert d.loss_run_mapping == d.loss_checkpoint_mapping
 
 
 def test_untrained_drafter_sits_at_chance_under_both_mappings(files, world, tmp_path):
@@ -341,8 +339,8 @@ def test_untrained_drafter_sits_at_chance_under_both_mappings(files, world, tmp_
     )
     d = result.details
     assert result.status == "pass" and "poorly" in result.summary
-    assert d["accuracy_checkpoint_mapping"] < 0.02 and d["accuracy_run_mapping"] < 0.02
-    assert abs(d["loss_checkpoint_mapping"] - CHANCE) < 1.0 and abs(d["loss_run_mapping"] - CHANCE) < 1.0
+    assert d.accuracy_checkpoint_mapping < 0.02 and d.accuracy_run_mapping < 0.02
+    assert abs(d.loss_checkpoint_mapping - CHANCE) < 1.0 and abs(d.loss_run_mapping - CHANCE) < 1.0
 
 
 def test_remapped_rows_recover_accuracy_under_the_runs_mapping(files, world):
@@ -379,9 +377,9 @@ def test_speculators_checkpoint_without_target_labels_with_next_tokens(files, wo
         max_tokens=200,
     )
     d = result.details
-    assert d["label_source"] == "input_ids" and d["loss_checkpoint_mapping"] is None
+    assert d.label_source == "input_ids" and d.loss_checkpoint_mapping is None
     # the drafter predicts the target's successor; the text follows it 90 % of the time
-    assert d["accuracy_checkpoint_mapping"] >= 0.6 and d["accuracy_run_mapping"] <= 0.02
+    assert d.accuracy_checkpoint_mapping >= 0.6 and d.accuracy_run_mapping <= 0.02
     assert result.status == "fail"
     assert any("next tokens" in line for line in result.evidence)
 
@@ -399,8 +397,8 @@ def test_prenorm_speculators_dumps_get_the_targets_final_norm(files, world, stor
         device="cpu",
         max_tokens=200,
     )
-    assert result.details["label_source"] == "target"
-    assert result.details["accuracy_checkpoint_mapping"] >= 0.8, result.summary
+    assert result.details.label_source == "target"
+    assert result.details.accuracy_checkpoint_mapping >= 0.8, result.summary
 
 
 def test_skipped_and_error_cases(files, world, tmp_path):

@@ -386,3 +386,16 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     assert "interrupted" in rest
     assert written_files(out) == before and (out / "healthy" / "old-run.txt").read_text() == "the runs a user had\n"
     assert not list(tmp_path.glob(".triage-samples-*")), "the half-built tree is removed"
+
+
+@committed
+def test_loss_above_chance_does_not_raise_the_mapping_when_the_mappings_agree(pristine, capsys):
+    """verifier-mask: its loss sits above chance, but the vocab check finds 32000 / 32000 positions
+    agreeing: the symptom then carries no weight for the mapping hypothesis (it is a note)."""
+    status, report = check_json(pristine / "verifier-mask", capsys)
+    vocab = report["checks"]["vocab_mapping"]
+    assert vocab["status"] == "pass" and vocab["positional_match"] == vocab["draft_vocab_size"] == 32000
+    mapping = next(h for h in report["hypotheses"] if h["id"] == "vocab_mapping_mismatch")
+    assert mapping["score"] == 0.0, mapping
+    assert any(line.startswith("run flag loss_above_chance") and "agreement" in line for line in mapping["evidence"])
+    assert status == 1 and report["hypotheses"][0]["id"] == "verifier_mask_mismatch"

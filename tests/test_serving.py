@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from builders.mappings import story_mappings
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import rank_hypotheses
 from triage_tui.core.serving.compare import compare_serving, training_estimate
@@ -439,13 +441,8 @@ def test_collapsed_and_disagreement_findings(tmp_path):
 
 
 def test_collapsed_serving_and_mismatched_mapping_rank_the_mapping_first(tmp_path):
-    vocab = CheckResult(
-        "vocab_mapping",
-        "fail",
-        "252 / 32000 draft positions agree",
-        {"positional_match": 252, "draft_vocab_size": 32000, "positional_match_fraction": 252 / 32000},
-    )
-    checks = {"vocab_mapping": vocab, "hidden_state": CheckResult("hidden_state", "pass", "ok", {"issues": []})}
+    vocab = check_vocab_mapping(*story_mappings())  # 252 / 32000 positions agree
+    checks = {"vocab_mapping": vocab, "hidden_state": CheckResult("hidden_state", "pass", "ok")}
     serving = compare_serving(_evidence(tmp_path, 1000, [4, 0, 0]), None)
     ranked = rank_hypotheses(checks, serving=serving)
     ids = [h.id for h in ranked]

@@ -145,7 +145,7 @@ async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
         story = app.rows[0].path
         diagnosis = app.diagnoses[story]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
-        assert diagnosis.checks["vocab_mapping"].details["positional_match"] == POSITIONAL_MATCH
+        assert diagnosis.checks["vocab_mapping"].details.positional_match == POSITIONAL_MATCH
         shown = app.main.query_one(HypothesesList)
         assert shown.option_count == len(diagnosis.hypotheses)
         assert shown.get_option_at_index(0).id == "vocab_mapping_mismatch"
@@ -654,7 +654,7 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         diagnosis = app.diagnoses[app.rows[0].path]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
         replay = diagnosis.checks["replay"].details
-        assert replay["accuracy_checkpoint_mapping"] > 4 * replay["accuracy_run_mapping"]
+        assert replay.accuracy_checkpoint_mapping > 4 * replay.accuracy_run_mapping
         await pilot.press("h", "enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
         await pilot.press("m")

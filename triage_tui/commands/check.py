@@ -13,12 +13,12 @@ import math
 import sys
 from typing import Any
 
-from triage_tui.core.diagnose import CHECK_NAMES, INPUT_NAMES, Diagnosis, diagnose, resolve_inputs
+from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
+from triage_tui.core.checks.registry import CHECK_NAMES
+from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
+from triage_tui.core.hypotheses import LIKELY
 from triage_tui.core.text import printable
-
-# docs/contracts.md: exit 1 when some hypothesis scored at least this.
-HYPOTHESIS_EXIT_THRESHOLD = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +87,7 @@ def exit_status(diagnosis: Diagnosis) -> int:
     if reason is not None:
         print(f"triage check: {printable(str(diagnosis.inputs.run))}: {printable(reason)}", file=sys.stderr)
         return 2
-    return 1 if diagnosis.top_score >= HYPOTHESIS_EXIT_THRESHOLD else 0
+    return 1 if diagnosis.top_score >= LIKELY else 0
 
 
 def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any]:
@@ -149,12 +149,12 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
     lines.append("")
     lines.append("hypotheses (best first)")
     for hypothesis in diagnosis.hypotheses:
-        mark = "!" if hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD else " "
+        mark = "!" if hypothesis.score >= LIKELY else " "
         lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
         for line in hypothesis.evidence:
             lines.append(f"        - {line}")
         commands = inputs.fix_commands()
-        if hypothesis.action == "remap" and hypothesis.score >= HYPOTHESIS_EXIT_THRESHOLD and commands:
+        if hypothesis.action == "remap" and hypothesis.score >= LIKELY and commands:
             lines.append(f"        fix: {commands[0]}")  # the TUI's Action tab shows the same command
     if diagnosis.serving is not None:
         lines.append("")

@@ -1,79 +1,23 @@
-"""What `triage check` and the TUI's check key call: find a run's inputs, run every check, rank causes.
+"""What `triage check` and the TUI's check key call: run every registered check on a run's inputs, rank causes.
 
-Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
-> SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs.py``
-artifacts). Every check
-is isolated: a file that is not what it claims (BadInput) or any other exception in one check
-becomes that check's ``status="error"`` with a one-line reason, and the others still run.
+The inputs come resolved (``core/check_inputs.py`` ``resolve_inputs``); the checks are those of
+``core/checks/registry.py``, in its order, each isolated: a file that is not what it claims
+(BadInput) or any other exception in one check becomes that check's ``status="error"`` with a
+one-line reason, and the others still run.
 """
 
 from __future__ import annotations
 
-import os
-import shlex
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from stat import S_ISREG
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from triage_tui.core.check_inputs import CheckInputs
+from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.device import resolve_device
-from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses import Hypothesis, rank_hypotheses
+from triage_tui.core.hypotheses import LIKELY, Hypothesis, rank_hypotheses
 from triage_tui.core.serving.compare import ServingComparison
-
-Progress = Callable[[float, str], None]
-
-CHECK_NAMES = ("vocab_mapping", "hidden_state", "verifier_mask", "replay")
-# Hidden-state findings about the aux chunks that make the replay try all six chunk orders.
-AUX_CHUNK_ISSUES = ("aux_chunk_order", "repeated_aux_chunk", "aux_chunk_is_last_hidden")
-INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
-
-# SpecForge classic scripts/train_eagle3.py argument names, as saved in training_state.pt's
-# args Namespace: the drafter the fine-tune started from, the target, the offline dumps, and
-# the cache dir whose vocab_mapping/<key>.pt holds the mapping the trainer labelled with
-# (specforge/data/preprocessing.py generate_vocab_mapping_file).
-# SpecForge 0.2.0 saves no args; its resume contract's model provenance names the target and the
-# draft config source (the starting drafter's directory when the config came from it), and a
-# vocab_mapping_path when one was given (formats/training_state.py). Without one, the run's
-# mapping is the d2t/t2d it saved in draft_state_dict.
-TRAINING_ARG_CHECKPOINT = ("ckpt_dir", "draft_config")
-TRAINING_ARG_TARGET = ("target_model_path", "target_model")
-TRAINING_ARG_DATA = ("train_hidden_states_path",)
-TRAINING_ARG_CACHE = ("cache_dir",)
-TRAINING_ARG_MAPPING = ("vocab_mapping",)
-
-
-@dataclass(frozen=True)
-class CheckInputs:
-    """The four inputs of a diagnosis, and where each one came from."""
-
-    run: Path
-    checkpoint: Path | None = None
-    mapping: Path | None = None
-    data: Path | None = None
-    target: Path | None = None
-    # input name -> "flag" | "triage.toml" | "training_state.pt" | "run.yaml" | "discovery"
-    sources: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-
-    def paths(self) -> dict[str, str | None]:
-        return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None) for name in INPUT_NAMES}
-
-    def fix_commands(self) -> tuple[str, str] | None:
-        """The shell commands of both fixes, remap the rows or keep the checkpoint's mapping; None
-        without a checkpoint and a mapping. `check`'s text and the TUI show these same commands, so
-        rows a drafter never had are initialised the same way (`--target`) from either."""
-        if self.checkpoint is None or self.mapping is None:
-            return None
-        words = ["triage", "remap", str(self.checkpoint), "--mapping", str(self.mapping)]
-        if self.target is not None:
-            words += ["--target", str(self.target)]  # new rows from the target's lm_head
-            if self.data is not None:
-                words += ["--data", str(self.data)]  # replay accuracy before and after
-        return shlex.join(words), shlex.join(["triage", "remap", str(self.checkpoint), "--keep-checkpoint-mapping"])
 
 
 @dataclass(frozen=True)
@@ -115,339 +59,16 @@ class Diagnosis:
         docs/contracts.md: a clean result needs the mapping comparison or the replay to have
         run; every check skipped or errored is nothing checked, whatever the flags suggest.
         """
-        ran = {name for name, result in self.checks.items() if result.status in ("pass", "fail")}
+        ran = {name for name, result in self.checks.items() if result.ran}
         if not ran:
             missing = [name for name in CHECK_NAMES if name in self.checks]
-        elif ran & {"vocab_mapping", "replay"} or self.top_score >= 0.5:
+        elif ran & set(COUNTING_CHECKS) or self.top_score >= LIKELY:
             return None
         else:
-            missing = [name for name in ("vocab_mapping", "replay") if name in self.checks]
+            missing = [name for name in COUNTING_CHECKS if name in self.checks]
         why = "; ".join(f"{name} {self.checks[name].status}: {self.checks[name].summary}" for name in missing)
         head = "nothing was checked" if not ran else "neither the vocab-mapping comparison nor the replay ran"
         return f"{head} ({why})"
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def resolve_inputs(
-    run: str | Path,
-    *,
-    checkpoint: str | Path | None = None,
-    mapping: str | Path | None = None,
-    data: str | Path | None = None,
-    target: str | Path | None = None,
-) -> CheckInputs:
-    """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
-    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
-
-    run_path = Path(os.path.abspath(expand_user(run)))
-    if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
-        # An event file or a triage.toml names the run it sits in.
-        run_path = run_path.parent
-    flags = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
-    for name, value in flags.items():
-        if value is not None:
-            stat_or_bad_input(expand_user(value), f"--{name}: no such file or directory")
-
-    notes: list[str] = []
-    infos = discover_runs([run_path])
-    info = next((i for i in infos if i.path == run_path), None)
-    if info is None and len(infos) > 1:
-        names = ", ".join(i.name for i in infos[:4]) + (", ..." if len(infos) > 4 else "")
-        raise BadInput(run_path, f"holds {len(infos)} runs ({names}); pass one of them")
-    info = info or (infos[0] if infos else None)
-    if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
-        raise BadInput(
-            run_path,
-            "not a run: no triage.toml, event files or W&B run here or below, and no "
-            "--checkpoint/--mapping/--data/--target to check",
-        )
-    if info is not None and info.path != run_path:
-        notes.append(f"the run is {info.path} (found from {run_path})")
-        run_path = info.path
-    manifest = info.manifest if info is not None else None
-    if manifest is None and (run_path / MANIFEST_NAME).is_file():
-        manifest = load_manifest(run_path / MANIFEST_NAME)
-    artifacts = info.artifacts if info is not None else None
-
-    chosen: dict[str, Path | None] = {}
-    sources: dict[str, str] = {}
-    for name in INPUT_NAMES:
-        flag = flags[name]
-        if flag is not None:
-            chosen[name], sources[name] = Path(os.path.abspath(expand_user(flag))), "flag"
-        elif manifest is not None and getattr(manifest, name) is not None:
-            chosen[name], sources[name] = getattr(manifest, name), "triage.toml"
-    # Lower sources are consulted only for what is still missing; the notes kept are those of the
-    # sources tried for it (a stale training arg behind a manifest path is no news).
-    missing = [name for name in INPUT_NAMES if name not in chosen]
-    if missing:
-        state, args_notes = _training_state(artifacts)
-        by_training = _from_training_state(state, run_path)
-        by_run_yaml = _from_run_yaml(getattr(artifacts, "run_yaml", None))
-        by_discovery = _discovered(artifacts)
-        used_training = False
-        for name in missing:
-            chosen[name] = None
-            for source, (path, field_notes) in (
-                ("training_state.pt", by_training[name]),
-                ("run.yaml", by_run_yaml[name]),
-                ("discovery", by_discovery[name]),
-            ):
-                notes.extend(field_notes)  # why a source was passed over, or what the used one chose
-                if path is not None:
-                    chosen[name], sources[name] = path, source
-                    used_training |= source == "training_state.pt"
-                    break
-        if args_notes and not used_training:
-            notes.extend(args_notes)
-    if sources.get("checkpoint") == "discovery":
-        notes.append(
-            f"no starting checkpoint is recorded (flag, triage.toml, training_state.pt ckpt_dir or run.yaml "
-            f"from_pretrained): using the "
-            f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
-            f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
-        )
-    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
-
-
-Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it
-
-
-def _training_state(artifacts):
-    path = getattr(artifacts, "training_state", None)
-    if path is None:
-        return None, []
-    from triage_tui.core.formats.training_state import read_training_state
-
-    try:
-        return read_training_state(path), []
-    except BadInput as err:
-        return None, [f"training_state.pt not used: {err.line()}"]
-
-
-def _from_training_state(state, run_path: Path) -> dict[str, Found]:
-    args = state.args if state is not None else {}
-    mapping, mapping_notes = _arg_path(args, TRAINING_ARG_MAPPING, run_path)
-    if mapping is None:
-        cache_dir, cache_notes = _arg_path(args, TRAINING_ARG_CACHE, run_path)
-        mapping, cache_mapping_notes = _cache_mapping(cache_dir)
-        mapping_notes += cache_notes + cache_mapping_notes
-    if mapping is None and state is not None and state.generation == "0.2.0":
-        mapping = state.path  # the d2t/t2d the trainer installed and saved with the drafter
-    checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path)
-    if checkpoint is not None and not _holds_weights(checkpoint):
-        # 0.2.0's draft_config source is a config file when model.draft_model_config was given.
-        checkpoint_notes.append(
-            f"training_state.pt names {checkpoint} as the draft config source; "
-            "it holds no weights, so it is not the starting drafter"
-        )
-        checkpoint = None
-    return {
-        "checkpoint": (checkpoint, checkpoint_notes),
-        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path),
-        "data": _arg_path(args, TRAINING_ARG_DATA, run_path),
-        "mapping": (mapping, mapping_notes),
-    }
-
-
-def _from_run_yaml(path: Path | None) -> dict[str, Found]:
-    """speculators' run.yaml (formats/run_yaml.py): the starting drafter, the verifier, and the
-    mapping ``parse_vocab_mappings`` labelled with, wherever ``--data-path`` put it."""
-    found: dict[str, Found] = {name: (None, []) for name in INPUT_NAMES}
-    if path is None:
-        return found
-    from triage_tui.core.formats.run_yaml import read_run_yaml
-
-    try:
-        config = read_run_yaml(path)
-    except BadInput as err:
-        found["checkpoint"] = (None, [f"run.yaml not used: {err.line()}"])
-        return found
-    # Relative paths are relative to the trainer's working directory; speculators' examples run
-    # from the directory that holds --save-path (the run yaml's parent's parent) or the run's.
-    base = path.parent
-    named = {
-        "checkpoint": ("draft.from_pretrained", config.from_pretrained),
-        "target": ("verifier.verifier_name_or_path", config.verifier),
-        "mapping": ("draft.d2t_path" if config.d2t_path else "data.data_path", config.mapping_path()),
-    }
-    for name, (key, value) in named.items():
-        if value is not None:
-            found[name] = _arg_path({key: value}, (key,), base, origin=f"{path}: train")
-    checkpoint, notes = found["checkpoint"]
-    if checkpoint is not None and not _holds_weights(checkpoint):
-        # speculators' is_config_only_dir: a config-only directory initialises fresh weights.
-        found["checkpoint"] = (None, [*notes, f"{path} from_pretrained {checkpoint} holds no weights: a fresh start"])
-    return found
-
-
-def _holds_weights(path: Path) -> bool:
-    from triage_tui.core.formats.weights import find_weights
-
-    try:
-        find_weights(path)
-    except BadInput:
-        return False
-    return True
-
-
-def _arg_path(
-    args: dict[str, Any], keys: Sequence[str], run_path: Path, origin: str = "training_state.pt args"
-) -> Found:
-    from triage_tui.core import runs
-
-    notes = []
-    for key in keys:
-        value = args.get(key)
-        if not isinstance(value, (str, os.PathLike)) or not str(value):
-            continue
-        try:
-            path = runs.expand_user(str(value))
-        except BadInput:
-            notes.append(f"{origin}.{key} = {value!r}: no such user's home directory; ignored")
-            continue
-        # The trainer's paths are relative to its working directory, unknown here; the run
-        # directory and its parent are the best guesses (SpecForge is usually launched from
-        # the output's parent).
-        candidates = [path] if path.is_absolute() else [run_path / path, run_path.parent / path]
-        for candidate in candidates:
-            if candidate.exists():
-                return Path(os.path.abspath(candidate)), notes
-        notes.append(f"{origin}.{key} = {value!r} does not exist on this machine; ignored")
-    return None, notes
-
-
-def _cache_mapping(cache_dir: Path | None) -> Found:
-    """SpecForge writes the run's mapping to <cache_dir>/vocab_mapping/<key>.pt."""
-    if cache_dir is None:
-        return None, []
-    files = sorted((cache_dir / "vocab_mapping").glob("*.pt"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        return None, [f"{cache_dir / 'vocab_mapping'} holds no .pt mapping"]
-    if len(files) > 1:
-        # Several cache keys (other datasets, other vocab sizes: SpecForge PR #602); the newest is
-        # the one a run that just started wrote or reused last.
-        return files[-1], [
-            f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, {files[-1].name}"
-        ]
-    return files[-1], []
-
-
-def _discovered(artifacts) -> dict[str, Found]:
-    if artifacts is None:
-        return {name: (None, []) for name in INPUT_NAMES}
-    # speculators keeps t2d.npy beside d2t.npy; read_mapping finds the pair from the d2t file.
-    mappings = [p for p in artifacts.mappings if not p.name.startswith("t2d")] or list(artifacts.mappings)
-    mapping_notes = (
-        [f"{len(mappings)} mapping files found in the run; using {mappings[0]}"] if len(mappings) > 1 else []
-    )
-    return {
-        # Oldest first (natural name order): the earliest saved checkpoint is the closest to the start.
-        "checkpoint": (artifacts.checkpoints[0] if artifacts.checkpoints else None, []),
-        "mapping": (mappings[0] if mappings else None, mapping_notes),
-        "data": (artifacts.dumps, []),
-        "target": (artifacts.target, []) if artifacts.target is not None else _verifier_path(artifacts.config_json),
-    }
-
-
-def _verifier_path(config_json: Path | None) -> Found:
-    """speculators' config.json names its target: ``speculators_config.verifier.name_or_path``
-    (speculators 0.9.0 ``Eagle3SpeculatorConfig``); used when that path exists on this machine."""
-    from triage_tui.core.runs import read_config
-
-    config = read_config(config_json) or {}
-    speculators = config.get("speculators_config")
-    verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
-    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
-    if not isinstance(name, str) or not name:
-        return None, []
-    path = Path(name).expanduser()
-    if path.is_absolute() and path.is_dir():
-        return path, []
-    return None, [f"{config_json} names the verifier {name!r}, not a directory on this machine; pass --target"]
-
-
-# --------------------------------------------------------------------------- the diagnosis
-
-
-class _Loaded:
-    """Each input read once, on first use; a failure is kept and re-raised to every check needing it."""
-
-    def __init__(self, inputs: CheckInputs) -> None:
-        self.inputs = inputs
-        self._cache: dict[str, tuple[Any, BaseException | None]] = {}
-
-    def get(self, name: str) -> Any:
-        if name not in self._cache:
-            try:
-                self._cache[name] = (getattr(self, f"_read_{name}")(), None)
-            except Exception as err:  # noqa: BLE001 - kept, re-raised to each check that needs it
-                self._cache[name] = (None, err)
-        value, error = self._cache[name]
-        if error is not None:
-            raise error
-        return value
-
-    def _read_checkpoint(self):
-        if self.inputs.checkpoint is None:
-            return None
-        from triage_tui.core.formats.checkpoint import read_checkpoint
-
-        return read_checkpoint(self.inputs.checkpoint)
-
-    def _read_target(self):
-        if self.inputs.target is None:
-            return None
-        from triage_tui.core.formats.target import read_target
-
-        return read_target(self.inputs.target)
-
-    def _read_run_mapping(self):
-        if self.inputs.mapping is None:
-            return None
-        from triage_tui.core.formats.mapping import read_mapping
-
-        vocab = None
-        try:
-            target = self.get("target")
-            vocab = int(target.vocab_size) if target is not None else None
-        except Exception:  # noqa: BLE001 - the mapping can be read without the target
-            vocab = None
-        return read_mapping(self.inputs.mapping, target_vocab_size=vocab)
-
-    def _read_checkpoint_mapping(self):
-        checkpoint = self.get("checkpoint")
-        return checkpoint.mapping if checkpoint is not None else None
-
-    def _read_dumps(self):
-        if self.inputs.data is None:
-            return None
-        from triage_tui.core.formats.hidden_states import read_dumps
-
-        return read_dumps(self.inputs.data)
-
-    def _read_token_strings(self):
-        from triage_tui.core.formats.tokenizer import read_token_strings
-
-        for root in (self.inputs.target, self.inputs.checkpoint):
-            if root is None:
-                continue
-            try:
-                strings = read_token_strings(root)
-            except BadInput:
-                continue
-            if strings:
-                return strings
-        return None
-
-
-def _one_line(err: BaseException) -> str:
-    if isinstance(err, BadInput):
-        return err.line()
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def diagnose(
@@ -461,7 +82,7 @@ def diagnose(
     serving: ServingComparison | None = None,
     all_chunk_orders: bool = False,
 ) -> Diagnosis:
-    """Run the four checks (each isolated) and rank the hypotheses.
+    """Run every registered check (each isolated) and rank the hypotheses.
 
     ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
     progress and ``message`` starts with the check's name, so the TUI can show one bar each.
@@ -470,98 +91,16 @@ def diagnose(
     ``all_chunk_orders``: the replay tries every order of the aux chunks, not only the stored one
     (it does anyway when the hidden-state check finds the chunks suspect).
     """
-    loaded = _Loaded(inputs)
-
-    def report(name: str) -> Progress:
-        def inner(fraction: float, message: str) -> None:
-            if progress is not None:
-                progress(fraction, message if message.startswith(f"{name}:") else f"{name}: {message}")
-
-        return inner
-
-    def token_strings():
-        try:
-            return loaded.get("token_strings")
-        except Exception:  # noqa: BLE001 - token strings only label the output
-            return None
-
-    def vocab_mapping() -> CheckResult:
-        from triage_tui.core.checks.vocab import NAME, check_vocab_mapping
-
-        if inputs.checkpoint is None:
-            # Not the same as a checkpoint without d2t, which the check itself explains.
-            return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
-        checkpoint_mapping = loaded.get("checkpoint_mapping")
-        run_mapping = loaded.get("run_mapping")
-        return check_vocab_mapping(
-            checkpoint_mapping, run_mapping, token_strings=token_strings(), dumps=_optional(loaded, "dumps")
-        )
-
-    def hidden_state() -> CheckResult:
-        from triage_tui.core.checks.hidden_state import check_hidden_state
-
-        return check_hidden_state(loaded.get("checkpoint"), loaded.get("dumps"), loaded.get("target"))
-
-    def verifier_mask() -> CheckResult:
-        from triage_tui.core.checks.verifier_mask import check_verifier_mask
-
-        # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,
-        # so a checkpoint that cannot be read (reported by the other checks) does not stop this one.
-        return check_verifier_mask(
-            _optional(loaded, "checkpoint_mapping"),
-            loaded.get("run_mapping"),
-            dumps=_optional(loaded, "dumps"),
-            target=_optional(loaded, "target"),
-            device=str(resolve_device(device)),
-            progress=report("verifier_mask"),
-            cancel=cancel,
-        )
-
-    def replay() -> CheckResult:
-        from triage_tui.core.checks.replay import run_replay
-
-        # run_replay says itself what it lacks (no checkpoint, no dumps; without a target it
-        # falls back to the checkpoint's own embedding when it has one).
-        hidden = checks.get("hidden_state")
-        suspect = hidden is not None and any(
-            issue.get("kind") in AUX_CHUNK_ISSUES for issue in hidden.details.get("issues", ())
-        )
-        return run_replay(
-            loaded.get("checkpoint"),
-            loaded.get("dumps"),
-            loaded.get("target"),
-            loaded.get("checkpoint_mapping"),
-            loaded.get("run_mapping"),
-            device=device,
-            all_chunk_orders=all_chunk_orders or suspect,
-            progress=report("replay"),
-            cancel=cancel,
-        )
-
-    runners = {
-        "vocab_mapping": vocab_mapping,
-        "hidden_state": hidden_state,
-        "verifier_mask": verifier_mask,
-        "replay": replay,
-    }
-    checks: dict[str, CheckResult] = {}
-    for name in CHECK_NAMES:
-        if cancel is not None and cancel.is_set():
-            checks[name] = CheckResult.skipped(name, "cancelled")
-            continue
-        report(name)(0.0, "running")
-        try:
-            checks[name] = runners[name]()
-        except Exception as err:  # noqa: BLE001 - one check's failure must not stop the others
-            checks[name] = CheckResult.error(name, _one_line(err))
-        report(name)(1.0, checks[name].status)
+    context = CheckContext(
+        checkpoint=inputs.checkpoint,
+        mapping=inputs.mapping,
+        data=inputs.data,
+        target=inputs.target,
+        device=device,
+        progress=progress,
+        cancel=cancel,
+        all_chunk_orders=all_chunk_orders,
+    )
+    checks = run_checks(context)
     hypotheses = rank_hypotheses(checks, flags, metrics=metrics, serving=serving)
     return Diagnosis(inputs, checks, hypotheses, serving)
-
-
-def _optional(loaded: _Loaded, name: str) -> Any:
-    """An input that only refines a check: when it cannot be read, the check runs without it."""
-    try:
-        return loaded.get(name)
-    except Exception:  # noqa: BLE001 - the check that needs it reports the error
-        return None

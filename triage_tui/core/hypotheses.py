@@ -12,15 +12,24 @@ symptom that points at one cause (see ``W_ABOVE_CHANCE_ALONE``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, ran_details
 
 if TYPE_CHECKING:
+    from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
+    from triage_tui.core.checks.replay import ReplayDetails
+    from triage_tui.core.checks.verifier_mask import VerifierMaskDetails
+    from triage_tui.core.checks.vocab import VocabDetails
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals import Flag
+
+# A hypothesis scoring at least this is "likely": `triage check` exits 1 and marks it "!", the TUI
+# shows it in red, and a healthy run scores nothing this high (docs/contracts.md). One half: the
+# noisy-OR reaches it with one strong structural finding, never with symptoms alone.
+LIKELY = 0.5
 
 # -- vocab_mapping_mismatch -------------------------------------------------------------------
 # The vocab check measured the share of draft positions whose target token differs; weight =
@@ -36,7 +45,9 @@ W_REPLAY_GAP = 0.7
 MIN_REPLAY_GAP = 0.05
 # Loss above chance (ln Vd) means confident *wrong* predictions: a trained head whose rows mean
 # other tokens does exactly that, a random head sits at chance. So it points at this cause
-# even with no check run, but alone it cannot pass 0.5 (a diverged run does it too).
+# even with no check run, but alone it cannot pass 0.5 (a diverged run does it too). When the
+# vocab check ran and passed (the mappings agree), the rows mean their tokens and the symptom
+# points elsewhere: it is then shown as a note, with no weight.
 W_ABOVE_CHANCE_ALONE = 0.35
 # Any chance-level symptom (loss at/above chance, accuracy at chance) corroborating a
 # structural finding: it shows the finding matters for this run.
@@ -151,6 +162,8 @@ class Hypothesis:
     evidence: tuple[str, ...]
     action: str | None = None
     links: tuple[str, ...] = ()  # public issues the cause is known from
+    # The checks whose details stand behind it, for the drill-down (not in the JSON); () = all.
+    checks: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +203,53 @@ class _Evidence:
         return tuple(line for _, line in self.items)
 
 
+@dataclass(frozen=True)
+class RunEvidence:
+    """Everything a hypothesis function may weigh: the checks' results, the run's flags (and those
+    of them that are chance-level symptoms), the scan's metrics, the serving comparison."""
+
+    checks: Mapping[str, CheckResult]
+    flags: Sequence[Flag] = ()
+    metrics: Mapping[str, Any] | None = None
+    serving: ServingComparison | None = None
+
+    @property
+    def symptoms(self) -> list[Flag]:
+        return [f for f in self.flags if f.kind in CHANCE_SYMPTOMS]
+
+    # The details types are imported on call: the checks bring torch, and the TUI imports this
+    # module (LIKELY) at start-up, before any check ran.
+
+    def vocab(self) -> VocabDetails | None:
+        from triage_tui.core.checks.vocab import VocabDetails
+
+        return ran_details(self.checks, "vocab_mapping", VocabDetails)
+
+    def hidden(self) -> HiddenStateDetails | None:
+        from triage_tui.core.checks.hidden_state import HiddenStateDetails
+
+        return ran_details(self.checks, "hidden_state", HiddenStateDetails)
+
+    def mask(self) -> VerifierMaskDetails | None:
+        from triage_tui.core.checks.verifier_mask import VerifierMaskDetails
+
+        return ran_details(self.checks, "verifier_mask", VerifierMaskDetails)
+
+    def replay(self) -> ReplayDetails | None:
+        from triage_tui.core.checks.replay import ReplayDetails
+
+        return ran_details(self.checks, "replay", ReplayDetails)
+
+    def issues(self, kind: str) -> list[HiddenIssue]:
+        hidden = self.hidden()
+        return [i for i in hidden.issues if i.kind == kind] if hidden is not None else []
+
+
+# A hypothesis function: the evidence in, a scored Hypothesis out, or None when it has nothing to
+# say (only the always-present ones of docs/contracts.md must return one every time).
+HypothesisFunction = Callable[[RunEvidence], Hypothesis | None]
+
+
 def rank_hypotheses(
     checks: Mapping[str, CheckResult],
     flags: Sequence[Flag] = (),
@@ -197,38 +257,17 @@ def rank_hypotheses(
     metrics: Mapping[str, Any] | None = None,
     serving: ServingComparison | None = None,
 ) -> list[Hypothesis]:
-    """Score every cause the evidence can speak to, best first.
+    """Score every cause the evidence can speak to (``HYPOTHESES``), best first.
 
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
     used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
     the serving engine accepted beside the training estimate (core/serving/); with it, the
     hypotheses only serving speaks to (config_contract, target_mismatch) are listed too.
     """
-    symptoms = [f for f in flags if f.kind in CHANCE_SYMPTOMS]
-    hypotheses = [
-        _vocab_mapping_mismatch(checks, flags, symptoms, serving),
-        _hidden_state_format(checks, symptoms, serving),
-        _verifier_mask_mismatch(checks, symptoms),
-    ]
-    if serving is not None:
-        hypotheses += [_config_contract(serving), _target_mismatch(serving)]
-    for optional in (
-        _aux_layer_off_by_one(checks, symptoms),
-        _missing_lm_head(checks, symptoms),
-        _empty_loss_mask(checks, metrics),
-        _non_finite(flags),
-        _diverged(flags),
-        _training_metric_misread(serving),
-    ):
-        if optional is not None:
-            hypotheses.append(optional)
-    # Stable order for ties: the always-present ones first, in their listed order.
+    evidence = RunEvidence(checks, flags, metrics, serving)
+    hypotheses = [h for score in HYPOTHESES if (h := score(evidence)) is not None]
+    # Stable sort: ties keep HYPOTHESES' order (the always-present ones first).
     return sorted(hypotheses, key=lambda h: -h.score)
-
-
-def _check(checks: Mapping[str, CheckResult], name: str) -> CheckResult | None:
-    result = checks.get(name)
-    return result if result is not None and result.status in ("pass", "fail") else None
 
 
 def _corroborate(evidence: _Evidence, symptoms: Sequence[Flag]) -> None:
@@ -237,85 +276,86 @@ def _corroborate(evidence: _Evidence, symptoms: Sequence[Flag]) -> None:
         evidence.add(W_SYMPTOM_CORROBORATES, f"run flag {flag.kind}: {flag.message}")
 
 
-def _replay(checks: Mapping[str, CheckResult]) -> dict[str, Any] | None:
-    replay = checks.get("replay")
-    if replay is None or replay.status not in ("pass", "fail"):
-        return None
-    return replay.details
-
-
-def _serving_collapsed(ev: _Evidence, serving) -> None:
+def _serving_collapsed(ev: _Evidence, serving: ServingComparison | None) -> None:
     finding = serving.finding("acceptance_collapsed") if serving is not None else None
     if finding is not None:
         ev.add(W_SERVING_COLLAPSED, f"serving: {finding.message}")
 
 
-def _vocab_mapping_mismatch(checks, flags, symptoms, serving=None) -> Hypothesis:
+def vocab_mapping_mismatch(run: RunEvidence) -> Hypothesis:
     ev = _Evidence()
-    vocab = _check(checks, "vocab_mapping")
+    vocab_result = run.checks.get("vocab_mapping")
+    vocab = run.vocab()
     if vocab is not None:
-        d = vocab.details
-        fraction = d.get("positional_match_fraction", 1.0)
+        fraction = vocab.positional_match_fraction
         line = (
-            f"{d.get('positional_match')} / {d.get('draft_vocab_size')} draft positions map to the same target "
+            f"{vocab.positional_match} / {vocab.draft_vocab_size} draft positions map to the same target "
             f"token in the checkpoint's and the run's mapping ({fraction:.2%})"
         )
-        if vocab.status == "fail":
+        if vocab_result is not None and vocab_result.status == "fail":
             ev.add(W_VOCAB_CHECK * (1.0 - fraction), line)
-            tokens = d.get("training_tokens") or {}
-            if tokens.get("same_row_fraction") is not None:
+            tokens = vocab.training_tokens
+            if tokens is not None and tokens.same_row_fraction is not None:
                 ev.note(
-                    f"{tokens['same_row_fraction']:.1%} of {tokens['tokens']} loss-masked training tokens land "
+                    f"{tokens.same_row_fraction:.1%} of {tokens.tokens} loss-masked training tokens land "
                     f"on the lm_head row trained for them"
                 )
         else:
             ev.note(line)
-    replay = _replay(checks)
+    replay = run.replay()
     if replay is not None:
-        own, run = replay.get("accuracy_checkpoint_mapping"), replay.get("accuracy_run_mapping")
-        if own is not None and run is not None:
+        own, other = replay.accuracy_checkpoint_mapping, replay.accuracy_run_mapping
+        if other is not None:
             line = (
-                f"replay on {replay.get('tokens')} tokens: accuracy {own:.1%} with the checkpoint's mapping, "
-                f"{run:.1%} with the run's"
+                f"replay on {replay.tokens} tokens: accuracy {own:.1%} with the checkpoint's mapping, "
+                f"{other:.1%} with the run's"
             )
-            if own - run >= MIN_REPLAY_GAP:
-                ev.add(W_REPLAY_GAP * (own - run) / own, line)
+            if own - other >= MIN_REPLAY_GAP:
+                ev.add(W_REPLAY_GAP * (own - other) / own, line)
             else:
                 ev.note(line)
-    above = [f for f in flags if f.kind == "loss_above_chance"]
-    if above:
+    above = [f for f in run.flags if f.kind == "loss_above_chance"]
+    mappings_agree = vocab is not None and vocab_result is not None and vocab_result.status == "pass"
+    if above and mappings_agree:
+        ev.note(
+            f"run flag loss_above_chance: {above[0].message}; the vocab check found the mappings in agreement, "
+            "so the symptom does not point at them"
+        )
+    elif above:
         ev.add(W_ABOVE_CHANCE_ALONE, f"run flag loss_above_chance: {above[0].message}")
     else:
-        _corroborate(ev, symptoms)
-    serving_above = serving.finding("serving_above_training") if serving is not None else None
+        _corroborate(ev, run.symptoms)
+    serving_above = run.serving.finding("serving_above_training") if run.serving is not None else None
     if serving_above is not None:
         if ev.structural:
             ev.add(W_SERVING_ABOVE_CORROBORATES, f"serving: {serving_above.message}")
         else:
             ev.note(f"serving: {serving_above.message}")
-    _serving_collapsed(ev, serving)
+    _serving_collapsed(ev, run.serving)
     return Hypothesis(
         "vocab_mapping_mismatch",
         "The checkpoint's lm_head rows are ordered for another vocab mapping than the run's",
         ev.score(),
         ev.lines(),
         "remap",
+        checks=("vocab_mapping", "replay"),
     )
 
 
-def _hidden_state_format(checks, symptoms, serving=None) -> Hypothesis:
+def hidden_state_format(run: RunEvidence) -> Hypothesis:
     ev = _Evidence()
-    hidden = _check(checks, "hidden_state")
+    hidden = run.hidden()
     if hidden is not None:
-        for issue in hidden.details.get("issues", ()):
-            weight = W_HIDDEN_ISSUE.get(issue["kind"])
-            if weight is not None and issue["severity"] == "error":
-                ev.add(weight, issue["message"])
+        for issue in hidden.issues:
+            weight = W_HIDDEN_ISSUE.get(issue.kind)
+            if weight is not None and issue.severity == "error":
+                ev.add(weight, issue.message)
         if not ev.structural:
-            ev.note(f"hidden-state check {hidden.status}: {hidden.summary}")
-    replay = _replay(checks)
-    if replay is not None and replay.get("accuracy_by_chunk_order"):
-        orders = replay["accuracy_by_chunk_order"]
+            result = run.checks["hidden_state"]
+            ev.note(f"hidden-state check {result.status}: {result.summary}")
+    replay = run.replay()
+    if replay is not None and replay.accuracy_by_chunk_order:
+        orders = replay.accuracy_by_chunk_order
         stored = orders.get("0,1,2")
         best_order, best = max(orders.items(), key=lambda kv: kv[1])
         if stored is not None and best_order != "0,1,2" and best - stored >= MIN_REPLAY_GAP:
@@ -323,131 +363,62 @@ def _hidden_state_format(checks, symptoms, serving=None) -> Hypothesis:
                 W_REPLAY_CHUNK_ORDER * (best - stored) / best,
                 f"replay accuracy {best:.1%} with aux chunks in order {best_order}, {stored:.1%} as stored",
             )
-    _corroborate(ev, symptoms)
-    _serving_collapsed(ev, serving)
+    _corroborate(ev, run.symptoms)
+    _serving_collapsed(ev, run.serving)
     return Hypothesis(
         "hidden_state_format",
         "The hidden-state dumps are not what the drafter's fc was trained to read",
         ev.score(),
         ev.lines(),
         None,
+        checks=("hidden_state", "replay"),
     )
 
 
-def _verifier_mask_mismatch(checks, symptoms) -> Hypothesis:
+def verifier_mask_mismatch(run: RunEvidence) -> Hypothesis:
     ev = _Evidence()
-    mask = _check(checks, "verifier_mask")
+    mask = run.mask()
     if mask is not None:
-        for inv in mask.details.get("invariants", ()):
-            if inv["ok"]:
+        for inv in mask.invariants:
+            if inv.ok:
                 continue
-            line = f"{inv['name']}: {inv['detail']}"
-            if not inv["required"]:
-                if inv["name"].startswith("checkpoint t2d == run t2d"):
+            line = f"{inv.name}: {inv.detail}"
+            if not inv.required:
+                if inv.name.startswith("checkpoint t2d == run t2d"):
                     ev.add(W_MASKS_DIFFER, line)
                 else:
                     ev.note(line)
                 continue
-            weight = next((w for key, w in W_MASK_INVARIANT.items() if key in inv["name"]), 0.6)
+            weight = next((w for key, w in W_MASK_INVARIANT.items() if key in inv.name), 0.6)
             ev.add(weight, line)
-        outside = (mask.details.get("target_argmax_outside_draft_vocab") or {}).get("run")
-        if outside is not None and outside > ARGMAX_OUTSIDE_THRESHOLD:
-            ev.add(W_ARGMAX_OUTSIDE, f"{outside:.1%} of verifier argmaxes fall outside the run's draft vocab")
+        outside = mask.target_argmax_outside_draft_vocab
+        share = outside.run if outside is not None else None
+        if share is not None and share > ARGMAX_OUTSIDE_THRESHOLD:
+            ev.add(W_ARGMAX_OUTSIDE, f"{share:.1%} of verifier argmaxes fall outside the run's draft vocab")
         if not ev.items:
-            ev.note(f"verifier-mask check {mask.status}: {mask.summary}")
+            result = run.checks["verifier_mask"]
+            ev.note(f"verifier-mask check {result.status}: {result.summary}")
     # Only a failed required invariant is structural evidence here; differing masks follow from
     # a differing mapping and should not pull in the chance-level symptom.
-    if any(w >= 0.5 for w, _ in ev.items):
-        _corroborate(ev, symptoms)
+    if any(w >= LIKELY for w, _ in ev.items):
+        _corroborate(ev, run.symptoms)
     return Hypothesis(
         "verifier_mask_mismatch",
         "The verifier mask (t2d) does not select target logits in the drafter's row order",
         ev.score(),
         ev.lines(),
         None,
+        checks=("verifier_mask", "replay"),
     )
 
 
-def _issues(checks, kind: str) -> list[dict[str, str]]:
-    hidden = _check(checks, "hidden_state")
-    if hidden is None:
-        return []
-    return [i for i in hidden.details.get("issues", ()) if i["kind"] == kind]
-
-
-def _aux_layer_off_by_one(checks, symptoms) -> Hypothesis | None:
-    found = _issues(checks, "aux_layer_off_by_one")
-    if not found:
+def config_contract(run: RunEvidence) -> Hypothesis | None:
+    if run.serving is None:
         return None
     ev = _Evidence()
-    ev.add(W_AUX_OFF_BY_ONE, found[0]["message"])
-    return Hypothesis(
-        "aux_layer_off_by_one",
-        "The aux hidden states come from layers one off from those the config names",
-        ev.score(),
-        ev.lines(),
-        None,
-    )
-
-
-def _missing_lm_head(checks, symptoms) -> Hypothesis | None:
-    found = _issues(checks, "missing_lm_head")
-    if not found:
-        return None
-    ev = _Evidence()
-    ev.add(W_MISSING_LM_HEAD, found[0]["message"])
-    _corroborate(ev, symptoms)
-    return Hypothesis(
-        "missing_lm_head", "The checkpoint has no lm_head: the draft head starts random", ev.score(), ev.lines(), None
-    )
-
-
-def _empty_loss_mask(checks, metrics) -> Hypothesis | None:
-    ev = _Evidence()
-    loss = (metrics or {}).get("loss") or {}
-    acc = (metrics or {}).get("accuracy") or {}
-    if loss.get("last") == 0.0 and acc.get("last") == 0.0:
-        ev.add(
-            W_LOSS_AND_ACC_ZERO,
-            f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)",
-        )
-    vocab = checks.get("vocab_mapping")
-    tokens = (vocab.details.get("training_tokens") if vocab is not None else None) or {}
-    samples, empty = tokens.get("samples", 0), tokens.get("samples_with_empty_loss_mask", 0)
-    if samples and empty == samples:
-        ev.add(W_DUMPS_ALL_MASKS_EMPTY, f"all {samples} dumped samples have an all-zero loss_mask")
-    elif samples and empty:
-        ev.note(f"{empty} of {samples} dumped samples have an all-zero loss_mask")
+    _serving_collapsed(ev, run.serving)
     if not ev.items:
-        return None
-    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained", ev.score(), ev.lines(), None)
-
-
-def _non_finite(flags) -> Hypothesis | None:
-    found = [f for f in flags if f.kind == "non_finite"]
-    if not found:
-        return None
-    ev = _Evidence()
-    ev.add(W_NON_FINITE, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
-    return Hypothesis("non_finite", "The loss became NaN or infinite", ev.score(), ev.lines(), None)
-
-
-def _diverged(flags) -> Hypothesis | None:
-    found = [f for f in flags if f.kind == "diverging"]
-    if not found:
-        return None
-    ev = _Evidence()
-    ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
-    return Hypothesis(
-        "diverged", "The run diverged (learning rate too high, or bad batches)", ev.score(), ev.lines(), None
-    )
-
-
-def _config_contract(serving) -> Hypothesis:
-    ev = _Evidence()
-    _serving_collapsed(ev, serving)
-    if not ev.items:
-        ev.note(f"serving acceptance length {_length(serving)}: not collapsed")
+        ev.note(f"serving acceptance length {_length(run.serving)}: not collapsed")
     return Hypothesis(
         "config_contract",
         "The drafter's config asks for something the serving engine ignores or reads differently "
@@ -459,7 +430,10 @@ def _config_contract(serving) -> Hypothesis:
     )
 
 
-def _target_mismatch(serving) -> Hypothesis:
+def target_mismatch(run: RunEvidence) -> Hypothesis | None:
+    serving = run.serving
+    if serving is None:
+        return None
     ev = _Evidence()
     below = serving.finding("serving_below_training")
     if below is not None:
@@ -478,8 +452,78 @@ def _target_mismatch(serving) -> Hypothesis:
     )
 
 
-def _training_metric_misread(serving) -> Hypothesis | None:
-    above = serving.finding("serving_above_training") if serving is not None else None
+def aux_layer_off_by_one(run: RunEvidence) -> Hypothesis | None:
+    found = run.issues("aux_layer_off_by_one")
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_AUX_OFF_BY_ONE, found[0].message)
+    return Hypothesis(
+        "aux_layer_off_by_one",
+        "The aux hidden states come from layers one off from those the config names",
+        ev.score(),
+        ev.lines(),
+        None,
+    )
+
+
+def missing_lm_head(run: RunEvidence) -> Hypothesis | None:
+    found = run.issues("missing_lm_head")
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_MISSING_LM_HEAD, found[0].message)
+    _corroborate(ev, run.symptoms)
+    return Hypothesis(
+        "missing_lm_head", "The checkpoint has no lm_head: the draft head starts random", ev.score(), ev.lines(), None
+    )
+
+
+def empty_loss_mask(run: RunEvidence) -> Hypothesis | None:
+    ev = _Evidence()
+    loss = (run.metrics or {}).get("loss") or {}
+    acc = (run.metrics or {}).get("accuracy") or {}
+    if loss.get("last") == 0.0 and acc.get("last") == 0.0:
+        ev.add(
+            W_LOSS_AND_ACC_ZERO,
+            f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)",
+        )
+    # The vocab check measures the dumps' loss masks whatever its verdict (pass or fail).
+    vocab = run.vocab()
+    tokens = vocab.training_tokens if vocab is not None else None
+    samples = tokens.samples if tokens is not None else 0
+    empty = tokens.samples_with_empty_loss_mask if tokens is not None else 0
+    if samples and empty == samples:
+        ev.add(W_DUMPS_ALL_MASKS_EMPTY, f"all {samples} dumped samples have an all-zero loss_mask")
+    elif samples and empty:
+        ev.note(f"{empty} of {samples} dumped samples have an all-zero loss_mask")
+    if not ev.items:
+        return None
+    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained", ev.score(), ev.lines(), None)
+
+
+def non_finite(run: RunEvidence) -> Hypothesis | None:
+    found = [f for f in run.flags if f.kind == "non_finite"]
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_NON_FINITE, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
+    return Hypothesis("non_finite", "The loss became NaN or infinite", ev.score(), ev.lines(), None)
+
+
+def diverged(run: RunEvidence) -> Hypothesis | None:
+    found = [f for f in run.flags if f.kind == "diverging"]
+    if not found:
+        return None
+    ev = _Evidence()
+    ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
+    return Hypothesis(
+        "diverged", "The run diverged (learning rate too high, or bad batches)", ev.score(), ev.lines(), None
+    )
+
+
+def training_metric_misread(run: RunEvidence) -> Hypothesis | None:
+    above = run.serving.finding("serving_above_training") if run.serving is not None else None
     if above is None:
         return None
     ev = _Evidence()
@@ -494,6 +538,24 @@ def _training_metric_misread(serving) -> Hypothesis | None:
     )
 
 
-def _length(serving) -> str:
+def _length(serving: ServingComparison) -> str:
     length = serving.serving.acceptance_length
     return f"{length:.2f}" if length is not None else "unknown"
+
+
+# Every hypothesis, once. Adding a cause = one function above and one entry here (and a row of
+# the README's hypotheses table). The order breaks ties in the ranking: the always-present ones
+# (docs/contracts.md) first.
+HYPOTHESES: tuple[HypothesisFunction, ...] = (
+    vocab_mapping_mismatch,
+    hidden_state_format,
+    verifier_mask_mismatch,
+    config_contract,
+    target_mismatch,
+    aux_layer_off_by_one,
+    missing_lm_head,
+    empty_loss_mask,
+    non_finite,
+    diverged,
+    training_metric_misread,
+)

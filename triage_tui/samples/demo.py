@@ -308,7 +308,9 @@ def run_headless(
     layout: DemoLayout, trainer: TrainerProcess, *, timeout: float = 300.0, say: Callable[[str], None] = print
 ) -> int:
     """The same scenario without a terminal UI: watch, flag, check, remap, and see the loss fall."""
-    from triage_tui.core.diagnose import diagnose, resolve_inputs
+    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.checks.replay import ReplayDetails
+    from triage_tui.core.diagnose import diagnose
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.signals import chance_loss
     from triage_tui.core.watch import Watcher
@@ -351,11 +353,11 @@ def run_headless(
     diagnosis = diagnose(inputs, device="auto", flags=status.flags, metrics=status.metrics)
     top = diagnosis.hypotheses[0]
     stamp(f"check: {top.id} scores {top.score:.2f}; " + "; ".join(top.evidence[:2]))
-    replay = diagnosis.checks.get("replay")
-    if replay is not None and replay.status != "skipped":
-        own = replay.details.get("accuracy_checkpoint_mapping")
-        run_acc = replay.details.get("accuracy_run_mapping")
-        if own is not None and run_acc is not None:
+    replay_result = diagnosis.checks.get("replay")
+    replay = replay_result.details_as(ReplayDetails) if replay_result is not None else None
+    if replay is not None:
+        own, run_acc = replay.accuracy_checkpoint_mapping, replay.accuracy_run_mapping
+        if run_acc is not None:
             stamp(
                 f"replay: drafter-a predicts {own:.1%} of the target's next tokens under its own mapping, "
                 f"{run_acc:.1%} under the run's"

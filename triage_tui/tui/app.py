@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.hypotheses import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.screens.drilldown import DrillDownScreen
@@ -36,7 +37,8 @@ from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
 
 if TYPE_CHECKING:
-    from triage_tui.core.diagnose import CheckInputs, Diagnosis
+    from triage_tui.core.check_inputs import CheckInputs
+    from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap.execute import RemapReport
     from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.watch import RunStatus, Watcher
@@ -374,7 +376,8 @@ class TriageApp(App[None]):
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False, description="checks")
     def _run_checks(self, status: RunStatus) -> None:
-        from triage_tui.core.diagnose import diagnose, resolve_inputs
+        from triage_tui.core.check_inputs import resolve_inputs
+        from triage_tui.core.diagnose import diagnose
         from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
 
         path = status.info.path
@@ -445,7 +448,7 @@ class TriageApp(App[None]):
                 # top bar says it instead, until they go back to the run.
                 status = self.statuses.get(path)
                 name = status.info.name if status else path.name
-                cause = f"{top.id} {top.score:.2f}" if top is not None and top.score >= 0.5 else "nothing stands out"
+                cause = f"{top.id} {top.score:.2f}" if top is not None and top.score >= LIKELY else "nothing stands out"
                 self._news = (path, f"checks done on {printable(name)}: {cause}")
                 self._show_topbar()
             # On the selected run the hypotheses pane shows the answer; no toast over its evidence.

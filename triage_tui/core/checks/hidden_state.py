@@ -10,11 +10,12 @@ RMS profile and pairwise distances the others, the layer ids the last.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 NAME = "hidden_state"
 
@@ -40,6 +41,97 @@ CHUNK_ORDER_TOLERANCE = 0.9
 DUMP_FORMAT_CONVENTION = {"specforge": "output_of", "speculators": "capture_before", "modelopt": "capture_before"}
 
 
+# "error" fails the check and is weighed by hypotheses; "warning" is named in the summary;
+# "info" is context only (the drill-down lists it).
+IssueSeverity = Literal["error", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class HiddenIssue:
+    kind: str  # aux_width, only_last_layer, aux_chunk_order, ... (hypotheses weigh them by kind)
+    severity: IssueSeverity
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "severity": self.severity, "message": self.message}
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One compared shape: what the drafter expects against what the inputs hold."""
+
+    what: str
+    expected: Any  # an int, a list of ints, or None (JSON values)
+    actual: Any
+    ok: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "expected": self.expected, "actual": self.actual, "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class HiddenStateDetails:
+    target_hidden_size: int | None
+    target_hidden_size_source: str | None
+    draft_hidden_size: int | None
+    fc_in_features: int | None
+    aux_chunks_present: int | None
+    shapes: tuple[ShapeRow, ...]
+    rms_by_chunk: tuple[float, ...] | None  # median per-token RMS of each aux chunk, low to high
+    issues: tuple[HiddenIssue, ...]
+    dumps_format: str | None
+    dump_samples: int
+
+    def has_issue(self, *kinds: str) -> bool:
+        return any(issue.kind in kinds for issue in self.issues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target_hidden_size": self.target_hidden_size,
+            "target_hidden_size_source": self.target_hidden_size_source,
+            "draft_hidden_size": self.draft_hidden_size,
+            "fc_in_features": self.fc_in_features,
+            "aux_chunks_present": self.aux_chunks_present,
+            "shapes": [row.to_json() for row in self.shapes],
+            "rms_by_chunk": list(self.rms_by_chunk) if self.rms_by_chunk is not None else None,
+            "issues": [issue.to_json() for issue in self.issues],
+            "dumps_format": self.dumps_format,
+            "dump_samples": self.dump_samples,
+        }
+
+    def drilldown(self) -> list[str]:
+        lines = key_value_lines(
+            [
+                ("target_hidden_size", self.target_hidden_size),
+                ("target_hidden_size_source", self.target_hidden_size_source),
+                ("draft_hidden_size", self.draft_hidden_size),
+                ("fc_in_features", self.fc_in_features),
+                ("aux_chunks_present", self.aux_chunks_present),
+                ("dumps_format", self.dumps_format),
+                ("dump_samples", self.dump_samples),
+            ]
+        )
+        if self.shapes:
+            lines += ["", "shapes"]
+            lines += table_lines(
+                ("", "what", "expected", "actual"),
+                [("✔" if r.ok else "✖", r.what, show(r.expected), show(r.actual)) for r in self.shapes],
+            )
+        if self.rms_by_chunk:
+            top = max(self.rms_by_chunk) or 1.0
+            lines += ["", "RMS per aux chunk (low → high layers should rise)"]
+            lines += table_lines(
+                ("chunk", "rms", ""),
+                [(str(i), f"{v:.4g}", "█" * max(1, round(24 * v / top))) for i, v in enumerate(self.rms_by_chunk)],
+            )
+        if self.issues:
+            lines += ["", "issues"]
+            lines += table_lines(
+                ("kind", "severity", "message"), [(i.kind, i.severity, i.message) for i in self.issues]
+            )
+        return lines
+
+
 def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
     """Shapes, aux chunk count, layer ids and the per-chunk RMS profile of the dumps against the drafter."""
     if checkpoint is None and dumps is None:
@@ -48,16 +140,16 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
         return CheckResult.skipped(NAME, checkpoint.not_eagle3)  # a plain model: no shapes to hold dumps against
 
     target_hidden, target_hidden_source = _target_hidden_size(checkpoint, target)
-    rows: list[dict[str, Any]] = []
-    issues: list[dict[str, str]] = []
+    rows: list[ShapeRow] = []
+    issues: list[HiddenIssue] = []
 
     def row(what: str, expected: Any, actual: Any) -> bool:
         ok = expected == actual
-        rows.append({"what": what, "expected": expected, "actual": actual, "ok": ok})
+        rows.append(ShapeRow(what, expected, actual, ok))
         return ok
 
-    def issue(kind: str, severity: str, message: str) -> None:
-        issues.append({"kind": kind, "severity": severity, "message": message})
+    def issue(kind: str, severity: IssueSeverity, message: str) -> None:
+        issues.append(HiddenIssue(kind, severity, message))
 
     fc_in = None
     if checkpoint is not None:
@@ -119,28 +211,28 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
             rms_by_chunk = _chunk_profile(dumps, target_hidden, issue)
         _layer_id_issues(checkpoint, dumps, target, row, issue)
 
-    details: dict[str, Any] = {
-        "target_hidden_size": target_hidden,
-        "target_hidden_size_source": target_hidden_source,
-        "draft_hidden_size": getattr(checkpoint, "hidden_size", None),
-        "fc_in_features": fc_in,
-        "aux_chunks_present": chunks_present,
-        "shapes": rows,
-        "rms_by_chunk": rms_by_chunk,
-        "issues": issues,
-        "dumps_format": getattr(dumps, "format", None),
-        "dump_samples": len(dumps.samples) if dumps is not None else 0,
-    }
-    errors = [i for i in issues if i["severity"] == "error"]
-    evidence = tuple(i["message"] for i in issues if i["severity"] != "info")
+    details = HiddenStateDetails(
+        target_hidden_size=target_hidden,
+        target_hidden_size_source=target_hidden_source,
+        draft_hidden_size=getattr(checkpoint, "hidden_size", None),
+        fc_in_features=fc_in,
+        aux_chunks_present=chunks_present,
+        shapes=tuple(rows),
+        rms_by_chunk=tuple(rms_by_chunk) if rms_by_chunk is not None else None,
+        issues=tuple(issues),
+        dumps_format=getattr(dumps, "format", None),
+        dump_samples=len(dumps.samples) if dumps is not None else 0,
+    )
+    errors = [i for i in issues if i.severity == "error"]
+    evidence = tuple(i.message for i in issues if i.severity != "info")
     if errors:
-        return CheckResult(NAME, "fail", "; ".join(i["message"] for i in errors[:3]), details, evidence)
-    parts = [f"{sum(r['ok'] for r in rows)} / {len(rows)} shapes agree"]
+        return CheckResult(NAME, "fail", "; ".join(i.message for i in errors[:3]), details, evidence)
+    parts = [f"{sum(r.ok for r in rows)} / {len(rows)} shapes agree"]
     if rms_by_chunk:
         parts.append("aux RMS by chunk " + " -> ".join(f"{v:.3g}" for v in rms_by_chunk))
     if dumps is None:
         parts.append("no dumps: only the checkpoint's shapes were checked")
-    warnings = [i["message"] for i in issues if i["severity"] == "warning"]
+    warnings = [i.message for i in issues if i.severity == "warning"]
     parts.extend(warnings[:2])
     return CheckResult(NAME, "pass", "; ".join(parts), details, evidence)
 

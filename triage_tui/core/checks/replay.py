@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from triage_tui.core.checks.result import CheckResult, CheckStatus
+from triage_tui.core.checks.result import CheckResult, CheckStatus, key_value_lines, show, table_lines
 from triage_tui.core.checks.target_head import HeadScan, scan_head
 from triage_tui.core.device import resolve_device
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
@@ -54,6 +54,66 @@ CHUNK_ORDER_MARGIN = 0.10
 _ROW_BUDGET_ELEMENTS = 1 << 25
 
 Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class ReplayDetails:
+    """What the replay measured; accuracies are fractions of the scored positions."""
+
+    tokens: int
+    samples: int
+    device: str
+    label_source: str
+    accuracy_checkpoint_mapping: float
+    accuracy_run_mapping: float | None  # None without a run mapping
+    loss_checkpoint_mapping: float | None  # None when labelled by input ids
+    loss_run_mapping: float | None
+    accuracy_by_chunk_order: Mapping[str, float]  # "0,1,2" (as stored) first
+    best_chunk_order: str
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "samples": self.samples,
+            "device": self.device,
+            "label_source": self.label_source,
+            "accuracy_checkpoint_mapping": self.accuracy_checkpoint_mapping,
+            "accuracy_run_mapping": self.accuracy_run_mapping,
+            "loss_checkpoint_mapping": self.loss_checkpoint_mapping,
+            "loss_run_mapping": self.loss_run_mapping,
+            "accuracy_by_chunk_order": dict(self.accuracy_by_chunk_order),
+            "best_chunk_order": self.best_chunk_order,
+            "notes": list(self.notes),
+        }
+
+    def drilldown(self) -> list[str]:
+        rows: list[tuple[str, str, str]] = [
+            ("the checkpoint's mapping", f"{self.accuracy_checkpoint_mapping:.1%}", show(self.loss_checkpoint_mapping))
+        ]
+        if self.accuracy_run_mapping is not None:
+            rows.append(("the run's mapping", f"{self.accuracy_run_mapping:.1%}", show(self.loss_run_mapping)))
+        lines = table_lines(("labels read through", "top-1 accuracy", "soft CE"), rows)
+        lines += key_value_lines(
+            [
+                ("tokens", self.tokens),
+                ("samples", self.samples),
+                ("device", self.device),
+                ("label_source", self.label_source),
+                ("best_chunk_order", self.best_chunk_order),
+            ]
+        )
+        if self.accuracy_by_chunk_order:
+            lines += ["", "accuracy by aux chunk order (as stored: the first row)"]
+            lines += table_lines(
+                ("order", "accuracy", ""),
+                [
+                    (order, f"{accuracy:.1%}", "best" if order == self.best_chunk_order else "")
+                    for order, accuracy in self.accuracy_by_chunk_order.items()
+                ],
+            )
+        lines += [f"note: {note}" for note in self.notes]
+        return lines
 
 
 @dataclass(frozen=True)
@@ -411,19 +471,19 @@ def _verdict(numbers: ReplayNumbers, device: torch.device, notes: list[str]) -> 
     acc_run = numbers.accuracy.get("run")
     by_order = numbers.accuracy_by_chunk_order
     best_order = max(by_order, key=lambda o: (by_order[o], o == IDENTITY_ORDER))
-    details: dict[str, Any] = {
-        "tokens": numbers.tokens,
-        "samples": numbers.samples,
-        "device": device.type,
-        "label_source": numbers.label_source,
-        "accuracy_checkpoint_mapping": acc_ckpt,
-        "accuracy_run_mapping": acc_run,
-        "loss_checkpoint_mapping": numbers.loss["checkpoint"],
-        "loss_run_mapping": numbers.loss.get("run"),
-        "accuracy_by_chunk_order": by_order,
-        "best_chunk_order": best_order,
-        "notes": notes,
-    }
+    details = ReplayDetails(
+        tokens=numbers.tokens,
+        samples=numbers.samples,
+        device=device.type,
+        label_source=numbers.label_source,
+        accuracy_checkpoint_mapping=acc_ckpt,
+        accuracy_run_mapping=acc_run,
+        loss_checkpoint_mapping=numbers.loss["checkpoint"],
+        loss_run_mapping=numbers.loss.get("run"),
+        accuracy_by_chunk_order=by_order,
+        best_chunk_order=best_order,
+        notes=tuple(notes),
+    )
     if numbers.cancelled:
         return CheckResult(NAME, "skipped", f"replay cancelled after {numbers.tokens} tokens", details)
     if numbers.tokens == 0:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, key_value_lines, table_lines
 from triage_tui.core.checks.target_head import scan_head
 from triage_tui.core.vocab import VocabMapping
 
@@ -27,6 +28,78 @@ NAME = "verifier_mask"
 # The default max_tokens (1024) bounds the cost of recomputing the verifier's argmax on CPU
 # (1024 x 163 840 x 7168 multiply-adds for a Kimi-sized head; core/checks/target_head.py reads
 # the head block by block) while the share it estimates has a standard error under 1.6 points.
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str  # "<run|checkpoint>: <what>", e.g. "run: hot ids strictly ascending"
+    ok: bool
+    detail: str
+    required: bool  # a failure of this invariant alone breaks training; others are context
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "required": self.required}
+
+
+@dataclass(frozen=True)
+class ArgmaxOutside:
+    """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
+
+    tokens: int
+    run: float | None
+    checkpoint: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "run": self.run, "checkpoint": self.checkpoint}
+
+
+@dataclass(frozen=True)
+class VerifierMaskDetails:
+    invariants: tuple[Invariant, ...]
+    run_draft_vocab_size: int
+    run_ascending: bool
+    run_has_stored_t2d: bool
+    checkpoint_ascending: bool | None = None  # None: no checkpoint mapping to compare
+    t2d_differing_target_ids: int | None = None  # None: the masks differ in length, or one is missing
+    # Measured only with dumps and a target (argmax_scanned); None then when it was cancelled.
+    argmax_scanned: bool = False
+    target_argmax_outside_draft_vocab: ArgmaxOutside | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "invariants": [i.to_json() for i in self.invariants],
+            "run_draft_vocab_size": self.run_draft_vocab_size,
+            "run_ascending": self.run_ascending,
+            "run_has_stored_t2d": self.run_has_stored_t2d,
+        }
+        if self.checkpoint_ascending is not None:
+            document["checkpoint_ascending"] = self.checkpoint_ascending
+        if self.t2d_differing_target_ids is not None:
+            document["t2d_differing_target_ids"] = self.t2d_differing_target_ids
+        if self.argmax_scanned:
+            outside = self.target_argmax_outside_draft_vocab
+            document["target_argmax_outside_draft_vocab"] = outside.to_json() if outside is not None else None
+        return document
+
+    def drilldown(self) -> list[str]:
+        lines = table_lines(
+            ("", "invariant", "result", ""),
+            [
+                ("✔" if i.ok else "✖", i.name, i.detail, "required" if i.required else "context")
+                for i in self.invariants
+            ],
+        )
+        lines += key_value_lines(
+            [
+                (key, value)
+                for key, value in self.to_json().items()
+                if key not in ("invariants", "target_argmax_outside_draft_vocab")
+            ]
+        )
+        outside = self.target_argmax_outside_draft_vocab
+        if outside is not None:
+            lines += ["", "target argmax outside draft vocab", *key_value_lines(list(outside.to_json().items()))]
+        return lines
 
 
 def check_verifier_mask(
@@ -44,8 +117,7 @@ def check_verifier_mask(
     if checkpoint_mapping is None and run_mapping is None:
         return CheckResult.skipped(NAME, "no vocab mapping for the checkpoint or the run: pass --mapping")
     target_vocab = int(target.vocab_size) if target is not None else None
-    invariants: list[dict[str, Any]] = []
-    numbers: dict[str, Any] = {}
+    invariants: list[Invariant] = []
 
     # The trainer builds its verifier targets from the run's mapping; without one it keeps the
     # checkpoint's buffers (SpecForge loads them with the weights).
@@ -53,14 +125,13 @@ def check_verifier_mask(
     assert trained_with is not None  # with neither mapping the check returned "skipped" above
     trained_label = "run" if run_mapping is not None else "checkpoint (no run mapping)"
     invariants += _mapping_invariants(trained_label, trained_with, target_vocab, ordering_required=True)
-    numbers["run_draft_vocab_size"] = trained_with.draft_vocab_size
-    numbers["run_ascending"] = trained_with.is_ascending()
-    numbers["run_has_stored_t2d"] = trained_with.stored_t2d is not None
+    checkpoint_ascending: bool | None = None
+    differing: int | None = None
 
     if run_mapping is not None and checkpoint_mapping is not None:
         # Engines read only d2t, so the checkpoint's own order matters only through its mask's consistency.
         invariants += _mapping_invariants("checkpoint", checkpoint_mapping, target_vocab, ordering_required=False)
-        numbers["checkpoint_ascending"] = checkpoint_mapping.is_ascending()
+        checkpoint_ascending = checkpoint_mapping.is_ascending()
         ckpt_mask, run_mask = _effective_mask(checkpoint_mapping), _effective_mask(run_mapping)
         if ckpt_mask.shape == run_mask.shape:
             differing = int(np.count_nonzero(ckpt_mask != run_mask))
@@ -72,7 +143,6 @@ def check_verifier_mask(
                     required=False,
                 )
             )
-            numbers["t2d_differing_target_ids"] = differing
         else:
             invariants.append(
                 _invariant(
@@ -94,28 +164,35 @@ def check_verifier_mask(
             progress=progress,
             cancel=cancel,
         )
-        numbers["target_argmax_outside_draft_vocab"] = outside
 
-    failed = [i for i in invariants if i["required"] and not i["ok"]]
-    details = {"invariants": invariants, **numbers}
-    evidence = [f"{i['name']}: {i['detail']}" for i in invariants if not i["ok"]]
-    if outside and outside.get("run") is not None:
+    failed = [i for i in invariants if i.required and not i.ok]
+    details = VerifierMaskDetails(
+        invariants=tuple(invariants),
+        run_draft_vocab_size=trained_with.draft_vocab_size,
+        run_ascending=trained_with.is_ascending(),
+        run_has_stored_t2d=trained_with.stored_t2d is not None,
+        checkpoint_ascending=checkpoint_ascending,
+        t2d_differing_target_ids=differing,
+        argmax_scanned=dumps is not None and target is not None,
+        target_argmax_outside_draft_vocab=outside,
+    )
+    evidence = [f"{i.name}: {i.detail}" for i in invariants if not i.ok]
+    if outside and outside.run is not None:
         evidence.append(
-            f"{outside['run']:.1%} of {outside['tokens']} loss-masked positions have a target argmax outside the "
+            f"{outside.run:.1%} of {outside.tokens} loss-masked positions have a target argmax outside the "
             f"run's draft vocab (dropped from the loss by position_mask)"
         )
     if failed:
-        summary = "; ".join(f"{i['name']} fails: {i['detail']}" for i in failed[:3])
+        summary = "; ".join(f"{i.name} fails: {i.detail}" for i in failed[:3])
         return CheckResult(NAME, "fail", summary, details, tuple(evidence))
-    summary = f"{sum(i['ok'] for i in invariants)} / {len(invariants)} mask invariants hold"
-    if outside and outside.get("run") is not None:
-        summary += f"; {outside['run']:.1%} of target argmaxes fall outside the run's draft vocab"
+    summary = f"{sum(i.ok for i in invariants)} / {len(invariants)} mask invariants hold"
+    if outside and outside.run is not None:
+        summary += f"; {outside.run:.1%} of target argmaxes fall outside the run's draft vocab"
     return CheckResult(NAME, "pass", summary, details, tuple(evidence))
 
 
-def _invariant(name: str, ok: bool, detail: str, *, required: bool = True) -> dict[str, Any]:
-    # `required`: a failure of this invariant alone breaks training; others are context.
-    return {"name": name, "ok": bool(ok), "detail": detail, "required": required}
+def _invariant(name: str, ok: bool, detail: str, *, required: bool = True) -> Invariant:
+    return Invariant(name, bool(ok), detail, required)
 
 
 def _effective_mask(mapping: VocabMapping) -> np.ndarray:
@@ -125,7 +202,7 @@ def _effective_mask(mapping: VocabMapping) -> np.ndarray:
 
 def _mapping_invariants(
     label: str, mapping: VocabMapping, target_vocab: int | None, *, ordering_required: bool
-) -> list[dict[str, Any]]:
+) -> list[Invariant]:
     """SpecForge classic `specforge/core/eagle3.py`, `_compute_target_p`: len(d2t)==Vd, t2d.sum()==Vd,
     sorted(arange(Vd)+d2t)==t2d.nonzero()."""
     vd = mapping.draft_vocab_size
@@ -200,7 +277,7 @@ def _mapping_invariants(
 @torch.no_grad()
 def _argmax_outside_draft_vocab(
     dumps, target, mappings: dict[str, VocabMapping | None], *, device: str, max_tokens: int, progress, cancel
-) -> dict[str, Any] | None:
+) -> ArgmaxOutside | None:
     """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
     hidden = []
     budget = max_tokens
@@ -234,12 +311,12 @@ def _argmax_outside_draft_vocab(
     if scan is None:
         return None
     argmax = scan.argmax.cpu().numpy()
-    result: dict[str, Any] = {"tokens": int(argmax.size)}
+    shares: dict[str, float | None] = {}
     for label, mapping in mappings.items():
         if mapping is None:
-            result[label] = None
+            shares[label] = None
             continue
         mask = _effective_mask(mapping)
         inside = (argmax < mask.shape[0]) & mask[np.minimum(argmax, mask.shape[0] - 1)]
-        result[label] = float(1.0 - inside.mean())
-    return result
+        shares[label] = float(1.0 - inside.mean())
+    return ArgmaxOutside(int(argmax.size), run=shares.get("run"), checkpoint=shares.get("checkpoint"))

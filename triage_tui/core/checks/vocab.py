@@ -10,11 +10,12 @@ PR #534: ``--ckpt-dir`` regenerated d2t/t2d from the new data and overwrote the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, key_value_lines, table_lines
 from triage_tui.core.formats.mapping import mapping_sha256
 from triage_tui.core.vocab import VocabMapping
 
@@ -32,6 +33,185 @@ MIN_POSITIONAL_MATCH_FRACTION = 0.99
 # pattern off (a constant shift, a block of new tokens), small enough for JSON output.
 MAX_LISTED_MISMATCHES = 50
 MAX_LISTED_MOVES = 10
+
+
+@dataclass(frozen=True)
+class PositionMoves:
+    """Where the checkpoint's draft positions land in the run's draft vocab."""
+
+    same: int
+    moved: int
+    dropped: int  # no place in the run's vocab
+    median_shift: int  # a constant shift means a block of tokens was inserted before them
+    sample: tuple[tuple[int, int], ...]  # (checkpoint position, run position), spread over the moved rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "same": self.same,
+            "moved": self.moved,
+            "dropped": self.dropped,
+            "median_shift": self.median_shift,
+            "sample": [{"checkpoint_position": old, "run_position": new} for old, new in self.sample],
+        }
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One draft position whose target token differs (None: that side has no row there)."""
+
+    draft_id: int
+    checkpoint_target_id: int | None
+    run_target_id: int | None
+    checkpoint_token: str | None
+    run_token: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "draft_id": self.draft_id,
+            "checkpoint_target_id": self.checkpoint_target_id,
+            "run_target_id": self.run_target_id,
+            "checkpoint_token": self.checkpoint_token,
+            "run_token": self.run_token,
+        }
+
+
+@dataclass(frozen=True)
+class TrainingTokens:
+    """The run's loss-masked training tokens (from the dumps) against both draft vocabs."""
+
+    samples: int
+    tokens: int
+    samples_without_loss_mask: int
+    samples_with_empty_loss_mask: int
+    run_coverage: float | None = None
+    checkpoint_coverage: float | None = None
+    same_row_fraction: float | None = None  # of the tokens the run's vocab covers, those on their trained row
+    tokens_out_of_vocab: int | None = None  # None when no token was loss-masked
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "samples_without_loss_mask": self.samples_without_loss_mask,
+            "samples_with_empty_loss_mask": self.samples_with_empty_loss_mask,
+            "run_coverage": self.run_coverage,
+            "checkpoint_coverage": self.checkpoint_coverage,
+            "same_row_fraction": self.same_row_fraction,
+        }
+        if self.tokens_out_of_vocab is not None:
+            document["tokens_out_of_vocab"] = self.tokens_out_of_vocab
+        return document
+
+
+@dataclass(frozen=True)
+class VocabDetails:
+    """What the vocab-mapping comparison measured (docs/contracts.md names the keys tools rely on)."""
+
+    draft_vocab_size: int
+    target_vocab_size: int
+    run_draft_vocab_size: int
+    run_target_vocab_size: int
+    positional_match: int
+    positional_match_fraction: float
+    overlap: int
+    only_in_checkpoint: int
+    only_in_run: int
+    # formats/mapping.py mapping_sha256: the file's bytes, the digest remap shows too.
+    checkpoint_sha256: str
+    checkpoint_sha256_of: str
+    run_sha256: str
+    run_sha256_of: str
+    checkpoint_source: str
+    run_source: str
+    checkpoint_positions_in_run: PositionMoves
+    first_mismatches: tuple[Mismatch, ...]
+    notes: tuple[str, ...]
+    training_tokens: TrainingTokens | None
+
+    @property
+    def identical(self) -> bool:
+        """Both mappings put the same target token at every draft position, over the same vocabs."""
+        return (
+            self.positional_match == self.draft_vocab_size == self.run_draft_vocab_size
+            and self.target_vocab_size == self.run_target_vocab_size
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "draft_vocab_size": self.draft_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "run_draft_vocab_size": self.run_draft_vocab_size,
+            "run_target_vocab_size": self.run_target_vocab_size,
+            "positional_match": self.positional_match,
+            "positional_match_fraction": self.positional_match_fraction,
+            "overlap": self.overlap,
+            "only_in_checkpoint": self.only_in_checkpoint,
+            "only_in_run": self.only_in_run,
+            "checkpoint_sha256": self.checkpoint_sha256,
+            "checkpoint_sha256_of": self.checkpoint_sha256_of,
+            "run_sha256": self.run_sha256,
+            "run_sha256_of": self.run_sha256_of,
+            "checkpoint_source": self.checkpoint_source,
+            "run_source": self.run_source,
+            "checkpoint_positions_in_run": self.checkpoint_positions_in_run.to_json(),
+            "first_mismatches": [m.to_json() for m in self.first_mismatches],
+            "notes": list(self.notes),
+            "training_tokens": self.training_tokens.to_json() if self.training_tokens is not None else None,
+        }
+
+    def drilldown(self) -> list[str]:
+        lines = [
+            f"{self.positional_match} / {self.draft_vocab_size} draft positions map to the same target token "
+            "in both mappings",
+            *key_value_lines(
+                [
+                    ("positional_match", self.positional_match),
+                    ("positional_match_fraction", self.positional_match_fraction),
+                    ("overlap", self.overlap),
+                    ("only_in_checkpoint", self.only_in_checkpoint),
+                    ("only_in_run", self.only_in_run),
+                    ("draft_vocab_size", self.draft_vocab_size),
+                    ("target_vocab_size", self.target_vocab_size),
+                    ("run_draft_vocab_size", self.run_draft_vocab_size),
+                    ("run_target_vocab_size", self.run_target_vocab_size),
+                    ("checkpoint_source", self.checkpoint_source),
+                    ("run_source", self.run_source),
+                ]
+            ),
+        ]
+        moves = self.checkpoint_positions_in_run
+        lines += [
+            "",
+            "where the checkpoint's draft positions land in the run's vocab",
+            f"{moves.same} keep their position, {moves.moved} move (median shift {moves.median_shift}), "
+            f"{moves.dropped} have no place",
+        ]
+        if moves.sample:
+            lines += table_lines(
+                ("checkpoint pos", "→ run pos", "shift"), [(old, new, f"{new - old:+d}") for old, new in moves.sample]
+            )
+        if self.first_mismatches:
+            lines += ["", f"first {len(self.first_mismatches)} mismatching draft positions"]
+            lines += table_lines(
+                ("draft id", "checkpoint → target", "token", "run → target", "token"),
+                [
+                    (
+                        m.draft_id,
+                        m.checkpoint_target_id,
+                        _quoted(m.checkpoint_token),
+                        m.run_target_id,
+                        _quoted(m.run_token),
+                    )
+                    for m in self.first_mismatches
+                ],
+            )
+        if self.training_tokens is not None:
+            lines += ["", "the run's training tokens", *key_value_lines(list(self.training_tokens.to_json().items()))]
+        return lines
+
+
+def _quoted(token: str | None) -> str:
+    return "–" if token is None else repr(token)
 
 
 def check_vocab_mapping(
@@ -76,29 +256,28 @@ def check_vocab_mapping(
     moves = _position_moves(checkpoint_mapping, run_mapping)
     mismatches = _first_mismatches(ckpt_hot, run_hot, same_position, token_strings)
 
-    details: dict[str, Any] = {
-        "draft_vocab_size": ckpt_vd,
-        "target_vocab_size": checkpoint_mapping.target_vocab_size,
-        "run_draft_vocab_size": run_vd,
-        "run_target_vocab_size": run_mapping.target_vocab_size,
-        "positional_match": positional_match,
-        "positional_match_fraction": fraction,
-        "overlap": overlap,
-        "only_in_checkpoint": int(ckpt_tokens.size - overlap),
-        "only_in_run": int(run_tokens.size - overlap),
-        # formats/mapping.py mapping_sha256: the file's bytes, the digest remap shows too.
-        "checkpoint_sha256": checkpoint_digest[0],
-        "checkpoint_sha256_of": checkpoint_digest[1],
-        "run_sha256": run_digest[0],
-        "run_sha256_of": run_digest[1],
-        "checkpoint_source": checkpoint_mapping.source,
-        "run_source": run_mapping.source,
-        "checkpoint_positions_in_run": moves,
-        "first_mismatches": mismatches,
-        "notes": [*checkpoint_mapping.notes, *run_mapping.notes],
-    }
     coverage = _training_token_coverage(checkpoint_mapping, run_mapping, dumps) if dumps is not None else None
-    details["training_tokens"] = coverage
+    details = VocabDetails(
+        draft_vocab_size=ckpt_vd,
+        target_vocab_size=checkpoint_mapping.target_vocab_size,
+        run_draft_vocab_size=run_vd,
+        run_target_vocab_size=run_mapping.target_vocab_size,
+        positional_match=positional_match,
+        positional_match_fraction=fraction,
+        overlap=overlap,
+        only_in_checkpoint=int(ckpt_tokens.size - overlap),
+        only_in_run=int(run_tokens.size - overlap),
+        checkpoint_sha256=checkpoint_digest[0],
+        checkpoint_sha256_of=checkpoint_digest[1],
+        run_sha256=run_digest[0],
+        run_sha256_of=run_digest[1],
+        checkpoint_source=checkpoint_mapping.source,
+        run_source=run_mapping.source,
+        checkpoint_positions_in_run=moves,
+        first_mismatches=mismatches,
+        notes=(*checkpoint_mapping.notes, *run_mapping.notes),
+        training_tokens=coverage,
+    )
 
     problems: list[str] = []
     if ckpt_vd != run_vd:
@@ -110,27 +289,27 @@ def check_vocab_mapping(
         )
     if fraction < MIN_POSITIONAL_MATCH_FRACTION:
         problems.append(f"only {positional_match} / {ckpt_vd} draft positions map to the same target token")
-    weighted = coverage.get("same_row_fraction") if coverage else None
+    weighted = coverage.same_row_fraction if coverage else None
     if weighted is not None and weighted < MIN_POSITIONAL_MATCH_FRACTION:
         problems.append(f"only {weighted:.1%} of the run's training tokens land on the lm_head row trained for them")
 
     evidence = [
         f"{positional_match} / {ckpt_vd} draft positions map to the same target token ({fraction:.2%})",
-        f"{overlap} target tokens are in both draft vocabs; {details['only_in_checkpoint']} only in the "
-        f"checkpoint's, {details['only_in_run']} only in the run's",
-        f"of the checkpoint's rows, {moves['same']} keep their position, {moves['moved']} move, "
-        f"{moves['dropped']} have no place in the run's vocab",
+        f"{overlap} target tokens are in both draft vocabs; {details.only_in_checkpoint} only in the "
+        f"checkpoint's, {details.only_in_run} only in the run's",
+        f"of the checkpoint's rows, {moves.same} keep their position, {moves.moved} move, "
+        f"{moves.dropped} have no place in the run's vocab",
     ]
-    if coverage and coverage.get("same_row_fraction") is not None:
+    if coverage and coverage.same_row_fraction is not None:
         evidence.append(
-            f"{coverage['same_row_fraction']:.1%} of {coverage['tokens']} loss-masked training tokens hit the "
-            f"row trained for them; the run's vocab covers {coverage['run_coverage']:.1%}, the checkpoint's "
-            f"{coverage['checkpoint_coverage']:.1%}"
+            f"{coverage.same_row_fraction:.1%} of {coverage.tokens} loss-masked training tokens hit the "
+            f"row trained for them; the run's vocab covers {coverage.run_coverage:.1%}, the checkpoint's "
+            f"{coverage.checkpoint_coverage:.1%}"
         )
 
     if problems:
         summary = "; ".join(problems)
-        if moves["moved"] and moves["same"] < moves["moved"]:
+        if moves.moved and moves.same < moves.moved:
             summary += " (the lm_head rows are ordered for another mapping: remap them)"
         return CheckResult(NAME, "fail", summary, details, tuple(evidence))
     if positional_match == ckpt_vd:
@@ -140,7 +319,7 @@ def check_vocab_mapping(
     return CheckResult(NAME, "pass", summary, details, tuple(evidence))
 
 
-def _position_moves(checkpoint: VocabMapping, run: VocabMapping) -> dict[str, Any]:
+def _position_moves(checkpoint: VocabMapping, run: VocabMapping) -> PositionMoves:
     """Where each checkpoint draft position's token sits in the run's draft vocab."""
     ckpt_hot = checkpoint.hot_ids
     run_position = run.draft_position_of()
@@ -154,23 +333,19 @@ def _position_moves(checkpoint: VocabMapping, run: VocabMapping) -> dict[str, An
     shifts = new_position[moved] - old_position[moved]
     # Spread the sample over all moved rows: the first few are often one block with one shift.
     picked = np.unique(np.linspace(0, shifts.size - 1, num=min(MAX_LISTED_MOVES, shifts.size)).astype(np.int64))
-    sample = [
-        {"checkpoint_position": int(old_position[moved][k]), "run_position": int(new_position[moved][k])}
-        for k in picked.tolist()
-    ]
-    return {
-        "same": int(np.count_nonzero(same)),
-        "moved": int(np.count_nonzero(moved)),
-        "dropped": int(np.count_nonzero(~kept)),
-        # A constant shift means a block of tokens was inserted before them (new data, new vocab).
-        "median_shift": int(np.median(shifts)) if shifts.size else 0,
-        "sample": sample,
-    }
+    sample = tuple((int(old_position[moved][k]), int(new_position[moved][k])) for k in picked.tolist())
+    return PositionMoves(
+        same=int(np.count_nonzero(same)),
+        moved=int(np.count_nonzero(moved)),
+        dropped=int(np.count_nonzero(~kept)),
+        median_shift=int(np.median(shifts)) if shifts.size else 0,
+        sample=sample,
+    )
 
 
 def _first_mismatches(
     ckpt_hot: np.ndarray, run_hot: np.ndarray, same_position: np.ndarray, token_strings: Mapping[int, str] | None
-) -> list[dict[str, Any]]:
+) -> tuple[Mismatch, ...]:
     """The first disagreeing draft positions, with token strings when a tokenizer was found."""
     differing = np.flatnonzero(~same_position)[:MAX_LISTED_MISMATCHES]
     # Positions past the shorter vocab disagree too: one side has no row there.
@@ -181,15 +356,9 @@ def _first_mismatches(
         ckpt_id = int(ckpt_hot[draft_id]) if draft_id < ckpt_hot.shape[0] else None
         run_id = int(run_hot[draft_id]) if draft_id < run_hot.shape[0] else None
         rows.append(
-            {
-                "draft_id": int(draft_id),
-                "checkpoint_target_id": ckpt_id,
-                "run_target_id": run_id,
-                "checkpoint_token": _token(token_strings, ckpt_id),
-                "run_token": _token(token_strings, run_id),
-            }
+            Mismatch(int(draft_id), ckpt_id, run_id, _token(token_strings, ckpt_id), _token(token_strings, run_id))
         )
-    return rows
+    return tuple(rows)
 
 
 def _token(token_strings: Mapping[int, str] | None, token_id: int | None) -> str | None:
@@ -198,7 +367,7 @@ def _token(token_strings: Mapping[int, str] | None, token_id: int | None) -> str
     return token_strings.get(token_id)
 
 
-def _training_token_coverage(checkpoint: VocabMapping, run: VocabMapping, dumps: Any) -> dict[str, Any] | None:
+def _training_token_coverage(checkpoint: VocabMapping, run: VocabMapping, dumps: Any) -> TrainingTokens | None:
     """Share of the run's loss-masked training tokens each draft vocab covers, and the share on the right row.
 
     SpecForge builds its draft vocab from exactly these tokens (``input_ids[loss_mask == 1]``,
@@ -218,30 +387,30 @@ def _training_token_coverage(checkpoint: VocabMapping, run: VocabMapping, dumps:
     if not chunks:
         return None
     ids = np.concatenate(chunks)
-    result: dict[str, Any] = {
+    counts = {
         "samples": len(chunks),
         "tokens": int(ids.size),
         "samples_without_loss_mask": unmasked_samples,
         "samples_with_empty_loss_mask": empty_mask_samples,
-        "run_coverage": None,
-        "checkpoint_coverage": None,
-        "same_row_fraction": None,
     }
     if ids.size == 0:
         # Every loss mask is empty: nothing is trained (SpecForge #392, loss and acc stay 0).
-        return result
+        return TrainingTokens(**counts)
     vocab = max(checkpoint.target_vocab_size, run.target_vocab_size)
     valid = (ids >= 0) & (ids < vocab)
-    result["tokens_out_of_vocab"] = int(ids.size - np.count_nonzero(valid))
+    out_of_vocab = int(ids.size - np.count_nonzero(valid))
     ids = ids[valid]
     ckpt_pos = _padded_inverse(checkpoint, vocab)[ids]
     run_pos = _padded_inverse(run, vocab)[ids]
     in_run = run_pos >= 0
-    result["run_coverage"] = float(np.mean(in_run)) if ids.size else 0.0
-    result["checkpoint_coverage"] = float(np.mean(ckpt_pos >= 0)) if ids.size else 0.0
-    # Of the tokens the run actually trains on, how many land on the row the checkpoint trained for them.
-    result["same_row_fraction"] = float(np.mean(ckpt_pos[in_run] == run_pos[in_run])) if np.any(in_run) else None
-    return result
+    return TrainingTokens(
+        **counts,
+        run_coverage=float(np.mean(in_run)) if ids.size else 0.0,
+        checkpoint_coverage=float(np.mean(ckpt_pos >= 0)) if ids.size else 0.0,
+        # Of the tokens the run actually trains on, how many land on the row the checkpoint trained for them.
+        same_row_fraction=float(np.mean(ckpt_pos[in_run] == run_pos[in_run])) if np.any(in_run) else None,
+        tokens_out_of_vocab=out_of_vocab,
+    )
 
 
 def _padded_inverse(mapping: VocabMapping, vocab: int) -> np.ndarray:

@@ -15,6 +15,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 
+from triage_tui.core.hypotheses import LIKELY
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
@@ -164,7 +165,7 @@ class MainScreen(Screen):
             elif remapped is not None:
                 pane.border_title = f"hypotheses · of the remapped checkpoint · checks {tally}"
             # Nothing stands out: the small layout shows why (skipped checks say what they need).
-            pane.set_class(max((h.score for h in diagnosis.hypotheses), default=0.0) < 0.5, "-quiet")
+            pane.set_class(max((h.score for h in diagnosis.hypotheses), default=0.0) < LIKELY, "-quiet")
             checks.finish({name: (result.status, result.summary) for name, result in diagnosis.checks.items()})
             if hypotheses.hypotheses != list(diagnosis.hypotheses):
                 hypotheses.show(diagnosis.hypotheses)

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 
-from triage_tui.core.diagnose import CHECK_NAMES  # one bar per check, in the order diagnose() runs them
+from triage_tui.core.checks.registry import CHECK_NAMES  # one bar per check, in the order diagnose() runs them
 from triage_tui.core.text import printable
 
 STATUS_STYLE = {

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from triage_tui.core.hypotheses import LIKELY
 from triage_tui.core.text import printable
 
 BAR_CELLS = 10
@@ -16,7 +17,7 @@ BAR_CELLS = 10
 def score_bar(score: float) -> Text:
     score = max(0.0, min(1.0, score))
     filled = round(score * BAR_CELLS)
-    style = "bold red" if score >= 0.5 else ("yellow" if score >= 0.2 else "green")
+    style = "bold red" if score >= LIKELY else ("yellow" if score >= 0.2 else "green")
     # Styles go on spans: a style given to Text() would colour everything appended later too.
     bar = Text()
     bar.append("█" * filled, style=style)
@@ -28,7 +29,7 @@ def score_bar(score: float) -> Text:
 def hypothesis_prompt(hypothesis) -> Text:
     """Two lines (app.tcss cuts them with an ellipsis rather than wrapping, so a small pane lists them all)."""
     line = score_bar(hypothesis.score)
-    line.append(printable(hypothesis.title), style="bold" if hypothesis.score >= 0.5 else "")
+    line.append(printable(hypothesis.title), style="bold" if hypothesis.score >= LIKELY else "")
     if hypothesis.evidence:
         line.append("\n")
         line.append(" " * (BAR_CELLS + 6))

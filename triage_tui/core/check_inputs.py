@@ -1,0 +1,304 @@
+"""A run's inputs for the checks, and where each one came from.
+
+Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
+> SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs.py``
+artifacts); every choice a lower source made, or why it was passed over, is kept as a note the
+user sees.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
+from typing import Any
+
+from triage_tui.core.errors import BadInput
+
+INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
+
+# SpecForge classic scripts/train_eagle3.py argument names, as saved in training_state.pt's
+# args Namespace: the drafter the fine-tune started from, the target, the offline dumps, and
+# the cache dir whose vocab_mapping/<key>.pt holds the mapping the trainer labelled with
+# (specforge/data/preprocessing.py generate_vocab_mapping_file).
+# SpecForge 0.2.0 saves no args; its resume contract's model provenance names the target and the
+# draft config source (the starting drafter's directory when the config came from it), and a
+# vocab_mapping_path when one was given (formats/training_state.py). Without one, the run's
+# mapping is the d2t/t2d it saved in draft_state_dict.
+TRAINING_ARG_CHECKPOINT = ("ckpt_dir", "draft_config")
+TRAINING_ARG_TARGET = ("target_model_path", "target_model")
+TRAINING_ARG_DATA = ("train_hidden_states_path",)
+TRAINING_ARG_CACHE = ("cache_dir",)
+TRAINING_ARG_MAPPING = ("vocab_mapping",)
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """The four inputs of a diagnosis, and where each one came from."""
+
+    run: Path
+    checkpoint: Path | None = None
+    mapping: Path | None = None
+    data: Path | None = None
+    target: Path | None = None
+    # input name -> "flag" | "triage.toml" | "training_state.pt" | "run.yaml" | "discovery"
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def paths(self) -> dict[str, str | None]:
+        return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None) for name in INPUT_NAMES}
+
+    def fix_commands(self) -> tuple[str, str] | None:
+        """The shell commands of both fixes, remap the rows or keep the checkpoint's mapping; None
+        without a checkpoint and a mapping. `check`'s text and the TUI show these same commands, so
+        rows a drafter never had are initialised the same way (`--target`) from either."""
+        if self.checkpoint is None or self.mapping is None:
+            return None
+        words = ["triage", "remap", str(self.checkpoint), "--mapping", str(self.mapping)]
+        if self.target is not None:
+            words += ["--target", str(self.target)]  # new rows from the target's lm_head
+            if self.data is not None:
+                words += ["--data", str(self.data)]  # replay accuracy before and after
+        return shlex.join(words), shlex.join(["triage", "remap", str(self.checkpoint), "--keep-checkpoint-mapping"])
+
+
+def resolve_inputs(
+    run: str | Path,
+    *,
+    checkpoint: str | Path | None = None,
+    mapping: str | Path | None = None,
+    data: str | Path | None = None,
+    target: str | Path | None = None,
+) -> CheckInputs:
+    """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
+    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
+
+    run_path = Path(os.path.abspath(expand_user(run)))
+    if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
+        # An event file or a triage.toml names the run it sits in.
+        run_path = run_path.parent
+    flags = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
+    for name, value in flags.items():
+        if value is not None:
+            stat_or_bad_input(expand_user(value), f"--{name}: no such file or directory")
+
+    notes: list[str] = []
+    infos = discover_runs([run_path])
+    info = next((i for i in infos if i.path == run_path), None)
+    if info is None and len(infos) > 1:
+        names = ", ".join(i.name for i in infos[:4]) + (", ..." if len(infos) > 4 else "")
+        raise BadInput(run_path, f"holds {len(infos)} runs ({names}); pass one of them")
+    info = info or (infos[0] if infos else None)
+    if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
+        raise BadInput(
+            run_path,
+            "not a run: no triage.toml, event files or W&B run here or below, and no "
+            "--checkpoint/--mapping/--data/--target to check",
+        )
+    if info is not None and info.path != run_path:
+        notes.append(f"the run is {info.path} (found from {run_path})")
+        run_path = info.path
+    manifest = info.manifest if info is not None else None
+    if manifest is None and (run_path / MANIFEST_NAME).is_file():
+        manifest = load_manifest(run_path / MANIFEST_NAME)
+    artifacts = info.artifacts if info is not None else None
+
+    chosen: dict[str, Path | None] = {}
+    sources: dict[str, str] = {}
+    for name in INPUT_NAMES:
+        flag = flags[name]
+        if flag is not None:
+            chosen[name], sources[name] = Path(os.path.abspath(expand_user(flag))), "flag"
+        elif manifest is not None and getattr(manifest, name) is not None:
+            chosen[name], sources[name] = getattr(manifest, name), "triage.toml"
+    # Lower sources are consulted only for what is still missing; the notes kept are those of the
+    # sources tried for it (a stale training arg behind a manifest path is no news).
+    missing = [name for name in INPUT_NAMES if name not in chosen]
+    if missing:
+        state, args_notes = _training_state(artifacts)
+        by_training = _from_training_state(state, run_path)
+        by_run_yaml = _from_run_yaml(getattr(artifacts, "run_yaml", None))
+        by_discovery = _discovered(artifacts)
+        used_training = False
+        for name in missing:
+            chosen[name] = None
+            for source, (path, field_notes) in (
+                ("training_state.pt", by_training[name]),
+                ("run.yaml", by_run_yaml[name]),
+                ("discovery", by_discovery[name]),
+            ):
+                notes.extend(field_notes)  # why a source was passed over, or what the used one chose
+                if path is not None:
+                    chosen[name], sources[name] = path, source
+                    used_training |= source == "training_state.pt"
+                    break
+        if args_notes and not used_training:
+            notes.extend(args_notes)
+    if sources.get("checkpoint") == "discovery":
+        notes.append(
+            f"no starting checkpoint is recorded (flag, triage.toml, training_state.pt ckpt_dir or run.yaml "
+            f"from_pretrained): using the "
+            f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
+            f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
+        )
+    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
+
+
+Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it
+
+
+def _training_state(artifacts):
+    path = getattr(artifacts, "training_state", None)
+    if path is None:
+        return None, []
+    from triage_tui.core.formats.training_state import read_training_state
+
+    try:
+        return read_training_state(path), []
+    except BadInput as err:
+        return None, [f"training_state.pt not used: {err.line()}"]
+
+
+def _from_training_state(state, run_path: Path) -> dict[str, Found]:
+    args = state.args if state is not None else {}
+    mapping, mapping_notes = _arg_path(args, TRAINING_ARG_MAPPING, run_path)
+    if mapping is None:
+        cache_dir, cache_notes = _arg_path(args, TRAINING_ARG_CACHE, run_path)
+        mapping, cache_mapping_notes = _cache_mapping(cache_dir)
+        mapping_notes += cache_notes + cache_mapping_notes
+    if mapping is None and state is not None and state.generation == "0.2.0":
+        mapping = state.path  # the d2t/t2d the trainer installed and saved with the drafter
+    checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path)
+    if checkpoint is not None and not _holds_weights(checkpoint):
+        # 0.2.0's draft_config source is a config file when model.draft_model_config was given.
+        checkpoint_notes.append(
+            f"training_state.pt names {checkpoint} as the draft config source; "
+            "it holds no weights, so it is not the starting drafter"
+        )
+        checkpoint = None
+    return {
+        "checkpoint": (checkpoint, checkpoint_notes),
+        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path),
+        "data": _arg_path(args, TRAINING_ARG_DATA, run_path),
+        "mapping": (mapping, mapping_notes),
+    }
+
+
+def _from_run_yaml(path: Path | None) -> dict[str, Found]:
+    """speculators' run.yaml (formats/run_yaml.py): the starting drafter, the verifier, and the
+    mapping ``parse_vocab_mappings`` labelled with, wherever ``--data-path`` put it."""
+    found: dict[str, Found] = {name: (None, []) for name in INPUT_NAMES}
+    if path is None:
+        return found
+    from triage_tui.core.formats.run_yaml import read_run_yaml
+
+    try:
+        config = read_run_yaml(path)
+    except BadInput as err:
+        found["checkpoint"] = (None, [f"run.yaml not used: {err.line()}"])
+        return found
+    # Relative paths are relative to the trainer's working directory; speculators' examples run
+    # from the directory that holds --save-path (the run yaml's parent's parent) or the run's.
+    base = path.parent
+    named = {
+        "checkpoint": ("draft.from_pretrained", config.from_pretrained),
+        "target": ("verifier.verifier_name_or_path", config.verifier),
+        "mapping": ("draft.d2t_path" if config.d2t_path else "data.data_path", config.mapping_path()),
+    }
+    for name, (key, value) in named.items():
+        if value is not None:
+            found[name] = _arg_path({key: value}, (key,), base, origin=f"{path}: train")
+    checkpoint, notes = found["checkpoint"]
+    if checkpoint is not None and not _holds_weights(checkpoint):
+        # speculators' is_config_only_dir: a config-only directory initialises fresh weights.
+        found["checkpoint"] = (None, [*notes, f"{path} from_pretrained {checkpoint} holds no weights: a fresh start"])
+    return found
+
+
+def _holds_weights(path: Path) -> bool:
+    from triage_tui.core.formats.weights import find_weights
+
+    try:
+        find_weights(path)
+    except BadInput:
+        return False
+    return True
+
+
+def _arg_path(
+    args: dict[str, Any], keys: Sequence[str], run_path: Path, origin: str = "training_state.pt args"
+) -> Found:
+    from triage_tui.core import runs
+
+    notes = []
+    for key in keys:
+        value = args.get(key)
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            continue
+        try:
+            path = runs.expand_user(str(value))
+        except BadInput:
+            notes.append(f"{origin}.{key} = {value!r}: no such user's home directory; ignored")
+            continue
+        # The trainer's paths are relative to its working directory, unknown here; the run
+        # directory and its parent are the best guesses (SpecForge is usually launched from
+        # the output's parent).
+        candidates = [path] if path.is_absolute() else [run_path / path, run_path.parent / path]
+        for candidate in candidates:
+            if candidate.exists():
+                return Path(os.path.abspath(candidate)), notes
+        notes.append(f"{origin}.{key} = {value!r} does not exist on this machine; ignored")
+    return None, notes
+
+
+def _cache_mapping(cache_dir: Path | None) -> Found:
+    """SpecForge writes the run's mapping to <cache_dir>/vocab_mapping/<key>.pt."""
+    if cache_dir is None:
+        return None, []
+    files = sorted((cache_dir / "vocab_mapping").glob("*.pt"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return None, [f"{cache_dir / 'vocab_mapping'} holds no .pt mapping"]
+    if len(files) > 1:
+        # Several cache keys (other datasets, other vocab sizes: SpecForge PR #602); the newest is
+        # the one a run that just started wrote or reused last.
+        return files[-1], [
+            f"{len(files)} mappings in {cache_dir / 'vocab_mapping'}; using the newest, {files[-1].name}"
+        ]
+    return files[-1], []
+
+
+def _discovered(artifacts) -> dict[str, Found]:
+    if artifacts is None:
+        return {name: (None, []) for name in INPUT_NAMES}
+    # speculators keeps t2d.npy beside d2t.npy; read_mapping finds the pair from the d2t file.
+    mappings = [p for p in artifacts.mappings if not p.name.startswith("t2d")] or list(artifacts.mappings)
+    mapping_notes = (
+        [f"{len(mappings)} mapping files found in the run; using {mappings[0]}"] if len(mappings) > 1 else []
+    )
+    return {
+        # Oldest first (natural name order): the earliest saved checkpoint is the closest to the start.
+        "checkpoint": (artifacts.checkpoints[0] if artifacts.checkpoints else None, []),
+        "mapping": (mappings[0] if mappings else None, mapping_notes),
+        "data": (artifacts.dumps, []),
+        "target": (artifacts.target, []) if artifacts.target is not None else _verifier_path(artifacts.config_json),
+    }
+
+
+def _verifier_path(config_json: Path | None) -> Found:
+    """speculators' config.json names its target: ``speculators_config.verifier.name_or_path``
+    (speculators 0.9.0 ``Eagle3SpeculatorConfig``); used when that path exists on this machine."""
+    from triage_tui.core.runs import read_config
+
+    config = read_config(config_json) or {}
+    speculators = config.get("speculators_config")
+    verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if not isinstance(name, str) or not name:
+        return None, []
+    path = Path(name).expanduser()
+    if path.is_absolute() and path.is_dir():
+        return path, []
+    return None, [f"{config_json} names the verifier {name!r}, not a directory on this machine; pass --target"]

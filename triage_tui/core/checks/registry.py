@@ -1,0 +1,278 @@
+"""Every check, listed once: its name, its title, how it runs from a diagnosis, whether it counts.
+
+``CHECKS`` is the one list of check names: its order is the order of ``triage check``, its JSON
+(docs/contracts.md) and the TUI's progress bars. A check's runner takes the ``CheckContext``
+(the run's inputs, each read once on first use; the results of the checks before it; the device;
+progress; cancel) and calls the check's pure function with typed inputs.
+
+Adding a check: a module ``core/checks/<name>.py`` (``NAME``, a frozen details dataclass with
+``to_json()`` and ``drilldown()``, a pure function returning a ``CheckResult``), one ``Check``
+entry below, its hypothesis function(s) in ``core/hypotheses.py`` and a row of the README's
+hypotheses table (CONTRIBUTING.md, "A new check").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.device import resolve_device
+from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.checkpoint import DrafterCheckpoint
+    from triage_tui.core.formats.hidden_states import HiddenStateDumps
+    from triage_tui.core.formats.target import TargetModel
+    from triage_tui.core.vocab import VocabMapping
+
+Progress = Callable[[float, str], None]
+T = TypeVar("T")
+
+
+class CheckContext:
+    """What a check's runner may use: the inputs, read once on first use (a failure is kept and
+    re-raised to every check that needs that input), earlier checks' results, device, progress, cancel."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint: Path | None = None,
+        mapping: Path | None = None,
+        data: Path | None = None,
+        target: Path | None = None,
+        device: str = "auto",
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        all_chunk_orders: bool = False,
+    ) -> None:
+        self.paths = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
+        self.device = device
+        self.cancel = cancel
+        self.all_chunk_orders = all_chunk_orders
+        self.results: dict[str, CheckResult] = {}  # the checks that ran before, by name
+        self._progress = progress
+        self._cache: dict[str, tuple[Any, BaseException | None]] = {}
+
+    # -- progress
+
+    def progress(self, name: str) -> Progress:
+        """``progress(fraction, message)`` for check ``name``: messages start with its name."""
+
+        def report(fraction: float, message: str) -> None:
+            if self._progress is not None:
+                self._progress(fraction, message if message.startswith(f"{name}:") else f"{name}: {message}")
+
+        return report
+
+    def resolved_device(self) -> str:
+        return str(resolve_device(self.device))
+
+    # -- inputs, each read once
+
+    def _load(self, key: str, read: Callable[[], T]) -> T:
+        if key not in self._cache:
+            try:
+                self._cache[key] = (read(), None)
+            except Exception as err:  # noqa: BLE001 - kept, re-raised to each check that needs it
+                self._cache[key] = (None, err)
+        value, error = self._cache[key]
+        if error is not None:
+            raise error
+        return value
+
+    def optional(self, read: Callable[[], T | None]) -> T | None:
+        """An input that only refines a check: when it cannot be read, the check runs without it
+        (the check that needs it reports the error)."""
+        try:
+            return read()
+        except Exception:  # noqa: BLE001 - see the docstring
+            return None
+
+    def checkpoint(self) -> DrafterCheckpoint | None:
+        def read() -> DrafterCheckpoint | None:
+            path = self.paths["checkpoint"]
+            if path is None:
+                return None
+            from triage_tui.core.formats.checkpoint import read_checkpoint
+
+            return read_checkpoint(path)
+
+        return self._load("checkpoint", read)
+
+    def target(self) -> TargetModel | None:
+        def read() -> TargetModel | None:
+            path = self.paths["target"]
+            if path is None:
+                return None
+            from triage_tui.core.formats.target import read_target
+
+            return read_target(path)
+
+        return self._load("target", read)
+
+    def run_mapping(self) -> VocabMapping | None:
+        def read() -> VocabMapping | None:
+            path = self.paths["mapping"]
+            if path is None:
+                return None
+            from triage_tui.core.formats.mapping import read_mapping
+
+            # The target's vocab size lets a bare d2t be read; the mapping can be read without it.
+            target = self.optional(self.target)
+            return read_mapping(path, target_vocab_size=int(target.vocab_size) if target is not None else None)
+
+        return self._load("run_mapping", read)
+
+    def checkpoint_mapping(self) -> VocabMapping | None:
+        checkpoint = self.checkpoint()
+        return checkpoint.mapping if checkpoint is not None else None
+
+    def dumps(self) -> HiddenStateDumps | None:
+        def read() -> HiddenStateDumps | None:
+            path = self.paths["data"]
+            if path is None:
+                return None
+            from triage_tui.core.formats.hidden_states import read_dumps
+
+            return read_dumps(path)
+
+        return self._load("dumps", read)
+
+    def token_strings(self) -> dict[int, str] | None:
+        """Token strings from the target's or the checkpoint's tokenizer; they only label output."""
+
+        def read() -> dict[int, str] | None:
+            from triage_tui.core.formats.tokenizer import read_token_strings
+
+            for root in (self.paths["target"], self.paths["checkpoint"]):
+                if root is None:
+                    continue
+                try:
+                    strings = read_token_strings(root)
+                except BadInput:
+                    continue
+                if strings:
+                    return strings
+            return None
+
+        return self.optional(lambda: self._load("token_strings", read))
+
+
+@dataclass(frozen=True)
+class Check:
+    """One registry entry."""
+
+    name: str
+    title: str  # what it compares, for people (README, help)
+    run: Callable[[CheckContext], CheckResult]
+    # docs/contracts.md: a clean verdict (exit 0) needs one of the checks that count to have run.
+    counts_as_checked: bool = False
+
+
+# --------------------------------------------------------------------------- the runners
+
+
+def _vocab_mapping(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.vocab import NAME, check_vocab_mapping
+
+    if ctx.paths["checkpoint"] is None:
+        # Not the same as a checkpoint without d2t, which the check itself explains.
+        return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
+    checkpoint_mapping = ctx.checkpoint_mapping()
+    run_mapping = ctx.run_mapping()
+    return check_vocab_mapping(
+        checkpoint_mapping, run_mapping, token_strings=ctx.token_strings(), dumps=ctx.optional(ctx.dumps)
+    )
+
+
+def _hidden_state(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.hidden_state import check_hidden_state
+
+    return check_hidden_state(ctx.checkpoint(), ctx.dumps(), ctx.target())
+
+
+def _verifier_mask(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.verifier_mask import NAME, check_verifier_mask
+
+    # The run's mapping is what the trainer masks with; the checkpoint's only adds a comparison,
+    # so a checkpoint that cannot be read (reported by the other checks) does not stop this one.
+    return check_verifier_mask(
+        ctx.optional(ctx.checkpoint_mapping),
+        ctx.run_mapping(),
+        dumps=ctx.optional(ctx.dumps),
+        target=ctx.optional(ctx.target),
+        device=ctx.resolved_device(),
+        progress=ctx.progress(NAME),
+        cancel=ctx.cancel,
+    )
+
+
+def _replay(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.hidden_state import HiddenStateDetails
+    from triage_tui.core.checks.replay import NAME, run_replay
+
+    # run_replay says itself what it lacks (no checkpoint, no dumps; without a target it falls
+    # back to the checkpoint's own embedding when it has one). Aux chunks the hidden-state check
+    # finds suspect make it try all six chunk orders.
+    hidden = ctx.results.get("hidden_state")
+    details = hidden.details_as(HiddenStateDetails) if hidden is not None else None
+    suspect = details is not None and details.has_issue(*AUX_CHUNK_ISSUES)
+    return run_replay(
+        ctx.checkpoint(),
+        ctx.dumps(),
+        ctx.target(),
+        ctx.checkpoint_mapping(),
+        ctx.run_mapping(),
+        device=ctx.device,
+        all_chunk_orders=ctx.all_chunk_orders or suspect,
+        progress=ctx.progress(NAME),
+        cancel=ctx.cancel,
+    )
+
+
+# Hidden-state findings about the aux chunks that make the replay try all six chunk orders.
+AUX_CHUNK_ISSUES = ("aux_chunk_order", "repeated_aux_chunk", "aux_chunk_is_last_hidden")
+
+CHECKS: tuple[Check, ...] = (
+    Check(
+        "vocab_mapping",
+        "the checkpoint's and the run's vocab mappings, position by position",
+        _vocab_mapping,
+        counts_as_checked=True,
+    ),
+    Check("hidden_state", "the dumps' shapes, aux chunks and layers against the drafter's fc", _hidden_state),
+    Check("verifier_mask", "the verifier mask (t2d) against the drafter's row order", _verifier_mask),
+    Check("replay", "the drafter replayed on the run's dumps under both mappings", _replay, counts_as_checked=True),
+)
+CHECK_NAMES = tuple(check.name for check in CHECKS)
+COUNTING_CHECKS = tuple(check.name for check in CHECKS if check.counts_as_checked)
+
+
+def one_line(err: BaseException) -> str:
+    """An exception as one line: BadInput's own line, else its type and first line."""
+    if isinstance(err, BadInput):
+        return err.line()
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def run_checks(ctx: CheckContext) -> dict[str, CheckResult]:
+    """Every registered check in order, each isolated: any exception in one becomes its
+    ``status="error"`` with a one-line reason and the others still run; a set cancel skips the rest."""
+    for check in CHECKS:
+        report = ctx.progress(check.name)
+        if ctx.cancel is not None and ctx.cancel.is_set():
+            ctx.results[check.name] = CheckResult.skipped(check.name, "cancelled")
+            continue
+        report(0.0, "running")
+        try:
+            result = check.run(ctx)
+        except Exception as err:  # noqa: BLE001 - one check's failure must not stop the others
+            result = CheckResult.error(check.name, one_line(err))
+        ctx.results[check.name] = result
+        report(1.0, result.status)
+    return dict(ctx.results)
