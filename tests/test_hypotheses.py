@@ -187,3 +187,21 @@ def test_errored_and_skipped_checks_carry_no_weight(story):
         "replay": CheckResult.skipped("replay", "needs --target"),
     }
     assert all(h.score == 0.0 for h in rank_hypotheses(checks, []))
+
+
+def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
+    """README's "Hypotheses" table has a row for each id a function of HYPOTHESES can return."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from triage_tui.core import hypotheses
+
+    ids = set()
+    for function in hypotheses.HYPOTHESES:
+        ids |= set(re.findall(r'Hypothesis\(\s*"(\w+)"', inspect.getsource(function)))
+    assert len(ids) == len(hypotheses.HYPOTHESES)  # one id per function
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Hypotheses", 1)[1].split("\n## ", 1)[0]
+    rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", section, re.M)}
+    assert rows == ids
