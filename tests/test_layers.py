@@ -20,7 +20,7 @@ from a sibling room of its own layer (siblings are independent):
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
-    series | vocab | metric_names | decimal_text | text | device | fileio   small shared helpers
+    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers   small shared helpers
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
@@ -69,6 +69,7 @@ CORE = [
         "core.text",
         "core.device",
         "core.fileio",
+        "core.json_numbers",
     ),
     ("core.errors",),
 ]

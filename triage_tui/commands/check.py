@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any
 
@@ -18,6 +17,7 @@ from triage_tui.core.checks.registry import CHECK_NAMES
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.text import printable
 
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         all_chunk_orders=args.all_chunk_orders,
     )
     if args.json:
-        json.dump(_finite(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
+        json.dump(finite_json(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(diagnosis, flags))
@@ -120,17 +120,6 @@ def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
 def _stderr_progress(fraction: float, message: str) -> None:
     if fraction == 0.0:
         print(f"  {printable(message)}", file=sys.stderr)
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or inf: they become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
 
 
 def render_text(diagnosis: Diagnosis, flags) -> str:

@@ -35,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import match_trainer, ordered
+from triage_tui.core.runs import natural_key
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 
 if TYPE_CHECKING:
@@ -139,13 +141,6 @@ class Flag:
             "value": json_number(self.value),
             "message": self.message,
         }
-
-
-def json_number(value: float | None) -> float | None:
-    """NaN and inf are not JSON: they become null (the flag's message keeps the word)."""
-    if value is None or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 # --------------------------------------------------------------------------- vocab size
@@ -294,16 +289,12 @@ def is_summed_loss(tag: str, tags: Iterable[str]) -> bool:
     return False
 
 
-def _natural(text: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
-
-
 def _ranked(tags: Sequence[str], ranks: Sequence[re.Pattern], demoted: set[str]) -> list[str]:
     def rank(tag: str) -> tuple:
         group = next((i for i, pattern in enumerate(ranks) if pattern.match(tag)), len(ranks))
         if tag in demoted:
             group = len(ranks) + 1
-        return (group, _natural(tag))
+        return (group, natural_key(tag))
 
     return sorted(tags, key=rank)
 

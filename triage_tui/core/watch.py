@@ -28,6 +28,7 @@ from typing import Any
 from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import match_trainer, ordered, per_position
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
 from triage_tui.core.runs import (
@@ -51,7 +52,6 @@ from triage_tui.core.signals import (
     Flag,
     chance_line,
     comparable_to_chance,
-    json_number,
     last_step_of,
     pick_metric_tags,
     resolve_vocab_size,

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from triage_tui.core.serving.evidence import ServingEvidence, finite_number
+from triage_tui.core.json_numbers import json_number
+from triage_tui.core.serving.evidence import ServingEvidence
 
 if TYPE_CHECKING:
     from triage_tui.core.signals import Flag
@@ -42,8 +43,8 @@ class TrainingEstimate:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "acceptance_length": finite_number(self.acceptance_length),
-            "per_position": [finite_number(p) for p in self.per_position],
+            "acceptance_length": json_number(self.acceptance_length),
+            "per_position": [json_number(p) for p in self.per_position],
             "tags": list(self.tags),
             "step": self.step,
             "arithmetic": self.arithmetic,
@@ -138,7 +139,7 @@ class ServingFinding:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "value": finite_number(self.value), "message": self.message}
+        return {"kind": self.kind, "value": json_number(self.value), "message": self.message}
 
 
 @dataclass(frozen=True)

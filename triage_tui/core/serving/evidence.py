@@ -33,9 +33,10 @@ string says so; SGLang's own accept len already includes the bonus token
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from triage_tui.core.json_numbers import json_number
 
 ENGINES = ("vllm", "sglang")
 
@@ -55,8 +56,8 @@ class ServingSample:
         return {
             "index": self.index,
             "time": self.time,
-            "acceptance_length": finite_number(self.acceptance_length),
-            "per_position": [finite_number(p) for p in self.per_position],
+            "acceptance_length": json_number(self.acceptance_length),
+            "per_position": [json_number(p) for p in self.per_position],
             "drafts": self.drafts,
             "accepted": self.accepted,
         }
@@ -81,8 +82,8 @@ class ServingEvidence:
         document: dict[str, Any] = {
             "engine": self.engine,
             "source": self.source,
-            "acceptance_length": finite_number(self.acceptance_length),
-            "per_position": [finite_number(p) for p in self.per_position],
+            "acceptance_length": json_number(self.acceptance_length),
+            "per_position": [json_number(p) for p in self.per_position],
             "drafts": self.drafts,
             "accepted": self.accepted,
             "convention": self.convention,
@@ -93,7 +94,3 @@ class ServingEvidence:
         if self.sources:
             document["sources"] = [s.to_json(with_samples=False) for s in self.sources]
         return document
-
-
-def finite_number(value: float | None) -> float | None:
-    return float(value) if value is not None and math.isfinite(value) else None
