@@ -334,6 +334,26 @@ def test_the_fix_line_is_the_command_the_tui_shows(tmp_path, capsys):
     assert [line.strip() for line in out.splitlines() if "fix:" in line] == [f"fix: {command}"]
 
 
+def test_the_fix_line_follows_the_vocab_check_as_the_tuis_remap_key_does(tmp_path):
+    """One rule for "a remap is called for" (Diagnosis.remap_blocker): the vocab check failed and
+    both mapping files are known. A high mapping score with mappings that agree offers no remap."""
+    from triage_tui.commands.check import render_text
+    from triage_tui.core.check_inputs import CheckInputs
+    from triage_tui.core.checks.vocab import check_vocab_mapping
+    from triage_tui.core.diagnose import Diagnosis
+    from triage_tui.core.hypotheses import Hypothesis
+
+    checkpoint, run = story_mappings()
+    inputs = CheckInputs(run=tmp_path, checkpoint=tmp_path / "drafter", mapping=tmp_path / "run.pt")
+    mapping = Hypothesis("vocab_mapping_mismatch", "rows ordered for another mapping", 0.9, (), "remap")
+    differ = Diagnosis(inputs, {"vocab_mapping": check_vocab_mapping(checkpoint, run)}, [mapping])
+    agree = Diagnosis(inputs, {"vocab_mapping": check_vocab_mapping(checkpoint, checkpoint)}, [mapping])
+    assert differ.remap_blocker() is None and differ.fix_commands() == inputs.fix_commands()
+    assert f"fix: {inputs.fix_commands()[0]}" in render_text(differ, [])
+    assert "nothing to remap" in agree.remap_blocker() and agree.fix_commands() == ()
+    assert "fix:" not in render_text(agree, [])
+
+
 # ----------------------------------------------------------------- truthful exit status (docs/contracts.md)
 
 

@@ -142,8 +142,8 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
         for line in hypothesis.evidence:
             lines.append(f"        - {line}")
-        commands = inputs.fix_commands()
-        if hypothesis.action == "remap" and hypothesis.score >= LIKELY and commands:
+        commands = diagnosis.fix_commands() if hypothesis.action == "remap" else ()
+        if commands:
             lines.append(f"        fix: {commands[0]}")  # the TUI's Action tab shows the same command
     if diagnosis.serving is not None:
         lines.append("")

@@ -49,6 +49,25 @@ class Diagnosis:
         }
         return document
 
+    def remap_blocker(self) -> str | None:
+        """Why this diagnosis calls for no remap, in a sentence; None when it does: the vocab check
+        failed (the rows are ordered for another mapping) and both mapping files are known. `check`'s
+        `fix:` line, the TUI's `m` key and its Action tab all ask here."""
+        vocab = self.checks.get("vocab_mapping")
+        if vocab is None or vocab.status == "pass":
+            return "the vocab check found the drafter's rows in the run's order: nothing to remap"
+        if vocab.status != "fail":
+            return f"the vocab check {vocab.status}: {vocab.summary}"
+        if self.inputs.checkpoint is None or self.inputs.mapping is None:
+            return "the run names no checkpoint or no mapping (triage.toml: checkpoint = …, mapping = …)"
+        return None
+
+    def fix_commands(self) -> tuple[str, ...]:
+        """The remap's two shell commands (``CheckInputs.fix_commands``) when a remap is called for, else ()."""
+        if self.remap_blocker() is not None:
+            return ()
+        return self.inputs.fix_commands() or ()
+
     @property
     def top_score(self) -> float:
         return max((h.score for h in self.hypotheses), default=0.0)

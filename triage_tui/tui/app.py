@@ -490,14 +490,7 @@ class TriageApp(App[None]):
         diagnosis = self.diagnoses.get(path)
         if diagnosis is None:
             return "run the checks first (c): the remap follows from what the vocab check finds"
-        vocab = diagnosis.checks.get("vocab_mapping")
-        if vocab is None or vocab.status == "pass":
-            return "the vocab check found the drafter's rows in the run's order: nothing to remap"
-        if vocab.status != "fail":
-            return f"the vocab check {vocab.status}: {vocab.summary}"
-        if diagnosis.inputs.checkpoint is None or diagnosis.inputs.mapping is None:
-            return "the run names no checkpoint or no mapping (triage.toml: checkpoint = …, mapping = …)"
-        return None
+        return diagnosis.remap_blocker()
 
     def explain_remap_blocker(self, path: Path | None) -> None:
         reason = self.remap_blocker(path)

@@ -120,13 +120,10 @@ class DrillDownScreen(Screen):
 
     def _commands(self) -> tuple[str, ...]:
         """The fix's shell commands, when this hypothesis has one and the vocab check calls for it."""
-        if self.hypothesis.action != "remap" or not self._remap_called_for():
-            return ()
-        return self.diagnosis.inputs.fix_commands() or ()
+        return self.diagnosis.fix_commands() if self.hypothesis.action == "remap" else ()
 
     def _remap_called_for(self) -> bool:
-        vocab = self.diagnosis.checks.get("vocab_mapping")
-        return vocab is not None and vocab.status == "fail"
+        return self.diagnosis.remap_blocker() is None
 
     def _action(self) -> RenderableType:
         text = Text()
