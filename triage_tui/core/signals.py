@@ -112,8 +112,11 @@ STALL_LONGEST_GAP = 1.5
 # opened for a post-mortem is not an alarm.
 STALL_WARNING_SECS = 3600.0
 
+# The one table of severities. A flag's, least to most severe; a run's status is its worst
+# flag's, "ok" when it has none or only info flags (RUN_STATUSES[worst flag's order]).
 FlagSeverity = str  # "info" | "warning" | "critical"
 SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
+RUN_STATUSES = ("ok", "warning", "critical")
 
 
 @dataclass(frozen=True)
@@ -696,5 +699,4 @@ def last_step_of(scalars: RunScalars, loss_tag: str | None = None) -> int | None
 
 def worst_severity(flags: Iterable[Flag]) -> str:
     """ "ok" when no flag or only info flags, else the worst severity."""
-    worst = max((SEVERITY_ORDER[f.severity] for f in flags), default=0)
-    return {0: "ok", 1: "warning", 2: "critical"}[worst]
+    return RUN_STATUSES[max((SEVERITY_ORDER[f.severity] for f in flags), default=0)]

@@ -45,8 +45,9 @@ def printable(text: object, *, newlines: bool = False) -> str:
 
 # ---- how a run's status and numbers are written for a person: one way, in `scan` and in the TUI
 
-# A run's status: critical, warning, ok (the TUI colours them; `scan` falls back to ASCII words).
-STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●"}
+# A run's status (critical, warning, ok) and a flag's severity (critical, warning, info): the TUI
+# colours them (tui/view_data.py SEVERITY_STYLE); `scan` falls back to ASCII words.
+STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●", "info": "·"}
 
 
 def format_accuracy(value: float | None) -> str:

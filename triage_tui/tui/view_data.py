@@ -16,13 +16,16 @@ import numpy as np
 
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
+from triage_tui.core.signals import RUN_STATUSES
 from triage_tui.core.text import format_accuracy
 from triage_tui.core.watch import RunStatus
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
 SMOOTHING_WEIGHT = 0.6
 
-SEVERITY_RANK = {"critical": 0, "warning": 1, "ok": 2}
+# The colour of each run status and flag severity (core/signals.py orders them, core/text.py
+# STATUS_GLYPHS draws them).
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green", "info": "dim"}
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,8 @@ class RunRow:
 
     def sort_key(self) -> tuple[int, str]:
         """Worst first, then by name so the order is stable between polls."""
-        return (SEVERITY_RANK.get(self.status, 3), self.name)
+        rank = RUN_STATUSES.index(self.status) if self.status in RUN_STATUSES else -1
+        return (-rank, self.name)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
-from triage_tui.core.text import printable
-
-SEVERITY_STYLE = {"critical": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("·", "dim")}
+from triage_tui.core.text import STATUS_GLYPHS, printable
+from triage_tui.tui.view_data import SEVERITY_STYLE
 
 
 class FlagsView(Static):
@@ -23,7 +22,7 @@ class FlagsView(Static):
             return
         text = Text()
         for index, flag in enumerate(flags):
-            glyph, style = SEVERITY_STYLE.get(flag.severity, ("?", ""))
+            glyph, style = STATUS_GLYPHS.get(flag.severity, "?"), SEVERITY_STYLE.get(flag.severity, "")
             if index:
                 text.append("\n")
             text.append(f"{glyph} ", style=style)

@@ -9,9 +9,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
-from triage_tui.tui.view_data import RunRow, format_age, format_loss, format_step
+from triage_tui.tui.view_data import SEVERITY_STYLE, RunRow, format_age, format_loss, format_step
 
-STATUS_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green"}
 # The name column fills what the numbers leave, between these bounds.
 MIN_NAME_WIDTH = 8
 MAX_NAME_WIDTH = 40
@@ -61,7 +60,7 @@ def _age_cell(row: RunRow, now: float) -> Text:
 
 
 def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tuple[Text, ...]:
-    glyph, style = STATUS_GLYPHS.get(row.status, "?"), STATUS_STYLE.get(row.status, "")
+    glyph, style = STATUS_GLYPHS.get(row.status, "?"), SEVERITY_STYLE.get(row.status, "")
     return (
         Text(glyph, style=style),
         _name_cell(row, name_width),
