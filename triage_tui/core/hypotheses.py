@@ -90,10 +90,10 @@ W_AUX_OFF_BY_ONE = 0.6
 # disagrees with d2t selects other target columns than the rows mean: 0.8.
 W_MASK_INVARIANT = {
     "ascending": 0.9,
-    "t2d.sum()": 0.6,
-    "len(t2d)": 0.6,
-    "stored t2d": 0.8,
-    "within the target vocab": 0.6,
+    "count": 0.6,
+    "length": 0.6,
+    "stored_t2d": 0.8,
+    "in_range": 0.6,
     "unique": 0.6,
 }
 # The checkpoint's mask differs from the run's: a consequence of a different mapping, which
@@ -221,24 +221,24 @@ class RunEvidence:
     # module (LIKELY) at start-up, before any check ran.
 
     def vocab(self) -> VocabDetails | None:
-        from triage_tui.core.checks.vocab import VocabDetails
+        from triage_tui.core.checks.vocab import NAME, VocabDetails
 
-        return ran_details(self.checks, "vocab_mapping", VocabDetails)
+        return ran_details(self.checks, NAME, VocabDetails)
 
     def hidden(self) -> HiddenStateDetails | None:
-        from triage_tui.core.checks.hidden_state import HiddenStateDetails
+        from triage_tui.core.checks.hidden_state import NAME, HiddenStateDetails
 
-        return ran_details(self.checks, "hidden_state", HiddenStateDetails)
+        return ran_details(self.checks, NAME, HiddenStateDetails)
 
     def mask(self) -> VerifierMaskDetails | None:
-        from triage_tui.core.checks.verifier_mask import VerifierMaskDetails
+        from triage_tui.core.checks.verifier_mask import NAME, VerifierMaskDetails
 
-        return ran_details(self.checks, "verifier_mask", VerifierMaskDetails)
+        return ran_details(self.checks, NAME, VerifierMaskDetails)
 
     def replay(self) -> ReplayDetails | None:
-        from triage_tui.core.checks.replay import ReplayDetails
+        from triage_tui.core.checks.replay import NAME, ReplayDetails
 
-        return ran_details(self.checks, "replay", ReplayDetails)
+        return ran_details(self.checks, NAME, ReplayDetails)
 
     def issues(self, kind: str) -> list[HiddenIssue]:
         hidden = self.hidden()
@@ -384,13 +384,12 @@ def verifier_mask_mismatch(run: RunEvidence) -> Hypothesis:
                 continue
             line = f"{inv.name}: {inv.detail}"
             if not inv.required:
-                if inv.name.startswith("checkpoint t2d == run t2d"):
+                if inv.kind == "masks_equal":
                     ev.add(W_MASKS_DIFFER, line)
                 else:
                     ev.note(line)
                 continue
-            weight = next((w for key, w in W_MASK_INVARIANT.items() if key in inv.name), 0.6)
-            ev.add(weight, line)
+            ev.add(W_MASK_INVARIANT.get(inv.kind, 0.6), line)
         outside = mask.target_argmax_outside_draft_vocab
         share = outside.run if outside is not None else None
         if share is not None and share > ARGMAX_OUTSIDE_THRESHOLD:

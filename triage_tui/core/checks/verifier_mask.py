@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -30,12 +30,17 @@ NAME = "verifier_mask"
 # the head block by block) while the share it estimates has a standard error under 1.6 points.
 
 
+# What each invariant asserts, for code that weighs them (core/hypotheses.py); not in the JSON.
+InvariantKind = Literal["in_range", "unique", "count", "length", "stored_t2d", "ascending", "masks_equal"]
+
+
 @dataclass(frozen=True)
 class Invariant:
     name: str  # "<run|checkpoint>: <what>", e.g. "run: hot ids strictly ascending"
     ok: bool
     detail: str
     required: bool  # a failure of this invariant alone breaks training; others are context
+    kind: InvariantKind
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "required": self.required}
@@ -137,6 +142,7 @@ def check_verifier_mask(
             differing = int(np.count_nonzero(ckpt_mask != run_mask))
             invariants.append(
                 _invariant(
+                    "masks_equal",
                     "checkpoint t2d == run t2d",
                     differing == 0,
                     f"{differing} target ids differ in membership (the vocab_mapping check explains why)",
@@ -146,6 +152,7 @@ def check_verifier_mask(
         else:
             invariants.append(
                 _invariant(
+                    "masks_equal",
                     "checkpoint t2d == run t2d",
                     False,
                     f"masks cover {ckpt_mask.shape[0]} vs {run_mask.shape[0]} target ids",
@@ -191,8 +198,8 @@ def check_verifier_mask(
     return CheckResult(NAME, "pass", summary, details, tuple(evidence))
 
 
-def _invariant(name: str, ok: bool, detail: str, *, required: bool = True) -> Invariant:
-    return Invariant(name, bool(ok), detail, required)
+def _invariant(kind: InvariantKind, name: str, ok: bool, detail: str, *, required: bool = True) -> Invariant:
+    return Invariant(name, bool(ok), detail, required, kind)
 
 
 def _effective_mask(mapping: VocabMapping) -> np.ndarray:
@@ -211,6 +218,7 @@ def _mapping_invariants(
     out_of_range = mapping.out_of_range()
     out.append(
         _invariant(
+            "in_range",
             f"{label}: hot ids within the target vocab",
             out_of_range.size == 0,
             f"{out_of_range.size} draft positions point outside [0, {mapping.target_vocab_size})"
@@ -219,11 +227,14 @@ def _mapping_invariants(
     )
     unique = int(np.unique(mapping.hot_ids).size)
     out.append(
-        _invariant(f"{label}: hot ids unique", unique == vd, f"{vd - unique} draft positions repeat a target id")
+        _invariant(
+            "unique", f"{label}: hot ids unique", unique == vd, f"{vd - unique} draft positions repeat a target id"
+        )
     )
     total = int(mask.sum())
     out.append(
         _invariant(
+            "count",
             f"{label}: t2d.sum() == draft_vocab_size",
             total == vd,
             f"t2d selects {total} target ids for {vd} draft rows"
@@ -233,6 +244,7 @@ def _mapping_invariants(
     if target_vocab is not None:
         out.append(
             _invariant(
+                "length",
                 f"{label}: len(t2d) == target vocab",
                 mask.shape[0] == target_vocab,
                 f"t2d covers {mask.shape[0]} ids, the target model has {target_vocab}",
@@ -244,6 +256,7 @@ def _mapping_invariants(
             differing = int(np.count_nonzero(implied != mapping.stored_t2d))
             out.append(
                 _invariant(
+                    "stored_t2d",
                     f"{label}: stored t2d == mask built from d2t",
                     differing == 0,
                     f"{differing} target ids differ between the stored t2d and arange(Vd)+d2t",
@@ -252,6 +265,7 @@ def _mapping_invariants(
         else:
             out.append(
                 _invariant(
+                    "stored_t2d",
                     f"{label}: stored t2d == mask built from d2t",
                     False,
                     f"stored t2d has {mapping.stored_t2d.shape[0]} entries, d2t implies {implied.shape[0]}",
@@ -270,7 +284,9 @@ def _mapping_invariants(
     # meant for d2t gathering (modelopt) and is fine there, so ordering is required only for
     # the run's mapping when it carries a mask.
     required = ordering_required and mapping.stored_t2d is not None
-    out.append(_invariant(f"{label}: hot ids strictly ascending", descents.size == 0, detail, required=required))
+    out.append(
+        _invariant("ascending", f"{label}: hot ids strictly ascending", descents.size == 0, detail, required=required)
+    )
     return out
 
 
