@@ -14,7 +14,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from test_events_support import as_points, frame, reference_points, same_points, scalar_event, tensor_value
+from builders.events import as_points, frame, reference_points, same_points, scalar_event, tensor_value
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.crc import masked_crc32c
 from triage_tui.core.events.reader import RunEvents, find_event_files, read_event_file
@@ -315,7 +315,7 @@ def test_a_flipped_bit_in_a_templated_record_is_dropped_and_counted(tmp_path, fi
     writer.close()
     path = _only_file(tmp_path)
     data = bytearray(path.read_bytes())
-    from test_events_support import records
+    from builders.events import records
 
     pos, length = records(bytes(data))[51]
     payload = event_pb2.Event.FromString(bytes(data[pos + 12 : pos + 12 + length]))

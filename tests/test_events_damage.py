@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.tensorboard import SummaryWriter
 
-from test_events_support import as_points, frame, records, reference_points, same_points, scalar_event
+from builders.events import as_points, frame, records, reference_points, same_points, scalar_event
 from triage_tui.core.events.crc import masked_crc32c
 from triage_tui.core.events.reader import RunEvents
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
-from test_events_support import as_points, frame, reference_points, same_points, tensor_value
+from builders.events import as_points, frame, reference_points, same_points, tensor_value
 from triage_tui.core.events.reader import RunEvents
 
 # dtype -> (numpy dtype of tensor_content, TensorProto *_val field)

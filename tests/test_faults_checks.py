@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
+from builders.dumps import write_specforge
 from builders.mappings import POSITIONAL_MATCH
+from builders.target import layer_tensors, llama_config, target_tensors, write_sharded
 from builders.tui import story_run
-from test_formats_hidden_states import write_specforge
-from test_formats_target import layer_tensors, llama_config, target_tensors, write_sharded
 
 REPO = Path(__file__).resolve().parent.parent
 

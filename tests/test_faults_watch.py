@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders.events import records
 from builders.tensorboard import open_writer, write_scalars
-from test_events_support import records
 from triage_tui.core import fileio
 from triage_tui.core import runs as runs_module
 from triage_tui.core.events import tuning

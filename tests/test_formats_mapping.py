@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
-from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, write_mapping_pt
 from triage_tui.core.vocab import VocabMapping

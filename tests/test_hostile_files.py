@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.mappings import story_mappings
-from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.mapping import read_mapping

@@ -212,7 +212,8 @@ def test_tui_cells_and_lines_are_text_not_markup(name, tag):
 
 
 async def test_tui_shows_hostile_run_and_tag_names_as_text(tmp_path):
-    from test_tui import loaded, make_app, wait_for
+    from builders.pilot import loaded, make_app
+    from builders.waiting import wait_for
     from triage_tui.tui.widgets.flags_view import FlagsView
     from triage_tui.tui.widgets.runs_table import RunsTable
 
@@ -304,7 +305,8 @@ def test_scalars_csv_escapes_tags_on_a_terminal_and_stays_exact_in_a_pipe(tmp_pa
 async def test_tui_says_which_symlinks_it_did_not_follow(tmp_path):
     """`scan` named the symlinks out of the watched paths on stderr; the TUI said nothing, so a run
     behind such a link was simply missing. It says so once, in the same words, names escaped."""
-    from test_tui import loaded, make_app, wait_for
+    from builders.pilot import loaded, make_app
+    from builders.waiting import wait_for
 
     root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
     write_run(root, "run", "train/ploss_0")

@@ -223,6 +223,22 @@ def test_seam_modules_are_imported_whole():
     assert found == []
 
 
+def test_no_test_module_imports_another():
+    """Tests share what they build through tests/builders/, never by importing a test module (that
+    runs the other module's setup and ties the two files' helpers and fixtures together)."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            found += [
+                f"{path.relative_to(tests)} (line {node.lineno}) imports {n}" for n in names if n.startswith("test_")
+            ]
+    assert found == []
+
+
 def test_core_never_imports_the_terminal():
     found = [
         f"{name} (line {line}) imports {module}"

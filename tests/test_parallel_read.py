@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from builders.events import frame, scalar_event
 from builders.tensorboard import write_scalars
-from test_events_support import frame, scalar_event
 from triage_tui.core import parallel_read
 from triage_tui.core.events.reader import RunEvents, find_event_files
 from triage_tui.core.watch import Watcher

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from builders.dumps import write_specforge
 from builders.mappings import DRAFT_VOCAB, POSITIONAL_MATCH
+from builders.target import layer_tensors, llama_config, target_tensors, write_sharded
 from builders.tui import ACC_TAG, LOSS_TAG, healthy_run, story_run
-from test_formats_hidden_states import write_specforge
-from test_formats_target import layer_tensors, llama_config, target_tensors, write_sharded
 
 REPO = Path(__file__).resolve().parent.parent
 # TRIAGE_SAMPLE_RUNS points the test at another generated tree (`triage samples --out DIR`).
@@ -170,7 +170,8 @@ def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
 
 async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_path, monkeypatch):
     pytest.importorskip("triage_tui.tui.app", reason="the TUI (triage_tui/tui/app.py) does not exist yet")
-    from test_tui import checked, loaded, make_app, wait_for
+    from builders.pilot import checked, loaded, make_app
+    from builders.waiting import wait_for
     from triage_tui.tui.screens.drilldown import DrillDownScreen
     from triage_tui.tui.screens.remap import ConfirmRemapScreen
 
@@ -199,8 +200,8 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
 
 @pytest.mark.skipif(not SAMPLE_RUNS.is_dir(), reason="sample_runs/ does not exist yet (H-samples)")
 async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
+    from builders.pilot import checked, loaded, make_app
     from builders.samples import copy_samples
-    from test_tui import checked, loaded, make_app
 
     # The generator's files only: what a user added to sample_runs/ is theirs, not the test's.
     copy = copy_samples(tmp_path / "sample_runs", source=SAMPLE_RUNS)

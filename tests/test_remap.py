@@ -24,8 +24,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from builders.mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB, story_mappings
-from test_formats_checkpoint import HIDDEN, drafter_config, drafter_state, write_drafter
+from builders.drafter import HIDDEN, drafter_config, drafter_state, write_drafter
+from builders.mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB
+from builders.remap import expected_source_rows, listing, run_cli, tree_digest
 from triage_tui import __version__
 from triage_tui.commands import remap as remap_command
 from triage_tui.core import fileio
@@ -45,59 +46,9 @@ ONLY_IN_CHECKPOINT = DRAFT_VOCAB - OVERLAP
 # helpers
 
 
-def tree_digest(root: Path) -> dict[str, str]:
-    """SHA-256 of every file under ``root`` (the "nothing changed" witness)."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def listing(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir())
-
-
 def bits(t: torch.Tensor) -> torch.Tensor:
     """A tensor's bytes, so that equality means bit-for-bit (NaN and -0.0 included)."""
     return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def expected_source_rows(checkpoint: VocabMapping, run: VocabMapping) -> np.ndarray:
-    """Independent of the code under test: a dict from target id to old row."""
-    where = {int(t): i for i, t in enumerate(checkpoint.hot_ids)}
-    return np.array([where.get(int(t), -1) for t in run.hot_ids], dtype=np.int64)
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """`triage remap ARGV` in-process, with the CLI's own BadInput -> exit 2 rule."""
-    from triage_tui.cli import main
-
-    code = main(["remap", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(scope="module")
-def story():
-    return story_mappings()
-
-
-@pytest.fixture(scope="module")
-def expected_rows(story):
-    return expected_source_rows(*story)
-
-
-@pytest.fixture
-def world(tmp_path, story):
-    """A SpecForge safetensors drafter with the story's checkpoint mapping, and the run's mapping file."""
-    ckpt_mapping, run_mapping = story
-    state = drafter_state("specforge", ckpt_mapping)
-    source = write_drafter(tmp_path / "drafter", state, drafter_config("specforge"))
-    (source / "generation_config.json").write_text('{"max_length": 2048}')
-    (source / "training_state.pt").write_bytes(b"not carried over")
-    mapping = write_mapping_pt(run_mapping, tmp_path / "run_mapping.pt")
-    return {"source": source, "state": state, "mapping": mapping, "root": tmp_path}
 
 
 def check_output(

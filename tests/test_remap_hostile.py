@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
-from test_remap import listing, run_cli, story, tree_digest, world  # noqa: F401 - fixtures
+from builders.drafter import drafter_config, drafter_state, write_drafter
+from builders.remap import run_cli, tree_digest
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
@@ -54,7 +54,7 @@ def _remap_as_nobody(warm_argv: list[str], cases: dict[str, list[str]], replies)
         replies.put(f"child failed: {exc!r}")
 
 
-def test_unreadable_inputs_are_one_line_exit_2_as_an_unprivileged_user(story):  # noqa: F811
+def test_unreadable_inputs_are_one_line_exit_2_as_an_unprivileged_user(story):
     """PermissionError on the config, the weights, the mapping, a shard index, the checkpoint directory
     and a file carried over: one line naming the file, exit 2, nothing written (was a traceback)."""
     if os.geteuid() != 0:
@@ -128,12 +128,12 @@ def test_unreadable_inputs_are_one_line_exit_2_as_an_unprivileged_user(story):  
 # --force replaces only what triage wrote (item 8)
 
 
-def _args(world, out: Path, *more: str) -> list[str]:  # noqa: F811
+def _args(world, out: Path, *more: str) -> list[str]:
     return [str(world["source"]), "--mapping", str(world["mapping"]), "--out", str(out), *more]
 
 
 @pytest.mark.parametrize("fake", ["empty object", "symlink to a real one", "another tool's"])
-def test_force_does_not_take_a_look_alike_provenance_file_for_a_triage_output(world, capsys, fake):  # noqa: F811
+def test_force_does_not_take_a_look_alike_provenance_file_for_a_triage_output(world, capsys, fake):
     out = world["root"] / "out"
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
@@ -151,7 +151,7 @@ def test_force_does_not_take_a_look_alike_provenance_file_for_a_triage_output(wo
     assert tree_digest(out) == before and (out / "thesis.tex").read_text() == "mine"
 
 
-def test_force_refuses_an_earlier_output_that_holds_files_the_user_added(world, capsys):  # noqa: F811
+def test_force_refuses_an_earlier_output_that_holds_files_the_user_added(world, capsys):
     out = world["root"] / "out"
     assert run_cli(_args(world, out, "--init-missing", "zeros"), capsys)[0] == 0
     (out / "eval-results.json").write_text('{"acceptance": 0.61}')
@@ -168,7 +168,7 @@ def test_force_refuses_an_earlier_output_that_holds_files_the_user_added(world, 
     assert code == 0 and json.loads(stdout)["replaced"] is True, err
 
 
-def test_force_replaces_an_earlier_kept_mapping_output(world, capsys):  # noqa: F811
+def test_force_replaces_an_earlier_kept_mapping_output(world, capsys):
     out = world["root"] / "kept"
     args = [str(world["source"]), "--keep-checkpoint-mapping", "--out", str(out)]
     assert run_cli(args, capsys)[0] == 0
@@ -182,7 +182,7 @@ def test_force_replaces_an_earlier_kept_mapping_output(world, capsys):  # noqa: 
 # what is carried over from the checkpoint directory (item 7)
 
 
-def test_a_symlink_out_of_the_checkpoint_is_not_followed(world, capsys, tmp_path_factory):  # noqa: F811
+def test_a_symlink_out_of_the_checkpoint_is_not_followed(world, capsys, tmp_path_factory):
     secret = tmp_path_factory.mktemp("home") / "api-key"
     secret.write_text("sk-do-not-copy")
     secret.chmod(0o600)
@@ -203,7 +203,7 @@ def test_a_symlink_out_of_the_checkpoint_is_not_followed(world, capsys, tmp_path
     assert tree_digest(world["source"]) == before
 
 
-def test_carried_over_files_keep_their_modes(world, capsys):  # noqa: F811
+def test_carried_over_files_keep_their_modes(world, capsys):
     modes = {"special_tokens_map.json": 0o600, "tokenizer_config.json": 0o640, "README.md": 0o444}
     for name, mode in modes.items():
         (world["source"] / name).write_text(name)
@@ -214,7 +214,7 @@ def test_carried_over_files_keep_their_modes(world, capsys):  # noqa: F811
         assert copy.read_text() == name and copy.stat().st_mode & 0o777 == mode, name
 
 
-def test_a_sparse_carried_over_file_is_streamed_and_stays_sparse(world, capsys):  # noqa: F811
+def test_a_sparse_carried_over_file_is_streamed_and_stays_sparse(world, capsys):
     big = world["source"] / "tokenizer.model"
     size = 3 << 30
     with open(big, "wb") as f:
@@ -233,7 +233,7 @@ def test_a_sparse_carried_over_file_is_streamed_and_stays_sparse(world, capsys):
         assert f.read() == b"tail"
 
 
-def test_carried_over_files_count_in_the_free_space_check(world, capsys, monkeypatch):  # noqa: F811
+def test_carried_over_files_count_in_the_free_space_check(world, capsys, monkeypatch):
     (world["source"] / "tokenizer.json").write_bytes(os.urandom(8 << 20))
     plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
     weights = sum(e.nbytes for entries in output_entries(plan).values() for e in entries)
@@ -260,7 +260,7 @@ def _flip_in_place(path: Path, offset: int) -> None:
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
-def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world):  # noqa: F811
+def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world):
     import blake3
     from safetensors import safe_open
 
@@ -283,7 +283,7 @@ def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world): 
         assert out.get_tensor("fc.weight").tobytes() == source.get_tensor("fc.weight").tobytes()
 
 
-def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):  # noqa: F811
+def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):
     """Changed after its bytes were copied and hashed, before the comparison: the output no longer
     matches the source, so nothing is renamed into place."""
     weights = world["source"] / "model.safetensors"
@@ -303,7 +303,7 @@ def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):  # no
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["remap", "keep-checkpoint-mapping"])
-def test_an_out_on_a_filesystem_that_stores_no_files_says_so(world, capsys, keep):  # noqa: F811
+def test_an_out_on_a_filesystem_that_stores_no_files_says_so(world, capsys, keep):
     """`--out /proc/x` said "needs 0.00 GB for x but only 0.00 GB is free" (remap), or was a
     FileNotFoundError traceback from mkdtemp (--keep-checkpoint-mapping)."""
     argv = (

@@ -24,8 +24,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.mappings import story_mappings
-from test_formats_checkpoint import drafter_config, drafter_state, write_drafter
 from triage_tui.core.formats.mapping import write_mapping_pt
 
 HIDDEN = 1024  # lm_head [32 000, 1024] float32 = 131 MB: long enough to kill mid-write

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from test_remap import run_cli, tree_digest
-from test_replay import World, train_drafter, write_specforge_checkpoint, write_specforge_dumps, write_target
+from builders.remap import run_cli, tree_digest
+from builders.replay import World, train_drafter, write_specforge_checkpoint, write_specforge_dumps, write_target
 from triage_tui.core.checks.replay import replay_accuracy, run_replay
 from triage_tui.core.drafter import load_drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint

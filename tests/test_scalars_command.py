@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from test_events_support import frame, reference_points, scalar_event
+from builders.events import frame, reference_points, scalar_event
 from triage_tui.cli import main
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
-from test_signals import STEPS, T0, story_series
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp
     data = bytearray(event_file.read_bytes())
     from tensorboard.compat.proto import event_pb2
 
-    from test_events_support import records
+    from builders.events import records
 
     lr_records = [
         (pos, length) for pos, length in records(bytes(data)) if b"train/lr" in data[pos + 12 : pos + 12 + length]

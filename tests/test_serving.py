@@ -21,11 +21,10 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from builders.mappings import story_mappings
+from builders.serving import sglang_line, sglang_metrics, vllm_line, vllm_metrics
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.errors import BadInput
@@ -39,104 +38,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------- writers
-
-
-def _record(message: str, filename: str = "metrics.py") -> logging.LogRecord:
-    record = logging.LogRecord("vllm.v1.metrics.loggers", logging.INFO, filename, 96, message, None, None)
-    record.created = 1747044672.0  # a fixed time: the line's timestamp text is then known
-    return record
-
-
-VLLM_FORMAT = logging.Formatter(
-    "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s", datefmt="%m-%d %H:%M:%S"
-)
-
-
-def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -> str:
-    """SpecDecodingLogging.log for one interval: k = len(accepted_per_pos) tokens per draft."""
-    k = len(accepted_per_pos)
-    accepted, drafted = sum(accepted_per_pos), drafts * k
-    rates = ", ".join(f"{p:.3f}" for p in np.array(accepted_per_pos) / drafts)
-    # vLLM's own %-format string, verbatim, with its arguments.
-    fmt = (
-        "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
-        "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
-        "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
-    )
-    args = (
-        1 + accepted / drafts,
-        accepted / elapsed,
-        drafted / elapsed,
-        accepted,
-        drafted,
-        rates,
-        accepted / drafted * 100,
-    )
-    message = fmt % args
-    return VLLM_FORMAT.format(_record(message))
-
-
-SGLANG_FORMAT = logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
-
-
-def sglang_line(accepted_tokens: int, forward_ct: int, num_draft_tokens: int = 4) -> str:
-    """log_decode_stats: accepted tokens include the bonus token of each verify step."""
-    msg = "Decode batch, #running-req: 8, #token: 5120, token usage: 0.04, "
-    msg += (
-        f"accept len: {accepted_tokens / forward_ct:.2f}, "
-        f"accept rate: {accepted_tokens / (forward_ct * num_draft_tokens):.2f}, "
-    )
-    msg += "cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0, "
-    return SGLANG_FORMAT.format(_record(msg, "scheduler_metrics_mixin.py"))
-
-
-def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> bytes:
-    """vLLM's /metrics page (SpecDecodingProm: labels model_name, engine; per-position adds position)."""
-    registry = CollectorRegistry()
-    labels = ["model_name", "engine"]
-    counters = [
-        Counter(name, doc, labelnames=labels, registry=registry)
-        for name, doc in (
-            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
-            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
-            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."),
-        )
-    ]
-    per_pos = Counter(
-        "vllm:spec_decode_num_accepted_tokens_per_pos",
-        "Accepted tokens per draft position.",
-        labelnames=[*labels, "position"],
-        registry=registry,
-    )
-    for engine in range(engines):
-        lv = ("org/target", str(engine))
-        counters[0].labels(*lv).inc(drafts)
-        counters[1].labels(*lv).inc(drafts * len(accepted_per_pos))
-        counters[2].labels(*lv).inc(sum(accepted_per_pos))
-        for pos, count in enumerate(accepted_per_pos):
-            per_pos.labels(*lv, str(pos)).inc(count)
-    return generate_latest(registry)
-
-
-def sglang_metrics(lengths: list[float]) -> bytes:
-    registry = CollectorRegistry()
-    labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
-    length = Gauge(
-        "sglang:spec_accept_length",
-        "The average acceptance length of speculative decoding.",
-        labelnames=labels,
-        registry=registry,
-    )
-    rate = Gauge(
-        "sglang:spec_accept_rate",
-        "The average acceptance rate of speculative decoding.",
-        labelnames=labels,
-        registry=registry,
-    )
-    for rank, value in enumerate(lengths):
-        length.labels("org/target", "unified", str(rank), "0").set(value)
-        rate.labels("org/target", "unified", str(rank), "0").set(0.25)
-    return generate_latest(registry)
 
 
 # --------------------------------------------------------------------------- vLLM
@@ -458,7 +359,7 @@ def test_collapsed_serving_and_mismatched_mapping_rank_the_mapping_first(tmp_pat
 
 
 def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_pieces(tmp_path):
-    from test_check_command import build_run
+    from builders.check_run import build_run
 
     run = build_run(tmp_path, story=True)
     log = tmp_path / "vllm-serve.log"
@@ -530,7 +431,7 @@ def test_disagreement_is_judged_over_the_positions_both_sides_have(tmp_path):
 
 
 def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_stop(tmp_path):
-    from test_check_command import write_events
+    from builders.check_run import write_events
     from triage_tui.core.watch import Watcher
 
     page = _Page(vllm_metrics(100, [60, 20, 4]))

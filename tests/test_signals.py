@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs import Manifest
@@ -23,8 +24,6 @@ from triage_tui.core.signals import (
 
 V = 32_000
 LN_V = math.log(V)  # 10.37
-T0 = 1_700_000_000.0  # wall time of step 0; step s is written at T0 + s seconds
-STEPS = np.arange(0, 2050, 50)  # SpecForge's default log interval, 41 points
 CHANCE_KINDS = {"loss_at_chance", "loss_above_chance", "accuracy_at_chance"}
 
 
@@ -47,17 +46,6 @@ def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest
 
 def by_kind(flags):
     return {flag.kind: flag for flag in flags}
-
-
-def story_series(seed: int = 252) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    n = len(STEPS)
-    plosses = [rng.uniform(18.0, 20.0, n) + i * 0.3 for i in range(7)]
-    series = {f"train/ploss_{i}": p for i, p in enumerate(plosses)}
-    series.update({f"train/acc_{i}": rng.uniform(0.02, 0.07, n) / (i + 1) for i in range(7)})
-    series["train/loss"] = sum(0.8**i * p for i, p in enumerate(plosses))  # SpecForge main's total
-    series["train/lr"] = np.full(n, 1e-4)
-    return series
 
 
 # ----------------------------------------------------------------- the three chance flags

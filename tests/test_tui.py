@@ -18,6 +18,7 @@ from safetensors import safe_open
 from textual.widgets import TabbedContent
 
 from builders.mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
+from builders.pilot import SIZE, checked, loaded, make_app, on_screen, polled
 from builders.samples import copy_samples
 from builders.tui import (
     ACC_TAG,
@@ -27,15 +28,12 @@ from builders.tui import (
     story_run,
 )
 from builders.waiting import wait_for
-from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
-
-SIZE = (80, 24)
 
 
 @pytest.fixture(scope="module")
@@ -53,59 +51,6 @@ def fresh_root(tmp_path) -> Path:
     story_run(tmp_path)
     healthy_run(tmp_path)
     return tmp_path
-
-
-def make_app(root: Path, **kwargs) -> TriageApp:
-    kwargs.setdefault("poll_interval", 0.2)
-    kwargs.setdefault("use_watchdog", False)
-    kwargs.setdefault("device", "cpu")
-    app = TriageApp([root], **kwargs)
-    app.animation_level = "none"
-    return app
-
-
-async def on_screen(pilot, screen_type: type, what: str) -> None:
-    """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
-    app = pilot.app
-    await wait_for(
-        pilot,
-        lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted and bool(app.screen.children),
-        what=what,
-    )
-    await pilot.pause()
-
-
-async def loaded(pilot) -> None:
-    app = pilot.app
-    await wait_for(
-        pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None, what="first poll and chart"
-    )
-
-
-async def polled(pilot, *, rescan: bool = False, timeout: float = 60.0) -> None:
-    """Let the watcher finish one more whole poll (a rescan first if asked) and the UI take it in.
-
-    Waits for the watcher's poll counter, not for seconds: the timeout only turns a hang into a failure.
-    """
-    app = pilot.app
-    await wait_for(pilot, lambda: app.watcher is not None, timeout=timeout, what="the watcher")
-    watcher = app.watcher
-    target = watcher.polls + 2  # the poll under way may have started before the files changed
-    watcher.wake(rescan=rescan)
-    # Done with that poll (its update, if any, sent), and the app has taken in the last update sent.
-    await wait_for(
-        pilot,
-        lambda: watcher.reported >= target and app.watcher_poll >= watcher.updated,
-        timeout=timeout,
-        what="a poll taken in",
-    )
-    await pilot.pause()
-
-
-async def checked(pilot) -> None:
-    app = pilot.app
-    await pilot.press("c")
-    await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
 
 
 def all_files(root: Path) -> dict[Path, int]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+from builders.pilot import SIZE, loaded, make_app, polled
+from builders.serving import vllm_line
 from builders.tui import healthy_run, story_run
-from test_serving import REPO, vllm_line
-from test_tui import SIZE, loaded, make_app, polled, wait_for
+from builders.waiting import wait_for
 from triage_tui.tui.widgets.serving_chart import ServingChart
+
+REPO = Path(__file__).resolve().parents[1]
 
 WIDE = (160, 45)
 

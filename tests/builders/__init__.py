@@ -4,10 +4,20 @@ Test modules import from here (``from builders.tensorboard import write_scalars`
 one another (tests/test_layers.py checks it): a helper a second test needs moves here.
 
     tensorboard   event files through torch's and tensorboardX's SummaryWriter
+    events        event files byte by byte (TFRecord framing), and the reference reader
+    curves        scalar curves whose flags are known (the story's)
     wandb_runs    W&B offline runs through wandb itself
     trainers      runs written by the trainers' own code (SpecForge, speculators, HF Trainer)
     mappings      the story's two vocab mappings (252 of 32 000 positions agree)
+    drafter       EAGLE-3 drafter checkpoints per layout (SpecForge, speculators, modelopt)
+    target        target models as the hub stores them
+    dumps         hidden-state dumps as the trainers' data preparation writes them
+    replay        a small world a drafter is really trained in (the replay's known answer)
+    check_run     a whole run for ``triage check``: drafter, target, mapping, dumps, events
+    remap         a remap's world and witnesses (fixtures registered by tests/conftest.py)
+    serving       vLLM and SGLang logs and Prometheus pages as the engines write them
     tui           runs for the TUI tests and snapshots, and the frozen clock
+    pilot         driving the app in Pilot tests: waits on what is needed, never on time
     samples       the committed sample_runs/, copied file by file
     waiting       waits on conditions, bounded by a timeout that grows with the machine's load
 """

@@ -1,8 +1,9 @@
-"""Helpers shared by the event-reader tests: TFRecord framing and an independent reference reader.
+"""Event files byte by byte, and an independent reference reader to hold the fast one to.
 
-The reference reader is deliberately the slow, obvious one: frame with struct, parse every record
-with ``Event.FromString``, turn tensors into numbers with tensorboard's own
-``tensor_util.make_ndarray``, and apply rustboard's per-tag preemption point by point.
+TFRecord framing with struct; the reference reader is deliberately the slow, obvious one: frame
+with struct, parse every record with ``Event.FromString``, turn tensors into numbers with
+tensorboard's own ``tensor_util.make_ndarray``, and apply rustboard's per-tag preemption point by
+point.
 """
 
 from __future__ import annotations

@@ -1,0 +1,66 @@
+"""Driving the app in Pilot tests: the app made for a root, and waits on what the test needs (the first
+poll taken in, a screen composed, checks finished), never on amounts of time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builders.waiting import wait_for
+from triage_tui.tui.app import TriageApp
+from triage_tui.tui.widgets.loss_chart import LossChart
+
+SIZE = (80, 24)
+
+
+def make_app(root: Path, **kwargs) -> TriageApp:
+    kwargs.setdefault("poll_interval", 0.2)
+    kwargs.setdefault("use_watchdog", False)
+    kwargs.setdefault("device", "cpu")
+    app = TriageApp([root], **kwargs)
+    app.animation_level = "none"
+    return app
+
+
+async def on_screen(pilot, screen_type: type, what: str) -> None:
+    """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
+    app = pilot.app
+    await wait_for(
+        pilot,
+        lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted and bool(app.screen.children),
+        what=what,
+    )
+    await pilot.pause()
+
+
+async def loaded(pilot) -> None:
+    app = pilot.app
+    await wait_for(
+        pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None, what="first poll and chart"
+    )
+
+
+async def polled(pilot, *, rescan: bool = False, timeout: float = 60.0) -> None:
+    """Let the watcher finish one more whole poll (a rescan first if asked) and the UI take it in.
+
+    Waits for the watcher's poll counter, not for seconds: the timeout only turns a hang into a failure.
+    """
+    app = pilot.app
+    await wait_for(pilot, lambda: app.watcher is not None, timeout=timeout, what="the watcher")
+    watcher = app.watcher
+    target = watcher.polls + 2  # the poll under way may have started before the files changed
+    watcher.wake(rescan=rescan)
+    # Done with that poll (its update, if any, sent), and the app has taken in the last update sent.
+    await wait_for(
+        pilot,
+        lambda: watcher.reported >= target and app.watcher_poll >= watcher.updated,
+        timeout=timeout,
+        what="a poll taken in",
+    )
+    await pilot.pause()
+
+
+async def checked(pilot) -> None:
+    app = pilot.app
+    await pilot.press("c")
+    await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")

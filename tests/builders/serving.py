@@ -1,0 +1,109 @@
+"""Serving evidence as the engines write it: vLLM's and SGLang's stats lines through the logging
+formatters the engines configure, and their Prometheus pages through prometheus_client itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+
+def _record(message: str, filename: str = "metrics.py") -> logging.LogRecord:
+    record = logging.LogRecord("vllm.v1.metrics.loggers", logging.INFO, filename, 96, message, None, None)
+    record.created = 1747044672.0  # a fixed time: the line's timestamp text is then known
+    return record
+
+
+VLLM_FORMAT = logging.Formatter(
+    "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s", datefmt="%m-%d %H:%M:%S"
+)
+
+
+def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -> str:
+    """SpecDecodingLogging.log for one interval: k = len(accepted_per_pos) tokens per draft."""
+    k = len(accepted_per_pos)
+    accepted, drafted = sum(accepted_per_pos), drafts * k
+    rates = ", ".join(f"{p:.3f}" for p in np.array(accepted_per_pos) / drafts)
+    # vLLM's own %-format string, verbatim, with its arguments.
+    fmt = (
+        "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+        "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+        "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
+    )
+    args = (
+        1 + accepted / drafts,
+        accepted / elapsed,
+        drafted / elapsed,
+        accepted,
+        drafted,
+        rates,
+        accepted / drafted * 100,
+    )
+    message = fmt % args
+    return VLLM_FORMAT.format(_record(message))
+
+
+SGLANG_FORMAT = logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+
+
+def sglang_line(accepted_tokens: int, forward_ct: int, num_draft_tokens: int = 4) -> str:
+    """log_decode_stats: accepted tokens include the bonus token of each verify step."""
+    msg = "Decode batch, #running-req: 8, #token: 5120, token usage: 0.04, "
+    msg += (
+        f"accept len: {accepted_tokens / forward_ct:.2f}, "
+        f"accept rate: {accepted_tokens / (forward_ct * num_draft_tokens):.2f}, "
+    )
+    msg += "cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0, "
+    return SGLANG_FORMAT.format(_record(msg, "scheduler_metrics_mixin.py"))
+
+
+def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> bytes:
+    """vLLM's /metrics page (SpecDecodingProm: labels model_name, engine; per-position adds position)."""
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    counters = [
+        Counter(name, doc, labelnames=labels, registry=registry)
+        for name, doc in (
+            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."),
+        )
+    ]
+    per_pos = Counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labelnames=[*labels, "position"],
+        registry=registry,
+    )
+    for engine in range(engines):
+        lv = ("org/target", str(engine))
+        counters[0].labels(*lv).inc(drafts)
+        counters[1].labels(*lv).inc(drafts * len(accepted_per_pos))
+        counters[2].labels(*lv).inc(sum(accepted_per_pos))
+        for pos, count in enumerate(accepted_per_pos):
+            per_pos.labels(*lv, str(pos)).inc(count)
+    return generate_latest(registry)
+
+
+def sglang_metrics(lengths: list[float]) -> bytes:
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
+    length = Gauge(
+        "sglang:spec_accept_length",
+        "The average acceptance length of speculative decoding.",
+        labelnames=labels,
+        registry=registry,
+    )
+    rate = Gauge(
+        "sglang:spec_accept_rate",
+        "The average acceptance rate of speculative decoding.",
+        labelnames=labels,
+        registry=registry,
+    )
+    for rank, value in enumerate(lengths):
+        length.labels("org/target", "unified", str(rank), "0").set(value)
+        rate.labels("org/target", "unified", str(rank), "0").set(0.25)
+    return generate_latest(registry)
