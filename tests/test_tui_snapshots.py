@@ -9,12 +9,11 @@ and look at snapshot_report.html before committing the SVGs.
 
 from __future__ import annotations
 
-import fcntl
-import shutil
 from pathlib import Path
 
 import pytest
 
+from builders.cache import built_once
 from builders.tui import FROZEN_NOW, healthy_run, story_run
 from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
@@ -26,18 +25,16 @@ from triage_tui.tui.widgets.loss_chart import LossChart
 SNAPSHOT_RUNS = Path("/tmp/triage-tui-snapshots")
 
 
+def _build(directory: Path) -> None:
+    story_run(directory / "runs")
+    healthy_run(directory / "runs")
+
+
 @pytest.fixture(scope="module")
 def runs_root() -> Path:
-    """Built once per machine; a lock keeps parallel workers (xdist) from building it twice."""
-    SNAPSHOT_RUNS.parent.mkdir(parents=True, exist_ok=True)
-    with open(SNAPSHOT_RUNS.with_name(SNAPSHOT_RUNS.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (SNAPSHOT_RUNS / "complete").exists():
-            shutil.rmtree(SNAPSHOT_RUNS, ignore_errors=True)
-            story_run(SNAPSHOT_RUNS / "runs")
-            healthy_run(SNAPSHOT_RUNS / "runs")
-            (SNAPSHOT_RUNS / "complete").write_text("")
-    return SNAPSHOT_RUNS / "runs"
+    """Built once per machine and version of the builders (builders.cache): a builder changed since
+    the last build, or a writer upgraded, builds the runs again."""
+    return built_once(SNAPSHOT_RUNS, _build) / "runs"
 
 
 def frozen_app(root: Path) -> TriageApp:

@@ -19,5 +19,6 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     tui           runs for the TUI tests and snapshots, and the frozen clock
     pilot         driving the app in Pilot tests: waits on what is needed, never on time
     samples       the committed sample_runs/, copied file by file
+    cache         fixtures built once per machine, rebuilt when a builder or writer changes
     waiting       waits on conditions, bounded by a timeout that grows with the machine's load
 """
