@@ -49,7 +49,11 @@ class CheckContext:
         cancel: threading.Event | None = None,
         all_chunk_orders: bool = False,
     ) -> None:
-        self.paths = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
+        # The resolved input paths (core/check_inputs.py); each is read on first use below.
+        self.checkpoint_path = checkpoint
+        self.mapping_path = mapping
+        self.data_path = data
+        self.target_path = target
         self.device = device
         self.cancel = cancel
         self.all_chunk_orders = all_chunk_orders
@@ -94,7 +98,7 @@ class CheckContext:
 
     def checkpoint(self) -> DrafterCheckpoint | None:
         def read() -> DrafterCheckpoint | None:
-            path = self.paths["checkpoint"]
+            path = self.checkpoint_path
             if path is None:
                 return None
             from triage_tui.core.formats.checkpoint import read_checkpoint
@@ -105,7 +109,7 @@ class CheckContext:
 
     def target(self) -> TargetModel | None:
         def read() -> TargetModel | None:
-            path = self.paths["target"]
+            path = self.target_path
             if path is None:
                 return None
             from triage_tui.core.formats.target import read_target
@@ -116,7 +120,7 @@ class CheckContext:
 
     def run_mapping(self) -> VocabMapping | None:
         def read() -> VocabMapping | None:
-            path = self.paths["mapping"]
+            path = self.mapping_path
             if path is None:
                 return None
             from triage_tui.core.formats.mapping import read_mapping
@@ -133,7 +137,7 @@ class CheckContext:
 
     def dumps(self) -> HiddenStateDumps | None:
         def read() -> HiddenStateDumps | None:
-            path = self.paths["data"]
+            path = self.data_path
             if path is None:
                 return None
             from triage_tui.core.formats.hidden_states import read_dumps
@@ -148,7 +152,7 @@ class CheckContext:
         def read() -> dict[int, str] | None:
             from triage_tui.core.formats.tokenizer import read_token_strings
 
-            for root in (self.paths["target"], self.paths["checkpoint"]):
+            for root in (self.target_path, self.checkpoint_path):
                 if root is None:
                     continue
                 try:
@@ -179,7 +183,7 @@ class Check:
 def _vocab_mapping(ctx: CheckContext) -> CheckResult:
     from triage_tui.core.checks.vocab import NAME, check_vocab_mapping
 
-    if ctx.paths["checkpoint"] is None:
+    if ctx.checkpoint_path is None:
         # Not the same as a checkpoint without d2t, which the check itself explains.
         return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
     checkpoint_mapping = ctx.checkpoint_mapping()
@@ -252,7 +256,7 @@ CHECK_NAMES = tuple(check.name for check in CHECKS)
 COUNTING_CHECKS = tuple(check.name for check in CHECKS if check.counts_as_checked)
 
 
-def one_line(err: BaseException) -> str:
+def _one_line(err: BaseException) -> str:
     """An exception as one line: BadInput's own line, else its type and first line."""
     if isinstance(err, BadInput):
         return err.line()
@@ -272,7 +276,7 @@ def run_checks(ctx: CheckContext) -> dict[str, CheckResult]:
         try:
             result = check.run(ctx)
         except Exception as err:  # noqa: BLE001 - one check's failure must not stop the others
-            result = CheckResult.error(check.name, one_line(err))
+            result = CheckResult.error(check.name, _one_line(err))
         ctx.results[check.name] = result
         report(1.0, result.status)
     return dict(ctx.results)
