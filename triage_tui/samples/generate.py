@@ -38,6 +38,7 @@ import torch
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
+from triage_tui.core.hypotheses import LIKELY
 from triage_tui.core.vocab import VocabMapping
 from triage_tui.samples.trainer import (
     ComputeDtype,
@@ -62,7 +63,7 @@ from triage_tui.samples.world import (
 )
 
 RUN_NAMES = ("healthy", "vocab-mismatch", "hidden-state-format", "verifier-mask", "diverged")
-# The hypothesis `triage check` should rank first on each run (None: nothing may score >= 0.5);
+# The hypothesis `triage check` should rank first on each run (None: nothing may score >= LIKELY);
 # tests/test_samples.py asserts it on the committed runs and on a freshly generated small set.
 EXPECTED_CAUSE = {
     "healthy": None,
@@ -609,7 +610,7 @@ def readme_text(summary: dict) -> str:
     for name in RUN_NAMES:
         r = summary["runs"][name]
         last = "NaN" if not math.isfinite(r["last_ploss_0"]) else f"{r['last_ploss_0']:.2f}"
-        cause = EXPECTED_CAUSE[name] or "nothing scores >= 0.5"
+        cause = EXPECTED_CAUSE[name] or f"nothing scores >= {LIKELY}"
         lines.append(
             f"| `{name}/` | {WHAT_IS_WRONG[name]} | {r['steps']} | {r['first_ploss_0']:.2f} -> {last} "
             f"| {r['last_acc_0']:.3f} | {cause} |"
