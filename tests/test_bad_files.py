@@ -290,3 +290,66 @@ def test_an_unexpected_reader_error_in_scan_is_one_line_naming_the_file(tmp_path
     assert main(["scan", str(tmp_path)]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"triage: {bad_file}: cannot read it: ValueError: a reader bug\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"", "not valid JSON: Expecting value: line 1 column 1 (char 0); the chance line does not use it"),
+        (b"[" * 100_000, "not valid JSON: nested too deeply; the chance line does not use it"),
+        (b'{"draft_vocab_size": "\xff"}', "not valid JSON: not UTF-8 text (byte 22); the chance line does not use it"),
+        (b"[1, 2]", "a JSON list, not an object; the chance line does not use it"),
+        (b'{"draft_vocab_size": "32000"}', "draft_vocab_size is '32000', not an integer >= 2; ignored"),
+        (b'{"draft_vocab_size": 1e400}', "draft_vocab_size is inf, not an integer >= 2; ignored"),
+    ],
+    ids=["empty", "deep", "not-utf8", "array", "string-size", "inf-size"],
+)
+def test_a_config_json_the_chance_line_cannot_use_is_said(tmp_path, content, why):
+    """A broken config.json fell back to ln 32000 in silence: a chance line nobody could question."""
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    (tmp_path / "run" / "config.json").write_bytes(content)
+    result = triage("scan", "--json", tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["vocab_size_source"] == "default"
+    assert [(f["kind"], f["message"]) for f in run["flags"] if f["kind"] != "stalled"] == [
+        ("unreadable_file", f"{tmp_path / 'run' / 'config.json'}: {why}")
+    ]
+
+
+def test_an_event_file_that_cannot_be_opened_is_named(tmp_path, monkeypatch, capsys):
+    """Permission denied on an event file was only counted: the run showed nothing, or scalars
+    said "1 event file(s) could not be read" without naming it."""
+    from triage_tui.cli import main
+    from triage_tui.core import fileio
+
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    (bad_file,) = (tmp_path / "run").glob("*tfevents*")
+    real = fileio.open_polled
+
+    def open_polled(path, buffering=-1):
+        if Path(path) == bad_file:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, buffering)
+
+    monkeypatch.setattr(fileio, "open_polled", open_polled)
+    assert main(["scan", "--json", str(tmp_path)]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert ("unreadable_file", f"{bad_file}: cannot open it: Permission denied") in [
+        (f["kind"], f["message"]) for f in run["flags"]
+    ]
+
+
+def test_a_training_state_the_chance_line_cannot_use_is_said(tmp_path):
+    """A run without config.json takes its vocab from training_state.pt; a broken one fell back
+    to ln 32000 in silence."""
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    state = tmp_path / "run" / "k2-step100" / "training_state.pt"
+    state.parent.mkdir()
+    state.write_bytes(b"hello")
+    (run,) = json.loads(triage("scan", "--json", tmp_path).stdout)["runs"]
+    assert run["vocab_size_source"] == "default"
+    assert (
+        "unreadable_file",
+        f"{state}: not a torch.save file: neither a zip archive nor a pickle (it starts b'hell'); the chance line does not use it",
+    ) in [(f["kind"], f["message"]) for f in run["flags"]]

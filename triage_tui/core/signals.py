@@ -173,6 +173,17 @@ def resolve_vocab_size(
     return DEFAULT_VOCAB_SIZE, "default"
 
 
+def config_vocab_problems(config: dict | None) -> list[str]:
+    """Vocab sizes in config.json that resolve_vocab_size passes over, said (a string "32000",
+    -5, 1e400 read as inf): the chance line then comes from elsewhere, and the run says why."""
+    problems = []
+    for key in ("draft_vocab_size", "vocab_size"):
+        value = (config or {}).get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 2):
+            problems.append(f"{key} is {value!r}, not an integer >= 2; ignored")
+    return problems
+
+
 def chance_loss(vocab_size: int) -> float:
     return math.log(vocab_size)
 

@@ -62,8 +62,7 @@ class RunSources:
 
     @property
     def problems(self) -> dict[Path, str]:
-        """Files that could not be read, and why: an I/O error in an event file, any in a W&B file
-        (an event file that cannot be opened is only counted in stats, as TensorBoard skips it)."""
+        """Files that could not be read, and why (event files and W&B files alike)."""
         return {**self.events.problems, **(self.wandb.problems if self.wandb is not None else {})}
 
     @property

@@ -52,6 +52,7 @@ from triage_tui.core.signals import (
     Flag,
     chance_line,
     comparable_to_chance,
+    config_vocab_problems,
     last_step_of,
     pick_metric_tags,
     resolve_vocab_size,
@@ -196,6 +197,8 @@ class _Tracked:
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
     read_error: str | None = None  # why the last poll of the run's files failed, if it did
+    config_problems: tuple[str, ...] = ()  # why config.json (or its vocab size) was not used
+    state_problem: str | None = None  # why the newest training_state.pt could not be read
     seen_live: bool = False  # new data arrived after the first read, in this session
     value_flags: tuple[Flag, ...] = ()
     activity: Activity | None = None
@@ -408,7 +411,10 @@ class Watcher:
                 key = None
         if key != tracked.config_key:
             tracked.config_key = key
-            tracked.config = read_config(path) if key is not None else None
+            problems: list[str] = []
+            tracked.config = read_config(path, problems) if key is not None else None
+            problems += config_vocab_problems(tracked.config)
+            tracked.config_problems = tuple(f"{path}: {problem}" for problem in problems)
             tracked.settings_changed = True
         self._refresh_training_state(tracked)
 
@@ -419,6 +425,7 @@ class Watcher:
         if path is None or tracked.config is not None:
             if tracked.state_key is not None:
                 tracked.state_key, tracked.state_vocab, tracked.settings_changed = None, None, True
+                tracked.state_problem = None
             return
         try:
             stat = os.stat(path)
@@ -429,11 +436,15 @@ class Watcher:
             return
         from triage_tui.core.formats.training_state import read_training_state
 
+        problem = None
         try:
-            vocab = read_training_state(path).draft_vocab_size
-        except BadInput:
-            vocab = None  # a classic state holds no drafter, a broken one says nothing: the default stays
+            vocab = read_training_state(path).draft_vocab_size  # None: a classic state holds no drafter
+        except BadInput as err:
+            vocab, problem = None, f"{err.line()}; the chance line does not use it"
+        except Exception as err:  # noqa: BLE001 - a reader bug on one run's file must not stop the watch
+            vocab, problem = None, f"{path}: cannot read it: {type(err).__name__}: {err}"
         tracked.state_key, tracked.state_vocab, tracked.settings_changed = key, vocab, True
+        tracked.state_problem = problem
 
     # ------------------------------------------------------------------ per-run update
 
@@ -474,7 +485,17 @@ class Watcher:
         )
         damaged = damaged_records_flag(tracked.events)
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
-        problems = tuple(p for p in (tracked.info.manifest_error, *source_errors, tracked.read_error) if p)
+        problems = tuple(
+            p
+            for p in (
+                tracked.info.manifest_error,
+                *tracked.config_problems,
+                tracked.state_problem,
+                *source_errors,
+                tracked.read_error,
+            )
+            if p
+        )
         flags = (
             tracked.value_flags
             + tuple(f for f in (stalled, damaged) if f is not None)

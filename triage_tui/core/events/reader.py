@@ -104,7 +104,7 @@ class RunEvents:
         self._decoder = Decoder()
         self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self.damaged: dict[Path, int] = {}  # file -> damaged records dropped from it, every poll so far
-        self.problems: dict[Path, str] = {}  # file -> why its last read failed (an I/O error)
+        self.problems: dict[Path, str] = {}  # file -> why the last poll could not read it
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -159,6 +159,7 @@ class RunEvents:
                 self._forget_all()
                 stats.resets += 1
             for state in self._files.values():
+                self.problems.pop(state.path, None)
                 try:
                     self._read(state, stats)
                 except OSError as err:
@@ -169,7 +170,6 @@ class RunEvents:
                     continue
                 except Exception as err:  # a reader bug: said of the file that caused it
                     raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
-                self.problems.pop(state.path, None)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             if stats.bytes_read >= _TRIM_AFTER_BYTES:
@@ -195,13 +195,16 @@ class RunEvents:
             handle = fileio.open_polled(state.path, buffering=0)
         except FileNotFoundError:
             return  # gone (or not there yet): keep what it gave
-        except OSError:
+        except OSError as err:
+            # Permission denied, ...: the points it gave stay, and the run says which file and why.
             stats.unreadable_files += 1
+            self.problems[state.path] = f"cannot open it: {err.strerror or err}"
             return
         with handle:
             st = os.fstat(handle.fileno())
             if not stat.S_ISREG(st.st_mode):  # a FIFO would block the reader forever
                 stats.unreadable_files += 1
+                self.problems[state.path] = "not a regular file (a FIFO, a device, ...): not read"
                 return
             if state.dev < 0:
                 state.dev, state.ino = st.st_dev, st.st_ino
