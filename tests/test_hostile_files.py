@@ -132,8 +132,10 @@ def test_pickled_numpy_object_array_is_refused(tmp_path):
         (np.random.default_rng(7).bytes(4096), "not a torch.save file|unreadable torch file"),
         (b"PK\x03\x04" + b"\x00" * 200, "unreadable torch file"),
         (b"\x1f\x8b\x08\x00garbage", "unreadable torch file"),
+        # torch's own error was a pickle opcode's KeyError: "unreadable torch file ...: 101".
+        (b"hello", r": not a torch.save file: neither a zip archive nor a pickle \(it starts b'hell'\)$"),
     ],
-    ids=["empty", "zeros", "random", "zip-header-only", "gzip-garbage"],
+    ids=["empty", "zeros", "random", "zip-header-only", "gzip-garbage", "text"],
 )
 def test_garbage_torch_files(tmp_path, content, message):
     (tmp_path / "junk.pt").write_bytes(content)

@@ -228,6 +228,12 @@ def safe_torch_load(path: str | Path, *, allowed_globals: Sequence[type] = ()) -
         zipfile.BadZipFile,
         gzip.BadGzipFile,
     ) as err:
+        if not mmap and magic[:2] != _GZIP_MAGIC and magic[0] != 0x80:
+            # Neither a zip (torch >= 1.6) nor a pickle with a protocol marker (the legacy format):
+            # torch's own error is an opcode's KeyError, "101", which says nothing.
+            raise BadInput(
+                path, f"not a torch.save file: neither a zip archive nor a pickle (it starts {magic!r})"
+            ) from None
         raise BadInput(path, f"unreadable torch file (truncated or corrupt?): {_first_line(err)}") from None
 
 
