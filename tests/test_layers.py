@@ -6,7 +6,7 @@ too). The rooms, top to bottom (CONTRIBUTING.md draws the same map):
 
     cli, commands             parse arguments, print, exit codes
     samples                   the playground runs and the scripted demo (it starts the TUI)
-    tui                       the Textual app: screens, widgets, messages
+    tui                       the Textual app: app over screens over widgets; screens never import the app
     core                      headless: never imports the three above, textual or rich
 
 and within core, top to bottom; a module may import only from layers below its own, never
@@ -104,6 +104,16 @@ SERVING = [
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
 # and read as ``module.name`` at the call, so a monkeypatch reaches every caller wherever code moves.
 SEAM_MODULES = ("core.fileio", "core.events.tuning", "core.remap.tuning", "core.serving.tuning")
+# Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
+# (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the
+# state it is bound to (tui/view_state.py); the app answers by setting that state.
+TUI = [
+    ("tui.app",),
+    ("tui.screens",),
+    ("tui.widgets",),
+    ("tui.messages", "tui.view_state"),
+    ("tui.view_data",),
+]
 # Never imported by core, at any depth of a function: the terminal belongs to tui/.
 CORE_NEVER = ("textual", "rich", "textual_plotext", "plotext")
 
@@ -191,6 +201,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
+    unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
 
@@ -203,8 +214,9 @@ def test_every_module_has_a_room():
         (EVENTS, "core.events"),
         (REMAP, "core.remap"),
         (SERVING, "core.serving"),
+        (TUI, "tui"),
     ],
-    ids=["rooms", "core", "formats", "events", "remap", "serving"],
+    ids=["rooms", "core", "formats", "events", "remap", "serving", "tui"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

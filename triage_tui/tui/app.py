@@ -3,12 +3,13 @@
 The app holds the state the screens show and runs every slow thing in a thread worker:
 the Watcher (reading event files), the chart's smoothing and thinning, diagnose() and
 remap. Workers hand results back as Messages; the UI thread only copies small values
-into widgets.
+into its reactives (view_state.py). The screens are bound to those (``data_bind``) and show
+them; what the user asks comes back as the Messages of messages.py. The app never reaches into
+a screen's widgets, and the screens never import the app.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.css.query import NoMatches
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
@@ -31,10 +32,7 @@ from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.view_data import RowCache, RunRow, chart_series, metrics_line, serving_series
-from triage_tui.tui.widgets.checks_progress import ChecksProgress
-from triage_tui.tui.widgets.flags_view import FlagsView
-from triage_tui.tui.widgets.loss_chart import LossChart
-from triage_tui.tui.widgets.runs_table import RunsTable
+from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
 
 if TYPE_CHECKING:
     from triage_tui.core.check_inputs import CheckInputs
@@ -42,20 +40,6 @@ if TYPE_CHECKING:
     from triage_tui.core.remap.execute import RemapReport
     from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.watch import RunStatus, Watcher
-
-
-def _skipped_after_shutdown(method: Callable[..., None]) -> Callable[..., None]:
-    """Timers and late messages can fire while the app shuts down and its widgets are gone."""
-
-    @functools.wraps(method)
-    def guarded(self: TriageApp, *args: object) -> None:
-        try:
-            method(self, *args)
-        except (NoMatches, IndexError):  # IndexError: `main` after the screen stack emptied
-            if self.is_running and self.screen_stack and self.main.is_mounted and self.main.children:
-                raise  # a real bug, not the teardown race
-
-    return guarded
 
 
 class TriageApp(App[None]):
@@ -71,6 +55,14 @@ class TriageApp(App[None]):
         # workers are threads that stop with the app, and no write is ever left half-done.
         Binding("ctrl+c", "quit", "Quit", show=False, system=True),
     ]
+
+    # What the main screen shows; it is bound to these (get_default_screen), and only these are set.
+    topbar: reactive[Text] = reactive(Text, init=False, repaint=False)
+    runs_view: reactive[RunsView] = reactive(RunsView, init=False, repaint=False)
+    flags_state: reactive[FlagsState] = reactive(FlagsState, init=False, repaint=False)
+    chart_view: reactive[ChartView] = reactive(ChartView, init=False, repaint=False)
+    analysis: reactive[AnalysisView] = reactive(AnalysisView, init=False, repaint=False)
+    check_progress: reactive[CheckProgressView] = reactive(CheckProgressView, init=False, repaint=False)
 
     def __init__(
         self,
@@ -118,31 +110,38 @@ class TriageApp(App[None]):
         self._news: tuple[Path, str] | None = None  # checks that finished on a run not selected
         self._chart_drawn: tuple | None = None  # the (path, version, serving) the chart shows
         self._chart_requested: tuple | None = None  # the one last asked of the chart worker
+        self._chart_width = 80  # cells, as the main screen last said (ChartResized)
+        self._main: MainScreen | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def get_default_screen(self) -> Screen:
-        return MainScreen()
+        self._main = MainScreen(readonly=self.readonly, now=self.now).data_bind(
+            TriageApp.topbar,
+            TriageApp.runs_view,
+            TriageApp.flags_state,
+            TriageApp.chart_view,
+            TriageApp.analysis,
+            TriageApp.check_progress,
+        )
+        return self._main
 
     @property
     def main(self) -> MainScreen:
-        screen = self.screen_stack[0]
-        assert isinstance(screen, MainScreen)
-        return screen
+        """The main screen (tests look at its widgets; the app itself only sets its reactives)."""
+        assert self._main is not None
+        return self._main
 
     def notify(self, message: str, *, title: str = "", markup: bool = False, **kwargs) -> None:
         """Every toast is plain text: its message names paths and errors that may hold brackets or
         terminal escapes (a run named "[/]" must not take the app down, nor "[@click=...]" act)."""
         super().notify(printable(message, newlines=True), title=printable(title), markup=False, **kwargs)
 
-    def main_ready(self) -> None:
-        """Called by MainScreen once its widgets exist: paint at once, then start reading."""
+    def on_mount(self) -> None:
+        """Paint at once (the main screen shows these as soon as its widgets exist), then start reading."""
         self._show_topbar()
-        self.main.show_analysis(None)
-        self.main.query_one(FlagsView).show((), scanning=True)
         self._watch_runs()
         self.set_interval(self.chart_refresh, self._refresh_chart_if_stale, name="chart")
-        self.set_interval(1.0, self._refresh_ages, name="ages")
 
     # -- watching -----------------------------------------------------------------------
 
@@ -178,7 +177,6 @@ class TriageApp(App[None]):
         watcher.run(on_update, stop)
 
     @on(messages.RunsUpdated)
-    @_skipped_after_shutdown
     def _runs_updated(self, message: messages.RunsUpdated) -> None:
         self.polls += 1
         self.watcher_poll = message.poll
@@ -196,24 +194,21 @@ class TriageApp(App[None]):
         if any(self._critical_files.isdisjoint(_run_identity(status)) for status in critical):
             self.ring_bell()
         self._critical_files = {item for status in critical for item in _run_identity(status)}
-        self._follow_moved_selection(previous)
-        self._show_rows()
+        self._show_rows(self._moved_selection(previous))
         self._show_topbar()
         self._show_selected_flags()
-        self.refresh_bindings()
 
-    def _follow_moved_selection(self, previous: dict[Path, RunStatus]) -> None:
-        """The selected run moved (`out/runs` became `out`): keep it selected under its new path."""
+    def _moved_selection(self, previous: dict[Path, RunStatus]) -> tuple[tuple[Path, Path], ...]:
+        """The selected run moved (`out/runs` became `out`): (old, new), to keep it selected under its new path."""
         selected_path = self._selected
         selected = previous.get(selected_path) if selected_path else None
         if selected_path is None or selected is None or selected_path in self.statuses:
-            return
+            return ()
         files = set(selected.info.event_files) | set(selected.info.wandb_files)
         moved = next(
             (path for path, status in self.statuses.items() if not files.isdisjoint(_run_identity(status))), None
         )
-        if moved is not None:
-            self.main.query_one(RunsTable).keep_selected(selected_path, moved)
+        return ((selected_path, moved),) if moved is not None else ()
 
     def ring_bell(self) -> None:
         self.bells += 1
@@ -224,12 +219,11 @@ class TriageApp(App[None]):
             return self.rows
         return [row for row in self.rows if self._filter in row.name.lower()]
 
-    def _show_rows(self) -> None:
-        table = self.main.query_one(RunsTable)
+    def _show_rows(self, renamed: tuple[tuple[Path, Path], ...] = ()) -> None:
+        # The screen shows them, then says which run its cursor is on (RunSelected).
         visible = self._visible_rows()
-        table.show_rows(visible, now=self.now())
-        self.main.show_empty(None if visible or self.polls == 0 else self._empty_text())
-        self.select_run(table.selected_path)
+        empty = None if visible or self.polls == 0 else self._empty_text()
+        self.runs_view = RunsView(tuple(visible), self.now(), empty, renamed)
 
     def _empty_text(self) -> Text:
         """What an empty table means: the filter matches nothing, or nothing was found (yet)."""
@@ -251,12 +245,9 @@ class TriageApp(App[None]):
             (" files, and is watching: a run shows here as soon as its trainer writes its first event.", "dim"),
         )
 
-    @_skipped_after_shutdown
-    def _refresh_ages(self) -> None:
-        self.main.query_one(RunsTable).refresh_ages(self.now())
-
-    def set_filter(self, text: str) -> None:
-        self._filter = text.strip().lower()
+    @on(messages.FilterChanged)
+    def _filter_changed(self, message: messages.FilterChanged) -> None:
+        self._filter = message.text.strip().lower()
         self._show_rows()
         self._show_topbar()
 
@@ -279,9 +270,13 @@ class TriageApp(App[None]):
         text.append(f"  poll {self.poll_interval:g}s", style="dim")
         if self.readonly:
             text.append("  read-only", style="bold magenta")
-        self.main.show_topbar(text)
+        self.topbar = text
 
     # -- selection, flags and chart -------------------------------------------------------
+
+    @on(messages.RunSelected)
+    def _run_selected(self, message: messages.RunSelected) -> None:
+        self.select_run(message.path)
 
     def select_run(self, path: Path | None) -> None:
         changed = path != self._selected
@@ -291,28 +286,36 @@ class TriageApp(App[None]):
             self._show_topbar()
         if changed:
             self._show_selected_flags()
-            self.main.show_analysis(path)
+            self._show_analysis()
             self._refresh_chart_if_stale()
-            self.refresh_bindings()
 
     def _show_selected_flags(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
-        self.main.query_one(FlagsView).show(status.flags if status else (), scanning=self.polls == 0)
-        # On the pane's border: no line taken from the chart (80x24 has none to spare).
-        line = metrics_line(status) if status else None
-        self.main.query_one("#flags-pane").border_subtitle = Text(printable(line)) if line else ""
+        self.flags_state = FlagsState(
+            tuple(status.flags) if status else (), self.polls == 0, (metrics_line(status) or "") if status else ""
+        )
 
-    @_skipped_after_shutdown
+    def _show_analysis(self) -> None:
+        path = self._selected
+        self.analysis = AnalysisView(
+            path,
+            self.checks_running_for,
+            self.diagnoses.get(path) if path is not None else None,
+            self.check_outcomes.get(path) if path is not None else None,
+            self.remap_reports.get(path) if path is not None else None,
+        )
+
+    @on(messages.ChartResized)
+    def _chart_resized(self, message: messages.ChartResized) -> None:
+        self._chart_width = message.width
+
     def _refresh_chart_if_stale(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
-        chart = self.main.query_one(LossChart)
         if status is None:
             if self._chart_drawn is not None:
                 # No run selected (the filter matches none): the chart must not keep the last one's curve.
                 self._chart_drawn = None
-                chart.show(None)
-                self.main.show_serving(None)
-                self.main.show_chart_title(Text("loss"))
+                self.chart_view = ChartView()
             return
         # The serving evidence is a new object exactly when a source gave something new.
         wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
@@ -326,7 +329,7 @@ class TriageApp(App[None]):
             return
         self._chart_requested = wanted
         # Braille markers put two points in a cell.
-        self._compute_chart(status, max(64, 2 * chart.size.width), wanted)
+        self._compute_chart(status, max(64, 2 * self._chart_width), wanted)
 
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
     def _compute_chart(self, status: RunStatus, max_points: int, key: tuple) -> None:
@@ -336,26 +339,25 @@ class TriageApp(App[None]):
             self.post_message(messages.ChartReady(series, status.info.path, serving, key))
 
     @on(messages.ChartReady)
-    @_skipped_after_shutdown
     def _chart_ready(self, message: messages.ChartReady) -> None:
         if message.path != self._selected:
             return
         self._chart_drawn = message.key
-        self.main.query_one(LossChart).show(message.series)
-        self.main.show_serving(message.serving)
         status = self.statuses.get(message.path)
         name = status.info.name if status else message.path.name
         tag = message.series.tag if message.series else "no loss tag"
         served = message.serving.acceptance_length if message.serving else None
         # A Text: a tag or directory named "[@click=app.quit]" or "[/]" is shown, never applied.
-        self.main.show_chart_title(
-            Text(
-                f"loss · {printable(tag)} · {printable(name)}"
-                + (f" · served {served:.2f}" if served is not None else "")
-            )
+        title = Text(
+            f"loss · {printable(tag)} · {printable(name)}" + (f" · served {served:.2f}" if served is not None else "")
         )
+        self.chart_view = ChartView(message.series, message.serving, title)
 
     # -- checks ---------------------------------------------------------------------------
+
+    @on(messages.ChecksRequested)
+    def _checks_requested(self, message: messages.ChecksRequested) -> None:
+        self.start_checks(message.path)
 
     def start_checks(self, path: Path) -> None:
         status = self.statuses.get(path)
@@ -364,11 +366,11 @@ class TriageApp(App[None]):
         self.checks_running_for = path
         self.check_outcomes.pop(path, None)
         self.diagnoses.pop(path, None)
-        self.main.query_one(ChecksProgress).start()
-        self.main.show_analysis(self._selected)
+        self.check_progress = CheckProgressView(start=True)
+        self._show_analysis()
         self._run_checks(status)
-        self.refresh_bindings()
 
+    @on(messages.CancelChecks)
     def cancel_checks(self) -> None:
         for worker in self.workers:
             if worker.group == "check" and not worker.is_finished:
@@ -413,10 +415,9 @@ class TriageApp(App[None]):
         self.post_message(messages.ChecksFinished(path, diagnosis, cancelled=cancel.is_set()))
 
     @on(messages.CheckProgress)
-    @_skipped_after_shutdown
     def _check_progress(self, message: messages.CheckProgress) -> None:
         if message.path == self.checks_running_for:
-            self.main.query_one(ChecksProgress).progress(message.check, message.fraction, message.text)
+            self.check_progress = CheckProgressView(message.check, message.fraction, message.text)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
@@ -427,7 +428,6 @@ class TriageApp(App[None]):
             self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
 
     @on(messages.ChecksFinished)
-    @_skipped_after_shutdown
     def _checks_finished(self, message: messages.ChecksFinished) -> None:
         if message.path != self.checks_running_for:
             return  # a cancelled run reporting late
@@ -455,10 +455,13 @@ class TriageApp(App[None]):
         else:
             self.check_outcomes[path] = outcome or ""
             self.notify(outcome or "", severity="warning", timeout=6)
-        self.main.show_analysis(self._selected)
-        self.refresh_bindings()
+        self._show_analysis()
 
     # -- drill-down ---------------------------------------------------------------------
+
+    @on(messages.HypothesisOpened)
+    def _hypothesis_opened(self, message: messages.HypothesisOpened) -> None:
+        self.open_hypothesis(message.path, message.hypothesis_id)
 
     def open_hypothesis(self, path: Path, hypothesis_id: str) -> None:
         diagnosis = self.diagnoses.get(path)
@@ -469,13 +472,9 @@ class TriageApp(App[None]):
             return
         status = self.statuses.get(path)
         name = status.info.name if status else path.name
-        self.push_screen(DrillDownScreen(path, name, diagnosis, hypothesis))
+        self.push_screen(DrillDownScreen(path, name, diagnosis, hypothesis, readonly=self.readonly))
 
     # -- remap ----------------------------------------------------------------------------
-
-    def remap_available(self, path: Path | None) -> bool:
-        """A remap needs a diagnosis whose vocab check failed, with both mappings' files known."""
-        return self.remap_blocker(path) is None
 
     def remap_blocker(self, path: Path | None) -> str | None:
         """Why `m` cannot remap this run now, in a sentence; None when it can."""
@@ -492,23 +491,23 @@ class TriageApp(App[None]):
             return "run the checks first (c): the remap follows from what the vocab check finds"
         return diagnosis.remap_blocker()
 
-    def explain_remap_blocker(self, path: Path | None) -> None:
-        reason = self.remap_blocker(path)
-        if reason is not None:
-            self.notify(reason, title="m: no remap", severity="warning", timeout=6)
-
-    def request_remap(self, path: Path) -> None:
-        if not self.remap_available(path):
+    @on(messages.RemapRequested)
+    def _remap_requested(self, message: messages.RemapRequested) -> None:
+        """`m`: remap, or say why not."""
+        if self.readonly:
+            return
+        reason = self.remap_blocker(message.path)
+        if reason is not None or message.path is None:
+            self.notify(reason or "no run selected", title="m: no remap", severity="warning", timeout=6)
             return
         self.remap_running = True
-        self.refresh_bindings()
-        self._plan_remap(path, self.diagnoses[path].inputs)
+        self._plan_remap(message.path, self.diagnoses[message.path].inputs)
 
     @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="plan remap")
     def _plan_remap(self, path: Path, inputs: CheckInputs) -> None:
         from triage_tui.core.remap.plan import plan_remap
 
-        if inputs.checkpoint is None or inputs.mapping is None:  # remap_available() let none of these through
+        if inputs.checkpoint is None or inputs.mapping is None:  # remap_blocker() let none of these through
             self.post_message(messages.RemapPlanned(path, None, error="no checkpoint and mapping to remap"))
             return
         try:
@@ -531,7 +530,6 @@ class TriageApp(App[None]):
     def _remap_planned(self, message: messages.RemapPlanned) -> None:
         if message.plan is None:
             self.remap_running = False
-            self.refresh_bindings()
             self.notify(f"cannot remap: {message.error}", severity="error", timeout=10)
             return
         plan = message.plan
@@ -542,7 +540,6 @@ class TriageApp(App[None]):
                 self._run_remap(message.path, self.diagnoses[message.path].inputs, plan)
             else:
                 self.remap_running = False
-                self.refresh_bindings()
                 self.notify("remap cancelled: nothing was written", timeout=4)
 
         self.push_screen(ConfirmRemapScreen(plan), confirmed)
@@ -575,6 +572,7 @@ class TriageApp(App[None]):
             return
         self.post_message(messages.RemapFinished(path, report))
 
+    @on(messages.CancelRemap)
     def cancel_remap(self) -> None:
         for worker in self.workers:
             if worker.group == "remap" and not worker.is_finished:
@@ -584,25 +582,24 @@ class TriageApp(App[None]):
     def _remap_progress(self, message: messages.RemapProgress) -> None:
         for screen in self.screen_stack:
             if isinstance(screen, RemapScreen):
-                screen.show_progress(message.fraction, message.text)
+                screen.progress = (message.fraction, message.text)
 
     @on(messages.RemapFinished)
     def _remap_finished(self, message: messages.RemapFinished) -> None:
         self.remap_running = False
         if message.report is not None:
             self.remap_reports[message.path] = message.report
-            self.main.show_analysis(self._selected)  # the checks shown are now from before the remap
+            self._show_analysis()  # the checks shown are now from before the remap
         shown = False
         for screen in self.screen_stack:
             if isinstance(screen, RemapScreen):
-                screen.show_result(message.report, message.error)
+                screen.outcome = (message.report, message.error)
                 shown = True
         if not shown:  # the user closed the progress dialog; say it here
             if message.report is not None:
                 self.notify(f"remapped checkpoint written to {message.report.output}", timeout=10)
             else:
                 self.notify(f"remap failed: {message.error}", severity="error", timeout=10)
-        self.refresh_bindings()
 
     # -- help and palette ----------------------------------------------------------------
 

@@ -83,3 +83,53 @@ class RemapFinished(Message):
     path: Path
     report: RemapReport | None
     error: str | None = None
+
+
+# ---- what the screens ask of the app (they post these; the app decides and answers with state)
+
+
+@dataclass
+class RunSelected(Message):
+    """The runs table's cursor is on this run (None: no run shown)."""
+
+    path: Path | None
+
+
+@dataclass
+class FilterChanged(Message):
+    text: str
+
+
+@dataclass
+class ChartResized(Message):
+    """The loss chart's width in cells: the chart is thinned to two points a cell."""
+
+    width: int
+
+
+@dataclass
+class ChecksRequested(Message):
+    path: Path
+
+
+@dataclass
+class CancelChecks(Message):
+    pass
+
+
+@dataclass
+class HypothesisOpened(Message):
+    path: Path
+    hypothesis_id: str
+
+
+@dataclass
+class RemapRequested(Message):
+    """`m`: the app remaps the run, or says why it cannot."""
+
+    path: Path | None
+
+
+@dataclass
+class CancelRemap(Message):
+    pass

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 
 from triage_tui.core.text import printable
+from triage_tui.tui import messages
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE
 from triage_tui.tui.widgets.hypotheses_list import score_bar
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from triage_tui.core.checks.result import CheckResult
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.hypotheses import Hypothesis
-    from triage_tui.tui.app import TriageApp
 
 
 def check_section(result: CheckResult) -> RenderableType:
@@ -53,16 +53,15 @@ class DrillDownScreen(Screen):
         Binding("3", "tab('action')", "Action", show=False),
     ]
 
-    def __init__(self, path: Path, run_name: str, diagnosis: Diagnosis, hypothesis: Hypothesis) -> None:
+    def __init__(
+        self, path: Path, run_name: str, diagnosis: Diagnosis, hypothesis: Hypothesis, *, readonly: bool = False
+    ) -> None:
         super().__init__()
         self.path = path
         self.run_name = run_name
         self.diagnosis = diagnosis
         self.hypothesis = hypothesis
-
-    @property
-    def triage(self) -> TriageApp:
-        return self.app  # type: ignore[return-value]  # Screen.app is an App; this screen only runs in TriageApp
+        self.readonly = readonly
 
     def compose(self) -> ComposeResult:
         hypothesis = self.hypothesis
@@ -142,7 +141,7 @@ class DrillDownScreen(Screen):
                 "Row j of the new head is the old row of the run's token j; tokens the drafter never had "
                 "get new rows; d2t/t2d become the run's. The source is not touched.\n\n"
             )
-            if self.triage.readonly:
+            if self.readonly:
                 text.append("read-only: the remap key is disabled here. From a shell:", style="magenta")
             else:
                 text.append("press ", style="dim")
@@ -170,18 +169,14 @@ class DrillDownScreen(Screen):
         if action == "remap":
             # Remaps, or says why not; absent in --readonly, on the other hypotheses, and where the
             # vocab check found nothing to remap (the Action tab says so; offering `m` would contradict it).
-            return not (self.triage.readonly or self.hypothesis.action != "remap" or not self._remap_called_for())
+            return not (self.readonly or self.hypothesis.action != "remap" or not self._remap_called_for())
         if action == "copy_command":
             return bool(self._commands())
         return True
 
     def action_remap(self) -> None:
-        if self.triage.readonly:
-            return
-        if self.triage.remap_available(self.path):
-            self.triage.request_remap(self.path)
-        else:
-            self.triage.explain_remap_blocker(self.path)
+        if not self.readonly:
+            self.post_message(messages.RemapRequested(self.path))  # the app remaps, or says why not
 
     def action_copy_command(self) -> None:
         commands = self._commands()

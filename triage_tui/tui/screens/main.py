@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on
@@ -12,20 +12,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import Resize
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 
 from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.text import printable
+from triage_tui.tui import messages
+from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
 from triage_tui.tui.widgets.serving_chart import ServingChart
-
-if TYPE_CHECKING:
-    from triage_tui.tui.app import TriageApp
-    from triage_tui.tui.view_data import ServingSeries
 
 # Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable. Side by
 # side, the runs pane needs ~70 columns for its eight columns and the chart ~50 to be readable.
@@ -58,9 +58,20 @@ class MainScreen(Screen):
         Binding("l", "toggle_log_y", "Log-y", show=False, tooltip="Loss chart: log or linear y axis", id="log_y"),
     ]
 
-    @property
-    def triage(self) -> TriageApp:
-        return self.app  # type: ignore[return-value]  # Screen.app is an App; this screen only runs in TriageApp
+    # The app's state, bound to the app's reactives of the same names (TriageApp.get_default_screen);
+    # each watcher shows its part. Nothing here reaches into the app: what the user asks is a message.
+    topbar: reactive[Text] = reactive(Text, init=False, repaint=False)
+    runs_view: reactive[RunsView] = reactive(RunsView, init=False, bindings=True, repaint=False)
+    flags_state: reactive[FlagsState] = reactive(FlagsState, init=False, repaint=False)
+    chart_view: reactive[ChartView] = reactive(ChartView, init=False, repaint=False)
+    analysis: reactive[AnalysisView] = reactive(AnalysisView, init=False, bindings=True, repaint=False)
+    check_progress: reactive[CheckProgressView] = reactive(CheckProgressView, init=False, repaint=False)
+
+    def __init__(self, *, readonly: bool = False, now: Callable[[], float]) -> None:
+        super().__init__()
+        self.readonly = readonly
+        self.now = now  # the app's clock (frozen in snapshot tests): the age column
+        self._ready = False  # the widgets exist: bound values can be shown
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
@@ -90,46 +101,94 @@ class MainScreen(Screen):
         self.query_one("#filter").display = False
         self._apply_layout(self.app.size.width)
         self.query_one(RunsTable).focus()
-        self.triage.main_ready()
+        # Values bound before the widgets existed are shown now (their watchers waited for this).
+        self._ready = True
+        self.watch_topbar()
+        self.watch_runs_view()
+        self.watch_flags_state()
+        self.watch_chart_view()
+        self.watch_analysis()
+        self.set_interval(1.0, self._refresh_ages, name="ages")
+        self.call_after_refresh(self._chart_resized)
 
     # -- layout -----------------------------------------------------------------------
 
     def on_resize(self, event: Resize) -> None:
         self._apply_layout(event.size.width)
+        self.call_after_refresh(self._chart_resized)
 
     def _apply_layout(self, width: int) -> None:
         self.set_class(width < COMPACT_BELOW_COLUMNS, "compact")
 
-    # -- what the app pushes in ---------------------------------------------------------
+    def _chart_resized(self) -> None:
+        if self.is_attached:
+            self.post_message(messages.ChartResized(self.query_one(LossChart).size.width))
 
-    def show_topbar(self, text: Text) -> None:
-        self.query_one("#topbar", Static).update(text)
+    def _refresh_ages(self) -> None:
+        self.query_one(RunsTable).refresh_ages(self.now())
 
-    def show_serving(self, series: ServingSeries | None) -> None:
-        """Serving acceptance under the loss, for a run whose triage.toml names [serving]."""
-        self.query_one("#chart-pane").set_class(series is not None, "-serving")
-        self.query_one(ServingChart).show(series)
+    # -- the app's state, shown ------------------------------------------------------------
 
-    def show_empty(self, text: Text | None) -> None:
-        """Why the table is empty (nothing found yet, or the filter matches nothing); None hides it."""
+    def watch_topbar(self) -> None:
+        if self._ready:
+            self.query_one("#topbar", Static).update(self.topbar)
+
+    def watch_runs_view(self) -> None:
+        if not self._ready:
+            return
+        view = self.runs_view
+        table = self.query_one(RunsTable)
+        for old, new in view.renamed:
+            table.keep_selected(old, new)
+        table.show_rows(view.rows, now=view.now)
+        # Why the table is empty (nothing found yet, or the filter matches nothing); None hides it.
         empty = self.query_one("#runs-empty", Static)
-        empty.display = text is not None
-        if text is not None:
-            empty.update(text)
+        empty.display = view.empty is not None
+        if view.empty is not None:
+            empty.update(view.empty)
+        self.post_message(messages.RunSelected(table.selected_path))
 
-    def show_chart_title(self, title: Text) -> None:
-        self.query_one("#chart-pane").border_title = title
+    def watch_flags_state(self) -> None:
+        if not self._ready:
+            return
+        state = self.flags_state
+        self.query_one(FlagsView).show(state.flags, scanning=state.scanning)
+        # On the pane's border: no line taken from the chart (80x24 has none to spare).
+        self.query_one("#flags-pane").border_subtitle = Text(printable(state.subtitle)) if state.subtitle else ""
 
-    def show_analysis(self, path: Path | None) -> None:
+    def watch_chart_view(self) -> None:
+        if not self._ready:
+            return
+        view = self.chart_view
+        self.query_one(LossChart).show(view.series)
+        # Serving acceptance under the loss, for a run whose triage.toml names [serving].
+        self.query_one("#chart-pane").set_class(view.serving is not None, "-serving")
+        self.query_one(ServingChart).show(view.serving)
+        self.query_one("#chart-pane").border_title = view.title
+
+    def watch_check_progress(self) -> None:
+        if not self._ready:
+            return
+        progress = self.check_progress
+        checks = self.query_one(ChecksProgress)
+        if progress.start:
+            checks.start()
+        else:
+            checks.progress(progress.check, progress.fraction, progress.text)
+
+    def watch_analysis(self) -> None:
         """Show the checks/hypotheses of the selected run (or the hint to run them); CSS picks what shows."""
-        app = self.triage
+        if not self._ready:
+            return
+        view = self.analysis
+        path = view.path
         hint = self.query_one("#analysis-hint", Static)
         checks = self.query_one("#checks", ChecksProgress)
         hypotheses = self.query_one("#hypotheses", HypothesesList)
         pane = self.query_one("#analysis-pane")
-        running = path is not None and app.checks_running_for == path
-        diagnosis = None if running or path is None else app.diagnoses.get(path)
-        outcome = None if running or path is None else app.check_outcomes.get(path)
+        running = view.running
+        diagnosis = None if running else view.diagnosis
+        outcome = None if running else view.outcome
         state = "-running" if running else "-done" if diagnosis else "-outcome" if outcome is not None else ""
         for name in ("-running", "-done", "-outcome"):
             pane.set_class(name == state, name)
@@ -156,7 +215,7 @@ class MainScreen(Screen):
             counts: Counter[str] = Counter(result.status for result in diagnosis.checks.values())
             tally = " ".join(f"{STATUS_STYLE[status][0]}{counts[status]}" for status in STATUS_STYLE if counts[status])
             pane.border_title = f"hypotheses · checks {tally} · enter opens"
-            remapped = app.remap_reports.get(path) if path is not None else None
+            remapped = view.remapped
             stale = remapped is not None and diagnosis.inputs.checkpoint != Path(remapped.output)
             # Results older than the remap must look old: they describe the drafter before the fix.
             pane.set_class(stale, "-stale")
@@ -173,13 +232,12 @@ class MainScreen(Screen):
     # -- actions --------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app = self.triage
         if action == "remap":
             # --readonly: the action does not exist. Otherwise the key always answers: it remaps, or
             # says why it cannot (before the checks, on a run whose rows are in order, ...).
-            return not app.readonly
+            return not self.readonly
         if action == "cancel_checks":
-            return True if app.checks_running_for is not None else None
+            return True if self.analysis.checks_running_for is not None else None
         if action == "check":
             return True if self.selected_path is not None else None
         # A "/" typed into the filter is text (run names hold slashes), not the filter key.
@@ -192,19 +250,14 @@ class MainScreen(Screen):
     def action_check(self) -> None:
         path = self.selected_path
         if path is not None:
-            self.triage.start_checks(path)
+            self.post_message(messages.ChecksRequested(path))
 
     def action_cancel_checks(self) -> None:
-        self.triage.cancel_checks()
+        self.post_message(messages.CancelChecks())
 
     def action_remap(self) -> None:
-        path = self.selected_path
-        if self.triage.readonly:
-            return
-        if path is not None and self.triage.remap_available(path):
-            self.triage.request_remap(path)
-        else:
-            self.triage.explain_remap_blocker(path)
+        if not self.readonly:
+            self.post_message(messages.RemapRequested(self.selected_path))
 
     def action_escape(self) -> None:
         # The innermost thing first: an open filter closes before running checks are cancelled.
@@ -213,8 +266,8 @@ class MainScreen(Screen):
             filter_input.value = ""
             filter_input.display = False
             self.query_one(RunsTable).focus()
-        elif self.triage.checks_running_for is not None:
-            self.triage.cancel_checks()
+        elif self.analysis.checks_running_for is not None:
+            self.post_message(messages.CancelChecks())
         elif self.focused is self.query_one(HypothesesList):
             self.query_one(RunsTable).focus()
 
@@ -243,13 +296,13 @@ class MainScreen(Screen):
     def action_open_hypothesis(self) -> None:
         hypotheses = self.query_one(HypothesesList)
         if hypotheses.selected is not None and self.selected_path is not None:
-            self.triage.open_hypothesis(self.selected_path, hypotheses.selected.id)
+            self.post_message(messages.HypothesisOpened(self.selected_path, hypotheses.selected.id))
 
     # -- events ---------------------------------------------------------------------------
 
     @on(DataTable.RowHighlighted, "#runs")
     def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.triage.select_run(self.selected_path)
+        self.post_message(messages.RunSelected(self.selected_path))
 
     @on(DataTable.RowSelected, "#runs")
     def _run_selected(self, event: DataTable.RowSelected) -> None:
@@ -261,7 +314,7 @@ class MainScreen(Screen):
             self.action_open_hypothesis()
         elif self.selected_path is not None:
             # Nothing to open yet: say what enter will do, rather than nothing.
-            running = self.triage.checks_running_for == self.selected_path
+            running = self.analysis.checks_running_for == self.selected_path
             self.notify(
                 "the checks are still running"
                 if running
@@ -273,11 +326,11 @@ class MainScreen(Screen):
     @on(OptionList.OptionSelected, "#hypotheses")
     def _hypothesis_selected(self, event: OptionList.OptionSelected) -> None:
         if self.selected_path is not None and event.option.id is not None:
-            self.triage.open_hypothesis(self.selected_path, event.option.id)
+            self.post_message(messages.HypothesisOpened(self.selected_path, event.option.id))
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.triage.set_filter(event.value)
+        self.post_message(messages.FilterChanged(event.value))
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:

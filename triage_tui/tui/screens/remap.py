@@ -10,10 +10,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical
+from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, ProgressBar, Static
 
 from triage_tui.core.text import printable
+from triage_tui.tui import messages
 
 if TYPE_CHECKING:
     from triage_tui.core.remap.execute import RemapReport
@@ -144,6 +146,12 @@ class RemapScreen(ModalScreen[None]):
         Binding("x", "cancel_remap", "Cancel remap"),
     ]
 
+    # Set by the app as the remap worker reports: (fraction, text), then (report, error).
+    progress: reactive[tuple[float, str]] = reactive((0.0, ""), init=False, repaint=False)
+    outcome: reactive[tuple[RemapReport | None, str | None] | None] = reactive(
+        None, init=False, bindings=True, repaint=False
+    )
+
     def __init__(self, plan: RemapPlan) -> None:
         super().__init__()
         self.plan = plan
@@ -168,15 +176,18 @@ class RemapScreen(ModalScreen[None]):
         return True
 
     def action_cancel_remap(self) -> None:
-        self.app.cancel_remap()  # type: ignore[attr-defined]  # Screen.app is an App; pushed only by TriageApp
+        self.post_message(messages.CancelRemap())
 
-    def show_progress(self, fraction: float, text: str) -> None:
+    def watch_progress(self) -> None:
+        fraction, text = self.progress
         self.query_one(ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
         self.query_one("#remap-status", Label).update(Text(printable(text)))
 
-    def show_result(self, report: RemapReport | None, error: str | None) -> None:
+    def watch_outcome(self) -> None:
+        if self.outcome is None:
+            return
+        report, error = self.outcome
         self.report, self.error = report, error
-        self.refresh_bindings()
         self.query_one(ProgressBar).display = False
         status = self.query_one("#remap-status", Label)
         result = self.query_one("#remap-result", Static)

@@ -1,0 +1,70 @@
+"""What the app shows, as values: the app sets these as its reactives, the screens bind to them.
+
+The screens never import the app: they post the messages of messages.py for what the user asks,
+and show the state they are bound to (``data_bind`` in TriageApp.get_default_screen). A value is
+replaced, never changed in place; ``eq=False`` makes every new one count as a change (some hold
+numpy arrays, which have no single truth value to compare).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from triage_tui.core.diagnose import Diagnosis
+    from triage_tui.core.remap.execute import RemapReport
+    from triage_tui.core.signals import Flag
+    from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
+
+
+@dataclass(frozen=True, eq=False)
+class RunsView:
+    """The runs table: the rows shown, in order, and why it is empty when it is."""
+
+    rows: tuple[RunRow, ...] = ()
+    now: float = 0.0
+    empty: Text | None = None  # None: the table has rows, or nothing was read yet
+    renamed: tuple[tuple[Path, Path], ...] = ()  # (old, new) paths of runs that moved: keep the cursor on them
+
+
+@dataclass(frozen=True, eq=False)
+class FlagsState:
+    flags: tuple[Flag, ...] = ()
+    scanning: bool = True  # before the first poll: "scanning…", not "no flags"
+    subtitle: str = ""  # trainer, accuracy by position, acceptance length
+
+
+@dataclass(frozen=True, eq=False)
+class ChartView:
+    series: ChartSeries | None = None
+    serving: ServingSeries | None = None
+    title: Text = field(default_factory=lambda: Text("loss"))
+
+
+@dataclass(frozen=True, eq=False)
+class AnalysisView:
+    """The checks and hypotheses of the selected run, and whether checks run (on any run)."""
+
+    path: Path | None = None
+    checks_running_for: Path | None = None
+    diagnosis: Diagnosis | None = None
+    outcome: str | None = None  # "checks cancelled", "checks failed: ..."
+    remapped: RemapReport | None = None  # the run's last remap, when there was one
+
+    @property
+    def running(self) -> bool:
+        return self.path is not None and self.checks_running_for == self.path
+
+
+@dataclass(frozen=True, eq=False)
+class CheckProgressView:
+    """Progress of one check of the running checks (``start``: the checks just started)."""
+
+    check: str = ""
+    fraction: float = 0.0
+    text: str = ""
+    start: bool = False
