@@ -231,7 +231,7 @@ def _replay(ctx: CheckContext) -> CheckResult:
         ctx.target(),
         ctx.checkpoint_mapping(),
         ctx.run_mapping(),
-        device=ctx.device,
+        device=ctx.resolved_device(),
         all_chunk_orders=ctx.all_chunk_orders or suspect,
         progress=ctx.progress(NAME),
         cancel=ctx.cancel,
