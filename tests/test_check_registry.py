@@ -59,3 +59,28 @@ def test_details_render_json_and_plain_drilldown_lines():
     vocab_lines = check_vocab_mapping(checkpoint, run).details.drilldown()
     assert vocab_lines[0].startswith("252 / 32000 draft positions map to the same target token")
     assert any(line.split()[:3] == ["only", "in", "checkpoint"] and line.split()[-1] == "6250" for line in vocab_lines)
+
+
+def test_a_non_finite_number_in_details_is_null_in_the_diagnosis_json(tmp_path):
+    from triage_tui.core.check_inputs import CheckInputs
+    from triage_tui.core.checks.replay import ReplayDetails
+    from triage_tui.core.diagnose import Diagnosis
+
+    nan = float("nan")
+    details = ReplayDetails(
+        tokens=10,
+        samples=1,
+        device="cpu",
+        label_source="target",
+        accuracy_checkpoint_mapping=0.5,
+        accuracy_run_mapping=0.5,
+        loss_checkpoint_mapping=nan,
+        loss_run_mapping=float("inf"),
+        accuracy_by_chunk_order={"0,1,2": 0.5},
+        best_chunk_order="0,1,2",
+        notes=(),
+    )
+    diagnosis = Diagnosis(CheckInputs(run=tmp_path), {"replay": CheckResult("replay", "pass", "ok", details)}, [])
+    replay = json.loads(json.dumps(diagnosis.to_json(), allow_nan=False))["checks"]["replay"]
+    assert replay["loss_checkpoint_mapping"] is None and replay["loss_run_mapping"] is None
+    assert replay["accuracy_checkpoint_mapping"] == 0.5

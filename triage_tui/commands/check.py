@@ -17,7 +17,6 @@ from triage_tui.core.checks.registry import CHECK_NAMES
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import LIKELY
-from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.text import printable
 
 
@@ -73,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         all_chunk_orders=args.all_chunk_orders,
     )
     if args.json:
-        json.dump(finite_json(diagnosis.to_json()), sys.stdout, indent=2, allow_nan=False)
+        json.dump(diagnosis.to_json(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(diagnosis, flags))

@@ -17,6 +17,7 @@ from triage_tui.core.check_inputs import CheckInputs
 from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.hypotheses import LIKELY, Hypothesis, rank_hypotheses
+from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
 
 
@@ -30,7 +31,7 @@ class Diagnosis:
     serving: ServingComparison | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """docs/contracts.md `check --json`, plus where each input came from."""
+        """docs/contracts.md `check --json`, plus where each input came from; NaN and inf as null."""
         document = {
             "run": str(self.inputs.run),
             "inputs": self.inputs.paths(),
@@ -47,7 +48,7 @@ class Diagnosis:
             for name in CHECK_NAMES
             if name in self.checks and self.checks[name].status in ("skipped", "error")
         }
-        return document
+        return finite_json(document)
 
     def remap_blocker(self) -> str | None:
         """Why this diagnosis calls for no remap, in a sentence; None when it does: the vocab check
