@@ -3,7 +3,10 @@
 import json
 import threading
 
+import pytest
+
 from builders.mappings import story_mappings
+from triage_tui import cli
 from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS, COUNTING_CHECKS, CheckContext, run_checks
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
@@ -84,3 +87,11 @@ def test_a_non_finite_number_in_details_is_null_in_the_diagnosis_json(tmp_path):
     replay = json.loads(json.dumps(diagnosis.to_json(), allow_nan=False))["checks"]["replay"]
     assert replay["loss_checkpoint_mapping"] is None and replay["loss_run_mapping"] is None
     assert replay["accuracy_checkpoint_mapping"] == 0.5
+
+
+def test_check_help_lists_every_registered_check_with_its_title(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    listed = capsys.readouterr().out.split("checks, in the order they run:\n", 1)[1].splitlines()
+    assert [line.split()[0] for line in listed if line.strip()] == list(CHECK_NAMES)
+    assert all(check.title in "\n".join(listed) for check in CHECKS)

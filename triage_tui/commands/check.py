@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
-from triage_tui.core.checks.registry import CHECK_NAMES
+from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses import LIKELY
@@ -21,6 +21,12 @@ from triage_tui.core.text import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # `triage check --help` lists the checks from the registry, in the order they run.
+    width = max(len(check.name) for check in CHECKS)
+    parser.epilog = "checks, in the order they run:\n" + "\n".join(
+        f"  {check.name:<{width}}  {check.title}" for check in CHECKS
+    )
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("run", metavar="RUN", help="the run directory (holds triage.toml or event files)")
     parser.add_argument("--checkpoint", metavar="P", help="drafter checkpoint the fine-tune started from")
     parser.add_argument("--mapping", metavar="P", help="vocab mapping the trainer builds labels with")
