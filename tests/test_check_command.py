@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from builders.check_run import build_run, write_drafter, write_events, write_mapping
-from builders.mappings import story_mappings
+from builders.check_run import build_run, write_drafter, write_events
+from builders.mappings import story_mappings, write_specforge_mapping
 from builders.samples import copy_samples
 from triage_tui.core.check_inputs import resolve_inputs
 from triage_tui.core.checks.registry import CHECK_NAMES
@@ -89,7 +89,7 @@ def test_missing_run_is_bad_input_exit_2(tmp_path):
 def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(runs, tmp_path):
     story = runs["story"]
     own = tmp_path / "own.pt"
-    write_mapping(own, story_mappings()[0].hot_ids)
+    write_specforge_mapping(own, story_mappings()[0].hot_ids)
     inputs = resolve_inputs(story, mapping=own)
     assert inputs.mapping == own and inputs.sources["mapping"] == "flag"
     assert inputs.sources["checkpoint"] == "triage.toml"
@@ -117,7 +117,7 @@ def test_training_state_args_then_discovery(tmp_path, runs):
     _, run_mapping = story_mappings()
     shared = runs["story"].parent / "shared"
     run = tmp_path / "out"
-    write_mapping(run / "cache" / "vocab_mapping" / "key.pt", run_mapping.hot_ids)
+    write_specforge_mapping(run / "cache" / "vocab_mapping" / "key.pt", run_mapping.hot_ids)
     for step in (200, 100):
         saved = write_drafter(run / f"epoch_0_step_{step}", run_mapping.hot_ids)
         args = argparse.Namespace(

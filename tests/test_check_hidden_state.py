@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from builders.target import save_target
 from triage_tui.core.checks.hidden_state import check_hidden_state
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
@@ -54,29 +55,13 @@ def write_checkpoint(root, *, hidden=HT, target_hidden=HT, declare_target_hidden
 
 
 def write_target(root, *, hidden=HT):
-    root.mkdir(parents=True)
     torch.manual_seed(1)
-    save_file(
-        {
-            "model.embed_tokens.weight": torch.randn(V, hidden),
-            "lm_head.weight": torch.randn(V, hidden),
-            "model.norm.weight": torch.ones(hidden),
-        },
-        str(root / "model.safetensors"),
-    )
-    (root / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "vocab_size": V,
-                "hidden_size": hidden,
-                "num_hidden_layers": LAYERS,
-                "tie_word_embeddings": False,
-                "rms_norm_eps": 1e-5,
-            }
-        )
-    )
-    return read_target(root)
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(V, hidden),
+        "lm_head.weight": torch.randn(V, hidden),
+        "model.norm.weight": torch.ones(hidden),
+    }
+    return read_target(save_target(root, tensors, num_hidden_layers=LAYERS, rms_norm_eps=1e-5))
 
 
 def layer_states(seed: int) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from builders.drafter import HIDDEN, drafter_config, drafter_state, write_drafter
 from builders.mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB
 from builders.remap import expected_source_rows, listing, run_cli, tree_digest
+from builders.target import save_target
 from triage_tui import __version__
 from triage_tui.commands import remap as remap_command
 from triage_tui.core import fileio
@@ -293,32 +294,17 @@ def test_checkpoint_without_d2t_is_read_as_identity(tmp_path, story):
 
 def write_target(root: Path, *, hidden: int = HIDDEN, vocab: int = TARGET_VOCAB) -> tuple[Path, torch.Tensor]:
     """A Hugging Face style target: config.json and model.safetensors with lm_head and embeddings."""
-    root.mkdir(parents=True)
-    (root / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "hidden_size": hidden,
-                "num_hidden_layers": 4,
-                "vocab_size": vocab,
-                "rms_norm_eps": 1e-6,
-                "intermediate_size": 128,
-                "num_attention_heads": 4,
-            }
-        )
-    )
     g = torch.Generator().manual_seed(11)
     lm_head = torch.randn(vocab, hidden, generator=g).to(torch.bfloat16)
-    save_file(
-        {
-            "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16),
-            "lm_head.weight": lm_head,
-            "model.norm.weight": torch.ones(hidden),
-        },
-        str(root / "model.safetensors"),
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16),
+        "lm_head.weight": lm_head,
+        "model.norm.weight": torch.ones(hidden),
+    }
+    written = save_target(
+        root, tensors, num_hidden_layers=4, rms_norm_eps=1e-6, intermediate_size=128, num_attention_heads=4
     )
-    return root, lm_head
+    return written, lm_head
 
 
 def test_target_init_takes_the_targets_rows(world, story, expected_rows):

@@ -2,16 +2,15 @@
 event files, the story's (labels through another mapping than the drafter's) or a healthy one.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
-from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
+from builders.drafter import write_eagle3_drafter
+from builders.mappings import TARGET_VOCAB, story_mappings, write_specforge_mapping
+from builders.target import save_target
 
 HIDDEN = 64
 
@@ -23,65 +22,19 @@ TOKENS = 48
 
 
 def write_drafter(root: Path, hot_ids: np.ndarray) -> Path:
-    config = DrafterConfig(
-        hidden_size=HIDDEN,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        draft_vocab_size=DRAFT_VOCAB,
-        target_vocab_size=TARGET_VOCAB,
-        target_hidden_size=HIDDEN,
-        max_position_embeddings=512,
-        aux_layer_ids=(1, 3, 4),
-    )
-    torch.manual_seed(0)
-    state = {k: v.contiguous() for k, v in Eagle3Drafter(config).state_dict().items()}
-    state["d2t"] = torch.from_numpy(hot_ids - np.arange(DRAFT_VOCAB))
-    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
-    t2d[torch.from_numpy(hot_ids.copy())] = True
-    state["t2d"] = t2d
-    root.mkdir(parents=True)
-    save_file(state, str(root / "model.safetensors"))
-    (root / "config.json").write_text(json.dumps(config.to_config()))
-    return root
+    """The run's drafter, its d2t/t2d ``hot_ids``'s; aux layers inside the 8-layer target."""
+    return write_eagle3_drafter(root, hot_ids, rms_norm_eps=1e-5, aux_layer_ids=(1, 3, 4))
 
 
-def write_target(root: Path) -> Path:
-    root.mkdir(parents=True)
+def write_run_target(root: Path) -> Path:
+    """The run's target: bf16 embedding and head drawn from seed 1, 8 layers."""
     generator = torch.Generator().manual_seed(1)
-    save_file(
-        {
-            "model.embed_tokens.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
-            "lm_head.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
-            "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
-        },
-        str(root / "model.safetensors"),
-    )
-    (root / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "vocab_size": TARGET_VOCAB,
-                "hidden_size": HIDDEN,
-                "num_hidden_layers": LAYERS,
-                "tie_word_embeddings": False,
-                "rms_norm_eps": 1e-5,
-            }
-        )
-    )
-    return root
-
-
-def write_mapping(path: Path, hot_ids: np.ndarray) -> Path:
-    """SpecForge cache/vocab_mapping/<key>.pt (specforge/data/preprocessing.py)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
-    t2d[torch.from_numpy(hot_ids.copy())] = True
-    torch.save({"d2t": torch.from_numpy(hot_ids - np.arange(DRAFT_VOCAB)), "t2d": t2d}, path)
-    return path
+    tensors = {
+        "model.embed_tokens.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
+        "lm_head.weight": torch.randn(TARGET_VOCAB, HIDDEN, generator=generator).bfloat16(),
+        "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+    }
+    return save_target(root, tensors, num_hidden_layers=LAYERS, rms_norm_eps=1e-5)
 
 
 def write_dumps(root: Path, run_hot_ids: np.ndarray, target: Path, files: int = 2) -> Path:
@@ -125,9 +78,9 @@ def build_run(tmp: Path, *, story: bool) -> Path:
     shared = tmp / "shared"
     if not shared.exists():
         write_drafter(shared / "drafters" / "k2", checkpoint_mapping.hot_ids)
-        write_target(shared / "target")
+        write_run_target(shared / "target")
     run = tmp / ("story" if story else "healthy")
-    write_mapping(run / "cache" / "vocab_mapping" / "3f9a.pt", run_hot)
+    write_specforge_mapping(run / "cache" / "vocab_mapping" / "3f9a.pt", run_hot)
     write_dumps(run / "hidden_states", run_hot, shared / "target")
     (run / "triage.toml").write_text(
         '[run]\nvocab_size = 32000\ncheckpoint = "../shared/drafters/k2"\n'

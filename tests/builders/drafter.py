@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB
+from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.vocab import VocabMapping
 
 HIDDEN = 64
@@ -149,4 +151,42 @@ def write_drafter(
         )
     else:
         raise ValueError(file_kind)
+    return directory
+
+
+def write_eagle3_drafter(
+    directory: Path,
+    hot_ids: np.ndarray,
+    *,
+    seed: int = 0,
+    rms_norm_eps: float = 1e-6,
+    aux_layer_ids: tuple[int, ...] | None = None,
+) -> Path:
+    """A real Eagle3Drafter (this package's own module, as SpecForge builds it) at draft vocab 32 000 /
+    target 163 840, its d2t/t2d the mapping ``hot_ids`` gives, saved as SpecForge does."""
+    config = DrafterConfig(
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        intermediate_size=INTERMEDIATE,
+        rms_norm_eps=rms_norm_eps,
+        rope_theta=10000.0,
+        draft_vocab_size=DRAFT_VOCAB,
+        target_vocab_size=TARGET_VOCAB,
+        target_hidden_size=HIDDEN,
+        max_position_embeddings=512,
+        aux_layer_ids=aux_layer_ids,
+    )
+    torch.manual_seed(seed)
+    model = Eagle3Drafter(config)
+    hot = torch.tensor(np.array(hot_ids), dtype=torch.int64)
+    with torch.no_grad():
+        model.d2t.copy_(hot - torch.arange(DRAFT_VOCAB))
+        model.t2d.zero_()
+        model.t2d[hot] = True
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config.to_config(), indent=2))
     return directory

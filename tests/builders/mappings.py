@@ -7,7 +7,10 @@ in both draft vocabs, 6 250 only in the checkpoint's, target vocab 163 840.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import torch
 
 from triage_tui.core.vocab import VocabMapping
 
@@ -44,3 +47,13 @@ def story_mappings(seed: int = 252) -> tuple[VocabMapping, VocabMapping]:
         VocabMapping(checkpoint, TARGET_VOCAB, source="story:checkpoint"),
         VocabMapping(run, TARGET_VOCAB, source="story:run"),
     )
+
+
+def write_specforge_mapping(path: Path, hot_ids: np.ndarray) -> Path:
+    """SpecForge's cache/vocab_mapping/<key>.pt (specforge/data/preprocessing.py): {"d2t": offsets, "t2d": mask}."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hot_ids = np.asarray(hot_ids, dtype=np.int64)
+    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
+    t2d[torch.from_numpy(hot_ids.copy())] = True
+    torch.save({"d2t": torch.from_numpy(hot_ids - np.arange(hot_ids.shape[0])), "t2d": t2d}, path)
+    return path

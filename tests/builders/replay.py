@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
+from builders.target import save_target
 from triage_tui.core.drafter import (
     DrafterConfig,
     Eagle3Drafter,
@@ -123,30 +124,15 @@ def train_drafter(world: World) -> tuple[Eagle3Drafter, list[float]]:
 
 
 def write_target(world: World, root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "hidden_size": H,
-                "num_hidden_layers": 32,
-                "vocab_size": TARGET_VOCAB,
-                "rms_norm_eps": 1e-6,
-                "intermediate_size": 128,
-                "num_attention_heads": 4,
-            }
-        )
+    """The world's target: its embedding, final norm and head (32 layers: the aux ids fit inside)."""
+    tensors = {
+        "model.embed_tokens.weight": world.embed,
+        "lm_head.weight": world.lm_head,
+        "model.norm.weight": world.final_norm,
+    }
+    return save_target(
+        root, tensors, num_hidden_layers=32, rms_norm_eps=1e-6, intermediate_size=128, num_attention_heads=4
     )
-    save_file(
-        {
-            "model.embed_tokens.weight": world.embed,
-            "lm_head.weight": world.lm_head,
-            "model.norm.weight": world.final_norm,
-        },
-        str(root / "model.safetensors"),
-    )
-    return root
 
 
 def write_specforge_dumps(world: World, root: Path, samples: int, *, aux_chunks: int = 3) -> Path:

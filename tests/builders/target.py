@@ -40,6 +40,16 @@ def llama_config(**extra) -> dict:
     }
 
 
+def save_target(root: Path, tensors: dict[str, torch.Tensor], **config) -> Path:
+    """A target directory as save_pretrained leaves it: config.json (llama's, sized from lm_head, with
+    ``config``'s keys over it) and model.safetensors."""
+    vocab, hidden = tensors["lm_head.weight"].shape
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(llama_config(vocab_size=vocab, hidden_size=hidden, **config)))
+    save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
+    return root
+
+
 def write_sharded(root: Path, shards: list[dict[str, torch.Tensor]], config: dict) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(config))

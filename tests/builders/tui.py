@@ -14,12 +14,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
-from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
-from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
+from builders.drafter import write_eagle3_drafter
+from builders.mappings import DRAFT_VOCAB, story_mappings, write_specforge_mapping
 
 WALLTIME0 = 1_750_000_000.0
 STEP_EVERY = 50
@@ -57,53 +55,14 @@ def healthy_curves(points: int = 60, seed: int = 1) -> tuple[np.ndarray, np.ndar
     return losses, accuracies
 
 
-def write_drafter_checkpoint(directory: Path, mapping_hot_ids: np.ndarray, *, seed: int = 0) -> Path:
-    """A real Eagle3Drafter at draft vocab 32 000 / target 163 840, saved as SpecForge does."""
-    config = DrafterConfig(
-        hidden_size=HIDDEN,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        draft_vocab_size=DRAFT_VOCAB,
-        target_vocab_size=TARGET_VOCAB,
-        target_hidden_size=HIDDEN,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(seed)
-    model = Eagle3Drafter(config)
-    hot = torch.tensor(np.array(mapping_hot_ids), dtype=torch.int64)
-    with torch.no_grad():
-        model.d2t.copy_(hot - torch.arange(DRAFT_VOCAB))
-        model.t2d.zero_()
-        model.t2d[hot] = True
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(config.to_config(), indent=2))
-    return directory
-
-
-def write_mapping_pt(path: Path, hot_ids: np.ndarray) -> Path:
-    """SpecForge's cache/vocab_mapping/<key>.pt: {"d2t": offsets, "t2d": mask}."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    d2t = torch.tensor(hot_ids - np.arange(hot_ids.shape[0]), dtype=torch.int64)
-    t2d = torch.zeros(TARGET_VOCAB, dtype=torch.bool)
-    t2d[torch.tensor(np.array(hot_ids))] = True
-    torch.save({"d2t": d2t, "t2d": t2d}, path)
-    return path
-
-
 def story_run(root: Path, name: str = "k2-finetune", *, drafter: Path | None = None) -> Path:
     """The mismatch run: scalars at 18-20 / 2-7 %, a triage.toml naming the drafter and the run's mapping."""
     checkpoint_map, run_map = story_mappings()
     if drafter is None:
-        drafter = write_drafter_checkpoint(root / "drafters" / "aq-medai-k2", checkpoint_map.hot_ids)
+        drafter = write_eagle3_drafter(root / "drafters" / "aq-medai-k2", checkpoint_map.hot_ids)
     run = root / name
     write_scalars(run / "runs", *story_curves())
-    write_mapping_pt(run / "cache" / "vocab_mapping" / "k25.pt", run_map.hot_ids)
+    write_specforge_mapping(run / "cache" / "vocab_mapping" / "k25.pt", run_map.hot_ids)
     (run / "triage.toml").write_text(
         "[run]\n"
         f"vocab_size = {DRAFT_VOCAB}\n"
