@@ -88,6 +88,10 @@ class CheckContext:
             raise error
         return value
 
+    def _read_path(self, key: str, path: Path | None, read: Callable[[Path], T]) -> T | None:
+        """``read(path)`` once (None without a path), cached under ``key``."""
+        return self._load(key, lambda: None if path is None else read(path))
+
     def optional(self, read: Callable[[], T | None]) -> T | None:
         """An input that only refines a check: when it cannot be read, the check runs without it
         (the check that needs it reports the error)."""
@@ -96,55 +100,37 @@ class CheckContext:
         except Exception:  # noqa: BLE001 - see the docstring
             return None
 
+    # The readers are imported on call: the TUI imports this module (CHECK_NAMES) before any check
+    # runs, and must not pay for torch then.
+
     def checkpoint(self) -> DrafterCheckpoint | None:
-        def read() -> DrafterCheckpoint | None:
-            path = self.checkpoint_path
-            if path is None:
-                return None
-            from triage_tui.core.formats.checkpoint import read_checkpoint
+        from triage_tui.core.formats.checkpoint import read_checkpoint
 
-            return read_checkpoint(path)
-
-        return self._load("checkpoint", read)
+        return self._read_path("checkpoint", self.checkpoint_path, read_checkpoint)
 
     def target(self) -> TargetModel | None:
-        def read() -> TargetModel | None:
-            path = self.target_path
-            if path is None:
-                return None
-            from triage_tui.core.formats.target import read_target
+        from triage_tui.core.formats.target import read_target
 
-            return read_target(path)
-
-        return self._load("target", read)
+        return self._read_path("target", self.target_path, read_target)
 
     def run_mapping(self) -> VocabMapping | None:
-        def read() -> VocabMapping | None:
-            path = self.mapping_path
-            if path is None:
-                return None
-            from triage_tui.core.formats.mapping import read_mapping
+        from triage_tui.core.formats.mapping import read_mapping
 
+        def read(path: Path) -> VocabMapping:
             # The target's vocab size lets a bare d2t be read; the mapping can be read without it.
             target = self.optional(self.target)
             return read_mapping(path, target_vocab_size=int(target.vocab_size) if target is not None else None)
 
-        return self._load("run_mapping", read)
+        return self._read_path("run_mapping", self.mapping_path, read)
+
+    def dumps(self) -> HiddenStateDumps | None:
+        from triage_tui.core.formats.hidden_states import read_dumps
+
+        return self._read_path("dumps", self.data_path, read_dumps)
 
     def checkpoint_mapping(self) -> VocabMapping | None:
         checkpoint = self.checkpoint()
         return checkpoint.mapping if checkpoint is not None else None
-
-    def dumps(self) -> HiddenStateDumps | None:
-        def read() -> HiddenStateDumps | None:
-            path = self.data_path
-            if path is None:
-                return None
-            from triage_tui.core.formats.hidden_states import read_dumps
-
-            return read_dumps(path)
-
-        return self._load("dumps", read)
 
     def token_strings(self) -> dict[int, str] | None:
         """Token strings from the target's or the checkpoint's tokenizer; they only label output."""
