@@ -1,6 +1,7 @@
 """Ranked hypotheses: the story's evidence separates the mapping cause; a healthy run raises nothing."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,11 +12,24 @@ from triage_tui.core.checks.replay import ReplayDetails
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping
-from triage_tui.core.hypotheses import LIKELY, W_ABOVE_CHANCE_ALONE, Hypothesis, rank_hypotheses
+from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+from triage_tui.core.hypotheses import (
+    LIKELY,
+    W_ABOVE_CHANCE_ALONE,
+    W_NAMED_START_COLD,
+    Hypothesis,
+    rank_hypotheses,
+)
 from triage_tui.core.signals import Flag
 from triage_tui.core.vocab import VocabMapping
 
-ALWAYS = {"vocab_mapping_mismatch", "hidden_state_format", "verifier_mask_mismatch"}
+ALWAYS = {
+    "vocab_mapping_mismatch",
+    "hidden_state_format",
+    "verifier_mask_mismatch",
+    "warm_start_broken",
+    "ttt_position_collapse",
+}
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +219,58 @@ def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
     section = readme.split("### Hypotheses", 1)[1].split("\n## ", 1)[0]
     rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", section, re.M)}
     assert rows == ids
+
+
+# ----------------------------------------------------------------- curve shapes (core.curve_shapes)
+
+COLD = RunStart("train/acc_0", 0, 200, 5, 0.004, None, None)
+WARM = RunStart("train/acc_0", 0, 200, 5, 0.55, None, None)
+
+
+def _start(source: str, path: str = "/runs/drafters/k2", run: str = "/runs/ft") -> StartingCheckpoint:
+    return StartingCheckpoint(Path(path), source, Path(run))
+
+
+@pytest.mark.parametrize(
+    ("start", "checkpoint", "replay", "expected"),
+    [
+        (COLD, _start("triage.toml"), None, W_NAMED_START_COLD),  # named, no replay: below LIKELY
+        (COLD, _start("discovery"), None, 0.0),  # discovery picks the run's own save: not a start
+        (COLD, _start("triage.toml", "/runs/ft/epoch_0_step_200"), None, 0.0),  # its own later save
+        (COLD, _start("triage.toml", "/runs/ft/cache/model/epoch_0"), None, W_NAMED_START_COLD),  # SpecForge #300
+        (WARM, _start("triage.toml"), None, 0.0),
+        (COLD, _start("flag"), (0.62, 0.62), 0.8 * (0.62 - 0.004) / 0.62),  # the replay: a good drafter
+        (COLD, _start("flag"), (0.02, 0.02), 0.0),  # the checkpoint is no good drafter either
+    ],
+)
+def test_warm_start_broken_scores(start, checkpoint, replay, expected):
+    checks = {"replay": _replay(*replay)} if replay is not None else {}
+    ranked = _by_id(rank_hypotheses(checks, [], start=start, starting_checkpoint=checkpoint))
+    warm = ranked["warm_start_broken"]
+    assert warm.score == pytest.approx(expected)
+    assert warm.links == ("https://github.com/sgl-project/SpecForge/issues/300",)
+
+
+def test_a_failed_check_explains_a_cold_start_instead():
+    only_last = HiddenIssue("only_last_layer", "error", "one hidden state per token")
+    ranked = _by_id(
+        rank_hypotheses({"hidden_state": _hidden([only_last])}, [], start=COLD, starting_checkpoint=_start("flag"))
+    )
+    assert ranked["warm_start_broken"].score == 0.0
+    assert "the failed hidden_state check explains a cold start" in ranked["warm_start_broken"].evidence[0]
+
+
+def test_ttt_position_collapse_follows_its_flag():
+    ranked = _by_id(rank_hypotheses({}, [_flag("ttt_position_collapse")]))
+    assert ranked["ttt_position_collapse"].score == pytest.approx(0.85)
+    assert "https://github.com/vllm-project/speculators/pull/818" in ranked["ttt_position_collapse"].links
+    assert _by_id(rank_hypotheses({}, []))["ttt_position_collapse"].score == 0.0
+
+
+def test_nan_from_the_first_step_has_its_own_title_and_links():
+    later = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan"))]))["non_finite"]
+    first = Flag("non_finite", "critical", "train/loss_0", 0, float("nan"), "from its first logged step 0", True)
+    at_start = _by_id(rank_hypotheses({}, [first]))["non_finite"]
+    assert later.score == at_start.score >= 0.9
+    assert later.links == () and "first step" not in later.title
+    assert "first step" in at_start.title and "https://github.com/vllm-project/speculators/issues/238" in at_start.links

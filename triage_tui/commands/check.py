@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = resolve_inputs(
         args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
     )
-    flags, metrics, scalars = _run_flags(inputs.run)
+    flags, metrics, scalars, start = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
     serving = _serving(inputs.run, args.serving, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
         serving=serving,
         all_chunk_orders=args.all_chunk_orders,
+        start=start,
     )
     if args.json:
         json.dump(diagnosis.to_json(), sys.stdout, indent=2, allow_nan=False)
@@ -95,15 +96,15 @@ def exit_status(diagnosis: Diagnosis) -> int:
     return 1 if diagnosis.top_score >= LIKELY else 0
 
 
-def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any]:
-    """One scan pass of the run: its flags, metrics and scalars feed the hypotheses."""
+def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any]:
+    """One scan pass of the run: its flags, metrics, scalars and start feed the hypotheses."""
     from triage_tui.core.watch import Watcher
 
     statuses = Watcher([run_path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
     status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
     if status is None:
-        return (), None, None
-    return tuple(status.flags), status.metrics, status.scalars
+        return (), None, None, None
+    return tuple(status.flags), status.metrics, status.scalars, status.start
 
 
 def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
@@ -147,6 +148,8 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         lines.append(f"{mark} {hypothesis.score:4.2f}  {hypothesis.id}: {hypothesis.title}")
         for line in hypothesis.evidence:
             lines.append(f"        - {line}")
+        if hypothesis.score > 0:
+            lines.extend(f"        known from {link}" for link in hypothesis.links)
         commands = diagnosis.fix_commands() if hypothesis.action == "remap" else ()
         if commands:
             lines.append(f"        fix: {commands[0]}")  # the TUI's Action tab shows the same command

@@ -140,11 +140,33 @@ class RunStart:
         )
 
     def describe(self) -> str:
-        where = f"the first {self.points} logged points (steps {self.first_step}-{self.last_step})"
+        where = f"its first {self.points} logged points, steps {self.first_step}-{self.last_step}"
         if self.accuracy is not None:
             return f"{self.tag} starts at {self.accuracy * 100:.1f} % (median of {where})"
         chance = f", chance {fmt(self.chance)}" if self.chance is not None else ""
         return f"{self.tag} starts at {fmt(self.loss or math.nan)} (median of {where}{chance})"
+
+
+@dataclass(frozen=True)
+class StartingCheckpoint:
+    """The checkpoint a diagnosis scores, where it was named (core.check_inputs' sources: "flag",
+    "triage.toml", "training_state.pt", ... or "discovery"), and the run it is scored for."""
+
+    path: Path
+    source: str
+    run: Path
+
+    @property
+    def named(self) -> bool:
+        """Named as the run's start; discovery only picks one of the run's own saves."""
+        return self.source != "discovery"
+
+    def saved_by_the_run(self, start: RunStart) -> bool:
+        """Inside the run's directory and saved (by its name) at a step after the run's first point:
+        the run's product, not its start (a from-scratch run's triage.toml may name its own last save)."""
+        step = checkpoint_step(self.path)
+        inside = Path(self.run) in Path(self.path).parents
+        return inside and step is not None and step > start.first_step
 
 
 def run_start(

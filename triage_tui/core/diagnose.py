@@ -16,6 +16,7 @@ from typing import Any
 from triage_tui.core.check_inputs import CheckInputs
 from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
 from triage_tui.core.hypotheses import LIKELY, Hypothesis, rank_hypotheses
 from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
@@ -101,6 +102,7 @@ def diagnose(
     cancel: threading.Event | None = None,
     serving: ServingComparison | None = None,
     all_chunk_orders: bool = False,
+    start: RunStart | None = None,
 ) -> Diagnosis:
     """Run every registered check (each isolated) and rank the hypotheses.
 
@@ -110,6 +112,8 @@ def diagnose(
     ``serving`` (core/serving/compare.py compare_serving) adds what the serving engine accepted.
     ``all_chunk_orders``: the replay tries every order of the aux chunks, not only the stored one
     (it does anyway when the hidden-state check finds the chunks suspect).
+    ``start`` is how the run's curves started (RunStatus.start), which a fine-tune from a good drafter
+    must not do near chance (warm_start_broken, against the checkpoint the inputs name).
     """
     context = CheckContext(
         checkpoint=inputs.checkpoint,
@@ -122,5 +126,12 @@ def diagnose(
         all_chunk_orders=all_chunk_orders,
     )
     checks = run_checks(context)
-    hypotheses = rank_hypotheses(checks, flags, metrics=metrics, serving=serving)
+    starting = (
+        StartingCheckpoint(inputs.checkpoint, inputs.sources.get("checkpoint", "discovery"), inputs.run)
+        if inputs.checkpoint is not None
+        else None
+    )
+    hypotheses = rank_hypotheses(
+        checks, flags, metrics=metrics, serving=serving, start=start, starting_checkpoint=starting
+    )
     return Diagnosis(inputs, checks, hypotheses, serving)

@@ -350,7 +350,7 @@ def run_headless(
     stamp(f"flag {flag.kind}: {flag.message}")
 
     inputs = resolve_inputs(layout.run)
-    diagnosis = diagnose(inputs, device="auto", flags=status.flags, metrics=status.metrics)
+    diagnosis = diagnose(inputs, device="auto", flags=status.flags, metrics=status.metrics, start=status.start)
     top = diagnosis.hypotheses[0]
     stamp(f"check: {top.id} scores {top.score:.2f}; " + "; ".join(top.evidence[:2]))
     replay_result = diagnosis.checks.get("replay")

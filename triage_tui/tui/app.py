@@ -405,6 +405,7 @@ class TriageApp(App[None]):
                 progress=progress,
                 cancel=cancel,
                 serving=serving,
+                start=status.start,
             )
         except BadInput as err:
             self.post_message(messages.ChecksFinished(path, None, error=err.line()))

@@ -99,6 +99,10 @@ class DrillDownScreen(Screen):
             text.append(f"{printable(line)}\n")
         if not self.hypothesis.evidence:
             text.append("no evidence recorded\n", style="dim")
+        if self.hypothesis.links:
+            text.append("\nknown from\n", style="bold")
+            for link in self.hypothesis.links:
+                text.append(f"  {printable(link)}\n")
         text.append("\nchecks\n", style="bold")
         for name, result in self.diagnosis.checks.items():
             glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
