@@ -42,9 +42,9 @@ def test_the_docs_the_readme_links_are_there(name):
 
 def test_every_json_field_the_code_writes_is_in_the_contract():
     """docs/contracts.md names the keys `scan --json` writes for a run (the code's to_json)."""
-    from triage_tui.core import watch
+    from triage_tui.core import run_status
 
-    source = Path(watch.__file__).read_text()
+    source = Path(run_status.__file__).read_text()
     body = source[source.index("def to_json") : source.index("return document", source.index("def to_json"))]
     keys = set(re.findall(r'"(\w+)":', body)) | set(re.findall(r'document\["(\w+)"\]', body))
     contract = (REPO / "docs" / "contracts.md").read_text()

@@ -15,6 +15,7 @@ from a sibling room of its own layer (siblings are independent):
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
+    run_status                what the watcher reports about one run (scan --json's object)
     sources | parallel_read   the readers of a run, one process or two
     wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
@@ -56,6 +57,7 @@ CORE = [
     ("core.diagnose", "core.remap"),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
+    ("core.run_status",),
     ("core.sources", "core.parallel_read"),
     ("core.wandb_history", "core.serving", "core.curve_shapes"),
     ("core.events", "core.signals", "core.drafter"),

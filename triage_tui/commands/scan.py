@@ -9,10 +9,11 @@ import argparse
 import json
 import sys
 
+from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs import skipped_links_note
 from triage_tui.core.signals import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
-from triage_tui.core.watch import RunStatus, Watcher
+from triage_tui.core.watch import Watcher
 
 ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}  # where stdout cannot encode STATUS_GLYPHS
 

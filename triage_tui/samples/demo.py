@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from triage_tui.core.watch import RunStatus
+    from triage_tui.core.run_status import RunStatus
 
 DEMO_RUN = "vocab-mismatch-live"
 STOP_FILE = "STOP"

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap.execute import RemapReport
     from triage_tui.core.remap.plan import RemapPlan
-    from triage_tui.core.watch import RunStatus, Watcher
+    from triage_tui.core.run_status import RunStatus
+    from triage_tui.core.watch import Watcher
 
 
 class TriageApp(App[None]):

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap.execute import RemapReport
     from triage_tui.core.remap.plan import RemapPlan
-    from triage_tui.core.watch import RunStatus
+    from triage_tui.core.run_status import RunStatus
     from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from triage_tui.core.run_status import RunStatus
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
 from triage_tui.core.signals import RUN_STATUSES
 from triage_tui.core.text import format_accuracy
-from triage_tui.core.watch import RunStatus
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
 SMOOTHING_WEIGHT = 0.6

@@ -1,0 +1,127 @@
+"""What the watcher reports about one run at one moment: ``RunStatus``, the object of ``scan --json``.
+
+Apart from the watcher (core/watch.py) so the loop and the report can be read on their own: the
+TUI, ``scan`` and the demo need the report, only the watcher builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from triage_tui.core.curve_shapes import RunStart
+from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.json_numbers import json_number
+from triage_tui.core.metric_names import ordered, per_position
+from triage_tui.core.runs import RunInfo
+from triage_tui.core.series import RunScalars
+from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.signals import ChanceLine, Flag
+from triage_tui.core.sources import RunSources
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """Everything the TUI and `scan --json` show about one run at one moment."""
+
+    info: RunInfo
+    status: str  # "ok" | "warning" | "critical"
+    vocab_size: int
+    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "default"
+    chance_loss: float
+    last_step: int | None
+    last_update: float | None  # unix time of the newest event
+    metrics: dict[str, Any]
+    flags: tuple[Flag, ...]
+    loss_tag: str | None
+    accuracy_tag: str | None
+    scalars: RunScalars = field(compare=False, repr=False)  # live object, for plots
+    # What the serving engine accepts (triage.toml [serving]; core/serving/), and one line per
+    # source that failed at the last poll (a dead metrics URL never stops the watch).
+    serving: ServingEvidence | None = None
+    serving_errors: tuple[str, ...] = ()
+    trainer: str | None = None  # core.metric_names: whose metric names the run's tags matched
+    source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
+    chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
+    start: RunStart | None = None  # the first logged points: near chance or not (core.curve_shapes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The per-run object of docs/contracts.md's `scan --json`."""
+        document: dict[str, Any] = {
+            "path": str(self.info.path),
+            "name": self.info.name,
+            "status": self.status,
+            "vocab_size": self.vocab_size,
+            "vocab_size_source": self.vocab_size_source,
+            "chance_loss": self.chance_loss,
+            **(
+                {key: value for key, value in self.chance.to_json().items() if key != "chance_loss"}
+                if self.chance is not None
+                else {}
+            ),
+            "last_step": self.last_step,
+            "last_update": self.last_update,
+            "metrics": self.metrics,
+            "flags": [flag.to_json() for flag in self.flags],
+            "sources": list(self.info.sources),
+            "trainer": self.trainer,
+        }
+        if self.source_errors:
+            document["source_errors"] = list(self.source_errors)
+        if self.info.manifest_error:
+            document["manifest_error"] = self.info.manifest_error
+        if self.serving is not None or self.serving_errors:
+            serving = self.serving.to_json(with_samples=False) if self.serving is not None else {}
+            document["serving"] = {**serving, "errors": list(self.serving_errors)}
+        return document
+
+
+def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
+    if tag is None:
+        return None
+    series = scalars.get(tag)
+    if series is None or not len(series):
+        return {"tag": tag, "last": None, "min": None, "count": 0}
+    last = series.last()
+    return {
+        "tag": tag,
+        "last": json_number(last[2] if last else None),
+        "min": json_number(series.finite_min()),
+        "count": len(series),
+    }
+
+
+def scan_metrics(
+    scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None, accuracy_tag: str | None
+) -> dict[str, Any]:
+    """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
+    metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
+    if trainer is None:
+        return metrics
+    positions = per_position(tags, trainer)
+    if positions:
+        metrics["per_position_accuracy"] = [
+            {"position": position, **(_metric(scalars, tag) or {})} for position, tag in positions
+        ]
+    acceptance = ordered(tags, trainer.acceptance_length)
+    if acceptance:
+        metrics["acceptance_length"] = _metric(scalars, acceptance[0])
+    return metrics
+
+
+def damaged_records_flag(events: RunEvents | RunSources) -> Flag | None:
+    """A warning when records were dropped for a bad checksum or proto: the curve has gaps there."""
+    damaged = dict(events.damaged)  # the reader's thread may add to it
+    if not damaged:
+        return None
+    count = sum(damaged.values())
+    worst = max(damaged, key=lambda path: damaged[path])
+    where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
+    return Flag(
+        "damaged_records",
+        "warning",
+        None,
+        None,
+        float(count),
+        f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing",
+    )
