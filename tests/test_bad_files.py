@@ -351,5 +351,33 @@ def test_a_training_state_the_chance_line_cannot_use_is_said(tmp_path):
     assert run["vocab_size_source"] == "default"
     assert (
         "unreadable_file",
-        f"{state}: not a torch.save file: neither a zip archive nor a pickle (it starts b'hell'); the chance line does not use it",
+        f"{state}: not a torch.save file: neither a zip archive nor a pickle (it starts b'hell'); "
+        "the chance line does not use it",
     ) in [(f["kind"], f["message"]) for f in run["flags"]]
+
+
+@pytest.mark.parametrize("name", ["vocab_mapping.pt", "d2t.npy", "dir"])
+def test_a_fifo_given_as_the_mapping_is_refused_not_waited_on(tmp_path, name):
+    """`--mapping` naming a FIFO (or a directory whose d2t.npy is one) hung check and remap
+    forever: opening a FIFO waits for a writer. One line, exit 2, at once."""
+    write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
+    fifo = tmp_path / "m" / ("d2t.npy" if name == "dir" else name)
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    given = fifo.parent if name == "dir" else fifo
+    why = f"{fifo}: not a regular file (a FIFO, a device, ...): not read"
+    checked = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", "--json", str(tmp_path / "run"), "--mapping", str(given)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert checked.returncode == 2
+    assert json.loads(checked.stdout)["checks"]["verifier_mask"]["summary"] == why
+    from builders.tensorboard import write_drafter_checkpoint
+
+    write_drafter_checkpoint(tmp_path / "ck", draft_vocab=32)
+    remap = triage("remap", tmp_path / "ck", "--mapping", given, "--out", tmp_path / "out")
+    assert (remap.returncode, remap.stderr) == (2, f"triage: {why}\n")
+    assert not (tmp_path / "out").exists()

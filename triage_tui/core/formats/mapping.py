@@ -28,6 +28,9 @@ from triage_tui.core.vocab import VocabMapping, mapping_from_arrays, mask_array,
 # safetensors headers and .npy mappings need none of it.
 
 
+_NOT_REGULAR = "not a regular file (a FIFO, a device, ...): not read"
+
+
 def mapping_sha256(mapping: VocabMapping) -> tuple[str, str]:
     """The one digest of a mapping that check and remap both show: (SHA-256, "file") of the bytes
     of the file it was read from, so ``sha256sum FILE`` gives the same; (SHA-256 of the hot ids
@@ -52,6 +55,8 @@ def read_mapping(path: str | Path, *, target_vocab_size: int | None = None) -> V
         raise BadInput(path, "no such file or directory")
     if path.is_dir():
         return _read_mapping_dir(path, target_vocab_size)
+    if not path.is_file():
+        raise BadInput(path, _NOT_REGULAR)  # opening a FIFO would wait for a writer forever
     name = path.name
     if name.endswith(".npy"):
         return _read_npy_pair(path, target_vocab_size)
@@ -87,6 +92,8 @@ def _checkpoint_mapping(path: Path) -> VocabMapping:
 
 
 def _load_npy(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise BadInput(path, _NOT_REGULAR)  # d2t*.npy found by name in a directory, or the t2d named
     try:
         with open(path, "rb") as f:
             # The header declares the shape; an array larger than the file (an ".npy" of 8 TiB in a
