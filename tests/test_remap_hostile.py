@@ -316,3 +316,21 @@ def test_an_out_on_a_filesystem_that_stores_no_files_says_so(world, capsys, keep
     assert (
         err == "triage: /proc: is on a filesystem that stores no files (such as /proc or /sys): choose another --out\n"
     )
+
+
+def test_a_checkpoint_under_a_name_that_is_not_utf8_is_remapped(tmp_path, capsys):
+    """The provenance in the output's safetensors header held the source path's undecodable byte as
+    a lone surrogate: the header was not UTF-8 JSON, the output did not read back, and verification
+    refused every remap of such a checkpoint."""
+    from safetensors import safe_open
+
+    from builders.tensorboard import write_drafter_checkpoint
+
+    write_drafter_checkpoint(tmp_path / "ck", draft_vocab=32)
+    source = Path(os.fsdecode(os.fsencode(tmp_path) + b"/ck-\xff\x1b[2J"))
+    os.rename(tmp_path / "ck", source)
+    out = tmp_path / "out"
+    code, stdout, err = run_cli([str(source), "--mapping", str(source), "--out", str(out)], capsys)
+    assert code == 0, err
+    with safe_open(str(out / "model.safetensors"), framework="np") as written:
+        assert written.metadata()["triage.source"] == f"{tmp_path}/ck-\\xff\x1b[2J"

@@ -165,6 +165,13 @@ def _provenance(plan: RemapPlan, digests: dict[str, str], notes: list[str]) -> d
     }
 
 
+def _utf8(path: object) -> str:
+    """A path as metadata text: a safetensors header must be UTF-8 JSON, and a name with bytes that
+    are not (os.fsdecode's lone surrogates) made the output unreadable, so verification refused
+    every remap of such a checkpoint. Those bytes are written as ``\xff``."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
 def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[str, str]) -> dict[str, str]:
     """safetensors metadata: the source's own keys plus the provenance, as strings."""
     metadata = dict(source_metadata)
@@ -172,9 +179,9 @@ def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[st
     metadata.update(
         {
             "triage.version": __version__,
-            "triage.source": str(plan.source),
+            "triage.source": _utf8(plan.source),
             "triage.source_blake3": json.dumps(digests, sort_keys=True),
-            "triage.mapping": str(plan.mapping_path),
+            "triage.mapping": _utf8(plan.mapping_path),
             "triage.mapping_sha256": plan.mapping_sha256,
             "triage.rows_copied": str(plan.rows_copied),
             "triage.rows_initialized": str(plan.rows_initialized),
