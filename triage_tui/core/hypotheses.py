@@ -8,6 +8,11 @@ weight is a named constant below with the reason for its size. Symptoms from the
 (a loss at or above chance) say that *something* is wrong, not what: they add weight to a
 hypothesis only when a check already found structural evidence for it, except the one
 symptom that points at one cause (see ``W_ABOVE_CHANCE_ALONE``).
+
+Adding a cause: one function ``RunEvidence -> Hypothesis | None`` and one entry in
+``HYPOTHESES`` (at the bottom), its weights named above it with their reasons, and a row of the
+README's "Hypotheses" table. The module runs past 600 lines on purpose: every cause's weights sit
+beside the others' so they can be compared (one scale for all), and each function is short.
 """
 
 from __future__ import annotations
