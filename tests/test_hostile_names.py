@@ -322,3 +322,28 @@ async def test_tui_says_which_symlinks_it_did_not_follow(tmp_path):
         await wait_for(pilot, lambda: any(n.message == expected for n in app._notifications), what="the notice")
         assert [row.path for row in app.rows] == [root / "run"]
         assert sum(n.message == expected for n in app._notifications) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["check", ".", "--device", "tpu:9"],
+            "triage check: argument --device: invalid choice: 'tpu:9' (choose from 'auto', 'cpu', 'cuda') "
+            "(see triage check --help)",
+        ),
+        (
+            ["scan", ".", "--vocab-size", "1"],
+            "triage scan: argument --vocab-size: must be >= 2 (see triage scan --help)",
+        ),
+        (["remap"], "triage remap: the following arguments are required: checkpoint (see triage remap --help)"),
+        (["scan", "--tag\x1b[2J"], "triage: unrecognized arguments: --tag^[[2J (see triage --help)"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_exit_2(capsys, argv, line):
+    """argparse printed the whole usage (five to eight lines, the TUI's included) before the line
+    that said what was wrong; an argument is shown as `cat -v` would."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"

@@ -12,6 +12,7 @@ import importlib
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from triage_tui import __version__
 from triage_tui.core.errors import BadInput
@@ -27,6 +28,14 @@ SUBCOMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage mistake is one line on stderr, exit 2, as for every other bad input (argparse's own
+    prints the whole usage first: five to eight lines before the one that says what was wrong)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
+
+
 def _command_module(name: str):
     return importlib.import_module(f"triage_tui.commands.{name}")
 
@@ -35,7 +44,7 @@ TUI_USAGE = "triage [PATH ...] [--readonly] [--poll] [--interval SECONDS] [--voc
 
 
 def tui_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="triage",
         usage=TUI_USAGE,
         description="The TUI (what `triage` runs without a COMMAND): watch PATHs for training runs, flag a "
@@ -49,7 +58,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``only``, the other subcommands' arguments (and imports) are left out."""
     # The TUI is the default command: its usage and options come first in `triage --help`.
     tui_help = tui_parser().format_help().split("\n", 1)[1].strip() if only is None else ""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="triage",
         usage=f"{TUI_USAGE}\n       triage COMMAND [options]   (triage COMMAND --help)",
         description="Watch training runs; diagnose EAGLE-3 drafters whose loss sits at chance.\n\n"
@@ -61,7 +70,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"triage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in SUBCOMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, prog=f"triage {name}", help=help_text, description=help_text)
         if only is None or name == only:
             # A subcommand's module imports what it needs (torch for check, numpy for scalars):
             # `triage scalars` need not pay for check's imports.
