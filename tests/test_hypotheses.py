@@ -214,11 +214,12 @@ def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
     ids = set()
     for function in hypotheses.HYPOTHESES:
         ids |= set(re.findall(r'Hypothesis\(\s*"(\w+)"', inspect.getsource(function)))
-    assert len(ids) == len(hypotheses.HYPOTHESES)  # one id per function
+    # One id per function, read from its `Hypothesis("<id>", ...)`: write the id as a literal there.
+    assert len(ids) == len(hypotheses.HYPOTHESES), sorted(ids)
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("### Hypotheses", 1)[1].split("\n## ", 1)[0]
     rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", section, re.M)}
-    assert rows == ids
+    assert rows == ids, f"README rows without a hypothesis: {rows - ids}; hypotheses without a row: {ids - rows}"
 
 
 # ----------------------------------------------------------------- curve shapes (core.curve_shapes)
