@@ -327,3 +327,17 @@ def test_acceptance_peaking_while_the_loss_is_flat_raises_nothing(tmp_path):
     rows += [(step, {"eval/simulated_acc_len": value}) for step, value in zip(EVAL_STEPS, ACCEPT, strict=True)]
     specforge_log(tmp_path / "out", sorted(rows, key=lambda row: row[0]))
     assert "eval_peaked" not in kinds(status_of(tmp_path / "out"))
+
+
+@pytest.mark.parametrize(("offset", "flagged"), [(5.0, True), (0.0, False)])
+def test_a_new_event_file_that_goes_on_at_the_next_step_is_a_resume(tmp_path, monkeypatch, offset, flagged):
+    """The dead process stopped right at its checkpoint (step 200); the resumed one opens a new file
+    and goes on at 220: no step repeats, the new file alone marks the resume."""
+    runs = tmp_path / "out" / "runs"
+    for start, stop in ((0, 220), (220, 500)):
+        writer = SummaryWriter(str(runs)) if start == 0 else resumed_writer(monkeypatch, SummaryWriter, str(runs))
+        for step in range(start, stop, 20):
+            writer.add_scalar("train/ploss_0", loss_at(step) + (offset if start else 0.0), step, walltime=1e3 + step)
+        writer.close()
+    found = kinds(status_of(tmp_path / "out")).get("resume_discontinuity")
+    assert (found is not None and found.step == 220) is flagged

@@ -255,7 +255,8 @@ def ttt_position_collapse(scalars: RunScalars, trainer: TrainerNames | None) -> 
 
 def resume_discontinuities(scalars: RunScalars, loss_tag: str | None, accuracy_tag: str | None) -> list[Flag]:
     """A loss or accuracy jump at a step where the run resumed (a step logged again, the steps going
-    back, or a writer's purge); one flag per resume step, naming every tag that jumped there."""
+    back, a writer's purge, or another event file going on); one flag per resume step, naming every
+    tag that jumped there."""
     jumps: dict[int, list[tuple[str, float, float]]] = {}
     for tag, is_accuracy in ((loss_tag, False), (accuracy_tag, True)):
         series = _series(scalars, tag)
@@ -280,8 +281,8 @@ def resume_discontinuities(scalars: RunScalars, loss_tag: str | None, accuracy_t
                 resume,
                 after - before,
                 f"{tag} jumps from {fmt(before)} to {fmt(after)} at step {resume}, where the run resumed "
-                f"(the step was logged again or went back){also}: the model training after the resume is not "
-                f"the one that was saved (weights, mapping or optimizer state)",
+                f"(the step was logged again, went back, or a new event file began){also}: the model training "
+                "after the resume is not the one that was saved (weights, mapping or optimizer state)",
             )
         )
     return flags

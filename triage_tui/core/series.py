@@ -75,10 +75,17 @@ class ScalarSeries:
 
     @property
     def restarts(self) -> tuple[int, ...]:
-        """Steps at which this tag was logged again or went back, in the order read: where a
-        trainer resumed from a checkpoint (its new process repeats or rewinds the step). The
-        points a rewind evicted are gone; the step is what remains of them (core.curve_shapes)."""
+        """Steps at which this tag was logged again, went back, or went on in another event file, in the
+        order read: where a trainer resumed from a checkpoint (its new process opens a new file and
+        repeats or rewinds the step). The points a rewind evicted are gone; the step is what remains
+        of them (core.curve_shapes)."""
         return tuple(self._restarts)
+
+    def mark_restart(self, step: int) -> None:
+        """Note a step where the series was resumed: logged again, gone back, or continued by another
+        event file (core.events)."""
+        if len(self._restarts) < _MAX_RESTARTS and (not self._restarts or self._restarts[-1] != step):
+            self._restarts.append(int(step))
 
     def finite_min(self) -> float | None:
         values = self._values[: self._n]
@@ -119,8 +126,7 @@ class ScalarSeries:
         if n == 0:
             again = again[again > 0]  # the first point ever read repeats nothing
         for step in steps[again].tolist():
-            if len(self._restarts) < _MAX_RESTARTS and (not self._restarts or self._restarts[-1] != step):
-                self._restarts.append(step)
+            self.mark_restart(step)
         if m > 1:
             # Point i survives iff its step is below every later regression's step.
             later = np.minimum.accumulate(regress[::-1])[::-1]

@@ -16,7 +16,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +85,7 @@ class _FileState:
     seen_start: bool = False
     seen_summary: bool = False
     prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
+    series_seen: set[str] = field(default_factory=set)  # series this file has added points to
     quiet: tuple[int, int] | None = None  # (size, mtime_ns) when a poll found bytes it could not take yet
 
 
@@ -348,6 +349,11 @@ class RunEvents:
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             tag_id = int(tag_ids[a])
             series = scalars.series_for(state.prefix + tags[tag_id], self._plugins.get(tag_id))
+            if series.tag not in state.series_seen:
+                # This file's first point of a series other files began: a resumed writer's new file.
+                if len(series):
+                    series.mark_restart(int(steps[a]))
+                state.series_seen.add(series.tag)
             cuts = np.searchsorted(keys[a:b], [k for k, _ in purges]).tolist() if purges else []
             segments.append((series, a, [a + c for c in cuts] + [b]))
         lows = [a for _, a, _ in segments]
