@@ -84,7 +84,7 @@ FORMATS = [
 ]
 EVENTS = [
     ("core.events.reader",),
-    ("core.events.decode",),
+    ("core.events.decode", "core.events.event_file"),
     ("core.events.templates", "core.events.columns"),
     ("core.events.wire", "core.events.framing"),
     ("core.events.crc", "core.events.tuning"),

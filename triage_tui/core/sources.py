@@ -13,7 +13,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triage_tui.core.events.reader import ReadStats, RunEvents
+from triage_tui.core.events.event_file import ReadStats
+from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.runs import WANDB_DIR_NAME, read_config
 from triage_tui.core.series import RunScalars
 

@@ -53,7 +53,8 @@ from google.protobuf.message import DecodeError
 
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events.reader import ReadStats, any_file_replaced
+from triage_tui.core.events.event_file import ReadStats
+from triage_tui.core.events.reader import any_file_replaced
 from triage_tui.core.runs import is_wandb_file_name, natural_key
 from triage_tui.core.series import RunScalars
 

@@ -8,6 +8,7 @@ The rooms, as tensorboard's Rust reader (tensorboard/data/server) splits the sam
     columns    those fields read out of many records at once (numpy)
     templates  one skeleton per (tag, writer, layout), matched exactly
     decode     a buffer of records into points: templates first, upb for the rest
+    event_file one file's appended bytes read in windows, holes and zero tails skipped
     reader     a run's event files, polled; restarts, series names, discovery
     tuning     the read sizes tests turn small
 

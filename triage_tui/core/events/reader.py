@@ -1,12 +1,11 @@
-"""A run's event files, polled: only the bytes appended since the last poll are read.
+"""A run's event files, polled: only the bytes appended since the last poll are read (``event_file``).
 
-Robustness: only whole records are consumed, so a half-written tail waits for the next poll; the
-length and data CRCs are always checked; a record whose CRC or proto is bad is dropped and reading
-resumes at the next offset that holds a whole record with valid CRCs (rustboard marks such a file
-dead, TensorBoard's Python loader stops there for good); a zero-filled or sparse tail is pending,
-not corruption; a file that shrinks or changes inode is read again from the start (with the rest of
-its run). SessionLog.START purges as TensorBoard's loader does (``RunEvents._restarts``), and each
-event file's series are named below the run's own log directory (``series_prefixes``).
+The length and data CRCs are always checked; a record whose CRC or proto is bad is dropped and
+reading resumes at the next offset that holds a whole record with valid CRCs (rustboard marks such
+a file dead, TensorBoard's Python loader stops there for good); a file that shrinks or changes
+inode is read again from the start (with the rest of its run). SessionLog.START purges as
+TensorBoard's loader does (``RunEvents._restarts``), and each event file's series are named below
+the run's own log directory (``series_prefixes``).
 """
 
 from __future__ import annotations
@@ -16,45 +15,17 @@ import stat
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events import tuning
 from triage_tui.core.events.decode import Chunk, Decoder
-from triage_tui.core.events.framing import frame
+from triage_tui.core.events.event_file import FileState, ReadStats, read_appended
+from triage_tui.core.events.framing import Frames
 from triage_tui.core.runs import RACY_MTIME_SECS, is_event_file_name, natural_key
 from triage_tui.core.series import RunScalars
-
-_PAD = 16  # slack after the data in every read buffer: word gathers may run past the last record
-
-
-@dataclass
-class ReadStats:
-    """What one poll (or, in RunEvents.totals, every poll so far) did."""
-
-    files: int = 0  # event files looked at
-    bytes_read: int = 0
-    records: int = 0  # whole records consumed
-    scalars: int = 0  # scalar points decoded (before restart rules)
-    skipped_bytes: int = 0  # damaged bytes stepped over to resync
-    corrupt_records: int = 0  # records dropped: bad CRC, undecodable, or a resync
-    resets: int = 0  # times the run was re-read from scratch (a file shrank or was replaced)
-    pending_bytes: int = 0  # bytes at file ends not yet a whole record (half-written, zero-filled)
-    dropped_points: int = 0  # points with a non-finite wall_time (rustboard rejects those too)
-    slow_records: int = 0  # records parsed one by one by Event.FromString (no template fitted)
-    unreadable_files: int = 0  # files that exist but could not be read (permissions, not a file)
-
-    def add(self, other: ReadStats) -> None:
-        for f in fields(self):
-            if f.name not in ("files", "pending_bytes", "unreadable_files"):
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-        self.files = other.files
-        self.pending_bytes = other.pending_bytes
-        self.unreadable_files = other.unreadable_files
 
 
 def any_file_replaced(states: Iterable) -> bool:
@@ -75,20 +46,6 @@ def any_file_replaced(states: Iterable) -> bool:
     return False
 
 
-@dataclass
-class _FileState:
-    path: Path
-    dev: int = -1
-    ino: int = -1
-    offset: int = 0  # everything before it is consumed; it is always a record boundary
-    file_version: float | None = None
-    seen_start: bool = False
-    seen_summary: bool = False
-    prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
-    series_seen: set[str] = field(default_factory=set)  # series this file has added points to
-    quiet: tuple[int, int] | None = None  # (size, mtime_ns) when a poll found bytes it could not take yet
-
-
 # A big read grows each series' arrays several times; glibc keeps the freed smaller arrays in its
 # heap, so RSS ends ~38 B/point while the series hold 24 (benchmarks/RESULTS-scale.md; 24.4 B/point
 # after malloc_trim). Trimming after reads of this size costs a few ms and gives them back.
@@ -101,7 +58,7 @@ class RunEvents:
     def __init__(self) -> None:
         self.scalars = RunScalars()
         self.totals = ReadStats()
-        self._files: dict[Path, _FileState] = {}
+        self._files: dict[Path, FileState] = {}
         self._decoder = Decoder()
         self._plugins: dict[int, str | None] = {}  # tag id -> plugin of its first occurrence
         self.damaged: dict[Path, int] = {}  # file -> damaged records dropped from it, every poll so far
@@ -141,7 +98,7 @@ class RunEvents:
             files = {}
             renamed = False
             for path in wanted:
-                state = self._files.get(path) or _FileState(path, prefix=prefixes[path])
+                state = self._files.get(path) or FileState(path, prefix=prefixes[path])
                 renamed |= state.prefix != prefixes[path]
                 files[path] = state
             self._files = files
@@ -185,9 +142,9 @@ class RunEvents:
         # Simplest correct answer to a rewritten file: every file of the run is read again, in order.
         self.scalars.clear()
         self._plugins = {}
-        self._files = {p: _FileState(p, prefix=state.prefix) for p, state in self._files.items()}
+        self._files = {p: FileState(p, prefix=state.prefix) for p, state in self._files.items()}
 
-    def _read(self, state: _FileState, stats: ReadStats) -> None:
+    def _read(self, state: FileState, stats: ReadStats) -> None:
         corrupt_before = stats.corrupt_records
         try:
             # Reopened every poll: NFS close-to-open revalidation. Unbuffered: the hole probes move
@@ -217,64 +174,7 @@ class RunEvents:
                 # zero-filled or sparse tail): reading the same bytes again would find the same.
                 stats.pending_bytes += size - state.offset
                 return
-            window = tuning.READ_WINDOW
-            base = state.offset  # where this read starts: past a run of zero bytes, beyond offset
-            while base < size:
-                remaining = size - base
-                # Up to the next hole of a sparse file: what lies beyond it starts with zeros.
-                data_end = fileio.hole_at(handle.fileno(), base, size)
-                if data_end == base:
-                    found = fileio.next_nonzero(handle.fileno(), base, size)
-                    if found is None:
-                        break  # a sparse tail: the writer's data has not landed yet
-                    base, window = max(base + 1, found - 16), tuning.READ_WINDOW
-                    continue
-                want = min(window, remaining, data_end - base)
-                buf = bytearray(want + _PAD)  # zero slack: word gathers may run past the last record
-                handle.seek(base)
-                n = fileio.read_into(handle, memoryview(buf)[:want])
-                stats.bytes_read += n
-                frames = frame(buf, n, remaining - n)
-                if frames.consumed and base != state.offset:
-                    # Zeros [offset, base), then whole records: the zeros were damage after all.
-                    stats.skipped_bytes += base - state.offset
-                    stats.corrupt_records += 0 if frames.corrupt else 1
-                stats.skipped_bytes += frames.skipped_bytes
-                stats.corrupt_records += frames.corrupt
-                if frames.starts.size:
-                    stats.records += int(frames.starts.size)
-                    # A signalling NaN widened to float64 makes numpy print a RuntimeWarning, with a
-                    # source line from the install, on the user's terminal: it is just a NaN point.
-                    with np.errstate(invalid="ignore"):
-                        chunk = self._decoder.decode(buf, frames)
-                    stats.corrupt_records += chunk.corrupt
-                    stats.slow_records += chunk.slow
-                    self._store(chunk, state, stats)
-                if frames.consumed:
-                    state.offset = base = base + frames.consumed
-                    window = tuning.READ_WINDOW
-                    continue
-                if n and not np.frombuffer(buf, np.uint8, count=n).any():
-                    # No record starts in zeros. Look for the next byte of data in bounded steps
-                    # (holes skipped with SEEK_DATA) instead of reading ever larger windows.
-                    found = fileio.next_nonzero(handle.fileno(), base + n, size)
-                    if found is None:
-                        break  # a zero-filled tail: the writer's data has not landed yet
-                    base, window = (
-                        max(base + n, found - 16),
-                        tuning.READ_WINDOW,
-                    )  # a header starts at most 8 bytes before
-                    continue
-                if n >= remaining or n < want or frames.need > remaining:
-                    break  # the rest is a record still being written, or damage not yet followed by data
-                if base + n >= data_end:
-                    # What could not be taken runs into a hole: look past the hole for data.
-                    found = fileio.next_nonzero(handle.fileno(), data_end, size)
-                    if found is None:
-                        break
-                    base, window = max(base + 1, found - 16), tuning.READ_WINDOW
-                    continue
-                window = max(frames.need, 2 * n)  # a record, or damage, longer than the window
+            read_appended(handle, state, size, stats, self._take)
             # Remembered only when the mtime is old enough to change with the next write (git's
             # racy-index rule, as core.runs' listing cache): a write in the same tick keeps it.
             racy = time.time() - st.st_mtime <= RACY_MTIME_SECS
@@ -283,7 +183,17 @@ class RunEvents:
         if stats.corrupt_records > corrupt_before:
             self.damaged[state.path] = self.damaged.get(state.path, 0) + stats.corrupt_records - corrupt_before
 
-    def _restarts(self, chunk: Chunk, state: _FileState) -> list[tuple[int, int]]:
+    def _take(self, buf: bytearray, frames: Frames, state: FileState, stats: ReadStats) -> None:
+        """Whole records of one read window into points, stored under the run's restart rules."""
+        # A signalling NaN widened to float64 makes numpy print a RuntimeWarning, with a source
+        # line from the install, on the user's terminal: it is just a NaN point.
+        with np.errstate(invalid="ignore"):
+            chunk = self._decoder.decode(buf, frames)
+        stats.corrupt_records += chunk.corrupt
+        stats.slow_records += chunk.slow
+        self._store(chunk, state, stats)
+
+    def _restarts(self, chunk: Chunk, state: FileState) -> list[tuple[int, int]]:
         """SessionLog.START events that purge: (key, step).
 
         Only in files with file_version >= 2, as TensorBoard's Python loader
@@ -313,7 +223,7 @@ class RunEvents:
         state.seen_summary |= chunk.first_summary is not None
         return purges
 
-    def _store(self, chunk: Chunk, state: _FileState, stats: ReadStats) -> None:
+    def _store(self, chunk: Chunk, state: FileState, stats: ReadStats) -> None:
         purges = self._restarts(chunk, state)
         # First occurrence wins, even when that point itself is not kept (a NaN wall_time).
         for tag_id, (_, plugin) in chunk.first_plugin.items():
