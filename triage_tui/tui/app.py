@@ -318,8 +318,19 @@ class TriageApp(App[None]):
                 self._chart_drawn = None
                 self.chart_view = ChartView()
             return
-        # The serving evidence is a new object exactly when a source gave something new.
-        wanted = (status.info.path, int(status.scalars.version), id(status.serving), status.serving_errors)
+        # The serving evidence is a new object exactly when a source gave something new. The scalars
+        # are live (the watcher thread appends to them), the rest of the status is the poll's snapshot:
+        # a status from before the poll that found the loss tag can already read the new version, so
+        # the snapshot's loss tag and last step are in the key too (without them a chart drawn empty
+        # from that status matched the next status's key, and stayed empty: the live-writer test, at load 10).
+        wanted = (
+            status.info.path,
+            int(status.scalars.version),
+            status.loss_tag,
+            status.last_step,
+            id(status.serving),
+            status.serving_errors,
+        )
         if wanted == self._chart_drawn:
             return
         # Compared with what the chart shows, not with what was last asked for: a computation that
