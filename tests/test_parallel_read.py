@@ -64,6 +64,19 @@ def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
     assert last.scalars.get("train/ploss_0").last()[0] == 1000
 
 
+def test_the_tuis_way_leaves_every_run_to_the_helpers(sweep, monkeypatch):
+    # here=False: one helper per core reads every run; this process parses none (its UI thread keeps the GIL).
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    runs = _runs(sweep)
+    done: dict[int, RunEvents] = {}
+    parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events), here=False)
+    assert sorted(done) == list(range(6))
+    assert all(done[i] is not runs[i] for i in range(6))
+    assert all(runs[i].scalars.points == 0 for i in range(6))  # nothing was read in this process
+    assert [_points(done[i]) for i in range(6)] == _sequential(sweep)
+
+
+@pytest.mark.parametrize("here", [True, False])
 @pytest.mark.parametrize(
     "command",
     [
@@ -72,10 +85,11 @@ def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
         ["/nonexistent/python"],  # never starts
     ],
 )
-def test_a_helper_that_fails_leaves_every_run_read_here(sweep, command):
+def test_a_helper_that_fails_leaves_every_run_read_here(sweep, command, here, monkeypatch):
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
     runs = _runs(sweep)
     done: dict[int, RunEvents] = {}
-    parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events), helper_command=command)
+    parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events), helper_command=command, here=here)
     assert sorted(done) == list(range(6))
     assert all(done[i] is runs[i] for i in range(6))
     assert [_points(e) for e in runs] == _sequential(sweep)
@@ -98,7 +112,11 @@ def test_the_watcher_gives_the_same_statuses_on_two_cores(sweep, monkeypatch):
     parallel = Watcher([sweep], use_watchdog=False, parallel_min_bytes=0, clock=lambda: 1.7e9 + 500)
     statuses = parallel.poll_once(on_progress=lambda s: progress.append(len(s)))
     alone = Watcher([sweep], use_watchdog=False, parallel_min_bytes=None, clock=lambda: 1.7e9 + 500).poll_once()
+    helpers_only = Watcher(
+        [sweep], use_watchdog=False, parallel_min_bytes=0, parse_in_helpers=True, clock=lambda: 1.7e9 + 500
+    ).poll_once()
     assert [json.dumps(s.to_json()) for s in statuses] == [json.dumps(s.to_json()) for s in alone]
+    assert [json.dumps(s.to_json()) for s in helpers_only] == [json.dumps(s.to_json()) for s in alone]
     assert [s.status for s in statuses].count("critical") == 1  # run_2, at chance
     assert progress and progress[0] < 6  # rows arrive while the rest is read
     assert parallel.poll_once()[0] is statuses[0]  # the next poll is incremental: nothing changed

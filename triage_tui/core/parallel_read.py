@@ -1,19 +1,21 @@
-"""Reading many runs' event files on two cores: a helper process reads some runs while this one reads others.
+"""Reading many runs' event files on two cores: helper processes read runs while this one reads others, or none.
 
 The reader is numpy-vectorised but drives numpy from Python between its loops, so a second
 thread gains little under the GIL; a second process does. A sweep's first load (100 runs x
 100k points: ~5 s on one core) is where it pays; a watch's later polls read a few appended
 bytes and stay in-process.
 
-The helper is a fresh interpreter (``python -m triage_tui.core.parallel_read``), never a fork:
+A helper is a fresh interpreter (``python -m triage_tui.core.parallel_read``), never a fork:
 the TUI polls from a worker thread, and forking a threaded process can deadlock the child. It
 gets a run's ``RunEvents`` before anything is read (its file list), polls it, and sends it back
 whole (series, file offsets, learned templates), so the next poll in this process only reads what
-was appended since. This process reads runs from the front of the list while the helper takes
-them from the back; if the helper cannot start or dies, this process reads whatever it had not
-returned, so the result is the same either way.
+was appended since. ``scan`` reads runs from the front of the list while one helper takes them
+from the back. The TUI leaves every run to one helper per core: parsing in its own process would
+hold the GIL its UI thread needs, and its worker thread has each run's flags to compute as runs
+come back. If a helper cannot start or dies, this process reads whatever it had not returned, so
+the result is the same either way.
 
-Messages on the helper's stdin/stdout: an 8-byte little-endian length, then a pickle; ours
+Messages on a helper's stdin/stdout: an 8-byte little-endian length, then a pickle; ours
 (``(index, RunEvents)``) in, ``(index, RunEvents)`` or ``(index, None)`` (it failed on that run)
 out. Both ends are this module's code, so the pickles are trusted.
 """
@@ -36,7 +38,7 @@ __all__ = ["read_runs", "worth_a_helper"]
 # Below this much unread data the helper's start-up (an interpreter and numpy: ~0.3 s) costs
 # more than the second core saves.
 MIN_PARALLEL_BYTES = 48 << 20
-_IN_FLIGHT = 2  # runs handed to the helper ahead, so it never waits for this process
+_IN_FLIGHT = 2  # runs handed to each helper ahead, so it never waits for this process
 
 
 def worth_a_helper(runs: Sequence[RunEvents], min_bytes: int = MIN_PARALLEL_BYTES) -> bool:
@@ -47,59 +49,90 @@ def worth_a_helper(runs: Sequence[RunEvents], min_bytes: int = MIN_PARALLEL_BYTE
 
 
 def read_runs(
-    runs: list[RunEvents], on_read: Callable[[int, RunEvents], None], helper_command: Sequence[str] | None = None
+    runs: list[RunEvents],
+    on_read: Callable[[int, RunEvents], None],
+    helper_command: Sequence[str] | None = None,
+    *,
+    here: bool = True,
 ) -> None:
     """Poll every run of `runs` once, on two cores; `on_read(i, events)` as each is done.
 
-    `events` is `runs[i]` itself, or the helper's copy of it after its poll: the caller keeps
-    the object it is given. Called from one thread; `on_read` runs on it.
+    ``here=True`` (``scan``: this process has nothing else to do): this process reads from the
+    front of the list, one helper from the back. ``here=False`` (the TUI): one helper per core reads
+    every run and this process only takes them in, so its other threads (the UI's) never share the
+    GIL with parsing; it reads a run itself only when every helper is gone.
+
+    `events` is `runs[i]` itself, or a helper's copy of it after its poll: the caller keeps the
+    object it is given. Called from one thread; `on_read` runs on it.
     """
-    helper = _Helper.start(helper_command)
-    front, back = 0, len(runs)  # this process reads [front, ...), the helper (..., back)
-    sent: dict[int, RunEvents] = {}
+    answers: queue.Queue = queue.Queue()
+    helpers = [
+        helper
+        for helper in (_Helper.start(answers, helper_command) for _ in range(1 if here else max(1, _cores())))
+        if helper is not None
+    ]
+    front, back = 0, len(runs)  # this process reads [front, ...), the helpers (..., back)
+    sent: dict[int, _Helper] = {}  # run index -> the helper reading it
+
+    def read_here(index: int) -> None:
+        runs[index].poll()
+        on_read(index, runs[index])
+
     try:
         while front < back or sent:
-            while helper is not None and len(sent) < _IN_FLIGHT and front < back:
-                back -= 1
-                if not helper.send(back, runs[back]):
-                    back += 1
-                    helper = None
-                    break
-                sent[back] = runs[back]
-            if helper is not None and front >= back and len(sent) > 1:
-                # Nothing left here but runs still queued for the helper: take back the last one
-                # sent (it has not started on it), so a helper slow to start costs no more than
-                # reading alone. Its answer for that run, if one comes, is dropped.
-                index = min(sent)
-                del sent[index]
-                runs[index].poll()
-                on_read(index, runs[index])
+            live = [helper for helper in helpers if not helper.dead]
+            for helper in live:
+                while front < back and sum(h is helper for h in sent.values()) < _IN_FLIGHT:
+                    back -= 1
+                    if not helper.send(back, runs[back]):
+                        back += 1
+                        break
+                    sent[back] = helper
+            for index in sorted(i for i, helper in sent.items() if helper.dead):
+                del sent[index]  # its helper is gone: what it had not returned is read here
+                read_here(index)
+            if not any(not helper.dead for helper in helpers):
+                while front < back:
+                    read_here(front)
+                    front += 1
                 continue
-            if helper is not None:
-                for index, events in helper.results(block=front >= back):
-                    if index not in sent:
-                        continue
+            if here and front >= back:
+                queued = [i for i, helper in sent.items() if sum(h is helper for h in sent.values()) > 1]
+                if queued:
+                    # Nothing left here but runs still queued behind another for a helper: take back
+                    # the last one sent (it has not started on it), so a helper slow to start costs
+                    # no more than reading alone. Its answer for that run, if one comes, is dropped.
+                    index = min(queued)
                     del sent[index]
+                    read_here(index)
+                    continue
+            for helper, answered, events in _answers(answers, block=not (here and front < back)):
+                if answered is None:  # that helper's stdout closed: it exited or died
+                    helper.dead = True
+                elif sent.get(answered) is helper:
+                    del sent[answered]
                     if events is None:  # it failed on that run: read it here
-                        runs[index].poll()
-                        events = runs[index]
-                    on_read(index, events)
-                if helper.dead:
-                    helper = None
-            if helper is None and sent:
-                # The helper is gone: what it had not returned is read here.
-                for index in sorted(sent):
-                    runs[index].poll()
-                    on_read(index, runs[index])
-                sent.clear()
-                continue
-            if front < back:
-                runs[front].poll()
-                on_read(front, runs[front])
+                        read_here(answered)
+                    else:
+                        on_read(answered, events)
+            if here and front < back:
+                read_here(front)
                 front += 1
     finally:
-        if helper is not None:
+        for helper in helpers:
             helper.close()
+
+
+def _answers(answers: queue.Queue, block: bool) -> list[tuple[_Helper, int | None, RunEvents | None]]:
+    """What the helpers sent: waits for the first when `block`, then takes what is there."""
+    out = []
+    try:
+        out.append(answers.get(block=block))
+        while True:
+            out.append(answers.get_nowait())
+    except queue.Empty:
+        pass
+    return out
 
 
 def _cores() -> int:
@@ -109,17 +142,18 @@ def _cores() -> int:
 
 
 class _Helper:
-    """The helper process and the thread that drains its answers (so it never blocks on a full pipe)."""
+    """A helper process and the thread that drains its answers into the shared queue (so it never
+    blocks on a full pipe): ``(helper, index, events)``, then ``(helper, None, None)`` once it is gone."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, answers: queue.Queue) -> None:
         self.proc = proc
-        self.answers: queue.Queue = queue.Queue()
+        self.answers = answers
         self.dead = False
         self._drain = threading.Thread(target=self._read_answers, name="triage-read-helper", daemon=True)
         self._drain.start()
 
     @classmethod
-    def start(cls, command: Sequence[str] | None = None) -> _Helper | None:
+    def start(cls, answers: queue.Queue, command: Sequence[str] | None = None) -> _Helper | None:
         root = str(Path(__file__).resolve().parents[2])  # the directory holding triage_tui
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         try:
@@ -133,7 +167,7 @@ class _Helper:
             )
         except OSError:
             return None
-        return cls(proc)
+        return cls(proc, answers)
 
     def send(self, index: int, events: RunEvents) -> bool:
         try:
@@ -143,30 +177,17 @@ class _Helper:
             self.dead = True
             return False
 
-    def results(self, block: bool) -> list[tuple[int, RunEvents | None]]:
-        out = []
-        try:
-            item = self.answers.get(block=block)
-            while True:
-                if item is None:  # the helper's stdout closed: it exited or died
-                    self.dead = True
-                    break
-                out.append(item)
-                item = self.answers.get_nowait()
-        except queue.Empty:
-            pass
-        return out
-
     def _read_answers(self) -> None:
         try:
             while True:
                 item = _read_message(self.proc.stdout)
                 if item is None:
                     break
-                self.answers.put(item)
+                index, events = item
+                self.answers.put((self, index, events))
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             pass  # a torn or unreadable answer: the helper is as good as dead
-        self.answers.put(None)
+        self.answers.put((self, None, None))
 
     def close(self) -> None:
         try:

@@ -249,14 +249,26 @@ def ema_smooth(values: np.ndarray, weight: float) -> np.ndarray:
     out = values.copy()
     finite = np.isfinite(values)
     x = values[finite]
-    count = np.arange(1, x.size + 1, dtype=np.float64)
     if weight == 1.0:
         out[finite] = 0.0  # last stays 0 and the debias weight is 1, as in the JS
         return out
     if weight == 0.0:
         out[finite] = x  # last = nextVal; debias 1 - 0**count = 1
         return out
-    out[finite] = _iir(x, weight) / (1.0 - np.power(weight, count))
+    out[finite] = _iir(x, weight) / _debias(weight, x.size)
+    return out
+
+
+def _debias(weight: float, n: int) -> np.ndarray:
+    """1 - weight**count for count = 1..n, as np.power gives it, but only computed while it is not 1.
+
+    Past weight**count < 2**-60, 1 - weight**count rounds to exactly 1.0 in float64, so the tail is
+    filled with 1.0: the same bits, without a pow per point (a sweep's first load smooths every
+    run's series, 100k points each).
+    """
+    head = min(n, int(60 * math.log(2) / -math.log(weight)) + 2)
+    out = np.ones(n, np.float64)
+    out[:head] = 1.0 - np.power(weight, np.arange(1, head + 1, dtype=np.float64))
     return out
 
 

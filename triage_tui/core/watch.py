@@ -117,12 +117,16 @@ class Watcher:
         flush_secs: float = DEFAULT_FLUSH_SECS,
         clock: Callable[[], float] = time.time,
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
+        parse_in_helpers: bool = False,
         follow_serving: bool = True,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # Runs never read, holding at least this many bytes together, are read on two cores
         # (core/parallel_read.py); None: always in this process.
         self.parallel_min_bytes = parallel_min_bytes
+        # True (the TUI): those runs are parsed only in helper processes, one per core, never in
+        # this process, whose UI thread would otherwise wait for the GIL while a run is decoded.
+        self.parse_in_helpers = parse_in_helpers
         self.vocab_size = vocab_size
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
@@ -195,7 +199,7 @@ class Watcher:
                     runs[fresh[j]].events.events = events  # the helper's copy, read; the poll below is a stat
                     update(fresh[j])
 
-                read_runs([runs[i].events.events for i in fresh], read)
+                read_runs([runs[i].events.events for i in fresh], read, here=not self.parse_in_helpers)
             for i in range(len(runs)):
                 if statuses[i] is None:
                     update(i)

@@ -162,6 +162,7 @@ class TriageApp(App[None]):
             rescan_interval=self.rescan_interval,
             use_watchdog=self.use_watchdog,
             clock=self.now,
+            parse_in_helpers=True,  # a sweep's first load is decoded off this process: the UI thread keeps the GIL
         )
         self.watcher = watcher
 
