@@ -58,8 +58,17 @@ def make_app(runs: Path, now: float) -> TriageApp:
 
 
 async def loaded(pilot) -> None:
+    """The first whole poll taken in (a big first poll shows runs as they load: not a picture of all)."""
     app = pilot.app
-    await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
+    await until(
+        pilot,
+        lambda: (
+            app.watcher is not None
+            and app.watcher.reported >= 1
+            and app.watcher_poll >= app.watcher.updated
+            and app.main.query_one(LossChart).series is not None
+        ),
+    )
 
 
 async def select(pilot, run_name: str) -> None:
