@@ -324,7 +324,12 @@ def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
         if aux.shape[-1] != (aux.shape[-1] // target_hidden) * target_hidden:
             continue
         chunks = aux.shape[-1] // target_hidden
-        x = aux.reshape(aux.shape[0], chunks, target_hidden)
+        # Tokens holding NaN/inf are the dump-values check's finding; here they would turn every
+        # sum NaN and every comparison false (a NaN distance reads as "repeated chunk").
+        finite = torch.isfinite(aux).all(-1)
+        if sample.target_hidden is not None and sample.target_hidden.shape[0] == aux.shape[0]:
+            finite &= torch.isfinite(sample.target_hidden).all(-1)
+        x = aux[finite].reshape(-1, chunks, target_hidden)
         per_token_rms.append(x.pow(2).mean(-1).sqrt())
         for i in range(chunks):
             for j in range(i + 1, chunks):
@@ -332,8 +337,9 @@ def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
                 pair_norm[i, j] = pair_norm.get((i, j), 0.0) + float(
                     torch.maximum(x[:, i].pow(2).sum(), x[:, j].pow(2).sum())
                 )
-        if sample.target_hidden is not None and sample.target_hidden.shape == x[:, 0].shape:
-            last = sample.target_hidden.float()
+        same_rows = sample.target_hidden is not None and sample.target_hidden.shape[0] == aux.shape[0]
+        if same_rows and sample.target_hidden[finite].shape == x[:, 0].shape:
+            last = sample.target_hidden[finite].float()
             for i in range(chunks):
                 diff = float((x[:, i] - last).pow(2).sum())
                 last_vs_chunk.setdefault(i, [0.0, 0.0])
