@@ -29,6 +29,9 @@ ALWAYS = {
     "verifier_mask_mismatch",
     "warm_start_broken",
     "ttt_position_collapse",
+    "target_mismatch",
+    "empty_loss_mask",
+    "non_finite_dumps",
 }
 
 
@@ -186,7 +189,7 @@ def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
     assert ranked[0].id == "empty_loss_mask" and ranked[0].score >= 0.9
     assert "#392" in ranked[0].evidence[0]
     low = dict(metrics, loss={"tag": "train/ploss_0", "last": 0.4, "min": 0.4, "count": 40})
-    assert "empty_loss_mask" not in _by_id(rank_hypotheses({}, [], metrics=low))
+    assert _by_id(rank_hypotheses({}, [], metrics=low))["empty_loss_mask"].score == 0.0
 
 
 def test_non_finite_and_diverging_flags_become_hypotheses():

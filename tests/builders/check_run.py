@@ -19,6 +19,7 @@ LAYERS = 8
 
 
 TOKENS = 48
+PROMPT = 8
 
 
 def write_drafter(root: Path, hot_ids: np.ndarray) -> Path:
@@ -39,7 +40,8 @@ def write_run_target(root: Path) -> Path:
 
 def write_dumps(root: Path, run_hot_ids: np.ndarray, target: Path, files: int = 2) -> Path:
     """SpecForge prepare_hidden_states.py files; the last hidden points at a next token in the run's vocab,
-    as a target whose argmax the run's mapping was built from would."""
+    as a target whose argmax the run's mapping was built from would, after the target's final norm
+    (weight 1: unit RMS); the first PROMPT positions are the prompt, outside the loss mask."""
     from safetensors import safe_open
 
     with safe_open(str(target / "model.safetensors"), "pt") as weights:
@@ -51,10 +53,13 @@ def write_dumps(root: Path, run_hot_ids: np.ndarray, target: Path, files: int = 
         ids = torch.from_numpy(np.random.default_rng(i).choice(run_hot_ids, TOKENS))
         aux = torch.cat([s * torch.randn(TOKENS, HIDDEN, generator=generator) for s in (1.0, 2.0, 4.0)], -1)
         last = head[torch.roll(ids, -1)]
+        last = last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True))
+        mask = torch.ones(TOKENS, dtype=torch.int64)
+        mask[:PROMPT] = 0
         torch.save(
             {
                 "input_ids": ids,
-                "loss_mask": torch.ones(TOKENS, dtype=torch.int64),
+                "loss_mask": mask,
                 "hidden_state": last[None].bfloat16(),
                 "aux_hidden_state": aux[None].bfloat16(),
             },

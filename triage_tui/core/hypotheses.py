@@ -115,9 +115,33 @@ ARGMAX_OUTSIDE_THRESHOLD = 0.5
 # Loss and accuracy both exactly 0 are what an all-zero loss mask produces (ploss is a mean over
 # all positions; SpecForge #392). Nothing else gives exactly 0.0 for both: 0.9.
 W_LOSS_AND_ACC_ZERO = 0.9
-# Every dumped sample's loss mask is empty: direct evidence, a little short of certain because
-# the dumps are a sample of the data.
+# The loss-mask check (core/checks/loss_mask.py) found most sampled dumps' masks empty: weight =
+# this x the share of them (all: 0.8, a little short of certain because the dumps are a sample of
+# the data; half: 0.4, the other half still trains).
 W_DUMPS_ALL_MASKS_EMPTY = 0.8
+# Most masks cover the prompt (position 0 supervised) or supervise no two adjacent tokens: the
+# drafter learns text it will never draft, or almost nothing. Either bends a run rather than
+# sends it to chance (the loss curve looks plausible: Megatron-Bridge #3359), so alone it ranks
+# but stays below 0.5.
+W_MASK_OFF_TEMPLATE = 0.4
+
+# -- non_finite_dumps -------------------------------------------------------------------------
+# A sampled dump holds NaN/inf hidden states: every batch that draws it trains on NaN, and one
+# such step turns every weight NaN (core/checks/dump_values.py). 0.9: short of certain only
+# because a trainer may skip non-finite steps.
+W_NON_FINITE_DUMPS = 0.9
+
+# -- target_mismatch from the dumps (core/checks/dump_target.py) ------------------------------
+# The dumps' last hidden states break the named target's final-norm identity: they were
+# normalised with other weights, i.e. captured from another verifier (or stored before the norm
+# under SpecForge's after-the-norm key, which misleads the trainer's TargetHead the same way): 0.6,
+# enough to convict alone (a measured deviation past rounding), short of the head's 0.7 because
+# it assumes an RMSNorm target.
+W_DUMPS_NORM_MISMATCH = 0.6
+# The named target's lm_head reads the dumped states as noise (its top-1 matches the dumped next
+# token under 10 % of the time): the labels the trainer computes from them are not this
+# target's, and neither are the aux states of the same forward pass: 0.7.
+W_DUMPS_HEAD_NOISE = 0.7
 
 # -- missing_lm_head / non_finite / diverged ----------------------------------------------------
 W_MISSING_LM_HEAD = 0.9  # a random head: accept length 1.00 (sglang PR #27908)
@@ -185,6 +209,14 @@ LINKS = {
         "https://github.com/vllm-project/speculators/issues/238",
         "https://github.com/sgl-project/SpecForge/issues/104",
     ),
+    "empty_loss_mask": (
+        "https://github.com/sgl-project/SpecForge/issues/392",
+        "https://github.com/NickL77/BaldEagle/issues/4",
+        "https://github.com/SafeAILab/EAGLE/issues/286",
+        "https://github.com/sgl-project/SpecForge/issues/296",
+        "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/3359",
+    ),
+    "non_finite_dumps": ("https://github.com/sgl-project/SpecForge/issues/104",),
 }
 
 CHANCE_SYMPTOMS = ("loss_at_chance", "loss_above_chance", "accuracy_at_chance")
@@ -304,7 +336,8 @@ def rank_hypotheses(
     ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
     used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
     the serving engine accepted beside the training estimate (core/serving/); with it, the
-    hypotheses only serving speaks to (config_contract, target_mismatch) are listed too.
+    hypotheses only serving speaks to (config_contract) are listed too; target_mismatch is
+    always listed, from serving and from the dumps.
     """
     evidence = RunEvidence(checks, flags, metrics, serving, start, starting_checkpoint)
     hypotheses = [h for score in HYPOTHESES if (h := score(evidence)) is not None]
@@ -471,25 +504,38 @@ def config_contract(run: RunEvidence) -> Hypothesis | None:
     )
 
 
-def target_mismatch(run: RunEvidence) -> Hypothesis | None:
-    serving = run.serving
-    if serving is None:
-        return None
+def target_mismatch(run: RunEvidence) -> Hypothesis:
+    from triage_tui.core.checks.dump_target import DumpTargetDetails
+
     ev = _Evidence()
-    below = serving.finding("serving_below_training")
-    if below is not None:
-        ev.add(W_SERVING_BELOW_TRAINING, f"serving: {below.message}")
-    elif serving.training is not None:
-        ev.note(f"training estimates {serving.training.acceptance_length:.2f}, serving accepts {_length(serving)}")
-    else:
-        ev.note("the run logs no per-position accuracy (acc_i, full_acc_i, cond_acc_i) to compare serving with")
+    serving = run.serving
+    if serving is not None:
+        below = serving.finding("serving_below_training")
+        if below is not None:
+            ev.add(W_SERVING_BELOW_TRAINING, f"serving: {below.message}")
+        elif serving.training is not None:
+            ev.note(f"training estimates {serving.training.acceptance_length:.2f}, serving accepts {_length(serving)}")
+        else:
+            ev.note("the run logs no per-position accuracy (acc_i, full_acc_i, cond_acc_i) to compare serving with")
+    dumps = ran_details(run.checks, "dump_target", DumpTargetDetails)
+    if dumps is not None:
+        if dumps.norm_mismatch:
+            ev.add(W_DUMPS_NORM_MISMATCH, dumps.norm_line())
+        if dumps.head_noise:
+            ev.add(W_DUMPS_HEAD_NOISE, dumps.head_line())
+        if not (dumps.norm_mismatch or dumps.head_noise):
+            ev.note(f"dumps against the target: {run.checks['dump_target'].summary}")
+    if not ev.items:
+        ev.note("no serving evidence, and no dumps compared with the target (pass --data and --target)")
     return Hypothesis(
         "target_mismatch",
-        "The served target (verifier) is not the one the drafter was trained against",
+        "The verifier the drafter learns from or is served with is not the target the run names "
+        "(another model, a fine-tuned or quantized copy)",
         ev.score(),
         ev.lines(),
         None,
         LINKS["target_mismatch"],
+        checks=("dump_target",),
     )
 
 
@@ -520,7 +566,9 @@ def missing_lm_head(run: RunEvidence) -> Hypothesis | None:
     )
 
 
-def empty_loss_mask(run: RunEvidence) -> Hypothesis | None:
+def empty_loss_mask(run: RunEvidence) -> Hypothesis:
+    from triage_tui.core.checks.loss_mask import LossMaskDetails
+
     ev = _Evidence()
     loss = (run.metrics or {}).get("loss") or {}
     acc = (run.metrics or {}).get("accuracy") or {}
@@ -529,18 +577,70 @@ def empty_loss_mask(run: RunEvidence) -> Hypothesis | None:
             W_LOSS_AND_ACC_ZERO,
             f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)",
         )
-    # The vocab check measures the dumps' loss masks whatever its verdict (pass or fail).
-    vocab = run.vocab()
-    tokens = vocab.training_tokens if vocab is not None else None
-    samples = tokens.samples if tokens is not None else 0
-    empty = tokens.samples_with_empty_loss_mask if tokens is not None else 0
-    if samples and empty == samples:
-        ev.add(W_DUMPS_ALL_MASKS_EMPTY, f"all {samples} dumped samples have an all-zero loss_mask")
-    elif samples and empty:
-        ev.note(f"{empty} of {samples} dumped samples have an all-zero loss_mask")
-    if not ev.items:
-        return None
-    return Hypothesis("empty_loss_mask", "The loss mask is empty: no token is trained", ev.score(), ev.lines(), None)
+    mask = ran_details(run.checks, "loss_mask", LossMaskDetails)
+    if mask is not None and mask.samples:
+        n, fraction = len(mask.samples), mask.fraction or 0.0
+        if mask.majority(mask.empty):
+            ev.add(
+                W_DUMPS_ALL_MASKS_EMPTY * mask.share(mask.empty),
+                f"{mask.empty} of {n} sampled dumps have an all-zero loss_mask "
+                f"({mask.supervised} of {mask.positions} positions supervised)",
+            )
+        elif mask.empty:
+            ev.note(f"{mask.empty} of {n} sampled dumps have an all-zero loss_mask")
+        for count, what in (
+            (mask.covering_prompt, "supervise position 0: the mask covers the prompt"),
+            (mask.starved, "supervise no two adjacent tokens"),
+        ):
+            if mask.majority(count):
+                ev.add(
+                    W_MASK_OFF_TEMPLATE, f"{count} of {n} sampled dumps {what} ({fraction:.1%} of positions supervised)"
+                )
+        if not ev.items:
+            ev.note(f"loss mask: {fraction:.1%} of {mask.positions} positions supervised over {n} sampled dumps")
+    elif not ev.items:
+        ev.note("no dumped loss mask was measured (the loss_mask check needs dumps that store one: --data)")
+    return Hypothesis(
+        "empty_loss_mask",
+        "The loss mask is empty or does not follow the chat template: no token, or the wrong ones, are trained",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["empty_loss_mask"],
+        checks=("loss_mask",),
+    )
+
+
+def non_finite_dumps(run: RunEvidence) -> Hypothesis:
+    from triage_tui.core.checks.dump_values import DumpValuesDetails
+
+    ev = _Evidence()
+    values = ran_details(run.checks, "dump_values", DumpValuesDetails)
+    if values is not None:
+        if values.non_finite:
+            ev.add(
+                W_NON_FINITE_DUMPS,
+                f"{values.files_with_non_finite} of {values.samples} sampled dumps hold NaN/inf hidden states; "
+                f"{values.non_finite[0].line()}",
+            )
+            loss = [f for f in run.flags if f.kind == "non_finite"]
+            if loss:
+                ev.add(W_SYMPTOM_CORROBORATES, f"run flag non_finite: {loss[0].tag} at step {loss[0].step}")
+        else:
+            ev.note(f"{values.values} hidden-state values in {values.samples} sampled dumps, all finite")
+        for line in values.dtype_findings:
+            ev.note(line)
+    else:
+        ev.note("no hidden-state dumps were read (pass --data)")
+    return Hypothesis(
+        "non_finite_dumps",
+        "The hidden-state dumps hold NaN or inf: every batch that draws one trains on NaN",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["non_finite_dumps"],
+        checks=("dump_values",),
+    )
 
 
 def non_finite(run: RunEvidence) -> Hypothesis | None:
@@ -688,6 +788,7 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     aux_layer_off_by_one,
     missing_lm_head,
     empty_loss_mask,
+    non_finite_dumps,
     non_finite,
     diverged,
     training_metric_misread,

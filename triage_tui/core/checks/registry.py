@@ -224,6 +224,31 @@ def _replay(ctx: CheckContext) -> CheckResult:
     )
 
 
+def _loss_mask(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.loss_mask import check_loss_mask
+
+    return check_loss_mask(ctx.dumps())
+
+
+def _dump_values(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.dump_values import check_dump_values
+
+    # The target only names the dtype the dumps should have; without it the values are still checked.
+    return check_dump_values(ctx.dumps(), ctx.optional(ctx.target))
+
+
+def _dump_target(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.dump_target import NAME, check_dump_target
+
+    return check_dump_target(
+        ctx.dumps(),
+        ctx.target(),
+        device=ctx.resolved_device(),
+        progress=ctx.progress(NAME),
+        cancel=ctx.cancel,
+    )
+
+
 # Hidden-state findings about the aux chunks that make the replay try all six chunk orders.
 AUX_CHUNK_ISSUES = ("aux_chunk_order", "repeated_aux_chunk", "aux_chunk_is_last_hidden")
 
@@ -237,6 +262,11 @@ CHECKS: tuple[Check, ...] = (
     Check("hidden_state", "the dumps' shapes, aux chunks and layers against the drafter's fc", _hidden_state),
     Check("verifier_mask", "the verifier mask (t2d) against the drafter's row order", _verifier_mask),
     Check("replay", "the drafter replayed on the run's dumps under both mappings", _replay, counts_as_checked=True),
+    Check("loss_mask", "the dumps' loss masks: the supervised fraction, empty or covering the prompt", _loss_mask),
+    Check("dump_values", "the dumped hidden states: NaN/inf, and the stored dtype against the target's", _dump_values),
+    Check(
+        "dump_target", "the dumps' last hidden states against the named target's final norm and lm_head", _dump_target
+    ),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
 COUNTING_CHECKS = tuple(check.name for check in CHECKS if check.counts_as_checked)

@@ -19,6 +19,13 @@ ROW_BLOCK = 16384  # head rows per block: 448 MiB as float32 at hidden 7168
 TOKEN_BATCH = 1024  # positions per matmul: a [1024, 16384] float32 logits block is 64 MiB
 
 
+def rms_norm(states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The Llama-family final norm, ``weight * x / sqrt(mean(x^2) + eps)``, in float32 on `states`' device."""
+    states = states.float()
+    scale = torch.rsqrt(states.pow(2).mean(-1, keepdim=True) + eps)
+    return states * scale * weight.to(device=states.device, dtype=torch.float32)
+
+
 @dataclass(frozen=True)
 class HeadScan:
     """Per position: the argmax over the whole target vocab, and the logits at chosen vocab ids."""

@@ -81,8 +81,6 @@ class TrainingTokens:
 
     samples: int
     tokens: int
-    samples_without_loss_mask: int
-    samples_with_empty_loss_mask: int
     run_coverage: float | None = None
     checkpoint_coverage: float | None = None
     same_row_fraction: float | None = None  # of the tokens the run's vocab covers, those on their trained row
@@ -92,8 +90,6 @@ class TrainingTokens:
         document: dict[str, Any] = {
             "samples": self.samples,
             "tokens": self.tokens,
-            "samples_without_loss_mask": self.samples_without_loss_mask,
-            "samples_with_empty_loss_mask": self.samples_with_empty_loss_mask,
             "run_coverage": self.run_coverage,
             "checkpoint_coverage": self.checkpoint_coverage,
             "same_row_fraction": self.same_row_fraction,
@@ -371,30 +367,21 @@ def _training_token_coverage(checkpoint: VocabMapping, run: VocabMapping, dumps:
     """Share of the run's loss-masked training tokens each draft vocab covers, and the share on the right row.
 
     SpecForge builds its draft vocab from exactly these tokens (``input_ids[loss_mask == 1]``,
-    specforge/data/preprocessing.py), so the run's vocab should cover nearly all of them.
+    specforge/data/preprocessing.py), so the run's vocab should cover nearly all of them. What the
+    masks themselves look like (empty, covering the prompt) is the loss-mask check's.
     """
     chunks = []
-    unmasked_samples = 0
-    empty_mask_samples = 0
     for sample in getattr(dumps, "samples", ()):
         ids = np.asarray(sample.input_ids, dtype=np.int64).reshape(-1)
         if sample.loss_mask is not None:
             ids = ids[np.asarray(sample.loss_mask).reshape(-1) != 0]
-            empty_mask_samples += int(ids.size == 0)
-        else:
-            unmasked_samples += 1
         chunks.append(ids)
     if not chunks:
         return None
     ids = np.concatenate(chunks)
-    counts = {
-        "samples": len(chunks),
-        "tokens": int(ids.size),
-        "samples_without_loss_mask": unmasked_samples,
-        "samples_with_empty_loss_mask": empty_mask_samples,
-    }
+    counts = {"samples": len(chunks), "tokens": int(ids.size)}
     if ids.size == 0:
-        # Every loss mask is empty: nothing is trained (SpecForge #392, loss and acc stay 0).
+        # Every loss mask is empty: nothing to cover (checks/loss_mask.py reports it).
         return TrainingTokens(**counts)
     vocab = max(checkpoint.target_vocab_size, run.target_vocab_size)
     valid = (ids >= 0) & (ids < vocab)

@@ -14,7 +14,7 @@ Every form becomes ``HiddenStateSample`` with aux states as float32 ``[T, k*Ht]`
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,9 @@ class HiddenStateSample:
     aux_hidden: torch.Tensor  # float32 [T, k*Ht], aux layers concatenated low -> high
     target_hidden: torch.Tensor | None  # float32 [T, Ht], the target's last hidden state
     num_aux_chunks: int | None  # k, when the widths make it unambiguous
+    # The stored dtype of each hidden-state tensor ("aux", "target"), before the float32 widening
+    # above: what the trainer will be fed (checks/dump_values.py says why it matters).
+    stored_dtypes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,17 +192,21 @@ def _squeeze_batch(path: Path, key: str, tensor: torch.Tensor, ndim: int, what: 
     return tensor
 
 
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
 def _token_ids(path: Path, key: str, tensor: torch.Tensor) -> np.ndarray:
     tensor = _squeeze_batch(path, key, tensor, 1, "[T]")
     if tensor.is_floating_point() or tensor.dtype == torch.bool:
-        raise BadInput(path, f"{key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; expected token ids")
+        raise BadInput(path, f"{key!r} has dtype {_dtype_name(tensor)}; expected token ids")
     return tensor.to(torch.int64).numpy().copy()
 
 
 def _mask_array(path: Path, tensor: torch.Tensor) -> np.ndarray:
     """A loss mask as numpy; bf16/float8 (numpy has none) widened, a complex one refused, naming the file."""
     if tensor.is_complex():
-        raise BadInput(path, f"'loss_mask' has dtype {str(tensor.dtype).removeprefix('torch.')}; expected a 0/1 mask")
+        raise BadInput(path, f"'loss_mask' has dtype {_dtype_name(tensor)}; expected a 0/1 mask")
     if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
         tensor = tensor.to(torch.float32)
     return tensor.numpy().copy()
@@ -227,6 +234,7 @@ def _read_specforge(path: Path) -> HiddenStateSample:
         target = _squeeze_batch(path, "hidden_state", target, 2, "[1, T, Ht]")
     for key, value in (("loss_mask", loss_mask), ("aux_hidden_state", aux), ("hidden_state", target)):
         _check_length(path, tokens, key, value)
+    dtypes = {"aux": _dtype_name(aux)} | ({} if target is None else {"target": _dtype_name(target)})
     return HiddenStateSample(
         path,
         input_ids,
@@ -234,6 +242,7 @@ def _read_specforge(path: Path) -> HiddenStateSample:
         aux.float(),
         None if target is None else target.float(),
         _chunks(aux.shape[1], None if target is None else target.shape[1]),
+        dtypes,
     )
 
 
@@ -247,7 +256,13 @@ def _read_modelopt(path: Path) -> HiddenStateSample:
     for key, value in (("aux_hidden_states", aux), ("hidden_states", target), ("loss_mask", loss_mask)):
         _check_length(path, tokens, key, value)
     return HiddenStateSample(
-        path, input_ids, loss_mask, aux.float(), target.float(), _chunks(aux.shape[1], target.shape[1])
+        path,
+        input_ids,
+        loss_mask,
+        aux.float(),
+        target.float(),
+        _chunks(aux.shape[1], target.shape[1]),
+        {"aux": _dtype_name(aux), "target": _dtype_name(target)},
     )
 
 
@@ -274,4 +289,5 @@ def _read_speculators(path: Path) -> HiddenStateSample:
         loss_mask = _mask_array(path, mask)
     # speculators train/data.py: hidden_states[:, :-1].flatten(1) is the draft input, [:, -1] the verifier's
     aux = hidden[:, :-1].reshape(tokens, (layers - 1) * width).float()
-    return HiddenStateSample(path, input_ids, loss_mask, aux, hidden[:, -1].float(), layers - 1)
+    dtypes = {"aux": _dtype_name(hidden), "target": _dtype_name(hidden)}
+    return HiddenStateSample(path, input_ids, loss_mask, aux, hidden[:, -1].float(), layers - 1, dtypes)
