@@ -172,6 +172,9 @@ def _vocab_mapping(ctx: CheckContext) -> CheckResult:
     if ctx.checkpoint_path is None:
         # Not the same as a checkpoint without d2t, which the check itself explains.
         return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
+    checkpoint = ctx.checkpoint()
+    if checkpoint is not None and checkpoint.not_eagle3 is not None:
+        return CheckResult.skipped(NAME, checkpoint.not_eagle3)  # not "pass --checkpoint": one was found
     checkpoint_mapping = ctx.checkpoint_mapping()
     run_mapping = ctx.run_mapping()
     return check_vocab_mapping(
