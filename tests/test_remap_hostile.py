@@ -12,6 +12,7 @@ import io
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -284,21 +285,50 @@ def test_a_source_changed_in_place_after_planning_is_recorded_as_copied(world):
 
 
 def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):
-    """Changed after its bytes were copied and hashed, before the comparison: the output no longer
-    matches the source, so nothing is renamed into place."""
+    """Changed after its bytes were copied, before the comparison: the output no longer matches the
+    source, so nothing is renamed into place (and no digest of the changed bytes is recorded)."""
     weights = world["source"] / "model.safetensors"
     plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out")
-    begin, _ = plan.checkpoint.tensors["fc.weight"].data
+    # the verification goes in file order: the last copied tensor is compared after every other
+    last = max(
+        (name for name in plan.checkpoint.tensors if name not in (plan.lm_head_name, "d2t", "t2d")),
+        key=lambda name: plan.checkpoint.tensors[name].data[0],
+    )
+    begin, _ = plan.checkpoint.tensors[last].data
     flipped = []
 
     def progress(fraction: float, phase: str) -> None:
-        if phase.startswith("verifying") and not flipped:  # every byte is copied and hashed by now
+        if phase.startswith("verifying") and not flipped:  # every byte is copied by now
             _flip_in_place(weights, begin + 5)
             flipped.append(phase)
 
-    with pytest.raises(BadInput, match="verification failed: fc.weight differs from the source"):
+    with pytest.raises(BadInput, match=f"verification failed: {re.escape(last)} differs from the source"):
         execute_remap(plan, device="cpu", progress=progress)
-    assert flipped == ["verifying lm_head"]  # before fc.weight was compared
+    assert len(flipped) == 1 and flipped[0] != f"verifying {last}"  # before it was compared
+    assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]
+
+
+def test_a_dropped_lm_head_row_changed_during_the_remap_writes_nothing(world):
+    """The mean is summed over every old row, those no new row copies too: a change there after the
+    copy is invisible to the comparison with the output, so the pass's digest of them catches it."""
+    weights = world["source"] / "model.safetensors"
+    plan = plan_remap(world["source"], world["mapping"], out=world["root"] / "out", init="mean")
+    assert plan.rows_initialized > 0
+    kept = set(plan.source_rows[plan.source_rows >= 0].tolist())
+    old_rows, width = plan.checkpoint.tensors[plan.lm_head_name].shape
+    dropped = next(row for row in range(old_rows) if row not in kept)
+    begin, end = plan.checkpoint.tensors[plan.lm_head_name].data
+    row_bytes = (end - begin) // old_rows
+    flipped = []
+
+    def progress(fraction: float, phase: str) -> None:
+        if phase.startswith("verifying") and not flipped:
+            _flip_in_place(weights, begin + dropped * row_bytes + 1)
+            flipped.append(phase)
+
+    with pytest.raises(BadInput, match="rows the mean was taken over changed in the source"):
+        execute_remap(plan, device="cpu", progress=progress)
+    assert flipped
     assert sorted(os.listdir(world["root"])) == ["drafter", "run_mapping.pt"]
 
 

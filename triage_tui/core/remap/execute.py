@@ -26,7 +26,7 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.remap import tuning
 from triage_tui.core.remap.carry import Extra, copy_extra, extra_files
-from triage_tui.core.remap.digest import file_blake3
+from triage_tui.core.remap.digest import SourceRead, file_blake3
 from triage_tui.core.remap.job import Background, PhaseProgress, Progress
 from triage_tui.core.remap.plan import OUTPUT_WEIGHTS, RemapPlan, check_unchanged, plan_remap, source_changed
 from triage_tui.core.remap.rows import NUMPY_HEAD_DTYPES, InitRows, Rows, StagedRows
@@ -312,16 +312,16 @@ class _Run:
         self.source_metadata = _source_metadata(plan)
         return old_head
 
-    def write_weights(self, old_head: Rows | None, device: str) -> dict[str, str] | None:
-        """Every weights file, header first with digest placeholders; the source's digests when streamed."""
+    def write_weights(self, old_head: Rows | None, device: str) -> dict[str, SourceRead] | None:
+        """Every weights file, header first with digest placeholders; what the single pass read, when streamed."""
         plan, init_rows = self.plan, self.init_rows
         assert init_rows is not None  # prepare() first
         placeholder = {file.name: "0" * 64 for file in plan.checkpoint.files}
         metadata = _metadata(plan, self.source_metadata, placeholder)
         self.writers = open_writers(self.temp.path, self.files, metadata, plan.run_mapping)
-        digests = None
+        source_read = None
         if old_head is None:  # streamed: the single pass reads the source itself
-            digests = stream_source(plan, self.writers, init_rows, self.progress, self.cancel)
+            source_read = stream_source(plan, self.writers, init_rows, self.progress, self.cancel)
         else:
             gpu = _gather_device(device, old_head.row_bytes * old_head.shape[0])
             gather = StagedRows(old_head, gpu, self.cancel).gather if gpu is not None else old_head.gather
@@ -329,7 +329,7 @@ class _Run:
         # The data goes to disk while it is re-read for verification; nothing is renamed before both end.
         writers = self.writers
         self.syncing = Background("triage-remap-fsync", lambda: _fsync_all(writers))
-        return digests
+        return source_read
 
     def write_beside(self, extras: list[Extra], skipped: list[str], outside: list[str]) -> None:
         """config.json, a sharded source's index, and the files carried over from beside the weights."""
@@ -350,17 +350,19 @@ class _Run:
                 "Not carried over: " + ", ".join(outside) + " (symlinks to outside the checkpoint, never followed)."
             )
 
-    def verify_and_seal(self, digests: dict[str, str] | None) -> tuple[dict[str, str], int]:
+    def verify_and_seal(self, source_read: dict[str, SourceRead] | None) -> tuple[dict[str, str], int]:
         """Compare the output with the source, then fill the source's digests into the headers, last."""
         plan = self.plan
         assert self.init_rows is not None and self.syncing is not None  # written first
         self.progress.reset()
-        compared = verify(plan, self.temp.path, self.files, self.init_rows, self.progress, self.cancel)
+        compared, digests = verify(
+            plan, self.temp.path, self.files, self.init_rows, self.progress, self.cancel, source_read
+        )
         if self.hashing is not None:  # not streamed: the source was hashed apart from the copy
             digests = self.hashing.result()
             if _digests(plan) != digests:
                 raise source_changed(plan)
-        assert digests is not None  # streamed: the single pass returned them
+        assert digests is not None  # streamed: the verification hashed the source as it compared it
         check_unchanged(plan)
         metadata = _metadata(plan, self.source_metadata, digests)
         self.syncing.result()
@@ -448,9 +450,9 @@ def execute_remap(
             run.notes.append("Accuracy not measured: the replay needs --target as well as --data.")
         old_head = run.prepare()
         try:
-            digests = run.write_weights(old_head, device)
+            source_read = run.write_weights(old_head, device)
             run.write_beside(extras, skipped, outside)
-            digests, compared = run.verify_and_seal(digests)
+            digests, compared = run.verify_and_seal(source_read)
         except OSError as err:
             raise write_error(err, plan.output) from None
         if replay:

@@ -181,13 +181,17 @@ def same_file_bytes(
     cancel: threading.Event | None,
     progress: PhaseProgress | None,
     phase: str,
+    hasher=None,
 ) -> bool:
-    """Two byte ranges of files are equal, compared a window at a time through memory maps."""
+    """Two byte ranges of files are equal, compared a window at a time through memory maps; each
+    window of the first, once compared, is fed to ``hasher`` if one is given."""
     for position in range(0, length, tuning.WINDOW_BYTES):
         check_cancel(cancel)
         n = min(tuning.WINDOW_BYTES, length - position)
         with fileio.mapped(fd_a, offset_a + position, n) as a, fileio.mapped(fd_b, offset_b + position, n) as b:
             same = fileio.equal_bytes(a, b)
+            if same and hasher is not None:
+                hasher.update(a.data)  # the pages just compared, still mapped
             del a, b
         if not same:
             return False

@@ -1,9 +1,11 @@
-"""The single pass over a safetensors source: every byte read once, in file order, hashed as it is copied.
+"""The single pass over a safetensors source: every byte read once, in file order, and written.
 
-Each window is read into a private buffer, hashed (BLAKE3, in a thread) and written from that same
-buffer, so the digest recorded is that of the bytes copied; unchanged tensors are copied inside
-the kernel and hashed from the output. The old lm_head's rows go to their new positions as they
-pass (each old row feeds at most one new row), and the mean of the old rows is summed on the way.
+Unchanged tensors are copied inside the kernel (``copy_file_range``); the old lm_head's rows are read
+into a private buffer and go to their new positions as they pass (each old row feeds at most one new
+row), and the mean of the old rows is summed on the way. Nothing is hashed here: the verification
+hashes the source while it compares it with the output (verify.verify_streamed), so each byte is
+hashed once, from the pages the comparison reads anyway; what it needs from this pass (the header
+bytes, the size, a digest of the dropped rows the mean was summed from) is a ``SourceRead``.
 No torch on this path.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import threading
 from pathlib import Path
 
@@ -20,75 +21,11 @@ import numpy as np
 from triage_tui.core import fileio
 from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
 from triage_tui.core.remap import tuning
-from triage_tui.core.remap.job import WRITE_SPAN, Cancelled, PhaseProgress, check_cancel
+from triage_tui.core.remap.digest import SourceRead, dropped_rows_hasher, hash_dropped_rows
+from triage_tui.core.remap.job import WRITE_SPAN, PhaseProgress, check_cancel
 from triage_tui.core.remap.plan import RemapPlan, source_changed
 from triage_tui.core.remap.rows import InitRows, is_range
 from triage_tui.core.remap.writer import SafetensorsWriter, write_runs
-
-
-class _HashPipe:
-    """Hashing in a thread, in the order asked, while the main thread copies: windows read into two
-    buffers used in turn, and ranges of the output file (hashed from the copy itself)."""
-
-    def __init__(self, size: int) -> None:
-        self.buffers = [bytearray(size), bytearray(size)]
-        self.done: list[threading.Event | None] = [None, None]
-        self.turn = 0
-        self.error: BaseException | None = None
-        self.items: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="triage-remap-blake3", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (item := self.items.get()) is not None:
-            hasher, what, done = item
-            try:
-                if self.error is None and hasher is not None:
-                    if isinstance(what, tuple):  # (fd, offset, length) of the output: the bytes as copied
-                        with fileio.mapped(*what) as data:
-                            hasher.update(data)  # blake3 releases the GIL: the copying goes on meanwhile
-                            del data
-                    else:
-                        hasher.update(what)
-            except BaseException as err:  # noqa: BLE001 - re-raised by the main thread
-                self.error = err
-            if done is not None:
-                done.set()
-
-    def buffer(self) -> tuple[int, bytearray]:
-        """A buffer whose previous window has been hashed."""
-        i, self.turn = self.turn, self.turn ^ 1
-        done = self.done[i]
-        if done is not None:
-            done.wait()
-            self.done[i] = None
-        self._raise()
-        return i, self.buffers[i]
-
-    def hash(self, i: int, hasher, view: memoryview) -> None:
-        self.done[i] = threading.Event()
-        self.items.put((hasher, view, self.done[i]))
-
-    def hash_range(self, hasher, fd: int, offset: int, length: int) -> None:
-        self.items.put((hasher, (fd, offset, length), None))
-
-    def drain(self) -> None:
-        """Wait until everything asked so far has been hashed."""
-        done = threading.Event()
-        self.items.put((None, None, done))
-        done.wait()
-        self.done = [None, None]
-        self._raise()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def close(self) -> None:
-        if self.error is None:
-            self.error = Cancelled("hashing stopped")  # what is still queued is skipped, not hashed
-        self.items.put(None)  # after whatever is queued: the buffers and files outlive the thread's use
-        self.thread.join()
 
 
 class _SourceChanged(Exception):
@@ -135,11 +72,9 @@ def stream_source(
     init_rows: InitRows,
     progress: PhaseProgress,
     cancel: threading.Event | None,
-) -> dict[str, str]:
+) -> dict[str, SourceRead]:
     """Copy every unchanged tensor and move the lm_head rows, reading each source file once;
-    returns the BLAKE3 of each file as read."""
-    import blake3
-
+    returns what was read of each file, by name, for the verification."""
     lm_head_name = plan.lm_head_name
     writer_of = {entry.name: writer for writer in writers.values() for entry in writer.entries}
     row_bytes = init_rows.row_bytes
@@ -148,72 +83,57 @@ def stream_source(
     copied = np.flatnonzero(plan.source_rows >= 0)
     new_position[plan.source_rows[copied]] = copied
     head_writer = writer_of[lm_head_name]
-    digests: dict[str, str] = {}
+    read: dict[str, SourceRead] = {}
     in_kernel = True
-    pipe = _HashPipe(max(tuning.WINDOW_BYTES, window_rows * row_bytes))
-    try:
-        for file in plan.checkpoint.files:
-            hasher = blake3.blake3()
-            with fileio.opened(file) as fd:
-                fileio.read_sequentially(fd)
-                size = os.fstat(fd).st_size
-                try:
-                    i, buffer = pipe.buffer()
-                    prefix = bytes(fileio.pread_into(fd, buffer, 8, 0))
-                    header_length = int.from_bytes(prefix, "little")
-                    if header_length > size - 8:
-                        raise _SourceChanged
-                    header = bytes(fileio.pread_into(fd, buffer, header_length, 8))
-                    layout = _source_layout(plan, file, header, size)
-                    hasher.update(prefix)
-                    hasher.update(header)
-                    for name, begin, end in layout:
-                        step = window_rows * row_bytes if name == lm_head_name else tuning.WINDOW_BYTES
-                        for offset in range(begin, end, step):
-                            check_cancel(cancel)
-                            length = min(step, end - offset)
-                            if in_kernel and name not in (lm_head_name, "d2t", "t2d"):
-                                # copied inside the kernel (no trip through this process), then hashed
-                                # from the output file: the digest is of the bytes as copied
-                                writer = writer_of[name]
-                                try:
-                                    writer.copy(name, offset - begin, fd, offset, length)
-                                    pipe.hash_range(hasher, writer.fd, writer.start_of(name) + offset - begin, length)
-                                    progress.advance(length, f"copying {name}", WRITE_SPAN)
-                                    continue
-                                except fileio.NoInKernelCopy:
-                                    in_kernel = False  # this window and the rest through memory
-                            i, buffer = pipe.buffer()
-                            view = fileio.pread_into(fd, buffer, length, offset)
-                            pipe.hash(i, hasher, view)
-                            if name == lm_head_name:
-                                first_row = (offset - begin) // row_bytes
-                                rows = np.frombuffer(view, dtype=np.uint8).reshape(-1, row_bytes)
-                                _scatter_rows(
-                                    head_writer,
-                                    lm_head_name,
-                                    rows,
-                                    new_position[first_row : first_row + rows.shape[0]],
-                                    row_bytes,
-                                )
-                                init_rows.add(rows)
-                                del rows
-                            elif name not in ("d2t", "t2d"):  # those two are replaced by the run's
-                                writer_of[name].write(name, offset - begin, np.frombuffer(view, dtype=np.uint8))
-                            progress.advance(length, f"copying {name}", WRITE_SPAN)
-                            del view
-                    pipe.drain()
-                except (_SourceChanged, fileio.ShortRead):
-                    raise source_changed(plan) from None
-            digests[file.name] = hasher.hexdigest()
-    finally:
-        pipe.close()
+    buffer = bytearray(max(tuning.WINDOW_BYTES, window_rows * row_bytes))
+    for file in plan.checkpoint.files:
+        dropped = dropped_rows_hasher(init_rows.needs_sum)
+        with fileio.opened(file) as fd:
+            fileio.read_sequentially(fd)
+            size = os.fstat(fd).st_size
+            try:
+                prefix = bytes(fileio.pread_into(fd, buffer, 8, 0))
+                header_length = int.from_bytes(prefix, "little")
+                if header_length > size - 8:
+                    raise _SourceChanged
+                header = bytes(fileio.pread_into(fd, buffer, header_length, 8))
+                layout = _source_layout(plan, file, header, size)
+                for name, begin, end in layout:
+                    step = window_rows * row_bytes if name == lm_head_name else tuning.WINDOW_BYTES
+                    for offset in range(begin, end, step):
+                        check_cancel(cancel)
+                        length = min(step, end - offset)
+                        if in_kernel and name not in (lm_head_name, "d2t", "t2d"):
+                            # copied inside the kernel, no trip through this process
+                            try:
+                                writer_of[name].copy(name, offset - begin, fd, offset, length)
+                                progress.advance(length, f"copying {name}", WRITE_SPAN)
+                                continue
+                            except fileio.NoInKernelCopy:
+                                in_kernel = False  # this window and the rest through memory
+                        view = fileio.pread_into(fd, buffer, length, offset)
+                        if name == lm_head_name:
+                            first_row = (offset - begin) // row_bytes
+                            rows = np.frombuffer(view, dtype=np.uint8).reshape(-1, row_bytes)
+                            positions = new_position[first_row : first_row + rows.shape[0]]
+                            _scatter_rows(head_writer, lm_head_name, rows, positions, row_bytes)
+                            init_rows.add(rows)
+                            if dropped is not None:
+                                hash_dropped_rows(dropped, rows, positions)
+                            del rows
+                        elif name not in ("d2t", "t2d"):  # those two are replaced by the run's
+                            writer_of[name].write(name, offset - begin, np.frombuffer(view, dtype=np.uint8))
+                        progress.advance(length, f"copying {name}", WRITE_SPAN)
+                        del view
+            except (_SourceChanged, fileio.ShortRead):
+                raise source_changed(plan) from None
+        read[file.name] = SourceRead(prefix + header, size, None if dropped is None else dropped.hexdigest())
     initialised = np.flatnonzero(plan.source_rows < 0)
     for start in range(0, initialised.size, window_rows):
         check_cancel(cancel)
         positions = initialised[start : start + window_rows]
         write_runs(head_writer, lm_head_name, positions, init_rows.rows_bytes(positions), row_bytes)
-    return digests
+    return read
 
 
 def _scatter_rows(

@@ -3,10 +3,15 @@
 Raises BadInput naming the first difference; the output is then removed, never renamed into place.
 Unchanged tensors are compared byte range to byte range (memory-mapped windows); the lm_head's
 expected rows are rebuilt from the source's bytes with numpy, apart from how they were written.
+After the single pass the source is also hashed here, in file order, from the very windows compared:
+every byte the output depends on is compared with the output (or, for the dropped rows the mean was
+summed from, with their digest as the pass read them) before it is hashed, so the BLAKE3 recorded is
+that of a source whose remap is exactly the output.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -16,8 +21,9 @@ from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.remap import tuning
+from triage_tui.core.remap.digest import SourceRead, dropped_rows_hasher, hash_dropped_rows
 from triage_tui.core.remap.job import VERIFY_SPAN, PhaseProgress, check_cancel
-from triage_tui.core.remap.plan import RemapPlan
+from triage_tui.core.remap.plan import RemapPlan, source_changed
 from triage_tui.core.remap.rows import InitRows, Rows, as_bytes, same_bytes, same_file_bytes, take
 from triage_tui.core.remap.writer import Entry, safetensors_metadata
 
@@ -39,8 +45,10 @@ def verify(
     init_rows: InitRows,
     progress: PhaseProgress,
     cancel: threading.Event | None,
-) -> int:
-    """Re-read the output through the program's reader and compare it with the source; returns bytes compared.
+    source_read: dict[str, SourceRead] | None = None,
+) -> tuple[int, dict[str, str] | None]:
+    """Re-read the output through the program's reader and compare it with the source; returns bytes
+    compared and, after the single pass (``source_read``), the BLAKE3 of each source file as compared.
 
     Raises BadInput naming the first difference: the output is then removed, never renamed into place.
     """
@@ -80,6 +88,12 @@ def verify(
     ):
         raise fail("the output's d2t/t2d do not read back as the run's mapping")
 
+    if source_read is not None:
+        streamed, digests = _verify_streamed(
+            plan, written, expected, source_read, source_extents, written_extents, init_rows, fail, progress, cancel
+        )
+        return compared + streamed, digests
+
     lm_head_name = plan.lm_head_name
     if lm_head_name in source_extents and lm_head_name in written_extents:
         compared += _verify_lm_head_mapped(
@@ -112,7 +126,111 @@ def verify(
             compared += as_bytes(a).size
             progress.advance(as_bytes(a).size, f"verifying {name}", VERIFY_SPAN)
             del a, b
-    return compared
+    return compared, None
+
+
+def _verify_streamed(
+    plan: RemapPlan,
+    written,
+    expected,
+    source_read: dict[str, SourceRead],
+    source_extents,
+    written_extents,
+    init_rows: InitRows,
+    fail,
+    progress: PhaseProgress,
+    cancel: threading.Event | None,
+) -> tuple[int, dict[str, str]]:
+    """Each source file in file order: its header as the single pass read it, each unchanged tensor
+    compared with the output window by window and hashed from the same windows, the lm_head's rows
+    compared (its dropped rows against their digest) and then hashed, d2t/t2d (replaced) hashed."""
+    import blake3
+
+    lm_head_name = plan.lm_head_name
+    compared = 0
+    digests: dict[str, str] = {}
+    for file in plan.checkpoint.files:
+        read = source_read[file.name]
+        hasher = blake3.blake3()
+        layout = sorted(
+            (info.data[0], name) for name, info in plan.checkpoint.tensors.items() if info.file == file and info.data
+        )
+        with fileio.opened(file) as old_fd:
+            # a file cut short would fault its memory maps; one of another header holds other tensors
+            if (
+                os.fstat(old_fd).st_size != read.size
+                or bytes(fileio.pread_into(old_fd, bytearray(len(read.head)), len(read.head), 0)) != read.head
+            ):
+                raise source_changed(plan)
+            hasher.update(read.head)
+            for _, name in layout:
+                old_begin, old_end = source_extents[name]
+                if name == lm_head_name:
+                    compared += _verify_lm_head_mapped(
+                        plan, written, source_extents, written_extents, init_rows, fail, progress, cancel
+                    )
+                    _hash_head(plan, old_fd, old_begin, old_end, init_rows, hasher, read, fail, cancel)
+                elif name in ("d2t", "t2d"):  # replaced by the run's: hashed, compared with nothing
+                    _hash_range(old_fd, old_begin, old_end - old_begin, hasher, cancel)
+                else:
+                    if name not in expected or name not in written_extents:
+                        raise fail(f"{name} is missing from the output")
+                    (new_begin, _) = written_extents[name]
+                    with fileio.opened(written.tensors[name].file) as new_fd:
+                        if not same_file_bytes(
+                            old_fd,
+                            old_begin,
+                            new_fd,
+                            new_begin,
+                            old_end - old_begin,
+                            cancel,
+                            progress,
+                            f"verifying {name}",
+                            hasher,
+                        ):
+                            raise fail(f"{name} differs from the source")
+                    compared += old_end - old_begin
+        digests[file.name] = hasher.hexdigest()
+    return compared, digests
+
+
+def _hash_range(fd: int, offset: int, length: int, hasher, cancel: threading.Event | None) -> None:
+    for position in range(0, length, tuning.WINDOW_BYTES):
+        check_cancel(cancel)
+        with fileio.mapped(fd, offset + position, min(tuning.WINDOW_BYTES, length - position)) as data:
+            hasher.update(data.data)  # the array's memoryview: numpy types its buffer only on 3.12+
+            del data
+
+
+def _hash_head(
+    plan: RemapPlan,
+    fd: int,
+    begin: int,
+    end: int,
+    init_rows: InitRows,
+    hasher,
+    read: SourceRead,
+    fail,
+    cancel: threading.Event | None,
+) -> None:
+    """Hash the old lm_head (its kept rows were just compared with the output) and hold the rows no
+    new row copies to the digest the single pass took of them, when the mean was summed from them."""
+    row_bytes = init_rows.row_bytes
+    window_rows = max(1, tuning.WINDOW_BYTES // row_bytes)
+    new_position = np.full(init_rows.old_rows, -1, dtype=np.int64)
+    kept = np.flatnonzero(plan.source_rows >= 0)
+    new_position[plan.source_rows[kept]] = kept
+    dropped = dropped_rows_hasher(init_rows.needs_sum)
+    for first in range(0, init_rows.old_rows, window_rows):
+        check_cancel(cancel)
+        n = min(window_rows, init_rows.old_rows - first)
+        with fileio.mapped(fd, begin + first * row_bytes, n * row_bytes) as data:
+            hasher.update(data.data)
+            if dropped is not None:
+                hash_dropped_rows(dropped, data.reshape(n, row_bytes), new_position[first : first + n])
+            del data
+    if dropped is not None and dropped.hexdigest() != read.dropped:
+        raise fail(f"{plan.lm_head_name}: rows the mean was taken over changed in the source")
 
 
 def _extents(checkpoint) -> dict[str, tuple[int, int]]:
