@@ -136,6 +136,20 @@ def test_end_to_end_through_python_m(run_dir, tmp_path):
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
 
 
+def _can_fork_here() -> bool:
+    import threading
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores >= 2 and threading.active_count() == 1
+
+
+def test_no_forked_formatters_on_a_busy_machine(monkeypatch):
+    from triage_tui.commands import scalars
+
+    monkeypatch.setattr(scalars, "_free_cores", lambda cores: 0.5)
+    assert scalars._formatters() is None
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, monkeypatch, run_dir, fmt):
     from triage_tui.commands import scalars
@@ -143,8 +157,13 @@ def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, m
     code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
     monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
     monkeypatch.setattr(scalars, "_MIN_ROWS_TO_FORK", 0)  # forks where the process has one thread
+    monkeypatch.setattr(scalars, "_free_cores", lambda cores: float(cores))  # even on a busy machine
+    forked = []
+    real_formatters = scalars._formatters
+    monkeypatch.setattr(scalars, "_formatters", lambda: forked.append(real_formatters()) or forked[-1])
     code_pieces, pieces, _ = _cli(capsys, run_dir, "--format", fmt)
     assert code == code_pieces == 0 and pieces == whole
+    assert forked and all(pool is not None for pool in forked) or not _can_fork_here()
     if fmt == "json":
         first = json.loads(whole)["tags"]["train/acc_0"]["values"][:3]
         assert first == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]

@@ -243,4 +243,16 @@ def _formatters():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None  # forking a process with other threads can deadlock the child
+    if _free_cores(cores) < 1.0:
+        # The forked formatters cost ~30 % more CPU (the pieces are pickled back): they win only with
+        # a core to themselves; on a busy machine one process is faster (benchmarks/RESULTS-export.md).
+        return None
     return multiprocessing.get_context("fork").Pool(min(cores, _FORMATTERS))
+
+
+def _free_cores(cores: int) -> float:
+    """Cores the one-minute load average leaves idle."""
+    try:
+        return cores - os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        return float(cores)
