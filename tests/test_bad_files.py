@@ -220,7 +220,7 @@ def test_untraversable_root_and_unreadable_training_state_as_nobody(nobody_tree)
 def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
     """A link to / or /proc walked the whole machine, listed runs outside the tree, and a malformed
     triage.toml in some process's working directory (/proc/<pid>/cwd) made `scan` exit 2."""
-    from triage_tui.core.runs import discover_runs
+    from triage_tui.core.runs.discover import discover_runs
 
     root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
     points(root / "run", range(10))

@@ -26,9 +26,9 @@ import pytest
 from builders.events import records
 from builders.tensorboard import open_writer, write_scalars
 from triage_tui.core import fileio
-from triage_tui.core import runs as runs_module
 from triage_tui.core.events import tuning
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.runs import listing as runs_listing
 from triage_tui.core.watch import Watcher
 
 TAG = "train/ploss_0"
@@ -249,7 +249,7 @@ def test_a_directory_losing_read_permission_mid_watch_keeps_the_runs_it_had(tmp_
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_scandir(path)
 
-    monkeypatch.setattr(runs_module.os, "scandir", scandir)
+    monkeypatch.setattr(runs_listing.os, "scandir", scandir)
     watcher = Watcher([tmp_path], poll_interval=0.05, rescan_interval=0.1, use_watchdog=False)
     with Running(watcher) as running:
         running.wait_for(lambda s: by_name(s) == {"a": 50, "b": 50}, what="both runs")

@@ -19,9 +19,10 @@ from a sibling room of its own layer (siblings are independent):
     sources | parallel_read   the readers of a run, one process or two
     wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
-    runs                      run discovery and triage.toml
+    runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
-    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers   small shared helpers
+    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers | natural_sort
+                              small shared helpers
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
@@ -72,6 +73,7 @@ CORE = [
         "core.device",
         "core.fileio",
         "core.json_numbers",
+        "core.natural_sort",
     ),
     ("core.errors",),
 ]
@@ -88,6 +90,12 @@ EVENTS = [
     ("core.events.templates", "core.events.columns"),
     ("core.events.wire", "core.events.framing"),
     ("core.events.crc", "core.events.tuning"),
+]
+RUNS = [
+    ("core.runs.discover",),
+    ("core.runs.listing",),
+    ("core.runs.info", "core.runs.config"),
+    ("core.runs.manifest", "core.runs.names"),
 ]
 REMAP = [
     ("core.remap.execute", "core.remap.keep"),
@@ -201,6 +209,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.runs.") and _room(name, RUNS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
     unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
@@ -214,11 +223,12 @@ def test_every_module_has_a_room():
         (CORE, "core"),
         (FORMATS, "core.formats"),
         (EVENTS, "core.events"),
+        (RUNS, "core.runs"),
         (REMAP, "core.remap"),
         (SERVING, "core.serving"),
         (TUI, "tui"),
     ],
-    ids=["rooms", "core", "formats", "events", "remap", "serving", "tui"],
+    ids=["rooms", "core", "formats", "events", "runs", "remap", "serving", "tui"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

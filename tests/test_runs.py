@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from builders.tensorboard import age_tree, write_drafter_checkpoint, write_scalars, write_specforge_output
-from triage_tui.core import runs as runs_module
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import ListingCache, discover_runs, load_manifest
+from triage_tui.core.runs import listing as runs_listing
+from triage_tui.core.runs.discover import discover_runs
+from triage_tui.core.runs.listing import ListingCache
+from triage_tui.core.runs.manifest import load_manifest
 
 # ----------------------------------------------------------------- layouts
 
@@ -137,7 +139,7 @@ def test_unreadable_directory_is_skipped(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", path)
         return real_scandir(path)
 
-    monkeypatch.setattr(runs_module.os, "scandir", scandir)
+    monkeypatch.setattr(runs_listing.os, "scandir", scandir)
     found = discover_runs([tmp_path])
     assert [r.event_files for r in found] == [(readable,)]
 

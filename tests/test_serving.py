@@ -398,7 +398,7 @@ def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_p
 
 
 def test_manifest_serving_table(tmp_path):
-    from triage_tui.core.runs import load_manifest
+    from triage_tui.core.runs.manifest import load_manifest
 
     path = tmp_path / "triage.toml"
     path.write_text(

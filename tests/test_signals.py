@@ -14,7 +14,7 @@ import pytest
 from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import read_event_file
-from triage_tui.core.runs import Manifest
+from triage_tui.core.runs.manifest import Manifest
 from triage_tui.core.signals import (
     is_summed_loss,
     pick_metric_tags,

@@ -21,7 +21,7 @@ from builders.trainers import (
     specforge_run,
     vocab_numbers,
 )
-from triage_tui.core.runs import discover_runs
+from triage_tui.core.runs.discover import discover_runs
 
 
 def triage(*args, cwd=None):

@@ -24,7 +24,7 @@ from builders.wandb_runs import (
     start_script,
     write_run,
 )
-from triage_tui.core.runs import discover_runs
+from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.sources import RunSources
 from triage_tui.core.wandb_history import WandbHistory
 from triage_tui.core.watch import Watcher

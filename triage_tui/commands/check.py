@@ -109,7 +109,8 @@ def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any]:
 
 def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
     """--serving sources, else triage.toml's [serving], read and set beside the training estimate."""
-    from triage_tui.core.runs import MANIFEST_NAME, load_manifest
+    from triage_tui.core.runs.manifest import load_manifest
+    from triage_tui.core.runs.names import MANIFEST_NAME
     from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
     from triage_tui.core.serving.read import read_serving_sources
 

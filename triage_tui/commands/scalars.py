@@ -29,7 +29,7 @@ from pathlib import Path
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import find_event_files
-from triage_tui.core.runs import is_wandb_file_name
+from triage_tui.core.runs.names import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import check_watch_path
+from triage_tui.core.runs.discover import check_watch_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """A run's inputs for the checks, and where each one came from.
 
 Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
-> SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs.py``
+> SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs/``
 artifacts); every choice a lower source made, or why it was passed over, is kept as a note the
 user sees.
 """
@@ -74,7 +74,9 @@ def resolve_inputs(
     target: str | Path | None = None,
 ) -> CheckInputs:
     """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
-    from triage_tui.core.runs import MANIFEST_NAME, discover_runs, expand_user, load_manifest, stat_or_bad_input
+    from triage_tui.core.runs.discover import discover_runs
+    from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
+    from triage_tui.core.runs.names import MANIFEST_NAME
 
     run_path = Path(os.path.abspath(expand_user(run)))
     if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
@@ -231,7 +233,7 @@ def _holds_weights(path: Path) -> bool:
 def _arg_path(
     args: dict[str, Any], keys: Sequence[str], run_path: Path, origin: str = "training_state.pt args"
 ) -> Found:
-    from triage_tui.core import runs
+    from triage_tui.core.runs.manifest import expand_user
 
     notes = []
     for key in keys:
@@ -239,7 +241,7 @@ def _arg_path(
         if not isinstance(value, (str, os.PathLike)) or not str(value):
             continue
         try:
-            path = runs.expand_user(str(value))
+            path = expand_user(str(value))
         except BadInput:
             notes.append(f"{origin}.{key} = {value!r}: no such user's home directory; ignored")
             continue
@@ -290,7 +292,7 @@ def _discovered(artifacts) -> dict[str, Found]:
 def _verifier_path(config_json: Path | None) -> Found:
     """speculators' config.json names its target: ``speculators_config.verifier.name_or_path``
     (speculators 0.9.0 ``Eagle3SpeculatorConfig``); used when that path exists on this machine."""
-    from triage_tui.core.runs import read_config
+    from triage_tui.core.runs.config import read_config
 
     config = read_config(config_json) or {}
     speculators = config.get("speculators_config")

@@ -13,7 +13,7 @@ from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import ordered, per_position
-from triage_tui.core.runs import RunInfo
+from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals import ChanceLine, Flag

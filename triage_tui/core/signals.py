@@ -37,11 +37,11 @@ import numpy as np
 
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import match_trainer, ordered
-from triage_tui.core.runs import natural_key
+from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 
 if TYPE_CHECKING:
-    from triage_tui.core.runs import Manifest
+    from triage_tui.core.runs.manifest import Manifest
 
 DEFAULT_VOCAB_SIZE = 32_000  # EAGLE-3's usual draft vocab (SpecForge/speculators default)
 

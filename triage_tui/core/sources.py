@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.runs import WANDB_DIR_NAME, read_config
+from triage_tui.core.runs.config import read_config
+from triage_tui.core.runs.names import WANDB_DIR_NAME
 from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:

@@ -55,7 +55,8 @@ from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import any_file_replaced
-from triage_tui.core.runs import is_wandb_file_name, natural_key
+from triage_tui.core.natural_sort import natural_key
+from triage_tui.core.runs.names import is_wandb_file_name
 from triage_tui.core.series import RunScalars
 
 __all__ = ["WANDB_HEADER", "WandbHistory", "WandbUnavailable", "find_wandb_files", "wandb_protos"]

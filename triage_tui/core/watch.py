@@ -31,16 +31,11 @@ from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
 from triage_tui.core.run_status import RunStatus, damaged_records_flag, scan_metrics
-from triage_tui.core.runs import (
-    CONFIG_NAME,
-    MANIFEST_NAME,
-    ListingCache,
-    RunInfo,
-    discover_runs,
-    is_event_file_name,
-    is_wandb_file_name,
-    read_config,
-)
+from triage_tui.core.runs.config import read_config
+from triage_tui.core.runs.discover import discover_runs
+from triage_tui.core.runs.info import RunInfo
+from triage_tui.core.runs.listing import ListingCache
+from triage_tui.core.runs.names import CONFIG_NAME, MANIFEST_NAME, is_event_file_name, is_wandb_file_name
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence

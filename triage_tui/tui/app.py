@@ -148,7 +148,7 @@ class TriageApp(App[None]):
 
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
-        from triage_tui.core.runs import skipped_links_note
+        from triage_tui.core.runs.discover import skipped_links_note
         from triage_tui.core.watch import Watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.

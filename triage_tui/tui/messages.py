@@ -23,7 +23,7 @@ class RunsUpdated(Message):
     statuses: list[RunStatus]
     rows: list[RunRow]
     poll: int = 0  # the Watcher's poll count when it was sent (Watcher.updated): tests wait on it
-    skipped_links: str | None = None  # core/runs.py skipped_links_note: symlinks not followed
+    skipped_links: str | None = None  # core/runs/discover.py skipped_links_note: symlinks not followed
 
     def can_replace(self, message: Message) -> bool:
         # A newer poll supersedes an older one still queued: the UI never falls behind.

@@ -24,7 +24,9 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.events.decode import Chunk, Decoder
 from triage_tui.core.events.event_file import FileState, ReadStats, read_appended
 from triage_tui.core.events.framing import Frames
-from triage_tui.core.runs import RACY_MTIME_SECS, is_event_file_name, natural_key
+from triage_tui.core.natural_sort import natural_key
+from triage_tui.core.runs.listing import RACY_MTIME_SECS
+from triage_tui.core.runs.names import is_event_file_name
 from triage_tui.core.series import RunScalars
 
 

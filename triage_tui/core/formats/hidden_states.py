@@ -13,7 +13,6 @@ Every form becomes ``HiddenStateSample`` with aux states as float32 ``[T, k*Ht]`
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import load_safetensors_tensor, read_safetensors_header, safe_torch_load
+from triage_tui.core.natural_sort import natural_key
 
 _SPECFORGE_PATTERNS = ("data_*.ckpt", "data_*.ckpt.gz", "rows_*/data_*.ckpt", "rows_*/data_*.ckpt.gz")
 _SPECULATORS_PATTERNS = ("hs_*.safetensors", "*/hs_*.safetensors")
@@ -53,17 +53,14 @@ class HiddenStateDumps:
     target_hidden_is_post_norm: bool | None
 
 
-def _natural_key(path: Path) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
-
-
 def _list_files(root: Path) -> tuple[str, list[Path]]:
     for kind, patterns in (
         ("specforge", _SPECFORGE_PATTERNS),
         ("speculators", _SPECULATORS_PATTERNS),
         ("modelopt", _MODELOPT_PATTERNS),
     ):
-        files = sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()}, key=_natural_key)
+        found = {p for pattern in patterns for p in root.glob(pattern) if p.is_file()}
+        files = sorted(found, key=lambda p: natural_key(str(p)))
         if files:
             return kind, files
     raise BadInput(root, "no hidden-state dumps here (looked for rows_*/data_*.ckpt[.gz], hs_*.safetensors, *.pt)")

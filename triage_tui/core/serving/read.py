@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import is_url
+from triage_tui.core.runs.manifest import is_url
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.logs import ServingLog, samples_from_lines

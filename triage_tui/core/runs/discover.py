@@ -1,0 +1,415 @@
+"""What a run is: discovery of run directories and their artifacts (the manifest: ``core/runs/manifest.py``).
+
+docs/contracts.md "What a run is": a directory holding ``triage.toml``, or else a directory holding
+event files; event files in its subdirectories belong to it unless a subdirectory is a run of
+its own (has ``triage.toml``).
+
+The one rule for trainers' output directories (no manifest): a log directory named ``runs``,
+``logs`` or ``tensorboard`` whose event files sit in it or one level below it, beside
+checkpoints, belongs to the directory that holds both, and that directory is the run.
+"Beside checkpoints" means the directory holds a ``config.json``, or a child holding weights
+or a ``training_state.pt``, or a child holding numbered epoch directories with weights. These
+are the depths the trainers write at:
+
+- SpecForge classic (``scripts/train_eagle3.py``, 2025): ``<output_dir>/runs/`` beside
+  ``epoch_{e}_step_{s}/`` (config.json, model.safetensors, training_state.pt);
+- SpecForge 0.2.0 (``specforge/tracker.py`` TensorboardTracker, ``specforge/training/checkpoint.py``
+  CheckpointManager): ``<output_dir>/runs/`` beside ``<run_id>-step<N>/training_state.pt``;
+- speculators 0.9.0 (``speculators/train/logger.py`` TensorBoardHandler,
+  ``speculators/train/checkpointer.py``): ``<log_dir>/<run_name>/`` beside
+  ``<save_path>/<epoch>/`` (config.json, model.safetensors) under one parent;
+- HF Trainer (transformers ``TensorBoardCallback``; ModelOpt trains with it):
+  ``<output_dir>/runs/<date_host>/`` beside ``<output_dir>/checkpoint-N/``.
+
+Discovery runs every few seconds while the TUI watches, so it reads no file but
+``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
+``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
+Artifacts are recognised by name only (``core/runs/names.py``); no pickle is ever opened here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.natural_sort import natural_key
+from triage_tui.core.runs.info import RunArtifacts, RunInfo
+from triage_tui.core.runs.listing import Listing, ListingCache
+from triage_tui.core.runs.manifest import Manifest, expand_user, stat_or_bad_input
+from triage_tui.core.runs.names import (
+    CONFIG_NAME,
+    HIDDEN_DIR,
+    LOG_DIR_NAMES,
+    MANIFEST_NAME,
+    RUN_YAML_NAME,
+    TARGET_DIR_NAMES,
+    TRAINING_STATE_NAME,
+    WANDB_DIR_NAME,
+    is_event_file_name,
+    is_wandb_file_name,
+)
+
+# How far up from a given path to look for the triage.toml of the run it lies in
+# (`triage out/runs` when out/triage.toml exists): manifests sit at the output dir,
+# event files one or two levels below it.
+MANIFEST_SEARCH_LEVELS = 3
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False where the path cannot even be looked at (pathlib raises PermissionError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+@dataclass
+class _Node:
+    path: str  # plain strings in the walk: pathlib costs more than the stat calls here
+    listing: Listing
+    children: list[_Node]
+    event_files: tuple[str, ...]  # non-empty event files
+    wandb_files: tuple[str, ...] = ()  # W&B run files (even empty: wandb.init creates it at once)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def skipped_links_note(links: dict[str, str]) -> str | None:
+    """The one line that says which symlinks discovery did not follow (``scan`` on stderr, the TUI
+    as a notice), or None; names shown as ``cat -v`` would."""
+    if not links:
+        return None
+    from triage_tui.core.text import printable
+
+    items = sorted(links.items())
+    shown = ", ".join(f"{printable(link)} -> {printable(target)}" for link, target in items[:3])
+    more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+    return f"not following {len(items)} symlink(s) to directories outside the given paths: {shown}{more}"
+
+
+def _walk(
+    path: str,
+    cache: ListingCache,
+    visited: set[tuple[int, int]],
+    depth: int | None = None,
+    within: tuple[str, ...] = (),
+) -> _Node | None:
+    """The tree below `path`; `depth` levels of children at most (None: all).
+
+    A symlink to a directory is followed only when its target lies within one of the real paths
+    `within` (the watched paths): a link to / or /proc must not walk the machine, nor a
+    triage.toml in some process's working directory decide a scan. Those not followed are
+    recorded in ``cache.skipped_links``.
+    """
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    inode = (stat.st_dev, stat.st_ino)
+    if inode in visited:  # a symlink loop, or a second link to a directory already walked
+        return None
+    visited.add(inode)
+    listing = cache.listing(path, stat)
+    if listing is None:
+        return None
+    event_files = []
+    for name in listing.event_names:
+        file_path = os.path.join(path, name)
+        try:
+            # Sizes change without the directory's mtime changing, so these few are stat'ed
+            # on every walk: a zero-size file joins once its first record lands.
+            if os.stat(file_path).st_size > 0:
+                event_files.append(file_path)
+        except OSError:
+            continue
+    children = []
+    if depth is None or depth > 0:
+        for name in listing.dirs:
+            child_path = os.path.join(path, name)
+            if name in listing.links:
+                target = os.path.realpath(child_path)
+                if not any(_is_under(target, root) for root in within):
+                    cache.skipped_links[child_path] = target
+                    continue
+            child = _walk(child_path, cache, visited, None if depth is None else depth - 1, within)
+            if child is not None:
+                children.append(child)
+    wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
+    return _Node(path, listing, children, tuple(event_files), wandb_files)
+
+
+def _holds_checkpoint(node: _Node) -> bool:
+    return node.listing.has_weights or node.listing.has_training_state
+
+
+def _holds_output(node: _Node) -> bool:
+    """A trainer's output dir (module doc): a config.json, a checkpoint child, or a
+    save-path child of numbered epoch checkpoints (speculators ``<save_path>/<epoch>/``)."""
+    return node.listing.has_config or any(
+        _holds_checkpoint(child)
+        or any(grandchild.name.isdigit() and _holds_checkpoint(grandchild) for grandchild in child.children)
+        for child in node.children
+    )
+
+
+def _is_log_dir(node: _Node) -> bool:
+    """runs/, logs/ or tensorboard/ with event files in it or one level below (HF's
+    ``runs/<date_host>/``, speculators' ``logs/<run_name>/``), and no manifest of its own."""
+    if node.name.lower() not in LOG_DIR_NAMES or node.listing.has_manifest:
+        return False
+    return bool(node.event_files) or any(
+        child.event_files and not child.listing.has_manifest for child in node.children
+    )
+
+
+def _promotes_parent(node: _Node) -> bool:
+    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run."""
+    return _holds_output(node) and any(
+        _is_log_dir(child) or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
+        for child in node.children
+    )
+
+
+@dataclass
+class _RunBuilder:
+    node: _Node
+    nodes: list[_Node] = field(default_factory=list)
+    event_files: list[str] = field(default_factory=list)
+    wandb_files: list[str] = field(default_factory=list)
+
+
+def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
+    has_logs = node.event_files or node.wandb_files
+    if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
+        run = _RunBuilder(node)
+        runs.append(run)
+    if run is not None:
+        run.nodes.append(node)
+        run.event_files.extend(node.event_files)
+        run.wandb_files.extend(node.wandb_files)
+    for child in node.children:
+        _assign(child, run, runs)
+
+
+def _start_dir(root: Path, cache: ListingCache) -> Path:
+    """The directory to walk so that `root`'s events land in the run they belong to.
+
+    `triage out/runs` should show the run `out` when out/ has a triage.toml, or when runs/
+    is a log dir beside out/'s checkpoints: look a few levels up before walking down.
+    """
+    if _is_file(root / MANIFEST_NAME):
+        return root
+    for ancestor in list(root.parents)[:MANIFEST_SEARCH_LEVELS]:
+        if _is_file(ancestor / MANIFEST_NAME):
+            return ancestor
+    # `triage out/runs` or `triage out/runs/<date_host>` (`out/wandb/run-<id>`): the log dir or one below it.
+    for log_dir in (root, root.parent):
+        if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
+            # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
+            probe = _walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
+            if probe is not None and _promotes_parent(probe):
+                return log_dir.parent
+    return root
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# --------------------------------------------------------------------------- artifacts
+
+
+def _artifacts(run: _RunBuilder, cache: ListingCache) -> RunArtifacts:
+    """The run's artifacts, recomputed only when one of its directories was re-listed."""
+    key = tuple(id(node.listing) for node in run.nodes)
+    cached = cache.artifacts.get(run.node.path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    artifacts = _collect_artifacts(run)
+    cache.artifacts[run.node.path] = (key, artifacts)
+    return artifacts
+
+
+def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
+    run_dir = run.node.path
+    checkpoints: list[_Node] = []
+    mappings: list[str] = []
+    training_states: list[str] = []
+    run_yamls: list[str] = []
+    dumps: str | None = None
+    targets = [
+        node.path
+        for node in run.nodes
+        if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config
+    ]
+    for node in run.nodes:
+        if any(_is_under(node.path, t) for t in targets):
+            continue  # the target model's weights are not the run's checkpoints
+        listing = node.listing
+        if _holds_checkpoint(node):  # SpecForge 0.2.0 keeps the drafter inside training_state.pt
+            checkpoints.append(node)
+        mappings.extend(os.path.join(node.path, name) for name in listing.mapping_names)
+        if listing.has_training_state:
+            training_states.append(os.path.join(node.path, TRAINING_STATE_NAME))
+        if RUN_YAML_NAME in listing.files:
+            run_yamls.append(os.path.join(node.path, RUN_YAML_NAME))
+        if dumps is None and listing.dump_kind is not None:
+            dumps = _dump_root(node, run_dir)
+    checkpoints.sort(key=lambda n: natural_key(n.path))
+    mappings.sort(key=natural_key)
+    training_states.sort(key=natural_key)
+    config_json = None
+    if run.node.listing.has_config:
+        config_json = os.path.join(run_dir, CONFIG_NAME)
+    else:
+        # The newest checkpoint's config tells the draft vocab size of what is being trained.
+        newest = next((n for n in reversed(checkpoints) if n.listing.has_config), None)
+        if newest is not None:
+            config_json = os.path.join(newest.path, CONFIG_NAME)
+    return RunArtifacts(
+        config_json=Path(config_json) if config_json else None,
+        checkpoints=tuple(Path(n.path) for n in checkpoints),
+        mappings=tuple(map(Path, mappings)),
+        dumps=Path(dumps) if dumps else None,
+        training_state=Path(training_states[-1]) if training_states else None,
+        target=Path(targets[0]) if targets else None,
+        # The shallowest: the run's own --save-path, not a copy inside one of its checkpoints.
+        run_yaml=Path(min(run_yamls, key=lambda p: (p.count(os.sep), natural_key(p)))) if run_yamls else None,
+    )
+
+
+def _dump_root(node: _Node, run_dir: str) -> str | None:
+    """The root of a hidden-state dump this directory is part of, if it is one."""
+    kind = node.listing.dump_kind
+    if kind == "specforge":
+        # SpecForge groups files as <out>/rows_{g}-{g+n}/data_{i}.ckpt: the root is <out>.
+        if node.name.startswith("rows_") and node.path != run_dir:
+            return os.path.dirname(node.path)
+        return node.path
+    if kind == "speculators":
+        return node.path
+    # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
+    directory = node.path
+    while directory != run_dir and _is_under(directory, run_dir):
+        if HIDDEN_DIR.search(os.path.basename(directory)):
+            return directory
+        directory = os.path.dirname(directory)
+    return None
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def discover_runs(
+    paths: Sequence[str | Path],
+    *,
+    cache: ListingCache | None = None,
+    strict: bool = True,
+    watched: Sequence[str | Path] = (),
+) -> list[RunInfo]:
+    """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
+
+    Symlinks to directories are followed only into `paths` and `watched` (see _walk).
+
+    With ``strict`` a malformed triage.toml raises BadInput; without it the run is kept with
+    ``manifest_error`` set, so one bad file cannot stop a watcher of many runs.
+    """
+    cache = cache if cache is not None else ListingCache()
+    cache.skipped_links = {}
+    found: dict[str, RunInfo] = {}
+    roots = [Path(os.path.abspath(expand_user(raw))) for raw in (*paths, *watched)]
+    within = tuple(os.path.realpath(root) for root in roots)
+    for raw in paths:
+        root = Path(os.path.abspath(expand_user(raw)))
+        if S_ISREG(stat_or_bad_input(root).st_mode):
+            for info in _file_run(root, cache, strict):
+                found.setdefault(str(info.path), info)
+            continue
+        start = str(_start_dir(root, cache))
+        tree = _walk(start, cache, set(), within=(*within, os.path.realpath(start)))
+        if tree is None:
+            if strict:
+                _raise_unlistable(Path(start))
+            continue  # unreadable directory: nothing to show, nothing to crash on
+        builders: list[_RunBuilder] = []
+        _assign(tree, None, builders)
+        for builder in sorted(builders, key=lambda b: natural_key(b.node.path)):
+            run_dir = builder.node.path
+            if not (_is_under(run_dir, str(root)) or run_dir == start):
+                continue  # a sibling of the given path, reached only because we walked from above
+            if run_dir not in found:
+                found[run_dir] = _run_info(builder, str(root), cache, strict)
+    return list(found.values())
+
+
+def _raise_unlistable(path: Path) -> None:
+    """BadInput saying why a directory given on the command line could not be walked."""
+    try:
+        with os.scandir(path):
+            pass
+    except OSError as err:
+        raise BadInput(path, f"cannot list it: {err.strerror or err}") from None
+    raise BadInput(path, "cannot list it")
+
+
+def _run_name(run_dir: str, root: str) -> str:
+    if run_dir != root and _is_under(run_dir, root):
+        return Path(os.path.relpath(run_dir, root)).as_posix()
+    return os.path.basename(run_dir) or run_dir
+
+
+def _load_run_manifest(path: Path, cache: ListingCache, strict: bool) -> tuple[Manifest | None, str | None]:
+    try:
+        return cache.manifest(path), None
+    except BadInput as err:
+        if strict:
+            raise
+        return None, err.line()
+
+
+def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool) -> RunInfo:
+    manifest, manifest_error = None, None
+    run_dir = Path(builder.node.path)
+    if builder.node.listing.has_manifest:
+        manifest, manifest_error = _load_run_manifest(run_dir / MANIFEST_NAME, cache, strict)
+    return RunInfo(
+        path=run_dir,
+        name=_run_name(builder.node.path, root),
+        event_files=tuple(Path(p) for p in sorted(builder.event_files, key=natural_key)),
+        manifest=manifest,
+        artifacts=_artifacts(builder, cache),
+        manifest_error=manifest_error,
+        wandb_files=tuple(Path(p) for p in builder.wandb_files),
+    )
+
+
+def check_watch_path(path: Path) -> None:
+    """BadInput unless ``path`` is something runs can be found in: a directory, an event file, a W&B
+    run file or a triage.toml. The TUI asks before it starts, so `triage README.md` says so instead
+    of watching nothing."""
+    if not path.exists():
+        raise BadInput(path, "no such file or directory")
+    name = path.name
+    if path.is_dir() or name == MANIFEST_NAME or is_event_file_name(name) or is_wandb_file_name(name):
+        return
+    raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
+
+
+def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
+    """A path that is a file: one event file is a run of its own; a triage.toml names its dir."""
+    check_watch_path(path)
+    if path.name == MANIFEST_NAME:
+        return discover_runs([path.parent], cache=cache, strict=strict)
+    wandb_file = is_wandb_file_name(path.name)
+    manifest, manifest_error = None, None
+    if _is_file(path.parent / MANIFEST_NAME):
+        manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)
+    if wandb_file:
+        return [RunInfo(path.parent, path.name, (), manifest, RunArtifacts(), manifest_error, (path,))]
+    return [RunInfo(path.parent, path.name, (path,), manifest, RunArtifacts(), manifest_error)]

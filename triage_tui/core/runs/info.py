@@ -1,0 +1,43 @@
+"""What discovery reports about one run: ``RunInfo`` and the ``RunArtifacts`` found beside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from triage_tui.core.runs.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class RunArtifacts:
+    """What discovery found on disk in a run directory (by name; nothing opened)."""
+
+    config_json: Path | None = None
+    checkpoints: tuple[Path, ...] = ()  # dirs holding weights or a training_state.pt, oldest first (natural order)
+    mappings: tuple[Path, ...] = ()
+    dumps: Path | None = None
+    training_state: Path | None = None
+    target: Path | None = None
+    run_yaml: Path | None = None  # speculators: the args it ran with, in --save-path (formats/run_yaml.py)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run: its directory, the event files that belong to it, its manifest and artifacts.
+
+    ``manifest_error`` is set, and ``manifest`` is None, when discovery ran with
+    ``strict=False`` and the run's triage.toml was malformed (the watcher keeps going).
+    """
+
+    path: Path
+    name: str
+    event_files: tuple[Path, ...]
+    manifest: Manifest | None
+    artifacts: RunArtifacts
+    manifest_error: str | None = None
+    wandb_files: tuple[Path, ...] = ()  # W&B run files (run-<id>.wandb), natural order
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Which writers' files the run has: "tensorboard", "wandb" (docs/contracts.md, scan --json)."""
+        return tuple(name for name, files in (("tensorboard", self.event_files), ("wandb", self.wandb_files)) if files)

@@ -1,0 +1,156 @@
+"""A run's ``triage.toml`` (docs/contracts.md "triage.toml"): the ``[run]`` and ``[serving]`` tables
+read into a typed ``Manifest``, paths made absolute against the run directory; and the path
+helpers its readers share (``~`` expanded, a stat that fails as one BadInput line).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - pyproject pulls tomli in for 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The ``[run]`` table of a triage.toml, paths made absolute against the run directory."""
+
+    path: Path
+    vocab_size: int | None = None
+    checkpoint: Path | None = None
+    mapping: Path | None = None
+    data: Path | None = None
+    target: Path | None = None
+    loss_tags: tuple[str, ...] = ()
+    accuracy_tags: tuple[str, ...] = ()
+    # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving/
+    serving_logs: tuple[Path, ...] = ()
+    serving_metrics: str | None = None
+
+    @property
+    def serving_sources(self) -> list[str]:
+        return [str(p) for p in self.serving_logs] + ([self.serving_metrics] if self.serving_metrics else [])
+
+
+_MANIFEST_PATH_KEYS = ("checkpoint", "mapping", "data", "target")
+_MANIFEST_TAG_KEYS = ("loss_tags", "accuracy_tags")
+_MANIFEST_KEYS = ("vocab_size", *_MANIFEST_PATH_KEYS, *_MANIFEST_TAG_KEYS)
+
+
+def expand_user(value: str | Path, named_in: str | Path | None = None) -> Path:
+    """``Path(value).expanduser()``; BadInput naming the file the path came from (or the path)
+    when ``~user`` names no user on this machine (pathlib raises RuntimeError)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        where = f"{value}: " if named_in is not None else ""
+        raise BadInput(
+            named_in if named_in is not None else value, f"{where}no such user's home directory (~user)"
+        ) from None
+
+
+def stat_or_bad_input(path: Path, missing: str = "no such file or directory") -> os.stat_result:
+    """os.stat(path), or BadInput saying why not: missing, a symlink loop, permission denied."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise BadInput(path, missing) from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise BadInput(path, "a symlink loop (too many levels of symbolic links)") from None
+        raise BadInput(path, f"cannot reach it: {err.strerror or err}") from None
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False where the path cannot even be looked at (pathlib raises PermissionError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read a triage.toml; BadInput naming the file on malformed TOML or a wrong type."""
+    path = Path(path).absolute()
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as err:
+        raise BadInput(path, f"not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise BadInput(path, f"not valid TOML: not UTF-8 text (byte {err.start})") from None
+    except RecursionError:
+        raise BadInput(path, "not valid TOML: nested too deeply") from None
+    except OSError as err:
+        raise BadInput(path, f"cannot read: {err.strerror or err}") from None
+    table = document.get("run", {})
+    if not isinstance(table, dict):
+        raise BadInput(path, "[run] must be a table")
+    unknown = sorted(set(table) - set(_MANIFEST_KEYS))
+    if unknown:
+        # A misspelt key would otherwise be ignored without a word.
+        raise BadInput(path, f"unknown key(s) in [run]: {', '.join(unknown)} (known: {', '.join(_MANIFEST_KEYS)})")
+    run_dir = path.parent
+    values: dict[str, Any] = {}
+    vocab_size = table.get("vocab_size")
+    if vocab_size is not None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise BadInput(path, f"[run] vocab_size must be an integer >= 2, got {vocab_size!r}")
+        values["vocab_size"] = vocab_size
+    for key in _MANIFEST_PATH_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise BadInput(path, f"[run] {key} must be a non-empty path string, got {value!r}")
+        values[key] = Path(os.path.normpath(run_dir / expand_user(value, path)))
+    for key in _MANIFEST_TAG_KEYS:
+        value = table.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(tag, str) and tag for tag in value):
+            raise BadInput(path, f"[run] {key} must be a list of tag strings, got {value!r}")
+        values[key] = tuple(value)
+    values.update(_serving_table(path, document.get("serving")))
+    return Manifest(path=path, **values)
+
+
+def _serving_table(path: Path, table: Any) -> dict[str, Any]:
+    """``[serving] logs = [...]`` (paths, relative to the run) and ``metrics = "URL or path"``."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BadInput(path, "[serving] must be a table")
+    unknown = sorted(set(table) - {"logs", "metrics"})
+    if unknown:
+        raise BadInput(path, f"unknown key(s) in [serving]: {', '.join(unknown)} (known: logs, metrics)")
+    values: dict[str, Any] = {}
+    logs = table.get("logs")
+    if isinstance(logs, str):
+        logs = [logs]
+    if logs is not None:
+        if not isinstance(logs, list) or not all(isinstance(p, str) and p for p in logs):
+            raise BadInput(path, f"[serving] logs must be a list of path strings, got {logs!r}")
+        values["serving_logs"] = tuple(Path(os.path.normpath(path.parent / expand_user(p, path))) for p in logs)
+    metrics = table.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, str) or not metrics:
+            raise BadInput(path, f"[serving] metrics must be a URL or path string, got {metrics!r}")
+        if not is_url(metrics):
+            metrics = os.path.normpath(path.parent / expand_user(metrics, path))
+        values["serving_metrics"] = metrics
+    return values
+
+
+def is_url(source: str) -> bool:
+    """A [serving] metrics source that is scraped over HTTP, not read from a file."""
+    return source.startswith(("http://", "https://"))
