@@ -249,6 +249,26 @@ def test_the_single_pass_and_the_torch_paths_write_the_same_bytes(world, monkeyp
     assert streamed.source_blake3 == direct.source_blake3 == staged.source_blake3
 
 
+@pytest.mark.parametrize("init", ["mean", "zeros"])
+def test_the_single_pass_writes_the_same_bytes_where_the_kernel_cannot_copy(world, monkeypatch, init):
+    """Where copy_file_range is refused (another filesystem pair, an old kernel), every tensor and the
+    lm_head's rows go through this process's buffer instead: the same bytes, the same digest."""
+    in_kernel = remap_checkpoint(
+        world["source"], world["mapping"], out=world["root"] / "kernel", init=init, device="cpu"
+    )
+
+    def refused(*args) -> None:
+        raise fileio.NoInKernelCopy
+
+    monkeypatch.setattr(fileio, "copy_range", refused)
+    buffered = remap_checkpoint(
+        world["source"], world["mapping"], out=world["root"] / "buffer", init=init, device="cpu"
+    )
+    a, b = (r.output / "model.safetensors" for r in (in_kernel, buffered))
+    assert a.read_bytes() == b.read_bytes()
+    assert in_kernel.source_blake3 == buffered.source_blake3 and buffered.verified
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_cuda_gather_writes_the_same_bytes(world, monkeypatch):
     cpu = remap_checkpoint(world["source"], world["mapping"], out=world["root"] / "cpu", device="cpu")

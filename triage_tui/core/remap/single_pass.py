@@ -111,17 +111,35 @@ def stream_source(
                                 continue
                             except fileio.NoInKernelCopy:
                                 in_kernel = False  # this window and the rest through memory
-                        view = fileio.pread_into(fd, buffer, length, offset)
                         if name == lm_head_name:
                             first_row = (offset - begin) // row_bytes
+                            positions = new_position[first_row : first_row + length // row_bytes]
+                            moved = False
+                            if in_kernel:
+                                # kept rows copied inside the kernel too: under strace on this project's
+                                # machine each 32 MiB pwrite() of rows took ~200 ms (dirty-page
+                                # throttling) where copy_file_range of the same size took ~30 ms
+                                try:
+                                    _copy_rows(head_writer, lm_head_name, fd, begin, first_row, positions, row_bytes)
+                                    moved = True
+                                except fileio.NoInKernelCopy:
+                                    in_kernel = False
+                            if moved and not init_rows.needs_sum:
+                                progress.advance(length, f"copying {name}", WRITE_SPAN)
+                                continue
+                            view = fileio.pread_into(fd, buffer, length, offset)
                             rows = np.frombuffer(view, dtype=np.uint8).reshape(-1, row_bytes)
-                            positions = new_position[first_row : first_row + rows.shape[0]]
-                            _scatter_rows(head_writer, lm_head_name, rows, positions, row_bytes)
+                            if not moved:
+                                _scatter_rows(head_writer, lm_head_name, rows, positions, row_bytes)
                             init_rows.add(rows)
                             if dropped is not None:
                                 hash_dropped_rows(dropped, rows, positions)
                             del rows
-                        elif name not in ("d2t", "t2d"):  # those two are replaced by the run's
+                            progress.advance(length, f"copying {name}", WRITE_SPAN)
+                            del view
+                            continue
+                        view = fileio.pread_into(fd, buffer, length, offset)
+                        if name not in ("d2t", "t2d"):  # those two are replaced by the run's
                             writer_of[name].write(name, offset - begin, np.frombuffer(view, dtype=np.uint8))
                         progress.advance(length, f"copying {name}", WRITE_SPAN)
                         del view
@@ -134,6 +152,27 @@ def stream_source(
         positions = initialised[start : start + window_rows]
         write_runs(head_writer, lm_head_name, positions, init_rows.rows_bytes(positions), row_bytes)
     return read
+
+
+def _copy_rows(
+    writer: SafetensorsWriter,
+    name: str,
+    fd: int,
+    head_begin: int,
+    first_row: int,
+    positions: np.ndarray,
+    row_bytes: int,
+) -> None:
+    """Old rows ``first_row + i`` to new rows ``positions[i]`` (-1: not kept), file to file inside the
+    kernel, one copy per run of rows consecutive in both; NoInKernelCopy where that cannot be done."""
+    kept = np.flatnonzero(positions >= 0)
+    if not kept.size:
+        return
+    order = np.argsort(positions[kept], kind="stable")
+    source, target = kept[order] + first_row, positions[kept][order]
+    breaks = (np.flatnonzero((np.diff(source) != 1) | (np.diff(target) != 1)) + 1).tolist()
+    for a, b in zip([0, *breaks], [*breaks, source.size], strict=True):
+        writer.copy(name, int(target[a]) * row_bytes, fd, head_begin + int(source[a]) * row_bytes, (b - a) * row_bytes)
 
 
 def _scatter_rows(
