@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult, CheckStatus, key_value_lines, show, table_lines
-from triage_tui.core.checks.target_head import HeadScan, scan_head
+from triage_tui.core.checks.target_head import HeadScan, rms_norm, scan_head
 from triage_tui.core.device import resolve_device
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
 from triage_tui.core.errors import BadInput
@@ -183,7 +183,7 @@ class _Labels:
     ) -> HeadScan | None:
         """The target's argmax and its logits at `columns`' ids for every row of `hidden` (one pass over the head)."""
         if self.final_norm is not None:
-            hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.final_norm
+            hidden = rms_norm(hidden, self.final_norm, self.norm_eps)
         return scan_head(self.target, hidden, columns=columns, device=self.device, progress=progress, cancel=cancel)
 
 

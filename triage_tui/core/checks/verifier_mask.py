@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult, key_value_lines, table_lines
-from triage_tui.core.checks.target_head import scan_head
+from triage_tui.core.checks.target_head import rms_norm, scan_head
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "verifier_mask"
@@ -314,9 +314,7 @@ def _argmax_outside_draft_vocab(
         # `src/speculators/models/eagle3/core.py`): apply the final norm.
         norm = target.final_norm()
         if norm is not None:
-            eps = float(target.config.get("rms_norm_eps", 1e-6))
-            variance = states.pow(2).mean(-1, keepdim=True)
-            states = states * torch.rsqrt(variance + eps) * norm.to(device=device, dtype=torch.float32)
+            states = rms_norm(states, norm, float(target.config.get("rms_norm_eps", 1e-6)))
     scan = scan_head(
         target,
         states,
