@@ -20,7 +20,7 @@ from triage_tui.core.hypotheses import (
     Hypothesis,
     rank_hypotheses,
 )
-from triage_tui.core.signals import Flag
+from triage_tui.core.signals.flags import Flag
 from triage_tui.core.vocab import VocabMapping
 
 ALWAYS = {

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from triage_tui.core.metric_names import TRAINERS, match_trainer, ordered, per_position
-from triage_tui.core.signals import pick_metric_tags
+from triage_tui.core.signals.tags import pick_metric_tags
 
 
 def instances(name: str, count: int = 3) -> list[str]:

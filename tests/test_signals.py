@@ -15,12 +15,9 @@ from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs.manifest import Manifest
-from triage_tui.core.signals import (
-    is_summed_loss,
-    pick_metric_tags,
-    raise_flags,
-    resolve_vocab_size,
-)
+from triage_tui.core.signals.chance import resolve_vocab_size
+from triage_tui.core.signals.run_flags import raise_flags
+from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags
 
 V = 32_000
 LN_V = math.log(V)  # 10.37

@@ -11,7 +11,7 @@ import sys
 
 from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs.discover import skipped_links_note
-from triage_tui.core.signals import fmt
+from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
 

@@ -30,7 +30,9 @@ import numpy as np
 
 from triage_tui.core.metric_names import TrainerNames, ordered, per_position
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
-from triage_tui.core.signals import CHANCE_BAND_BELOW, SIGNAL_SMOOTHING, ChanceLine, Flag, fmt, streak_start
+from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.signals.flags import Flag, fmt
+from triage_tui.core.signals.values import CHANCE_BAND_BELOW, SIGNAL_SMOOTHING, streak_start
 
 # -- how the run started -------------------------------------------------------------------------
 # The start is the median of the first 5 logged points (SpecForge logs every 50 steps: the first

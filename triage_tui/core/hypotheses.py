@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from triage_tui.core.checks.vocab import VocabDetails
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
     from triage_tui.core.serving.compare import ServingComparison
-    from triage_tui.core.signals import Flag
+    from triage_tui.core.signals.flags import Flag
 
 # A hypothesis scoring at least this is "likely": `triage check` exits 1 and marks it "!", the TUI
 # shows it in red, and a healthy run scores nothing this high (docs/contracts.md). One half: the

@@ -16,7 +16,8 @@ from triage_tui.core.metric_names import ordered, per_position
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.signals import ChanceLine, Flag
+from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.signals.flags import Flag
 from triage_tui.core.sources import RunSources
 
 

@@ -40,21 +40,17 @@ from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.read import ServingWatch
-from triage_tui.core.signals import (
+from triage_tui.core.signals.chance import (
     MEAN_OVER_ALL_POSITIONS,
-    Activity,
-    Flag,
     chance_line,
-    comparable_to_chance,
     config_vocab_problems,
-    last_step_of,
-    pick_metric_tags,
     resolve_vocab_size,
-    sort_flags,
-    stall_flag,
-    value_flags,
-    worst_severity,
 )
+from triage_tui.core.signals.flags import Flag, sort_flags, worst_severity
+from triage_tui.core.signals.run_flags import last_step_of
+from triage_tui.core.signals.stall import Activity, stall_flag
+from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
+from triage_tui.core.signals.values import value_flags
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
 
 DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval

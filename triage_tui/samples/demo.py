@@ -312,7 +312,7 @@ def run_headless(
     from triage_tui.core.checks.replay import ReplayDetails
     from triage_tui.core.diagnose import diagnose
     from triage_tui.core.remap.execute import remap_checkpoint
-    from triage_tui.core.signals import chance_loss
+    from triage_tui.core.signals.chance import chance_loss
     from triage_tui.core.watch import Watcher
 
     started = time.monotonic()

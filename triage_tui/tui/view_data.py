@@ -17,13 +17,13 @@ import numpy as np
 from triage_tui.core.run_status import RunStatus
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
-from triage_tui.core.signals import RUN_STATUSES
+from triage_tui.core.signals.flags import RUN_STATUSES
 from triage_tui.core.text import format_accuracy
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
 SMOOTHING_WEIGHT = 0.6
 
-# The colour of each run status and flag severity (core/signals.py orders them, core/text.py
+# The colour of each run status and flag severity (core/signals/flags.py orders them, core/text.py
 # STATUS_GLYPHS draws them).
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green", "info": "dim"}
 

@@ -17,7 +17,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.signals import Flag
+    from triage_tui.core.signals.flags import Flag
     from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
 
 

@@ -15,7 +15,7 @@ from triage_tui.core.json_numbers import json_number
 from triage_tui.core.serving.evidence import ServingEvidence
 
 if TYPE_CHECKING:
-    from triage_tui.core.signals import Flag
+    from triage_tui.core.signals.flags import Flag
 
 # -- conclusions ----------------------------------------------------------------------------
 # "Collapsed": the drafter's tokens are essentially never accepted. vLLM #50170 and SGLang
@@ -233,7 +233,7 @@ FLAG_SEVERITY = {
 
 def serving_flags(comparison: ServingComparison) -> list[Flag]:
     """The findings as run flags: ``serving_acceptance_collapsed``, ``serving_below_training``, ..."""
-    from triage_tui.core.signals import Flag
+    from triage_tui.core.signals.flags import Flag
 
     flags = []
     for finding in comparison.findings:

@@ -1,0 +1,73 @@
+"""A run's flags: ``Flag`` (one thing wrong, or worth knowing, with the step and value behind it),
+the one table of severities, and how numbers read in a flag's message."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from triage_tui.core.json_numbers import json_number
+
+# The one table of severities. A flag's, least to most severe; a run's status is its worst
+# flag's, "ok" when it has none or only info flags (RUN_STATUSES[worst flag's order]).
+FlagSeverity = str  # "info" | "warning" | "critical"
+SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
+RUN_STATUSES = ("ok", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One thing wrong (or worth knowing) about a run, with the step and value behind it."""
+
+    kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
+    #           | damaged_records | unreadable_file (core.watch) | starts_at_chance | ttt_position_collapse
+    #           | resume_discontinuity | eval_peaked (core.curve_shapes)
+    severity: FlagSeverity
+    tag: str | None
+    step: int | None
+    value: float | None
+    message: str
+    # The condition holds from the series' first logged point (non_finite: no finite value was ever
+    # logged before it), which points at the setup rather than at training (core.hypotheses).
+    from_start: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "tag": self.tag,
+            "step": self.step,
+            "value": json_number(self.value),
+            "message": self.message,
+        }
+
+
+def sort_flags(flags: Iterable[Flag]) -> list[Flag]:
+    return sorted(flags, key=lambda f: -SEVERITY_ORDER[f.severity])
+
+
+def worst_severity(flags: Iterable[Flag]) -> str:
+    """ "ok" when no flag or only info flags, else the worst severity."""
+    return RUN_STATUSES[max((SEVERITY_ORDER[f.severity] for f in flags), default=0)]
+
+
+def fmt(value: float) -> str:
+    """Numbers in messages: 4 significant digits, words for NaN/inf."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.4g}"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
