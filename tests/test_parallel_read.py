@@ -76,6 +76,16 @@ def test_the_tuis_way_leaves_every_run_to_the_helpers(sweep, monkeypatch):
     assert [_points(done[i]) for i in range(6)] == _sequential(sweep)
 
 
+def test_many_cores_start_at_most_max_helpers(sweep, monkeypatch):
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 64)
+    started = []
+    real_start = parallel_read._Helper.start
+    monkeypatch.setattr(parallel_read._Helper, "start", lambda *a: started.append(1) or real_start(*a))
+    done: dict[int, RunEvents] = {}
+    parallel_read.read_runs(_runs(sweep), lambda i, events: done.setdefault(i, events), here=False)
+    assert len(started) == parallel_read._MAX_HELPERS and sorted(done) == list(range(6))
+
+
 @pytest.mark.parametrize("here", [True, False])
 @pytest.mark.parametrize(
     "command",

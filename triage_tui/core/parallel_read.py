@@ -10,7 +10,7 @@ the TUI polls from a worker thread, and forking a threaded process can deadlock 
 gets a run's ``RunEvents`` before anything is read (its file list), polls it, and sends it back
 whole (series, file offsets, learned templates), so the next poll in this process only reads what
 was appended since. ``scan`` reads runs from the front of the list while one helper takes them
-from the back. The TUI leaves every run to one helper per core: parsing in its own process would
+from the back. The TUI leaves every run to one helper per core (up to four): parsing in its own process would
 hold the GIL its UI thread needs, and its worker thread has each run's flags to compute as runs
 come back. If a helper cannot start or dies, this process reads whatever it had not returned, so
 the result is the same either way.
@@ -39,6 +39,10 @@ __all__ = ["read_runs", "worth_a_helper"]
 # more than the second core saves.
 MIN_PARALLEL_BYTES = 48 << 20
 _IN_FLIGHT = 2  # runs handed to each helper ahead, so it never waits for this process
+# here=False: at most this many helpers. This process still takes in every run and computes its
+# flags on one thread (~1.8 CPU-s for 100 runs x 100k points, against ~5.4 s of parsing in the
+# helpers): past ~3 helpers it is the slowest part, and each helper is an interpreter's memory.
+_MAX_HELPERS = 4
 
 
 def worth_a_helper(runs: Sequence[RunEvents], min_bytes: int = MIN_PARALLEL_BYTES) -> bool:
@@ -58,9 +62,9 @@ def read_runs(
     """Poll every run of `runs` once, on two cores; `on_read(i, events)` as each is done.
 
     ``here=True`` (``scan``: this process has nothing else to do): this process reads from the
-    front of the list, one helper from the back. ``here=False`` (the TUI): one helper per core reads
-    every run and this process only takes them in, so its other threads (the UI's) never share the
-    GIL with parsing; it reads a run itself only when every helper is gone.
+    front of the list, one helper from the back. ``here=False`` (the TUI): one helper per core (at
+    most _MAX_HELPERS) reads every run and this process only takes them in, so its other threads
+    (the UI's) never share the GIL with parsing; it reads a run itself only when every helper is gone.
 
     `events` is `runs[i]` itself, or a helper's copy of it after its poll: the caller keeps the
     object it is given. Called from one thread; `on_read` runs on it.
@@ -68,7 +72,9 @@ def read_runs(
     answers: queue.Queue = queue.Queue()
     helpers = [
         helper
-        for helper in (_Helper.start(answers, helper_command) for _ in range(1 if here else max(1, _cores())))
+        for helper in (
+            _Helper.start(answers, helper_command) for _ in range(1 if here else min(_cores(), _MAX_HELPERS))
+        )
         if helper is not None
     ]
     front, back = 0, len(runs)  # this process reads [front, ...), the helpers (..., back)
