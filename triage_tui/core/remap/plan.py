@@ -49,7 +49,7 @@ class RemapPlan:
     source_identities: tuple = field(default=(), repr=False)  # (dev, inode, size, mtime) of each weights file
 
     def describe(self) -> str:
-        """The exact text the TUI's confirm dialog shows."""
+        """The plan in one paragraph (the TUI's confirm dialog lays out the same fields a line each)."""
         text = (
             f"Write {self.output} from {self.source}: {count(self.rows_copied)} lm_head rows move to the "
             f"run's order, {count(self.rows_initialized)} rows initialised from {self.init_from}; "
