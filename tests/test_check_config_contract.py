@@ -1,0 +1,174 @@
+"""The config/weights contract on drafters written by SpecForge's and speculators' own save_pretrained
+and a target written by transformers (tests/contract_runs.py says which function made what)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from contract_runs import HIDDEN, TARGET_LAYERS, edit_config, llama_target, specforge_drafter, speculators_drafter
+from triage_tui.core.checks.config_contract import (
+    ConfigContractDetails,
+    check_config_contract,
+    engine_default_ids,
+    physical_layers,
+)
+from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.formats.target import read_target
+
+# An 8-layer target: both engines default to ids (2, 4, 5) capture-before = outputs of [1, 3, 4].
+DEFAULT_OUTPUTS = [1, 3, 4]
+SMALL_VOCAB, SMALL_DRAFT = 4096, 1024  # the contract does not depend on the vocab sizes
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    return read_target(llama_target(tmp_path_factory.mktemp("target") / "t", vocab=SMALL_VOCAB))
+
+
+def _drafter(root, **config):
+    return read_checkpoint(specforge_drafter(root, mapping=None, vocab=SMALL_VOCAB, draft=SMALL_DRAFT, **config))
+
+
+def _details(result) -> ConfigContractDetails:
+    assert isinstance(result.details, ConfigContractDetails)
+    return result.details
+
+
+def test_engine_defaults_name_the_trainers_default_layers():
+    assert engine_default_ids(TARGET_LAYERS) == (2, 4, 5)
+    assert list(physical_layers(engine_default_ids(TARGET_LAYERS), "capture_before")) == DEFAULT_OUTPUTS
+    assert physical_layers((1, 3, 4), "output_of") == (1, 3, 4)
+
+
+def test_a_specforge_drafter_with_its_ids_keeps_the_contract(tmp_path, target):
+    result = check_config_contract(
+        _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}), target
+    )
+    details = _details(result)
+    assert result.status == "pass", details.findings
+    assert details.findings == () and all(row.ok for row in details.rows)
+    assert details.fc_in_features == 3 * HIDDEN and details.trained_layers == (1, 3, 4)
+    # vLLM reads no eagle_config ids and falls back; its default is the same three layers here.
+    assert {r.engine: list(r.layers) for r in details.engines} == {"vllm": DEFAULT_OUTPUTS, "sglang": DEFAULT_OUTPUTS}
+    json.dumps(details.to_json())
+    assert any("fc.weight in-features" in line for line in details.drilldown())
+
+
+def test_four_aux_ids_for_a_three_layer_fc(tmp_path, target):
+    result = check_config_contract(
+        _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}), target
+    )
+    details = _details(result)
+    assert result.status == "fail" and "fc_width" in details.kinds()
+    fc = next(f for f in details.findings if f.kind == "fc_width")
+    assert f"reads {3 * HIDDEN} features, 4 aux layers" in fc.message and f"= {4 * HIDDEN}" in fc.message
+
+
+def test_missing_ids_are_a_warning_naming_the_engines_default(tmp_path, target):
+    result = check_config_contract(_drafter(tmp_path / "d"), target)
+    details = _details(result)
+    assert result.status == "pass" and details.kinds() == {"aux_layer_ids_missing"}
+    (finding,) = details.findings
+    assert finding.severity == "warning" and str(DEFAULT_OUTPUTS) in finding.message
+    assert finding.link == "https://github.com/vllm-project/vllm/pull/50170"
+
+
+def test_a_first_id_of_2_in_an_output_of_config_is_read_one_layer_off(tmp_path, target):
+    # SpecForge's hooks mean outputs of [2, 4, 5]; SGLang since PR #25454 reads ids not starting at 1
+    # as capture-before (outputs of [1, 3, 4]), and vLLM, finding no top-level ids, falls back to those.
+    result = check_config_contract(
+        _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}), target
+    )
+    details = _details(result)
+    mismatches = {f.engine: f for f in details.findings if f.kind == "aux_layers_engine_mismatch"}
+    assert set(mismatches) == {"vllm", "sglang"} and result.status == "fail"
+    assert "[1, 3, 4]" in mismatches["sglang"].message and "[2, 4, 5]" in mismatches["sglang"].message
+    assert mismatches["sglang"].link == "https://github.com/sgl-project/sglang/pull/25454"
+
+
+def test_ids_beyond_the_targets_depth(tmp_path, target):
+    result = check_config_contract(
+        _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}), target
+    )
+    finding = next(f for f in _details(result).findings if f.kind == "aux_layer_out_of_range")
+    assert "[29, 57]" in finding.message and f"{TARGET_LAYERS} layers" in finding.message
+
+
+def test_draft_hidden_differs_from_the_targets_without_target_hidden_size(tmp_path, target):
+    # An export that rewrote the config with another hidden size than the target's and no target_hidden_size.
+    wide = tmp_path / "wide"
+    specforge_drafter(wide, mapping=None, vocab=SMALL_VOCAB, draft=SMALL_DRAFT, hidden_size=2 * HIDDEN)
+    details = _details(check_config_contract(read_checkpoint(wide), target))
+    assert {"draft_hidden_mismatch", "fc_width"} <= details.kinds()
+    declared = tmp_path / "declared"
+    specforge_drafter(
+        declared, mapping=None, vocab=SMALL_VOCAB, draft=SMALL_DRAFT, hidden_size=2 * HIDDEN, target_hidden_size=HIDDEN
+    )
+    details = _details(check_config_contract(read_checkpoint(declared), target))
+    assert not {"draft_hidden_mismatch", "fc_width"} & details.kinds()
+
+
+def test_config_sizes_that_disagree_with_the_tensors(tmp_path, target):
+    root = specforge_drafter(tmp_path / "d", mapping=None, vocab=SMALL_VOCAB, draft=SMALL_DRAFT)
+    edit_config(root, draft_vocab_size=2 * SMALL_DRAFT, target_hidden_size=2 * HIDDEN)
+    details = _details(check_config_contract(read_checkpoint(root), target))
+    assert {"draft_vocab_size_mismatch", "target_hidden_size_mismatch"} <= details.kinds()
+    edit_config(root, draft_vocab_size=None, target_hidden_size=None)
+    details = _details(check_config_contract(read_checkpoint(root), target))
+    finding = next(f for f in details.findings if f.kind == "draft_vocab_size_missing")
+    assert f"{SMALL_DRAFT} rows of a {SMALL_VOCAB}-token" in finding.message
+
+
+def test_a_target_with_another_vocab_and_a_missing_lm_head(tmp_path):
+    other = read_target(llama_target(tmp_path / "other", vocab=2 * SMALL_VOCAB))
+    root = specforge_drafter(tmp_path / "d", mapping=None, vocab=SMALL_VOCAB, draft=SMALL_DRAFT)
+    assert "target_vocab" in _details(check_config_contract(read_checkpoint(root), other)).kinds()
+    state = load_file(str(root / "model.safetensors"))
+    del state["lm_head.weight"]
+    save_file(state, str(root / "model.safetensors"))
+    details = _details(check_config_contract(read_checkpoint(root), other))
+    assert "missing_lm_head" in details.kinds()
+
+
+@pytest.fixture(scope="module")
+def verifier(tmp_path_factory):
+    return llama_target(tmp_path_factory.mktemp("verifier") / "v", vocab=SMALL_VOCAB)
+
+
+def test_speculators_norm_before_fc_with_its_weights(tmp_path, verifier):
+    root = speculators_drafter(tmp_path / "d", verifier, norm_before_fc=True)
+    checkpoint = read_checkpoint(root)
+    assert checkpoint.layout == "speculators" and "input_norm.weight" in checkpoint.tensors
+    result = check_config_contract(checkpoint, read_target(verifier))
+    assert result.status == "pass", _details(result).findings
+    # speculators' top-level ids [2, 4, 5] are read as-is by vLLM: outputs of [1, 3, 4].
+    assert _details(result).trained_layers == tuple(DEFAULT_OUTPUTS)
+
+
+def test_a_config_that_lost_norm_before_fc(tmp_path, verifier):
+    root = speculators_drafter(tmp_path / "d", verifier, norm_before_fc=True)
+    edit_config(root, norm_before_fc=None)  # an export that kept the weights and dropped the flag
+    details = _details(check_config_contract(read_checkpoint(root), read_target(verifier)))
+    finding = next(f for f in details.findings if f.kind == "weights_without_flag")
+    assert "input_norm.weight [48]" in finding.message
+    assert finding.link == "https://github.com/vllm-project/vllm/pull/38111"
+
+
+def test_a_flag_whose_weights_were_not_saved(tmp_path, verifier):
+    root = speculators_drafter(tmp_path / "d", verifier, norm_before_fc=True)
+    state = load_file(str(root / "model.safetensors"))
+    del state["input_norm.weight"]
+    save_file(state, str(root / "model.safetensors"))
+    details = _details(check_config_contract(read_checkpoint(root), read_target(verifier)))
+    assert "flag_without_weights" in details.kinds()
+    fc_norm = speculators_drafter(tmp_path / "fc", verifier, fc_norm=True)
+    edit_config(fc_norm, norm_before_fc=True)
+    details = _details(check_config_contract(read_checkpoint(fc_norm), read_target(verifier)))
+    assert {"exclusive_flags", "flag_without_weights"} <= details.kinds()
+
+
+def test_no_checkpoint_is_skipped():
+    assert check_config_contract(None, None).status == "skipped"

@@ -1,0 +1,526 @@
+"""Config and weights contract: does the drafter's config.json ask for what its tensors hold, and
+will the serving engines read it the way the trainer meant?
+
+Nothing here needs the hidden-state dumps: the config, the tensor shapes (safetensors headers)
+and, when known, the target's config. What the dumps hold against the drafter is the
+hidden-state check's (core/checks/hidden_state.py).
+
+What is compared, and the public issue each rule comes from:
+- the aux layer ids: present, and where each engine reads them. vLLM reads only the top-level
+  ``eagle_aux_hidden_state_layer_ids`` and otherwise falls back to its own choice
+  (https://github.com/vllm-project/vllm/pull/50170: a head trained on other layers served at
+  accept length 1.036); SGLang reads ``eagle_config`` and, since
+  https://github.com/sgl-project/sglang/pull/25454, adds 1 only when the first id is 1
+  (https://github.com/sgl-project/sglang/issues/32226: ids shifted one layer);
+- ``fc``'s in-features = number of aux layers x target hidden size;
+- the flags against the weights they need: ``norm_before_fc`` -> ``input_norm.weight``,
+  ``fc_norm`` -> ``fc_norm.{i}.weight`` (https://github.com/vllm-project/vllm/pull/38111,
+  https://github.com/vllm-project/speculators/pull/610), ``use_aux_hidden_state`` -> ``fc``;
+- ``target_hidden_size``, ``draft_vocab_size`` and ``vocab_size`` against the tensors and the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from triage_tui.core.checks.result import CheckResult
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.checkpoint import DrafterCheckpoint
+    from triage_tui.core.formats.target import TargetModel
+
+NAME = "config_contract"
+
+Convention = Literal["output_of", "capture_before"]
+# Conventions for aux layer ids (vLLM `vllm/model_executor/models/llama.py`, sglang
+# `python/sglang/srt/models/llama.py`). "output_of": id i names the output of decoder layer i
+# (SpecForge's forward hooks, sglang config ids starting at 1, modelopt hooks). "capture_before":
+# id i names the input of layer i = HF ``hidden_states[i]`` = the output of layer i - 1 (EAGLE's
+# modeling_llama_kv.py, vLLM, speculators, modelopt's offline dumps).
+OUTPUT_OF: Convention = "output_of"
+CAPTURE_BEFORE: Convention = "capture_before"
+
+# Both engines and every trainer default to three aux layers (low, mid, high).
+DEFAULT_AUX_LAYERS = 3
+
+ENGINES = ("vllm", "sglang")
+
+# Public issues each finding is known from: shown in the drill-down and the hypothesis' links.
+LINK_VLLM_MISSING_IDS = "https://github.com/vllm-project/vllm/pull/50170"
+LINK_SGLANG_FIRST_ID = "https://github.com/sgl-project/sglang/pull/25454"
+LINK_VLLM_OFF_BY_ONE = "https://github.com/vllm-project/vllm/pull/43671"
+LINK_SGLANG_GPT_OSS = "https://github.com/sgl-project/sglang/issues/32226"
+LINK_VLLM_NORM_BEFORE_FC = "https://github.com/vllm-project/vllm/pull/38111"
+LINK_VLLM_NESTED_NORM_FLAG = "https://github.com/vllm-project/vllm/pull/42143"
+LINK_VLLM_FC_NORM = "https://github.com/vllm-project/vllm/pull/46488"
+LINK_SPECULATORS_EAGLE31 = "https://github.com/vllm-project/speculators/pull/610"
+LINK_SPECULATORS_EXCLUSIVE = "https://github.com/vllm-project/speculators/pull/670"
+LINK_SGLANG_NO_FC = "https://github.com/sgl-project/sglang/pull/21272"
+LINK_SGLANG_NO_HEAD = "https://github.com/sgl-project/sglang/pull/27908"
+LINK_VLLM_DRAFT_HIDDEN = "https://github.com/vllm-project/vllm/issues/18906"
+LINK_EAGLE_HEAD_SIZE = "https://github.com/SafeAILab/EAGLE/issues/249"
+LINK_EAGLE_ALL_LAYERS = "https://github.com/SafeAILab/EAGLE/issues/294"
+
+FC = "fc.weight"
+INPUT_NORM = "input_norm.weight"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken or risky clause of the contract, with the numbers in its message."""
+
+    kind: str
+    severity: Literal["error", "warning"]
+    message: str
+    link: str | None = None
+    engine: str | None = None  # set when only that engine reads the config this way
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "link": self.link,
+            "engine": self.engine,
+        }
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One clause checked: what the config (or target) implies against what the tensors hold."""
+
+    what: str
+    expected: Any
+    actual: Any
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "expected": self.expected, "actual": self.actual, "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class EngineReading:
+    """Which decoder layers' outputs an engine feeds the drafter, and why."""
+
+    engine: str
+    ids: tuple[int, ...] | None  # the ids the engine reads (None: it falls back to its default)
+    source: str  # where they come from, in words
+    layers: tuple[int, ...] | None  # outputs of these decoder layers; None when the target's depth is unknown
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "ids": list(self.ids) if self.ids is not None else None,
+            "source": self.source,
+            "layers": list(self.layers) if self.layers is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class ConfigContractDetails:
+    """What `config_contract` measured (docs/contracts.md, `check --json`)."""
+
+    layout: str
+    draft_hidden_size: int
+    target_hidden_size: int | None
+    target_hidden_size_source: str | None
+    fc_in_features: int | None
+    aux_layer_ids: tuple[int, ...] | None
+    aux_layer_ids_at: str | None  # "top level", "eagle_config", "top level and eagle_config"
+    trained_layers: tuple[int, ...] | None  # outputs of these layers, in the writer's convention
+    trained_convention: Convention | None
+    target_layers: int | None
+    engines: tuple[EngineReading, ...]
+    rows: tuple[ShapeRow, ...]
+    findings: tuple[Finding, ...]
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.findings}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layout": self.layout,
+            "draft_hidden_size": self.draft_hidden_size,
+            "target_hidden_size": self.target_hidden_size,
+            "target_hidden_size_source": self.target_hidden_size_source,
+            "fc_in_features": self.fc_in_features,
+            "aux_layer_ids": list(self.aux_layer_ids) if self.aux_layer_ids is not None else None,
+            "aux_layer_ids_at": self.aux_layer_ids_at,
+            "trained_layers": list(self.trained_layers) if self.trained_layers is not None else None,
+            "trained_convention": self.trained_convention,
+            "target_layers": self.target_layers,
+            "engines": [e.to_json() for e in self.engines],
+            "shapes": [r.to_json() for r in self.rows],
+            "issues": [f.to_json() for f in self.findings],
+        }
+
+    def drilldown(self) -> list[str]:
+        lines = [f"layout {self.layout}; fc reads {self.fc_in_features} features"]
+        if self.aux_layer_ids is None:
+            lines.append("aux layer ids: none in config.json")
+        else:
+            trained = f"outputs of layers {list(self.trained_layers)}" if self.trained_layers is not None else "?"
+            where = f"{self.aux_layer_ids_at}; {self.trained_convention}"
+            lines.append(f"aux layer ids {list(self.aux_layer_ids)} ({where}: {trained})")
+        for reading in self.engines:
+            layers = f"outputs of {list(reading.layers)}" if reading.layers is not None else "target depth unknown"
+            lines.append(f"{reading.engine}: {reading.source} -> {layers}")
+        for row in self.rows:
+            lines.append(f"{'ok ' if row.ok else 'BAD'} {row.what}: expected {row.expected}, found {row.actual}")
+        for finding in self.findings:
+            lines.append(f"{finding.severity}: {finding.message}" + (f" ({finding.link})" if finding.link else ""))
+        return lines
+
+
+def config_convention(layout: str) -> Convention:
+    """How the ids in a drafter's config.json are meant: speculators' configs are consumed by vLLM
+    as-is (capture-before); SpecForge/EAGLE/modelopt configs hold their hook ids (output-of)."""
+    return CAPTURE_BEFORE if layout == "speculators" else OUTPUT_OF
+
+
+def physical_layers(ids: Sequence[int], convention: Convention) -> tuple[int, ...]:
+    """Decoder layers whose *output* the ids name."""
+    shift = 0 if convention == OUTPUT_OF else -1
+    return tuple(int(i) + shift for i in ids)
+
+
+def engine_default_ids(num_layers: int) -> tuple[int, int, int]:
+    """The ids both engines fall back to, capture-before (vLLM `get_eagle3_aux_hidden_state_layers`,
+    sglang `python/sglang/srt/models/llama.py`): the outputs of layers 1, N//2 - 1 and N - 4."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def _id_list(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return tuple(value)
+    return None
+
+
+def _flag(config: Mapping[str, Any], eagle: Mapping[str, Any], name: str) -> tuple[bool, str | None]:
+    """(set, where): a flag is on when true at the top level or in eagle_config."""
+    top, nested = config.get(name) is True, eagle.get(name) is True
+    where = "top level" if top else "eagle_config" if nested else None
+    return top or nested, where
+
+
+def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetModel | None = None) -> CheckResult:
+    """Config against tensors, config against the target, and the aux layers each engine would feed.
+
+    Findings that hold for one engine only carry its name; the hypothesis weighs them against the
+    engine the run is served on, when serving evidence names it."""
+    if checkpoint is None:
+        return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
+    config = checkpoint.config
+    eagle = config.get("eagle_config")
+    eagle = eagle if isinstance(eagle, Mapping) else {}
+    tensors = checkpoint.tensors
+    rows: list[ShapeRow] = []
+    findings: list[Finding] = []
+
+    def row(what: str, expected: Any, actual: Any) -> bool:
+        rows.append(ShapeRow(what, expected, actual))
+        return bool(expected == actual)
+
+    def find(kind: str, message: str, link: str | None = None, *, severity="error", engine=None) -> None:
+        findings.append(Finding(kind, severity, message, link, engine))
+
+    top_ids = _id_list(config.get("eagle_aux_hidden_state_layer_ids"))
+    nested_ids = _id_list(eagle.get("eagle_aux_hidden_state_layer_ids"))
+    at = (
+        "top level and eagle_config"
+        if top_ids and nested_ids
+        else "top level"
+        if top_ids
+        else "eagle_config"
+        if nested_ids
+        else None
+    )
+    # The ids the trainer used: speculators reads the top level, SpecForge/EAGLE eagle_config.
+    trained_ids = (top_ids or nested_ids) if checkpoint.layout == "speculators" else (nested_ids or top_ids)
+    convention = config_convention(checkpoint.layout)
+    trained = physical_layers(trained_ids, convention) if trained_ids else None
+    num_layers = int(target.num_layers) if target is not None else None
+    aux_count = len(trained_ids) if trained_ids else DEFAULT_AUX_LAYERS
+
+    # -- aux layer ids: present, in range, and read the same way by the engines
+    if trained_ids is None:
+        default = (
+            f"outputs of layers {list(physical_layers(engine_default_ids(num_layers), CAPTURE_BEFORE))}"
+            if num_layers
+            else "ids (2, N//2, N-3)"
+        )
+        find(
+            "aux_layer_ids_missing",
+            f"config.json names no eagle_aux_hidden_state_layer_ids: vLLM and SGLang feed their default {default}"
+            + ", right only for a drafter trained on those (vLLM PR #50170: accept length 1.036)",
+            LINK_VLLM_MISSING_IDS,
+            severity="warning",
+        )
+    elif num_layers is not None and trained is not None and trained_ids is not None:
+        beyond = [i for i in trained if not 0 <= i < num_layers]
+        if beyond:
+            # A drafter trained for a deeper sibling model names layers this target does not have.
+            find(
+                "aux_layer_out_of_range",
+                f"config aux layer ids {list(trained_ids)} name layer outputs {beyond} that a target with "
+                f"{num_layers} layers does not have: the drafter was trained for another target",
+            )
+    engines = tuple(_engine_reading(engine, top_ids, nested_ids, num_layers) for engine in ENGINES)
+    if trained is not None and trained_ids is not None:
+        for reading in engines:
+            if reading.layers is None or reading.layers == trained:
+                continue
+            find(
+                "aux_layers_engine_mismatch",
+                f"{reading.engine} {reading.source} and feeds the outputs of layers {list(reading.layers)}; "
+                f"the drafter was trained on {list(trained)} (ids {list(trained_ids)}, {convention})",
+                LINK_VLLM_MISSING_IDS
+                if reading.ids is None
+                else LINK_VLLM_OFF_BY_ONE
+                if reading.engine == "vllm"
+                else LINK_SGLANG_FIRST_ID,
+                engine=reading.engine,
+            )
+
+    # -- fc: present when aux states are used, and as wide as the aux layers the config names
+    target_hidden, target_hidden_source = _target_hidden_size(checkpoint, target)
+    fc = tensors.get(FC)
+    fc_in = int(fc.shape[1]) if fc is not None else None
+    use_aux = eagle.get("use_aux_hidden_state", True) is not False
+    if fc is None and use_aux:
+        find(
+            "missing_fc",
+            "checkpoint has no fc.weight: the aux hidden states cannot be read (an EAGLE-1/2 draft? "
+            "sglang PR #21272: fc silently skipped gives accept length 1.00)",
+            LINK_SGLANG_NO_FC,
+        )
+    elif fc is not None and not use_aux:
+        find(
+            "aux_disabled",
+            f"eagle_config.use_aux_hidden_state is false but the checkpoint has fc.weight {list(fc.shape)}: "
+            "the engines then feed the last hidden state and skip fc (sglang PR #21272: accept length 1.00)",
+            LINK_SGLANG_NO_FC,
+        )
+    if fc is not None and target_hidden:
+        expected = aux_count * target_hidden
+        if not row("fc.weight in-features", expected, fc_in):
+            find(
+                "fc_width",
+                f"fc.weight reads {fc_in} features, {aux_count} aux layers"
+                + (" (the config's ids)" if trained_ids else "")
+                + f" x target hidden {target_hidden} ({target_hidden_source}) = {expected}",
+                LINK_EAGLE_ALL_LAYERS,
+            )
+        row("fc.weight out-features", int(checkpoint.hidden_size), int(fc.shape[0]))
+    declared_target_hidden = _config_int(config, "target_hidden_size")
+    if fc_in is not None and declared_target_hidden is not None and fc_in != aux_count * declared_target_hidden:
+        find(
+            "target_hidden_size_mismatch",
+            f"config.json target_hidden_size {declared_target_hidden} x {aux_count} aux layers = "
+            f"{aux_count * declared_target_hidden}, but fc.weight reads {fc_in}: an engine building fc from "
+            "the config cannot load the weights",
+            LINK_VLLM_DRAFT_HIDDEN,
+        )
+    if (
+        target is not None
+        and int(checkpoint.hidden_size) != int(target.hidden_size)
+        and not row("config target_hidden_size", int(target.hidden_size), declared_target_hidden)
+    ):
+        find(
+            "draft_hidden_mismatch",
+            f"draft hidden size {checkpoint.hidden_size} differs from the target's {target.hidden_size} "
+            f"and the config does not declare target_hidden_size (vLLM #18906)",
+            LINK_VLLM_DRAFT_HIDDEN,
+        )
+
+    # -- flags against the weights they need
+    _flag_findings(checkpoint, config, eagle, aux_count, target_hidden, find)
+
+    # -- vocab sizes against the tensors and the target
+    _vocab_findings(checkpoint, config, target, row, find)
+
+    details = ConfigContractDetails(
+        layout=checkpoint.layout,
+        draft_hidden_size=int(checkpoint.hidden_size),
+        target_hidden_size=target_hidden,
+        target_hidden_size_source=target_hidden_source,
+        fc_in_features=fc_in,
+        aux_layer_ids=trained_ids,
+        aux_layer_ids_at=at,
+        trained_layers=trained,
+        trained_convention=convention if trained_ids else None,
+        target_layers=num_layers,
+        engines=engines,
+        rows=tuple(rows),
+        findings=tuple(findings),
+    )
+    errors = [f for f in findings if f.severity == "error"]
+    evidence = tuple(f.message for f in findings)
+    if errors:
+        return CheckResult(NAME, "fail", "; ".join(f.message for f in errors[:3]), details, evidence)
+    parts = [f"{sum(r.ok for r in rows)} / {len(rows)} config clauses agree with the tensors"]
+    parts.extend(f.message for f in findings[:1])
+    return CheckResult(NAME, "pass", "; ".join(parts), details, evidence)
+
+
+def _engine_reading(
+    engine: str, top_ids: tuple[int, ...] | None, nested_ids: tuple[int, ...] | None, num_layers: int | None
+) -> EngineReading:
+    """The layers an engine captures for this config (docs/formats.md, aux layer conventions)."""
+    if engine == "vllm":
+        # vllm/v1/worker/gpu_model_runner.py get_eagle3_aux_layers_from_config: the top-level field,
+        # used as-is (capture-before); eagle_config is not read.
+        ids, convention = top_ids, CAPTURE_BEFORE
+        source = "reads the top-level ids" if ids else "finds no top-level ids, falls back to (2, N//2, N-3)"
+    else:
+        # sglang model_runner.py reads eagle_config; since PR #25454 a first id of 1 means output-of
+        # (+1 when capturing), any other first id capture-before.
+        ids = nested_ids
+        convention = OUTPUT_OF if ids and ids[0] == 1 else CAPTURE_BEFORE
+        source = (
+            f"reads eagle_config's ids as {convention.replace('_', '-')} (first id {ids[0]})"
+            if ids
+            else "finds no eagle_config ids, falls back to (2, N//2, N-3)"
+        )
+    if ids is None:
+        layers = physical_layers(engine_default_ids(num_layers), CAPTURE_BEFORE) if num_layers else None
+    else:
+        layers = physical_layers(ids, convention)
+    return EngineReading(engine, ids, source, layers)
+
+
+def _config_int(config: Mapping[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _target_hidden_size(checkpoint: DrafterCheckpoint, target: TargetModel | None) -> tuple[int | None, str | None]:
+    if target is not None:
+        return int(target.hidden_size), "target config"
+    declared = _config_int(checkpoint.config, "target_hidden_size")
+    if declared:
+        return declared, "checkpoint config target_hidden_size"
+    # Without target_hidden_size every loader assumes Ht == H (sglang `python/sglang/srt/configs/model_config.py`).
+    return int(checkpoint.hidden_size), "checkpoint hidden_size (no target_hidden_size)"
+
+
+def _norm_names(tensors: Mapping[str, Any], stem: str) -> list[str]:
+    """Tensors named ``<stem>...`` with or without a ``model.`` prefix (NeMo writes ``model.fc_norm.0.weight``)."""
+    return sorted(name for name in tensors if name.removeprefix("model.").startswith(stem))
+
+
+def _flag_findings(checkpoint, config, eagle, aux_count: int, target_hidden: int | None, find) -> None:
+    tensors = checkpoint.tensors
+    norm_before_fc, norm_where = _flag(config, eagle, "norm_before_fc")
+    fc_norm, fc_norm_where = _flag(config, eagle, "fc_norm")
+    input_norm = [n for n in _norm_names(tensors, "input_norm.") if n.endswith("weight")]
+    fc_norms = [n for n in _norm_names(tensors, "fc_norm.") if n.endswith("weight")]
+    if norm_before_fc and fc_norm:
+        find(
+            "exclusive_flags",
+            "config.json sets both norm_before_fc and fc_norm: speculators refuses the pair (one norm over "
+            "the concatenation, or one per aux layer), and an engine applies both",
+            LINK_SPECULATORS_EXCLUSIVE,
+        )
+    width = aux_count * target_hidden if target_hidden else None
+    if norm_before_fc and not input_norm:
+        find(
+            "flag_without_weights",
+            f"config.json sets norm_before_fc ({norm_where}) but the checkpoint has no input_norm.weight"
+            + (f" [{width}]" if width else "")
+            + ": the engine builds an RMSNorm the drafter never trained and leaves it at its initial weights",
+            LINK_SPECULATORS_EAGLE31,
+        )
+    elif input_norm and not norm_before_fc:
+        find(
+            "weights_without_flag",
+            f"the checkpoint has {input_norm[0]} {list(tensors[input_norm[0]].shape)} but config.json does not "
+            "set norm_before_fc: the engines skip the norm the drafter was trained with (vLLM PR #38111, "
+            "SGLang #32226: acceptance collapsed)",
+            LINK_VLLM_NORM_BEFORE_FC,
+        )
+    elif norm_before_fc and norm_where == "eagle_config":
+        find(
+            "flag_not_at_top_level",
+            "norm_before_fc is set only inside eagle_config: vLLM before PR #42143 reads the top level "
+            "and skips the norm",
+            LINK_VLLM_NESTED_NORM_FLAG,
+            severity="warning",
+            engine="vllm",
+        )
+    if fc_norm and len(fc_norms) != aux_count:
+        find(
+            "flag_without_weights",
+            f"config.json sets fc_norm ({fc_norm_where}) but the checkpoint has {len(fc_norms)} fc_norm weights "
+            f"for {aux_count} aux layers: the missing norms stay at their initial weights",
+            LINK_SPECULATORS_EAGLE31,
+        )
+    elif fc_norms and not fc_norm:
+        find(
+            "weights_without_flag",
+            f"the checkpoint has {len(fc_norms)} fc_norm weights ({fc_norms[0]}, ...) but config.json does not set "
+            "fc_norm: the engines skip the per-layer norms the drafter was trained with (vLLM PR #46488)",
+            LINK_VLLM_FC_NORM,
+        )
+
+
+def _vocab_findings(checkpoint, config, target, row, find) -> None:
+    tensors = checkpoint.tensors
+    lm_head = tensors.get("lm_head.weight")
+    d2t = tensors.get("d2t")
+    rows_held = int(lm_head.shape[0]) if lm_head is not None else int(d2t.shape[0]) if d2t is not None else None
+    held_by = "lm_head.weight" if lm_head is not None else "d2t"
+    declared = _config_int(config, "draft_vocab_size")
+    target_vocab = checkpoint.target_vocab_size
+    if lm_head is None:
+        find(
+            "missing_lm_head",
+            "checkpoint has no lm_head.weight: the draft head starts random (sglang PR #27908: accept len 1.00)",
+            LINK_SGLANG_NO_HEAD,
+        )
+    if rows_held is not None and declared is not None:
+        if not row(f"config draft_vocab_size vs {held_by} rows", declared, rows_held):
+            find(
+                "draft_vocab_size_mismatch",
+                f"config.json draft_vocab_size is {declared} but {held_by} holds {rows_held} rows: an engine "
+                "building the head from the config cannot load it (SafeAILab/EAGLE #249)",
+                LINK_EAGLE_HEAD_SIZE,
+            )
+    elif rows_held is not None and target_vocab is not None and rows_held < target_vocab and declared is None:
+        # sglang llama_eagle3.py: draft_vocab_size None -> the target's vocab and the target's head.
+        find(
+            "draft_vocab_size_missing",
+            f"config.json has no draft_vocab_size while {held_by} holds {rows_held} rows of a {target_vocab}-token "
+            "target vocab: SGLang then builds a full-vocab head and loads the target's instead",
+            LINK_SGLANG_NO_HEAD,
+        )
+    layer_config = config.get("transformer_layer_config")
+    layer_config = layer_config if isinstance(layer_config, Mapping) else {}
+    configured_vocab = _config_int(config, "vocab_size") or _config_int(layer_config, "vocab_size")
+    held_vocab = next(
+        (int(tensors[name].shape[0]) for name in ("t2d", "embed_tokens.weight") if name in tensors),
+        None,
+    )
+    if (
+        configured_vocab is not None
+        and held_vocab is not None
+        and not row("config vocab_size vs t2d/embed_tokens", configured_vocab, held_vocab)
+    ):
+        find(
+            "vocab_size_mismatch",
+            f"config.json vocab_size is {configured_vocab} but the tensors span a target vocab of {held_vocab}",
+        )
+    if (
+        target is not None
+        and target_vocab is not None
+        and not row("target vocab size (checkpoint vs target)", int(target.vocab_size), int(target_vocab))
+    ):
+        find(
+            "target_vocab",
+            f"checkpoint targets a vocab of {target_vocab}, the target model has {target.vocab_size}",
+        )
