@@ -1,5 +1,5 @@
 """The config/weights contract on drafters written by SpecForge's and speculators' own save_pretrained
-and a target written by transformers (tests/contract_runs.py says which function made what)."""
+and a target written by transformers (tests/builders/contracts.py says which function made what)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
-from contract_runs import HIDDEN, TARGET_LAYERS, edit_config, llama_target, specforge_drafter, speculators_drafter
+from builders.contracts import HIDDEN, TARGET_LAYERS, edit_config, llama_target, specforge_drafter, speculators_drafter
 from triage_tui.core.checks.config_contract import (
     ConfigContractDetails,
     check_config_contract,

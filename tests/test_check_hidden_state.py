@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from builders.target import save_target
+from triage_tui.core.checks.config_contract import check_config_contract
 from triage_tui.core.checks.hidden_state import check_hidden_state
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
@@ -106,9 +107,12 @@ def test_healthy_dumps_pass_with_a_growing_profile(world):
     rms = result.details.rms_by_chunk
     assert len(rms) == 3 and rms[0] < rms[1] < rms[2]
     assert rms[2] / rms[0] == pytest.approx(LAYER_SCALE[2] / LAYER_SCALE[0], rel=0.1)
-    fc_row = next(r for r in result.details.shapes if r.what == "fc.weight in-features")
-    assert (fc_row.expected, fc_row.actual) == (3 * HT, 3 * HT)
+    assert result.details.fc_in_features == 3 * HT
     json.dumps(result.to_json())
+    # The checkpoint against its own config and the target is the config contract's, which agrees.
+    contract = check_config_contract(checkpoint, target)
+    fc_row = next(r for r in contract.details.rows if r.what == "fc.weight in-features")
+    assert contract.status == "pass" and (fc_row.expected, fc_row.actual) == (3 * HT, 3 * HT)
 
 
 def test_dumps_with_only_the_last_hidden_state_fail(world, tmp_path):
@@ -158,53 +162,65 @@ def test_aux_layer_ids_off_by_one_between_conventions(world):
     assert "aux_layer_mismatch" in _kinds(check_hidden_state(checkpoint, unrelated, target))
 
 
+# The checkpoint against its config and the target has one home, the config contract
+# (core/checks/config_contract.py): the hidden-state check no longer reports these, on the same files.
+
+
+def _contract_kinds(checkpoint, target):
+    return {f.kind for f in check_config_contract(checkpoint, target).details.findings}
+
+
 def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
     _, dumps, target = world
     checkpoint = write_checkpoint(tmp_path / "no_ids", aux_ids=None)
     result = check_hidden_state(checkpoint, dumps, target)
-    warning = next(i for i in result.details.issues if i.kind == "aux_layer_ids_missing")
+    assert result.status == "pass" and "aux_layer_ids_missing" not in _kinds(result)
+    contract = check_config_contract(checkpoint, target)
+    warning = next(f for f in contract.details.findings if f.kind == "aux_layer_ids_missing")
     assert warning.severity == "warning" and "[1, 5, 8]" in warning.message
-    assert result.status == "pass"
 
 
 def test_without_a_checkpoint_no_config_is_blamed(world):
     """sample_runs/diverged names no checkpoint (`checkpoint -`): there is no config to lack the layer ids."""
     _, dumps, target = world
     result = check_hidden_state(None, dumps, target)
-    assert "aux_layer_ids_missing" not in _kinds(result)
     assert "config" not in result.summary
+    assert check_config_contract(None, target).status == "skipped"
 
 
 def test_draft_hidden_size_differs_from_the_target_without_declaring_it(tmp_path, world):
     _, dumps, target = world
     checkpoint = write_checkpoint(tmp_path / "narrow", hidden=32, target_hidden=HT, declare_target_hidden=False)
-    result = check_hidden_state(checkpoint, dumps, target)
-    assert result.status == "fail" and "draft_hidden_mismatch" in _kinds(result)
-    assert "#18906" in result.summary
+    assert "draft_hidden_mismatch" not in _kinds(check_hidden_state(checkpoint, dumps, target))
+    contract = check_config_contract(checkpoint, target)
+    assert contract.status == "fail" and "draft_hidden_mismatch" in _contract_kinds(checkpoint, target)
+    assert "#18906" in contract.summary
     declared = write_checkpoint(tmp_path / "declared", hidden=32, target_hidden=HT)
-    assert "draft_hidden_mismatch" not in _kinds(check_hidden_state(declared, dumps, target))
+    assert "draft_hidden_mismatch" not in _contract_kinds(declared, target)
 
 
 def test_fc_built_for_another_target_and_a_missing_lm_head(tmp_path, world):
     _, dumps, target = world
     wide = write_checkpoint(tmp_path / "wide", hidden=HT, target_hidden=2 * HT)
     result = check_hidden_state(wide, dumps, target)
-    assert result.status == "fail" and {"fc_width", "aux_width"} <= _kinds(result)
+    assert result.status == "fail" and "aux_width" in _kinds(result) and "fc_width" not in _kinds(result)
+    assert "fc_width" in _contract_kinds(wide, target)  # fc against the target
     headless = write_checkpoint(tmp_path / "headless", lm_head=False)
-    result = check_hidden_state(headless, dumps, target)
-    assert "missing_lm_head" in _kinds(result)
+    assert "missing_lm_head" not in _kinds(check_hidden_state(headless, dumps, target))
+    assert "missing_lm_head" in _contract_kinds(headless, target)
 
 
-def test_without_dumps_only_the_checkpoint_is_checked(world):
+def test_without_dumps_there_is_nothing_to_check(world):
     checkpoint, _, target = world
     result = check_hidden_state(checkpoint, None, target)
-    assert result.status == "pass" and "no dumps" in result.summary
+    assert result.status == "skipped" and "--data" in result.summary
     assert check_hidden_state(None, None, None).status == "skipped"
 
 
 def test_aux_layer_ids_beyond_the_targets_depth(tmp_path, world):
     _, dumps, target = world
     deep = write_checkpoint(tmp_path / "deep", aux_ids=(1, 29, 57))  # a 61-layer sibling's ids
-    result = check_hidden_state(deep, dumps, target)
-    issue = next(i for i in result.details.issues if i.kind == "aux_layer_out_of_range")
-    assert result.status == "fail" and "[29, 57]" in issue.message and f"{LAYERS} layers" in issue.message
+    assert "aux_layer_out_of_range" not in _kinds(check_hidden_state(deep, dumps, target))
+    contract = check_config_contract(deep, target)
+    issue = next(f for f in contract.details.findings if f.kind == "aux_layer_out_of_range")
+    assert contract.status == "fail" and "[29, 57]" in issue.message and f"{LAYERS} layers" in issue.message

@@ -1,5 +1,5 @@
 """Mapping health at real sizes (32 000 draft ids of a 163 840-token target) on checkpoints written by
-SpecForge's own ``LlamaForCausalLMEagle3.save_pretrained`` (tests/contract_runs.py)."""
+SpecForge's own ``LlamaForCausalLMEagle3.save_pretrained`` (tests/builders/contracts.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from contract_runs import DRAFT_VOCAB, TARGET_VOCAB, hot_ids, specforge_drafter, strip_mapping, vocab_mapping_file
+from builders.contracts import DRAFT_VOCAB, TARGET_VOCAB, hot_ids, specforge_drafter, strip_mapping, vocab_mapping_file
 from triage_tui.core.checks.mapping_health import MappingHealthDetails, SavedMapping, check_mapping_health
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
@@ -116,7 +116,7 @@ def test_specforge_default_buffers_are_the_identity_mapping(tmp_path):
     (finding,) = _details(result).found("identity_mapping")
     assert result.status == "fail"
     assert "target ids 0..31999, the first 32000 of 163840" in finding.message
-    assert "t2d marks all 163840 tokens" in finding.message  # SpecForge's t2d = ones(V) default
+    assert "t2d marks all 163840 tokens" in finding.message and finding.default_buffers  # t2d = ones(V)
     assert (finding.positions, finding.of_positions) == (outside, 128)
     assert finding.link == "https://github.com/verl-project/verl-SpeCo/pull/66"
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from builders.mappings import TARGET_VOCAB, story_mappings
+from triage_tui.core.checks.config_contract import ConfigContractDetails
+from triage_tui.core.checks.config_contract import Finding as ContractFinding
 from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
 from triage_tui.core.checks.replay import ReplayDetails
 from triage_tui.core.checks.result import CheckResult
@@ -15,11 +17,17 @@ from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
 from triage_tui.core.hypotheses import (
     LIKELY,
+    ONE_ENGINE_UNKNOWN_SERVER,
     W_ABOVE_CHANCE_ALONE,
+    W_AUX_IDS_MISSING_WITH_COLLAPSE,
+    W_CONTRACT_FINDING,
     W_NAMED_START_COLD,
+    W_SERVING_COLLAPSED,
     Hypothesis,
     rank_hypotheses,
 )
+from triage_tui.core.serving.compare import ServingComparison, ServingFinding
+from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import Flag
 from triage_tui.core.vocab import VocabMapping
 
@@ -32,6 +40,10 @@ ALWAYS = {
     "target_mismatch",
     "empty_loss_mask",
     "non_finite_dumps",
+    "config_contract",
+    "mapping_not_in_checkpoint",
+    "identity_mapping",
+    "mapping_drift",
 }
 
 
@@ -159,16 +171,58 @@ def test_hidden_state_issues_raise_the_format_hypothesis():
     assert 0.5 <= ranked["hidden_state_format"].score < 0.9
 
 
+def _contract(*findings: ContractFinding) -> CheckResult:
+    details = ConfigContractDetails(
+        layout="specforge",
+        draft_hidden_size=4096,
+        target_hidden_size=4096,
+        target_hidden_size_source="target config",
+        fc_in_features=3 * 4096,
+        aux_layer_ids=(1, 31, 58),
+        aux_layer_ids_at="eagle_config",
+        trained_layers=(1, 31, 58),
+        trained_convention="output_of",
+        target_layers=61,
+        engines=(),
+        rows=(),
+        findings=findings,
+    )
+    status = "fail" if any(f.severity == "error" for f in findings) else "pass"
+    return CheckResult("config_contract", status, "contract", details)
+
+
 def test_off_by_one_and_missing_head_are_added_only_with_evidence():
-    issues = [
-        HiddenIssue("aux_layer_off_by_one", "error", "dumps hold outputs of [2, 16, 29]"),
-        HiddenIssue("missing_lm_head", "error", "checkpoint has no lm_head.weight"),
-    ]
-    ranked = _by_id(rank_hypotheses({"hidden_state": _hidden(issues)}, []))
+    issues = [HiddenIssue("aux_layer_off_by_one", "error", "dumps hold outputs of [2, 16, 29]")]
+    no_head = ContractFinding("missing_lm_head", "error", "checkpoint has no lm_head.weight")
+    ranked = _by_id(rank_hypotheses({"hidden_state": _hidden(issues), "config_contract": _contract(no_head)}, []))
     assert ranked["aux_layer_off_by_one"].score == pytest.approx(0.6)
     assert ranked["missing_lm_head"].score >= 0.9
-    plain = _by_id(rank_hypotheses({"hidden_state": _hidden([])}, []))
+    assert ranked["config_contract"].score == 0.0  # the head has its own hypothesis
+    plain = _by_id(rank_hypotheses({"hidden_state": _hidden([]), "config_contract": _contract()}, []))
     assert "aux_layer_off_by_one" not in plain and "missing_lm_head" not in plain
+
+
+def test_one_engine_reading_the_layers_otherwise_convicts_only_when_it_serves(story):
+    vllm = ContractFinding("aux_layers_engine_mismatch", "error", "vllm feeds [2, 31, 58]", engine="vllm")
+    sglang = ContractFinding("aux_layers_engine_mismatch", "error", "sglang feeds [0, 30, 57]", engine="sglang")
+    # Which engine serves it is unknown: one engine's reading alone stays below one half, both pass it.
+    one = _by_id(rank_hypotheses({"config_contract": _contract(vllm)}, []))["config_contract"]
+    both = _by_id(rank_hypotheses({"config_contract": _contract(vllm, sglang)}, []))["config_contract"]
+    assert one.score < LIKELY <= both.score
+    assert one.score == pytest.approx(W_CONTRACT_FINDING["aux_layers_engine_mismatch"] * ONE_ENGINE_UNKNOWN_SERVER)
+    # Missing ids alone are context (every trainer's default is the engines' default) ...
+    missing = ContractFinding(
+        "aux_layer_ids_missing", "warning", "no ids", "https://github.com/vllm-project/vllm/pull/50170"
+    )
+    alone = _by_id(rank_hypotheses({"config_contract": _contract(missing)}, [_flag("loss_at_chance")]))
+    assert alone["config_contract"].score == 0.0 and "no ids" in alone["config_contract"].evidence[0]
+    assert "https://github.com/vllm-project/vllm/pull/50170" in alone["config_contract"].links
+    # ... and beside a collapsed serving acceptance they are vLLM PR #50170's case, likely.
+    served = ServingEvidence("vllm", "vllm.log", 1.036, (0.036, 0.0006, 0.0), 28281, 1018, "unconditional")
+    collapsed = ServingComparison(served, None, (ServingFinding("acceptance_collapsed", 1.036, "accepts nothing"),))
+    ranked = _by_id(rank_hypotheses({"config_contract": _contract(missing)}, [], serving=collapsed))
+    expected = 1 - (1 - W_AUX_IDS_MISSING_WITH_COLLAPSE) * (1 - W_SERVING_COLLAPSED)
+    assert ranked["config_contract"].score == pytest.approx(expected) and expected >= LIKELY
 
 
 def test_a_frequency_ordered_mask_raises_the_verifier_hypothesis(story):

@@ -16,6 +16,7 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     check_run     a whole run for ``triage check``: drafter, target, mapping, dumps, events
     remap         a remap's world and witnesses (fixtures registered by tests/conftest.py)
     serving       vLLM and SGLang logs and Prometheus pages as the engines write them
+    contracts     drafters, mappings and runs for the config-contract and mapping-health checks
     tui           runs for the TUI tests and snapshots, and the frozen clock
     pilot         driving the app in Pilot tests: waits on what is needed, never on time
     samples       the committed sample_runs/, copied file by file

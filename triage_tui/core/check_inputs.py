@@ -47,6 +47,9 @@ class CheckInputs:
     # input name -> "flag" | "triage.toml" | "training_state.pt" | "run.yaml" | "discovery"
     sources: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # The checkpoints the run saved, oldest first (discovery): the mapping-health check compares
+    # their d2t/t2d with one another.
+    run_checkpoints: tuple[Path, ...] = ()
 
     def paths(self) -> dict[str, str | None]:
         return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None) for name in INPUT_NAMES}
@@ -146,7 +149,8 @@ def resolve_inputs(
             f"run's earliest saved checkpoint {chosen['checkpoint']}. Its d2t/t2d are the run's own, so the "
             f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
         )
-    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), **chosen)
+    run_checkpoints = tuple(artifacts.checkpoints) if artifacts is not None else ()
+    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), run_checkpoints=run_checkpoints, **chosen)
 
 
 Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it

@@ -120,6 +120,7 @@ def diagnose(
         mapping=inputs.mapping,
         data=inputs.data,
         target=inputs.target,
+        run_checkpoints=inputs.run_checkpoints,
         device=device,
         progress=progress,
         cancel=cancel,

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from triage_tui.core.checks.result import CheckResult, ran_details
 
 if TYPE_CHECKING:
+    from triage_tui.core.checks.config_contract import ConfigContractDetails
     from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
+    from triage_tui.core.checks.mapping_health import MappingHealthDetails
     from triage_tui.core.checks.replay import ReplayDetails
     from triage_tui.core.checks.verifier_mask import VerifierMaskDetails
     from triage_tui.core.checks.vocab import VocabDetails
@@ -60,25 +62,20 @@ W_ABOVE_CHANCE_ALONE = 0.35
 W_SYMPTOM_CORROBORATES = 0.3
 
 # -- hidden_state_format ----------------------------------------------------------------------
-# Weights per issue kind the hidden-state check reports. Shape errors (width, chunk count, only
-# the last layer) make training impossible or meaningless: 0.9. A repeated chunk or a reversed
-# order keeps shapes valid but feeds states the drafter never saw: 0.75. A draft/target hidden
-# mismatch without target_hidden_size breaks loaders (vLLM #18906): 0.7.
+# Weights per issue kind the hidden-state check reports (the dumps against the drafter; the
+# drafter against its own config and the target is config_contract's). Shape errors (width, chunk
+# count, only the last layer) make training impossible or meaningless: 0.9. A repeated chunk or a
+# reversed order keeps shapes valid but feeds states the drafter never saw: 0.75.
 W_HIDDEN_ISSUE = {
     "aux_width": 0.9,
     "only_last_layer": 0.9,
     "aux_chunk_count": 0.9,
-    "fc_width": 0.9,
     "length_mismatch": 0.8,
     "inconsistent_dumps": 0.6,
-    "missing_fc": 0.9,
     "repeated_aux_chunk": 0.75,
     "aux_chunk_order": 0.75,
     "aux_chunk_is_last_hidden": 0.75,
-    "draft_hidden_mismatch": 0.7,
-    "target_vocab": 0.6,
     "aux_layer_mismatch": 0.6,
-    "aux_layer_out_of_range": 0.6,
 }
 # Replay: another chunk order scores clearly better than the stored one (low, mid, high).
 W_REPLAY_CHUNK_ORDER = 0.7
@@ -105,11 +102,69 @@ W_MASK_INVARIANT = {
 # The checkpoint's mask differs from the run's: a consequence of a different mapping, which
 # vocab_mapping_mismatch already explains and remap fixes; small on its own.
 W_MASKS_DIFFER = 0.1
+# The invariants a t2d of all ones fails; with an all-zero d2t beside it (SpecForge's buffers as
+# constructed) they restate the identity mapping and carry no weight here.
+DEFAULT_BUFFER_INVARIANTS = ("count", "stored_t2d")
 # Most verifier argmaxes fall outside the run's draft vocab: the vocab was built from other
 # data (or another tokenizer), so most positions are dropped from the loss by position_mask.
 # Weak: it starves training, it does not make the loss random or push it above chance.
 W_ARGMAX_OUTSIDE = 0.15
 ARGMAX_OUTSIDE_THRESHOLD = 0.5
+
+# -- config_contract ----------------------------------------------------------------------------
+# Weights per finding of the config_contract check (core/checks/config_contract.py). A missing or
+# mis-sized fc, or aux states switched off beside an fc, make the drafter read nothing it was
+# trained on (sglang PR #21272: accept length 1.00): 0.9 / 0.8. A norm the weights and the flags
+# disagree on is skipped or left at its initial weights (vLLM PR #38111, SGLang #32226:
+# acceptance collapsed): 0.7, like a draft/target hidden mismatch (vLLM #18906). Sizes the config
+# states wrongly stop a loader that builds from the config, or make it load the target's head:
+# 0.6; aux layers an engine reads one off or from its fallback degrade rather than destroy
+# (vLLM PR #43671: position-0 acceptance 10 % vs 45 %): 0.6.
+W_CONTRACT_FINDING = {
+    "missing_fc": 0.9,
+    "fc_width": 0.9,
+    "aux_disabled": 0.8,
+    "weights_without_flag": 0.7,
+    "flag_without_weights": 0.7,
+    "draft_hidden_mismatch": 0.7,
+    "target_hidden_size_mismatch": 0.6,
+    "draft_vocab_size_mismatch": 0.6,
+    "draft_vocab_size_missing": 0.6,
+    "aux_layer_out_of_range": 0.6,
+    "aux_layers_engine_mismatch": 0.6,
+    "exclusive_flags": 0.6,
+    "target_vocab": 0.6,
+    "vocab_size_mismatch": 0.4,
+    "flag_not_at_top_level": 0.3,
+}
+# Missing aux layer ids are right whenever the drafter was trained on the engines' default layers,
+# as every trainer's default is, and nothing in the checkpoint says which layers it was trained
+# on: alone they are context (no weight). Beside a collapsed serving acceptance they are vLLM PR
+# #50170's case (the fallback fed other layers: accept length 1.036): 0.35, which with the
+# collapse's own 0.3 passes one half.
+W_AUX_IDS_MISSING_WITH_COLLAPSE = 0.35
+# A finding that holds for one engine only, when no serving evidence says which engine serves the
+# drafter: three quarters of its weight (0.6 -> 0.45), so that one engine's reading alone stays
+# below one half; with serving evidence it counts in full for that engine and not for the other.
+ONE_ENGINE_UNKNOWN_SERVER = 0.75
+
+# -- mapping_not_in_checkpoint / identity_mapping / mapping_drift ------------------------------
+# A run checkpoint without d2t whose draft vocab is smaller than the target's is served with draft
+# id i as target id i (NeMo Automodel PR #2447: acceptance collapsed): 0.85, not more because the
+# run may publish its drafter through another exporter that writes the mapping. The starting
+# drafter without d2t: its rows were trained for a mapping nobody can read back, so the vocab
+# comparison cannot run: 0.6.
+W_NOT_IN_RUN_CHECKPOINT = 0.85
+W_NOT_IN_STARTING_DRAFTER = 0.6
+# An all-zero d2t with Vd < V: the draft vocab is target ids 0..Vd-1, which no trainer builds on
+# purpose (verl-SpeCo PR #66: SpecForge's and verl's defaults before a mapping is installed); the
+# drafter can never propose a later id. 0.8: a tokenizer whose first ids are its most frequent
+# tokens makes it a poor rather than a broken drafter.
+W_IDENTITY = 0.8
+# The mapping changed between two of the run's checkpoints: every changed position's row was
+# trained for another token before the change. Weight = W_DRIFT x the share of positions changed,
+# the vocab check's rule (a regenerated sorted vocab changes almost every position).
+W_DRIFT = 0.9
 
 # -- empty_loss_mask --------------------------------------------------------------------------
 # Loss and accuracy both exactly 0 are what an all-zero loss mask produces (ploss is a mean over
@@ -190,8 +245,21 @@ W_SERVING_ABOVE_CORROBORATES = 0.3
 
 LINKS = {
     "config_contract": (
-        "https://github.com/vllm-project/vllm/issues/38111",
+        "https://github.com/vllm-project/vllm/pull/50170",
+        "https://github.com/sgl-project/sglang/pull/25454",
         "https://github.com/sgl-project/sglang/issues/32226",
+        "https://github.com/vllm-project/vllm/pull/38111",
+        "https://github.com/vllm-project/speculators/pull/610",
+    ),
+    "mapping_not_in_checkpoint": ("https://github.com/NVIDIA-NeMo/Automodel/pull/2447",),
+    "identity_mapping": (
+        "https://github.com/verl-project/verl-SpeCo/pull/66",
+        "https://github.com/SafeAILab/EAGLE/issues/222",
+    ),
+    "mapping_drift": (
+        "https://github.com/sgl-project/SpecForge/pull/534",
+        "https://github.com/vllm-project/speculators/pull/1081",
+        "https://github.com/NVIDIA-NeMo/Automodel/pull/2467",
     ),
     "target_mismatch": (
         "https://github.com/sgl-project/SpecForge/issues/533",
@@ -311,6 +379,16 @@ class RunEvidence:
         from triage_tui.core.checks.replay import NAME, ReplayDetails
 
         return ran_details(self.checks, NAME, ReplayDetails)
+
+    def contract(self) -> ConfigContractDetails | None:
+        from triage_tui.core.checks.config_contract import NAME, ConfigContractDetails
+
+        return ran_details(self.checks, NAME, ConfigContractDetails)
+
+    def mapping_health(self) -> MappingHealthDetails | None:
+        from triage_tui.core.checks.mapping_health import NAME, MappingHealthDetails
+
+        return ran_details(self.checks, NAME, MappingHealthDetails)
 
     def issues(self, kind: str) -> list[HiddenIssue]:
         hidden = self.hidden()
@@ -453,11 +531,18 @@ def hidden_state_format(run: RunEvidence) -> Hypothesis:
 def verifier_mask_mismatch(run: RunEvidence) -> Hypothesis:
     ev = _Evidence()
     mask = run.mask()
+    # A t2d of all ones beside an all-zero d2t is SpecForge's untouched default buffers: the mask
+    # is as wrong as the d2t because no mapping was ever installed, which identity_mapping weighs.
+    health = run.mapping_health()
+    default_buffers = health is not None and any(f.default_buffers for f in health.found("identity_mapping"))
     if mask is not None:
         for inv in mask.invariants:
             if inv.ok:
                 continue
             line = f"{inv.name}: {inv.detail}"
+            if default_buffers and inv.kind in DEFAULT_BUFFER_INVARIANTS:
+                ev.note(f"{line} (SpecForge's default buffers: see identity_mapping)")
+                continue
             if not inv.required:
                 if inv.kind == "masks_equal":
                     ev.add(W_MASKS_DIFFER, line)
@@ -486,21 +571,120 @@ def verifier_mask_mismatch(run: RunEvidence) -> Hypothesis:
     )
 
 
-def config_contract(run: RunEvidence) -> Hypothesis | None:
-    if run.serving is None:
-        return None
+def config_contract(run: RunEvidence) -> Hypothesis:
     ev = _Evidence()
+    contract = run.contract()
+    engine = run.serving.serving.engine if run.serving is not None else None
+    collapsed = run.serving is not None and run.serving.finding("acceptance_collapsed") is not None
+    if contract is not None:
+        for finding in contract.findings:
+            line = f"{finding.message} ({finding.link})" if finding.link else finding.message
+            if finding.kind == "aux_layer_ids_missing":
+                if collapsed:
+                    ev.add(W_AUX_IDS_MISSING_WITH_COLLAPSE, line)
+                else:
+                    ev.note(line)
+                continue
+            weight = W_CONTRACT_FINDING.get(finding.kind)
+            if weight is None:
+                continue  # missing_lm_head is a hypothesis of its own
+            if finding.engine is not None and engine is not None and finding.engine != engine:
+                ev.note(f"not the engine serving it ({engine}): {line}")
+                continue
+            if finding.engine is not None and engine is None:
+                weight *= ONE_ENGINE_UNKNOWN_SERVER
+            ev.add(weight, line)
+        if not ev.items:
+            ev.note(
+                f"config contract check {run.checks['config_contract'].status}: {run.checks['config_contract'].summary}"
+            )
+    # A chance-level run corroborates a finding strong enough to explain it, not a weak warning.
+    if any(w >= LIKELY for w, _ in ev.items):
+        _corroborate(ev, run.symptoms)
     _serving_collapsed(ev, run.serving)
-    if not ev.items:
+    if run.serving is not None and not collapsed:
         ev.note(f"serving acceptance length {_length(run.serving)}: not collapsed")
     return Hypothesis(
         "config_contract",
-        "The drafter's config asks for something the serving engine ignores or reads differently "
-        "(aux layer ids, norm before fc, draft vocab size)",
+        "The drafter's config asks for something its weights or the serving engine do not give "
+        "(aux layer ids, fc width, norm flags, vocab sizes)",
         ev.score(),
         ev.lines(),
         None,
         LINKS["config_contract"],
+        checks=("config_contract",),
+    )
+
+
+def mapping_not_in_checkpoint(run: RunEvidence) -> Hypothesis:
+    ev = _Evidence()
+    health = run.mapping_health()
+    if health is not None:
+        for finding in health.found("mapping_not_in_checkpoint"):
+            weight = W_NOT_IN_RUN_CHECKPOINT if finding.role == "run checkpoint" else W_NOT_IN_STARTING_DRAFTER
+            ev.add(weight, finding.message)
+        for finding in health.found("unknown_target_vocab"):
+            ev.note(finding.message)
+        if any(w > 0 for w, _ in ev.items):
+            _corroborate(ev, run.symptoms)
+        else:
+            ev.note(f"every checkpoint read holds its d2t, or needs none ({len(health.checkpoints)} read)")
+    return Hypothesis(
+        "mapping_not_in_checkpoint",
+        "A checkpoint holds no d2t/t2d while its draft vocab is smaller than the target's: "
+        "engines serve draft id i as target id i",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["mapping_not_in_checkpoint"],
+        checks=("mapping_health",),
+    )
+
+
+def identity_mapping(run: RunEvidence) -> Hypothesis:
+    ev = _Evidence()
+    health = run.mapping_health()
+    if health is not None:
+        for finding in health.found("identity_mapping"):
+            ev.add(W_IDENTITY, finding.message)
+        if ev.structural:
+            _corroborate(ev, run.symptoms)
+        else:
+            ev.note("no mapping read is the identity (an all-zero d2t) with a draft vocab smaller than the target's")
+    return Hypothesis(
+        "identity_mapping",
+        "The vocab mapping is the identity (d2t all zeros): the draft vocab is the first Vd target ids",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["identity_mapping"],
+        checks=("mapping_health",),
+    )
+
+
+def mapping_drift(run: RunEvidence) -> Hypothesis:
+    ev = _Evidence()
+    health = run.mapping_health()
+    if health is not None:
+        for finding in health.found("mapping_drift"):
+            ev.add(W_DRIFT * (finding.fraction or 0.0), finding.message)
+        if any(w >= LIKELY for w, _ in ev.items):
+            _corroborate(ev, run.symptoms)
+        if not ev.items:
+            steps = len(health.drift)
+            ev.note(
+                f"the mapping is the same in all {steps + 1} run checkpoints that hold one"
+                if steps
+                else "fewer than two run checkpoints hold a mapping: nothing to compare"
+            )
+    return Hypothesis(
+        "mapping_drift",
+        "The vocab mapping changed between the run's checkpoints (a resume regenerated it)",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["mapping_drift"],
+        checks=("mapping_health",),
     )
 
 
@@ -555,14 +739,20 @@ def aux_layer_off_by_one(run: RunEvidence) -> Hypothesis | None:
 
 
 def missing_lm_head(run: RunEvidence) -> Hypothesis | None:
-    found = run.issues("missing_lm_head")
+    contract = run.contract()
+    found = [f for f in contract.findings if f.kind == "missing_lm_head"] if contract is not None else []
     if not found:
         return None
     ev = _Evidence()
     ev.add(W_MISSING_LM_HEAD, found[0].message)
     _corroborate(ev, run.symptoms)
     return Hypothesis(
-        "missing_lm_head", "The checkpoint has no lm_head: the draft head starts random", ev.score(), ev.lines(), None
+        "missing_lm_head",
+        "The checkpoint has no lm_head: the draft head starts random",
+        ev.score(),
+        ev.lines(),
+        None,
+        checks=("config_contract",),
     )
 
 
@@ -784,6 +974,9 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     warm_start_broken,
     ttt_position_collapse,
     config_contract,
+    mapping_not_in_checkpoint,
+    identity_mapping,
+    mapping_drift,
     target_mismatch,
     aux_layer_off_by_one,
     missing_lm_head,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 if TYPE_CHECKING:
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
@@ -89,15 +89,13 @@ class Finding:
 
 @dataclass(frozen=True)
 class ShapeRow:
-    """One clause checked: what the config (or target) implies against what the tensors hold."""
+    """One compared shape: what the config, the drafter or the target implies against what is held
+    (this check's and the hidden-state check's rows)."""
 
     what: str
-    expected: Any
+    expected: Any  # an int, a list of ints, or None (JSON values)
     actual: Any
-
-    @property
-    def ok(self) -> bool:
-        return self.expected == self.actual
+    ok: bool
 
     def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "expected": self.expected, "actual": self.actual, "ok": self.ok}
@@ -160,20 +158,41 @@ class ConfigContractDetails:
         }
 
     def drilldown(self) -> list[str]:
-        lines = [f"layout {self.layout}; fc reads {self.fc_in_features} features"]
-        if self.aux_layer_ids is None:
-            lines.append("aux layer ids: none in config.json")
-        else:
-            trained = f"outputs of layers {list(self.trained_layers)}" if self.trained_layers is not None else "?"
-            where = f"{self.aux_layer_ids_at}; {self.trained_convention}"
-            lines.append(f"aux layer ids {list(self.aux_layer_ids)} ({where}: {trained})")
-        for reading in self.engines:
-            layers = f"outputs of {list(reading.layers)}" if reading.layers is not None else "target depth unknown"
-            lines.append(f"{reading.engine}: {reading.source} -> {layers}")
-        for row in self.rows:
-            lines.append(f"{'ok ' if row.ok else 'BAD'} {row.what}: expected {row.expected}, found {row.actual}")
-        for finding in self.findings:
-            lines.append(f"{finding.severity}: {finding.message}" + (f" ({finding.link})" if finding.link else ""))
+        lines = key_value_lines(
+            [
+                ("layout", self.layout),
+                ("draft_hidden_size", self.draft_hidden_size),
+                ("target_hidden_size", self.target_hidden_size),
+                ("target_hidden_size_source", self.target_hidden_size_source),
+                ("fc_in_features", self.fc_in_features),
+                ("aux_layer_ids", self.aux_layer_ids if self.aux_layer_ids is not None else "none in config.json"),
+                ("aux_layer_ids_at", self.aux_layer_ids_at),
+                ("trained_on_outputs_of", self.trained_layers),
+                ("trained_convention", self.trained_convention),
+                ("target_layers", self.target_layers),
+            ]
+        )
+        lines += ["", "aux layers each engine feeds (outputs of decoder layers)"]
+        lines += table_lines(
+            ("engine", "layers", "why"),
+            [
+                (r.engine, show(r.layers) if r.layers is not None else "target depth unknown", r.source)
+                for r in self.engines
+            ],
+        )
+        if self.rows:
+            lines += ["", "config against the tensors and the target"]
+            lines += table_lines(
+                ("", "what", "expected", "found"),
+                [("✔" if r.ok else "✖", r.what, show(r.expected), show(r.actual)) for r in self.rows],
+            )
+        if self.findings:
+            lines += ["", "issues"]
+            lines += table_lines(
+                ("kind", "severity", "message"), [(f.kind, f.severity, f.message) for f in self.findings]
+            )
+            links = sorted({f.link for f in self.findings if f.link})
+            lines += ["", "known from", *links]
         return lines
 
 
@@ -215,6 +234,8 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
     engine the run is served on, when serving evidence names it."""
     if checkpoint is None:
         return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
+    if checkpoint.not_eagle3 is not None:
+        return CheckResult.skipped(NAME, checkpoint.not_eagle3)  # a plain model has no drafter contract
     config = checkpoint.config
     eagle = config.get("eagle_config")
     eagle = eagle if isinstance(eagle, Mapping) else {}
@@ -223,8 +244,9 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
     findings: list[Finding] = []
 
     def row(what: str, expected: Any, actual: Any) -> bool:
-        rows.append(ShapeRow(what, expected, actual))
-        return bool(expected == actual)
+        ok = bool(expected == actual)
+        rows.append(ShapeRow(what, expected, actual, ok))
+        return ok
 
     def find(kind: str, message: str, link: str | None = None, *, severity="error", engine=None) -> None:
         findings.append(Finding(kind, severity, message, link, engine))

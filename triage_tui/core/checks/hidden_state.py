@@ -15,6 +15,15 @@ from typing import Any, Literal
 
 import torch
 
+from triage_tui.core.checks.config_contract import (
+    CAPTURE_BEFORE,
+    OUTPUT_OF,
+    Convention,
+    ShapeRow,
+    engine_default_ids,
+    physical_layers,
+)
+from triage_tui.core.checks.config_contract import config_convention as config_convention_of
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 NAME = "hidden_state"
@@ -33,12 +42,14 @@ REPEATED_CHUNK_RELATIVE_DIFFERENCE = 1e-2
 # tokens, not means: a few "massive activation" tokens (BOS, attention sinks) dominate means.
 CHUNK_ORDER_TOLERANCE = 0.9
 
-# Conventions for aux layer ids (vLLM `vllm/v1/worker/gpu_model_runner.py` vs sglang
-# `python/sglang/srt/models/llama.py`; docs/formats.md 4). "output_of": id i means the output
-# of decoder layer i (SpecForge hooks, sglang config ids, modelopt hooks). "capture_before":
-# id i means the input of layer i, i.e. HF ``hidden_states[i]`` = output of layer i - 1
-# (EAGLE modeling_llama_kv.py, vLLM, speculators, modelopt offline dumps).
-DUMP_FORMAT_CONVENTION = {"specforge": "output_of", "speculators": "capture_before", "modelopt": "capture_before"}
+# The aux layer id convention each dump format records its ids in (the conventions:
+# core/checks/config_contract.py): SpecForge's hooks name layer outputs; speculators' vLLM data
+# generation and modelopt's offline dump use HF ``hidden_states[i]``, the input of layer i.
+DUMP_FORMAT_CONVENTION: dict[str, Convention] = {
+    "specforge": OUTPUT_OF,
+    "speculators": CAPTURE_BEFORE,
+    "modelopt": CAPTURE_BEFORE,
+}
 
 
 # "error" fails the check and is weighed by hypotheses; "warning" is named in the summary;
@@ -54,19 +65,6 @@ class HiddenIssue:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "severity": self.severity, "message": self.message}
-
-
-@dataclass(frozen=True)
-class ShapeRow:
-    """One compared shape: what the drafter expects against what the inputs hold."""
-
-    what: str
-    expected: Any  # an int, a list of ints, or None (JSON values)
-    actual: Any
-    ok: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"what": self.what, "expected": self.expected, "actual": self.actual, "ok": self.ok}
 
 
 @dataclass(frozen=True)
@@ -134,10 +132,11 @@ class HiddenStateDetails:
 
 def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
     """Shapes, aux chunk count, layer ids and the per-chunk RMS profile of the dumps against the drafter."""
-    if checkpoint is None and dumps is None:
-        return CheckResult.skipped(NAME, "no checkpoint and no hidden-state dumps: pass --checkpoint and --data")
     if checkpoint is not None and checkpoint.not_eagle3 is not None:
         return CheckResult.skipped(NAME, checkpoint.not_eagle3)  # a plain model: no shapes to hold dumps against
+    if dumps is None:
+        # The checkpoint against its own config and the target is config_contract's.
+        return CheckResult.skipped(NAME, "no hidden-state dumps to hold against the drafter: pass --data")
 
     target_hidden, target_hidden_source = _target_hidden_size(checkpoint, target)
     rows: list[ShapeRow] = []
@@ -153,7 +152,7 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
 
     fc_in = None
     if checkpoint is not None:
-        fc_in = _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, row, issue)
+        fc_in = _checkpoint_rows(checkpoint)
 
     rms_by_chunk: list[float] | None = None
     chunks_present = None
@@ -230,8 +229,6 @@ def check_hidden_state(checkpoint: Any, dumps: Any, target: Any) -> CheckResult:
     parts = [f"{sum(r.ok for r in rows)} / {len(rows)} shapes agree"]
     if rms_by_chunk:
         parts.append("aux RMS by chunk " + " -> ".join(f"{v:.3g}" for v in rms_by_chunk))
-    if dumps is None:
-        parts.append("no dumps: only the checkpoint's shapes were checked")
     warnings = [i.message for i in issues if i.severity == "warning"]
     parts.extend(warnings[:2])
     return CheckResult(NAME, "pass", "; ".join(parts), details, evidence)
@@ -248,68 +245,12 @@ def _target_hidden_size(checkpoint: Any, target: Any) -> tuple[int | None, str |
     return None, None
 
 
-def _checkpoint_rows(checkpoint, target, target_hidden, target_hidden_source, row, issue) -> int | None:
-    """The checkpoint's own shapes against the target's; returns fc in-features."""
+def _checkpoint_rows(checkpoint) -> int | None:
+    """fc's in-features, the width the dumps are held against. The checkpoint against its own
+    config and the target (fc width, lm_head, sizes, aux ids) is config_contract's
+    (core/checks/config_contract.py): one finding, one home."""
     fc = checkpoint.tensors.get("fc.weight")
-    fc_in = None
-    if fc is None:
-        issue(
-            "missing_fc",
-            "error",
-            "checkpoint has no fc.weight: the aux hidden states cannot be read (an EAGLE-1/2 draft? "
-            "sglang PR #21272: fc silently skipped gives accept length 1.00)",
-        )
-    else:
-        fc_in = int(fc.shape[1])
-        if target_hidden and not row("fc.weight in-features", DEFAULT_AUX_CHUNKS * target_hidden, fc_in):
-            issue(
-                "fc_width",
-                "error",
-                f"fc.weight reads {fc_in} features, {DEFAULT_AUX_CHUNKS} x target hidden "
-                f"{target_hidden} ({target_hidden_source}) = {DEFAULT_AUX_CHUNKS * target_hidden}",
-            )
-        row("fc.weight out-features", int(checkpoint.hidden_size), int(fc.shape[0]))
-
-    if target is not None and int(checkpoint.hidden_size) != int(target.hidden_size):
-        declared = checkpoint.config.get("target_hidden_size")
-        if not row("config target_hidden_size", int(target.hidden_size), declared):
-            issue(
-                "draft_hidden_mismatch",
-                "error",
-                f"draft hidden size {checkpoint.hidden_size} differs from the target's {target.hidden_size} "
-                f"and the config does not declare target_hidden_size (vLLM #18906)",
-            )
-
-    lm_head_name = checkpoint.lm_head_name
-    lm_head = checkpoint.tensors.get(lm_head_name) if lm_head_name else None
-    expected_head = [int(checkpoint.draft_vocab_size), int(checkpoint.hidden_size)]
-    if not row("lm_head.weight", expected_head, list(lm_head.shape) if lm_head is not None else None):
-        if lm_head is None:
-            issue(
-                "missing_lm_head",
-                "error",
-                "checkpoint has no lm_head.weight: the draft head starts random (sglang PR #27908: accept len 1.00)",
-            )
-        else:
-            issue(
-                "lm_head_shape",
-                "error",
-                f"lm_head.weight is {list(lm_head.shape)}, expected {expected_head} (SafeAILab/EAGLE #249)",
-            )
-
-    if (
-        target is not None
-        and checkpoint.target_vocab_size is not None
-        and not row(
-            "target vocab size (checkpoint vs target)", int(target.vocab_size), int(checkpoint.target_vocab_size)
-        )
-    ):
-        issue(
-            "target_vocab",
-            "error",
-            f"checkpoint targets a vocab of {checkpoint.target_vocab_size}, the target model has {target.vocab_size}",
-        )
-    return fc_in
+    return int(fc.shape[1]) if fc is not None else None
 
 
 def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
@@ -379,49 +320,24 @@ def _chunk_profile(dumps, target_hidden: int, issue) -> list[float]:
     return [float(v) for v in rms]
 
 
-def _physical_layers(ids, convention: str) -> tuple[int, ...]:
-    """Decoder layers whose *output* the ids name."""
-    shift = 0 if convention == "output_of" else -1
-    return tuple(int(i) + shift for i in ids)
-
-
 def _layer_id_issues(checkpoint, dumps, target, row, issue) -> None:
     """Config aux layer ids against the layers the dumps were captured from (vLLM
     `vllm/v1/worker/gpu_model_runner.py` vs sglang `python/sglang/srt/models/llama.py`; docs/formats.md 4)."""
     dump_ids = getattr(dumps, "aux_layer_ids", None)
     config_ids = getattr(checkpoint, "aux_layer_ids", None) if checkpoint is not None else None
     num_layers = getattr(target, "num_layers", None) if target is not None else None
-    dump_convention = DUMP_FORMAT_CONVENTION.get(getattr(dumps, "format", ""), "output_of")
-    # speculators configs are consumed by vLLM as-is (capture-before); SpecForge/EAGLE configs
-    # are SpecForge's hook ids and what sglang reads with +1 (output-of).
-    config_convention = "capture_before" if getattr(checkpoint, "layout", None) == "speculators" else "output_of"
+    dump_convention = DUMP_FORMAT_CONVENTION.get(getattr(dumps, "format", ""), OUTPUT_OF)
+    config_convention = config_convention_of(getattr(checkpoint, "layout", ""))
     if config_ids is None:
-        # No checkpoint, no config to fault (the run names none: `checkpoint -`); a checkpoint without the field is.
-        if num_layers and checkpoint is not None:
-            default = (1, num_layers // 2 - 1, num_layers - 4)
-            issue(
-                "aux_layer_ids_missing",
-                "warning",
-                f"checkpoint config has no eagle_aux_hidden_state_layer_ids: engines fall back to outputs of "
-                f"layers {list(default)} (vLLM PR #50170: a missing field cost the whole speedup)",
-            )
-            config_ids, config_convention = default, "output_of"
-        else:
+        # Without ids in the config the engines feed their default layers: the dumps are held against
+        # those (config_contract reports the missing field itself).
+        if not (num_layers and checkpoint is not None):
             return
-    if num_layers:
-        beyond = [i for i in _physical_layers(config_ids, config_convention) if not 0 <= i < num_layers]
-        if beyond:
-            # A drafter trained for a deeper sibling model names layers this target does not have.
-            issue(
-                "aux_layer_out_of_range",
-                "error",
-                f"config aux layer ids {list(config_ids)} name layer outputs {beyond} that a target with "
-                f"{num_layers} layers does not have: the drafter was trained for another target",
-            )
+        config_ids, config_convention = engine_default_ids(num_layers), CAPTURE_BEFORE
     if dump_ids is None:
         return
-    config_layers = _physical_layers(config_ids, config_convention)
-    dump_layers = _physical_layers(dump_ids, dump_convention)
+    config_layers = physical_layers(config_ids, config_convention)
+    dump_layers = physical_layers(dump_ids, dump_convention)
     row("aux layers (outputs of), config vs dumps", list(config_layers), list(dump_layers))
     if config_layers == dump_layers:
         if tuple(config_ids) != tuple(dump_ids):

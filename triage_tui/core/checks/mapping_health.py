@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 if TYPE_CHECKING:
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
@@ -111,6 +111,9 @@ class Finding:
     positions: int | None = None  # draft positions whose meaning changes (the finding's size)
     of_positions: int | None = None
     link: str | None = None
+    # identity_mapping: the d2t beside a t2d of all ones, SpecForge's buffers as constructed
+    # (`LlamaForCausalLMEagle3`: t2d = ones(V), d2t = zeros(Vd)) before load_vocab_mapping.
+    default_buffers: bool = False
 
     @property
     def fraction(self) -> float | None:
@@ -126,6 +129,7 @@ class Finding:
             "positions": self.positions,
             "of_positions": self.of_positions,
             "link": self.link,
+            "default_buffers": self.default_buffers,
         }
 
 
@@ -182,20 +186,38 @@ class MappingHealthDetails:
         }
 
     def drilldown(self) -> list[str]:
-        lines = [f"target vocab {self.target_vocab_size if self.target_vocab_size is not None else 'unknown'}"]
+        lines = key_value_lines(
+            [
+                ("target_vocab_size", self.target_vocab_size),
+                ("run_mapping", self.run_mapping_source),
+                ("run_mapping_identity", self.run_mapping_identity),
+            ]
+        )
+        lines += ["", "mapping saved in each checkpoint"]
+        rows = []
         for saved in self.checkpoints:
             if saved.error is not None:
-                lines.append(f"{saved.role} {saved.path}: unreadable ({saved.error})")
-                continue
-            what = "no d2t" if not saved.has_d2t else "identity d2t" if _is_identity(saved.mapping) else "d2t"
-            lines.append(
-                f"{saved.role} {saved.path}: {what}{', t2d' if saved.has_t2d else ''}, "
-                f"Vd {saved.draft_vocab_size}, V {saved.target_vocab_size}"
+                held = f"unreadable: {saved.error}"
+            elif not saved.has_d2t:
+                held = "no d2t"
+            else:
+                held = "d2t (all zeros: identity)" if _is_identity(saved.mapping) else "d2t"
+                held += ", t2d" if saved.has_t2d else ""
+            rows.append((saved.role, str(saved.path), show(saved.draft_vocab_size), held))
+        lines += table_lines(("role", "checkpoint", "Vd", "holds"), rows)
+        if self.drift:
+            lines += ["", "mapping between consecutive run checkpoints"]
+            lines += table_lines(
+                ("earlier", "later", "positions changed"),
+                [(d.earlier, d.later, str(d.changed_positions)) for d in self.drift],
             )
-        for step in self.drift:
-            lines.append(f"{step.earlier} -> {step.later}: {step.changed_positions} positions changed")
-        for finding in self.findings:
-            lines.append(f"{finding.severity}: {finding.message}" + (f" ({finding.link})" if finding.link else ""))
+        if self.findings:
+            lines += ["", "issues"]
+            lines += table_lines(
+                ("kind", "severity", "message"), [(f.kind, f.severity, f.message) for f in self.findings]
+            )
+            links = sorted({f.link for f in self.findings if f.link})
+            lines += ["", "known from", *links]
         return lines
 
 
@@ -319,6 +341,7 @@ def check_mapping_health(
                 outside[0] if outside else None,
                 outside[1] if outside else None,
                 LINK_IDENTITY,
+                default_buffers=default_buffers,
             )
         )
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.device import resolve_device
@@ -44,6 +45,7 @@ class CheckContext:
         mapping: Path | None = None,
         data: Path | None = None,
         target: Path | None = None,
+        run_checkpoints: tuple[Path, ...] = (),
         device: str = "auto",
         progress: Progress | None = None,
         cancel: threading.Event | None = None,
@@ -54,6 +56,7 @@ class CheckContext:
         self.mapping_path = mapping
         self.data_path = data
         self.target_path = target
+        self.run_checkpoints = run_checkpoints  # the run's saved checkpoints, oldest first
         self.device = device
         self.cancel = cancel
         self.all_chunk_orders = all_chunk_orders
@@ -252,6 +255,57 @@ def _dump_target(ctx: CheckContext) -> CheckResult:
     )
 
 
+def _config_contract(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.config_contract import check_config_contract
+
+    # The target only refines the contract (its hidden size, depth and vocab); without it the
+    # config is still held against its own tensors.
+    return check_config_contract(ctx.checkpoint(), ctx.optional(ctx.target))
+
+
+def _mapping_health(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.mapping_health import NAME, SavedMapping, check_mapping_health
+    from triage_tui.core.formats.checkpoint import read_checkpoint
+
+    report = ctx.progress(NAME)
+
+    def saved(
+        path: Path, role: Literal["starting drafter", "run checkpoint"], read: Callable[[], DrafterCheckpoint | None]
+    ) -> SavedMapping | None:
+        try:
+            checkpoint = read()  # headers and the d2t/t2d buffers only
+        except BadInput as err:
+            return SavedMapping.unreadable(path, role, err.line())
+        # A plain model (an HF Trainer checkpoint) has no drafter mapping to judge.
+        if checkpoint is None or checkpoint.not_eagle3 is not None:
+            return None
+        return SavedMapping.of(checkpoint, role)
+
+    run_checkpoints = [Path(p) for p in ctx.run_checkpoints]
+    start = ctx.checkpoint_path
+    found: list[SavedMapping | None] = []
+    if start is not None and _directory(start) not in {_directory(p) for p in run_checkpoints}:
+        found.append(saved(start, "starting drafter", ctx.checkpoint))
+    for i, path in enumerate(run_checkpoints):
+        if ctx.cancel is not None and ctx.cancel.is_set():
+            return CheckResult.skipped(NAME, "cancelled")
+        report(i / len(run_checkpoints), f"reading {path.name}")
+        found.append(saved(path, "run checkpoint", partial(read_checkpoint, path)))
+    target = ctx.optional(ctx.target)
+    return check_mapping_health(
+        [s for s in found if s is not None],
+        ctx.optional(ctx.run_mapping),
+        target_vocab_size=int(target.vocab_size) if target is not None else None,
+        dumps=ctx.optional(ctx.dumps),
+    )
+
+
+def _directory(path: Path) -> Path:
+    """A checkpoint named by its directory or by a weights file in it, as one directory."""
+    resolved = path.resolve()
+    return resolved if resolved.is_dir() else resolved.parent
+
+
 # Hidden-state findings about the aux chunks that make the replay try all six chunk orders.
 AUX_CHUNK_ISSUES = ("aux_chunk_order", "repeated_aux_chunk", "aux_chunk_is_last_hidden")
 
@@ -269,6 +323,16 @@ CHECKS: tuple[Check, ...] = (
     Check("dump_values", "the dumped hidden states: NaN/inf, and the stored dtype against the target's", _dump_values),
     Check(
         "dump_target", "the dumps' last hidden states against the named target's final norm and lm_head", _dump_target
+    ),
+    Check(
+        "config_contract",
+        "the drafter's config against its tensors, the target, and the aux layers each engine feeds",
+        _config_contract,
+    ),
+    Check(
+        "mapping_health",
+        "the mapping saved in each checkpoint: present, not the identity, unchanged across the run",
+        _mapping_health,
     ),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
