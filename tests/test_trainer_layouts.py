@@ -150,7 +150,7 @@ def test_check_on_a_plain_language_model_run_has_nothing_to_check(hf_output):
     (line,) = result.stderr.splitlines()
     assert "nothing was checked" in line and "not an EAGLE-3 drafter: no fc/midlayer weights" in line
     checks = json.loads(result.stdout)["checks"]
-    for name in ("vocab_mapping", "hidden_state", "replay"):
+    for name in ("vocab_mapping", "hidden_state", "replay", "config_contract", "mapping_health"):
         assert checks[name]["status"] == "skipped"
         assert checks[name]["summary"] == "not an EAGLE-3 drafter: no fc/midlayer weights"
     assert all(check["status"] != "fail" for check in checks.values())

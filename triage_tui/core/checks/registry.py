@@ -276,11 +276,14 @@ def _mapping_health(ctx: CheckContext) -> CheckResult:
             checkpoint = read()  # headers and the d2t/t2d buffers only
         except BadInput as err:
             return SavedMapping.unreadable(path, role, err.line())
-        # A plain model (an HF Trainer checkpoint) has no drafter mapping to judge.
-        if checkpoint is None or checkpoint.not_eagle3 is not None:
+        if checkpoint is None:
+            return None
+        if checkpoint.not_eagle3 is not None:
+            plain.append(checkpoint.not_eagle3)  # an HF Trainer checkpoint has no drafter mapping to judge
             return None
         return SavedMapping.of(checkpoint, role)
 
+    plain: list[str] = []
     run_checkpoints = [Path(p) for p in ctx.run_checkpoints]
     start = ctx.checkpoint_path
     found: list[SavedMapping | None] = []
@@ -291,9 +294,12 @@ def _mapping_health(ctx: CheckContext) -> CheckResult:
             return CheckResult.skipped(NAME, "cancelled")
         report(i / len(run_checkpoints), f"reading {path.name}")
         found.append(saved(path, "run checkpoint", partial(read_checkpoint, path)))
+    readable = [s for s in found if s is not None]
+    if not readable and plain:
+        return CheckResult.skipped(NAME, plain[0])
     target = ctx.optional(ctx.target)
     return check_mapping_health(
-        [s for s in found if s is not None],
+        readable,
         ctx.optional(ctx.run_mapping),
         target_vocab_size=int(target.vocab_size) if target is not None else None,
         dumps=ctx.optional(ctx.dumps),
