@@ -110,23 +110,10 @@ def speculators_drafter(root: Path, verifier: Path, **kwargs) -> Path:
     from speculators.models.eagle3 import Eagle3DraftModel
     from transformers import AutoConfig
 
+    from builders.trainers import speculators_layer_config
+
     verifier_config = AutoConfig.from_pretrained(str(verifier))
-    layer_config = type(verifier_config)(
-        **{
-            k: v
-            for k, v in verifier_config.to_dict().items()
-            if k
-            in (
-                "hidden_size",
-                "intermediate_size",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "vocab_size",
-                "max_position_embeddings",
-            )
-        },
-        num_hidden_layers=1,
-    )
+    layer_config = speculators_layer_config(verifier_config)
     vocab = int(verifier_config.vocab_size)
     draft = kwargs.pop("draft_vocab_size", vocab)
     torch.manual_seed(2)

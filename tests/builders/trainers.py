@@ -318,7 +318,7 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     np.save(data / f"d2t-{DRAFT_VOCAB}.npy", d2t.cpu().numpy())
     np.save(data / f"t2d-{DRAFT_VOCAB}.npy", t2d.cpu().numpy())
     model = Eagle3DraftModel.from_training_args(
-        _speculators_layer_config(config),
+        speculators_layer_config(config),
         t2d=t2d,
         d2t=d2t,
         verifier_name_or_path=str(verifier),
@@ -348,7 +348,8 @@ def _speculators_verifier(path: Path):
     return config
 
 
-def _speculators_layer_config(config):
+def speculators_layer_config(config):
+    """The one-layer draft config speculators builds from its verifier's config (its train CLI's keys)."""
     from transformers import LlamaConfig
 
     keys = (
@@ -427,7 +428,7 @@ def speculators_finetune(root: Path) -> SpeculatorsFineTune:
         token_freq_dict=frequencies(1, low=0), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB
     )
     public = Eagle3DraftModel.from_training_args(
-        _speculators_layer_config(config),
+        speculators_layer_config(config),
         t2d=t2d,
         d2t=d2t,
         verifier_name_or_path=str(verifier),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
@@ -186,14 +186,33 @@ class ConfigContractDetails:
                 ("", "what", "expected", "found"),
                 [("✔" if r.ok else "✖", r.what, show(r.expected), show(r.actual)) for r in self.rows],
             )
-        if self.findings:
-            lines += ["", "issues"]
-            lines += table_lines(
-                ("kind", "severity", "message"), [(f.kind, f.severity, f.message) for f in self.findings]
-            )
-            links = sorted({f.link for f in self.findings if f.link})
-            lines += ["", "known from", *links]
-        return lines
+        return lines + findings_lines(self.findings)
+
+
+class _Linked(Protocol):
+    """A finding with the public issue it is known from (this check's and mapping_health's)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def link(self) -> str | None: ...
+
+
+def findings_lines(findings: Sequence[_Linked]) -> list[str]:
+    """A check's findings as drill-down lines: a table, then the public issues they are known from."""
+    if not findings:
+        return []
+    lines = [
+        "",
+        "issues",
+        *table_lines(("kind", "severity", "message"), [(f.kind, f.severity, f.message) for f in findings]),
+    ]
+    links = sorted({f.link for f in findings if f.link})
+    return [*lines, "", "known from", *links] if links else lines
 
 
 def config_convention(layout: str) -> Convention:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from triage_tui.core.checks.config_contract import findings_lines
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 if TYPE_CHECKING:
@@ -211,14 +212,7 @@ class MappingHealthDetails:
                 ("earlier", "later", "positions changed"),
                 [(d.earlier, d.later, str(d.changed_positions)) for d in self.drift],
             )
-        if self.findings:
-            lines += ["", "issues"]
-            lines += table_lines(
-                ("kind", "severity", "message"), [(f.kind, f.severity, f.message) for f in self.findings]
-            )
-            links = sorted({f.link for f in self.findings if f.link})
-            lines += ["", "known from", *links]
-        return lines
+        return lines + findings_lines(self.findings)
 
 
 def _is_identity(mapping: VocabMapping | None) -> bool:
