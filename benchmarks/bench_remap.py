@@ -18,9 +18,10 @@ Page cache: before every step, "warm" reads the source once and "cold" evicts it
 ``posix_fadvise(DONTNEED)`` (only those files; no global drop_caches); the share of the source
 in the cache at the start of each step is measured with ``mincore`` and printed. Both orders
 (cp first, remap first) are run for each cache state, 3 rounds each; cells are medians.
-"plan" reads the inputs, "write" is the single pass over the source (each byte read once, hashed with
-BLAKE3 in a thread and written from the same buffer; lm_head rows moved as they pass), "verify + fsync"
-the rest up to the rename; "remap CPU" is the process's user + system time up to there. A second table
+"plan" reads the inputs, "write" is the single pass over the source (each byte copied once, inside the
+kernel; lm_head rows moved as they pass, read into a buffer only for the mean), "verify + fsync" the
+rest up to the rename (the comparison with the output, which also hashes the source with BLAKE3);
+"remap CPU" is the process's user + system time up to there. A second table
 times each step alone (interpreter, torch import, SHA-256 and BLAKE3 of the source, the byte comparison).
 
     .venv/bin/python benchmarks/bench_remap.py
