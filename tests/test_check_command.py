@@ -213,7 +213,7 @@ def test_the_fix_line_follows_the_vocab_check_as_the_tuis_remap_key_does(tmp_pat
     from triage_tui.core.check_inputs import CheckInputs
     from triage_tui.core.checks.vocab import check_vocab_mapping
     from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.hypotheses import Hypothesis
+    from triage_tui.core.hypotheses.scoring import Hypothesis
 
     checkpoint, run = story_mappings()
     inputs = CheckInputs(run=tmp_path, checkpoint=tmp_path / "drafter", mapping=tmp_path / "run.pt")

@@ -15,16 +15,14 @@ from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
-from triage_tui.core.hypotheses import (
-    LIKELY,
+from triage_tui.core.hypotheses.curves import W_NAMED_START_COLD
+from triage_tui.core.hypotheses.mapping import W_ABOVE_CHANCE_ALONE
+from triage_tui.core.hypotheses.rank import rank_hypotheses
+from triage_tui.core.hypotheses.scoring import LIKELY, W_SERVING_COLLAPSED, Hypothesis
+from triage_tui.core.hypotheses.serving import (
     ONE_ENGINE_UNKNOWN_SERVER,
-    W_ABOVE_CHANCE_ALONE,
     W_AUX_IDS_MISSING_WITH_COLLAPSE,
     W_CONTRACT_FINDING,
-    W_NAMED_START_COLD,
-    W_SERVING_COLLAPSED,
-    Hypothesis,
-    rank_hypotheses,
 )
 from triage_tui.core.serving.compare import ServingComparison, ServingFinding
 from triage_tui.core.serving.evidence import ServingEvidence
@@ -266,7 +264,7 @@ def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
     import re
     from pathlib import Path
 
-    from triage_tui.core import hypotheses
+    from triage_tui.core.hypotheses import rank as hypotheses
 
     ids = set()
     for function in hypotheses.HYPOTHESES:

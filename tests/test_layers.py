@@ -27,7 +27,8 @@ from a sibling room of its own layer (siblings are independent):
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
 checkpoint its weight files), and so are ``events`` (reader over decode over templates and columns
-over wire and framing over crc) and ``signals`` (run_flags over the value and stall flags over
+over wire and framing over crc) and ``hypotheses`` (rank over one module per cause family over
+scoring) and ``signals`` (run_flags over the value and stall flags over
 the chance line and tag choice over flags) and ``remap`` (execute over verify and the write paths over rows
 over plan over staging and writer) and ``serving`` (read and compare over one module per source
 format over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``
@@ -91,6 +92,11 @@ EVENTS = [
     ("core.events.templates", "core.events.columns"),
     ("core.events.wire", "core.events.framing"),
     ("core.events.crc", "core.events.tuning"),
+]
+HYPOTHESES = [
+    ("core.hypotheses.rank",),
+    ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    ("core.hypotheses.scoring",),
 ]
 SIGNALS = [
     ("core.signals.run_flags",),
@@ -216,6 +222,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.hypotheses.") and _room(name, HYPOTHESES) is None]
     unplaced += [name for name in MODULES if name.startswith("core.signals.") and _room(name, SIGNALS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.runs.") and _room(name, RUNS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
@@ -231,13 +238,14 @@ def test_every_module_has_a_room():
         (CORE, "core"),
         (FORMATS, "core.formats"),
         (EVENTS, "core.events"),
+        (HYPOTHESES, "core.hypotheses"),
         (SIGNALS, "core.signals"),
         (RUNS, "core.runs"),
         (REMAP, "core.remap"),
         (SERVING, "core.serving"),
         (TUI, "tui"),
     ],
-    ids=["rooms", "core", "formats", "events", "signals", "runs", "remap", "serving", "tui"],
+    ids=["rooms", "core", "formats", "events", "hypotheses", "signals", "runs", "remap", "serving", "tui"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

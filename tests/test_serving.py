@@ -28,7 +28,7 @@ from builders.serving import sglang_line, sglang_metrics, vllm_line, vllm_metric
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses import rank_hypotheses
+from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.serving.compare import compare_serving, training_estimate
 from triage_tui.core.serving.logs import LogTail, ServingLog, parse_sglang_line, parse_vllm_line
 from triage_tui.core.serving.metrics import MetricsWatch

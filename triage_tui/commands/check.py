@@ -16,7 +16,7 @@ from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
 from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 
 

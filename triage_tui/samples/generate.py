@@ -38,7 +38,7 @@ import torch
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
-from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.vocab import VocabMapping
 from triage_tui.samples.trainer import (
     ComputeDtype,

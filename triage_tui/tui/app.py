@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.screens.drilldown import DrillDownScreen

@@ -1,7 +1,7 @@
 """Mapping health: is the vocab mapping saved where the engines read it, is it a real one, and did
 it stay the same across the run's checkpoints?
 
-Three findings, each with its own hypothesis (core/hypotheses.py):
+Three findings, each with its own hypothesis (core/hypotheses/mapping.py):
 
 - ``mapping_not_in_checkpoint``: a checkpoint without a ``d2t`` buffer whose draft vocab is
   smaller than the target's. vLLM keeps its zero-initialised ``draft_id_to_target_id`` and

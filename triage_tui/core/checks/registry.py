@@ -7,7 +7,7 @@ progress; cancel) and calls the check's pure function with typed inputs.
 
 Adding a check: a module ``core/checks/<name>.py`` (``NAME``, a frozen details dataclass with
 ``to_json()`` and ``drilldown()``, a pure function returning a ``CheckResult``), one ``Check``
-entry below, its hypothesis function(s) in ``core/hypotheses.py`` and a row of the README's
+entry below, its hypothesis function(s) in ``core/hypotheses/`` and a row of the README's
 hypotheses table (CONTRIBUTING.md, "A new check").
 """
 

@@ -30,7 +30,7 @@ NAME = "verifier_mask"
 # the head block by block) while the share it estimates has a standard error under 1.6 points.
 
 
-# What each invariant asserts, for code that weighs them (core/hypotheses.py); not in the JSON.
+# What each invariant asserts, for code that weighs them (core/hypotheses/mapping.py); not in the JSON.
 InvariantKind = Literal["in_range", "unique", "count", "length", "stored_t2d", "ascending", "masks_equal"]
 
 

@@ -21,7 +21,7 @@ from triage_tui.tui.widgets.hypotheses_list import score_bar
 if TYPE_CHECKING:
     from triage_tui.core.checks.result import CheckResult
     from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.hypotheses import Hypothesis
+    from triage_tui.core.hypotheses.scoring import Hypothesis
 
 
 def check_section(result: CheckResult) -> RenderableType:

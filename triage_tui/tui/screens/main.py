@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, OptionList, Static
 
-from triage_tui.core.hypotheses import LIKELY
+from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView

@@ -1,0 +1,82 @@
+"""Every cause, once (``HYPOTHESES``), and the ranking of a run's evidence over them.
+
+Adding a cause: one function ``RunEvidence -> Hypothesis | None`` in the module of its family
+(``mapping``, ``dumps``, ``curves``, ``serving``), its weights named above it with their reasons,
+one entry in ``HYPOTHESES`` below, and a row of the README's "Hypotheses" table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.hypotheses.curves import diverged, non_finite, ttt_position_collapse, warm_start_broken
+from triage_tui.core.hypotheses.dumps import (
+    aux_layer_off_by_one,
+    empty_loss_mask,
+    hidden_state_format,
+    non_finite_dumps,
+)
+from triage_tui.core.hypotheses.mapping import (
+    identity_mapping,
+    mapping_drift,
+    mapping_not_in_checkpoint,
+    missing_lm_head,
+    verifier_mask_mismatch,
+    vocab_mapping_mismatch,
+)
+from triage_tui.core.hypotheses.scoring import Hypothesis, HypothesisFunction, RunEvidence
+from triage_tui.core.hypotheses.serving import config_contract, target_mismatch, training_metric_misread
+
+if TYPE_CHECKING:
+    from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+    from triage_tui.core.serving.compare import ServingComparison
+    from triage_tui.core.signals.flags import Flag
+
+
+def rank_hypotheses(
+    checks: Mapping[str, CheckResult],
+    flags: Sequence[Flag] = (),
+    *,
+    metrics: Mapping[str, Any] | None = None,
+    serving: ServingComparison | None = None,
+    start: RunStart | None = None,
+    starting_checkpoint: StartingCheckpoint | None = None,
+) -> list[Hypothesis]:
+    """Score every cause the evidence can speak to (``HYPOTHESES``), best first.
+
+    ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
+    used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
+    the serving engine accepted beside the training estimate (core/serving/); with it, the
+    hypotheses only serving speaks to (config_contract) are listed too; target_mismatch is
+    always listed, from serving and from the dumps.
+    """
+    evidence = RunEvidence(checks, flags, metrics, serving, start, starting_checkpoint)
+    hypotheses = [h for score in HYPOTHESES if (h := score(evidence)) is not None]
+    # Stable sort: ties keep HYPOTHESES' order (the always-present ones first).
+    return sorted(hypotheses, key=lambda h: -h.score)
+
+
+# Every hypothesis, once. Adding a cause = one function above and one entry here (and a row of
+# the README's hypotheses table). The order breaks ties in the ranking: the always-present ones
+# (docs/contracts.md) first.
+HYPOTHESES: tuple[HypothesisFunction, ...] = (
+    vocab_mapping_mismatch,
+    hidden_state_format,
+    verifier_mask_mismatch,
+    warm_start_broken,
+    ttt_position_collapse,
+    config_contract,
+    mapping_not_in_checkpoint,
+    identity_mapping,
+    mapping_drift,
+    target_mismatch,
+    aux_layer_off_by_one,
+    missing_lm_head,
+    empty_loss_mask,
+    non_finite_dumps,
+    non_finite,
+    diverged,
+    training_metric_misread,
+)
