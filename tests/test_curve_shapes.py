@@ -341,3 +341,22 @@ def test_a_new_event_file_that_goes_on_at_the_next_step_is_a_resume(tmp_path, mo
         writer.close()
     found = kinds(status_of(tmp_path / "out")).get("resume_discontinuity")
     assert (found is not None and found.step == 220) is flagged
+
+
+def test_position_1_gaining_late_on_position_0_is_left_alone(tmp_path):
+    """The sample world's from-scratch shape: position 0 at 55 % from early on, position 1 starting
+    late and climbing slowly in points (0.4 % -> 4 %) but fast against position 0: not a collapse."""
+    rows = [(s, {"train/acc_0": 0.55, "train/acc_1": 0.004 * 1.06**s}) for s in range(41)]
+    specforge_log(tmp_path / "out", rows)
+    assert "ttt_position_collapse" not in kinds(status_of(tmp_path / "out"))
+    assert curve_shapes.COLLAPSE_RATIO_GROWTH == 1.5
+
+
+@pytest.mark.parametrize(("last_step", "flagged"), [(109, False), (111, True)])
+def test_a_from_scratch_position_1_is_judged_after_ten_times_position_0s_start(tmp_path, last_step, flagged):
+    """Position 0 fine from step 10 (after 10 steps): position 1 flat at 0.8 % is judged only once the
+    stretch reaches 10 x 10 steps (COLLAPSE_SPAN_FACTOR), as in `triage samples --small`'s healthy run."""
+    rows = [(s, {"train/acc_0": 0.0 if s < 10 else 0.6, "train/acc_1": 0.008}) for s in range(last_step + 1)]
+    specforge_log(tmp_path / "out", rows)
+    assert ("ttt_position_collapse" in kinds(status_of(tmp_path / "out"))) is flagged
+    assert curve_shapes.COLLAPSE_SPAN_FACTOR == 10

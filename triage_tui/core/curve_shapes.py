@@ -57,6 +57,20 @@ POSITION_COLLAPSE_RATIO = 0.25
 COLLAPSE_MIN_POINTS = 10
 COLLAPSE_WINDOW = 5
 COLLAPSE_MAX_RISE = 0.02
+# ... nor while position 1 gains on position 0: from the middle of the collapsed stretch to its end
+# the ratio acc_1 / acc_0 grew 1.5x and by at least a point. A from-scratch drafter's position 1
+# starts learning long after position 0 and climbs slowly in absolute terms (the sample world's
+# healthy run: acc_1 0.4 % -> 4 % over steps 20-60 while acc_0 sits at 55 %), a collapsed position
+# keeps a flat ratio (speculators #818: full_acc_1 at 1 % for the whole run).
+COLLAPSE_RATIO_GROWTH = 1.5
+COLLAPSE_RATIO_MIN_GAIN = 0.01
+# ... nor before the collapsed stretch lasts 10x the steps position 0 took to become fine. Position 1
+# of a drafter trained from scratch starts learning only once position 0 predicts well, several times
+# later (the sample world's healthy run: position 0 fine at step 11, position 1 climbing from step
+# ~60, 5x later; `triage samples --small` stops at step 60 with acc_1 at 0.8 %). A fine-tune from a
+# working drafter has position 0 fine from its first point and is judged at once; the public collapses
+# last for the whole run.
+COLLAPSE_SPAN_FACTOR = 10
 
 # -- a jump where the run resumed ----------------------------------------------------------------
 # Up to 5 points on each side of the resume step, at least 3 each: the points after it are compared
@@ -226,6 +240,13 @@ def ttt_position_collapse(scalars: RunScalars, trainer: TrainerNames | None) -> 
         return None
     if acc1[-1] - acc1[-COLLAPSE_WINDOW] > COLLAPSE_MAX_RISE:
         return None  # position 1 is still learning
+    fine_at = int(np.argmax(values0[i0] * scale >= POSITION0_FINE))  # as logged: smoothing lags
+    if common[-1] - common[start] < COLLAPSE_SPAN_FACTOR * (common[fine_at] - common[0]):
+        return None  # position 1 of a from-scratch drafter starts late
+    middle = start + (len(common) - start) // 2
+    ratio_then, ratio_now = float(acc1[middle] / acc0[middle]), float(acc1[-1] / acc0[-1])
+    if ratio_now >= COLLAPSE_RATIO_GROWTH * ratio_then and ratio_now - ratio_then >= COLLAPSE_RATIO_MIN_GAIN:
+        return None  # position 1 is gaining on position 0: late, not collapsed
     later = []
     for position, series in positions:
         if position >= 1:
