@@ -15,6 +15,8 @@
 Each run holds what a SpecForge output directory holds: ``runs/`` (TensorBoard events),
 ``cache/vocab_mapping/<md5>.pt``, ``hidden_states/rows_0-2000/data_{i}.ckpt`` (a few offline
 dumps), checkpoints ``epoch_0_step_{s}/`` where the run saved one, plus a ``triage.toml``.
+
+Over 600 lines on purpose: the five runs' recipes sit side by side with the one build that trains them.
 """
 
 from __future__ import annotations

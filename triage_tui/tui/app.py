@@ -6,6 +6,8 @@ remap. Workers hand results back as Messages; the UI thread only copies small va
 into its reactives (view_state.py). The screens are bound to those (``data_bind``) and show
 them; what the user asks comes back as the Messages of messages.py. The app never reaches into
 a screen's widgets, and the screens never import the app.
+
+Over 600 lines on purpose: it is the one place every screen's message is answered and every worker started.
 """
 
 from __future__ import annotations
