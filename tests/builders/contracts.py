@@ -107,27 +107,16 @@ def llama_target(root: Path, *, vocab: int = TARGET_VOCAB, layers: int = TARGET_
 def speculators_drafter(root: Path, verifier: Path, **kwargs) -> Path:
     """speculators' ``Eagle3DraftModel.from_training_args`` for a verifier saved by transformers, saved
     with ``save_pretrained`` (what its checkpointer calls); kwargs: norm_before_fc, fc_norm, ..."""
-    from speculators.models.eagle3 import Eagle3DraftModel
     from transformers import AutoConfig
 
-    from builders.trainers import speculators_layer_config
+    from builders.trainers import speculators_layer_config, speculators_model
 
     verifier_config = AutoConfig.from_pretrained(str(verifier))
     layer_config = speculators_layer_config(verifier_config)
     vocab = int(verifier_config.vocab_size)
     draft = kwargs.pop("draft_vocab_size", vocab)
     torch.manual_seed(2)
-    model = Eagle3DraftModel.from_training_args(
-        layer_config,
-        t2d=None,
-        d2t=None,
-        verifier_name_or_path=str(verifier),
-        draft_vocab_size=draft,
-        norm_before_residual=False,
-        ttt_steps=3,
-        draft_attn_impl="sdpa",
-        **kwargs,
-    )
+    model = speculators_model(layer_config, verifier, draft, **kwargs)
     model.save_pretrained(str(root))
     return root
 

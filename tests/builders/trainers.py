@@ -300,7 +300,6 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     transformers, ``SingleGPUCheckpointer.save_checkpoint`` (``<save_path>/<epoch>/``) and
     ``TensorBoardHandler`` (``<log_dir>/<run_name>/``). ``python -m speculators.train`` itself needs
     a vLLM hidden-state server or dumps and flex attention on a GPU, so its steps are called here."""
-    from speculators.models.eagle3 import Eagle3DraftModel
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
     torch.manual_seed(0)
@@ -317,16 +316,7 @@ def speculators_run(root: Path) -> SpeculatorsRun:
     )
     np.save(data / f"d2t-{DRAFT_VOCAB}.npy", d2t.cpu().numpy())
     np.save(data / f"t2d-{DRAFT_VOCAB}.npy", t2d.cpu().numpy())
-    model = Eagle3DraftModel.from_training_args(
-        speculators_layer_config(config),
-        t2d=t2d,
-        d2t=d2t,
-        verifier_name_or_path=str(verifier),
-        draft_vocab_size=DRAFT_VOCAB,
-        norm_before_residual=False,
-        ttt_steps=3,
-        draft_attn_impl="sdpa",
-    )
+    model = speculators_model(speculators_layer_config(config), verifier, DRAFT_VOCAB, d2t=d2t, t2d=t2d)
     _speculators_train(model, root / "checkpoints", root / "logs")
     return SpeculatorsRun(root, verifier, data, _hot(d2t))
 
@@ -346,6 +336,24 @@ def _speculators_verifier(path: Path):
     )
     LlamaForCausalLM(config).save_pretrained(str(path))
     return config
+
+
+def speculators_model(layer_config, verifier: Path, draft_vocab: int, *, d2t=None, t2d=None, **kwargs):
+    """speculators 0.9.0's ``Eagle3DraftModel.from_training_args`` with its train CLI's settings (one TTT
+    loop of 3, no norm before the residual, sdpa); kwargs: config flags such as norm_before_fc, fc_norm."""
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    return Eagle3DraftModel.from_training_args(
+        layer_config,
+        t2d=t2d,
+        d2t=d2t,
+        verifier_name_or_path=str(verifier),
+        draft_vocab_size=draft_vocab,
+        norm_before_residual=False,
+        ttt_steps=3,
+        draft_attn_impl="sdpa",
+        **kwargs,
+    )
 
 
 def speculators_layer_config(config):
@@ -427,16 +435,7 @@ def speculators_finetune(root: Path) -> SpeculatorsFineTune:
     d2t, t2d = build_vocab_mappings_from_distribution(
         token_freq_dict=frequencies(1, low=0), draft_vocab_size=DRAFT_VOCAB, target_vocab_size=TARGET_VOCAB
     )
-    public = Eagle3DraftModel.from_training_args(
-        speculators_layer_config(config),
-        t2d=t2d,
-        d2t=d2t,
-        verifier_name_or_path=str(verifier),
-        draft_vocab_size=DRAFT_VOCAB,
-        norm_before_residual=False,
-        ttt_steps=3,
-        draft_attn_impl="sdpa",
-    )
+    public = speculators_model(speculators_layer_config(config), verifier, DRAFT_VOCAB, d2t=d2t, t2d=t2d)
     public.save_pretrained(str(drafter))
 
     data = root.parent / f"{root.name}-data"  # --data-path outside the run directory
