@@ -250,8 +250,9 @@ def _verify_lm_head_mapped(
 ) -> int:
     """Each window of the new lm_head, read from the output file, against the rows it should hold.
 
-    The expected rows are taken here from the source's bytes with numpy (the write gathered them
-    with torch, maybe on a GPU), and the initialised rows are the ones the plan's init gives.
+    Copied rows are compared with the source's bytes run by run (rows consecutive in both files: one
+    ``memcmp`` each, nothing gathered; the write moved them inside the kernel, or with torch), and the
+    initialised rows with the ones the plan's init gives.
     """
     name = plan.lm_head_name
     old_rows, width = plan.checkpoint.tensors[name].shape
@@ -267,32 +268,66 @@ def _verify_lm_head_mapped(
             check_cancel(cancel)
             hi = min(new_rows, lo + window_rows)
             sources = plan.source_rows[lo:hi]
-            copied = np.flatnonzero(sources >= 0)
-            initialised = np.flatnonzero(sources < 0)
-            want = np.empty((hi - lo, row_bytes), dtype=np.uint8)
-            if copied.size:
-                # the whole old head mapped afresh per window: only the rows taken are touched, and
-                # closing the map drops them from this process's memory
-                with fileio.mapped(old_fd, old_begin, old_end - old_begin) as old:
-                    want[copied] = old.reshape(old_rows, row_bytes)[sources[copied]]
-                    del old
-            if initialised.size:
-                want[initialised] = init_rows.rows_bytes(initialised + lo)
             with fileio.mapped(new_fd, new_begin + lo * row_bytes, (hi - lo) * row_bytes) as got:
-                same = fileio.equal_bytes(got, want.reshape(-1))
-                if not same:
-                    wrong = lo + int(np.flatnonzero(np.any(got.reshape(-1, row_bytes) != want, axis=1))[0])
-                del got
-            if not same:
-                if plan.source_rows[wrong] >= 0:
+                got_rows = got.reshape(hi - lo, row_bytes)
+                wrong = _first_wrong_copied(old_fd, old_begin, old_end, old_rows, row_bytes, sources, got_rows)
+                if wrong is None:
+                    wrong = _first_wrong_initialised(init_rows, lo, sources, got_rows)
+                del got, got_rows
+            if wrong is not None:
+                at = lo + wrong
+                if plan.source_rows[at] >= 0:
                     raise fail(
-                        f"lm_head row {wrong} differs from row {int(plan.source_rows[wrong])} of the source "
-                        "lm_head it copies"
+                        f"lm_head row {at} differs from row {int(plan.source_rows[at])} of the source lm_head it copies"
                     )
-                raise fail(f"initialised lm_head row {wrong} is not the {plan.init} row meant for it")
-            progress.advance(want.nbytes, "verifying lm_head", VERIFY_SPAN)
-            del want
+                raise fail(f"initialised lm_head row {at} is not the {plan.init} row meant for it")
+            progress.advance((hi - lo) * row_bytes, "verifying lm_head", VERIFY_SPAN)
     return new_rows * row_bytes
+
+
+def _runs(index: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
+    """[a, b) spans of ``index`` where both ``index`` and ``values`` go up by one."""
+    if not index.size:
+        return []
+    breaks = (np.flatnonzero((np.diff(index) != 1) | (np.diff(values) != 1)) + 1).tolist()
+    return list(zip([0, *breaks], [*breaks, index.size], strict=True))
+
+
+def _first_wrong_copied(
+    old_fd: int, old_begin: int, old_end: int, old_rows: int, row_bytes: int, sources: np.ndarray, got: np.ndarray
+) -> int | None:
+    """The first row of ``got`` (uint8 [n, row_bytes]) that is not the source row ``sources`` names, or None."""
+    copied = np.flatnonzero(sources >= 0)
+    if not copied.size:
+        return None
+    # the whole old head mapped afresh per window: only the rows compared are touched, and closing
+    # the map drops them from this process's memory
+    with fileio.mapped(old_fd, old_begin, old_end - old_begin) as old:
+        old_head = old.reshape(old_rows, row_bytes)
+        wrong = None
+        for a, b in _runs(copied, sources[copied]):
+            first, source = int(copied[a]), int(sources[copied[a]])
+            if not fileio.equal_bytes(
+                got[first : first + b - a].reshape(-1), old_head[source : source + b - a].reshape(-1)
+            ):
+                wrong = next(
+                    int(row) for row in copied[a:b] if not fileio.equal_bytes(got[row], old_head[int(sources[row])])
+                )
+                break
+        del old, old_head
+    return wrong
+
+
+def _first_wrong_initialised(init_rows: InitRows, lo: int, sources: np.ndarray, got: np.ndarray) -> int | None:
+    """The first initialised row of ``got`` (new rows ``lo``...) that is not the init's row for it, or None."""
+    initialised = np.flatnonzero(sources < 0)
+    for a, b in _runs(initialised, initialised):
+        rows = initialised[a:b]
+        want = init_rows.rows_bytes(rows + lo)
+        first = int(rows[0])
+        if not fileio.equal_bytes(got[first : first + rows.size].reshape(-1), want.reshape(-1)):
+            return next(int(row) for k, row in enumerate(rows) if not fileio.equal_bytes(got[row], want[k]))
+    return None
 
 
 def _verify_lm_head_rows(
