@@ -8,7 +8,7 @@ write the same file.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -181,20 +181,20 @@ def same_file_bytes(
     cancel: threading.Event | None,
     progress: PhaseProgress | None,
     phase: str,
-    hasher=None,
+    equal: Callable[[int, int], None] | None = None,
 ) -> bool:
     """Two byte ranges of files are equal, compared a window at a time through memory maps; each
-    window of the first, once compared, is fed to ``hasher`` if one is given."""
+    window of the first found equal is handed to ``equal`` (offset, length) if one is given."""
     for position in range(0, length, tuning.WINDOW_BYTES):
         check_cancel(cancel)
         n = min(tuning.WINDOW_BYTES, length - position)
         with fileio.mapped(fd_a, offset_a + position, n) as a, fileio.mapped(fd_b, offset_b + position, n) as b:
             same = fileio.equal_bytes(a, b)
-            if same and hasher is not None:
-                hasher.update(a.data)  # the pages just compared, still mapped
             del a, b
         if not same:
             return False
+        if equal is not None:
+            equal(offset_a + position, n)
         if progress is not None:
             progress.advance(n, phase, VERIFY_SPAN)
     return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.remap import tuning
-from triage_tui.core.remap.digest import SourceRead, dropped_rows_hasher, hash_dropped_rows
+from triage_tui.core.remap.digest import HashBehind, SourceRead, dropped_rows_hasher, hash_dropped_rows
 from triage_tui.core.remap.job import VERIFY_SPAN, PhaseProgress, check_cancel
 from triage_tui.core.remap.plan import RemapPlan, source_changed
 from triage_tui.core.remap.rows import InitRows, Rows, as_bytes, same_bytes, same_file_bytes, take
@@ -142,16 +143,14 @@ def _verify_streamed(
     cancel: threading.Event | None,
 ) -> tuple[int, dict[str, str]]:
     """Each source file in file order: its header as the single pass read it, each unchanged tensor
-    compared with the output window by window and hashed from the same windows, the lm_head's rows
-    compared (its dropped rows against their digest) and then hashed, d2t/t2d (replaced) hashed."""
-    import blake3
-
+    compared with the output window by window, the lm_head's rows compared (its dropped rows against
+    their digest), d2t/t2d (replaced) compared with nothing; a thread hashes behind the comparison,
+    in file order, each range once it compared equal (``HashBehind``)."""
     lm_head_name = plan.lm_head_name
     compared = 0
     digests: dict[str, str] = {}
     for file in plan.checkpoint.files:
         read = source_read[file.name]
-        hasher = blake3.blake3()
         layout = sorted(
             (info.data[0], name) for name, info in plan.checkpoint.tensors.items() if info.file == file and info.data
         )
@@ -162,36 +161,62 @@ def _verify_streamed(
                 or bytes(fileio.pread_into(old_fd, bytearray(len(read.head)), len(read.head), 0)) != read.head
             ):
                 raise source_changed(plan)
-            hasher.update(read.head)
-            for _, name in layout:
-                old_begin, old_end = source_extents[name]
-                if name == lm_head_name:
-                    compared += _verify_lm_head_mapped(
-                        plan, written, source_extents, written_extents, init_rows, fail, progress, cancel
-                    )
-                    _hash_head(plan, old_fd, old_begin, old_end, init_rows, hasher, read, fail, cancel)
-                elif name in ("d2t", "t2d"):  # replaced by the run's: hashed, compared with nothing
-                    _hash_range(old_fd, old_begin, old_end - old_begin, hasher, cancel)
-                else:
-                    if name not in expected or name not in written_extents:
-                        raise fail(f"{name} is missing from the output")
-                    (new_begin, _) = written_extents[name]
-                    with fileio.opened(written.tensors[name].file) as new_fd:
-                        if not same_file_bytes(
-                            old_fd,
-                            old_begin,
-                            new_fd,
-                            new_begin,
-                            old_end - old_begin,
-                            cancel,
-                            progress,
-                            f"verifying {name}",
-                            hasher,
-                        ):
-                            raise fail(f"{name} differs from the source")
-                    compared += old_end - old_begin
-        digests[file.name] = hasher.hexdigest()
+            behind = HashBehind()
+            try:
+                behind.then(partial(_feed, read.head))
+                hash_range = partial(_hash_behind, behind, old_fd)
+                for _, name in layout:
+                    old_begin, old_end = source_extents[name]
+                    if name == lm_head_name:
+                        compared += _verify_lm_head_mapped(
+                            plan, written, source_extents, written_extents, init_rows, fail, progress, cancel
+                        )
+                        behind.then(
+                            partial(
+                                _hash_head,
+                                plan,
+                                old_fd,
+                                old_begin,
+                                old_end,
+                                init_rows,
+                                read=read,
+                                fail=fail,
+                                cancel=behind.stop,
+                            )
+                        )
+                    elif name in ("d2t", "t2d"):  # replaced by the run's: hashed, compared with nothing
+                        hash_range(old_begin, old_end - old_begin)
+                    else:
+                        if name not in expected or name not in written_extents:
+                            raise fail(f"{name} is missing from the output")
+                        (new_begin, _) = written_extents[name]
+                        with fileio.opened(written.tensors[name].file) as new_fd:
+                            if not same_file_bytes(
+                                old_fd,
+                                old_begin,
+                                new_fd,
+                                new_begin,
+                                old_end - old_begin,
+                                cancel,
+                                progress,
+                                f"verifying {name}",
+                                hash_range,
+                            ):
+                                raise fail(f"{name} differs from the source")
+                        compared += old_end - old_begin
+                digests[file.name] = behind.hexdigest()
+            finally:
+                behind.close()  # before old_fd, which its steps read, is closed
     return compared, digests
+
+
+def _feed(data: bytes, hasher) -> None:
+    hasher.update(data)
+
+
+def _hash_behind(behind: HashBehind, fd: int, offset: int, length: int) -> None:
+    """Queue ``length`` bytes of ``fd`` at ``offset`` (just compared equal) for the hashing thread."""
+    behind.then(partial(_hash_range, fd, offset, length, cancel=behind.stop))
 
 
 def _hash_range(fd: int, offset: int, length: int, hasher, cancel: threading.Event | None) -> None:
