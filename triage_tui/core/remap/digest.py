@@ -1,22 +1,16 @@
-"""BLAKE3 of a whole file, read through memory-mapped windows (the provenance of what was read); what
-the single pass hands the verification so that it can hash the source as it compares it; the thread
-that hashes behind the comparison."""
+"""BLAKE3 of a whole file, read through memory-mapped windows (the provenance of what was read), and what
+the single pass hands the verification so that it can hash the source as it compares it."""
 
 from __future__ import annotations
 
 import os
-import queue
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from triage_tui.core import fileio
 from triage_tui.core.remap import tuning
-from triage_tui.core.remap.job import Background
 
 
 def file_blake3(path: Path) -> str:
@@ -61,38 +55,3 @@ def hash_dropped_rows(hasher, rows: np.ndarray, positions: np.ndarray) -> None:
     breaks = np.flatnonzero(np.diff(dropped) != 1) + 1
     for run in np.split(dropped, breaks):
         hasher.update(rows[int(run[0]) : int(run[-1]) + 1].data)
-
-
-class HashBehind:
-    """One BLAKE3 fed in order by a thread of its own, so that the hashing (a core) runs beside the
-    comparison ahead of it (another core) instead of after it.
-
-    The caller queues each step (a function of the hasher) only once the bytes it hashes compared
-    equal with the output; ``hexdigest`` waits for the last step and re-raises the first error of
-    one. ``close`` skips the steps left and waits: call it before closing what they read.
-    """
-
-    def __init__(self) -> None:
-        import blake3
-
-        self.hasher = blake3.blake3()
-        self.stop = threading.Event()  # the steps' cancel: set by close()
-        self._steps: queue.SimpleQueue[Callable[[Any], None] | None] = queue.SimpleQueue()
-        self._worker = Background("triage-remap-blake3", self._run)
-
-    def then(self, step: Callable[[Any], None]) -> None:
-        self._steps.put(step)
-
-    def _run(self) -> None:
-        while (step := self._steps.get()) is not None:
-            step(self.hasher)  # an error ends the thread; result() hands it over
-
-    def hexdigest(self) -> str:
-        self._steps.put(None)
-        self._worker.result()
-        return self.hasher.hexdigest()
-
-    def close(self) -> None:
-        self.stop.set()
-        self._steps.put(None)
-        self._worker.join()

@@ -2,19 +2,22 @@
 
 Raises BadInput naming the first difference; the output is then removed, never renamed into place.
 Unchanged tensors are compared byte range to byte range (memory-mapped windows); the lm_head's
-expected rows are rebuilt from the source's bytes with numpy, apart from how they were written.
-After the single pass the source is also hashed here, in file order, from the very windows compared:
-every byte the output depends on is compared with the output (or, for the dropped rows the mean was
-summed from, with their digest as the pass read them) before it is hashed, so the BLAKE3 recorded is
-that of a source whose remap is exactly the output.
+copied rows run by run against the source's rows, its initialised rows against the plan's init.
+After the single pass the source is also hashed, in file order, by a thread behind the comparison
+(``HashBehind``): every byte the output depends on is compared with the output (or, for the dropped
+rows the mean was summed from, with their digest as the pass read them) before it is hashed, so the
+BLAKE3 recorded is that of a source whose remap is exactly the output.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +25,8 @@ from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.remap import tuning
-from triage_tui.core.remap.digest import HashBehind, SourceRead, dropped_rows_hasher, hash_dropped_rows
-from triage_tui.core.remap.job import VERIFY_SPAN, PhaseProgress, check_cancel
+from triage_tui.core.remap.digest import SourceRead, dropped_rows_hasher, hash_dropped_rows
+from triage_tui.core.remap.job import VERIFY_SPAN, Background, PhaseProgress, check_cancel
 from triage_tui.core.remap.plan import RemapPlan, source_changed
 from triage_tui.core.remap.rows import InitRows, Rows, as_bytes, same_bytes, same_file_bytes, take
 from triage_tui.core.remap.writer import Entry, safetensors_metadata
@@ -128,6 +131,41 @@ def verify(
             progress.advance(as_bytes(a).size, f"verifying {name}", VERIFY_SPAN)
             del a, b
     return compared, None
+
+
+class HashBehind:
+    """One BLAKE3 fed in order by a thread of its own, so that the hashing (a core) runs beside the
+    comparison ahead of it (another core) instead of after it.
+
+    The caller queues each step (a function of the hasher) only once the bytes it hashes compared
+    equal with the output; ``hexdigest`` waits for the last step and re-raises the first error of
+    one. ``close`` skips the steps left and waits: call it before closing what they read.
+    """
+
+    def __init__(self) -> None:
+        import blake3
+
+        self.hasher = blake3.blake3()
+        self.stop = threading.Event()  # the steps' cancel: set by close()
+        self._steps: queue.SimpleQueue[Callable[[Any], None] | None] = queue.SimpleQueue()
+        self._worker = Background("triage-remap-blake3", self._run)
+
+    def then(self, step: Callable[[Any], None]) -> None:
+        self._steps.put(step)
+
+    def _run(self) -> None:
+        while (step := self._steps.get()) is not None:
+            step(self.hasher)  # an error ends the thread; result() hands it over
+
+    def hexdigest(self) -> str:
+        self._steps.put(None)
+        self._worker.result()
+        return self.hasher.hexdigest()
+
+    def close(self) -> None:
+        self.stop.set()
+        self._steps.put(None)
+        self._worker.join()
 
 
 def _verify_streamed(
