@@ -19,16 +19,19 @@ Page cache: before every step, "warm" reads the source once and "cold" evicts it
 in the cache at the start of each step is measured with ``mincore`` and printed. Both orders
 (cp first, remap first) are run for each cache state, 3 rounds each; cells are medians.
 "plan" reads the inputs, "write" is the single pass over the source (each byte copied once, inside the
-kernel; lm_head rows moved as they pass, read into a buffer only for the mean), "verify + fsync" the
-rest up to the rename (the comparison with the output, which also hashes the source with BLAKE3);
-"remap CPU" is the process's user + system time up to there. A second table
-times each step alone (interpreter, torch import, SHA-256 and BLAKE3 of the source, the byte comparison).
+kernel, lm_head rows too; a thread beside it reads the old lm_head again for the mean), "verify + fsync"
+the rest up to the rename (the comparison with the output, a thread hashing the source with BLAKE3
+behind it); "remap CPU s: write / verify + fsync" is the process's user + system time (every thread)
+in those two phases. A second table times each step alone (interpreter, torch import, SHA-256 and
+BLAKE3 of the source, the byte comparison).
 
     .venv/bin/python benchmarks/bench_remap.py
+    .venv/bin/python benchmarks/bench_remap.py --keep --rounds 1   # while developing: build once, reuse
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import mmap
@@ -63,16 +66,21 @@ rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t1 = time.perf_counter()
 plan = plan_remap(sys.argv[1], sys.argv[2], out=sys.argv[3])
 t2 = time.perf_counter()
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
+    return usage.ru_utime + usage.ru_stime
 marks = {}
+cpu_t2 = cpu()
 def progress(fraction, text):
-    if text.startswith("verifying"):
-        marks.setdefault("verify", time.perf_counter())
+    if text.startswith("verifying") and "verify" not in marks:
+        marks["verify"], marks["verify_cpu"] = time.perf_counter(), cpu()
 report = execute_remap(plan, progress=progress)
 t3 = time.perf_counter()
+cpu_t3 = cpu()
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"report": report.to_json(), "import_s": t1 - t0, "plan_s": t2 - t1,
                   "write_s": marks["verify"] - t2, "verify_s": t3 - marks["verify"],
-                  "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "write_cpu_s": marks["verify_cpu"] - cpu_t2, "verify_cpu_s": cpu_t3 - marks["verify_cpu"],
                   "rss_imports_kb": rss_imports, "rss_peak_kb": usage.ru_maxrss}))
 """
 
@@ -291,16 +299,16 @@ def measure(source: Path, mapping: Path, files: list[Path], cache: str, order: s
     return results
 
 
-def measure_parts(source: Path, files: list[Path]) -> str:
+def measure_parts(source: Path, files: list[Path], rounds: int) -> str:
     """Median wall time of each of the remap's required steps alone (warm cache, fresh process)."""
     weights = source / "model.safetensors"
     copy = WORK / "copy"
     subprocess.run(["cp", "-r", str(source), str(copy)], check=True)
-    lines = ["| step alone (warm source, own process) | wall, median of 3 |", "|---|---|"]
+    lines = [f"| step alone (warm source, own process) | wall, median of {rounds} |", "|---|---|"]
     try:
         for label, code in PARTS.items():
             times = []
-            for _ in range(REPEATS):
+            for _ in range(rounds):
                 warm(files + [copy / weights.name])
                 t0 = time.perf_counter()
                 subprocess.run(
@@ -314,18 +322,33 @@ def measure_parts(source: Path, files: list[Path]) -> str:
 
 
 def main() -> None:
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True, exist_ok=True)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=REPEATS, help=f"rounds per row (default {REPEATS})")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help=f"keep the drafter built in {WORK.relative_to(REPO)} (1.7 GB) and reuse one an earlier --keep run left",
+    )
+    args = parser.parse_args()
+    built = WORK / ".built"  # written once a drafter is complete there
+    reuse = args.keep and built.is_file()
+    if not reuse:
+        shutil.rmtree(WORK, ignore_errors=True)
+        WORK.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--build", str(WORK)], check=True, cwd=REPO)
+        if reuse:
+            settle(WORK / "remapped", WORK / "scripted", WORK / "copy")  # what an interrupted run left
+        else:
+            subprocess.run([sys.executable, __file__, "--build", str(WORK)], check=True, cwd=REPO)
+            built.touch()
         source, mapping = WORK / "kimi-k2-eagle3", WORK / "run_vocab_mapping.pt"
         lm_head_bytes = DRAFT_VOCAB * HIDDEN * 2
         files = sorted(source.iterdir())
         total = sum(p.stat().st_size for p in files)
         os.sync()
         print(
-            f"built {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
+            f"{'reused' if reuse else 'built'} {source.name}: {total / 1e9:.2f} GB ({total / 2**30:.2f} GiB), lm_head "
             f"{lm_head_bytes / 2**20:.0f} MiB, in {time.perf_counter() - t0:.1f} s"
         )
         load_before = os.getloadavg()[0]
@@ -333,13 +356,13 @@ def main() -> None:
             "| cache (source cached at start) | order | cp -r | cp -r + sync | user's script | remap (process) | "
             "imports | plan | write | verify + fsync | remap / cp | remap / (cp + sync) | remap / script | "
             "CPU s: cp + sync / script / remap | CPU remap / (cp + sync) | CPU remap / script | "
-            "peak RSS | RSS after imports | peak / lm_head |"
+            "remap CPU s: write / verify + fsync | peak RSS | RSS after imports | peak / lm_head |"
         )
         lines = [header, "|" + "---|" * (header.count("|") - 1)]
         report = None
         for cache in ("warm", "cold"):
             for order in ("cp first", "remap first"):
-                rounds = [measure(source, mapping, files, cache, order) for _ in range(REPEATS)]
+                rounds = [measure(source, mapping, files, cache, order) for _ in range(args.rounds)]
                 median = lambda values: statistics.median(values)  # noqa: E731
                 cp = median([r["cp"][0] for r in rounds])
                 cps = median([r["cp+sync"][0] for r in rounds])
@@ -348,7 +371,16 @@ def main() -> None:
                 script_cpu = median([r["script"][1] for r in rounds])
                 remap = {
                     key: median([r["remap"][key] for r in rounds])
-                    for key in ("wall_s", "import_s", "plan_s", "write_s", "verify_s", "cpu_s")
+                    for key in (
+                        "wall_s",
+                        "import_s",
+                        "plan_s",
+                        "write_s",
+                        "verify_s",
+                        "cpu_s",
+                        "write_cpu_s",
+                        "verify_cpu_s",
+                    )
                 }
                 peak = max(r["remap"]["rss_peak_kb"] for r in rounds) * 1024
                 after_imports = max(r["remap"]["rss_imports_kb"] for r in rounds) * 1024
@@ -360,12 +392,13 @@ def main() -> None:
                     f"{remap['write_s']:.2f} s | {remap['verify_s']:.2f} s | "
                     f"{remap['wall_s'] / cp:.2f}x | {remap['wall_s'] / cps:.2f}x | {remap['wall_s'] / script:.2f}x | "
                     f"{cps_cpu:.2f} / {script_cpu:.2f} / {remap['cpu_s']:.2f} | {remap['cpu_s'] / cps_cpu:.2f}x | "
-                    f"{remap['cpu_s'] / script_cpu:.2f}x | {peak / 2**20:.0f} MiB | "
+                    f"{remap['cpu_s'] / script_cpu:.2f}x | {remap['write_cpu_s']:.2f} / {remap['verify_cpu_s']:.2f} | "
+                    f"{peak / 2**20:.0f} MiB | "
                     f"{after_imports / 2**20:.0f} MiB | {peak / lm_head_bytes:.2f}x |"
                 )
         print(
             f"load average (1 min) {load_before:.1f} before the rounds, {os.getloadavg()[0]:.1f} after, "
-            f"on {os.cpu_count()} CPUs; each row: median of {REPEATS} rounds (peak RSS: the largest)"
+            f"on {os.cpu_count()} CPUs; each row: median of {args.rounds} rounds (peak RSS: the largest)"
         )
         print(
             f"checkpoint {total / 1e9:.2f} GB, lm_head {lm_head_bytes / 2**20:.0f} MiB "
@@ -374,10 +407,11 @@ def main() -> None:
         )
         print("\n".join(lines))
         print()
-        print(measure_parts(source, files))
+        print(measure_parts(source, files, args.rounds))
         print(f"load average (1 min) {os.getloadavg()[0]:.1f} after the parts")
     finally:
-        shutil.rmtree(WORK, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(WORK, ignore_errors=True)
 
 
 if __name__ == "__main__":
