@@ -3,7 +3,7 @@
 A record is ``u64 length | u32 masked_crc32c(length) | data[length] | u32 masked_crc32c(data)``,
 little-endian (tensorflow/tensorboard tensorboard/data/server/tf_record.rs, quoting TF
 record_writer.cc). Every offset whose 8 bytes are a small length (< 256 bytes, what scalar events
-are) with a matching length CRC is found with numpy (a SWAR scan for seven zero bytes, then the
+are) with a matching length CRC is found with numpy (the zero 32-bit words its seven zero bytes cover, then the
 CRC by table lookup); the chain of such headers from the start of the buffer is followed in bulk,
 and only breaks in the chain (a long record, damage, a half-written tail) are looked at one record
 at a time. Damage is stepped over to the next offset holding a whole record with valid CRCs.
@@ -33,53 +33,36 @@ class Frames:
     need: int = 0  # when a valid header waits for its payload: the record's full size
 
 
-# Byte-wise "is zero" flags of a u64, exact (no borrow between bytes): high bit of each byte.
-_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_GATHER_BITS = np.uint64(0x0102040810204080)  # moves the eight byte flags into the top byte
-
-
-def _alignment_table() -> np.ndarray:
-    """For 16 bytes' zero flags, the offsets a in 0..7 whose bytes a+1..a+7 are all zero."""
-    flags = np.arange(65536)
-    table = np.zeros(65536, np.uint8)
-    for a in range(8):
-        need = 0x7F << (a + 1)
-        table |= ((flags & need) == need).astype(np.uint8) << a
-    return table
-
-
-_SMALL_HEADER_AT = _alignment_table()
-
-
 def small_headers(buf, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Offsets in buf[:n] of whole records of length <= SMALL whose length CRC matches, ascending.
 
-    A small length is one byte followed by seven zero bytes: zero flags of every byte are packed
-    eight to a word with SWAR arithmetic, and a 64K table turns two words' flags into the offsets
-    that can start such a header. An offset inside a payload that passes the CRC anyway
-    (1 in 2**32) is weeded out by following the chain from a known record start.
+    A small length is one byte followed by seven zero bytes, which always cover a whole aligned
+    32-bit word: the zero words are found in one pass, and for each the four offsets that could
+    start such a header before it are checked against its neighbours (the bytes of the word
+    before it, then after it, must be zero too). An offset inside a payload that passes the CRC
+    anyway (1 in 2**32) is weeded out by following the chain from a known record start.
     """
-    count = n // 8
-    if count < 3:
+    count = n // 4
+    if count < 4:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     stored = np.ndarray((len(buf) - 3,), "<u4", buffer=buf, strides=(1,))
     byte = np.frombuffer(buf, np.uint8)
+    u32 = np.frombuffer(buf, "<u4", count=count)
     starts, lengths = [], []
-    for first in range(0, count - 1, tuning.SCAN_WORDS):  # in blocks: the flags would double the memory
-        last = min(first + tuning.SCAN_WORDS + 1, count)  # one word of overlap: a header spans two words
-        words = np.frombuffer(buf, "<u8", count=last - first, offset=8 * first)
-        flags = (words & _LOW7) + _LOW7
-        flags |= words
-        flags |= _LOW7
-        np.invert(flags, out=flags)
-        flags >>= np.uint64(7)
-        flags *= _GATHER_BITS
-        flags >>= np.uint64(56)
-        zero = flags.astype(np.uint16)
-        at = _SMALL_HEADER_AT[zero[:-1] | (zero[1:] << np.uint16(8))]
-        word = np.flatnonzero(at)
-        row, offset = np.nonzero(np.unpackbits(at[word][:, None], axis=1, bitorder="little"))
-        pos = (word[row] + first) * 8 + offset
+    block = 2 * tuning.SCAN_WORDS  # 32-bit words per step (SCAN_WORDS counts 64-bit ones): bounds the temporaries
+    # Word i (1 <= i <= count - 2, its neighbours read) is zero: a header at 4 * (i - 1) + b
+    # needs the top 3 - b bytes of word i - 1 and the low b bytes of word i + 1 zero as well.
+    for first in range(1, count - 1, block):
+        last = min(first + block, count - 1)
+        zero = np.flatnonzero(u32[first:last] == 0) + first
+        before, after = u32[zero - 1], u32[zero + 1]
+        fits = np.empty((zero.size, 4), bool)
+        fits[:, 0] = before < (1 << 8)
+        fits[:, 1] = (before < (1 << 16)) & ((after & 0xFF) == 0)
+        fits[:, 2] = (before < (1 << 24)) & ((after & 0xFFFF) == 0)
+        fits[:, 3] = (after & 0xFFFFFF) == 0
+        row, b = np.nonzero(fits)  # row-major: ascending offsets
+        pos = 4 * (zero[row] - 1) + b
         length = byte[pos].astype(np.int64)
         good = (_SMALL_LEN_CRC[length] == stored[pos + 8]) & (pos + 16 + length <= n)
         starts.append(pos[good])

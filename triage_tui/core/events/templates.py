@@ -51,7 +51,8 @@ class LayoutTemplates:
         variable = np.flatnonzero(skeleton[: layout.length] == 0).tolist()
         self.crc_tables = [(p, byte_crc_table(layout.length - 1 - p)) for p in variable]
         self.templates: list[Template] = []
-        self.skeletons = np.empty((0, self.masks.size), np.uint64)  # one row per template
+        # Word j of every template's skeleton, one array per j (lookup reads them column by column).
+        self._skeleton_columns = [np.empty(0, np.uint64) for _ in range(self.masks.size)]
         self.sorted_hashes = np.empty(0, np.uint64)
         self.sorted_ids = np.empty(0, np.int64)
         self._tag_ids = np.empty(0, np.int64)
@@ -75,15 +76,13 @@ class LayoutTemplates:
         if not self.templates:
             return np.full(hashes.size, -1, np.int64)
         at = np.minimum(np.searchsorted(self.sorted_hashes, hashes), self.sorted_hashes.size - 1)
-        ids = np.where(self.sorted_hashes[at] == hashes, self.sorted_ids[at], -1)
-        hit = np.flatnonzero(ids >= 0)
-        if hit.size:
-            expected = self.skeletons[ids[hit]]
-            found = words[hit]
-            differ = expected[:, 0] ^ found[:, 0]
-            for j in range(1, found.shape[1]):
-                differ |= expected[:, j] ^ found[:, j]
-            ids[hit[differ != 0]] = -1
+        ids = self.sorted_ids[at]
+        differ = self.sorted_hashes[at] != hashes
+        # Column by column against the skeleton each row's hash points at (a row that missed is
+        # compared with some template and already differs): no (rows x words) copies.
+        for j, column in enumerate(self._skeleton_columns):
+            differ |= np.take(column, ids) != words[:, j]
+        ids[differ] = -1
         return ids
 
     def add(self, template: Template, words: np.ndarray, h: int) -> None:
@@ -98,8 +97,9 @@ class LayoutTemplates:
         # New templates are folded in once per discovery round, not once each (10 000 tags).
         if not self._pending:
             return
-        first = self.skeletons.shape[0]
-        self.skeletons = np.concatenate([self.skeletons, np.stack([w for w, _ in self._pending])])
+        first = self._skeleton_columns[0].size
+        new = np.stack([w for w, _ in self._pending])
+        self._skeleton_columns = [np.concatenate([old, new[:, j]]) for j, old in enumerate(self._skeleton_columns)]
         hashes = np.concatenate([self.sorted_hashes, np.array([h for _, h in self._pending], np.uint64)])
         ids = np.concatenate([self.sorted_ids, np.arange(first, first + len(self._pending))])
         order = np.argsort(hashes, kind="stable")
