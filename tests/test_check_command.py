@@ -79,6 +79,45 @@ def test_healthy_run_exits_0_and_text_output_lists_hypotheses_then_checks(runs):
     assert not any(line.startswith("!") for line in text.splitlines())
 
 
+def test_the_target_head_is_read_once_for_every_check_and_each_reports_what_its_own_pass_does(runs, monkeypatch):
+    """verifier_mask, replay and dump_target each apply the 163 840-row head; a diagnosis reads each
+    block of it once for all three, and every number is the one a check's own pass gives."""
+    from triage_tui.core.checks import target_head
+    from triage_tui.core.checks.dump_target import check_dump_target
+    from triage_tui.core.checks.replay import run_replay
+    from triage_tui.core.checks.verifier_mask import check_verifier_mask
+    from triage_tui.core.formats.checkpoint import read_checkpoint
+    from triage_tui.core.formats.hidden_states import read_dumps
+    from triage_tui.core.formats.mapping import read_mapping
+    from triage_tui.core.formats.target import TargetModel, read_target
+
+    inputs = resolve_inputs(runs["story"])
+    read_blocks: list[tuple[int, int]] = []
+    rows = TargetModel.lm_head_rows
+
+    def counted(self, start, stop):
+        read_blocks.append((start, stop))
+        return rows(self, start, stop)
+
+    monkeypatch.setattr(TargetModel, "lm_head_rows", counted)
+    shared = diagnose(inputs, device="cpu")
+    blocks = -(-163840 // target_head.ROW_BLOCK)
+    assert sorted(read_blocks) == sorted(set(read_blocks)) and len(read_blocks) == blocks
+
+    read_blocks.clear()
+    checkpoint, dumps, target = read_checkpoint(inputs.checkpoint), read_dumps(inputs.data), read_target(inputs.target)
+    run_mapping = read_mapping(inputs.mapping, target_vocab_size=163840)
+    alone = {
+        "verifier_mask": check_verifier_mask(checkpoint.mapping, run_mapping, dumps=dumps, target=target),
+        "replay": run_replay(checkpoint, dumps, target, checkpoint.mapping, run_mapping, device="cpu"),
+        "dump_target": check_dump_target(dumps, target),
+    }
+    assert len(read_blocks) == 3 * blocks  # a pass each
+    for name, result in alone.items():
+        assert shared.checks[name].status in ("pass", "fail") and result.status == shared.checks[name].status
+        assert result.to_json() == shared.checks[name].to_json(), name
+
+
 def test_missing_run_is_bad_input_exit_2(tmp_path):
     done = triage("check", str(tmp_path / "nowhere"), "--json")
     assert done.returncode == 2

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.checks.target_head import rms_norm, scan_head
+from triage_tui.core.checks.target_head import HeadRequest, HeadScanner, rms_norm, scan_head
 
 NAME = "dump_target"
 
@@ -174,17 +174,17 @@ def _agreement_positions(sample: Any, rows: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-@torch.no_grad()
-def check_dump_target(
-    dumps: Any,
-    target: Any,
-    *,
-    device: str = "cpu",
-    max_tokens: int = MAX_TOKENS,
-    progress: Callable[[float, str], None] | None = None,
-    cancel: threading.Event | None = None,
-) -> CheckResult:
-    """The dumps' last hidden states against the named target's final norm and lm_head."""
+@dataclass(frozen=True)
+class _Prepared:
+    """The dumps' last hidden states and what the agreement asks of the target head."""
+
+    states: torch.Tensor  # [n, H] float32 on the device, as dumped
+    request: HeadRequest | None  # None when the head cannot be applied (pre-norm states, no norm weight)
+    labels: np.ndarray  # the dumped next token of each requested row
+
+
+def _prepare(dumps: Any, target: Any, device: str, max_tokens: int) -> _Prepared | CheckResult:
+    """The states and the head request, or the skip that says why nothing can be measured."""
     if dumps is None or not dumps.samples:
         return CheckResult.skipped(NAME, "no hidden-state dumps: pass --data")
     if target is None:
@@ -202,6 +202,45 @@ def check_dump_target(
     post_norm = dumps.target_hidden_is_post_norm
     norm = target.final_norm()
     eps = float(target.config.get("rms_norm_eps", 1e-6))
+    head_in = states if post_norm else (rms_norm(states, norm, eps) if norm is not None else None)
+    if head_in is None:
+        return _Prepared(states, None, np.empty(0, dtype=np.int64))
+    rows, labels, start = [], [], 0
+    for sample, taken in used:
+        keep = _agreement_positions(sample, taken)
+        rows.append(torch.from_numpy(keep + start))
+        labels.append(sample.input_ids[keep + 1])
+        start += taken
+    index = torch.cat(rows).to(states.device)
+    request = HeadRequest(head_in[index]) if index.numel() else None
+    return _Prepared(states, request, np.concatenate(labels))
+
+
+@torch.no_grad()
+def head_request(dumps: Any, target: Any, *, device: str, max_tokens: int = MAX_TOKENS) -> HeadRequest | None:
+    """What the next-token agreement asks of the target head; None when it asks nothing."""
+    prepared = _prepare(dumps, target, device, max_tokens)
+    return prepared.request if isinstance(prepared, _Prepared) else None
+
+
+@torch.no_grad()
+def check_dump_target(
+    dumps: Any,
+    target: Any,
+    *,
+    device: str = "cpu",
+    max_tokens: int = MAX_TOKENS,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: threading.Event | None = None,
+    head: HeadScanner = scan_head,
+) -> CheckResult:
+    """The dumps' last hidden states against the named target's final norm and lm_head."""
+    prepared = _prepare(dumps, target, device, max_tokens)
+    if isinstance(prepared, CheckResult):
+        return prepared
+    states = prepared.states
+    post_norm = dumps.target_hidden_is_post_norm
+    norm = target.final_norm()
     notes: list[str] = []
 
     form, deviation, p90, measured = None, None, None, 0
@@ -214,27 +253,18 @@ def check_dump_target(
         notes.append("the dumps hold the pre-norm last hidden state: the final-norm identity does not apply")
 
     agreement, positions = None, 0
-    head_in = states if post_norm else (rms_norm(states, norm, eps) if norm is not None else None)
-    if head_in is not None:
-        rows, labels, start = [], [], 0
-        for sample, taken in used:
-            keep = _agreement_positions(sample, taken)
-            rows.append(torch.from_numpy(keep + start))
-            labels.append(sample.input_ids[keep + 1])
-            start += taken
-        index = torch.cat(rows).to(states.device)
-        if index.numel():
-            scan = scan_head(
-                target,
-                head_in[index],
-                device=device,
-                cancel=cancel,
-                progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: target top-1, {m}"),
-            )
-            if scan is None:
-                return CheckResult.skipped(NAME, "cancelled")
-            hits = scan.argmax.cpu().numpy() == np.concatenate(labels)
-            agreement, positions = float(hits.mean()), int(hits.size)
+    if prepared.request is not None:
+        scan = head(
+            target,
+            prepared.request,
+            device=device,
+            cancel=cancel,
+            progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: target top-1, {m}"),
+        )
+        if scan is None:
+            return CheckResult.skipped(NAME, "cancelled")
+        hits = scan.argmax.cpu().numpy() == prepared.labels
+        agreement, positions = float(hits.mean()), int(hits.size)
     details = DumpTargetDetails(
         target=str(getattr(target, "path", "")),
         dumps_format=str(dumps.format),

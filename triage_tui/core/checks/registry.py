@@ -3,7 +3,12 @@
 ``CHECKS`` is the one list of check names: its order is the order of ``triage check``, its JSON
 (docs/contracts.md) and the TUI's progress bars. A check's runner takes the ``CheckContext``
 (the run's inputs, each read once on first use; the results of the checks before it; the device;
-progress; cancel) and calls the check's pure function with typed inputs.
+progress; cancel; the target head, read once) and calls the check's pure function with typed inputs.
+
+The target's ``lm_head`` (2.2 GiB at Kimi-K2 size) is read once for every check that applies it:
+a check that does says what it will ask (``Check.head_request``, the same request its pure
+function makes), and the first of them to ask makes one pass for all (``CheckContext.head``,
+core/checks/target_head.py ``SharedHeadPass``).
 
 Adding a check: a module ``core/checks/<name>.py`` (``NAME``, a frozen details dataclass with
 ``to_json()`` and ``drilldown()``, a pure function returning a ``CheckResult``), one ``Check``
@@ -25,6 +30,7 @@ from triage_tui.core.device import resolve_device
 from triage_tui.core.errors import BadInput
 
 if TYPE_CHECKING:
+    from triage_tui.core.checks.target_head import HeadRequest, HeadScanner
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
     from triage_tui.core.formats.hidden_states import HiddenStateDumps
     from triage_tui.core.formats.target import TargetModel
@@ -63,6 +69,7 @@ class CheckContext:
         self.results: dict[str, CheckResult] = {}  # the checks that ran before, by name
         self._progress = progress
         self._cache: dict[str, tuple[Any, BaseException | None]] = {}
+        self._head: HeadScanner | None = None
 
     # -- progress
 
@@ -77,6 +84,30 @@ class CheckContext:
 
     def resolved_device(self) -> str:
         return str(resolve_device(self.device))
+
+    # -- the target head, read once for every check that applies it
+
+    def head(self) -> HeadScanner:
+        """What a check's runner hands its check to apply the target head with: the first request
+        makes one pass over the head for every check still to run that will ask (module docstring)."""
+        if self._head is None:
+            from triage_tui.core.checks.target_head import SharedHeadPass
+
+            self._head = SharedHeadPass(self._head_requests)
+        return self._head
+
+    def _head_requests(self) -> list[HeadRequest]:
+        requests = []
+        for check in CHECKS:
+            if check.head_request is None or check.name in self.results:
+                continue
+            try:
+                request = check.head_request(self)
+            except Exception:  # noqa: BLE001 - the check meets the same error itself, and reports it
+                continue
+            if request is not None:
+                requests.append(request)
+        return requests
 
     # -- inputs, each read once
 
@@ -164,6 +195,8 @@ class Check:
     run: Callable[[CheckContext], CheckResult]
     # docs/contracts.md: a clean verdict (exit 0) needs one of the checks that count to have run.
     counts_as_checked: bool = False
+    # What the check will ask of the target head (the request its run makes), for the one shared pass.
+    head_request: Callable[[CheckContext], HeadRequest | None] | None = None
 
 
 # --------------------------------------------------------------------------- the runners
@@ -204,7 +237,16 @@ def _verifier_mask(ctx: CheckContext) -> CheckResult:
         device=ctx.resolved_device(),
         progress=ctx.progress(NAME),
         cancel=ctx.cancel,
+        head=ctx.head(),
     )
+
+
+def _verifier_mask_head(ctx: CheckContext) -> HeadRequest | None:
+    from triage_tui.core.checks.verifier_mask import head_request
+
+    if ctx.run_mapping() is None and ctx.optional(ctx.checkpoint_mapping) is None:
+        return None  # the check is skipped
+    return head_request(ctx.optional(ctx.dumps), ctx.optional(ctx.target), device=ctx.resolved_device())
 
 
 def _replay(ctx: CheckContext) -> CheckResult:
@@ -227,6 +269,20 @@ def _replay(ctx: CheckContext) -> CheckResult:
         all_chunk_orders=ctx.all_chunk_orders or suspect,
         progress=ctx.progress(NAME),
         cancel=ctx.cancel,
+        head=ctx.head(),
+    )
+
+
+def _replay_head(ctx: CheckContext) -> HeadRequest | None:
+    from triage_tui.core.checks.replay import head_request
+
+    return head_request(
+        ctx.checkpoint(),
+        ctx.dumps(),
+        ctx.target(),
+        ctx.checkpoint_mapping(),
+        ctx.run_mapping(),
+        device=ctx.resolved_device(),
     )
 
 
@@ -252,7 +308,14 @@ def _dump_target(ctx: CheckContext) -> CheckResult:
         device=ctx.resolved_device(),
         progress=ctx.progress(NAME),
         cancel=ctx.cancel,
+        head=ctx.head(),
     )
+
+
+def _dump_target_head(ctx: CheckContext) -> HeadRequest | None:
+    from triage_tui.core.checks.dump_target import head_request
+
+    return head_request(ctx.dumps(), ctx.target(), device=ctx.resolved_device())
 
 
 def _config_contract(ctx: CheckContext) -> CheckResult:
@@ -323,12 +386,26 @@ CHECKS: tuple[Check, ...] = (
         counts_as_checked=True,
     ),
     Check("hidden_state", "the dumps' shapes, aux chunks and layers against the drafter's fc", _hidden_state),
-    Check("verifier_mask", "the verifier mask (t2d) against the drafter's row order", _verifier_mask),
-    Check("replay", "the drafter replayed on the run's dumps under both mappings", _replay, counts_as_checked=True),
+    Check(
+        "verifier_mask",
+        "the verifier mask (t2d) against the drafter's row order",
+        _verifier_mask,
+        head_request=_verifier_mask_head,
+    ),
+    Check(
+        "replay",
+        "the drafter replayed on the run's dumps under both mappings",
+        _replay,
+        counts_as_checked=True,
+        head_request=_replay_head,
+    ),
     Check("loss_mask", "the dumps' loss masks: the supervised fraction, empty or covering the prompt", _loss_mask),
     Check("dump_values", "the dumped hidden states: NaN/inf, and the stored dtype against the target's", _dump_values),
     Check(
-        "dump_target", "the dumps' last hidden states against the named target's final norm and lm_head", _dump_target
+        "dump_target",
+        "the dumps' last hidden states against the named target's final norm and lm_head",
+        _dump_target,
+        head_request=_dump_target_head,
     ),
     Check(
         "config_contract",

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult, CheckStatus, key_value_lines, show, table_lines
-from triage_tui.core.checks.target_head import HeadScan, rms_norm, scan_head
+from triage_tui.core.checks.target_head import HeadRequest, HeadScan, HeadScanner, rms_norm, scan_head
 from triage_tui.core.device import resolve_device
 from triage_tui.core.drafter import Eagle3Drafter, embed_ids, load_drafter, shift_left
 from triage_tui.core.errors import BadInput
@@ -174,17 +174,13 @@ class _Labels:
     def vocab_size(self) -> int:
         return int(self.target.vocab_size) if self.target is not None else int(self.embed_shape[0])
 
-    def scan(
-        self,
-        hidden: torch.Tensor,
-        columns: dict[str, torch.Tensor],
-        progress: Progress | None,
-        cancel: threading.Event | None,
-    ) -> HeadScan | None:
-        """The target's argmax and its logits at `columns`' ids for every row of `hidden` (one pass over the head)."""
+    def request(self, plan: list[tuple[Any, np.ndarray]], columns: dict[str, torch.Tensor]) -> HeadRequest:
+        """The target's argmax and its logits at `columns`' ids at every planned position: the
+        dumped last hidden state one position on (through the final norm where the dumps need it)."""
+        states = torch.cat([s.target_hidden[p + 1].to(device=self.device, dtype=torch.float32) for s, p in plan])
         if self.final_norm is not None:
-            hidden = rms_norm(hidden, self.final_norm, self.norm_eps)
-        return scan_head(self.target, hidden, columns=columns, device=self.device, progress=progress, cancel=cancel)
+            states = rms_norm(states, self.final_norm, self.norm_eps)
+        return HeadRequest(states, columns)
 
 
 def _scored_positions(sample: Any, lookahead: int) -> np.ndarray:
@@ -230,6 +226,25 @@ def _rows_per_chunk(width: int) -> int:
     return max(1, _ROW_BUDGET_ELEMENTS // max(1, width))
 
 
+def _plan(dumps: Any, lookahead: int, max_tokens: int) -> list[tuple[Any, np.ndarray]]:
+    """(sample, its scored positions) in dump order, up to `max_tokens` positions in all."""
+    plan = []
+    budget = max_tokens
+    for sample in dumps.samples:
+        positions = _scored_positions(sample, lookahead)[: max(budget, 0)]
+        if positions.size:
+            plan.append((sample, positions))
+            budget -= int(positions.size)
+    return plan
+
+
+def _hot_ids(mappings: dict[str, VocabMapping], device: torch.device) -> dict[str, torch.Tensor]:
+    """Each mapping's hot ids on `device`; an out-of-range one (a broken mapping) becomes -1, which no label matches."""
+    vocab = mappings[next(iter(mappings))].target_vocab_size
+    hot = {k: torch.as_tensor(np.array(m.hot_ids), device=device) for k, m in mappings.items()}
+    return {k: torch.where((h >= 0) & (h < vocab), h, torch.full_like(h, -1)) for k, h in hot.items()}
+
+
 @torch.no_grad()
 def _replay(
     drafter: Eagle3Drafter,
@@ -241,14 +256,13 @@ def _replay(
     max_tokens: int,
     progress: Progress | None,
     cancel: threading.Event | None,
+    scanner: HeadScanner = scan_head,
 ) -> ReplayNumbers:
     device = labels.device
     _validate(drafter, dumps, mappings, labels)
     vd = drafter.config.draft_vocab_size
     vocab = mappings[next(iter(mappings))].target_vocab_size
-    hot = {k: torch.as_tensor(np.array(m.hot_ids), device=device) for k, m in mappings.items()}
-    # Out-of-range hot ids (a broken mapping) never match a label: they become -1.
-    hot = {k: torch.where((h >= 0) & (h < vocab), h, torch.full_like(h, -1)) for k, h in hot.items()}
+    hot = _hot_ids(mappings, device)
     member = {}
     for k, h in hot.items():
         mask = torch.zeros(vocab, dtype=torch.bool, device=device)
@@ -256,13 +270,7 @@ def _replay(
         member[k] = mask
     gather = {k: h.clamp_min(0) for k, h in hot.items()}
 
-    plan = []
-    budget = max_tokens
-    for sample in dumps.samples:
-        positions = _scored_positions(sample, labels.lookahead)[: max(budget, 0)]
-        if positions.size:
-            plan.append((sample, positions))
-            budget -= int(positions.size)
+    plan = _plan(dumps, labels.lookahead, max_tokens)
     total = sum(len(p) for _, p in plan)
     correct = dict.fromkeys(mappings, 0)
     loss_sum = dict.fromkeys(mappings, 0.0)
@@ -277,11 +285,13 @@ def _replay(
     # hot ids, in one pass over the target head for all samples: half the replay's progress.
     head: HeadScan | None = None
     if labels.source == "target" and plan:
-        states = torch.cat([s.target_hidden[p + 1].to(device=device, dtype=torch.float32) for s, p in plan])
-        head = labels.scan(
-            states, gather, None if progress is None else lambda f, m: progress(f / 2, f"{NAME}: {m}"), cancel
+        head = scanner(
+            labels.target,
+            labels.request(plan, gather),
+            device=device,
+            progress=None if progress is None else lambda f, m: progress(f / 2, f"{NAME}: {m}"),
+            cancel=cancel,
         )
-        del states
         if head is None:
             plan, cancelled = [], True
     offset = 0
@@ -398,6 +408,7 @@ def run_replay(
     all_chunk_orders: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    head: HeadScanner = scan_head,
 ) -> CheckResult:
     """Replay the drafter's first TTT step on the run's dumps under the checkpoint's and the run's mapping.
 
@@ -416,20 +427,12 @@ def run_replay(
     if dumps is None or not getattr(dumps, "samples", None):
         return CheckResult.skipped(NAME, "no hidden-state dumps to replay on (pass --data)")
     dev = resolve_device(device)
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS_CUDA if dev.type == "cuda" else DEFAULT_MAX_TOKENS_CPU
+    max_tokens = _max_tokens(dev, max_tokens)
     notes: list[str] = []
     try:
-        if checkpoint_mapping is None:
-            checkpoint_mapping = checkpoint.mapping
-        if checkpoint_mapping is None:
-            # No d2t in the checkpoint: vLLM and sglang then read draft id i as target id i.
-            checkpoint_mapping = VocabMapping.identity(
-                checkpoint.draft_vocab_size,
-                checkpoint.target_vocab_size or (target.vocab_size if target is not None else 0),
-                source=f"{checkpoint.path} (no d2t: identity)",
-            )
+        if checkpoint_mapping is None and checkpoint.mapping is None:
             notes.append("the checkpoint has no d2t; its mapping is taken as the identity, as vLLM does")
+        checkpoint_mapping = _checkpoint_mapping(checkpoint, target, checkpoint_mapping)
         embed = None
         if target is None:
             if "embed_tokens.weight" not in checkpoint.tensors:
@@ -445,25 +448,73 @@ def run_replay(
                 "labels are the dumps' next tokens (no target head or no target hidden states), "
                 "not the target's argmax; losses are not computed"
             )
-        mappings = {"checkpoint": checkpoint_mapping}
-        if run_mapping is not None:
-            mappings["run"] = run_mapping
         orders = CHUNK_ORDERS if all_chunk_orders else (tuple(range(3)),)
         numbers = _replay(
             drafter,
             dumps,
             labels,
-            mappings,
+            _mappings(checkpoint_mapping, run_mapping),
             chunk_orders=orders,
             max_tokens=max_tokens,
             progress=progress,
             cancel=cancel,
+            scanner=head,
         )
     except BadInput as exc:
         return CheckResult.error(NAME, exc.line())
     except (RuntimeError, ValueError) as exc:  # torch shape/device errors on inputs that read fine
         return CheckResult.error(NAME, f"replay failed: {' '.join(str(exc).split())[:300]}")
     return _verdict(numbers, dev, notes)
+
+
+def _max_tokens(device: torch.device, max_tokens: int | None) -> int:
+    if max_tokens is not None:
+        return max_tokens
+    return DEFAULT_MAX_TOKENS_CUDA if device.type == "cuda" else DEFAULT_MAX_TOKENS_CPU
+
+
+def _checkpoint_mapping(checkpoint: Any, target: Any, given: VocabMapping | None) -> VocabMapping:
+    """The mapping the drafter's rows were trained for: the one given, else the checkpoint's d2t,
+    else (no d2t: vLLM and sglang then read draft id i as target id i) the identity."""
+    if given is not None:
+        return given
+    if checkpoint.mapping is not None:
+        return checkpoint.mapping
+    return VocabMapping.identity(
+        checkpoint.draft_vocab_size,
+        checkpoint.target_vocab_size or (target.vocab_size if target is not None else 0),
+        source=f"{checkpoint.path} (no d2t: identity)",
+    )
+
+
+def _mappings(checkpoint_mapping: VocabMapping, run_mapping: VocabMapping | None) -> dict[str, VocabMapping]:
+    return {"checkpoint": checkpoint_mapping, **({"run": run_mapping} if run_mapping is not None else {})}
+
+
+@torch.no_grad()
+def head_request(
+    checkpoint: Any,
+    dumps: Any,
+    target: Any,
+    checkpoint_mapping: VocabMapping | None,
+    run_mapping: VocabMapping | None,
+    *,
+    device: str = "auto",
+    max_tokens: int | None = None,
+) -> HeadRequest | None:
+    """What ``run_replay`` with these inputs asks of the target head (labels and each mapping's
+    logits at every scored position); None when it asks nothing (labels from input ids, nothing to score)."""
+    if checkpoint is None or checkpoint.not_eagle3 is not None or target is None:
+        return None
+    if dumps is None or not getattr(dumps, "samples", None):
+        return None
+    dev = resolve_device(device)
+    labels = _Labels(target, None, dumps, dev)
+    plan = _plan(dumps, labels.lookahead, _max_tokens(dev, max_tokens))
+    if labels.source != "target" or not plan:
+        return None
+    mappings = _mappings(_checkpoint_mapping(checkpoint, target, checkpoint_mapping), run_mapping)
+    return labels.request(plan, {k: h.clamp_min(0) for k, h in _hot_ids(mappings, dev).items()})
 
 
 def _verdict(numbers: ReplayNumbers, device: torch.device, notes: list[str]) -> CheckResult:

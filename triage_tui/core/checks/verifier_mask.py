@@ -20,14 +20,15 @@ import numpy as np
 import torch
 
 from triage_tui.core.checks.result import CheckResult, key_value_lines, table_lines
-from triage_tui.core.checks.target_head import rms_norm, scan_head
+from triage_tui.core.checks.target_head import HeadRequest, HeadScanner, rms_norm, scan_head
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "verifier_mask"
 
-# The default max_tokens (1024) bounds the cost of recomputing the verifier's argmax on CPU
+# The default max_tokens bounds the cost of recomputing the verifier's argmax on CPU
 # (1024 x 163 840 x 7168 multiply-adds for a Kimi-sized head; core/checks/target_head.py reads
 # the head block by block) while the share it estimates has a standard error under 1.6 points.
+MAX_TOKENS = 1024
 
 
 # What each invariant asserts, for code that weighs them (core/hypotheses/mapping.py); not in the JSON.
@@ -114,9 +115,10 @@ def check_verifier_mask(
     dumps: Any = None,
     target: Any = None,
     device: str = "cpu",
-    max_tokens: int = 1024,
+    max_tokens: int = MAX_TOKENS,
     progress: Callable[[float, str], None] | None = None,
     cancel: threading.Event | None = None,
+    head: HeadScanner = scan_head,
 ) -> CheckResult:
     """Mask invariants of the run's mapping (the one the trainer masks with), and the checkpoint's."""
     if checkpoint_mapping is None and run_mapping is None:
@@ -161,13 +163,14 @@ def check_verifier_mask(
             )
 
     outside = None
-    if dumps is not None and target is not None:
+    request = head_request(dumps, target, device=device, max_tokens=max_tokens)
+    if request is not None:
         outside = _argmax_outside_draft_vocab(
-            dumps,
             target,
+            request,
             {"run": run_mapping, "checkpoint": checkpoint_mapping},
             device=device,
-            max_tokens=max_tokens,
+            head=head,
             progress=progress,
             cancel=cancel,
         )
@@ -291,10 +294,11 @@ def _mapping_invariants(
 
 
 @torch.no_grad()
-def _argmax_outside_draft_vocab(
-    dumps, target, mappings: dict[str, VocabMapping | None], *, device: str, max_tokens: int, progress, cancel
-) -> ArgmaxOutside | None:
-    """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
+def head_request(dumps: Any, target: Any, *, device: str, max_tokens: int = MAX_TOKENS) -> HeadRequest | None:
+    """What the argmax share asks of the target head: the loss-masked last hidden states, up to
+    `max_tokens`, through the final norm where the dumps hold the pre-norm state; None without any."""
+    if dumps is None or target is None:
+        return None
     hidden = []
     budget = max_tokens
     for sample in dumps.samples:
@@ -315,9 +319,23 @@ def _argmax_outside_draft_vocab(
         norm = target.final_norm()
         if norm is not None:
             states = rms_norm(states, norm, float(target.config.get("rms_norm_eps", 1e-6)))
-    scan = scan_head(
+    return HeadRequest(states)
+
+
+def _argmax_outside_draft_vocab(
+    target: Any,
+    request: HeadRequest,
+    mappings: dict[str, VocabMapping | None],
+    *,
+    device: str,
+    head: HeadScanner,
+    progress: Callable[[float, str], None] | None,
+    cancel: threading.Event | None,
+) -> ArgmaxOutside | None:
+    """Share of loss-masked positions whose verifier argmax (full target vocab) is outside each draft vocab."""
+    scan = head(
         target,
-        states,
+        request,
         device=device,
         cancel=cancel,
         progress=None if progress is None else lambda f, m: progress(f, f"{NAME}: verifier argmax, {m}"),
