@@ -5,9 +5,10 @@ The file is bench_events.py's (1 000 000 scalar events, the 15 SpecForge tags, o
 processes from exec to exit, one after another so they see the same machine:
 - rustboard: tensorboard's Rust data server, ``--reload once --samples-per-plugin scalars=all``,
   exec to its "Finished load cycle" log line (bench_events.rustboard);
-- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` to a file;
-- the same two with the formatting in this process only (no forked formatters), to show what the
-  second core adds.
+- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` to a file, which fork
+  one formatter for each core that was idle while they read (commands/scalars.py ``_processes``);
+- the same two formatting in one process, and formatting in one process a core whether idle or
+  not: what the rule chose against what the other choice would have cost.
 
 Then both outputs are checked value for value against the file's records decoded with
 ``event_pb2``: every wall_time parses back to the same float64, every value to the same float64
@@ -39,8 +40,10 @@ sys.path.insert(0, str(REPO))
 
 import bench_events  # noqa: E402 - found through the sys.path entry above
 
-SERIAL = (
-    "import sys, runpy; import triage_tui.commands.scalars as s; s._MIN_ROWS_TO_FORK = float('inf'); "
+# `triage scalars` with the number of formatting processes fixed, not chosen by the idle cores.
+FIXED = (
+    "import sys, runpy; import triage_tui.commands.scalars as s; n = {}; "
+    "s._processes = lambda floats, out, ticks: n or s._CORES; "
     "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
 )
 
@@ -136,8 +139,10 @@ def main() -> None:
     cmds = {
         "csv": [python, "-m", "triage_tui", "scalars", str(big)],
         "json": [python, "-m", "triage_tui", "scalars", str(big), "--format", "json"],
-        "csv, one process": [python, "-c", SERIAL, "scalars", str(big)],
-        "json, one process": [python, "-c", SERIAL, "scalars", str(big), "--format", "json"],
+        "csv, one process": [python, "-c", FIXED.format(1), "scalars", str(big)],
+        "json, one process": [python, "-c", FIXED.format(1), "scalars", str(big), "--format", "json"],
+        "csv, one process a core": [python, "-c", FIXED.format(0), "scalars", str(big)],
+        "json, one process a core": [python, "-c", FIXED.format(0), "scalars", str(big), "--format", "json"],
     }
     times: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
     cpus: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
@@ -150,12 +155,14 @@ def main() -> None:
         times["rustboard"].append(rust)
         cpus["rustboard"].append(rust_cpu)
         for name, cmd in cmds.items():
-            seconds, cpu = timed(cmd, work / f"out.{name.split(',')[0]}")
+            seconds, cpu = timed(cmd, work / f"out.{name}")
             times[name].append(seconds)
             cpus[name].append(cpu)
             ratios[name].append(seconds / rust)
             cpu_ratios[name].append(cpu / rust_cpu)
     verdict = check_exact(work / "out.csv", work / "out.json", reference(big))
+    for name in cmds:  # in one process or several, the same bytes
+        assert (work / f"out.{name}").read_bytes() == (work / f"out.{name.split(',')[0]}").read_bytes(), name
     load_end = os.getloadavg()
     print(
         f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
@@ -165,7 +172,7 @@ def main() -> None:
         f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
     )
     print(f"- {args.rounds} rounds, each: rustboard, then each export, whole processes, page cache warm")
-    print(f"- exactness: {verdict}\n")
+    print(f"- exactness: {verdict}; the same bytes in one process and in one a core\n")
     print("| command | wall s, median (min–max) | ÷ rustboard, same round | CPU s | CPU ÷ rustboard's, same round |")
     print("|---|---|---|---|---|")
     print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} | 1 |")

@@ -136,49 +136,61 @@ def test_end_to_end_through_python_m(run_dir, tmp_path):
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
 
 
-def _can_fork_here() -> bool:
-    import threading
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cores >= 2 and threading.active_count() == 1
-
-
-def test_no_forked_formatters_on_a_busy_machine(monkeypatch):
+def test_formatters_are_forked_for_cores_that_were_idle_during_the_read(monkeypatch, tmp_path):
     from triage_tui.commands import scalars
 
-    monkeypatch.setattr(scalars, "_free_cores", lambda cores: 0.5)
-    assert scalars._formatters() is None
+    monkeypatch.setattr(scalars, "_CORES", 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    big = 64 * scalars._MIN_FLOATS_PER_PROCESS
+    with open(tmp_path / "out", "w") as out:
+        for idle_ticks, processes in ((0, 1), (100, 2), (250, 3), (400, 4)):  # of 400 ticks on 4 cores
+            monkeypatch.setattr(scalars, "_cpu_ticks", lambda idle=idle_ticks: (1000 + idle, 2400))
+            assert scalars._processes(big, out, (1000, 2000)) == processes
+        assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS, out, (1000, 2000)) == 2
+        assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS - 1, out, (1000, 2000)) == 1
+        monkeypatch.setattr(scalars, "_cpu_ticks", lambda: None)  # no /proc/stat: the cores count as free
+        assert scalars._processes(big, out, None) == 4
+    assert scalars._processes(big, io.StringIO(), None) == 1  # no file descriptor to write to
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_output_is_the_same_in_small_pieces_and_with_forked_formatters(capsys, monkeypatch, run_dir, fmt):
+def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, monkeypatch, run_dir, tmp_path, fmt):
     from triage_tui.commands import scalars
 
     code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
     monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
-    monkeypatch.setattr(scalars, "_MIN_ROWS_TO_FORK", 0)  # forks where the process has one thread
-    monkeypatch.setattr(scalars, "_free_cores", lambda cores: float(cores))  # even on a busy machine
-    forked = []
-    real_formatters = scalars._formatters
-    monkeypatch.setattr(scalars, "_formatters", lambda: forked.append(real_formatters()) or forked[-1])
-    code_pieces, pieces, _ = _cli(capsys, run_dir, "--format", fmt)
-    assert code == code_pieces == 0 and pieces == whole
-    assert forked and all(pool is not None for pool in forked) or not _can_fork_here()
+    monkeypatch.setattr(scalars, "_CHUNK_FLOATS", 20)  # many chunks: each process takes several turns
+    monkeypatch.setattr(scalars, "_processes", lambda floats, out, ticks: 3)
+    forks = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    with open(tmp_path / "out", "w", encoding="utf-8") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        code_forked = main(["scalars", str(run_dir), "--format", fmt])
+    assert code == code_forked == 0 and len(forks) == 2
+    assert (tmp_path / "out").read_text(encoding="utf-8") == whole
     if fmt == "json":
         first = json.loads(whole)["tags"]["train/acc_0"]["values"][:3]
         assert first == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt):
-    """`triage scalars RUN | head -c 20`: the pipe closes early; triage ends quietly with 141 (128 + SIGPIPE)."""
+@pytest.mark.parametrize("processes", [1, 3])
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt, processes):
+    """`triage scalars RUN | head -c 20`: the pipe closes early; triage ends quietly with 141 (128 + SIGPIPE),
+    forked formatters included."""
     logdir = tmp_path / "run" / "runs"
     with SummaryWriter(log_dir=str(logdir)) as writer:
         for step in range(20_000):  # far more than a pipe buffer holds
             writer.add_scalar("train/ploss_0", 10.0 - step * 1e-4, step, walltime=1.7e9 + step)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    script = (
+        "import sys; import triage_tui.commands.scalars as s; from triage_tui.cli import main; "
+        f"s._PIECE_ROWS = 1000; s._CHUNK_FLOATS = 2000; s._processes = lambda floats, out, ticks: {processes}; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "triage_tui.cli", "scalars", str(tmp_path / "run"), "--format", fmt],
+        [sys.executable, "-c", script, "scalars", str(tmp_path / "run"), "--format", fmt],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import errno
 import fnmatch
 import io
 import json
-import multiprocessing
 import os
+import signal
 import sys
 import threading
-from collections import deque
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(path, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
     events.set_files(files, wandb_files)
+    ticks = _cpu_ticks()  # what the machine's cores do while this process reads: see _processes
     stats = events.poll()
     problems = events.problems
     if path.is_file() and problems:
@@ -104,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
     if args.tag and not series:
         print(f"triage scalars: {printable(path)}: no tag matches {printable(' or '.join(args.tag))}", file=sys.stderr)
     if args.format == "json":
-        _write_json(series, sys.stdout)
+        _write_json(series, sys.stdout, ticks)
     else:
-        _write_csv(series, sys.stdout)
+        _write_csv(series, sys.stdout, ticks)
     return 0
 
 
@@ -114,16 +117,18 @@ def _wanted(tag: str, globs: list[str] | None) -> bool:
     return not globs or any(fnmatch.fnmatchcase(tag, glob) for glob in globs)
 
 
-# Rows formatted per piece: ~3 MB of text. Two forked processes format pieces while this one
-# writes them in order (threads do not help: the GIL is taken between numpy's many short loops);
-# benchmarks/bench_export.py measures it.
-_PIECE_ROWS = 1 << 16
-_IN_FLIGHT = 4
-_FORMATTERS = 2
-_MIN_ROWS_TO_FORK = 4 * _PIECE_ROWS
+# Rows formatted per piece, in one go by numpy (core/decimal_text.py): ~0.8 MB of CSV. Smaller
+# pieces stay in the caches (1 << 14 took ~10 % less CPU than 1 << 16); much smaller ones pay
+# numpy's per-call cost.
+_PIECE_ROWS = 1 << 14
+# Forked formatters (see _write_pieces) take turns by chunks of pieces: a chunk is at most this many
+# floats (~6 MB of CSV, what each process holds at a time), and a process is forked only for at
+# least _MIN_FLOATS_PER_PROCESS floats (~30 ms of formatting).
+_CHUNK_FLOATS = 1 << 18
+_MIN_FLOATS_PER_PROCESS = 1 << 17
 
 
-def _write_csv(series: list[ScalarSeries], out) -> None:
+def _write_csv(series: list[ScalarSeries], out, ticks: tuple[int, int] | None = None) -> None:
     pieces: list = [b"tag,step,wall_time,value\n"]
     encoding, errors = _encoding(out)
     # Piped, the CSV is data and stays exact (as JSON does); on a terminal a person reads it, and a
@@ -134,8 +139,8 @@ def _write_csv(series: list[ScalarSeries], out) -> None:
         field = _csv_field(printable(s.tag) if on_terminal else s.tag).encode(encoding, errors) + b","
         for lo in range(0, len(steps), _PIECE_ROWS):
             hi = lo + _PIECE_ROWS
-            pieces.append((_csv_rows, field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
-    _write_pieces(pieces, sum(len(s) for s in series), out)
+            pieces.append((2 * len(steps[lo:hi]), _csv_rows, field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
+    _write_pieces(pieces, out, ticks)
 
 
 def _csv_rows(field: bytes, steps, walls, values) -> bytes:
@@ -155,34 +160,36 @@ def _csv_field(tag: str) -> str:
 _JSON_NON_FINITE = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 
 
-def _write_json(series: list[ScalarSeries], out) -> None:
+def _write_json(series: list[ScalarSeries], out, ticks: tuple[int, int] | None = None) -> None:
     """What json.dump({"tags": ...}) writes (default separators), non-finite values as strings."""
     encoding, errors = _encoding(out)
     pieces: list = [b'{"tags": {']
     for i, s in enumerate(series):
         steps, walls, values = s.columns()
         pieces.append((b", " if i else b"") + json.dumps(s.tag).encode(encoding, errors) + b': {"steps": ')
-        pieces += _json_list(int_texts, steps)
+        pieces += _json_list(int_texts, steps, floats=False)
         pieces.append(b', "wall_times": ')
-        pieces += _json_list(_json_floats, walls)
+        pieces += _json_list(_json_floats, walls, floats=True)
         pieces.append(b', "values": ')
-        pieces += _json_list(_json_floats, values)
+        pieces += _json_list(_json_floats, values, floats=True)
         pieces.append(b"}")
     pieces.append(b"}}\n")
-    _write_pieces(pieces, sum(len(s) for s in series), out)
+    _write_pieces(pieces, out, ticks)
 
 
 def _json_floats(values):
     return float_reprs(values, non_finite=_JSON_NON_FINITE)
 
 
-def _json_list(texts, column) -> list:
+def _json_list(texts, column, *, floats: bool) -> list:
     if not len(column):
         return [b"[]"]
     pieces: list = [b"["]
     for lo in range(0, len(column), _PIECE_ROWS):
         last = lo + _PIECE_ROWS >= len(column)
-        pieces.append((_json_items, texts, column[lo : lo + _PIECE_ROWS], last))
+        part = column[lo : lo + _PIECE_ROWS]
+        # Integers cost a tenth of what floats do: a piece's weight counts its floats only.
+        pieces.append((len(part) if floats else 0, _json_items, texts, part, last))
     pieces.append(b"]")
     return pieces
 
@@ -196,63 +203,164 @@ def _encoding(out) -> tuple[str, str]:
     return getattr(out, "encoding", None) or "utf-8", getattr(out, "errors", None) or "strict"
 
 
-def _write_pieces(pieces: list, points: int, out) -> None:
-    """Write constant pieces and formatted ones, in order."""
-    out.flush()
-    binary = getattr(out, "buffer", None)
-    write = binary.write if binary is not None else (lambda data: out.write(data.decode(_encoding(out)[0])))
-    global _JOBS
-    _JOBS = [piece for piece in pieces if not isinstance(piece, bytes)]
-    pool = _formatters() if points >= _MIN_ROWS_TO_FORK else None
-    try:
-        pending: deque = deque()
-        job = 0
-        for piece in pieces:
-            if isinstance(piece, bytes):
-                pending.append(piece)
-            else:
-                pending.append(pool.apply_async(_run, (job,)) if pool is not None else job)
-                job += 1
-            while pending and (len(pending) > _IN_FLIGHT or isinstance(pending[0], bytes) or pool is None):
-                _write_first(pending, write)
-        while pending:
-            _write_first(pending, write)
-    finally:
-        _JOBS = []
-        if pool is not None:
-            pool.terminate()
-    if binary is not None:
-        binary.flush()
-
-
-_JOBS: list[tuple] = []  # the formatting jobs of the current write; forked formatters inherit them
-
-
-def _write_first(pending: deque, write) -> None:
-    first = pending.popleft()
-    write(first if isinstance(first, bytes) else _run(first) if isinstance(first, int) else first.get())
-
-
-def _run(job: int) -> bytes:
-    function, *args = _JOBS[job]
+def _text(piece) -> bytes:
+    """A piece's bytes: constant ones as they are, a (floats, function, *args) one formatted."""
+    if isinstance(piece, bytes):
+        return piece
+    _, function, *args = piece
     return function(*args)
 
 
-def _formatters():
-    """A pool of forked formatter processes, or None where forking is unsafe or pointless."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if cores < 2 or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return None  # forking a process with other threads can deadlock the child
-    if _free_cores(cores) < 1.0:
-        # The forked formatters cost ~30 % more CPU (the pieces are pickled back): they win only with
-        # a core to themselves; on a busy machine one process is faster (benchmarks/RESULTS-export.md).
-        return None
-    return multiprocessing.get_context("fork").Pool(min(cores, _FORMATTERS))
+def _write_pieces(pieces: list, out, ticks: tuple[int, int] | None) -> None:
+    """Write constant pieces and formatted ones, in order, formatting in one process a core.
 
-
-def _free_cores(cores: int) -> float:
-    """Cores the one-minute load average leaves idle."""
+    With N processes the pieces are cut into chunks; process i formats chunks i, i + N, ... and
+    writes each straight to the output's file descriptor when its turn comes, passes the turn on
+    through a pipe (a ring: 0 -> 1 -> ... -> N-1 -> 0), and formats its next chunk meanwhile.
+    Nothing goes back between processes (a pool pickling each formatted piece back to the parent
+    cost ~30 % more CPU), so the forks cost little CPU even where no core is idle.
+    """
+    out.flush()
+    processes = _processes(sum(0 if isinstance(p, bytes) else p[0] for p in pieces), out, ticks)
+    chunks = _chunks(pieces, processes) if processes > 1 else [pieces]
+    processes = min(processes, len(chunks))
+    if processes == 1:
+        binary = getattr(out, "buffer", None)
+        for piece in pieces:
+            if binary is not None:
+                binary.write(_text(piece))
+            else:  # a text stream with no bytes below it
+                out.write(_text(piece).decode(_encoding(out)[0]))
+        out.flush()
+        return
+    fd = out.fileno()
+    sys.stderr.flush()  # or a child's traceback would repeat what is still buffered
+    turns = [os.pipe() for _ in range(processes)]  # turns[i]: from process i - 1 to process i
+    ends = [end for pair in turns for end in pair]
+    children: list[int] = []
     try:
-        return cores - os.getloadavg()[0]
-    except OSError:  # no load average on this system
-        return float(cores)
+        for i in range(1, processes):
+            pid = os.fork()
+            if pid == 0:
+                _formatter(chunks, i, processes, fd, turns)
+            children.append(pid)
+        ends = _keep_ends(turns, 0)
+        broken = not _take_turns(chunks, 0, processes, fd, *ends)
+    except BaseException:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        for end in ends:  # closed before waiting: a child waiting for its turn then sees EOF and exits
+            os.close(end)
+        codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+    if 128 + signal.SIGPIPE in codes:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))  # `| head`: quietly, as cli.py does
+    if broken or any(codes):
+        raise RuntimeError(f"a forked formatter failed (exit statuses {codes})")
+
+
+def _processes(floats: int, out, ticks: tuple[int, int] | None) -> int:
+    """How many processes format: this one, plus one a core that was idle while it read (since
+    ``ticks``), each with at least _MIN_FLOATS_PER_PROCESS floats.
+
+    Only idle cores: the kernel shares the CPU between sessions (autogroup), not processes, so on a
+    busy machine a fork gets no more CPU, only its cost (at load 7: up to 8 % more CPU, 4-16 % more
+    wall time). The one-minute load average is no guide: it lags, and stays above 1 for a minute
+    after any earlier command (a quiet machine then formatted in one process). One process also
+    where the output has no file descriptor or forking is unsafe (another thread may hold a lock
+    the child would wait on forever)."""
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return 1
+    try:
+        out.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation: a stream in memory
+        return 1
+    now = _cpu_ticks()
+    if ticks is None or now is None or now[1] <= ticks[1]:
+        idle = _CORES - 1.0  # no /proc/stat, or no time passed: take the cores as free
+    else:
+        idle = (os.cpu_count() or _CORES) * (now[0] - ticks[0]) / (now[1] - ticks[1])  # /proc/stat: every core
+    return max(1, min(_CORES, 1 + round(idle), floats // _MIN_FLOATS_PER_PROCESS))
+
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(idle, all) CPU ticks the machine's cores have spent since boot (Linux's /proc/stat), or None."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            ticks = [int(field) for field in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, out of user .. steal
+
+
+def _chunks(pieces: list, processes: int) -> list[list]:
+    """The pieces in consecutive runs of about equal floats, at most _CHUNK_FLOATS each: one run per
+    process, or more when the output is large."""
+    total = sum(0 if isinstance(p, bytes) else p[0] for p in pieces)
+    target = min(_CHUNK_FLOATS, -(-total // processes))
+    chunks: list[list] = [[]]
+    floats = 0
+    for piece in pieces:
+        if floats >= target:
+            chunks.append([])
+            floats = 0
+        chunks[-1].append(piece)
+        floats += 0 if isinstance(piece, bytes) else piece[0]
+    return chunks
+
+
+def _keep_ends(turns: list[tuple[int, int]], i: int) -> list[int]:
+    """Close every pipe end process i does not use; return the two it does: [its turn, the next's]."""
+    keep = [turns[i][0], turns[(i + 1) % len(turns)][1]]
+    for end in (end for pair in turns for end in pair):
+        if end not in keep:
+            os.close(end)
+    return keep
+
+
+def _take_turns(chunks: list[list], first: int, processes: int, fd: int, mine: int, pass_on: int) -> bool:
+    """Format and write chunks first, first + processes, ..., each in its turn; False if the ring broke
+    (the process before or after this one stopped: its exit status says why)."""
+    for c in range(first, len(chunks), processes):
+        if c == 0:  # the first turn is the parent's from the start: write as each piece is formatted
+            for piece in chunks[0]:
+                _write_all(fd, _text(piece))
+        else:
+            texts = [_text(piece) for piece in chunks[c]]
+            if not os.read(mine, 1):
+                return False
+            for text in texts:
+                _write_all(fd, text)
+        if c + 1 < len(chunks):
+            try:
+                os.write(pass_on, b"t")
+            except BrokenPipeError:
+                return False
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _formatter(chunks: list[list], i: int, processes: int, fd: int, turns: list[tuple[int, int]]) -> NoReturn:
+    """A forked formatter: takes its turns, then exits without running anything of the parent's."""
+    code = 1
+    try:
+        _take_turns(chunks, i, processes, fd, *_keep_ends(turns, i))
+        code = 0  # or the ring broke: the process that broke it reports why
+    except BrokenPipeError:  # the output's reader is gone (`| head`)
+        code = 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - any other failure: its traceback, then a status the parent sees
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
