@@ -58,8 +58,9 @@ class Texts:
 _K_MIN, _K_MAX = -292, 324
 
 
-def _pow10_table() -> tuple[np.ndarray, np.ndarray]:
-    his, los = [], []
+def _pow10_table() -> tuple[np.ndarray, ...]:
+    """g(k) for every k, as four arrays of its 32-bit limbs, lowest first (what the products take)."""
+    limbs: list[list[int]] = [[], [], [], []]
     for k in range(_K_MIN, _K_MAX + 1):
         if k >= 0:
             p = 10**k
@@ -70,32 +71,31 @@ def _pow10_table() -> tuple[np.ndarray, np.ndarray]:
             r = -(d - 1).bit_length() - 127  # floor(log2 10^k) - 127, 10^k = 1/d
             g = -((-(1 << -r)) // d)  # ceil(2^-r / d)
         assert 1 << 127 <= g < 1 << 128, k
-        his.append(g >> 64)
-        los.append(g & ((1 << 64) - 1))
-    return np.array(his, np.uint64), np.array(los, np.uint64)
+        for i in range(4):
+            limbs[i].append((g >> (32 * i)) & 0xFFFFFFFF)
+    return tuple(np.array(limb, np.uint64) for limb in limbs)
 
 
-_G_HI, _G_LO = _pow10_table()
+_G_LIMBS = _pow10_table()
 _POW10 = np.array([10**i for i in range(20)], np.uint64)
 
 
-def _mul_hi_lo(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 128-bit products a * b of uint64 arrays, as (high, low) 64-bit halves."""
-    a_lo, a_hi = a & _M32, a >> _U64(32)
-    b_lo, b_hi = b & _M32, b >> _U64(32)
-    ll = a_lo * b_lo
-    lh = a_lo * b_hi
-    hl = a_hi * b_lo
+def _round_to_odd(g: tuple[np.ndarray, ...], cp: np.ndarray) -> np.ndarray:
+    """floor(g * cp / 2^128), its lowest bit set when the division was inexact (Schubfach's RoundToOdd).
+
+    g comes as its four 32-bit limbs, cp (uint64) is split in two here: 32 x 32-bit products do
+    not overflow uint64. As in Bolz's RoundToOdd, the low 64 bits of g_lo * cp are left out."""
+    g0, g1, g2, g3 = g
+    c0, c1 = cp & _M32, cp >> _U64(32)
+    # x_hi: bits 64..127 of (g1:g0) * cp
+    ll, lh, hl = g0 * c0, g0 * c1, g1 * c0
     mid = (ll >> _U64(32)) + (lh & _M32) + (hl & _M32)  # < 3 * 2^32: no overflow
-    lo = (mid << _U64(32)) | (ll & _M32)
-    hi = a_hi * b_hi + (lh >> _U64(32)) + (hl >> _U64(32)) + (mid >> _U64(32))
-    return hi, lo
-
-
-def _round_to_odd(g_hi: np.ndarray, g_lo: np.ndarray, cp: np.ndarray) -> np.ndarray:
-    """floor(g * cp / 2^128), its lowest bit set when the division was inexact (Schubfach's RoundToOdd)."""
-    x_hi, _ = _mul_hi_lo(g_lo, cp)
-    y_hi, y_lo = _mul_hi_lo(g_hi, cp)
+    x_hi = g1 * c1 + (lh >> _U64(32)) + (hl >> _U64(32)) + (mid >> _U64(32))
+    # y = (g3:g2) * cp, both halves
+    ll, lh, hl = g2 * c0, g2 * c1, g3 * c0
+    mid = (ll >> _U64(32)) + (lh & _M32) + (hl & _M32)
+    y_lo = (mid << _U64(32)) | (ll & _M32)
+    y_hi = g3 * c1 + (lh >> _U64(32)) + (hl >> _U64(32)) + (mid >> _U64(32))
     z_lo = y_lo + x_hi
     z_hi = y_hi + (z_lo < y_lo)
     return z_hi | (z_lo > _U64(1))
@@ -116,10 +116,10 @@ def _shortest(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = (q * 1262611 - np.where(closer, 524031, 0)) >> 22  # floor(log10(2^q)) or floor(log10(3/4 2^q))
     h = (q + ((-k * 1741647) >> 19) + 1).astype(np.uint64)  # q + floor(log2(10^-k)) + 1, in 1..4
     index = -k - _K_MIN
-    g_hi, g_lo = _G_HI[index], _G_LO[index]
-    vbl = _round_to_odd(g_hi, g_lo, cbl << h)
-    vb = _round_to_odd(g_hi, g_lo, cb << h)
-    vbr = _round_to_odd(g_hi, g_lo, cbr << h)
+    g = tuple(limb[index] for limb in _G_LIMBS)
+    vbl = _round_to_odd(g, cbl << h)
+    vb = _round_to_odd(g, cb << h)
+    vbr = _round_to_odd(g, cbr << h)
     odd = (~even).astype(np.uint64)
     lower = vbl + odd
     upper = vbr - odd
