@@ -117,6 +117,9 @@ def test_join_rows_lays_pieces_side_by_side():
     values = np.array([0.5, math.nan, 1e-7])
     joined = join_rows([b"t,", int_texts(steps), b",", float_reprs(values), b"\n"])
     assert joined == b"t,1,0.5\nt,20,nan\nt,-300,1e-07\n"
+    # A constant may hold the bytes the padding and its stand-in use.
+    joined = join_rows([b"\0\1,", int_texts(steps), b",", float_reprs(values), b"\n"])
+    assert joined == b"\0\1,1,0.5\n\0\1,20,nan\n\0\1,-300,1e-07\n"
 
 
 @pytest.mark.parametrize("bits", [0x0000000000000001, 0x000FFFFFFFFFFFFF, 0x0010000000000000, 0x7FEFFFFFFFFFFFFF])
