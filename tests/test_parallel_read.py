@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -130,3 +131,49 @@ def test_the_watcher_gives_the_same_statuses_on_two_cores(sweep, monkeypatch):
     assert [s.status for s in statuses].count("critical") == 1  # run_2, at chance
     assert progress and progress[0] < 6  # rows arrive while the rest is read
     assert parallel.poll_once()[0] is statuses[0]  # the next poll is incremental: nothing changed
+
+
+def _wait_for_early_helpers(count: int) -> list:
+    for _ in range(500):
+        with parallel_read._EARLY._lock:
+            procs = list(parallel_read._EARLY._procs)
+        if len(procs) >= count:
+            return procs
+        time.sleep(0.01)
+    raise AssertionError(f"{count} early helpers never started")
+
+
+def test_helpers_started_early_are_the_ones_the_first_load_uses(sweep, monkeypatch):
+    # The TUI starts them before it imports Textual; the watcher's first poll adopts them.
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    parallel_read.start_helpers_early([sweep], min_bytes=1)
+    early = _wait_for_early_helpers(2)
+    started = []
+    real_start = parallel_read._Helper.start
+    monkeypatch.setattr(parallel_read._Helper, "start", lambda *a: started.append(1) or real_start(*a))
+    statuses = Watcher(
+        [sweep], use_watchdog=False, parallel_min_bytes=0, parse_in_helpers=True, clock=lambda: 1.7e9 + 500
+    ).poll_once()
+    alone = Watcher([sweep], use_watchdog=False, parallel_min_bytes=None, clock=lambda: 1.7e9 + 500).poll_once()
+    assert not started  # no helper was started by the poll: it took the early ones
+    assert all(proc.poll() is not None for proc in early)  # and closed them when done
+    assert [json.dumps(s.to_json()) for s in statuses] == [json.dumps(s.to_json()) for s in alone]
+
+
+def test_early_helpers_a_small_tree_never_needed_are_not_started_or_are_closed(sweep, monkeypatch):
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    spawned = []
+    real_spawn = parallel_read._spawn
+    monkeypatch.setattr(parallel_read, "_spawn", lambda *a: spawned.append(1) or real_spawn(*a))
+    parallel_read.start_helpers_early([sweep])  # a few KiB: under MIN_PARALLEL_BYTES
+    Watcher([sweep], use_watchdog=False, clock=lambda: 1.7e9 + 500).poll_once()
+    assert not spawned
+    # Started (the walk counted enough) but the first poll read in this process: closed by that poll.
+    parallel_read.start_helpers_early([sweep], min_bytes=1)
+    early = _wait_for_early_helpers(2)
+    Watcher([sweep], use_watchdog=False, parallel_min_bytes=None, clock=lambda: 1.7e9 + 500).poll_once()
+    assert all(proc.poll() is not None for proc in early)
+    parallel_read.start_helpers_early([sweep], min_bytes=1)  # released: a later one starts afresh
+    for proc in _wait_for_early_helpers(2):
+        assert proc.poll() is None
+    parallel_read.release_early_helpers()

@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if args.vocab_size is not None and args.vocab_size < 2:
         raise BadInput(None, f"--vocab-size must be at least 2, got {args.vocab_size}")
 
+    from triage_tui.core.parallel_read import start_helpers_early
+
+    # A sweep's first load is read by helper processes: they start up while Textual is imported.
+    start_helpers_early(paths)
     from triage_tui.tui.app import TriageApp
 
     TriageApp(

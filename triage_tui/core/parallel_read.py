@@ -15,6 +15,10 @@ hold the GIL its UI thread needs, and its worker thread has each run's flags to 
 come back. If a helper cannot start or dies, this process reads whatever it had not returned, so
 the result is the same either way.
 
+The TUI starts its helpers before it imports Textual (``start_helpers_early``): a fresh interpreter
+takes ~0.35 s to import numpy and the reader, time the UI's own start-up (~1 s) would otherwise
+add to a sweep's first load, with the second core idle. The first ``read_runs`` adopts them.
+
 Messages on a helper's stdin/stdout: an 8-byte little-endian length, then a pickle; ours
 (``(index, RunEvents)``) in, ``(index, RunEvents)`` or ``(index, None)`` (it failed on that run)
 out. Both ends are this module's code, so the pickles are trusted.
@@ -32,8 +36,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.runs.names import is_event_file_name
 
-__all__ = ["read_runs", "worth_a_helper"]
+__all__ = ["read_runs", "start_helpers_early", "worth_a_helper"]
 
 # Below this much unread data the helper's start-up (an interpreter and numpy: ~0.3 s) costs
 # more than the second core saves.
@@ -70,12 +75,10 @@ def read_runs(
     object it is given. Called from one thread; `on_read` runs on it.
     """
     answers: queue.Queue = queue.Queue()
-    helpers = [
-        helper
-        for helper in (
-            _Helper.start(answers, helper_command) for _ in range(1 if here else min(_cores(), _MAX_HELPERS))
-        )
-        if helper is not None
+    wanted = 1 if here else min(_cores(), _MAX_HELPERS)
+    early = _EARLY.claim(wanted) if helper_command is None else []
+    helpers = [_Helper(proc, answers) for proc in early] + [
+        helper for helper in (_Helper.start(answers, helper_command) for _ in range(wanted - len(early))) if helper
     ]
     front, back = 0, len(runs)  # this process reads [front, ...), the helpers (..., back)
     sent: dict[int, _Helper] = {}  # run index -> the helper reading it
@@ -160,20 +163,8 @@ class _Helper:
 
     @classmethod
     def start(cls, answers: queue.Queue, command: Sequence[str] | None = None) -> _Helper | None:
-        root = str(Path(__file__).resolve().parents[2])  # the directory holding triage_tui
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        try:
-            proc = subprocess.Popen(
-                list(command or [sys.executable, "-m", "triage_tui.core.parallel_read"]),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # Ctrl-C in the terminal is this process's to handle
-            )
-        except OSError:
-            return None
-        return cls(proc, answers)
+        proc = _spawn(command)
+        return None if proc is None else cls(proc, answers)
 
     def send(self, index: int, events: RunEvents) -> bool:
         try:
@@ -209,6 +200,124 @@ class _Helper:
         self._drain.join(timeout=5)
 
 
+# glibc's malloc in a helper: big blocks from the heap, kept when freed. Its default gives each
+# block over ~32 MiB (and, after a trim, any) fresh pages from the kernel, so every run read
+# faulted its buffers in anew: ~4 000 page faults a 100k-point run, a sixth of the helper's CPU.
+# A helper lives for one load; its memory goes back when it exits.
+_HELPER_MALLOC = (
+    "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864"
+)
+
+
+def _spawn(command: Sequence[str] | None = None) -> subprocess.Popen | None:
+    root = str(Path(__file__).resolve().parents[2])  # the directory holding triage_tui
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        "GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), _HELPER_MALLOC])),
+    }
+    try:
+        return subprocess.Popen(
+            list(command or [sys.executable, "-m", "triage_tui.core.parallel_read"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the terminal is this process's to handle
+        )
+    except OSError:
+        return None
+
+
+class _EarlyHelpers:
+    """Helpers started before anything asked for them, until the first ``read_runs`` claims them.
+
+    A helper waits on its stdin and exits when it closes: one never claimed ends with this process
+    at the latest, or when ``release`` (the watcher's first poll is over) closes it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen] = []
+        self._done = True  # claimed or released (or never asked for): no more are started
+
+    def start(self, paths: Sequence[str | Path], min_bytes: int) -> None:
+        with self._lock:
+            self._done = False
+        threading.Thread(
+            target=self._start, args=(list(paths), min_bytes), name="triage-early-helpers", daemon=True
+        ).start()
+
+    def _start(self, paths: list[str | Path], min_bytes: int) -> None:
+        if not _holds_at_least(paths, min_bytes):
+            return
+        for _ in range(min(_cores(), _MAX_HELPERS)):
+            with self._lock:
+                if self._done:
+                    return
+                proc = _spawn()
+                if proc is None:
+                    return
+                self._procs.append(proc)
+
+    def claim(self, count: int) -> list[subprocess.Popen]:
+        with self._lock:
+            self._done = True
+            claimed, rest = self._procs[:count], self._procs[count:]
+            self._procs = []
+        _close_unclaimed(rest)
+        return claimed
+
+    def release(self) -> None:
+        _close_unclaimed(self.claim(0))
+
+
+def _close_unclaimed(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.stdin is not None:  # always a pipe; Popen types it optional
+            proc.stdin.close()  # it exits at the end of its input
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+_EARLY = _EarlyHelpers()
+
+
+def start_helpers_early(paths: Sequence[str | Path], min_bytes: int = MIN_PARALLEL_BYTES) -> None:
+    """Start the helpers of a sweep's first load now, in the background, if `paths` hold at least
+    `min_bytes` of event files (what ``worth_a_helper`` will find): they start up while the caller
+    does (the TUI imports Textual) and ``read_runs`` adopts them. ``release_early_helpers`` ends
+    the ones it did not need."""
+    if _cores() >= 2:
+        _EARLY.start(paths, min_bytes)
+
+
+def release_early_helpers() -> None:
+    """Close the early helpers no ``read_runs`` claimed (after the watcher's first poll); no more start."""
+    _EARLY.release()
+
+
+def _holds_at_least(paths: Sequence[str | Path], min_bytes: int) -> bool:
+    """Whether the event files below `paths` (hidden directories and links skipped, as discovery
+    does) hold at least `min_bytes`; stops walking as soon as they do."""
+    total = 0
+    for path in paths:
+        for root, dirs, files in os.walk(path):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if is_event_file_name(name):
+                    try:
+                        total += os.lstat(os.path.join(root, name)).st_size
+                    except OSError:
+                        continue
+                    if total >= min_bytes:
+                        return True
+    return False
+
+
 def _write_message(stream, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(len(data).to_bytes(8, "little"))
@@ -235,7 +344,7 @@ def _serve(stdin, stdout) -> None:
             return
         index, events = message
         try:
-            events.poll()
+            events.poll(return_memory=False)
         except Exception:  # noqa: BLE001 - whatever it was, the parent reads that run itself
             events = None
         _write_message(stdout, (index, events))

@@ -29,7 +29,7 @@ from triage_tui.core.curve_shapes import curve_flags, run_start
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer
-from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, worth_a_helper
+from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
 from triage_tui.core.run_status import RunStatus, damaged_records_flag, scan_metrics
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.discover import discover_runs
@@ -191,6 +191,7 @@ class Watcher:
                     update(fresh[j])
 
                 read_runs([runs[i].events.events for i in fresh], read, here=not self.parse_in_helpers)
+            release_early_helpers()  # the TUI's, started before it imported Textual, if read_runs did not take them
             for i in range(len(runs)):
                 if statuses[i] is None:
                     update(i)

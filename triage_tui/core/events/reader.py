@@ -111,8 +111,11 @@ class RunEvents:
                     state.prefix = prefixes[state.path]
                 self._forget_all()
 
-    def poll(self) -> ReadStats:
-        """Stat every file and read only the bytes appended since the last poll."""
+    def poll(self, *, return_memory: bool = True) -> ReadStats:
+        """Stat every file and read only the bytes appended since the last poll.
+
+        ``return_memory=False``: a big read does not hand its freed heap back to the OS (a helper
+        process reading run after run reuses it at once; core/parallel_read.py)."""
         with self._lock:
             stats = ReadStats(files=len(self._files))
             if self._any_replaced():
@@ -132,7 +135,7 @@ class RunEvents:
                     raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
-            if stats.bytes_read >= _TRIM_AFTER_BYTES:
+            if return_memory and stats.bytes_read >= _TRIM_AFTER_BYTES:
                 fileio.return_freed_heap()
             self.totals.add(stats)
             return stats
