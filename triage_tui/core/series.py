@@ -115,6 +115,10 @@ class ScalarSeries:
         steps = np.asarray(steps, np.int64)
         n = self._n
         stored_last = int(self._steps[n - 1]) if n else None
+        if (stored_last is None or steps[0] > stored_last) and bool((steps[1:] > steps[:-1]).all()):
+            # Every step above the one before it (a run read in order): nothing repeats, nothing goes back.
+            self._append(steps, walls, values)
+            return
         # The step logged just before each point (after a regression purged everything from its
         # step on, the largest surviving step is that point's); a point below it goes back.
         before = np.empty(m, np.int64)
