@@ -174,6 +174,26 @@ def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, m
         assert first == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
 
 
+def test_a_failing_formatter_process_fails_the_export(monkeypatch, run_dir, tmp_path):
+    from triage_tui.commands import scalars
+
+    monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
+    monkeypatch.setattr(scalars, "_CHUNK_FLOATS", 20)
+    monkeypatch.setattr(scalars, "_processes", lambda floats, out, ticks: 2)
+    parent, real_rows = os.getpid(), scalars._csv_rows
+
+    def rows_failing_in_the_child(*args):
+        if os.getpid() != parent:
+            raise MemoryError("the child ran out")
+        return real_rows(*args)
+
+    monkeypatch.setattr(scalars, "_csv_rows", rows_failing_in_the_child)
+    with open(tmp_path / "out", "w", encoding="utf-8") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        with pytest.raises(RuntimeError, match="a forked formatter failed"):
+            main(["scalars", str(run_dir)])
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 @pytest.mark.parametrize("processes", [1, 3])
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt, processes):

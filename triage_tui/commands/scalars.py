@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from pathlib import Path
 from typing import NoReturn
 
@@ -360,6 +359,8 @@ def _formatter(chunks: list[list], i: int, processes: int, fd: int, turns: list[
     except KeyboardInterrupt:
         code = 130
     except BaseException:  # noqa: BLE001 - any other failure: its traceback, then a status the parent sees
+        import traceback  # only here: not imported on every export
+
         traceback.print_exc()
     finally:
         sys.stderr.flush()
