@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,14 +55,22 @@ def write_tree(root: Path, runs: int, points: int) -> int:
     return int((root / ".complete").read_text())
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every child process waited for so far, their helpers included."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """(seconds from exec to exit, CPU seconds of the process and its helpers, stdout)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, check=False)
     seconds = time.perf_counter() - t0
     if done.returncode not in (0, 1):
         raise SystemExit(f"{cmd} failed: {done.stderr[-2000:]}")
-    return seconds, done.stdout
+    return seconds, children_cpu() - cpu0, done.stdout
 
 
 def scan_points(stdout: str) -> int:
@@ -94,14 +103,14 @@ def child_tui(root: str, runs: int, exec_wall: float) -> dict:
     return out
 
 
-def tui(root: Path, runs: int, one_core: bool) -> dict:
+def tui(root: Path, runs: int, one_core: bool) -> tuple[dict, float]:
     code = (
         ("import triage_tui.core.parallel_read as p; p._cores = lambda: 1; " if one_core else "")
         + f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
         f"print(json.dumps(bench_sweep.child_tui({str(root)!r}, {runs}, {time.time()!r})))"
     )
-    seconds, stdout = timed([sys.executable, "-c", code])
-    return json.loads(stdout.strip().splitlines()[-1])
+    _, cpu, stdout = timed([sys.executable, "-c", code])
+    return json.loads(stdout.strip().splitlines()[-1]), cpu
 
 
 def spread(xs: list[float]) -> str:
@@ -129,21 +138,28 @@ def main() -> None:
         for k in ("rustboard", "scan", "scan, one core", "tui first rows", "tui all rows", "tui all rows, one core")
     }
     ratios: dict[str, list[float]] = {k: [] for k in times if k != "rustboard"}
+    # CPU seconds of the whole load (the process and its helpers; the TUI's until it quit): on a
+    # shared machine the figure that moves least with the other sessions' load.
+    cpus: dict[str, list[float]] = {k: [] for k in times if k != "tui first rows"}
     for _ in range(args.rounds):
+        cpu0 = children_cpu()
         rust = bench_scale.rustboard_load(root)["load_s"]
+        cpus["rustboard"].append(children_cpu() - cpu0)
         times["rustboard"].append(rust)
         for name, cmd in (("scan", scan), ("scan, one core", scan_one)):
-            seconds, stdout = timed(cmd)
+            seconds, cpu, stdout = timed(cmd)
             assert scan_points(stdout) == expected * 2 // len(bench_scale.TAGS), "scan read a wrong number of points"
             times[name].append(seconds)
             ratios[name].append(seconds / rust)
+            cpus[name].append(cpu)
         for one_core in (False, True):
-            shown = tui(root, args.runs, one_core)
+            shown, cpu = tui(root, args.runs, one_core)
             assert shown["points"] == expected, shown
             if not one_core:
                 times["tui first rows"].append(shown["first_rows_s"])
                 ratios["tui first rows"].append(shown["first_rows_s"] / rust)
             key = "tui all rows" + (", one core" if one_core else "")
+            cpus[key].append(cpu)
             times[key].append(shown["all_rows_s"])
             ratios[key].append(shown["all_rows_s"] / rust)
     load_end = os.getloadavg()
@@ -158,9 +174,12 @@ def main() -> None:
         f"- {args.rounds} rounds, each: rustboard, scan, scan on one core, TUI, TUI on one core; whole processes "
         f"from exec, page cache warm\n"
     )
-    print("| what | seconds from exec, median (min–max) | ÷ rustboard in the same round, median (min–max) |")
-    print("|---|---|---|")
-    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 |")
+    print(
+        "| what | seconds from exec, median (min–max) | ÷ rustboard in the same round, median (min–max) "
+        "| CPU seconds, process and helpers, median (min–max) |"
+    )
+    print("|---|---|---|---|")
+    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} |")
     for name, label in (
         ("scan", "`triage scan`"),
         ("scan, one core", "`triage scan`, helper off (one core)"),
@@ -168,7 +187,8 @@ def main() -> None:
         ("tui all rows", "TUI: every run loaded"),
         ("tui all rows, one core", "TUI: every run loaded, helper off"),
     ):
-        print(f"| {label} | {spread(times[name])} | {spread(ratios[name])} |")
+        cpu = spread(cpus[name]) if name in cpus else ""
+        print(f"| {label} | {spread(times[name])} | {spread(ratios[name])} | {cpu} |")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
 
