@@ -1,4 +1,4 @@
-"""The four checks at real size on the CPU, against the story's hand-written mapping script.
+"""Every registered check at real size on the CPU, against the story's hand-written mapping script.
 
 Builds in benchmarks/.work/checks/ (deleted at the end unless --keep), each in a child process:
 - the Kimi-K2-shaped EAGLE-3 drafter of bench_remap.py (hidden 7168, draft vocab 32 000, target
@@ -12,13 +12,15 @@ Builds in benchmarks/.work/checks/ (deleted at the end unless --keep), each in a
 - a run directory whose triage.toml names all of them.
 
 Then, each in a fresh process with its peak RSS from getrusage:
-- ``diagnose()`` (what ``triage check`` runs) with device="cpu": the time of each check from its
-  progress messages (a check's time includes reading the inputs it is the first to need);
+- ``diagnose()`` (what ``triage check`` runs) with device="cpu": the wall and CPU time of each check
+  from its progress messages (a check's time includes reading the inputs it is the first to need,
+  and the first check to apply the target head makes the one pass over it for all of them);
 - the story's script: torch.load the run's mapping, read the drafter's d2t, build both hot-id
   lists and compare them position by position in a Python loop, plus the overlap and the
   reverse mapping (docs/case.md).
 
-    .venv/bin/python benchmarks/bench_checks.py            # ~5 min on 2 loaded cores, ~11 GB peak
+    .venv/bin/python benchmarks/bench_checks.py            # ~5 min on 2 loaded cores, ~9 GiB peak (building)
+    .venv/bin/python benchmarks/bench_checks.py --keep     # keep the ~6 GB of inputs: a rerun skips building
     .venv/bin/python benchmarks/bench_checks.py --tokens 16 --dumps 2
 """
 
@@ -176,12 +178,14 @@ def child_diagnose(run: str) -> dict:
     torch.set_num_threads(os.cpu_count() or 1)
     imports = time.perf_counter() - t0
     marks: dict[str, list[float]] = {}
+    cpu_marks: dict[str, list[float]] = {}
 
     replay_tokens: list[tuple[float, int]] = []
 
     def progress(fraction: float, message: str) -> None:
         name = message.split(":", 1)[0]
         marks.setdefault(name, []).append(time.perf_counter())
+        cpu_marks.setdefault(name, []).append(time.process_time())  # every thread of the process
         if name == "replay" and "tokens" in message:  # "replay: 35/140 tokens", once per dump file
             replay_tokens.append((time.perf_counter(), int(message.split(":", 1)[1].split("/")[0])))
 
@@ -192,8 +196,15 @@ def child_diagnose(run: str) -> dict:
     checks = {}
     for name, result in diagnosis.checks.items():
         stamps = marks.get(name, [t0, t0])
-        checks[name] = {"seconds": stamps[-1] - stamps[0], "status": result.status, "summary": result.summary}
-    # The first dump's interval holds the drafter and target-head loading; the later ones are compute.
+        cpu_stamps = cpu_marks.get(name, [cpu0, cpu0])
+        checks[name] = {
+            "seconds": stamps[-1] - stamps[0],
+            "cpu_s": cpu_stamps[-1] - cpu_stamps[0],
+            "status": result.status,
+            "summary": result.summary,
+        }
+    # The first dump's interval holds the drafter's loading (and the target-head pass when the replay is
+    # the first check to apply the head); the later ones are compute.
     replay_split = None
     if len(replay_tokens) >= 3:
         start = marks["replay"][0]
@@ -294,17 +305,18 @@ def main() -> None:
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at end; torch threads {diag['threads']}; "
         f"diagnose peak RSS {diag['peak_mib'] / 1024:.1f} GiB, imports {diag['imports_s']:.1f} s\n"
     )
-    print("| check | wall time on the CPU (s) | status | what it found |")
-    print("|---|---|---|---|")
+    count = len(diag["checks"])
+    print("| check | wall time on the CPU (s) | CPU time (s) | status | what it found |")
+    print("|---|---|---|---|---|")
     for name, check in diag["checks"].items():
-        print(f"| {name} | {check['seconds']:.2f} | {check['status']} | {check['summary']} |")
+        print(f"| {name} | {check['seconds']:.2f} | {check['cpu_s']:.2f} | {check['status']} | {check['summary']} |")
     print(
-        f"| **all four (diagnose)** | **{diag['total_s']:.2f}** ({diag['cpu_s']:.1f} s of CPU) | | "
+        f"| **all {count} checks (diagnose)** | **{diag['total_s']:.2f}** | **{diag['cpu_s']:.1f}** | | "
         f"top hypothesis: {diag['top_hypothesis']} |"
     )
     print(
         f"\n`triage check RUN --json --device cpu`, the whole process from exec to exit (imports, reading, "
-        f"all four checks, the JSON): **{whole['seconds']:.1f} s** wall ({whole['cpu_s']:.1f} s of CPU), "
+        f"all {count} checks, the JSON): **{whole['seconds']:.1f} s** wall ({whole['cpu_s']:.1f} s of CPU), "
         f"peak RSS **{whole['peak_mib'] / 1024:.2f} GiB**, "
         f"exit status {whole['exit']}, replay over {whole['replay_tokens']} tokens, top hypothesis "
         f"{whole['top_hypothesis']}."
@@ -320,8 +332,9 @@ def main() -> None:
     split = diag["replay_split"]
     if split:
         print(
-            f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter and the "
-            f"target head's labels for every position ~{split['load_s']:.0f} s, then {split['per_token_s']:.3f} s "
+            f"\nreplay on {diag['replay_device']}: {diag['replay_tokens']} tokens; loading the drafter (its labels "
+            f"come from the one pass over the target head) ~{split['load_s']:.0f} s, then "
+            f"{split['per_token_s']:.3f} s "
             f"per token (the stored aux chunk order); the CPU default cap of 512 tokens would add "
             f"~{(512 - diag['replay_tokens']) * split['per_token_s']:.0f} s of drafter passes "
             f"(and the head pass grows in proportion)."
