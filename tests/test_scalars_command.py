@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -142,6 +143,11 @@ def test_formatters_are_forked_for_cores_that_were_idle_during_the_read(monkeypa
     monkeypatch.setattr(scalars, "_CORES", 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     big = 64 * scalars._MIN_FLOATS_PER_PROCESS
+    # A thread an earlier test left in this pytest worker would make it (rightly) never fork.
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    with open(os.devnull, "w") as devnull:
+        assert scalars._processes(big, devnull, None) == 1
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     with open(tmp_path / "out", "w") as out:
         for idle_ticks, processes in ((0, 1), (100, 2), (250, 3), (400, 4)):  # of 400 ticks on 4 cores
             monkeypatch.setattr(scalars, "_cpu_ticks", lambda idle=idle_ticks: (1000 + idle, 2400))
