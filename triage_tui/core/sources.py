@@ -75,9 +75,11 @@ class RunSources:
             damaged.update(self.wandb.damaged)
         return damaged
 
-    def poll(self) -> ReadStats:
-        """Read what was appended to every file since the last poll; refresh ``scalars``."""
-        stats = self.events.poll() if self._event_files else ReadStats()
+    def poll(self, *, split_files: bool = False) -> ReadStats:
+        """Read what was appended to every file since the last poll; refresh ``scalars``.
+
+        ``split_files``: as RunEvents.poll (a one-thread process reading once: ``triage scalars``)."""
+        stats = self.events.poll(split_files=split_files) if self._event_files else ReadStats()
         if self.wandb is not None:
             stats = _sum_stats(stats, self.wandb.poll())
         self._refresh()

@@ -48,6 +48,7 @@ class Chunk:
     first_plugin: dict[int, tuple[int, str | None]] = field(default_factory=dict)  # tag id -> (key, plugin)
     corrupt: int = 0
     slow: int = 0  # records that went through Event.FromString one at a time
+    grouped: bool = False  # one array each, a tag's points together, in record order (``group``)
 
     def saw_summary(self, key: int) -> None:
         if self.first_summary is None or key < self.first_summary:
@@ -57,6 +58,24 @@ class Chunk:
         known = self.first_plugin.get(tag_id)
         if known is None or key < known[0]:
             self.first_plugin[tag_id] = (key, plugin)
+
+    def group(self) -> None:
+        """The points as one array each, a tag's points together (ascending tag id) in record order:
+        what storing them takes (split_read's child does it before sending)."""
+        if self.grouped or not self.keys:
+            return
+        keys = np.concatenate(self.keys)
+        tag_ids = np.concatenate(self.tag_ids)
+        columns = [keys, tag_ids] + [np.concatenate(c) for c in (self.steps, self.walls, self.values)]
+        self.keys = self.tag_ids = self.steps = self.walls = self.values = []  # peak memory
+        # Record order within each tag: sort by key, then (stably) by tag.
+        order = np.argsort(keys, kind="stable")
+        tag_sorted = tag_ids[order]
+        if tag_sorted.size and tag_sorted.max() < 65536:
+            tag_sorted = tag_sorted.astype(np.uint16)  # radix sort
+        order = order[np.argsort(tag_sorted, kind="stable")]
+        self.keys, self.tag_ids, self.steps, self.walls, self.values = ([c[order]] for c in columns)
+        self.grouped = True
 
     def collect_slow_points(self) -> None:
         """Points decoded one record at a time join the numpy columns in one go."""
@@ -132,6 +151,15 @@ class Decoder:
             found = self.tag_index[tag] = len(self.tags)
             self.tags.append(tag)
         return found
+
+    def adopt(self, chunk: Chunk, new_tags: list[str], known: int) -> None:
+        """Give a chunk another decoder decoded this decoder's tag ids: that decoder was a copy of
+        this one when it had ``known`` tags, and learned ``new_tags`` after (split_read's child)."""
+        if not new_tags:
+            return
+        ids = np.array(list(range(known)) + [self.tag_id(tag) for tag in new_tags], np.int64)
+        chunk.tag_ids = [ids[part] for part in chunk.tag_ids]
+        chunk.first_plugin = {int(ids[tag_id]): first for tag_id, first in chunk.first_plugin.items()}
 
     def decode(self, buf, frames: Frames) -> Chunk:
         chunk = Chunk()

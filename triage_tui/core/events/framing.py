@@ -97,6 +97,28 @@ def _resync(buf, pos: int, n: int) -> int:
     return -1
 
 
+def _header_ok(buf, pos: int) -> bool:
+    """Whether the 8 length bytes at `pos` match the length CRC after them."""
+    return masked_crc32c(memoryview(buf)[pos : pos + 8]) == int.from_bytes(buf[pos + 8 : pos + 12], "little")
+
+
+def chain_start(buf, n: int, records: int, at_end: bool) -> int | None:
+    """The first offset in buf[:n] from which ``records`` whole records follow one another with
+    valid length and data CRCs (fewer when the chain ends exactly at ``n`` and ``at_end``: the
+    file ends there), or None. Where a read that starts mid-file may begin (``split_read``)."""
+    for start in _all_headers(buf, 0, n).tolist():
+        pos, chained = start, 0
+        while chained < records and pos + 16 <= n:
+            length = u64_at(buf, pos)
+            if not _header_ok(buf, pos) or pos + 16 + length > n or not data_crc_ok(buf, pos, length):
+                break
+            pos += 16 + length
+            chained += 1
+        if chained == records or (at_end and chained and pos == n):
+            return start
+    return None
+
+
 def frame(buf, n: int, more: int = 0) -> Frames:
     """Split buf[:n] (bytes from a record boundary on) into whole records; step over damage.
 
@@ -127,7 +149,7 @@ def frame(buf, n: int, more: int = 0) -> Frames:
         if pos + 12 > n:
             break  # a header still being written
         length = u64_at(buf, pos)
-        header_ok = masked_crc32c(memoryview(buf)[pos : pos + 8]) == int.from_bytes(buf[pos + 8 : pos + 12], "little")
+        header_ok = _header_ok(buf, pos)
         if header_ok and pos + 16 + length <= n:
             single_starts.append(pos)  # a long record: its length is trustworthy
             single_lengths.append(length)

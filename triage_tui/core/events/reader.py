@@ -24,6 +24,7 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.events.decode import Chunk, Decoder
 from triage_tui.core.events.event_file import FileState, ReadStats, read_appended
 from triage_tui.core.events.framing import Frames
+from triage_tui.core.events.split_read import Split, read_split, worth_splitting
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.listing import RACY_MTIME_SECS
 from triage_tui.core.runs.names import is_event_file_name
@@ -52,6 +53,10 @@ def any_file_replaced(states: Iterable) -> bool:
 # heap, so RSS ends ~38 B/point while the series hold 24 (benchmarks/RESULTS-scale.md; 24.4 B/point
 # after malloc_trim). Trimming after reads of this size costs a few ms and gives them back.
 _TRIM_AFTER_BYTES = 16 << 20
+
+
+class _ReadAgain(Exception):
+    """A split read met damage in its first half (split_read.Split.UNCLEAN)."""
 
 
 class RunEvents:
@@ -111,34 +116,52 @@ class RunEvents:
                     state.prefix = prefixes[state.path]
                 self._forget_all()
 
-    def poll(self, *, return_memory: bool = True) -> ReadStats:
+    def poll(self, *, return_memory: bool = True, split_files: bool = False) -> ReadStats:
         """Stat every file and read only the bytes appended since the last poll.
 
         ``return_memory=False``: a big read does not hand its freed heap back to the OS (a helper
-        process reading run after run reuses it at once; core/parallel_read.py)."""
+        process reading run after run reuses it at once; core/parallel_read.py).
+        ``split_files``: a big unread file is read on two cores, its second half decoded by a
+        forked child (split_read; only in a process with one thread, which this caller is)."""
         with self._lock:
             stats = ReadStats(files=len(self._files))
             if self._any_replaced():
                 self._forget_all()
                 stats.resets += 1
-            for state in self._files.values():
-                self.problems.pop(state.path, None)
-                try:
-                    self._read(state, stats)
-                except OSError as err:
-                    # EIO from a failing disk, ...: this file named, its points so far kept, the
-                    # run's other files read on; the next poll tries it again.
-                    stats.unreadable_files += 1
-                    self.problems[state.path] = f"cannot read it: {err.strerror or err}"
-                    continue
-                except Exception as err:  # a reader bug: said of the file that caused it
-                    raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
+            damaged = dict(self.damaged)
+            try:
+                self._read_files(stats, split_files)
+            except _ReadAgain:
+                # Damage in the first half of a split file: read the run again front to back, as
+                # if for the first time (what the decoder learned would change which records take
+                # the slow path, a figure the statistics give).
+                self.damaged = damaged
+                self._forget_all()
+                self._decoder = Decoder()
+                stats = ReadStats(files=len(self._files), resets=stats.resets)
+                self._read_files(stats, split_files=False)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             if return_memory and stats.bytes_read >= _TRIM_AFTER_BYTES:
                 fileio.return_freed_heap()
             self.totals.add(stats)
             return stats
+
+    def _read_files(self, stats: ReadStats, split_files: bool) -> None:
+        for state in self._files.values():
+            self.problems.pop(state.path, None)
+            try:
+                self._read(state, stats, split_files)
+            except OSError as err:
+                # EIO from a failing disk, ...: this file named, its points so far kept, the
+                # run's other files read on; the next poll tries it again.
+                stats.unreadable_files += 1
+                self.problems[state.path] = f"cannot read it: {err.strerror or err}"
+                continue
+            except _ReadAgain:
+                raise
+            except Exception as err:  # a reader bug: said of the file that caused it
+                raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
 
     def _any_replaced(self) -> bool:
         return any_file_replaced(self._files.values())
@@ -149,7 +172,7 @@ class RunEvents:
         self._plugins = {}
         self._files = {p: FileState(p, prefix=state.prefix) for p, state in self._files.items()}
 
-    def _read(self, state: FileState, stats: ReadStats) -> None:
+    def _read(self, state: FileState, stats: ReadStats, split_files: bool = False) -> None:
         corrupt_before = stats.corrupt_records
         try:
             # Reopened every poll: NFS close-to-open revalidation. Unbuffered: the hole probes move
@@ -179,7 +202,22 @@ class RunEvents:
                 # zero-filled or sparse tail): reading the same bytes again would find the same.
                 stats.pending_bytes += size - state.offset
                 return
-            read_appended(handle, state, size, stats, self._take)
+            split = Split.NONE
+            if split_files and worth_splitting(state, size):
+                split = read_split(
+                    handle,
+                    state,
+                    size,
+                    stats,
+                    take=self._take,
+                    decode=self._decode,
+                    store=self._store,
+                    decoder=self._decoder,
+                )
+                if split is Split.UNCLEAN:
+                    raise _ReadAgain
+            if split is not Split.WHOLE:
+                read_appended(handle, state, size, stats, self._take)
             # Remembered only when the mtime is old enough to change with the next write (git's
             # racy-index rule, as core.runs' listing cache): a write in the same tick keeps it.
             racy = time.time() - st.st_mtime <= RACY_MTIME_SECS
@@ -190,13 +228,16 @@ class RunEvents:
 
     def _take(self, buf: bytearray, frames: Frames, state: FileState, stats: ReadStats) -> None:
         """Whole records of one read window into points, stored under the run's restart rules."""
+        self._store(self._decode(buf, frames, stats), state, stats)
+
+    def _decode(self, buf: bytearray, frames: Frames, stats: ReadStats) -> Chunk:
         # A signalling NaN widened to float64 makes numpy print a RuntimeWarning, with a source
         # line from the install, on the user's terminal: it is just a NaN point.
         with np.errstate(invalid="ignore"):
             chunk = self._decoder.decode(buf, frames)
         stats.corrupt_records += chunk.corrupt
         stats.slow_records += chunk.slow
-        self._store(chunk, state, stats)
+        return chunk
 
     def _restarts(self, chunk: Chunk, state: FileState) -> list[tuple[int, int]]:
         """SessionLog.START events that purge: (key, step).
@@ -237,24 +278,20 @@ class RunEvents:
             return
         scalars = self.scalars
         if chunk.keys:
-            keys = np.concatenate(chunk.keys)
-            tag_ids = np.concatenate(chunk.tag_ids)
-            steps = np.concatenate(chunk.steps)
-            walls = np.concatenate(chunk.walls)
-            values = np.concatenate(chunk.values)
+            chunk.group()
+            (keys,), (tag_ids,), (steps,), (walls,), (values,) = (
+                chunk.keys,
+                chunk.tag_ids,
+                chunk.steps,
+                chunk.walls,
+                chunk.values,
+            )
             chunk.keys = chunk.tag_ids = chunk.steps = chunk.walls = chunk.values = []  # peak memory
             stats.scalars += int(keys.size)
             finite = np.isfinite(walls)
             if not finite.all():
                 stats.dropped_points += int(finite.size - finite.sum())
                 keys, tag_ids, steps, walls, values = (a[finite] for a in (keys, tag_ids, steps, walls, values))
-            # Record order within each tag: sort by key, then (stably) by tag.
-            order = np.argsort(keys, kind="stable")
-            tag_sorted = tag_ids[order]
-            if tag_sorted.size and tag_sorted.max() < 65536:
-                tag_sorted = tag_sorted.astype(np.uint16)  # radix sort
-            order = order[np.argsort(tag_sorted, kind="stable")]
-            keys, tag_ids, steps, walls, values = (a[order] for a in (keys, tag_ids, steps, walls, values))
             edges = np.flatnonzero(np.diff(tag_ids)) + 1
             bounds = np.concatenate(([0], edges, [keys.size])).tolist() if keys.size else [0]
         else:
