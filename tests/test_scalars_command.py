@@ -137,7 +137,7 @@ def test_end_to_end_through_python_m(run_dir, tmp_path):
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
 
 
-def test_formatters_are_forked_for_cores_that_were_idle_during_the_read(monkeypatch, tmp_path):
+def test_formatters_are_forked_for_cores_that_were_idle_or_ours_during_the_read(monkeypatch, tmp_path):
     from triage_tui.commands import scalars
 
     monkeypatch.setattr(scalars, "_CORES", 4)
@@ -149,8 +149,9 @@ def test_formatters_are_forked_for_cores_that_were_idle_during_the_read(monkeypa
         assert scalars._processes(big, devnull, None) == 1
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     with open(tmp_path / "out", "w") as out:
-        for idle_ticks, processes in ((0, 1), (100, 2), (250, 3), (400, 4)):  # of 400 ticks on 4 cores
-            monkeypatch.setattr(scalars, "_cpu_ticks", lambda idle=idle_ticks: (1000 + idle, 2400))
+        # Ticks idle or spent by this process (and the child its read forked), of 400 on 4 cores.
+        for free_ticks, processes in ((0, 1), (100, 1), (150, 2), (300, 3), (400, 4)):
+            monkeypatch.setattr(scalars, "_cpu_ticks", lambda free=free_ticks: (1000 + free, 2400))
             assert scalars._processes(big, out, (1000, 2000)) == processes
         assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS, out, (1000, 2000)) == 2
         assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS - 1, out, (1000, 2000)) == 1
@@ -178,6 +179,26 @@ def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, m
     if fmt == "json":
         first = json.loads(whole)["tags"]["train/acc_0"]["values"][:3]
         assert first == [0.0, float(np.float32(0.001)), float(np.float32(0.002))]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_big_file_read_on_two_cores_exports_the_same_bytes(capsys, monkeypatch, run_dir, tmp_path, fmt):
+    from triage_tui.core.events import split_read, tuning
+
+    code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
+    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 4096)  # the real threshold is 16 MB
+    # A thread an earlier test left in this pytest worker would make it (rightly) never fork.
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    answers = []
+    real = split_read.read_split
+    monkeypatch.setattr(
+        "triage_tui.core.events.reader.read_split", lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
+    )
+    code_split, split, _ = _cli(capsys, run_dir, "--format", fmt)
+    assert code == code_split == 0
+    assert answers == [split_read.Split.WHOLE]  # the first writer's file; the second is too small
+    assert split == whole
 
 
 def test_a_failing_formatter_process_fails_the_export(monkeypatch, run_dir, tmp_path):

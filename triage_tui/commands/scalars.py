@@ -36,6 +36,9 @@ from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable
 from triage_tui.core.wandb_history import find_wandb_files
 
+# Once the export is written nothing is left to do: cli.main exits without the interpreter's teardown.
+EXIT_WITHOUT_TEARDOWN = True
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     events = RunSources()
     events.set_files(files, wandb_files)
     ticks = _cpu_ticks()  # what the machine's cores do while this process reads: see _processes
-    stats = events.poll()
+    stats = events.poll(split_files=True)  # nothing else to do meanwhile: a big file on two cores
     problems = events.problems
     if path.is_file() and problems:
         raise BadInput(path, problems[path])
@@ -127,7 +130,7 @@ _CHUNK_FLOATS = 1 << 18
 _MIN_FLOATS_PER_PROCESS = 1 << 17
 
 
-def _write_csv(series: list[ScalarSeries], out, ticks: tuple[int, int] | None = None) -> None:
+def _write_csv(series: list[ScalarSeries], out, ticks: tuple[float, int] | None = None) -> None:
     pieces: list = [b"tag,step,wall_time,value\n"]
     encoding, errors = _encoding(out)
     # Piped, the CSV is data and stays exact (as JSON does); on a terminal a person reads it, and a
@@ -159,7 +162,7 @@ def _csv_field(tag: str) -> str:
 _JSON_NON_FINITE = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 
 
-def _write_json(series: list[ScalarSeries], out, ticks: tuple[int, int] | None = None) -> None:
+def _write_json(series: list[ScalarSeries], out, ticks: tuple[float, int] | None = None) -> None:
     """What json.dump({"tags": ...}) writes (default separators), non-finite values as strings."""
     encoding, errors = _encoding(out)
     pieces: list = [b'{"tags": {']
@@ -210,7 +213,7 @@ def _text(piece) -> bytes:
     return function(*args)
 
 
-def _write_pieces(pieces: list, out, ticks: tuple[int, int] | None) -> None:
+def _write_pieces(pieces: list, out, ticks: tuple[float, int] | None) -> None:
     """Write constant pieces and formatted ones, in order, formatting in one process a core.
 
     With N processes the pieces are cut into chunks; process i formats chunks i, i + N, ... and
@@ -259,11 +262,11 @@ def _write_pieces(pieces: list, out, ticks: tuple[int, int] | None) -> None:
         raise RuntimeError(f"a forked formatter failed (exit statuses {codes})")
 
 
-def _processes(floats: int, out, ticks: tuple[int, int] | None) -> int:
-    """How many processes format: this one, plus one a core that was idle while it read (since
-    ``ticks``), each with at least _MIN_FLOATS_PER_PROCESS floats.
+def _processes(floats: int, out, ticks: tuple[float, int] | None) -> int:
+    """How many processes format: one a core that was idle or ran this process (or the child its
+    read forked) while it read (since ``ticks``), each with at least _MIN_FLOATS_PER_PROCESS floats.
 
-    Only idle cores: the kernel shares the CPU between sessions (autogroup), not processes, so on a
+    Only such cores: the kernel shares the CPU between sessions (autogroup), not processes, so on a
     busy machine a fork gets no more CPU, only its cost (at load 7: up to 8 % more CPU, 4-16 % more
     wall time). The one-minute load average is no guide: it lags, and stays above 1 for a minute
     after any earlier command (a quiet machine then formatted in one process). One process also
@@ -277,23 +280,27 @@ def _processes(floats: int, out, ticks: tuple[int, int] | None) -> int:
         return 1
     now = _cpu_ticks()
     if ticks is None or now is None or now[1] <= ticks[1]:
-        idle = _CORES - 1.0  # no /proc/stat, or no time passed: take the cores as free
+        free = float(_CORES)  # no /proc/stat, or no time passed: take the cores as free
     else:
-        idle = (os.cpu_count() or _CORES) * (now[0] - ticks[0]) / (now[1] - ticks[1])  # /proc/stat: every core
-    return max(1, min(_CORES, 1 + round(idle), floats // _MIN_FLOATS_PER_PROCESS))
+        # Cores idle or used by this process (and the child its read forked: core/events/split_read).
+        free = (os.cpu_count() or _CORES) * (now[0] - ticks[0]) / (now[1] - ticks[1])  # /proc/stat: every core
+    return max(1, min(_CORES, round(free), floats // _MIN_FLOATS_PER_PROCESS))
 
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _cpu_ticks() -> tuple[int, int] | None:
-    """(idle, all) CPU ticks the machine's cores have spent since boot (Linux's /proc/stat), or None."""
+def _cpu_ticks() -> tuple[float, int] | None:
+    """CPU ticks since boot (Linux's /proc/stat): (the machine's cores idle or running this process
+    and its waited-for children, every core's), or None."""
     try:
         with open("/proc/stat", "rb") as stat:
             ticks = [int(field) for field in stat.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    return ticks[3] + ticks[4], sum(ticks)  # idle + iowait, out of user .. steal
+    own = os.times()
+    mine = (own.user + own.system + own.children_user + own.children_system) * os.sysconf("SC_CLK_TCK")
+    return ticks[3] + ticks[4] + mine, sum(ticks)  # idle + iowait + this process's, out of user .. steal
 
 
 def _chunks(pieces: list, processes: int) -> list[list]:
