@@ -5,10 +5,13 @@ The file is bench_events.py's (1 000 000 scalar events, the 15 SpecForge tags, o
 processes from exec to exit, one after another so they see the same machine:
 - rustboard: tensorboard's Rust data server, ``--reload once --samples-per-plugin scalars=all``,
   exec to its "Finished load cycle" log line (bench_events.rustboard);
-- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` to a file, which fork
-  one formatter for each core that was idle while they read (commands/scalars.py ``_processes``);
+- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` to a file: the file's
+  read split in two at a record boundary, its second half decoded by a forked child
+  (core/events/split_read.py), then one formatter for each core that was idle or theirs while
+  they read (commands/scalars.py ``_processes``);
 - the same two formatting in one process, and formatting in one process a core whether idle or
-  not: what the rule chose against what the other choice would have cost.
+  not: what the rule chose against what the other choice would have cost;
+- the same two on one core: no split read, one formatting process (the code before both levers).
 
 Then both outputs are checked value for value against the file's records decoded with
 ``event_pb2``: every wall_time parses back to the same float64, every value to the same float64
@@ -40,10 +43,12 @@ sys.path.insert(0, str(REPO))
 
 import bench_events  # noqa: E402 - found through the sys.path entry above
 
-# `triage scalars` with the number of formatting processes fixed, not chosen by the idle cores.
+# `triage scalars` with the number of formatting processes fixed, not chosen by the idle cores
+# (0: one a core), and the file's read split in two (core/events/split_read.py) or not.
 FIXED = (
-    "import sys, runpy; import triage_tui.commands.scalars as s; n = {}; "
-    "s._processes = lambda floats, out, ticks: n or s._CORES; "
+    "import sys, runpy; import triage_tui.commands.scalars as s; import triage_tui.core.events.tuning as t; "
+    "n, split = {}, {}; s._processes = lambda floats, out, ticks: n or s._CORES; "
+    "t.SPLIT_MIN_BYTES = t.SPLIT_MIN_BYTES if split else 1 << 62; "
     "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
 )
 
@@ -139,10 +144,36 @@ def main() -> None:
     cmds = {
         "csv": [python, "-m", "triage_tui", "scalars", str(big)],
         "json": [python, "-m", "triage_tui", "scalars", str(big), "--format", "json"],
-        "csv, one process": [python, "-c", FIXED.format(1), "scalars", str(big)],
-        "json, one process": [python, "-c", FIXED.format(1), "scalars", str(big), "--format", "json"],
-        "csv, one process a core": [python, "-c", FIXED.format(0), "scalars", str(big)],
-        "json, one process a core": [python, "-c", FIXED.format(0), "scalars", str(big), "--format", "json"],
+        "csv, formatting in one process": [python, "-c", FIXED.format(1, True), "scalars", str(big)],
+        "json, formatting in one process": [
+            python,
+            "-c",
+            FIXED.format(1, True),
+            "scalars",
+            str(big),
+            "--format",
+            "json",
+        ],
+        "csv, formatting in one process a core": [python, "-c", FIXED.format(0, True), "scalars", str(big)],
+        "json, formatting in one process a core": [
+            python,
+            "-c",
+            FIXED.format(0, True),
+            "scalars",
+            str(big),
+            "--format",
+            "json",
+        ],
+        "csv, one core (no split read, one formatter)": [python, "-c", FIXED.format(1, False), "scalars", str(big)],
+        "json, one core (no split read, one formatter)": [
+            python,
+            "-c",
+            FIXED.format(1, False),
+            "scalars",
+            str(big),
+            "--format",
+            "json",
+        ],
     }
     times: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
     cpus: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
