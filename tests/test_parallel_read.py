@@ -1,10 +1,12 @@
 """Reading runs on two cores: the helper process's runs come back whole and the result is the one
-reading them here gives, whether the helper works, dies, or never starts."""
+reading them here gives, whether the helper works, dies, or never starts, forked or a fresh
+interpreter."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -47,7 +49,27 @@ def _sequential(root) -> list[dict]:
     return [_points(e) for e in runs]
 
 
-def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
+@pytest.fixture(params=["fork", "fresh interpreter"])
+def how(request, monkeypatch) -> str:
+    """How helpers start: forks where this process has one thread (a thread an earlier test left in
+    this pytest worker would rightly prevent it: pinned), or fresh interpreters."""
+    if request.param == "fork":
+        monkeypatch.setattr(threading, "active_count", lambda: 1)
+    else:
+        monkeypatch.setattr(parallel_read, "_can_fork", lambda: False)
+    return request.param
+
+
+@pytest.fixture
+def started(monkeypatch) -> list:
+    """Each helper process started, as the object standing for it."""
+    procs: list = []
+    real = parallel_read._start_process
+    monkeypatch.setattr(parallel_read, "_start_process", lambda *a: procs.append(real(*a)) or procs[-1])
+    return procs
+
+
+def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep, how, started):
     runs = _runs(sweep)
     done: dict[int, RunEvents] = {}
     parallel_read.read_runs(runs, lambda i, events: done.setdefault(i, events))
@@ -55,6 +77,8 @@ def test_the_helper_reads_runs_from_the_back_and_they_come_back_whole(sweep):
     by_helper = [i for i, events in done.items() if events is not runs[i]]
     assert by_helper and min(by_helper) >= 3  # the helper starts at the back; this process at the front
     assert [_points(done[i]) for i in range(6)] == _sequential(sweep)
+    assert len(started) == 1 and isinstance(started[0], parallel_read._Forked) == (how == "fork")
+    assert started[0].poll() is not None  # closed: it exited at the end of its input
     # The copy carries on where the helper stopped: an append is read, nothing is read twice.
     last = done[5]
     (path,) = find_event_files(sweep / "run_5")
@@ -77,11 +101,8 @@ def test_the_tuis_way_leaves_every_run_to_the_helpers(sweep, monkeypatch):
     assert [_points(done[i]) for i in range(6)] == _sequential(sweep)
 
 
-def test_many_cores_start_at_most_max_helpers(sweep, monkeypatch):
+def test_many_cores_start_at_most_max_helpers(sweep, monkeypatch, how, started):
     monkeypatch.setattr(parallel_read, "_cores", lambda: 64)
-    started = []
-    real_start = parallel_read._Helper.start
-    monkeypatch.setattr(parallel_read._Helper, "start", lambda *a: started.append(1) or real_start(*a))
     done: dict[int, RunEvents] = {}
     parallel_read.read_runs(_runs(sweep), lambda i, events: done.setdefault(i, events), here=False)
     assert len(started) == parallel_read._MAX_HELPERS and sorted(done) == list(range(6))
@@ -143,14 +164,12 @@ def _wait_for_early_helpers(count: int) -> list:
     raise AssertionError(f"{count} early helpers never started")
 
 
-def test_helpers_started_early_are_the_ones_the_first_load_uses(sweep, monkeypatch):
+def test_helpers_started_early_are_the_ones_the_first_load_uses(sweep, monkeypatch, how, started):
     # The TUI starts them before it imports Textual; the watcher's first poll adopts them.
     monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
     parallel_read.start_helpers_early([sweep], min_bytes=1)
     early = _wait_for_early_helpers(2)
-    started = []
-    real_start = parallel_read._Helper.start
-    monkeypatch.setattr(parallel_read._Helper, "start", lambda *a: started.append(1) or real_start(*a))
+    assert all(isinstance(proc, parallel_read._Forked) == (how == "fork") for proc in early)
     statuses = Watcher(
         [sweep], use_watchdog=False, parallel_min_bytes=0, parse_in_helpers=True, clock=lambda: 1.7e9 + 500
     ).poll_once()
@@ -160,7 +179,18 @@ def test_helpers_started_early_are_the_ones_the_first_load_uses(sweep, monkeypat
     assert [json.dumps(s.to_json()) for s in statuses] == [json.dumps(s.to_json()) for s in alone]
 
 
+def test_early_forks_a_small_tree_never_needed_are_closed_by_the_first_poll(sweep, monkeypatch):
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # see `how`
+    monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
+    parallel_read.start_helpers_early([sweep])  # a few KiB: forked all the same, at ~1 ms each
+    early = _wait_for_early_helpers(2)
+    assert all(proc.poll() is None for proc in early)
+    Watcher([sweep], use_watchdog=False, clock=lambda: 1.7e9 + 500).poll_once()  # reads here: too small
+    assert all(proc.poll() is not None for proc in early)
+
+
 def test_early_helpers_a_small_tree_never_needed_are_not_started_or_are_closed(sweep, monkeypatch):
+    monkeypatch.setattr(parallel_read, "_can_fork", lambda: False)  # fresh interpreters: the walk decides
     monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
     spawned = []
     real_spawn = parallel_read._spawn

@@ -16,6 +16,8 @@ from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
 
 ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}  # where stdout cannot encode STATUS_GLYPHS
+# Once the runs are printed nothing is left to do: cli.main exits without the interpreter's teardown.
+EXIT_WITHOUT_TEARDOWN = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +44,9 @@ def _vocab_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    watcher = Watcher(args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True)
+    watcher = Watcher(
+        args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True, split_files=True
+    )
     statuses = watcher.poll_once()
     note = skipped_links_note(watcher.skipped_links)
     if note is not None:

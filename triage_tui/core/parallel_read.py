@@ -5,8 +5,10 @@ thread gains little under the GIL; a second process does. A sweep's first load (
 100k points: ~5 s on one core) is where it pays; a watch's later polls read a few appended
 bytes and stay in-process.
 
-A helper is a fresh interpreter (``python -m triage_tui.core.parallel_read``), never a fork:
-the TUI polls from a worker thread, and forking a threaded process can deadlock the child. It
+A helper is a fork of this process while it has one thread (``scan``; the TUI before it imports
+Textual), which has numpy and the reader imported already, or else a fresh interpreter (``python -m
+triage_tui.core.parallel_read``, ~0.26 s of CPU to start): the TUI polls from a worker thread, and
+forking a threaded process can deadlock the child. It
 gets a run's ``RunEvents`` before anything is read (its file list), polls it, and sends it back
 whole (series, file offsets, learned templates), so the next poll in this process only reads what
 was appended since. ``scan`` reads runs from the front of the list while one helper takes them
@@ -15,9 +17,9 @@ hold the GIL its UI thread needs, and its worker thread has each run's flags to 
 come back. If a helper cannot start or dies, this process reads whatever it had not returned, so
 the result is the same either way.
 
-The TUI starts its helpers before it imports Textual (``start_helpers_early``): a fresh interpreter
-takes ~0.35 s to import numpy and the reader, time the UI's own start-up (~1 s) would otherwise
-add to a sweep's first load, with the second core idle. The first ``read_runs`` adopts them.
+The TUI starts its helpers before it imports Textual (``start_helpers_early``): forks, ready at once
+and waiting on their pipes, or where a fork is not to be had, fresh interpreters that start up while
+Textual is imported. The first ``read_runs`` adopts them.
 
 Messages on a helper's stdin/stdout: an 8-byte little-endian length, then a pickle; ours
 (``(index, RunEvents)``) in, ``(index, RunEvents)`` or ``(index, None)`` (it failed on that run)
@@ -29,12 +31,16 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
+from triage_tui.core import fileio
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.runs.names import is_event_file_name
 
@@ -76,10 +82,10 @@ def read_runs(
     """
     answers: queue.Queue = queue.Queue()
     wanted = 1 if here else min(_cores(), _MAX_HELPERS)
-    early = _EARLY.claim(wanted) if helper_command is None else []
-    helpers = [_Helper(proc, answers) for proc in early] + [
-        helper for helper in (_Helper.start(answers, helper_command) for _ in range(wanted - len(early))) if helper
-    ]
+    procs = _EARLY.claim(wanted) if helper_command is None else []
+    # Every helper before any drain thread: while this process has one thread, they are forks.
+    procs += [proc for proc in (_start_process(helper_command) for _ in range(wanted - len(procs))) if proc]
+    helpers = [_Helper(proc, answers) for proc in procs]
     front, back = 0, len(runs)  # this process reads [front, ...), the helpers (..., back)
     sent: dict[int, _Helper] = {}  # run index -> the helper reading it
 
@@ -154,17 +160,12 @@ class _Helper:
     """A helper process and the thread that drains its answers into the shared queue (so it never
     blocks on a full pipe): ``(helper, index, events)``, then ``(helper, None, None)`` once it is gone."""
 
-    def __init__(self, proc: subprocess.Popen, answers: queue.Queue) -> None:
+    def __init__(self, proc: subprocess.Popen | _Forked, answers: queue.Queue) -> None:
         self.proc = proc
         self.answers = answers
         self.dead = False
         self._drain = threading.Thread(target=self._read_answers, name="triage-read-helper", daemon=True)
         self._drain.start()
-
-    @classmethod
-    def start(cls, answers: queue.Queue, command: Sequence[str] | None = None) -> _Helper | None:
-        proc = _spawn(command)
-        return None if proc is None else cls(proc, answers)
 
     def send(self, index: int, events: RunEvents) -> bool:
         try:
@@ -203,10 +204,95 @@ class _Helper:
 # glibc's malloc in a helper: big blocks from the heap, kept when freed. Its default gives each
 # block over ~32 MiB (and, after a trim, any) fresh pages from the kernel, so every run read
 # faulted its buffers in anew: ~4 000 page faults a 100k-point run, a sixth of the helper's CPU.
-# A helper lives for one load; its memory goes back when it exits.
-_HELPER_MALLOC = (
-    "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864"
-)
+# A helper lives for one load; its memory goes back when it exits. (mmap threshold, trim
+# threshold, top pad): set by GLIBC_TUNABLES in a fresh interpreter, by mallopt in a fork, where
+# the threshold's most is 32 MiB.
+_HELPER_MALLOC = (1 << 30, 1 << 30, 64 << 20)
+_FORKED_MMAP_THRESHOLD = 32 << 20
+
+
+def _start_process(command: Sequence[str] | None = None) -> subprocess.Popen | _Forked | None:
+    """A helper process: a fork while this process has one thread (and no other command is
+    asked for), else a fresh interpreter; None if neither starts."""
+    if command is None and _can_fork():
+        return _fork()
+    return _spawn(command)
+
+
+def _can_fork() -> bool:
+    # Linux only: elsewhere a fork of a process with numpy's BLAS loaded is not known to be safe.
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+class _Forked:
+    """A helper forked from this process, with the part of Popen's interface helpers use."""
+
+    def __init__(self, pid: int, stdin, stdout) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"helper {self.pid}", timeout or 0.0)
+            time.sleep(0.005)
+        return self.returncode or 0
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+_forked: list[_Forked] = []  # this process's ends of every forked helper's pipes, closed in the next fork
+
+
+def _fork() -> _Forked | None:
+    to_child, from_child = os.pipe(), os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (*to_child, *from_child):
+            os.close(fd)
+        return None
+    if pid == 0:
+        mine = (to_child[0], from_child[1])
+        others = [f.fileno() for helper in _forked for f in (helper.stdin, helper.stdout) if not f.closed]
+        _serve_forked(*mine, [fd for fd in (to_child[1], from_child[0], *others) if fd not in mine])
+    os.close(to_child[0])
+    os.close(from_child[1])
+    helper = _Forked(pid, open(to_child[1], "wb"), open(from_child[0], "rb"))  # noqa: SIM115 - the helper holds them
+    _forked[:] = [h for h in _forked if h.poll() is None] + [helper]
+    return helper
+
+
+def _serve_forked(stdin_fd: int, stdout_fd: int, close: list[int]) -> NoReturn:
+    """A forked helper: off the terminal (its Ctrl-C, its screen), serve until stdin closes, exit."""
+    code = 1
+    try:
+        os.setsid()
+        for fd in close:
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        fileio.keep_freed_heap(_FORKED_MMAP_THRESHOLD, *_HELPER_MALLOC[1:])
+        with open(stdin_fd, "rb") as stdin, open(stdout_fd, "wb") as stdout:
+            _serve(stdin, stdout)
+        code = 0
+    except BaseException:  # noqa: BLE001 - whatever it was, the parent reads what this one did not return
+        pass
+    finally:
+        os._exit(code)
 
 
 def _spawn(command: Sequence[str] | None = None) -> subprocess.Popen | None:
@@ -214,7 +300,17 @@ def _spawn(command: Sequence[str] | None = None) -> subprocess.Popen | None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-        "GLIBC_TUNABLES": ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), _HELPER_MALLOC])),
+        "GLIBC_TUNABLES": ":".join(
+            filter(
+                None,
+                [
+                    os.environ.get("GLIBC_TUNABLES"),
+                    "glibc.malloc.mmap_threshold={}:glibc.malloc.trim_threshold={}:glibc.malloc.top_pad={}".format(
+                        *_HELPER_MALLOC
+                    ),
+                ],
+            )
+        ),
     }
     try:
         return subprocess.Popen(
@@ -233,17 +329,26 @@ class _EarlyHelpers:
     """Helpers started before anything asked for them, until the first ``read_runs`` claims them.
 
     A helper waits on its stdin and exits when it closes: one never claimed ends with this process
-    at the latest, or when ``release`` (the watcher's first poll is over) closes it.
+    at the latest, or when ``release`` (the watcher's first poll is over) closes it. Forks are
+    made at once, without looking at the tree (a fork costs ~1 ms and nothing while it waits);
+    fresh interpreters (~0.26 s of CPU each) only once a walk finds ``min_bytes`` of event files.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen | _Forked] = []
         self._done = True  # claimed or released (or never asked for): no more are started
 
     def start(self, paths: Sequence[str | Path], min_bytes: int) -> None:
         with self._lock:
             self._done = False
+        if _can_fork():
+            for _ in range(min(_cores(), _MAX_HELPERS)):
+                proc = _fork()
+                if proc is None:
+                    break
+                self._procs.append(proc)
+            return
         threading.Thread(
             target=self._start, args=(list(paths), min_bytes), name="triage-early-helpers", daemon=True
         ).start()
@@ -260,7 +365,7 @@ class _EarlyHelpers:
                     return
                 self._procs.append(proc)
 
-    def claim(self, count: int) -> list[subprocess.Popen]:
+    def claim(self, count: int) -> list[subprocess.Popen | _Forked]:
         with self._lock:
             self._done = True
             claimed, rest = self._procs[:count], self._procs[count:]
@@ -272,7 +377,7 @@ class _EarlyHelpers:
         _close_unclaimed(self.claim(0))
 
 
-def _close_unclaimed(procs: list[subprocess.Popen]) -> None:
+def _close_unclaimed(procs: list[subprocess.Popen | _Forked]) -> None:
     for proc in procs:
         if proc.stdin is not None:  # always a pipe; Popen types it optional
             proc.stdin.close()  # it exits at the end of its input

@@ -110,6 +110,7 @@ class Watcher:
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
         parse_in_helpers: bool = False,
         follow_serving: bool = True,
+        split_files: bool = False,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # Runs never read, holding at least this many bytes together, are read on two cores
@@ -118,6 +119,9 @@ class Watcher:
         # True (the TUI): those runs are parsed only in helper processes, one per core, never in
         # this process, whose UI thread would otherwise wait for the GIL while a run is decoded.
         self.parse_in_helpers = parse_in_helpers
+        # True (`scan`, one pass in a process with one thread): a big file this process reads is
+        # read on two cores, its second half by a forked child (core/events/split_read.py).
+        self.split_files = split_files
         self.vocab_size = vocab_size
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
@@ -338,7 +342,7 @@ class Watcher:
 
     def _update(self, tracked: _Tracked, now: float) -> RunStatus:
         try:
-            tracked.events.poll()
+            tracked.events.poll(split_files=self.split_files)
             tracked.read_error = None
         except Exception as err:
             # One run's unreadable file must not stop the watch of the others. A reader names the
