@@ -61,7 +61,9 @@ class MainScreen(Screen):
     # The app's state, bound to the app's reactives of the same names (TriageApp.get_default_screen);
     # each watcher shows its part. Nothing here reaches into the app: what the user asks is a message.
     topbar: reactive[Text] = reactive(Text, init=False, repaint=False)
-    runs_view: reactive[RunsView] = reactive(RunsView, init=False, bindings=True, repaint=False)
+    # Not bindings=True: the footer rebuilds every key at each refresh of the bindings, and the rows
+    # change every poll; watch_runs_view refreshes them when what a key does changed.
+    runs_view: reactive[RunsView] = reactive(RunsView, init=False, repaint=False)
     flags_state: reactive[FlagsState] = reactive(FlagsState, init=False, repaint=False)
     chart_view: reactive[ChartView] = reactive(ChartView, init=False, repaint=False)
     analysis: reactive[AnalysisView] = reactive(AnalysisView, init=False, bindings=True, repaint=False)
@@ -72,6 +74,7 @@ class MainScreen(Screen):
         self.readonly = readonly
         self.now = now  # the app's clock (frozen in snapshot tests): the age column
         self._ready = False  # the widgets exist: bound values can be shown
+        self._a_run_selected = False  # what the footer's bindings were last refreshed for
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
@@ -141,6 +144,9 @@ class MainScreen(Screen):
         for old, new in view.renamed:
             table.keep_selected(old, new)
         table.show_rows(view.rows, now=view.now)
+        if (table.selected_path is not None) != self._a_run_selected:
+            self._a_run_selected = not self._a_run_selected
+            self.refresh_bindings()  # "c check" comes and goes with a selected run (check_action)
         # Why the table is empty (nothing found yet, or the filter matches nothing); None hides it.
         empty = self.query_one("#runs-empty", Static)
         empty.display = view.empty is not None
