@@ -9,9 +9,9 @@ round runs, one after another so they see the same machine, as whole processes:
 - ``triage scan TREE`` from exec to exit (the first poll reads runs here and in a helper process,
   core/parallel_read.py);
 - the same with the helper turned off (one core), for what the second core adds;
-- the TUI (``TriageApp`` under ``App.run_test``, headless, its helpers started before Textual is
-  imported as ``triage`` starts them): from exec to the first rows on screen and to every run's
-  row with every point loaded.
+- the TUI (``TriageApp`` under ``App.run_test``, headless, its helpers forked and its first poll
+  begun before Textual is imported, as ``triage`` does: commands/tui.py ``start_reading``): from
+  exec to the first rows on screen and to every run's row with every point loaded.
 
     .venv/bin/python benchmarks/bench_sweep.py                 # ~3 min + writing the tree (~10 s)
     .venv/bin/python benchmarks/bench_sweep.py --runs 20 --points 20000 --rounds 2
@@ -79,15 +79,15 @@ def scan_points(stdout: str) -> int:
 
 
 def child_tui(root: str, runs: int, exec_wall: float) -> dict:
-    from triage_tui.core.parallel_read import start_helpers_early
+    from triage_tui.commands.tui import start_reading
 
-    start_helpers_early([root])  # as `triage` (commands/tui.py) does before it imports Textual
+    watcher = start_reading([Path(root)], poll_interval=1.0)  # as `triage` does before it imports Textual
     from triage_tui.tui.app import TriageApp
 
     out: dict = {}
 
     async def session() -> None:
-        app = TriageApp([root], poll_interval=1.0)
+        app = TriageApp([root], poll_interval=1.0, watcher=watcher)
         async with app.run_test(size=(120, 36)) as pilot:
             while not app.statuses:
                 await asyncio.sleep(0.005)

@@ -122,10 +122,10 @@ def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monk
     points(tmp_path / "b", range(10))
     real_poll = RunSources.poll
 
-    def poll(self):
+    def poll(self, **kwargs):
         if any(Path(p).parent.name == "b" for p in self._event_files):
             raise MemoryError("simulated: the reader ran out of memory on b's file")
-        return real_poll(self)
+        return real_poll(self, **kwargs)
 
     monkeypatch.setattr(RunSources, "poll", poll)
     statuses = {s.info.name: s for s in Watcher([tmp_path], use_watchdog=False).poll_once()}

@@ -82,6 +82,22 @@ async def test_flagged_run_is_sorted_first_with_the_chance_line(runs_root):
         assert "loss_above_chance" in flags_text
 
 
+async def test_a_watcher_begun_before_textual_is_the_one_the_app_shows(runs_root):
+    # `triage` forks its helpers and begins the first poll before it imports Textual (start_reading).
+    from triage_tui.commands.tui import start_reading
+
+    watcher = start_reading([runs_root], poll_interval=0.2, use_watchdog=False)
+    app = make_app(runs_root, watcher=watcher)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert app.watcher is watcher
+        assert [row.name for row in app.rows] == ["k2-finetune", "scratch-drafter"]
+        assert app.rows[0].status == "critical"
+        polls = watcher.polls
+        await polled(pilot)  # it goes on polling as the app's own would
+        assert watcher.polls > polls
+
+
 async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
     app = make_app(runs_root)
     async with app.run_test(size=SIZE) as pilot:

@@ -337,3 +337,60 @@ def test_reported_counts_a_poll_only_once_its_update_was_sent(tmp_path):
         release.set()
         stop.set()
         thread.join(10)
+
+
+def test_a_first_poll_begun_early_is_taken_over_by_run(tmp_path, monkeypatch):
+    """`triage` begins the first poll before it imports Textual (start_first_poll); run() takes it
+    over: what it reported before anyone listened arrives first, then the rest, then the same
+    statuses a first poll in run() gives, and the poll is not repeated."""
+    import triage_tui.core.watch as watch
+
+    for name in ("a", "b", "c", "d"):
+        write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    monkeypatch.setattr(watch, "PROGRESS_SECS", 0.0)  # report after every run
+    gate = threading.Event()
+    real_update = Watcher._update
+
+    def slow_after_two(self, tracked, now):  # the first two runs are read before run() listens
+        if tracked.info.name in ("c", "d"):
+            assert gate.wait(30)
+        return real_update(self, tracked, now)
+
+    monkeypatch.setattr(Watcher, "_update", slow_after_two)
+    early = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05, clock=lambda: 1.7e9)
+    early.start_first_poll()
+    deadline = time.monotonic() + 30
+    while len(early._first_poll._unheard or ()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    updates: list[list] = []
+    stop = threading.Event()
+
+    def on_update(statuses):
+        updates.append([s.info.name for s in statuses])
+        gate.set()
+        if len(updates) >= 4:
+            stop.set()
+
+    early.run(on_update, stop)
+    # Of the two reports made before run() listened, the latest; then the poll's own, in order.
+    assert updates[0] == ["a", "b"] and updates[1] == ["a", "b", "c"]
+    assert updates[-1] == ["a", "b", "c", "d"]
+    assert early.polls >= 1 and early.updated == 1  # the early poll was the first; its update the first sent
+    alone = Watcher([tmp_path], use_watchdog=False, clock=lambda: 1.7e9).poll_once()
+    monkeypatch.setattr(Watcher, "_update", real_update)
+    assert [json.dumps(s.to_json()) for s in early.poll_once()] == [json.dumps(s.to_json()) for s in alone]
+
+
+def test_run_stopped_while_an_early_first_poll_reads_returns(tmp_path, monkeypatch):
+    write_scalars(tmp_path / "a", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    gate = threading.Event()
+    real_update = Watcher._update
+    monkeypatch.setattr(Watcher, "_update", lambda self, t, now: gate.wait(30) and real_update(self, t, now))
+    watcher = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
+    watcher.start_first_poll()
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    watcher.run(lambda statuses: None, stop)
+    assert time.monotonic() - started < 5  # did not wait for the poll
+    gate.set()

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.runs.discover import check_watch_path
+
+if TYPE_CHECKING:
+    from triage_tui.core.watch import Watcher
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,10 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.vocab_size is not None and args.vocab_size < 2:
         raise BadInput(None, f"--vocab-size must be at least 2, got {args.vocab_size}")
 
-    from triage_tui.core.parallel_read import start_helpers_early
-
-    # A sweep's first load is read by helper processes: they start up while Textual is imported.
-    start_helpers_early(paths)
+    watcher = start_reading(paths, vocab_size=args.vocab_size, poll_interval=args.interval, use_watchdog=not args.poll)
     from triage_tui.tui.app import TriageApp
 
     TriageApp(
@@ -62,5 +63,22 @@ def run(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         use_watchdog=not args.poll,
         device=args.device,
+        watcher=watcher,
     ).run()
     return 0
+
+
+def start_reading(
+    paths: list[Path], *, vocab_size: int | None = None, poll_interval: float = 1.0, use_watchdog: bool = True
+) -> Watcher:
+    """What `triage` does before it imports Textual: a sweep's first load is read by helper
+    processes, forked now, and the first poll (discovery, then the runs handed to them) begins at
+    once, so both go on while Textual is imported and the UI starts (benchmarks/bench_sweep.py
+    times the TUI this way)."""
+    from triage_tui.core.parallel_read import start_helpers_early
+    from triage_tui.core.watch import tui_watcher
+
+    start_helpers_early(paths)
+    watcher = tui_watcher(paths, vocab_size=vocab_size, poll_interval=poll_interval, use_watchdog=use_watchdog)
+    watcher.start_first_poll()
+    return watcher

@@ -28,6 +28,7 @@ out. Both ends are this module's code, so the pickles are trusted.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import queue
@@ -162,6 +163,7 @@ class _Helper:
 
     def __init__(self, proc: subprocess.Popen | _Forked, answers: queue.Queue) -> None:
         self.proc = proc
+        _widen(proc.stdout)
         self.answers = answers
         self.dead = False
         self._drain = threading.Thread(target=self._read_answers, name="triage-read-helper", daemon=True)
@@ -209,6 +211,20 @@ class _Helper:
 # the threshold's most is 32 MiB.
 _HELPER_MALLOC = (1 << 30, 1 << 30, 64 << 20)
 _FORKED_MMAP_THRESHOLD = 32 << 20
+
+
+# A run comes back as a ~2.4 MB pickle (100k points). Through a pipe of 64 KiB, the thread that
+# reads it needs the GIL once a 64 KiB piece, and while the UI thread holds it (the TUI starting up)
+# the helper waits on a full pipe: a 100-run sweep's helpers sat half idle for ~0.5 s. 1 MiB is
+# the most an unprivileged process may ask (/proc/sys/fs/pipe-max-size).
+_PIPE_BYTES = 1 << 20
+
+
+def _widen(stream) -> None:
+    try:
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except (OSError, AttributeError, ValueError):  # not Linux, or over the limit: the default size
+        pass
 
 
 def _start_process(command: Sequence[str] | None = None) -> subprocess.Popen | _Forked | None:

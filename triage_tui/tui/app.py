@@ -79,7 +79,10 @@ class TriageApp(App[None]):
         device: str = "auto",
         now: Callable[[], float] = time.time,
         chart_refresh: float = 0.25,
+        watcher: Watcher | None = None,
     ) -> None:
+        """``watcher``: one `triage` built from the same settings (core.watch.tui_watcher) and began
+        the first poll of (start_first_poll) before it imported Textual; else the app builds it."""
         super().__init__()
         self.paths = [Path(p) for p in paths]
         self.readonly = readonly
@@ -108,6 +111,7 @@ class TriageApp(App[None]):
         # same run, and must not ring again (nor lose its selection).
         self._critical_files: set[Path] = set()
         self.watcher: Watcher | None = None  # set by the watch worker; tests wait on its polls
+        self._started_watcher = watcher
         self._filter = ""
         self._selected: Path | None = None
         self._news: tuple[Path, str] | None = None  # checks that finished on a run not selected
@@ -151,20 +155,19 @@ class TriageApp(App[None]):
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
         from triage_tui.core.runs.discover import skipped_links_note
-        from triage_tui.core.watch import Watcher
+        from triage_tui.core.watch import tui_watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.
         stop = get_current_worker().cancelled_event
         rows = RowCache()
         # Built in the thread: discovery walks directories, the first poll reads whole files.
-        watcher = Watcher(
+        watcher = self._started_watcher or tui_watcher(
             self.paths,
             vocab_size=self.vocab_size,
             poll_interval=self.poll_interval,
             rescan_interval=self.rescan_interval,
             use_watchdog=self.use_watchdog,
             clock=self.now,
-            parse_in_helpers=True,  # a sweep's first load is decoded off this process: the UI thread keeps the GIL
         )
         self.watcher = watcher
 
