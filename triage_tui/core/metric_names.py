@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class TrainerNames:
 _INDEX = re.compile(r"\\\{[ijk]\\\}")
 
 
+@lru_cache(maxsize=4096)
 def compile_name(name: str) -> re.Pattern:
     """A table name as an anchored regex: ``{i}``/``{j}``/``{k}`` match a position index."""
     return re.compile("^" + _INDEX.sub(r"(\\d+)", re.escape(name)) + "$")
@@ -137,6 +138,13 @@ def match_trainer(tags: Sequence[str]) -> TrainerNames | None:
     Fewer names on a tie: the narrower explanation (a run with only ``train/loss`` is HF Trainer's,
     not SpecForge's, which logs a dozen more). None when no name matches.
     """
+    return _match_trainer(tuple(tags))
+
+
+# The runs of a sweep log the same tags: each set of names is matched once, not once a run and a
+# poll (100 runs: ~120 000 regex matches, a sixth of their flags' CPU).
+@lru_cache(maxsize=256)
+def _match_trainer(tags: tuple[str, ...]) -> TrainerNames | None:
     best: tuple[int, int] | None = None
     found = None
     for names in TRAINERS:
@@ -154,8 +162,12 @@ def ordered(tags: Iterable[str], names: Sequence[str]) -> list[str]:
 
     A name without an index counts as position 0.
     """
+    return list(_ordered(tuple(tags), tuple(names)))
+
+
+@lru_cache(maxsize=256)
+def _ordered(tags: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
     found: dict[str, tuple] = {}
-    tags = list(tags)
     for rank, name in enumerate(names):
         pattern = compile_name(name)
         for tag in tags:
@@ -163,16 +175,20 @@ def ordered(tags: Iterable[str], names: Sequence[str]) -> list[str]:
             if match is not None and tag not in found:
                 indices = tuple(int(g) for g in match.groups()) or (0,)
                 found[tag] = (indices[::-1], rank)
-    return sorted(found, key=lambda tag: found[tag])
+    return tuple(sorted(found, key=lambda tag: found[tag]))
 
 
 def per_position(tags: Iterable[str], names: TrainerNames) -> list[tuple[int, str]]:
     """(position, tag) of the trainer's first per-position accuracy name the run logs, by position."""
-    tags = list(tags)
+    return list(_per_position(tuple(tags), names))
+
+
+@lru_cache(maxsize=256)
+def _per_position(tags: tuple[str, ...], names: TrainerNames) -> tuple[tuple[int, str], ...]:
     for name in names.accuracy:
         if "{" not in name:
             continue
         found = sorted((p, tag) for tag in tags if (p := position_of(name, tag)) is not None)
         if found:
-            return found
-    return []
+            return tuple(found)
+    return ()
