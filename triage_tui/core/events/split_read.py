@@ -120,12 +120,16 @@ def read_split(
         if os.waitstatus_to_exitcode(status) != 0:
             return Split.PART
         with mmap.mmap(scratch.fileno(), 0, access=mmap.ACCESS_READ) as answer:
-            received = pickle.loads(answer)
-    offset, part_stats, chunks, new_tags = received
-    stats.add_counts(part_stats)
-    for chunk in chunks:
-        decoder.adopt(chunk, new_tags, known)
-        store(chunk, state, stats)
+            # The summary last, where the trailer says; then the chunks one at a time from the
+            # start, each stored before the next is loaded (a 2 GB file's half is ~1 GB of points).
+            summary_at = int.from_bytes(answer[-8:], "little")
+            offset, part_stats, new_tags, count = pickle.loads(answer[summary_at:-8])
+            stats.add_counts(part_stats)
+            answer.seek(0)
+            for _ in range(count):
+                chunk = pickle.load(answer)
+                decoder.adopt(chunk, new_tags, known)
+                store(chunk, state, stats)
     state.offset = offset
     return Split.WHOLE
 
@@ -148,14 +152,23 @@ def _child(
             if (st.st_dev, st.st_ino) == (parent_stat.st_dev, parent_stat.st_ino):
                 part = FileState(state.path, offset=start)
                 part_stats = ReadStats()
-                chunks: list[Chunk] = []
-                read_appended(
-                    handle, part, size, part_stats, lambda buf, frames, _, s: chunks.append(decode(buf, frames, s))
-                )
-                for chunk in chunks:
-                    chunk.group()  # the sort storing takes, done here while the parent reads
-                with open(answer, "wb", closefd=False) as out:  # the arrays' bytes go straight to the file
-                    pickle.dump((part.offset, part_stats, chunks, decoder.tags[known:]), out, protocol=5)
+                count = 0
+                with open(answer, "wb", closefd=False) as out:
+                    # Each window's chunk as it is decoded, grouped by tag (the sort storing takes,
+                    # done here while the parent reads) and written: the arrays' bytes go straight
+                    # to the file. Then the summary, and where it starts.
+
+                    def send(buf, frames, _, window_stats) -> None:
+                        nonlocal count
+                        chunk = decode(buf, frames, window_stats)
+                        chunk.group()
+                        pickle.dump(chunk, out, protocol=5)
+                        count += 1
+
+                    read_appended(handle, part, size, part_stats, send)
+                    summary_at = out.tell()
+                    pickle.dump((part.offset, part_stats, decoder.tags[known:], count), out, protocol=5)
+                    out.write(summary_at.to_bytes(8, "little"))
                 code = 0
     except BaseException:  # noqa: BLE001 - whatever it was (a full disk, Ctrl-C), the parent reads the rest itself
         pass
