@@ -21,7 +21,7 @@ from a sibling room of its own layer (siblings are independent):
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
-    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers | natural_sort
+    series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
                               small shared helpers
     errors                    BadInput, the one bad-input error
 
@@ -74,6 +74,7 @@ CORE = [
         "core.text",
         "core.device",
         "core.fileio",
+        "core.processes",
         "core.json_numbers",
         "core.natural_sort",
     ),

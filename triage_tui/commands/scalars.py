@@ -23,10 +23,10 @@ import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import NoReturn
 
+from triage_tui.core import processes
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import find_event_files
@@ -272,7 +272,7 @@ def _processes(floats: int, out, ticks: tuple[float, int] | None) -> int:
     after any earlier command (a quiet machine then formatted in one process). One process also
     where the output has no file descriptor or forking is unsafe (another thread may hold a lock
     the child would wait on forever)."""
-    if threading.active_count() > 1 or not hasattr(os, "fork"):
+    if not processes.can_fork():
         return 1
     try:
         out.fileno()
@@ -287,7 +287,7 @@ def _processes(floats: int, out, ticks: tuple[float, int] | None) -> int:
     return max(1, min(_CORES, round(free), floats // _MIN_FLOATS_PER_PROCESS))
 
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_CORES = processes.cores()
 
 
 def _cpu_ticks() -> tuple[float, int] | None:

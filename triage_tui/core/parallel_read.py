@@ -43,6 +43,8 @@ from typing import NoReturn
 
 from triage_tui.core import fileio
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.processes import can_fork as _can_fork  # names tests replace
+from triage_tui.core.processes import cores as _cores
 from triage_tui.core.runs.names import is_event_file_name
 
 __all__ = ["read_runs", "start_helpers_early", "worth_a_helper"]
@@ -151,12 +153,6 @@ def _answers(answers: queue.Queue, block: bool) -> list[tuple[_Helper, int | Non
     return out
 
 
-def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 class _Helper:
     """A helper process and the thread that drains its answers into the shared queue (so it never
     blocks on a full pipe): ``(helper, index, events)``, then ``(helper, None, None)`` once it is gone."""
@@ -233,11 +229,6 @@ def _start_process(command: Sequence[str] | None = None) -> subprocess.Popen | _
     if command is None and _can_fork():
         return _fork()
     return _spawn(command)
-
-
-def _can_fork() -> bool:
-    # Linux only: elsewhere a fork of a process with numpy's BLAS loaded is not known to be safe.
-    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
 
 
 class _Forked:

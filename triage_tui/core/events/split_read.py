@@ -14,12 +14,11 @@ the child read. Damage in the first half (a resync there may pick another record
 that sees past the boundary would) makes ``read_split`` answer UNCLEAN, and the caller reads the
 run again front to back: rare, and exact.
 
-Only in a process with one thread (a fork of a threaded one can deadlock in the child on a lock
-another thread held), never from the TUI's watcher. The child reopens the file (the descriptor's
-offset is shared across a fork) and checks it is the same inode; anything unexpected in the
-child, or the child's death, leaves the second half to this process, as without a split. The
-child's answer is a pickle in a file in memory (memfd) written by this module's own code in a fork
-of this process, read once the child has exited.
+Only where a fork is safe (core/processes.py: one thread, Linux), never from the TUI's watcher.
+The child reopens the file (the descriptor's offset is shared across a fork) and checks it is the
+same inode; anything unexpected in the child, or the child's death, leaves the second half to this
+process, as without a split. The child's answer is a pickle in a file in memory (memfd) written by
+this module's own code in a fork of this process, read once the child has exited.
 """
 
 from __future__ import annotations
@@ -30,11 +29,10 @@ import os
 import pickle
 import signal
 import tempfile
-import threading
 from collections.abc import Callable
 from typing import IO, NoReturn
 
-from triage_tui.core import fileio
+from triage_tui.core import fileio, processes
 from triage_tui.core.events import tuning
 from triage_tui.core.events.decode import Chunk, Decoder
 from triage_tui.core.events.event_file import FileState, ReadStats, Take, read_appended
@@ -51,12 +49,7 @@ class Split(enum.Enum):
 
 
 def worth_splitting(state: FileState, size: int) -> bool:
-    return (
-        size - state.offset >= tuning.SPLIT_MIN_BYTES
-        and hasattr(os, "fork")
-        and threading.active_count() == 1
-        and len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)) > 1
-    )
+    return size - state.offset >= tuning.SPLIT_MIN_BYTES and processes.can_fork() and processes.cores() > 1
 
 
 def boundary(fd: int, near: int, size: int) -> int | None:
