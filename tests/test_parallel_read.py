@@ -127,6 +127,28 @@ def test_a_helper_that_fails_leaves_every_run_read_here(sweep, command, here, mo
     assert [_points(e) for e in runs] == _sequential(sweep)
 
 
+def test_a_message_carries_a_run_whole_each_array_in_memory_of_its_own(sweep):
+    """A run travels as a pickle whose arrays go out of band: read back into arrays that own their
+    bytes (one freed when its series outgrows it frees just that), writable, every point the same."""
+    import io
+
+    (events,) = _runs(sweep)[:1]
+    events.poll()
+    stream = io.BytesIO()
+    parallel_read._write_message(stream, (7, events))
+    data = stream.getvalue()
+    index, back = parallel_read._read_message(io.BytesIO(data))
+    assert index == 7 and _points(back) == _points(events)
+    arrays = [a for series in back.scalars.series.values() for a in (series._steps, series._walls, series._values)]
+    assert arrays and all(a.flags.writeable for a in arrays)
+    assert all(a.base is not None and a.base.nbytes == a.nbytes for a in arrays)  # no shared block
+    assert len({id(a.base) for a in arrays}) == len(arrays)
+    assert sum(a.nbytes for a in arrays) <= len(data)  # the arrays are in the message once
+    # A torn message (the helper died mid-write) is no message.
+    for cut in (5, 16, len(data) // 2, len(data) - 1):
+        assert parallel_read._read_message(io.BytesIO(data[:cut])) is None
+
+
 def test_worth_a_helper_needs_two_runs_and_enough_bytes(sweep, monkeypatch):
     runs = _runs(sweep)
     monkeypatch.setattr(parallel_read, "_cores", lambda: 2)
