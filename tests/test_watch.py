@@ -381,6 +381,43 @@ def test_a_first_poll_begun_early_is_taken_over_by_run(tmp_path, monkeypatch):
     assert [json.dumps(s.to_json()) for s in early.poll_once()] == [json.dumps(s.to_json()) for s in alone]
 
 
+def test_an_early_first_poll_finds_the_runs_before_textual_is_imported(tmp_path, monkeypatch):
+    """start_first_poll(wait_for_discovery=...) returns once the runs are found (the helpers then
+    get their first runs while Textual is imported), or at the bound when discovery is slow."""
+    for name in ("a", "b", "c"):
+        write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    gate = threading.Event()
+    real_update = Watcher._update
+    monkeypatch.setattr(Watcher, "_update", lambda self, t, now: gate.wait(30) and real_update(self, t, now))
+    found = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
+    found.start_first_poll(wait_for_discovery=30)
+    assert sorted(path.name for path in found._runs) == ["a", "b", "c"]  # found; none read yet
+    assert found.polls == 0
+    gate.set()
+
+    slow = threading.Event()
+    real_rescan = Watcher._rescan
+    monkeypatch.setattr(Watcher, "_rescan", lambda self: slow.wait(30) and real_rescan(self))
+    watcher = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
+    started = time.monotonic()
+    watcher.start_first_poll(wait_for_discovery=0.1)
+    assert time.monotonic() - started < 5 and not watcher._runs  # did not wait for the slow discovery
+    slow.set()
+    stop = threading.Event()
+    updates: list[list[str]] = []
+
+    def on_update(statuses) -> None:
+        updates.append([s.info.name for s in statuses])
+        if len(statuses) == 3:
+            stop.set()
+
+    bound = threading.Timer(60, stop.set)  # a hang becomes a failure below
+    bound.start()
+    watcher.run(on_update, stop)
+    bound.cancel()
+    assert updates and updates[-1] == ["a", "b", "c"]
+
+
 def test_run_stopped_while_an_early_first_poll_reads_returns(tmp_path, monkeypatch):
     write_scalars(tmp_path / "a", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
     gate = threading.Event()
