@@ -735,6 +735,39 @@ async def test_a_filter_matching_nothing_says_so_and_clears_the_chart(runs_root)
         assert not app.main.query_one("#runs-empty").display
 
 
+async def test_the_footer_keeps_its_keys_until_what_they_show_changes(runs_root):
+    """Textual's Footer mounts every key again at each refresh of the bindings (each focus change:
+    six while a 100-run sweep loads); KeysFooter keeps them while what they show is the same, and
+    follows a key that changes (c is disabled while no run is selected)."""
+    from textual.widgets._footer import FooterKey
+
+    from triage_tui.tui.widgets.keys_footer import KeysFooter
+
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        footer = app.main.query_one(KeysFooter)
+
+        def shown() -> dict:
+            return {key.key: key for key in footer.query(FooterKey)}
+
+        def disabled(key: str) -> bool:
+            return shown()[key].has_class("-disabled")
+
+        await wait_for(pilot, lambda: "c" in shown() and not disabled("c"), what="the footer's keys")
+        before = shown()
+        assert disabled("x")  # no checks running
+        app.main.query_one("#flags-pane").focus()  # a focus change: the same keys are shown
+        app.main.refresh_bindings()
+        for _ in range(3):
+            await pilot.pause()
+        assert all(key is before[name] for name, key in shown().items()) and shown().keys() == before.keys()
+        # A filter matching no run, kept (enter): back on the table, nothing is selected to check.
+        await pilot.press("slash", *"zzz", "enter")
+        await wait_for(pilot, lambda: "c" in shown() and disabled("c"), what="c disabled")
+        assert shown()["c"] is not before["c"]
+
+
 def burst(app, keys: str) -> None:
     """Keys as a fast typist or a paste delivers them: all queued before the app handles the first."""
     from textual import events

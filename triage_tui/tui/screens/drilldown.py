@@ -11,12 +11,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import HorizontalScroll, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE
 from triage_tui.tui.widgets.hypotheses_list import score_bar
+from triage_tui.tui.widgets.keys_footer import KeysFooter
 
 if TYPE_CHECKING:
     from triage_tui.core.checks.result import CheckResult
@@ -90,7 +91,7 @@ class DrillDownScreen(Screen):
                         # Wider than the pane, it scrolls sideways; `c` copies it (OSC 52).
                         with HorizontalScroll(classes="command-line"):
                             yield Static(Text(printable(command), style="cyan"), classes="command")
-        yield Footer()
+        yield KeysFooter()
 
     def _evidence(self) -> RenderableType:
         text = Text()

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, OptionList, Static
+from textual.widgets import DataTable, Input, OptionList, Static
 
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
@@ -23,6 +23,7 @@ from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
+from triage_tui.tui.widgets.keys_footer import KeysFooter
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
 from triage_tui.tui.widgets.serving_chart import ServingChart
@@ -93,7 +94,7 @@ class MainScreen(Screen):
                 yield ChecksProgress(id="checks")
                 yield HypothesesList(id="hypotheses")
         yield Input(placeholder="filter runs by name (Esc clears)", id="filter")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#runs-pane").border_title = "runs"
