@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -84,6 +85,7 @@ def child_tui(root: str, runs: int, exec_wall: float) -> dict:
     watcher = start_reading([Path(root)], poll_interval=1.0)  # as `triage` does before it imports Textual
     from triage_tui.tui.app import TriageApp
 
+    gc.freeze()  # as commands/tui.py run() does
     out: dict = {}
 
     async def session() -> None:
