@@ -322,6 +322,9 @@ def measure_parts(source: Path, files: list[Path], rounds: int) -> str:
 
 
 def main() -> None:
+    import as_installed  # benchmarks/: the script's own directory is on sys.path
+
+    as_installed.compile_triage()  # timed processes start as an installed triage does
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=REPEATS, help=f"rounds per row (default {REPEATS})")
     parser.add_argument(

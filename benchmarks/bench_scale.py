@@ -430,6 +430,9 @@ def loadavg() -> str:
 
 
 def main() -> None:
+    import as_installed  # benchmarks/: the script's own directory is on sys.path
+
+    as_installed.compile_triage()  # timed processes start as an installed triage does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--points", type=int, default=100_000, help="points per run of the many-runs tree")
