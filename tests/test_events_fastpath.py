@@ -184,3 +184,40 @@ def test_bulk_decoder_agrees_with_upb_and_make_ndarray(tmp_path, events, pieces)
     plugins = _reference_plugins(events)
     for tag in want:
         assert reader.scalars.get(tag).plugin == plugins[tag], tag
+
+
+def test_template_data_crcs_are_the_crc32c_of_every_row():
+    """data_crcs (the skeleton's CRC updated by table, two adjacent variable bytes a lookup) is the
+    masked CRC-32C of each payload, whatever its wall, step and value bytes hold."""
+    from builders.events import scalar_event
+    from triage_tui.core.events.crc import masked_crc32c
+    from triage_tui.core.events.templates import LayoutTemplates, Template
+    from triage_tui.core.events.wire import walk
+
+    rng = np.random.default_rng(252)
+    for step in (5, 300, 20_000):  # steps of one, two and three varint bytes
+        payload = scalar_event("train/ploss_0", step, 1.5, 1.7e9).SerializeToString()
+        walked = walk(payload)
+        assert walked is not None
+        templates = LayoutTemplates(walked.layout)
+        rows = np.zeros((500, templates.masks.size * 8), np.uint8)
+        rows[:, : len(payload)] = np.frombuffer(payload, np.uint8)
+        variable = np.flatnonzero(templates.masks.view(np.uint8)[: len(payload)] == 0)
+        assert len(variable) >= 13  # the wall time's 8, the value's 4, the step's
+        rows[:, variable] = rng.integers(0, 256, (len(rows), len(variable)), dtype=np.uint8)
+        templates.add(Template(0, None), rows[0].view("<u8") & templates.masks, 0)
+        crcs = templates.data_crcs(rows, np.zeros(len(rows), np.int64))
+        assert crcs.tolist() == [masked_crc32c(row[: len(payload)].tobytes()) for row in rows]
+
+
+def test_every_entry_of_a_pair_crc_table():
+    """Each of the 65 536 entries: what the two bytes add to the CRC-32C of a payload with
+    `distance` bytes after the first (CRC-32C is affine: crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0))."""
+    import crc32c
+
+    from triage_tui.core.events.crc import pair_crc_table
+
+    distance = 21
+    zero = crc32c.crc32c(bytes(distance + 1))
+    expected = [crc32c.crc32c(pair.to_bytes(2, "little") + bytes(distance - 1)) ^ zero for pair in range(65536)]
+    assert pair_crc_table(distance).tolist() == expected

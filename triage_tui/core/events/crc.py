@@ -80,3 +80,12 @@ def byte_crc_table(distance: int) -> np.ndarray:
     bit_crcs = np.array([crc32c.crc32c(bytes([1 << bit]) + bytes(distance)) ^ zero for bit in range(8)], np.uint32)
     bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)  # (byte value, bit)
     return np.bitwise_xor.reduce(np.where(bits, bit_crcs, np.uint32(0)), axis=1)
+
+
+@functools.lru_cache(maxsize=128)  # 256 KiB each; a layout uses ~7, a run's layouts a few dozen
+def pair_crc_table(distance: int) -> np.ndarray:
+    """What two adjacent bytes add to a payload's CRC-32C when `distance` bytes follow the first
+    (65 536 entries, indexed by the two read as a little-endian u16): one lookup for two bytes."""
+    first, second = byte_crc_table(distance), byte_crc_table(distance - 1)
+    pair = np.arange(65536)
+    return first[pair & 0xFF] ^ second[pair >> 8]

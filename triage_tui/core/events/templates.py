@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import crc32c
 import numpy as np
 
-from triage_tui.core.events.crc import byte_crc_table, mask
+from triage_tui.core.events.crc import byte_crc_table, mask, pair_crc_table
 from triage_tui.core.events.wire import Layout
 
 _HASH_MULT = [
@@ -49,7 +49,17 @@ class LayoutTemplates:
         skeleton[layout.value : layout.value + layout.value_width] = 0
         self.masks = skeleton.view("<u8")  # bytes past the payload (its CRC, the next record) too
         variable = np.flatnonzero(skeleton[: layout.length] == 0).tolist()
-        self.crc_tables = [(p, byte_crc_table(layout.length - 1 - p)) for p in variable]
+        # The variable bytes two by two where they are adjacent (the wall time's 8, the value's 4,
+        # a two-byte step's): one lookup in a 65 536-entry table for both, which halved the casts,
+        # gathers and xors of data_crcs (100k records: 4.8 -> 2.9 ms). The tables are looked up
+        # where they are used (crc.py caches them), not held here: a run's templates travel
+        # pickled from the read helpers.
+        self._crc_parts: list[tuple[int, int, bool]] = []  # (offset, bytes after it, two bytes)
+        i = 0
+        while i < len(variable):
+            pair = i + 1 < len(variable) and variable[i + 1] == variable[i] + 1
+            self._crc_parts.append((variable[i], layout.length - 1 - variable[i], pair))
+            i += 2 if pair else 1
         self.templates: list[Template] = []
         # Word j of every template's skeleton, one array per j (lookup reads them column by column).
         self._skeleton_columns = [np.empty(0, np.uint64) for _ in range(self.masks.size)]
@@ -115,6 +125,13 @@ class LayoutTemplates:
         the skeleton's CRC xor one table lookup per variable byte (about 14 for a scalar)."""
         self._sync()
         crc = self._skeleton_crcs[ids]
-        for position, table in self.crc_tables:
-            np.bitwise_xor(crc, np.take(table, rows[:, position]), out=crc)
+        if not len(rows):
+            return mask(crc)
+        for position, distance, pair in self._crc_parts:
+            if pair:
+                column = np.ndarray((len(rows),), "<u2", buffer=rows, offset=position, strides=(rows.strides[0],))
+                table = pair_crc_table(distance)
+            else:
+                column, table = rows[:, position], byte_crc_table(distance)
+            np.bitwise_xor(crc, np.take(table, column), out=crc)
         return mask(crc)
