@@ -281,6 +281,32 @@ def test_a_long_first_poll_shows_runs_as_they_are_read(tmp_path, monkeypatch):
     assert updates[:3] == [1, 2, 3] and updates[-1] == 4
 
 
+def test_progress_reports_come_at_growing_intervals_and_not_just_before_the_end(tmp_path, monkeypatch):
+    """20 runs taking 0.3 s each (a clock the test moves): the first report after 1 s (4 runs), the
+    next 2 s later (11 runs); the one due at 5.4 s, with 18 of 20 read and the rest due within
+    half the interval at that pace, is left to the poll's own statuses."""
+    import types
+
+    import triage_tui.core.watch as watch
+
+    for index in range(20):
+        write_scalars(tmp_path / f"run_{index:02d}", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
+    clock = [0.0]
+    monkeypatch.setattr(watch, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    monkeypatch.setattr(watch, "PROGRESS_SECS", 1.0)
+    monkeypatch.setattr(watch, "PROGRESS_MAX_SECS", 2.0)
+    real_update = Watcher._update
+
+    def slow_update(self, tracked, now):
+        clock[0] += 0.3
+        return real_update(self, tracked, now)
+
+    monkeypatch.setattr(Watcher, "_update", slow_update)
+    reports: list[int] = []
+    statuses = Watcher([tmp_path], use_watchdog=False).poll_once(on_progress=lambda s: reports.append(len(s)))
+    assert reports == [4, 11] and len(statuses) == 20
+
+
 @pytest.mark.parametrize("order", ["events first", "manifest first"])
 def test_a_run_whose_files_land_in_any_order_is_one_run_read_once(tmp_path, order):
     """`out/runs/` can land before `out/triage.toml`: the run is `out/runs` for a poll, then `out`.

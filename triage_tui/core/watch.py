@@ -235,25 +235,34 @@ class Watcher:
 
         ``on_progress`` gets the statuses read so far after PROGRESS_SECS, then at doubling
         intervals, while a long poll (the first one over a big tree) is still reading, so runs
-        fill in as they load.
+        fill in as they load. After the first, a report is skipped while, at the pace so far, the
+        poll would end within half the interval: the poll's own statuses would redraw it at once.
         """
         with self._lock:
             self._rescan_if_due()
             now = self.clock() if now is None else now
             runs = list(self._runs.values())
             statuses: list[RunStatus | None] = [None] * len(runs)
-            reported = time.monotonic()
+            started = reported = time.monotonic()
             interval = PROGRESS_SECS
+            done = 0
+            reports = 0
 
             def update(i: int) -> None:
-                nonlocal reported, interval
+                nonlocal reported, interval, done, reports
                 statuses[i] = self._update(runs[i], now)
-                if on_progress is not None and time.monotonic() - reported >= interval:
-                    on_progress([status for status in statuses if status is not None])
-                    reported = time.monotonic()
-                    # Each report rebuilds every row shown so far (smoothing included): first rows
-                    # at once, then less and less often, so a long load is not spent redrawing.
-                    interval = min(2 * interval, PROGRESS_MAX_SECS)
+                done += 1
+                clock = time.monotonic()
+                if on_progress is None or clock - reported < interval:
+                    return
+                if reports and (len(runs) - done) * (clock - started) < done * interval / 2:
+                    return  # nearly done: each report rebuilds every row shown (a 100-run table: ~60 ms)
+                on_progress([status for status in statuses if status is not None])
+                reports += 1
+                reported = time.monotonic()
+                # Each report rebuilds every row shown so far (smoothing included): first rows
+                # at once, then less and less often, so a long load is not spent redrawing.
+                interval = min(2 * interval, PROGRESS_MAX_SECS)
 
             fresh = [i for i, tracked in enumerate(runs) if tracked.version is None]
             # The helper reads event files (RunSources.events); W&B files are read here, in update().
