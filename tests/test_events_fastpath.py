@@ -221,3 +221,48 @@ def test_every_entry_of_a_pair_crc_table():
     zero = crc32c.crc32c(bytes(distance + 1))
     expected = [crc32c.crc32c(pair.to_bytes(2, "little") + bytes(distance - 1)) ^ zero for pair in range(65536)]
     assert pair_crc_table(distance).tolist() == expected
+
+
+def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(tmp_path, monkeypatch):
+    """A sweep's runs log the same tags: the second run read in this process takes the templates
+    the first one's cross-check verified, reads the same points, and still drops a record whose
+    data CRC is wrong."""
+    from builders.events import records
+    from builders.tensorboard import write_scalars
+    from triage_tui.core.events import decode
+    from triage_tui.core.events.decode import Decoder
+
+    monkeypatch.setattr(decode, "_VERIFIED", {})
+    series = {f"train/ploss_{i}": [(step, 10.0 - step / 100 + i) for step in range(0, 3000, 3)] for i in range(3)}
+    paths = [write_scalars(tmp_path / name, series, wall_time=1.7e9) for name in ("a", "b")]
+    checked: list[str] = []
+    real_agrees = Decoder._agrees
+
+    def agrees(payload, walked, tag):
+        checked.append(tag)
+        return real_agrees(payload, walked, tag)
+
+    monkeypatch.setattr(Decoder, "_agrees", staticmethod(agrees))
+
+    def read(path):
+        events = RunEvents()
+        events.set_files([path])
+        stats = events.poll()
+        return events, stats
+
+    first, first_stats = read(paths[0])
+    assert sorted(set(checked)) == sorted(series)
+    checked.clear()
+    second, stats = read(paths[1])
+    assert checked == [] and as_points(second.scalars) == as_points(first.scalars)
+    assert stats.corrupt_records == 0 and stats.slow_records == first_stats.slow_records  # the same path
+    # A flipped value byte in the second file's first ploss_1 record: dropped, as without the shortcut.
+    data = bytearray(paths[1].read_bytes())
+    offset, length = next((o, n) for o, n in records(bytes(data)) if b"ploss_1" in data[o + 12 : o + 12 + n])
+    data[offset + 12 + length - 1] ^= 0x40
+    damaged = tmp_path / "c" / paths[1].name
+    damaged.parent.mkdir()
+    damaged.write_bytes(bytes(data))
+    third, stats = read(damaged)
+    assert checked == [] and stats.corrupt_records == 1
+    assert sum(len(s) for s in third.scalars.series.values()) == sum(len(v) for v in series.values()) - 1
