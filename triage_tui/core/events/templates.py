@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import crc32c
 import numpy as np
 
-from triage_tui.core.events.crc import byte_crc_table, mask, pair_crc_table
+from triage_tui.core.events.crc import byte_crc_table, crc32c, mask, pair_crc_table
 from triage_tui.core.events.wire import Layout
 
 _HASH_MULT = [
@@ -116,7 +115,7 @@ class LayoutTemplates:
         self.sorted_hashes, self.sorted_ids = hashes[order], ids[order]
         self._tag_ids = np.array([t.tag_id for t in self.templates], np.int64)
         length = self.layout.length
-        crcs = [crc32c.crc32c(w.view(np.uint8)[:length].tobytes()) for w, _ in self._pending]
+        crcs = [crc32c(w.view(np.uint8)[:length].tobytes()) for w, _ in self._pending]
         self._skeleton_crcs = np.concatenate([self._skeleton_crcs, np.array(crcs, np.uint32)])
         self._pending = []
 
