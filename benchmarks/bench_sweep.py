@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import resource
@@ -80,16 +79,14 @@ def scan_points(stdout: str) -> int:
 
 
 def child_tui(root: str, runs: int, exec_wall: float) -> dict:
-    from triage_tui.commands.tui import start_reading
+    from triage_tui.commands.tui import import_app, start_reading
 
     watcher = start_reading([Path(root)], poll_interval=1.0)  # as `triage` does before it imports Textual
-    from triage_tui.tui.app import TriageApp
-
-    gc.freeze()  # as commands/tui.py run() does
+    app_class = import_app()  # as `triage` imports it
     out: dict = {}
 
     async def session() -> None:
-        app = TriageApp([root], poll_interval=1.0, watcher=watcher)
+        app = app_class([root], poll_interval=1.0, watcher=watcher)
         async with app.run_test(size=(120, 36)) as pilot:
             while not app.statuses:
                 await asyncio.sleep(0.005)
