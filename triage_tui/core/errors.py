@@ -1,7 +1,8 @@
-"""The one exception that crosses the core's boundary for bad input."""
+"""The one exception that crosses the core's boundary for bad input, and the error value a source leaves on its run."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -19,3 +20,26 @@ class BadInput(Exception):
 
     def line(self) -> str:
         return f"{self.path}: {self.what}" if self.path else self.what
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """What one source of one run could not read, as a value on that run (never an exception that
+    crosses runs): the source's kind ("tensorboard", "wandb", "serving", "manifest", "config", ...),
+    the file or URL, and why in one line. Every text is untrusted: shown through ``text.printable``."""
+
+    source: str
+    path: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        """The ``errors`` entry of ``scan --json`` (docs/contracts.md, the fault boundary)."""
+        return {"source": self.source, "path": self.path, "message": self.message}
+
+    def line(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    @classmethod
+    def of(cls, source: str, err: BadInput) -> SourceError:
+        """A reader's BadInput, said of the source it came from."""
+        return cls(source, err.path or "", err.what)
