@@ -15,7 +15,11 @@ Measured for each client, in alternating order, best of --repeat:
 - per-request overhead: a HEAD of one object, repeated;
 - import time and the first request in a fresh process (with obstore, also through botocore's
   credential chain, the way triage gets AWS profiles and SSO);
-- install size: the files of the client's dependency closure that triage's own install lacks.
+- install size: the files of the client's dependency closure that triage's own install lacks
+  (and, with --index-sizes, each client pip-installed into an empty directory, gcsfs too);
+- the sweep mirrored through triage's own layer (core/objstore) with either client: the first
+  pass, an idle pass (goal: the listing alone) and a pass after one run grew by 4 KiB (goal: the
+  appended bytes plus one request).
 
     .venv/bin/python benchmarks/bench_objstore.py                 # ~2 min on a quiet 2-core machine
     .venv/bin/python benchmarks/bench_objstore.py --runs 200 --repeat 1
@@ -228,10 +232,62 @@ def install_sizes() -> dict[str, tuple[int, list[str]]]:
     return out
 
 
+def mirror_rows(runs: int) -> dict[str, dict[str, tuple[float, float, int, int]]]:
+    """The sweep mirrored through triage's layer (core/objstore) with each client: the first pass,
+    an idle pass and a pass after one run's event file grew by 4 KiB: (wall s, CPU s, requests,
+    object-body bytes) each."""
+    import tempfile
+
+    from triage_tui.core.objstore import tuning
+    from triage_tui.core.objstore.store import store_for
+    from triage_tui.core.runs.remote import mirror_runs
+
+    out: dict[str, dict[str, tuple[float, float, int, int]]] = {}
+    grown_key = "sweep/run-0000/runs/events.out.tfevents.1700000000.host.1.0"
+    client = s3_client(os.environ["AWS_ENDPOINT_URL"])
+    body = client.get_object(Bucket=BUCKET, Key=grown_key)["Body"].read()
+    for label, native in (("obstore", ("s3", "gs")), ("s3fs", ())):
+        tuning.NATIVE_SCHEMES = native
+        tuning.CACHE_ENABLED = False  # every pass fetches from the server
+        rows = {}
+        with tempfile.TemporaryDirectory() as root:
+            mirror = mirror_runs(f"s3://{BUCKET}/sweep", Path(root))
+            store_for(mirror.url).head(grown_key)  # the client opened, as in a running watcher
+            for case in ("first pass", "idle pass", "pass after one run grew 4 KiB"):
+                if case.startswith("pass after"):
+                    body += os.urandom(4096)
+                    client.put_object(Bucket=BUCKET, Key=grown_key, Body=body)
+                w0, c0 = time.perf_counter(), time.process_time()
+                result = mirror.sync()
+                rows[case] = (time.perf_counter() - w0, time.process_time() - c0, result.requests, result.body_bytes)
+                assert not result.errors, result.errors
+        out[label] = rows
+    return out
+
+
+def index_sizes(packages: dict[str, list[str]]) -> dict[str, int]:
+    """Bytes each set of packages installs into an empty directory, dependencies included (pip)."""
+    import tempfile
+
+    sizes = {}
+    for label, names in packages.items():
+        with tempfile.TemporaryDirectory() as target:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", target, *names],
+                check=True,
+                capture_output=True,
+            )
+            sizes[label] = sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file())
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--index-sizes", action="store_true", help="also pip-install each client into an empty directory and weigh it"
+    )
     args = parser.parse_args()
 
     load_before = _load()
@@ -268,9 +324,22 @@ def main() -> None:
         assert checks["obstore"] == checks["s3fs"], f"the clients disagree: {checks}"
         first = {label: fresh_process(code, args.repeat) for label, code in FIRST_REQUEST.items()}
         imports = {label: fresh_process(code, args.repeat) for label, code in IMPORTS.items()}
+        mirrored = mirror_rows(args.runs)
     finally:
         server.stop()
     sizes = install_sizes()
+    fresh_sizes = (
+        index_sizes(
+            {
+                "s3fs": ["s3fs"],
+                "gcsfs": ["gcsfs"],
+                "obstore (s3:// and gs://)": ["obstore"],
+                "obstore + botocore (the [s3] extra)": ["obstore", "botocore"],
+            }
+        )
+        if args.index_sizes
+        else {}
+    )
 
     print(f"## Object-store clients: {args.runs} runs ({objects} objects) on moto's S3 server\n")
     print(f"- machine: {os.cpu_count()} CPUs, load average {load_before} before, {_load()} after")
@@ -295,6 +364,16 @@ def main() -> None:
     print("\n| install (added to triage's own dependencies) | MB | distributions |\n|---|---:|---|")
     for label, (size, names) in sizes.items():
         print(f"| {label} | {size / 1e6:.1f} | {', '.join(names)} |")
+    if fresh_sizes:
+        print("\n| pip install into an empty directory, dependencies included | MB |\n|---|---:|")
+        for label, size in fresh_sizes.items():
+            print(f"| {label} | {size / 1e6:.1f} |")
+    print(f"\n### The sweep mirrored through core/objstore ({args.runs} runs, each client under the same layer)\n")
+    print("| pass | client | wall s | CPU s | requests | object-body bytes |\n|---|---|---:|---:|---:|---:|")
+    for case in next(iter(mirrored.values())):
+        for label, rows in mirrored.items():
+            w, c, n, b = rows[case]
+            print(f"| {case} | {label} | {w:.3f} | {c:.3f} | {n} | {b:,} |")
 
 
 if __name__ == "__main__":

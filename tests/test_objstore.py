@@ -211,6 +211,44 @@ def test_a_server_that_does_not_answer_is_given_up_on(bucket, monkeypatch):
     assert caught.value.what.startswith("no answer: ") and " after 2 tries in " in caught.value.what
 
 
+def test_an_object_that_keeps_failing_fails_alone_and_is_fetched_once_it_answers(bucket, tmp_path, monkeypatch):
+    name, client, proxy = bucket
+    for run in ("a", "b"):
+        client.put_object(Bucket=name, Key=f"{run}/config.json", Body=b"{}")
+        client.put_object(Bucket=name, Key=f"{run}/runs/events.out.tfevents.1", Body=run.encode() * 100)
+    monkeypatch.setattr(tuning, "MAX_RETRIES", 1)
+    mirror = mirror_runs(f"s3://{name}", tmp_path / "mirror")
+    proxy.fail_paths(f"/{name}/b/runs/")
+    try:
+        first = mirror.sync()
+    finally:
+        proxy.fail_paths()
+    (error,) = first.errors
+    assert error.path == f"s3://{name}/b/runs/events.out.tfevents.1"
+    assert error.message.startswith("server answered 503 SlowDown after 2 tries in ")
+    assert sorted(first.written) == ["a/config.json", "a/runs/events.out.tfevents.1", "b/config.json"]
+    second = mirror.sync()
+    assert second.errors == () and second.written == ("b/runs/events.out.tfevents.1",)
+    assert (mirror.root / "b/runs/events.out.tfevents.1").read_bytes() == b"b" * 100
+
+
+def test_credentials_come_from_an_aws_profile(bucket, tmp_path, monkeypatch):
+    """No keys in the environment: botocore's chain reads the named profile, and the requests are
+    signed with its key (seen by the proxy in each request's SigV4 Authorization header)."""
+    name, client, proxy = bucket
+    client.put_object(Bucket=name, Key="k", Body=b"payload")
+    (tmp_path / "credentials").write_text("[research]\naws_access_key_id = AKIAPROFILEKEY\naws_secret_access_key = s\n")
+    (tmp_path / "config").write_text("[profile research]\nregion = us-east-1\n")
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "research")
+    proxy.reset_counts()
+    assert Store(parse_url(f"s3://{name}")).read("k")[0] == b"payload"
+    assert proxy.reset_counts().access_keys == {"AKIAPROFILEKEY"}
+
+
 def _scan(root: Path) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)],
@@ -393,3 +431,32 @@ def test_a_truncated_checkpoint_is_one_line_on_its_url(bucket):
     with pytest.raises(BadInput) as caught:
         RemoteSafetensors(f"s3://{name}/bad.safetensors")
     assert caught.value.path == f"s3://{name}/bad.safetensors" and "truncated" in caught.value.what
+
+
+def test_checkpoint_ranges_are_cached_only_when_asked(bucket, tmp_path, monkeypatch):
+    from triage_tui.core.formats.remote_safetensors import RemoteSafetensors
+
+    name, client, proxy = bucket
+    blob = tmp_path / "w.safetensors"
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"d2t": torch.arange(32_000, dtype=torch.int64), "w": torch.zeros(1000, 64)}, blob)
+    client.put_object(Bucket=name, Key="w.safetensors", Body=blob.read_bytes())
+    url = f"s3://{name}/w.safetensors"
+
+    first = RemoteSafetensors(url)  # off by default: a temporary file, gone on close
+    first.ensure(["d2t"])
+    first.close()
+    assert not first.path.exists() and not (tmp_path / "cache").exists()
+
+    monkeypatch.setattr(tuning, "CACHE_CHECKPOINTS", True)
+    cached = RemoteSafetensors(url)
+    cached.ensure(["d2t"])
+    cached.close()
+    assert cached.path.is_file() and cached.path.is_relative_to(tmp_path / "cache")
+    proxy.reset_counts()
+    again = RemoteSafetensors(url)  # another process, the same ETag: the ranges are on disk
+    assert torch.equal(again.tensor("d2t"), torch.arange(32_000, dtype=torch.int64))
+    counts = proxy.reset_counts()
+    assert counts.get_body_bytes() == 0 and counts.requests == {"HEAD": 1}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+# AWS Signature Version 4: "AWS4-HMAC-SHA256 Credential=<key id>/<date>/<region>/s3/aws4_request, ..."
+_SIGNED_BY = re.compile(r"Credential=([^/]+)/")
 
 _CHILD = """
 import sys
@@ -131,6 +135,7 @@ class ProxyCounts:
     requests: dict[str, int] = field(default_factory=dict)
     body_bytes: dict[str, int] = field(default_factory=dict)
     paths: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path with query, body bytes)
+    access_keys: set[str] = field(default_factory=set)  # the key ids requests were signed with (SigV4)
 
     def total_requests(self) -> int:
         return sum(self.requests.values())
@@ -143,7 +148,8 @@ class ProxyCounts:
 class S3Proxy:
     """A reverse proxy on 127.0.0.1 in front of ``upstream``: counts, and injects 503s or stalls.
 
-    ``fail_next(n)``: the next n requests are answered 503 SlowDown without being forwarded.
+    ``fail_next(n)``: the next n requests are answered 503 SlowDown without being forwarded;
+    ``fail_paths(...)``: so is every request for those paths.
     ``stall_next(n)``: the next n requests are held unanswered until ``release()`` (or stop).
     """
 
@@ -153,6 +159,7 @@ class S3Proxy:
         self._lock = threading.Lock()
         self._fail = 0
         self._stall = 0
+        self._fail_paths: tuple[str, ...] = ()
         self._released = threading.Event()
         proxy = self
 
@@ -165,7 +172,7 @@ class S3Proxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                action = proxy._next_action()
+                action = proxy._next_action(self.path)
                 if action == "stall":
                     proxy._released.wait()
                     self.close_connection = True
@@ -186,7 +193,8 @@ class S3Proxy:
                 upstream.close()
                 # counted before the client can see the answer: a test reading the counts after
                 # its call returns finds this request there
-                proxy._count(self.command, self.path, 0 if self.command == "HEAD" else len(data))
+                body_bytes = 0 if self.command == "HEAD" else len(data)
+                proxy._count(self.command, self.path, body_bytes, self.headers.get("Authorization", ""))
                 self.send_response(answer.status)
                 skipped = ("connection", "keep-alive", "transfer-encoding", "server", "date")
                 for k, v in answer.getheaders():
@@ -207,8 +215,10 @@ class S3Proxy:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def _next_action(self) -> str:
+    def _next_action(self, path: str) -> str:
         with self._lock:
+            if any(part in path for part in self._fail_paths):
+                return "fail"
             if self._fail:
                 self._fail -= 1
                 return "fail"
@@ -217,8 +227,11 @@ class S3Proxy:
                 return "stall"
         return "forward"
 
-    def _count(self, method: str, path: str, n: int) -> None:
+    def _count(self, method: str, path: str, n: int, authorization: str = "") -> None:
+        signed = _SIGNED_BY.search(authorization)
         with self._lock:
+            if signed:
+                self.counts.access_keys.add(signed.group(1))
             self.counts.requests[method] = self.counts.requests.get(method, 0) + 1
             self.counts.body_bytes[method] = self.counts.body_bytes.get(method, 0) + n
             self.counts.paths.append((method, path, n))
@@ -231,6 +244,11 @@ class S3Proxy:
     def fail_next(self, n: int) -> None:
         with self._lock:
             self._fail = n
+
+    def fail_paths(self, *parts: str) -> None:
+        """Every request whose path holds one of ``parts`` is answered 503 (until called with none)."""
+        with self._lock:
+            self._fail_paths = parts
 
     def stall_next(self, n: int) -> None:
         with self._lock:

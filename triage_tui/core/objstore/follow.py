@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from triage_tui.core.errors import BadInput
 from triage_tui.core.objstore import tuning
 from triage_tui.core.objstore.store import ObjectMeta, Store
 
@@ -30,8 +31,6 @@ class FollowStep:
 def read_range(store: Store, key: str, start: int, end: int, etag: str = "") -> bytes:
     """Bytes [start, end) of an object, in requests of at most ``tuning.RANGE_CHUNK_BYTES``;
     BadInput when the object changed (another ETag) or ended while being read."""
-    from triage_tui.core.errors import BadInput
-
     parts = []
     position = start
     while position < end:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -100,17 +101,17 @@ class PrefixMirror:
                 url = self.store.url(seen[rel].key)
                 errors.append(SourceError("objstore", url, "an object of the same name as a directory of others"))
             del seen[rel]  # an empty one is a console's folder marker: the directory says it all
-        for rel, meta in seen.items():
-            how = self.policy(rel)
-            if how == "skip":
-                continue
-            try:
-                if self._update(rel, meta, how):
-                    written.append(rel)
-            except BadInput as err:
-                errors.append(SourceError("objstore", err.path or self.store.url(meta.key), err.what))
-            except OSError as err:
-                errors.append(SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}"))
+        work = [(rel, meta, how) for rel, meta in seen.items() if (how := self.policy(rel)) != "skip"]
+        work = [item for item in work if self._changed(*item)]  # an idle pass stops here
+        if work:
+            # The first pass of a sweep is thousands of small GETs: a pool keeps that many in
+            # flight (the clients release the GIL while they wait); each object is one task's.
+            with ThreadPoolExecutor(max(1, min(tuning.FETCH_THREADS, len(work)))) as pool:
+                for rel, wrote, error in pool.map(lambda item: self._update_one(*item), work):
+                    if wrote:
+                        written.append(rel)
+                    if error is not None:
+                        errors.append(error)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
         # what lies under a prefix that could not be listed is unknown now, not gone: kept
         removed = [rel for rel in self._known if rel not in seen and not rel.startswith(hidden)]
@@ -124,6 +125,21 @@ class PrefixMirror:
             removed=tuple(sorted(removed)),
             errors=tuple(errors),
         )
+
+    def _changed(self, rel: str, meta: ObjectMeta, how: How) -> bool:
+        known = self._known.get(rel)
+        if known is None or known.how != how or not (self.root / rel).exists():
+            return True
+        return known.meta.size != meta.size or known.meta.etag != meta.etag or known.meta.mtime != meta.mtime
+
+    def _update_one(self, rel: str, meta: ObjectMeta, how: How) -> tuple[str, bool, SourceError | None]:
+        """(rel, whether the local file was written, the error that stopped it)."""
+        try:
+            return rel, self._update(rel, meta, how), None
+        except BadInput as err:
+            return rel, False, SourceError("objstore", err.path or self.store.url(meta.key), err.what)
+        except OSError as err:
+            return rel, False, SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}")
 
     def _update(self, rel: str, meta: ObjectMeta, how: How) -> bool:
         known = self._known.get(rel)
