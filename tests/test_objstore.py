@@ -147,6 +147,26 @@ def test_a_growing_object_costs_its_appended_bytes(bucket, backend):
     assert counts.get_body_bytes() == len(appended) + tuning.TAIL_CHECK_BYTES
 
 
+def test_a_large_object_is_read_in_bounded_polls(bucket, tmp_path, monkeypatch):
+    name, client, proxy = bucket
+    monkeypatch.setattr(tuning, "MAX_POLL_BYTES", 10_000)
+    body = os.urandom(35_000)
+    client.put_object(Bucket=name, Key="run/runs/events.out.tfevents.1", Body=body)
+    follower = ObjectFollower(store_for(f"s3://{name}"), "run/runs/events.out.tfevents.1")
+    meta = follower.store.listing("run/").objects[0]
+    proxy.reset_counts()
+    steps = [follower.poll(meta)]
+    while steps[-1].remaining:
+        steps.append(follower.poll(meta))
+    counts = proxy.reset_counts()
+    assert [(s.size, s.remaining) for s in steps] == [(10_000, 25_000), (20_000, 15_000), (30_000, 5_000), (35_000, 0)]
+    assert b"".join(s.data for s in steps) == body
+    assert max(n for _, _, n in counts.paths) <= 10_000 + tuning.TAIL_CHECK_BYTES
+    mirror = mirror_runs(f"s3://{name}", tmp_path / "mirror")
+    assert mirror.sync().written == ("run/runs/events.out.tfevents.1",)
+    assert (mirror.root / "run/runs/events.out.tfevents.1").read_bytes() == body
+
+
 def test_a_replaced_object_is_read_again(bucket, backend):
     name, client, _ = bucket
     store = store_for(f"s3://{name}")

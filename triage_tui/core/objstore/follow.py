@@ -26,6 +26,7 @@ class FollowStep:
     data: bytes
     restarted: bool
     size: int
+    remaining: int = 0  # bytes the listing showed beyond ``size``: the next poll reads on
 
 
 def read_range(store: Store, key: str, start: int, end: int, etag: str = "") -> bytes:
@@ -62,26 +63,28 @@ class ObjectFollower:
         return meta.etag == self.etag if meta.etag or self.etag else meta.mtime == self.mtime
 
     def poll(self, meta: ObjectMeta | None = None) -> FollowStep:
-        """Read what changed since the last poll. ``meta``: the object as this rescan's listing
-        showed it (no request when unchanged); None asks the store (one HEAD)."""
+        """Read what changed since the last poll, at most ``tuning.MAX_POLL_BYTES`` of it (the
+        step's ``remaining`` says what is left for the next poll). ``meta``: the object as this
+        rescan's listing showed it (no request when unchanged); None asks the store (one HEAD)."""
         if meta is None:
             meta = self.store.head(self.key)
         if self._unchanged(meta):
             return FollowStep(b"", False, self.size)
         if self.size and meta.size >= self.size:
             start = max(0, self.size - tuning.TAIL_CHECK_BYTES)
-            data, answered = self.store.read(self.key, start, meta.size)
+            end = min(meta.size, self.size + tuning.MAX_POLL_BYTES)
+            data, answered = self.store.read(self.key, start, end)
             kept = self.size - start
             if len(data) >= kept and data[:kept] == self._tail[-kept:]:
-                return self._took(data[kept:], answered or meta, restarted=False)
-        # first read, shorter than before, or other bytes where the old end was: read it all again
-        data = read_range(self.store, self.key, 0, meta.size, meta.etag)
+                return self._took(data[kept:], answered or meta, meta.size, restarted=False)
+        # first read, shorter than before, or other bytes where the old end was: read it again
+        data = read_range(self.store, self.key, 0, min(meta.size, tuning.MAX_POLL_BYTES), meta.etag)
         restarted = self.size > 0 or bool(self.etag)
         self.size, self._tail = 0, b""
-        return self._took(data, meta, restarted=restarted)
+        return self._took(data, meta, meta.size, restarted=restarted)
 
-    def _took(self, data: bytes, meta: ObjectMeta, *, restarted: bool) -> FollowStep:
+    def _took(self, data: bytes, meta: ObjectMeta, listed: int, *, restarted: bool) -> FollowStep:
         self.size += len(data)
         self.etag, self.mtime = meta.etag, meta.mtime
         self._tail = (self._tail + data[-tuning.TAIL_CHECK_BYTES :])[-tuning.TAIL_CHECK_BYTES :]
-        return FollowStep(data, restarted, self.size)
+        return FollowStep(data, restarted, self.size, max(0, listed - self.size))

@@ -157,6 +157,12 @@ class PrefixMirror:
                 return False
             with open(path, "ab" if not step.restarted and path.exists() else "wb") as f:
                 f.write(step.data)
+                while step.remaining and step.data:  # a large object, one bounded poll at a time
+                    step = known.follower.poll(meta)
+                    if step.restarted:  # replaced while being read: from the start again
+                        f.seek(0)
+                        f.truncate()
+                    f.write(step.data)
         else:
             if known is not None and known.meta.size == meta.size and known.meta.etag == meta.etag:
                 return False

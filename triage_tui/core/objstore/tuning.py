@@ -32,6 +32,9 @@ RANGE_CHUNK_BYTES = 64 << 20
 # object rewritten with other content (S3 replaces the whole object on each upload) is told from
 # one that grew by comparing them, in the same request.
 TAIL_CHECK_BYTES = 4 << 10
+# One poll of a followed object fetches at most this much (a first read of a multi-GB event file
+# stays bounded in memory); the next poll goes on from there, its old end re-read as always.
+MAX_POLL_BYTES = 64 << 20
 # Objects read whole (manifests, configs, sentinels, the files a scan opens): larger is refused.
 MAX_WHOLE_BYTES = 256 << 20
 # The first ranged read of a safetensors file: its 8-byte length and, for a drafter, its whole header.
