@@ -21,6 +21,7 @@ from a sibling room of its own layer (siblings are independent):
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
+    objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
                               small shared helpers
     errors                    BadInput, the one bad-input error
@@ -66,6 +67,7 @@ CORE = [
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
     ("core.formats",),
+    ("core.objstore",),
     (
         "core.series",
         "core.vocab",
@@ -84,7 +86,7 @@ FORMATS = [
     ("core.formats.mapping",),
     ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
     ("core.formats.weights",),
-    ("core.formats.training_state", "core.formats.run_yaml"),
+    ("core.formats.training_state", "core.formats.run_yaml", "core.formats.remote_safetensors"),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
 EVENTS = [
@@ -107,7 +109,7 @@ SIGNALS = [
     ("core.signals.flags",),
 ]
 RUNS = [
-    ("core.runs.discover",),
+    ("core.runs.discover", "core.runs.remote"),
     ("core.runs.listing",),
     ("core.runs.info", "core.runs.config"),
     ("core.runs.manifest", "core.runs.names"),
@@ -121,6 +123,13 @@ REMAP = [
     ("core.remap.job", "core.remap.digest"),
     ("core.remap.tuning",),
 ]
+OBJSTORE = [
+    ("core.objstore.mirror",),
+    ("core.objstore.sparse",),
+    ("core.objstore.follow", "core.objstore.cache"),
+    ("core.objstore.store",),
+    ("core.objstore.url", "core.objstore.tuning"),
+]
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
@@ -128,7 +137,13 @@ SERVING = [
 ]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
 # and read as ``module.name`` at the call, so a monkeypatch reaches every caller wherever code moves.
-SEAM_MODULES = ("core.fileio", "core.events.tuning", "core.remap.tuning", "core.serving.tuning")
+SEAM_MODULES = (
+    "core.fileio",
+    "core.events.tuning",
+    "core.remap.tuning",
+    "core.serving.tuning",
+    "core.objstore.tuning",
+)
 # Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
 # (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the
 # state it is bound to (tui/view_state.py); the app answers by setting that state.
@@ -229,6 +244,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.runs.") and _room(name, RUNS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.objstore.") and _room(name, OBJSTORE) is None]
     unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
@@ -245,9 +261,10 @@ def test_every_module_has_a_room():
         (RUNS, "core.runs"),
         (REMAP, "core.remap"),
         (SERVING, "core.serving"),
+        (OBJSTORE, "core.objstore"),
         (TUI, "tui"),
     ],
-    ids=["rooms", "core", "formats", "events", "hypotheses", "signals", "runs", "remap", "serving", "tui"],
+    ids=["rooms", "core", "formats", "events", "hypotheses", "signals", "runs", "remap", "serving", "objstore", "tui"],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

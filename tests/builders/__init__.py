@@ -23,4 +23,5 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     cache         fixtures built once per machine, rebuilt when a builder or writer changes
     waiting       waits on conditions, bounded by a timeout that grows with the machine's load
     target_dumps  a tiny transformers target's own dumps of answers it generated, masks by SpecForge's parser
+    object_store  moto's real S3 server in a child process, and a counting, fault-injecting HTTP proxy before it
 """

@@ -1,0 +1,92 @@
+"""A safetensors file in a bucket, read by range: its header first, then only the tensors asked for.
+
+The seam is a sparse local file (``objstore.sparse``): the header and the tensors' byte ranges are
+fetched into a file as long as the object, so the readers of local files work on it unchanged:
+``read_safetensors_header`` checks every offset against the real size, ``safe_open`` maps it and
+decodes dtypes and shapes exactly as for a local checkpoint. A second, ranged tensor reader would
+have repeated both. ``tensor``/``rows`` fetch what they need before reading it; whatever was never
+fetched is a hole of zeros, so a reader given ``path`` must ``ensure`` first what it reads.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.safe_torch import (
+    MAX_SAFETENSORS_HEADER,
+    TensorInfo,
+    load_safetensors_rows,
+    load_safetensors_tensor,
+    read_safetensors_header,
+)
+from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore.sparse import SparseObject, open_sparse
+from triage_tui.core.objstore.store import ObjectMeta, store_for
+from triage_tui.core.objstore.url import parse_url
+
+if TYPE_CHECKING:
+    import torch
+
+
+class RemoteSafetensors:
+    """``url``'s header read (``tensors``: name -> TensorInfo whose ``file`` is the sparse ``path``)."""
+
+    def __init__(self, url: str, *, meta: ObjectMeta | None = None) -> None:
+        parsed = parse_url(url)
+        self.url = url
+        self.sparse: SparseObject = open_sparse(store_for(parsed), parsed.key, meta=meta)
+        self.path: Path = self.sparse.path
+        size = self.sparse.meta.size
+        if size < 8:
+            raise BadInput(url, f"object is {size} bytes long; not a safetensors file")
+        self.sparse.ensure([(0, min(size, tuning.HEADER_PROBE_BYTES))])
+        with open(self.path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len <= MAX_SAFETENSORS_HEADER:  # larger: read_safetensors_header says why
+            self.sparse.ensure([(8, 8 + min(header_len, size - 8))])
+        try:
+            self.tensors: dict[str, TensorInfo] = read_safetensors_header(self.path)
+        except BadInput as err:
+            raise BadInput(url, err.what) from None
+
+    def _info(self, name: str) -> TensorInfo:
+        info = self.tensors.get(name)
+        if info is None or info.data is None:
+            raise BadInput(self.url, f"no tensor {name!r}")
+        return info
+
+    def ensure(self, names: list[str]) -> int:
+        """Fetch the named tensors' bytes (those not fetched yet); the bytes fetched."""
+        return self.sparse.ensure([self._info(name).data for name in names])  # type: ignore[misc]
+
+    def ensure_rows(self, name: str, spans: list[tuple[int, int]]) -> int:
+        """Fetch rows [start, stop) of a tensor (its first dimension) for each span; the bytes fetched."""
+        info = self._info(name)
+        begin, end = info.data  # type: ignore[misc]
+        rows = info.shape[0] if info.shape else 1
+        row_bytes = (end - begin) // rows if rows else 0
+        return self.sparse.ensure(
+            [(begin + max(0, a) * row_bytes, begin + min(rows, b) * row_bytes) for a, b in spans if b > a]
+        )
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """One tensor, fetched if needed, read by safetensors from the sparse file."""
+        self.ensure([name])
+        try:
+            return load_safetensors_tensor(self.path, name)
+        except BadInput as err:
+            raise BadInput(self.url, err.what) from None
+
+    def rows(self, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Rows of a tensor for each span, fetching only those rows."""
+        self.ensure_rows(name, spans)
+        try:
+            return load_safetensors_rows(self.path, name, spans)
+        except BadInput as err:
+            raise BadInput(self.url, err.what) from None
+
+    def close(self) -> None:
+        self.sparse.close()

@@ -1,0 +1,203 @@
+"""A bucket prefix kept as a local tree: one listing a pass, then only what changed is fetched.
+
+Each object is handled as a policy says, by its key: followed (a growing log or event file: only
+its appended bytes, ``follow``), read whole when its ETag changes (manifests, configs, the small
+files a scan opens; from the cache when it holds that ETag), or left a placeholder (a sparse file
+of the object's size with no byte fetched: weights, which discovery recognises by name and size
+alone and the checks fetch by range, ``sparse``). A pass over an unchanged prefix sends the
+listing's requests and nothing else. The local files carry the objects' last-modified times, so
+the clock-based flags see the upload times.
+
+Keys are untrusted: a key that is not a plain relative path (an empty, ``.`` or ``..`` component,
+a NUL, an over-long name) or that collides with another key's directory is not mirrored and is
+reported. One object that cannot be read is an error of that object only; the rest are mirrored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore.cache import ObjectCache, default_cache
+from triage_tui.core.objstore.follow import ObjectFollower, read_range
+from triage_tui.core.objstore.store import ObjectMeta, Store, store_for
+from triage_tui.core.objstore.url import ObjectURL
+
+How = Literal["follow", "whole", "placeholder", "skip"]
+NAME_MAX = 255  # bytes of one path component (POSIX NAME_MAX on Linux filesystems)
+
+
+@dataclass(frozen=True)
+class MirrorPass:
+    """One pass: objects listed, requests sent and object-body bytes received in it, the relative
+    paths written (appended, rewritten or created) and removed, and the objects that failed."""
+
+    listed: int
+    requests: int
+    body_bytes: int
+    written: tuple[str, ...]
+    removed: tuple[str, ...]
+    errors: tuple[SourceError, ...]
+
+
+def local_relative(key: str) -> str | None:
+    """``key`` as a safe relative path, or None when it is not one."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or "\0" in key or "\\" in key:
+        return None
+    if any(p in ("", ".", "..") or len(p.encode(errors="surrogateescape")) > NAME_MAX for p in parts):
+        return None
+    return key
+
+
+@dataclass
+class _Local:
+    meta: ObjectMeta
+    how: How
+    follower: ObjectFollower | None = None
+
+
+@dataclass
+class PrefixMirror:
+    """``url`` (a prefix) mirrored under ``root``; ``sync()`` brings the local tree up to date."""
+
+    url: ObjectURL
+    root: Path
+    policy: Callable[[str], How]
+    store: Store = field(init=False)
+    cache: ObjectCache | None = field(init=False)
+    _known: dict[str, _Local] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.store = store_for(self.url)
+        self.cache = default_cache()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def sync(self) -> MirrorPass:
+        """One listing of the prefix, then each changed object fetched as the policy says.
+        BadInput when the prefix itself cannot be listed."""
+        requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
+        prefix = self.url.prefix()
+        listing = self.store.listing(prefix)
+        seen: dict[str, ObjectMeta] = {}
+        errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
+        written: list[str] = []
+        for meta in listing.objects:
+            rel = local_relative(meta.key[len(prefix) :].rstrip("/") if meta.size == 0 else meta.key[len(prefix) :])
+            if rel is None:
+                errors.append(SourceError("objstore", self.store.url(meta.key), "key is not a plain relative path"))
+                continue
+            seen[rel] = meta
+        directories = {rel.rsplit("/", 1)[0] for rel in seen if "/" in rel}
+        directories = {"/".join(d.split("/")[: i + 1]) for d in directories for i in range(d.count("/") + 1)}
+        for rel in sorted(set(seen) & directories):
+            if seen[rel].size:
+                url = self.store.url(seen[rel].key)
+                errors.append(SourceError("objstore", url, "an object of the same name as a directory of others"))
+            del seen[rel]  # an empty one is a console's folder marker: the directory says it all
+        work = [(rel, meta, how) for rel, meta in seen.items() if (how := self.policy(rel)) != "skip"]
+        work = [item for item in work if self._changed(*item)]  # an idle pass stops here
+        if work:
+            # The first pass of a sweep is thousands of small GETs: a pool keeps that many in
+            # flight (the clients release the GIL while they wait); each object is one task's.
+            with ThreadPoolExecutor(max(1, min(tuning.FETCH_THREADS, len(work)))) as pool:
+                for rel, wrote, error in pool.map(lambda item: self._update_one(*item), work):
+                    if wrote:
+                        written.append(rel)
+                    if error is not None:
+                        errors.append(error)
+        hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
+        # what lies under a prefix that could not be listed is unknown now, not gone: kept
+        removed = [rel for rel in self._known if rel not in seen and not rel.startswith(hidden)]
+        for rel in removed:
+            self._remove(rel)
+        return MirrorPass(
+            listed=len(listing.objects),
+            requests=self.store.stats.requests - requests0,
+            body_bytes=self.store.stats.body_bytes - bytes0,
+            written=tuple(written),
+            removed=tuple(sorted(removed)),
+            errors=tuple(errors),
+        )
+
+    def _changed(self, rel: str, meta: ObjectMeta, how: How) -> bool:
+        known = self._known.get(rel)
+        if known is None or known.how != how or not (self.root / rel).exists():
+            return True
+        return known.meta.size != meta.size or known.meta.etag != meta.etag or known.meta.mtime != meta.mtime
+
+    def _update_one(self, rel: str, meta: ObjectMeta, how: How) -> tuple[str, bool, SourceError | None]:
+        """(rel, whether the local file was written, the error that stopped it)."""
+        try:
+            return rel, self._update(rel, meta, how), None
+        except BadInput as err:
+            return rel, False, SourceError("objstore", err.path or self.store.url(meta.key), err.what)
+        except OSError as err:
+            return rel, False, SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}")
+
+    def _update(self, rel: str, meta: ObjectMeta, how: How) -> bool:
+        known = self._known.get(rel)
+        if known is not None and known.how != how:
+            known = None
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if how == "follow":
+            if known is None or known.follower is None:
+                known = _Local(meta, how, ObjectFollower(self.store, meta.key))
+            assert known.follower is not None
+            step = known.follower.poll(meta)
+            self._known[rel] = _Local(meta, how, known.follower)
+            if not step.data and not step.restarted and path.exists():
+                return False
+            with open(path, "ab" if not step.restarted and path.exists() else "wb") as f:
+                f.write(step.data)
+                while step.remaining and step.data:  # a large object, one bounded poll at a time
+                    step = known.follower.poll(meta)
+                    if step.restarted:  # replaced while being read: from the start again
+                        f.seek(0)
+                        f.truncate()
+                    f.write(step.data)
+        else:
+            if known is not None and known.meta.size == meta.size and known.meta.etag == meta.etag:
+                return False
+            if how == "whole":
+                self._write_whole(path, meta)
+            else:
+                with open(path, "wb") as f:
+                    f.truncate(meta.size)
+            self._known[rel] = _Local(meta, how)
+        os.utime(path, (meta.mtime, meta.mtime))
+        return True
+
+    def _write_whole(self, path: Path, meta: ObjectMeta) -> None:
+        if meta.size > tuning.MAX_WHOLE_BYTES:
+            raise BadInput(
+                self.store.url(meta.key), f"{meta.size} bytes: larger than {tuning.MAX_WHOLE_BYTES} read whole"
+            )
+        url = self.store.url(meta.key)
+        data = self.cache.get(url, meta.etag) if self.cache is not None else None
+        if data is None or len(data) != meta.size:
+            data = read_range(self.store, meta.key, 0, meta.size, meta.etag)
+            if self.cache is not None:
+                self.cache.put(url, meta.etag, data)
+        tmp = path.with_name(path.name + ".triage-tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def _remove(self, rel: str) -> None:
+        del self._known[rel]
+        path = self.root / rel
+        path.unlink(missing_ok=True)
+        parent = path.parent
+        while parent != self.root and parent.is_relative_to(self.root):
+            try:
+                parent.rmdir()  # only when empty
+            except OSError:
+                break
+            parent = parent.parent

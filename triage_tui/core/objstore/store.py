@@ -1,0 +1,401 @@
+"""One client per bucket: list a prefix, read an object whole or a byte range of it, its metadata.
+
+Two ways in, chosen by scheme (``tuning.NATIVE_SCHEMES``): obstore (the Rust ``object_store``
+crate's client) for ``s3://`` and ``gs://``, and fsspec for any other fsspec URL (``az://``,
+``hf://``, ``memory://``, ...: whatever fsspec and the scheme's package read). Neither is a core
+dependency: without the extra a URL needs, opening it is one BadInput naming what to install.
+
+Credentials come only from each provider's standard chain, never from triage's own settings:
+- S3: with ``AWS_ACCESS_KEY_ID`` in the environment, obstore reads the standard variables itself
+  (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``); otherwise botocore's chain
+  (the AWS SDK's: profiles and ``AWS_PROFILE``, SSO, ``credential_process``, web identity,
+  containers, instance roles), which obstore alone lacks for profiles; without botocore, obstore's
+  own chain (web identity, containers, instance roles). The endpoint of an S3-compatible store is
+  the standard ``AWS_ENDPOINT_URL`` (read by obstore; plain http allowed only when it says http).
+- GCS: obstore's chain: ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default
+  credentials (``~/.config/gcloud/application_default_credentials.json``), the metadata server.
+- fsspec URLs: whatever the scheme's fsspec package reads (s3fs: botocore; gcsfs: google-auth).
+
+Every call runs under ``tuning.DEADLINE_SECS`` in all, each try under ``REQUEST_TIMEOUT_SECS``;
+a 5xx, a 429, a timeout or a dropped connection is tried again (at most ``MAX_RETRIES`` times, with
+backoff) and anything else fails at once. A failure is ``BadInput(url, one line)``; callers turn it
+into their run's ``SourceError``. ``Store.stats`` counts requests and bytes of object bodies.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore.url import ObjectURL, parse_url
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+    from obstore import ObjectMeta as ObstoreMeta
+    from obstore.store import ClientConfig, RetryConfig, S3Config, S3Credential
+
+T = TypeVar("T")
+
+# Which extra brings which scheme's client (pyproject.toml [project.optional-dependencies]).
+EXTRA_FOR_SCHEME = {"s3": "s3", "gs": "gcs"}
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([A-Za-z0-9]{1,64})</Code>")
+# A try that failed this way is worth another (RFC 9110 section 15.6: 5xx; 429 Too Many Requests;
+# S3's own SlowDown is a 503).
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_TRANSIENT_WORDS = ("timed out", "timeout", "error sending request", "connection", "reset by peer", "broken pipe")
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    """What a listing says of one object: its key (relative to the bucket), size in bytes, ETag
+    (quotes kept; "" where the store gives none) and last-modified time (seconds since the epoch)."""
+
+    key: str
+    size: int
+    etag: str
+    mtime: float
+
+
+@dataclass
+class StoreStats:
+    """Requests sent (each try counts) and bytes of object bodies received, since the store opened."""
+
+    requests: int = 0
+    lists: int = 0
+    body_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One listing pass: the objects under a prefix, and the prefixes that could not be listed
+    with why (a key there that the client cannot represent: an empty, "." or ".." segment)."""
+
+    objects: tuple[ObjectMeta, ...]
+    unreadable: tuple[tuple[str, str], ...] = ()
+
+
+class _Client(Protocol):
+    def list_all(self, prefix: str) -> list[ObjectMeta]: ...
+    def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]: ...
+    def head(self, key: str) -> ObjectMeta: ...
+    def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]: ...
+
+
+class _Failure(Exception):
+    """One try's failure: ``retry`` when another try may succeed, ``missing`` for a 404,
+    ``bad_key`` for a listing page holding a key the client cannot represent."""
+
+    def __init__(self, line: str, *, retry: bool = False, missing: bool = False, bad_key: bool = False) -> None:
+        super().__init__(line)
+        self.line, self.retry, self.missing, self.bad_key = line, retry, missing, bad_key
+
+
+class ObjectMissing(BadInput):
+    """The object or prefix is not in the bucket (404): a deleted run, not a broken one."""
+
+
+class UnlistableKey(BadInput):
+    """A listing page holds a key the client cannot represent (object_store's paths refuse empty,
+    "." and ".." segments and control characters): the page fails as a whole."""
+
+
+def _classify(err: BaseException) -> _Failure:
+    """Any client's exception as one line, retryable or not (no client type leaks past here)."""
+    text = str(err)
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    if isinstance(err, FileNotFoundError):
+        return _Failure("not found", missing=True)
+    if "invalid path" in first.lower():  # object_store's InvalidPath, raised while parsing a listing
+        return _Failure(f"a key here cannot be read by the client: {first[:200]}", bad_key=True)
+    if isinstance(err, PermissionError) or type(err).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+        return _Failure(f"access denied: {first[:200]}")
+    status = _STATUS.search(text)
+    code = _CODE.search(text)
+    if status:
+        n = int(status.group(1))
+        if n == 404:
+            return _Failure("not found", missing=True)
+        return _Failure(f"server answered {n}" + (f" {code.group(1)}" if code else ""), retry=n in _RETRY_STATUS)
+    response = getattr(err, "response", None)
+    if isinstance(response, dict):  # s3fs re-raises some botocore ClientErrors as they are
+        n = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        return _Failure(f"server answered {n}", retry=n in _RETRY_STATUS)
+    lowered = text.lower()
+    if isinstance(err, TimeoutError) or any(word in lowered for word in _TRANSIENT_WORDS):
+        return _Failure(f"no answer: {first[:200]}", retry=True)
+    return _Failure(first[:200])
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, (int, float)):
+        return float(value)
+    return 0.0
+
+
+# --- obstore -------------------------------------------------------------------------------------
+
+
+def _botocore_provider() -> tuple[Callable[[], S3Credential], str | None] | None:
+    """botocore's credential chain as an obstore credential provider, with the profile's region;
+    None without botocore or when the chain finds nothing (obstore's own chain then tries)."""
+    try:
+        import botocore.session
+    except ImportError:
+        return None
+    session = botocore.session.get_session()
+    credentials = session.get_credentials()
+    if credentials is None:
+        return None
+
+    def provide() -> S3Credential:
+        # get_frozen_credentials refreshes expiring ones (SSO, roles) itself; obstore asks again
+        # once expires_at passes, so a refreshed token reaches it within this margin.
+        frozen = credentials.get_frozen_credentials()
+        return {
+            "access_key_id": frozen.access_key,
+            "secret_access_key": frozen.secret_key,
+            "token": frozen.token,
+            "expires_at": datetime.now(timezone.utc) + timedelta(minutes=5),
+        }
+
+    return provide, session.get_config_variable("region")
+
+
+class _Obstore:
+    def __init__(self, url: ObjectURL) -> None:
+        import obstore
+        from obstore.store import GCSStore, S3Store
+
+        self._obs = obstore
+        client_options: ClientConfig = {
+            "timeout": timedelta(seconds=tuning.REQUEST_TIMEOUT_SECS),
+            "connect_timeout": timedelta(seconds=tuning.CONNECT_TIMEOUT_SECS),
+        }
+        retry: RetryConfig = {"max_retries": 0}  # retried here, under one deadline for both clients
+        if url.scheme == "s3":
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+            if endpoint.startswith("http://"):
+                client_options["allow_http"] = True  # the user's own endpoint says plain http
+            config: S3Config = {}
+            provider = None
+            if not os.environ.get("AWS_ACCESS_KEY_ID"):
+                found = _botocore_provider()
+                if found is not None:
+                    provider, region = found
+                    if region and not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+                        config["region"] = region
+            self.store: Any = S3Store(
+                url.bucket,
+                config=config or None,
+                client_options=client_options,
+                retry_config=retry,
+                credential_provider=provider,
+            )
+        else:
+            self.store = GCSStore(url.bucket, client_options=client_options, retry_config=retry)
+
+    @staticmethod
+    def _meta(entry: ObstoreMeta) -> ObjectMeta:
+        etag = str(entry.get("e_tag") or "")
+        return ObjectMeta(str(entry["path"]), int(entry["size"]), etag, _epoch(entry.get("last_modified")))
+
+    def list_all(self, prefix: str) -> list[ObjectMeta]:
+        return [self._meta(e) for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000) for e in chunk]
+
+    def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
+        found = self._obs.list_with_delimiter(self.store, prefix or None)
+        subdirs = [p if p.endswith("/") else p + "/" for p in found["common_prefixes"]]
+        return [self._meta(e) for e in found["objects"]], subdirs
+
+    def head(self, key: str) -> ObjectMeta:
+        return self._meta(self._obs.head(self.store, key))
+
+    def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]:
+        options: GetOptions | None = {"range": (start, end)} if start is not None and end is not None else None
+        result = self._obs.get(self.store, key, options=options)
+        return bytes(result.bytes()), self._meta(result.meta)
+
+
+# --- fsspec --------------------------------------------------------------------------------------
+
+
+class _Fsspec:
+    def __init__(self, url: ObjectURL) -> None:
+        import fsspec
+
+        # skip_instance_cache: a listing must show the bucket as it is now, never a cached one.
+        self.fs = fsspec.filesystem(url.scheme, skip_instance_cache=True)
+        self.root = url.bucket
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def _meta(self, info: dict) -> ObjectMeta:
+        name = str(info.get("name", ""))
+        key = name[len(self.root) + 1 :] if name.startswith(self.root + "/") else name.lstrip("/")
+        etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or ""
+        mtime = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("created")
+        if isinstance(mtime, str):
+            try:
+                mtime = datetime.fromisoformat(mtime.replace("Z", "+00:00"))
+            except ValueError:
+                mtime = None
+        return ObjectMeta(key, int(info.get("size") or 0), str(etag), _epoch(mtime))
+
+    def list_all(self, prefix: str) -> list[ObjectMeta]:
+        self.fs.invalidate_cache()
+        path = self._path(prefix.rstrip("/")) if prefix else self.root
+        found = self.fs.find(path, detail=True)
+        return [self._meta(info) for info in found.values() if info.get("type", "file") == "file"]
+
+    def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
+        raise NotImplementedError  # fsspec lists any key: list() never meets an unlistable one
+
+    def head(self, key: str) -> ObjectMeta:
+        self.fs.invalidate_cache()
+        info = self.fs.info(self._path(key))
+        if info.get("type") == "directory":
+            raise FileNotFoundError(key)
+        return self._meta(info)
+
+    def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]:
+        return bytes(self.fs.cat_file(self._path(key), start=start, end=end)), None
+
+
+def _missing_extra(url: ObjectURL, err: ImportError) -> BadInput:
+    extra = EXTRA_FOR_SCHEME.get(url.scheme)
+    if extra:
+        return BadInput(url.text, f"reading {url.scheme}:// needs an optional extra: pip install 'triage-tui[{extra}]'")
+    return BadInput(url.text, f"reading {url.scheme}:// needs fsspec and its {url.scheme} package ({str(err)[:120]})")
+
+
+class Store:
+    """One bucket (or fsspec root), thread-safe: the client is opened once and shared by every run."""
+
+    def __init__(self, url: ObjectURL) -> None:
+        self.scheme, self.bucket = url.scheme, url.bucket
+        self.stats = StoreStats()
+        self._lock = threading.Lock()
+        native = url.scheme in tuning.NATIVE_SCHEMES
+        try:
+            self._client: _Client = _Obstore(url) if native else _Fsspec(url)
+        except ImportError as err:
+            if native and url.scheme in EXTRA_FOR_SCHEME:
+                # Python 3.10 has no obstore (it needs 3.11): the extra brings s3fs / gcsfs there.
+                try:
+                    self._client = _Fsspec(url)
+                except ImportError:
+                    raise _missing_extra(url, err) from None
+            else:
+                raise _missing_extra(url, err) from None
+        except ValueError as err:  # an fsspec protocol nobody registered, a malformed bucket
+            raise BadInput(url.text, str(err).splitlines()[0][:200] if str(err) else "cannot open") from None
+
+    def url(self, key: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{key}"
+
+    def _call(self, key: str, what: Callable[[], T]) -> T:
+        """``what()`` tried again after a transient failure, all tries within the deadline."""
+        started = time.monotonic()
+        backoff = tuning.BACKOFF_FIRST_SECS
+        tries = 0
+        while True:
+            tries += 1
+            with self._lock:
+                self.stats.requests += 1
+            try:
+                return what()
+            except Exception as err:  # noqa: BLE001 - every client error becomes one line on its URL
+                failure = _classify(err)
+            spent = time.monotonic() - started
+            if failure.missing:
+                raise ObjectMissing(self.url(key), "not found") from None
+            if failure.bad_key:
+                raise UnlistableKey(self.url(key), failure.line) from None
+            if not failure.retry or tries > tuning.MAX_RETRIES or spent + backoff >= tuning.DEADLINE_SECS:
+                after = f" after {tries} tries in {spent:.1f} s" if tries > 1 else ""
+                raise BadInput(self.url(key), failure.line + after) from None
+            time.sleep(backoff)
+            backoff = min(backoff * 2, tuning.BACKOFF_MAX_SECS)
+
+    def listing(self, prefix: str) -> Listing:
+        """Every object whose key starts with ``prefix`` (a "directory": "" or ending in "/"), in
+        one listing pass (ListObjectsV2 pages of 1 000 keys); none when there is none.
+
+        A key the client cannot represent fails its whole page; the pass is then repeated one
+        directory level at a time below ``prefix`` so that only the directory holding that key is
+        lost (``Listing.unreadable``), the other runs listed as usual."""
+        objects, unreadable = self._list_isolating(prefix)
+        return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable))
+
+    def _list_isolating(self, prefix: str) -> tuple[list[ObjectMeta], list[tuple[str, str]]]:
+        def once() -> list[ObjectMeta]:
+            found = self._client.list_all(prefix)
+            # a page is one request; the clients page inside, so pages are counted from the keys
+            pages = max(1, -(-len(found) // 1000))
+            with self._lock:
+                self.stats.requests += pages - 1
+                self.stats.lists += pages
+            return found
+
+        try:
+            return self._call(prefix, once), []
+        except ObjectMissing:
+            return [], []
+        except UnlistableKey as err:
+            try:
+                objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
+            except UnlistableKey:
+                return [], [(prefix, err.what)]
+        unreadable: list[tuple[str, str]] = []
+        for subdir in subdirs:
+            if subdir.startswith(prefix) and len(subdir) > len(prefix):  # strictly deeper: ends
+                found, bad = self._list_isolating(subdir)
+                objects += found
+                unreadable += bad
+        return objects, unreadable
+
+    def head(self, key: str) -> ObjectMeta:
+        """The object's metadata (one HEAD); ObjectMissing when it is not there."""
+        return self._call(key, lambda: self._client.head(key))
+
+    def read(self, key: str, start: int | None = None, end: int | None = None) -> tuple[bytes, ObjectMeta | None]:
+        """The object's bytes, or bytes [start, end) of it (fewer where it is shorter), and the
+        object's metadata as the answer gave it (None where the client does not say)."""
+        if start is not None and end is not None and end <= start:
+            return b"", None
+
+        def once() -> tuple[bytes, ObjectMeta | None]:
+            data, meta = self._client.get(key, start, end)
+            with self._lock:
+                self.stats.body_bytes += len(data)
+            return data, meta
+
+        return self._call(key, once)
+
+
+_STORES: dict[tuple[str, str, tuple[str, ...]], Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(url: ObjectURL | str) -> Store:
+    """The one Store of ``url``'s bucket in this process (opened on first use)."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    # Stores opened under other settings (a test's endpoint, another native list) are not shared.
+    key = (parsed.scheme, parsed.bucket, (os.environ.get("AWS_ENDPOINT_URL", ""), *tuning.NATIVE_SCHEMES))
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = _STORES[key] = Store(parsed)
+        return store

@@ -1,0 +1,47 @@
+"""The sizes, timeouts and paths the object-store layer works with; tests turn them small.
+
+Read as ``tuning.NAME`` by the code that uses them (tests/test_layers.py refuses
+``from triage_tui.core.objstore.tuning import NAME``): a test's monkeypatch here reaches every
+caller, wherever the code moves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The schemes read through obstore (a Rust client: ~6x less CPU a request than s3fs, 23x less a
+# listing page, 0.04 s to import against 1.35 s: benchmarks/RESULTS-objstore.md); any other scheme
+# goes through fsspec. Tests empty it to run the fsspec path against the same server.
+NATIVE_SCHEMES = ("s3", "gs")
+# docs/contracts.md "Bounds": every fetch has a total deadline, retries included.
+DEADLINE_SECS = 15.0
+# One request that has not answered in this long is abandoned and tried again (within the deadline).
+REQUEST_TIMEOUT_SECS = 10.0
+CONNECT_TIMEOUT_SECS = 5.0
+# Retries of a 5xx, a 429, a timeout or a dropped connection, after the first try.
+MAX_RETRIES = 4
+BACKOFF_FIRST_SECS = 0.2  # doubled after each failed try, capped below
+BACKOFF_MAX_SECS = 2.0
+# Objects fetched at once by a mirror's pass (the first pass of a 1 000-run sweep is thousands of
+# small GETs, each mostly waiting on the network).
+FETCH_THREADS = 16
+# A ranged read longer than this is split into requests of this size, each under its own deadline
+# (a 1.3 GB lm_head at 100 MB/s would outlast any one request's timeout).
+RANGE_CHUNK_BYTES = 64 << 20
+# A growing object's poll re-reads this many bytes before its old end with the appended ones: an
+# object rewritten with other content (S3 replaces the whole object on each upload) is told from
+# one that grew by comparing them, in the same request.
+TAIL_CHECK_BYTES = 4 << 10
+# One poll of a followed object fetches at most this much (a first read of a multi-GB event file
+# stays bounded in memory); the next poll goes on from there, its old end re-read as always.
+MAX_POLL_BYTES = 64 << 20
+# Objects read whole (manifests, configs, sentinels, the files a scan opens): larger is refused.
+MAX_WHOLE_BYTES = 256 << 20
+# The first ranged read of a safetensors file: its 8-byte length and, for a drafter, its whole header.
+HEADER_PROBE_BYTES = 64 << 10
+# The local cache of whole objects (keyed by URL and ETag): None turns it off. Checkpoints' fetched
+# ranges are kept there only when CACHE_CHECKPOINTS is set (they can be gigabytes).
+CACHE_DIR: Path | None = None  # None: $XDG_CACHE_HOME/triage/objects (~/.cache/triage/objects)
+CACHE_ENABLED = True
+CACHE_MAX_BYTES = 512 << 20
+CACHE_CHECKPOINTS = False
