@@ -48,8 +48,10 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _HOST = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,255}$")
 
 
-class Impossible(ValueError):
-    """A number from a source that cannot be what it claims (negative, not finite, beyond a bound)."""
+class Impossible(Exception):
+    """A number from a source that cannot be what it claims (negative, not finite, beyond a bound).
+
+    Not a ValueError: a parser's own ValueError (text that is no number) is a malformed record, this is not."""
 
 
 def is_url(location: str) -> bool:
@@ -148,9 +150,10 @@ def _origin(parts: SplitResult) -> tuple[str, str, int]:
 class _Fetch:
     """One fetch's state, shared by the thread that does it and the caller that waits for it."""
 
-    def __init__(self, url: str, deadline: float, max_bytes: int) -> None:
+    def __init__(self, url: str, seconds: float, max_bytes: int) -> None:
         self.url = url
-        self.deadline = deadline
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
         self.max_bytes = max_bytes
         self.body: bytes | None = None
         self.error: BadInput | None = None
@@ -185,7 +188,7 @@ class _Fetch:
         except BadInput as err:
             self.error = err
         except TimeoutError:
-            self.error = BadInput(self.url, "metrics URL gave no complete answer in time")
+            self.error = _late(self.url, self.seconds)
         except (OSError, http.client.HTTPException, ValueError) as err:
             if not self.aborted:  # else the caller has reported the deadline
                 self.error = BadInput(self.url, f"metrics URL does not answer: {_reason(err)}")
@@ -251,6 +254,8 @@ class _Fetch:
             size += len(chunk)
             if size > self.max_bytes:
                 raise BadInput(self.url, f"metrics page larger than {_size(self.max_bytes)}: not read")
+        if response.length:  # http.client's read(n) ends quietly when the server closes early
+            raise BadInput(self.url, f"metrics URL does not answer: {_reason(http.client.IncompleteRead(b''))}")
         return b"".join(chunks)
 
 
@@ -273,6 +278,10 @@ def _reason(err: BaseException) -> str:
     return next((text for kind, text in reasons.items() if type(err) is kind), type(err).__name__)
 
 
+def _late(url: str, seconds: float) -> BadInput:
+    return BadInput(url, f"metrics URL gave no complete answer within {seconds:g} s")
+
+
 def fetch(url: str) -> bytes:
     """The body of a GET of ``url``, whole, within FETCH_DEADLINE_SECS and FETCH_MAX_BYTES.
 
@@ -285,13 +294,13 @@ def fetch(url: str) -> bytes:
     if why is not None:
         raise BadInput(url, f"metrics URL: {why}")
     seconds = FETCH_DEADLINE_SECS
-    state = _Fetch(url, time.monotonic() + seconds, FETCH_MAX_BYTES)
+    state = _Fetch(url, seconds, FETCH_MAX_BYTES)
     worker = threading.Thread(target=state.run, name=f"fetch {_short(url, 60)}", daemon=True)
     worker.start()
     worker.join(seconds)
     if worker.is_alive():
         state.abort()
-        raise BadInput(url, f"metrics URL gave no complete answer within {seconds:g} s")
+        raise _late(url, seconds)
     if state.error is not None:
         raise state.error
     assert state.body is not None
