@@ -229,10 +229,12 @@ class _Fetch:
         raise BadInput(self.url, f"metrics URL redirected more than {MAX_REDIRECTS} times")
 
     def _redirect(self, url: str, location: str) -> str:
+        if not location:
+            raise BadInput(self.url, "metrics URL answered a redirect without a Location")
         target = urljoin(url, location)
         parts = urlsplit(target)
         try:
-            same = bool(location) and _origin(parts) == _origin(urlsplit(url))
+            same = _origin(parts) == _origin(urlsplit(url))
         except ValueError:  # a port that is not a number
             same = False
         if not same:
@@ -274,6 +276,7 @@ def _reason(err: BaseException) -> str:
         http.client.LineTooLong: "a header line longer than http.client reads (64 KiB)",
         http.client.BadStatusLine: "no HTTP status line",
         http.client.HTTPException: "more header lines than http.client reads (100)",
+        http.client.InvalidURL: "the URL holds characters a request line cannot",
     }
     return next((text for kind, text in reasons.items() if type(err) is kind), type(err).__name__)
 
