@@ -169,9 +169,9 @@ def test_scan_of_a_parent_fetches_nothing_another_users_toml_names(tmp_path, cap
     with MetricsServer() as server:
         theirs = server.route("/theirs", vllm_metrics(100, [60, 20, 4]))
         mine = server.route("/mine", vllm_metrics(100, [60, 20, 4]))
-        shared = tmp_path / "shared.log"
-        shared.write_text(vllm_line(100, [1, 0, 0]) + "\n")
-        other = _run(tmp_path, "other", f'[serving]\nmetrics = "{theirs}"\nlogs = ["../shared.log", "serve.log"]\n')
+        outside = tmp_path / "outside.log"
+        outside.write_text(vllm_line(100, [1, 0, 0]) + "\n")
+        other = _run(tmp_path, "other", f'[serving]\nmetrics = "{theirs}"\nlogs = ["../outside.log", "serve.log"]\n')
         (other / "serve.log").write_text(vllm_line(50, [10, 2, 0]) + "\n")
         _owned_by_nobody(other / "triage.toml")
         _run(tmp_path, "own", f'[serving]\nmetrics = "{mine}"\n')
@@ -185,7 +185,7 @@ def test_scan_of_a_parent_fetches_nothing_another_users_toml_names(tmp_path, cap
     notices = serving["errors"]
     assert len(notices) == 2 and all(n.startswith(str(other / "triage.toml")) for n in notices)
     assert any(f"metrics {theirs} not fetched" in n and f"uid {NOBODY}" in n for n in notices)
-    assert any(f"logs {shared} not read: outside the run" in n for n in notices)
+    assert any(f"logs {outside} not read: outside the run" in n for n in notices)
     assert runs["own"]["serving"]["errors"] == [] and runs["own"]["serving"]["drafts"] == 100
 
 
