@@ -23,7 +23,7 @@ from a sibling room of its own layer (siblings are independent):
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
-                              small shared helpers
+    | bounds                  small shared helpers; bounds: every fetch's deadline and cap, numbers checked
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
@@ -31,9 +31,10 @@ checkpoint its weight files), and so are ``events`` (reader over decode over tem
 over wire and framing over crc) and ``hypotheses`` (rank over one module per cause family over
 scoring) and ``signals`` (run_flags over the value and stall flags over
 the chance line and tag choice over flags) and ``remap`` (execute over verify and the write paths over rows
-over plan over staging and writer) and ``serving`` (read and compare over one module per source
-format over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``
-and each package's ``tuning``) are imported whole, never ``from ... import name``.
+over plan over staging and writer) and ``serving`` (read and compare over the registry over one
+module per source format over the source protocol and the tail over evidence); nothing in core
+imports in a circle. The modules tests patch (``fileio``, ``bounds`` and each package's ``tuning``)
+are imported whole, never ``from ... import name``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ CORE = [
         "core.processes",
         "core.json_numbers",
         "core.natural_sort",
+        "core.bounds",
     ),
     ("core.errors",),
 ]
@@ -132,7 +134,9 @@ OBJSTORE = [
 ]
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
+    ("core.serving.registry",),
     ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
+    ("core.serving.source", "core.serving.tail"),
     ("core.serving.evidence", "core.serving.tuning"),
 ]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
@@ -143,6 +147,7 @@ SEAM_MODULES = (
     "core.remap.tuning",
     "core.serving.tuning",
     "core.objstore.tuning",
+    "core.bounds",
 )
 # Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
 # (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the

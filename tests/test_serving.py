@@ -27,12 +27,13 @@ from builders.mappings import story_mappings
 from builders.serving import sglang_line, sglang_metrics, vllm_line, vllm_metrics
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.vocab import check_vocab_mapping
-from triage_tui.core.errors import BadInput
+from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.serving.compare import compare_serving, training_estimate
 from triage_tui.core.serving.logs import LogTail, ServingLog, parse_sglang_line, parse_vllm_line
-from triage_tui.core.serving.metrics import MetricsWatch
+from triage_tui.core.serving.metrics import MetricsUrl
 from triage_tui.core.serving.read import read_serving
+from triage_tui.core.serving.source import Following
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,20 +161,20 @@ def test_log_tail_follows_growth_partial_lines_rotation_and_truncation(tmp_path)
     handler = logging.handlers.RotatingFileHandler(path, maxBytes=600, backupCount=2)
     handler.setFormatter(logging.Formatter("%(message)s"))
     follower = ServingLog(path)
-    assert follower.poll() is None  # nothing yet
+    assert follower.poll().evidence is None  # nothing yet
 
     def emit(message: str) -> None:
         handler.emit(logging.LogRecord("vllm", logging.INFO, "metrics.py", 96, message, None, None))
 
     emit(vllm_line(100, [60, 20, 4]).split("] ", 1)[1])
-    assert follower.poll().drafts == 100
+    assert follower.poll().evidence.drafts == 100
     # A half-written line waits for its newline.
     with open(path, "a") as handle:
         handle.write(vllm_line(50, [10, 2, 0])[:80])
-    assert follower.poll().drafts == 100
+    assert follower.poll().evidence.drafts == 100
     with open(path, "a") as handle:
         handle.write(vllm_line(50, [10, 2, 0])[80:] + "\n")
-    assert follower.poll().drafts == 150
+    assert follower.poll().evidence.drafts == 150
     # Rotation: a record written to the old file, then one that rolls it over (~270-byte lines,
     # maxBytes 600): the old file's last line (now serve.log.1) and the new file's are both read, once.
     first_inode = path.stat().st_ino
@@ -184,12 +185,12 @@ def test_log_tail_follows_growth_partial_lines_rotation_and_truncation(tmp_path)
     emit(vllm_line(10, [5, 1, 0]).split("] ", 1)[1])
     handler.close()
     assert path.stat().st_ino != first_inode and (tmp_path / "serve.log.1").stat().st_ino == first_inode
-    evidence = follower.poll()
+    evidence = follower.poll().evidence
     assert evidence.drafts == 170 and len(evidence.samples) == 4
-    assert follower.poll().drafts == 170
+    assert follower.poll().evidence.drafts == 170
     # Truncation in place (copytruncate): read again from the start.
     path.write_text(vllm_line(20, [4, 0, 0]) + "\n")
-    assert follower.poll().drafts == 190
+    assert follower.poll().evidence.drafts == 190
 
 
 def test_log_tail_reads_a_huge_line_without_keeping_it(tmp_path):
@@ -232,13 +233,13 @@ def test_live_scrape_gives_interval_samples_from_counter_deltas():
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         assert read_serving(url).acceptance_length == pytest.approx(1.84)
         now = [0.0]
-        watch = MetricsWatch(url, clock=lambda: now[0], interval=10.0)
-        first = watch.poll()
+        watch = MetricsUrl(url, Following(clock=lambda: now[0]), interval=10.0)
+        first = watch.poll().evidence
         assert first.drafts == 100 and first.samples == ()
         page.body = vllm_metrics(150, [62, 21, 4])  # 50 more drafts, 3 more accepted
-        assert watch.poll() is first  # too soon: no scrape
+        assert watch.poll().evidence is first  # too soon: no scrape
         now[0] = 10.0
-        second = watch.poll()
+        second = watch.poll().evidence
         assert (second.drafts, second.accepted) == (150, 87)
         (sample,) = second.samples
         assert (sample.drafts, sample.accepted) == (50, 3)
@@ -261,8 +262,10 @@ def test_dead_url_is_one_line_and_exit_2(tmp_path):
     url = _dead_url()
     with pytest.raises(BadInput, match="does not answer"):
         read_serving(url)
-    watch = MetricsWatch(url, clock=lambda: 0.0)
-    assert watch.poll() is None and "does not answer" in watch.error
+    polled = MetricsUrl(url, Following(clock=lambda: 0.0)).poll()
+    assert polled.evidence is None
+    (error,) = polled.errors
+    assert (error.source, error.path) == ("serving", url) and "does not answer" in error.message
     run = tmp_path / "run"
     run.mkdir()
     (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
@@ -477,7 +480,7 @@ def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
     from triage_tui.core.serving.read import ServingWatch
 
     watch = ServingWatch([str(tmp_path / "later.log")])
-    assert watch.poll() == (None, (f"{tmp_path / 'later.log'}: no such file (yet)",))
+    assert watch.poll() == (None, (SourceError("serving", str(tmp_path / "later.log"), "no such file (yet)"),))
     (tmp_path / "later.log").write_text(vllm_line(10, [5, 1, 0]) + "\n")
     evidence, errors = watch.poll()
     assert evidence.drafts == 10 and errors == ()

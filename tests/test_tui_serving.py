@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from builders.pilot import SIZE, loaded, make_app, polled
-from builders.serving import vllm_line
+from builders.serving import sglang_line, sglang_line_text, vllm_line
 from builders.tui import healthy_run, story_run
 from builders.waiting import wait_for
 from triage_tui.tui.widgets.serving_chart import ServingChart
@@ -67,6 +67,23 @@ async def test_serving_chart_follows_the_log_beside_the_loss_and_feeds_the_check
         await wait_for(
             pilot, lambda: not app.main.query_one("#chart-pane").has_class("-serving"), what="the healthy run's chart"
         )
+
+
+async def test_a_malformed_serving_line_is_counted_and_the_watch_goes_on(tmp_path):
+    """`accept len: 1.2.3` in a followed log: the run is listed, its chart shows the other lines."""
+    run = healthy_run(tmp_path)
+    lines = [sglang_line(412, 200), sglang_line_text("1.2.3"), sglang_line(300, 100)]
+    (run / "serve.log").write_text("\n".join(lines) + "\n")
+    with open(run / "triage.toml", "a") as handle:
+        handle.write('[serving]\nlogs = ["serve.log"]\n')
+    app = make_app(tmp_path)
+    async with app.run_test(size=WIDE) as pilot:
+        await loaded(pilot)
+        chart = app.main.query_one(ServingChart)
+        await wait_for(pilot, lambda: chart.series is not None, what="the serving chart")
+        assert chart.series.engine == "sglang" and chart.series.lengths.tolist() == [2.06, 3.0]
+        assert not any("watching stopped" in n.message for n in app._notifications)
+        assert app.watcher is not None and app.watcher.polls > 0
 
 
 def test_scan_json_carries_the_serving_evidence(tmp_path):

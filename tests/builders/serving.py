@@ -4,6 +4,7 @@ formatters the engines configure, and their Prometheus pages through prometheus_
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 
@@ -88,7 +89,7 @@ def vllm_metrics(drafts: int, accepted_per_pos: list[int], engines: int = 1) -> 
     return generate_latest(registry)
 
 
-def sglang_metrics(lengths: list[float]) -> bytes:
+def sglang_metrics(lengths: list[float], *, rate: float = 0.25, model_name: str = "org/target") -> bytes:
     registry = CollectorRegistry()
     labels = ["model_name", "engine_type", "tp_rank", "pp_rank"]
     length = Gauge(
@@ -97,13 +98,97 @@ def sglang_metrics(lengths: list[float]) -> bytes:
         labelnames=labels,
         registry=registry,
     )
-    rate = Gauge(
+    rates = Gauge(
         "sglang:spec_accept_rate",
         "The average acceptance rate of speculative decoding.",
         labelnames=labels,
         registry=registry,
     )
     for rank, value in enumerate(lengths):
-        length.labels("org/target", "unified", str(rank), "0").set(value)
-        rate.labels("org/target", "unified", str(rank), "0").set(0.25)
+        length.labels(model_name, "unified", str(rank), "0").set(value)
+        rates.labels(model_name, "unified", str(rank), "0").set(rate)
     return generate_latest(registry)
+
+
+# -- any values, as the writers would write them (impossible ones too) ---------------------------
+
+
+def vllm_line_raw(
+    mean: float, accepted: int, drafted: int, rates: str, *, filename: str = "metrics.py", prefix: str = ""
+) -> str:
+    """vLLM's SpecDecodingLogging format string with whatever arguments it is handed (negative,
+    absurd); ``rates`` is the per-position text as vLLM joins it, ``prefix`` goes before the line."""
+    fmt = (
+        "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+        "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+        "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
+    )
+    message = fmt % (
+        mean,
+        accepted / 10.0,
+        drafted / 10.0,
+        accepted,
+        drafted,
+        rates,
+        100.0 * accepted / max(drafted, 1),
+    )
+    return prefix + VLLM_FORMAT.format(_record(message, filename))
+
+
+def sglang_line_text(accept_len: str, *, prefix: str = "") -> str:
+    """An SGLang ``Decode batch`` line whose accept len is the given text ("1.2.3" is a corrupted one)."""
+    msg = (
+        f"Decode batch, #running-req: 8, #token: 5120, token usage: 0.04, accept len: {accept_len}, "
+        "accept rate: 0.25, cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0, "
+    )
+    return prefix + SGLANG_FORMAT.format(_record(msg, "scheduler_metrics_mixin.py"))
+
+
+def vllm_counters_page(
+    drafts: float,
+    draft_tokens: float,
+    accepted: float,
+    per_position: dict[str, float],
+    *,
+    model_name: str = "org/target",
+    help_text: str = "Number of spec decoding drafts.",
+) -> bytes:
+    """vLLM's counters with any values (negative, NaN, a position label of 100000000), written by
+    prometheus_client's own exposition (a collector yields the families, as a custom exporter would)."""
+    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client.registry import Collector
+
+    labels = ["model_name", "engine"]
+
+    class Counters(Collector):
+        def collect(self):
+            for name, doc, value in (
+                ("vllm:spec_decode_num_drafts", help_text, drafts),
+                ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
+                ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted),
+            ):
+                family = CounterMetricFamily(name, doc, labels=labels)
+                family.add_metric([model_name, "0"], value)
+                yield family
+            family = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*labels, "position"],
+            )
+            for position, value in per_position.items():
+                family.add_metric([model_name, "0", position], value)
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(Counters())
+    return generate_latest(registry)
+
+
+def meta_info_line(
+    verify: object, completion: object, histogram: object = None, *, text: str = "The answer is 4."
+) -> str:
+    """One response as SGLang's /generate returns it (tokenizer_manager.py fills meta_info), one JSON line."""
+    meta: dict[str, object] = {"id": "req-0", "completion_tokens": completion, "spec_verify_ct": verify}
+    if histogram is not None:
+        meta["spec_accept_histogram"] = histogram
+    return json.dumps({"text": text, "meta_info": meta})

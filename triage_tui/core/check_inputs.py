@@ -110,6 +110,8 @@ def resolve_inputs(
     if manifest is None and (run_path / MANIFEST_NAME).is_file():
         manifest = load_manifest(run_path / MANIFEST_NAME)
     artifacts = info.artifacts if info is not None else None
+    if manifest is not None:
+        notes.extend(manifest.untrusted)  # what another user's triage.toml named and check does not use
 
     chosen: dict[str, Path | None] = {}
     sources: dict[str, str] = {}

@@ -553,9 +553,14 @@ class Watcher:
             tracked.serving_sources = sources
             # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.
             tracked.serving = ServingWatch(sources, clock=self.clock, background=not self.strict) if sources else None
+        # What an untrusted triage.toml named and was not used, then each failing source, one line each.
+        notices = (
+            tuple(e.line() for e in manifest.untrusted_errors()) if manifest is not None and self.follow_serving else ()
+        )
         if tracked.serving is None:
-            return None, ()
-        return tracked.serving.poll()
+            return None, notices
+        evidence, errors = tracked.serving.poll()
+        return evidence, notices + tuple(e.line() for e in errors)
 
     def _valid_fraction(self, tracked: _Tracked):
         """The loss-mask fraction of the run's dumps (triage.toml data, else discovered), read once

@@ -197,7 +197,7 @@ class ServingSeries:
     acceptance_length: float | None  # pooled over every interval
     per_position: tuple[float, ...]
     training_estimate: float | None  # the run's per-position accuracies, same number of positions
-    failing: bool  # a source failed at the last poll (a metrics URL that does not answer)
+    failing: bool  # a source failed at the last poll, or an untrusted triage.toml named one not used
 
 
 def serving_series(status: RunStatus, max_points: int) -> ServingSeries | None:

@@ -1,6 +1,12 @@
 """A run's ``triage.toml`` (docs/contracts.md "triage.toml"): the ``[run]`` and ``[serving]`` tables
 read into a typed ``Manifest``, paths made absolute against the run directory; and the path
 helpers its readers share (``~`` expanded, a stat that fails as one BadInput line).
+
+Trust (docs/contracts.md, Trust): a URL, or a path outside the run directory, named in a
+triage.toml is used only when the file is owned by the user running triage, the rule git applies
+to ``safe.directory``. Otherwise it is left out of the ``Manifest`` and ``Manifest.untrusted``
+says what was not used and why: ``scan`` of a shared tree never fetches what another user's
+file names, nor reads a file of yours it points at.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triage_tui.core.errors import BadInput
+from triage_tui.core import bounds
+from triage_tui.core.errors import BadInput, SourceError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,10 +42,17 @@ class Manifest:
     # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving/
     serving_logs: tuple[Path, ...] = ()
     serving_metrics: str | None = None
+    # What the file names that is not used, one line each: a URL, or a path outside the run, in a
+    # triage.toml owned by another user (git's safe.directory rule). The run carries these as notices.
+    untrusted: tuple[str, ...] = ()
 
     @property
     def serving_sources(self) -> list[str]:
         return [str(p) for p in self.serving_logs] + ([self.serving_metrics] if self.serving_metrics else [])
+
+    def untrusted_errors(self) -> tuple[SourceError, ...]:
+        """``untrusted`` as the run's errors: ``{"source": "manifest", "path": <triage.toml>, "message"}``."""
+        return tuple(SourceError("manifest", str(self.path), line) for line in self.untrusted)
 
 
 _MANIFEST_PATH_KEYS = ("checkpoint", "mapping", "data", "target")
@@ -83,6 +97,7 @@ def load_manifest(path: str | Path) -> Manifest:
     path = Path(path).absolute()
     try:
         with open(path, "rb") as handle:
+            owner = os.fstat(handle.fileno()).st_uid  # of the file read, not of a name swapped since
             document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as err:
         raise BadInput(path, f"not valid TOML: {err}") from None
@@ -121,7 +136,43 @@ def load_manifest(path: str | Path) -> Manifest:
             raise BadInput(path, f"[run] {key} must be a list of tag strings, got {value!r}")
         values[key] = tuple(value)
     values.update(_serving_table(path, document.get("serving")))
+    if owner != _me():
+        values = _trusted_only(path, owner, values)
     return Manifest(path=path, **values)
+
+
+def _me() -> int:
+    """The user triage runs as (the effective uid, as git's safe.directory check compares)."""
+    return os.geteuid()
+
+
+def _trusted_only(path: Path, owner: int, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the URLs and the paths outside the run that a file ``owner`` owns names;
+    ``untrusted`` says what was left out."""
+    run_dir = os.path.realpath(path.parent)
+    why = f"{path.name} is owned by uid {owner}, not by you (uid {_me()}), as git's safe.directory rule asks"
+
+    def inside(value: Path | str) -> bool:
+        return os.path.commonpath([run_dir, os.path.realpath(value)]) == run_dir
+
+    kept, untrusted = dict(values), []
+    for key in _MANIFEST_PATH_KEYS:
+        value = kept.get(key)
+        if value is not None and not inside(value):
+            untrusted.append(f"[run] {key} {value} not used: outside the run, and {why}")
+            del kept[key]
+    logs = kept.get("serving_logs", ())
+    if any(not inside(p) for p in logs):
+        kept["serving_logs"] = tuple(p for p in logs if inside(p))
+        untrusted += [f"[serving] logs {p} not read: outside the run, and {why}" for p in logs if not inside(p)]
+    metrics = kept.get("serving_metrics")
+    if metrics is not None and bounds.is_url(metrics):
+        untrusted.append(f"[serving] metrics {metrics} not fetched: {why} (pass it to check --serving to fetch it)")
+        del kept["serving_metrics"]
+    elif metrics is not None and not inside(metrics):
+        untrusted.append(f"[serving] metrics {metrics} not read: outside the run, and {why}")
+        del kept["serving_metrics"]
+    return {**kept, "untrusted": tuple(untrusted)}
 
 
 def _serving_table(path: Path, table: Any) -> dict[str, Any]:
@@ -145,12 +196,7 @@ def _serving_table(path: Path, table: Any) -> dict[str, Any]:
     if metrics is not None:
         if not isinstance(metrics, str) or not metrics:
             raise BadInput(path, f"[serving] metrics must be a URL or path string, got {metrics!r}")
-        if not is_url(metrics):
+        if not bounds.is_url(metrics):
             metrics = os.path.normpath(path.parent / expand_user(metrics, path))
         values["serving_metrics"] = metrics
     return values
-
-
-def is_url(source: str) -> bool:
-    """A [serving] metrics source that is scraped over HTTP, not read from a file."""
-    return source.startswith(("http://", "https://"))

@@ -8,45 +8,70 @@ bounded so the first poll of a huge log stays short.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
-from triage_tui.core.serving import tuning
+from triage_tui.core import bounds
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
+from triage_tui.core.serving.source import Following, ServingPoll, source_error
+from triage_tui.core.serving.tail import LogTail
 
+# Numbers are captured wide (a sign, an exponent, nan, inf) so that a negative or absurd value is
+# read and refused by core/bounds.py, and text that is no number is a malformed line, counted.
+_NUMBER = r"[-+0-9.eE]+|nan|inf"
 _VLLM_LINE = re.compile(
-    r"SpecDecoding metrics: Mean acceptance length: (?P<mal>[0-9.]+|nan), "
-    r"Accepted throughput: [0-9.]+ tokens/s, Drafted throughput: [0-9.]+ tokens/s, "
-    r"Accepted: (?P<acc>\d+) tokens, Drafted: (?P<dra>\d+) tokens, "
-    r"Per-position acceptance rate: (?P<pos>[0-9., ]*?), Avg Draft acceptance rate: (?:[0-9.]+|nan)%"
+    rf"SpecDecoding metrics: Mean acceptance length: (?P<mal>{_NUMBER}), "
+    r"Accepted throughput: \S+ tokens/s, Drafted throughput: \S+ tokens/s, "
+    rf"Accepted: (?P<acc>{_NUMBER}) tokens, Drafted: (?P<dra>{_NUMBER}) tokens, "
+    r"Per-position acceptance rate: (?P<pos>[-+0-9.eEnaif, ]*?), Avg Draft acceptance rate: \S+%"
 )
 # vLLM's logger: "INFO 05-12 10:11:12 [metrics.py:96] ..." (month-day, no year).
 _VLLM_TIME = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR)\s+(\d\d-\d\d \d\d:\d\d:\d\d)")
-_SGLANG_LINE = re.compile(r"Decode batch\b.*?\baccept len: (?P<len>[0-9.]+|nan)(?:, accept rate: (?P<rate>[0-9.]+))?")
+_SGLANG_LINE = re.compile(rf"Decode batch\b.*?\baccept len: (?P<len>{_NUMBER})")
 # SGLang's logger: "[2025-05-12 10:11:12 TP0] Decode batch ..." (the rank is optional).
 _SGLANG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _VLLM_MARK = "SpecDecoding metrics:"
 _SGLANG_MARK = "accept len:"
 
 
+class Malformed(ValueError):
+    """A stats line whose text does not parse (``accept len: 1.2.3``): counted, never an exception."""
+
+
 def parse_vllm_line(line: str, index: int = 0) -> ServingSample | None:
-    """One vLLM ``SpecDecoding metrics:`` line as a sample; None for any other line.
+    """One vLLM ``SpecDecoding metrics:`` line as a sample; None for any other line or an interval
+    without drafts.
 
     The line gives the interval's accepted and drafted token counts and per-position rates but
     not the number of drafts; it is recovered exactly as drafted / k when every draft had all k
     tokens (vLLM's usual case, checked against the logged mean), else as accepted / sum(rates).
+    Malformed for text that does not parse; bounds.Impossible for numbers that cannot be.
     """
     match = _VLLM_LINE.search(line)
     if match is None:
         return None
-    accepted, drafted = int(match["acc"]), int(match["dra"])
-    rates = tuple(float(p) for p in match["pos"].split(",") if p.strip())
-    logged = float(match["mal"])
+    try:
+        accepted, drafted = int(match["acc"]), int(match["dra"])
+        rates = tuple(float(p) for p in match["pos"].split(",") if p.strip())
+        logged = float(match["mal"])
+    except ValueError:  # "1.2.3", or digits beyond int()'s limit
+        raise Malformed(line) from None
+    accepted = bounds.count(accepted, "Accepted")
+    drafted = bounds.count(drafted, "Drafted")
+    if not drafted and not accepted:
+        return None  # no drafts in the interval: nothing to say
+    bounds.accepted_within(accepted, drafts=None, draft_tokens=drafted)
+    if len(rates) > bounds.MAX_POSITION_INDEX + 1:
+        raise bounds.Impossible(f"{len(rates)} per-position rates (at most {bounds.MAX_POSITION_INDEX + 1})")
+    for i, value in enumerate(rates):
+        bounds.rate(value, f"per-position acceptance rate {i}")
     drafts = _vllm_drafts(logged, accepted, drafted, rates)
-    length = 1.0 + accepted / drafts if drafts else logged
+    if drafts is None:
+        length = bounds.acceptance_length(logged, "Mean acceptance length")
+    else:
+        length = bounds.acceptance_length(1.0 + accepted / drafts)
     stamp = _VLLM_TIME.search(line[: match.start()])
     return ServingSample(index, stamp.group(1) if stamp else None, length, rates, drafts, accepted)
 
@@ -65,42 +90,35 @@ def _vllm_drafts(logged: float, accepted: int, drafted: int, rates: Sequence[flo
 
 
 def parse_sglang_line(line: str, index: int = 0) -> ServingSample | None:
-    """One SGLang ``Decode batch`` line that carries ``accept len`` as a sample; None otherwise."""
+    """One SGLang ``Decode batch`` line that carries ``accept len`` as a sample; None otherwise
+    (and for 0 or nan: speculative decoding off, or no decode in the interval).
+    Malformed for text that does not parse; bounds.Impossible for a length that cannot be."""
     match = _SGLANG_LINE.search(line)
     if match is None:
         return None
-    length = float(match["len"])
-    if not math.isfinite(length) or length <= 0:
-        return None  # speculative decoding off (SGLang logs 0) or no decode in the interval
+    try:
+        length = float(match["len"])
+    except ValueError:  # "1.2.3"
+        raise Malformed(line) from None
+    if math.isnan(length) or length == 0:
+        return None
     stamp = _SGLANG_TIME.search(line[: match.start()])
-    return ServingSample(index, stamp.group(1) if stamp else None, length)
+    return ServingSample(index, stamp.group(1) if stamp else None, bounds.acceptance_length(length, "accept len"))
 
 
-def samples_from_lines(
-    lines: Iterable[str], start: int = 0, engine: str | None = None
-) -> tuple[str | None, list[ServingSample], int]:
-    """(engine, samples, lines that looked like stats but did not parse) for a run of log lines.
+def parse_stats_line(line: str, index: int) -> tuple[str, ServingSample | None] | None:
+    """(engine, sample or None) for an engine's stats line, None for any other line.
 
-    The first engine seen (or the one given) is the log's; the other engine's lines are skipped.
+    Malformed or bounds.Impossible as the engine's parser raises them.
     """
-    samples: list[ServingSample] = []
-    unparsed = 0
-    for line in lines:
-        if _VLLM_MARK in line:
-            sample = parse_vllm_line(line, start + len(samples))
-            found = "vllm"
-        elif _SGLANG_MARK in line and "Decode batch" in line:
-            sample = parse_sglang_line(line, start + len(samples))
-            found = "sglang"
-        else:
-            continue
-        if sample is None:
-            unparsed += found == "vllm"  # SGLang's 0.00 (spec off) is not a format problem
-            continue
-        engine = engine or found
-        if found == engine:
-            samples.append(sample)
-    return engine, samples, unparsed
+    if _VLLM_MARK in line:
+        sample = parse_vllm_line(line, index)
+        if sample is None and _VLLM_LINE.search(line) is None:
+            raise Malformed(line)  # the mark without the v1 format: a format this version does not read
+        return "vllm", sample
+    if _SGLANG_MARK in line and "Decode batch" in line:
+        return "sglang", parse_sglang_line(line, index)
+    return None
 
 
 def pool_samples(
@@ -141,128 +159,93 @@ def pool_samples(
     return ServingEvidence(engine, source, mean, (), None, None, convention, tuple(samples), tuple(notes))
 
 
-class LogTail:
-    """Complete new lines of a growing log, across rotation and truncation.
+class ServingLog:
+    """A vLLM or SGLang log followed as it grows (``ServingSource``: kind "log").
 
-    Reopened on every poll (NFS close-to-open, as the event reader does). When the path names a
-    new file (rotated by rename: logrotate, RotatingFileHandler), the rest of the old file is
-    read first from the sibling that now holds the old inode, then the new file from its start
-    (a second rotation between two polls loses the file in between). A file shorter than the
-    offset, or whose bytes before the offset are no longer the ones read, was truncated in place
-    and rewritten (copytruncate): read from the start.
+    Lines that look like an engine's stats but do not parse are counted (a note says how many);
+    a stats line with impossible numbers (core/bounds.py) makes the log an error from then on,
+    naming the line: its figures cannot be pooled with the others.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._ident: tuple[int, int] | None = None
-        self._offset = 0
-        self._partial = b""
-        self._seen = b""  # the last bytes read, to notice a file rewritten past the offset
-        self.bytes_read = 0  # by the last poll: 0 means the end of the file was reached
+    kind: ClassVar[str] = "log"
 
-    def poll(self) -> list[str]:
-        lines: list[str] = []
-        self.bytes_read = 0
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return lines  # not there yet, or between rename and re-create
-        ident = (st.st_dev, st.st_ino)
-        if self._ident is not None and ident != self._ident:
-            rotated = self._find_rotated()
-            if rotated is not None:
-                lines += self._read(rotated, limit=None)
-            lines += self.flush()
-            self._ident, self._offset, self._seen = None, 0, b""
-        elif self._ident is not None and st.st_size < self._offset:
-            self._offset, self._partial, self._seen = 0, b"", b""
-        if self._ident is None:
-            self._ident = ident
-        lines += self._read(self.path, limit=tuning.MAX_READ_BYTES)
-        return lines
+    @classmethod
+    def claims(cls, location: str, head: bytes) -> bool:
+        return not bounds.is_url(location)  # the fallback: any file the other sources do not claim
 
-    def _find_rotated(self) -> Path | None:
-        try:
-            siblings = list(self.path.parent.iterdir())
-        except OSError:
-            return None
-        for sibling in siblings:
-            if sibling == self.path or not sibling.name.startswith(self.path.name):
-                continue
-            try:
-                st = os.stat(sibling)
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) == self._ident:
-                return sibling
-        return None
-
-    def _read(self, path: Path, limit: int | None) -> list[str]:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named like a log must not hang
-        except OSError:
-            return []
-        with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != self._ident:
-                return []
-            if self._seen:
-                handle.seek(self._offset - len(self._seen))
-                if handle.read(len(self._seen)) != self._seen:
-                    self._offset, self._partial = 0, b""
-            handle.seek(self._offset)
-            data = handle.read(limit if limit is not None else -1)
-        self._offset += len(data)
-        self.bytes_read += len(data)
-        if data:
-            self._seen = (self._seen + data)[-64:]
-        chunk = self._partial + data
-        parts = chunk.split(b"\n")
-        self._partial = parts.pop()
-        if len(self._partial) > tuning.MAX_LINE_BYTES:
-            self._partial = b""
-        return [p.decode("utf-8", "replace").rstrip("\r") for p in parts if len(p) <= tuning.MAX_LINE_BYTES]
-
-    def flush(self) -> list[str]:
-        """The unterminated last line, as a line (a finished log may lack its final newline)."""
-        rest, self._partial = self._partial, b""
-        return [rest.decode("utf-8", "replace")] if rest else []
-
-
-class ServingLog:
-    """A vLLM or SGLang log followed as it grows; ``poll()`` gives the evidence so far."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, location: str, following: Following | None = None) -> None:
+        self.location = location
+        self.path = Path(location)
         self.tail = LogTail(self.path)
+        following = following or Following()
+        self.to_end = not following.background
+        self.final = following.once
         self.engine: str | None = None
         self.samples: list[ServingSample] = []
         self.unparsed = 0
+        self.lines = 0  # complete lines read so far: the line number of an error
+        self.impossible: str | None = None
         self._evidence: ServingEvidence | None = None
 
-    def poll(self, *, to_end: bool = False) -> ServingEvidence | None:
+    def poll(self) -> ServingPoll:
         """The evidence so far: the same object as last time when the log gave nothing new.
 
-        One poll reads at most tuning.MAX_READ_BYTES (the TUI catches up over a few polls);
-        ``to_end`` reads on to the end of the file (one-shot ``scan``).
+        One poll reads at most tuning.MAX_READ_BYTES (the TUI catches up over a few polls); a
+        one-shot follower (``scan``, ``check``) reads on to the end of the file.
         """
+        if self.impossible is not None:
+            return ServingPoll(None, (source_error(self.location, self.impossible),))
         changed = False
         while True:
-            self.engine, samples, unparsed = samples_from_lines(self.tail.poll(), len(self.samples), self.engine)
-            if samples or unparsed:
-                self.samples.extend(samples)
-                self.unparsed += unparsed
-                changed = True
-            if not to_end or not self.tail.bytes_read:
+            lines = self.tail.poll()
+            if self.final and not self.tail.bytes_read:
+                lines += self.tail.flush()  # the last line of a finished log may lack its newline
+            changed |= self._take(lines)
+            if self.impossible is not None:
+                return ServingPoll(None, (source_error(self.location, self.impossible),))
+            if not self.to_end or not self.tail.bytes_read:
                 break
         if changed or (self._evidence is None and self.engine is not None):
             self._evidence = self.evidence()
-        return self._evidence
+        errors = () if self.path.exists() else (source_error(self.location, "no such file (yet)"),)
+        return ServingPoll(self._evidence, errors)
+
+    def _take(self, lines: Sequence[str]) -> bool:
+        changed = False
+        for line in lines:
+            self.lines += 1
+            try:
+                found = parse_stats_line(line, len(self.samples))
+            except Malformed:
+                self.unparsed += 1
+                changed = True
+                continue
+            except bounds.Impossible as err:
+                self.impossible = f"line {self.lines}: {err}"
+                return True
+            if found is None:
+                continue
+            engine, sample = found
+            self.engine = self.engine or engine  # the first engine seen is the log's
+            if sample is not None and engine == self.engine:
+                self.samples.append(sample)
+                changed = True
+        return changed
 
     def evidence(self) -> ServingEvidence | None:
         if self.engine is None:
             return None
         notes = []
         if self.unparsed:
-            notes.append(f"{self.unparsed} 'SpecDecoding metrics:' line(s) in a format this version does not read")
-        return pool_samples(self.engine, str(self.path), self.samples, notes)
+            notes.append(f"{self.unparsed} stats line(s) that do not parse (a format this version does not read)")
+        if self.tail.dropped:
+            notes.append(f"{self.tail.dropped} line(s) over {self.tail.line_limit >> 10} KiB dropped unread")
+        return pool_samples(self.engine, self.location, self.samples, notes)
+
+    def nothing_found(self) -> str:
+        if self.unparsed:
+            return f"{self.unparsed} stats line(s), none in a format this version reads (vLLM v1, SGLang)"
+        return (
+            "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
+            "speculative-decoding Prometheus metric or SGLang meta_info"
+        )

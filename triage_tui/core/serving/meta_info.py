@@ -1,60 +1,155 @@
-"""SGLang's per-request ``meta_info`` (JSONL): verification steps, completion and accepted-draft counts."""
+"""SGLang's per-request ``meta_info`` (JSONL): verification steps, completion and accepted-draft counts.
+
+One serving source (``ServingSource``: kind "meta_info"), followed as the file grows. completion
+tokens / verify steps is SGLang's own accept length; as counts: drafts = verify steps, accepted =
+completion tokens - verify steps (each step yields its accepted drafts plus the bonus token). The
+histogram, when present, gives per-position counts: position i was accepted in every step that
+accepted more than i drafts. (``tokenizer_manager.py``, ``_calculate_spec_decoding_metrics``,
+sgl-project/sglang commit 01bb3c807f7e.)
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, ClassVar
 
-from triage_tui.core.errors import BadInput
+from triage_tui.core import bounds
+from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.serving.source import Following, ServingPoll, source_error
+from triage_tui.core.serving.tail import LogTail
 
 
-def read_meta_info_jsonl(path: Path, lines: Iterable[str]) -> ServingEvidence:
-    """Per-request SGLang ``meta_info`` (one JSON object per line, bare or under "meta_info"), pooled.
+class _Skipped(ValueError):
+    """A line that is not a request's meta_info as SGLang writes it: counted, never an exception."""
 
-    completion tokens / verify steps is SGLang's own accept length; as counts: drafts = verify
-    steps, accepted = completion tokens - verify steps (each step yields its accepted drafts plus
-    the bonus token). The histogram, when present, gives per-position counts: position i was
-    accepted in every step that accepted more than i drafts.
+
+class MetaInfoFile:
+    """SGLang's per-request responses, one JSON object per line (bare or under "meta_info"), pooled.
+
+    A line that is not JSON, or whose counts are not integers, is counted and skipped; counts that
+    cannot be (negative, fewer completion tokens than verify steps, a histogram longer than any
+    draft) make the file an error from then on, naming the line. Claims any file whose first byte
+    is ``{``: a more specific JSON source is registered before it.
     """
-    verify = completion = requests = 0
-    histogram: list[int] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+
+    kind: ClassVar[str] = "meta_info"
+
+    @classmethod
+    def claims(cls, location: str, head: bytes) -> bool:
+        return not bounds.is_url(location) and head.lstrip()[:1] == b"{"
+
+    def __init__(self, location: str, following: Following | None = None) -> None:
+        following = following or Following()
+        self.location = location
+        self.tail = LogTail(Path(location), max_line=tuning.MAX_JSONL_LINE_BYTES)
+        self.to_end = not following.background
+        self.final = following.once
+        self.lines = 0
+        self.requests = 0
+        self.skipped = 0
+        self.verify = 0
+        self.completion = 0
+        self.histogram: list[int] = []
+        self.histogram_steps = 0  # verify steps of the requests that carried a histogram
+        self.impossible: str | None = None
+        self._evidence: ServingEvidence | None = None
+
+    def poll(self) -> ServingPoll:
+        changed = False
+        while self.impossible is None:
+            lines = self.tail.poll()
+            if self.final and not self.tail.bytes_read:
+                lines += self.tail.flush()
+            changed |= self._take(lines)
+            if not self.to_end or not self.tail.bytes_read:
+                break
+        if self.impossible is not None:
+            return ServingPoll(None, (source_error(self.location, self.impossible),))
+        if changed and self.requests:
+            self._evidence = self._pooled()
+        return ServingPoll(self._evidence)
+
+    def _take(self, lines: Sequence[str]) -> bool:
+        changed = False
+        for line in lines:
+            self.lines += 1
+            if not line.strip():
+                continue
+            try:
+                self._request(line)
+            except _Skipped:
+                self.skipped += 1
+            except bounds.Impossible as err:
+                self.impossible = f"line {self.lines}: {err}"
+                return True
+            changed = True
+        return changed
+
+    def _request(self, line: str) -> None:
         try:
             document = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BadInput(path, f"line {number}: not JSON ({err.msg})") from None
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested beyond the parser
+            raise _Skipped from None
         meta = document.get("meta_info", document) if isinstance(document, dict) else None
         if not isinstance(meta, dict) or "spec_verify_ct" not in meta:
-            continue
-        steps, tokens = meta.get("spec_verify_ct"), meta.get("completion_tokens")
-        if not _count(steps) or not _count(tokens):
-            continue
-        verify += steps
-        completion += tokens
-        requests += 1
+            raise _Skipped
+        steps = bounds.count(_integer(meta.get("spec_verify_ct")), "spec_verify_ct")
+        tokens = bounds.count(_integer(meta.get("completion_tokens")), "completion_tokens")
+        if steps == 0:
+            return  # no decode step: nothing to pool
+        if tokens < steps:
+            raise bounds.Impossible(
+                f"{tokens} completion tokens in {steps} verify steps (every step yields at least one token)"
+            )
+        bounds.acceptance_length(tokens / steps, "completion_tokens / spec_verify_ct")
         counts = meta.get("spec_accept_histogram")
-        if isinstance(counts, list) and all(_count(c) or c == 0 for c in counts):
-            histogram += [0] * (len(counts) - len(histogram))
-            for i, c in enumerate(counts):
-                histogram[i] += c
-    if not requests:
-        raise BadInput(path, "holds no SGLang meta_info with spec_verify_ct and completion_tokens")
-    accepted = completion - verify
-    per_position: tuple[float, ...] = ()
-    if histogram and sum(histogram) == verify:
-        per_position = tuple(sum(histogram[i + 1 :]) / verify for i in range(len(histogram) - 1))
-    convention = (
-        f"1 + accepted / drafts pooled over {requests} requests' meta_info: drafts = spec_verify_ct, "
-        "accepted = completion_tokens - spec_verify_ct (SGLang's completion_tokens / spec_verify_ct)"
-    )
-    return ServingEvidence("sglang", str(path), 1.0 + accepted / verify, per_position, verify, accepted, convention)
+        if counts is not None:
+            if not isinstance(counts, list):
+                raise _Skipped
+            if len(counts) > bounds.MAX_POSITION_INDEX + 2:
+                raise bounds.Impossible(
+                    f"spec_accept_histogram of {len(counts)} entries (at most {bounds.MAX_POSITION_INDEX + 2})"
+                )
+            counts = [bounds.count(_integer(c), "spec_accept_histogram entry") for c in counts]
+            if sum(counts) == steps:  # else this request's histogram says nothing about its steps
+                self.histogram += [0] * (len(counts) - len(self.histogram))
+                for i, c in enumerate(counts):
+                    self.histogram[i] += c
+                self.histogram_steps += steps
+        self.verify += steps
+        self.completion += tokens
+        self.requests += 1
+
+    def _pooled(self) -> ServingEvidence:
+        accepted = self.completion - self.verify
+        per_position: tuple[float, ...] = ()
+        if self.histogram and self.histogram_steps == self.verify:  # every request had one
+            per_position = tuple(sum(self.histogram[i + 1 :]) / self.verify for i in range(len(self.histogram) - 1))
+        convention = (
+            f"1 + accepted / drafts pooled over {self.requests} requests' meta_info: drafts = spec_verify_ct, "
+            "accepted = completion_tokens - spec_verify_ct (SGLang's completion_tokens / spec_verify_ct)"
+        )
+        notes = (f"{self.skipped} line(s) that are not a request's meta_info, skipped",) if self.skipped else ()
+        return ServingEvidence(
+            "sglang",
+            self.location,
+            1.0 + accepted / self.verify,
+            per_position,
+            self.verify,
+            accepted,
+            convention,
+            notes=notes,
+        )
+
+    def nothing_found(self) -> str:
+        return "holds no SGLang meta_info with spec_verify_ct and completion_tokens"
 
 
-def _count(value: Any) -> TypeGuard[int]:
-    """A positive int count (bool is an int in Python, never a count)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _integer(value: Any) -> int:
+    """An int count as JSON gives it (bool is an int in Python, never a count); _Skipped otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Skipped
+    return value

@@ -1,22 +1,29 @@
-"""Prometheus text: vLLM's spec-decode counters and SGLang's gauges, scraped or read from a file.
+"""Prometheus text: vLLM's spec-decode counters and SGLang's gauges, scraped from a URL or read from a file.
 
-A metrics URL is scraped at most every ``tuning.SCRAPE_INTERVAL_SECS`` in the TUI; the difference of two
-scrapes of counters is one interval's sample, as a log line would be.
+Two serving sources (``ServingSource``): ``MetricsUrl`` (kind "metrics_url", fetched through
+core/bounds.py, at most every ``tuning.SCRAPE_INTERVAL_SECS`` in the TUI) and ``MetricsFile``
+(kind "metrics_file", a saved page, read again when it changes). The difference of two reads of
+the counters is one interval's sample, as a log line would be. Every number passes core/bounds.py
+first: a NaN, infinite or negative counter, more accepted than drafted tokens, a position above
+``bounds.MAX_POSITION_INDEX`` make the page an error, never an acceptance length.
 """
 
 from __future__ import annotations
 
-import math
+import os
+import re
+import stat
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from triage_tui.core.errors import BadInput
+from triage_tui.core import bounds
+from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
+from triage_tui.core.serving.source import Following, ServingPoll, source_error
 
 VLLM_COUNTERS = (
     "vllm:spec_decode_num_drafts",
@@ -29,11 +36,11 @@ SGLANG_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate")
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
-    """One read of a /metrics page: vLLM's cumulative counters or SGLang's gauges."""
+    """One read of a /metrics page: vLLM's cumulative counters or SGLang's gauges, checked."""
 
     engine: str
     drafts: int = 0
-    draft_tokens: int = 0
+    draft_tokens: int | None = None  # None when the page has no num_draft_tokens counter
     accepted: int = 0
     per_position: tuple[int, ...] = ()  # vLLM: accepted count at each position
     accept_length: float | None = None  # SGLang: the last interval's gauge, averaged over label sets
@@ -42,7 +49,11 @@ class MetricsSnapshot:
 
 
 def parse_metrics_text(text: str, source: str) -> MetricsSnapshot:
-    """vLLM's or SGLang's speculative-decoding metrics out of Prometheus text; BadInput when neither."""
+    """vLLM's or SGLang's speculative-decoding metrics out of Prometheus text.
+
+    BadInput naming ``source`` when it is not Prometheus text (the line number, none of its text),
+    holds neither engine's metrics, or a number cannot be (core/bounds.py).
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -55,43 +66,66 @@ def parse_metrics_text(text: str, source: str) -> MetricsSnapshot:
                     continue
                 base = name.removesuffix("_total")
                 if base in VLLM_COUNTERS or base in SGLANG_GAUGES:
-                    values.setdefault(base, []).append((dict(sample.labels), float(sample.value)))
-    except ValueError as err:
-        raise BadInput(source, f"not Prometheus text: {err}") from None
-    if any(name in values for name in VLLM_COUNTERS):
-
-        def total(name: str) -> int:
-            return round(sum(v for _, v in values.get(name, ())))
-
-        positions: dict[int, float] = {}
-        for labels, value in values.get(VLLM_COUNTERS[3], ()):
-            try:
-                position = int(labels.get("position", ""))
-            except ValueError:
-                continue
-            positions[position] = positions.get(position, 0.0) + value
-        per_position = tuple(round(positions.get(i, 0.0)) for i in range(max(positions) + 1)) if positions else ()
-        label_sets = len(values.get(VLLM_COUNTERS[0], ()))
-        return MetricsSnapshot(
-            "vllm",
-            total(VLLM_COUNTERS[0]),
-            total(VLLM_COUNTERS[1]),
-            total(VLLM_COUNTERS[2]),
-            per_position,
-            label_sets=label_sets,
-        )
-    if SGLANG_GAUGES[0] in values:
-        lengths = [v for _, v in values[SGLANG_GAUGES[0]] if math.isfinite(v) and v > 0]
-        rates = [v for _, v in values.get(SGLANG_GAUGES[1], ()) if math.isfinite(v)]
-        return MetricsSnapshot(
-            "sglang",
-            accept_length=sum(lengths) / len(lengths) if lengths else None,
-            accept_rate=sum(rates) / len(rates) if rates else None,
-            label_sets=len(values[SGLANG_GAUGES[0]]),
-        )
+                    found = values.setdefault(base, [])
+                    if len(found) >= bounds.MAX_LABEL_SETS:
+                        raise bounds.Impossible(f"{base} has more than {bounds.MAX_LABEL_SETS} label sets")
+                    found.append((dict(sample.labels), float(sample.value)))
+    except ValueError:
+        raise BadInput(source, f"not Prometheus text (line {_first_bad_line(text)} does not parse)") from None
+    except bounds.Impossible as err:
+        raise BadInput(source, str(err)) from None
+    try:
+        if any(name in values for name in VLLM_COUNTERS):
+            return _vllm_snapshot(values)
+        if SGLANG_GAUGES[0] in values:
+            return _sglang_snapshot(values)
+    except bounds.Impossible as err:
+        raise BadInput(source, str(err)) from None
     raise BadInput(
         source, "holds no speculative-decoding metrics (vllm:spec_decode_num_drafts_total or sglang:spec_accept_length)"
     )
+
+
+def _vllm_snapshot(values: dict[str, list[tuple[dict[str, str], float]]]) -> MetricsSnapshot:
+    def total(name: str) -> int:
+        return sum(bounds.count(v, f"{name}_total") for _, v in values.get(name, ()))
+
+    positions: dict[int, int] = {}
+    for labels, value in values.get(VLLM_COUNTERS[3], ()):
+        position = bounds.position_index(labels.get("position", ""), f"{VLLM_COUNTERS[3]} position")
+        positions[position] = positions.get(position, 0) + bounds.count(value, f"{VLLM_COUNTERS[3]}_total")
+    per_position = tuple(positions.get(i, 0) for i in range(max(positions) + 1)) if positions else ()
+    drafts, accepted = total(VLLM_COUNTERS[0]), total(VLLM_COUNTERS[2])
+    draft_tokens = total(VLLM_COUNTERS[1]) if VLLM_COUNTERS[1] in values else None
+    bounds.accepted_within(accepted, drafts=drafts, draft_tokens=draft_tokens, per_position=per_position)
+    return MetricsSnapshot(
+        "vllm", drafts, draft_tokens, accepted, per_position, label_sets=len(values.get(VLLM_COUNTERS[0], ()))
+    )
+
+
+def _sglang_snapshot(values: dict[str, list[tuple[dict[str, str], float]]]) -> MetricsSnapshot:
+    # 0 is SGLang's value with speculative decoding off, or before the first interval: no figure.
+    lengths = [bounds.acceptance_length(v, SGLANG_GAUGES[0]) for _, v in values[SGLANG_GAUGES[0]] if v != 0]
+    rates = [bounds.rate(v, SGLANG_GAUGES[1]) for _, v in values.get(SGLANG_GAUGES[1], ())]
+    return MetricsSnapshot(
+        "sglang",
+        accept_length=sum(lengths) / len(lengths) if lengths else None,
+        accept_rate=sum(rates) / len(rates) if rates else None,
+        label_sets=len(values[SGLANG_GAUGES[0]]),
+    )
+
+
+def _first_bad_line(text: str) -> int | str:
+    """The number of the first line prometheus_client refuses on its own (the error path only)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for number, line in enumerate(text.split("\n"), 1):
+        try:
+            for _ in text_string_to_metric_families(line + "\n"):
+                pass
+        except ValueError:
+            return number
+    return "?"
 
 
 def snapshot_evidence(snapshot: MetricsSnapshot, source: str, samples: Sequence[ServingSample] = ()) -> ServingEvidence:
@@ -136,90 +170,154 @@ def snapshot_evidence(snapshot: MetricsSnapshot, source: str, samples: Sequence[
     )
 
 
-def scrape(url: str, *, timeout: float = tuning.SCRAPE_TIMEOUT_SECS) -> str:
-    """The text of a /metrics page; BadInput (one line) when it does not answer."""
+class _Counters:
+    """Successive reads of one page: each after the first adds an interval sample (counter deltas)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.previous: MetricsSnapshot | None = None
+        self.samples: list[ServingSample] = []
+        self.evidence: ServingEvidence | None = None
+        self.error: SourceError | None = None
+
+    def take(self, result: MetricsSnapshot | BadInput) -> None:
+        if isinstance(result, BadInput):
+            self.error = source_error(self.location, result.what)
+            return
+        self.error = None
+        sample = _interval_sample(self.previous, result, len(self.samples))
+        if sample is not None:
+            self.samples.append(sample)
+        self.previous = result
+        self.evidence = snapshot_evidence(result, self.location, self.samples)
+
+    def poll(self) -> ServingPoll:
+        return ServingPoll(self.evidence, (self.error,) if self.error is not None else ())
+
+
+def scrape(url: str) -> MetricsSnapshot | BadInput:
+    """One fetch of a /metrics page (core/bounds.py: deadline, cap, same-origin redirects), parsed."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = response.read(tuning.MAX_SCRAPE_BYTES + 1)
-    except urllib.error.HTTPError as err:
-        raise BadInput(url, f"metrics URL answered HTTP {err.code} {err.reason}") from None
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise BadInput(url, f"metrics URL does not answer: {reason}") from None
-    if len(body) > tuning.MAX_SCRAPE_BYTES:
-        raise BadInput(url, f"metrics page larger than {tuning.MAX_SCRAPE_BYTES >> 20} MiB")
-    return body.decode("utf-8", "replace")
+        body = bounds.fetch(url)
+        return parse_metrics_text(body.decode("utf-8", "replace"), url)
+    except BadInput as err:
+        return err
 
 
-class MetricsWatch:
-    """A /metrics URL scraped now and then; each scrape after the first adds an interval sample.
+class MetricsUrl:
+    """A /metrics URL scraped now and then (``ServingSource``: kind "metrics_url").
 
-    ``background=True`` (the TUI's watcher) scrapes on a short-lived thread of its own, so a URL
-    that hangs until the timeout never holds up the polling of event files; the result is taken
-    in at the next poll after it arrived. ``scan`` scrapes in line, once.
+    ``background`` (the TUI's watcher) scrapes on a short-lived thread of its own, so a URL that
+    hangs until the deadline never holds up the polling of event files; the result is taken in
+    at the next poll after it arrived. Otherwise (``scan``, ``check``) it scrapes in line.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        interval: float = tuning.SCRAPE_INTERVAL_SECS,
-        background: bool = False,
-    ) -> None:
-        self.url = url
-        self.clock = clock
-        self.interval = interval
-        self.background = background
+    kind: ClassVar[str] = "metrics_url"
+
+    @classmethod
+    def claims(cls, location: str, head: bytes) -> bool:
+        return bounds.is_url(location)  # http, https, and the schemes bounds.fetch refuses, with the reason
+
+    def __init__(self, location: str, following: Following | None = None, *, interval: float | None = None) -> None:
+        following = following or Following()
+        self.location = location
+        self.clock = following.clock
+        self.background = following.background
+        self.interval = interval if interval is not None else tuning.SCRAPE_INTERVAL_SECS
+        self._counters = _Counters(location)
         self._last_scrape: float | None = None
-        self._previous: MetricsSnapshot | None = None
-        self.samples: list[ServingSample] = []
-        self.error: str | None = None
-        self._evidence: ServingEvidence | None = None
         self._lock = threading.Lock()
         self._arrived: MetricsSnapshot | BadInput | None = None
         self.pending: threading.Thread | None = None  # the scrape in flight (tests join it)
 
-    def poll(self) -> ServingEvidence | None:
+    def poll(self) -> ServingPoll:
         now = self.clock()
         if self._last_scrape is None or now - self._last_scrape >= self.interval:
             if not self.background:
                 self._last_scrape = now
-                self._take(self._scrape())
-                return self._evidence
+                self._counters.take(scrape(self.location))
+                return self._counters.poll()
             if self.pending is None or not self.pending.is_alive():
                 self._last_scrape = now
                 self.pending = threading.Thread(
-                    target=self._scrape_in_background, daemon=True, name=f"scrape {self.url}"
+                    target=self._scrape_in_background, daemon=True, name=f"scrape {self.location}"
                 )
                 self.pending.start()
         with self._lock:
             arrived, self._arrived = self._arrived, None
         if arrived is not None:
-            self._take(arrived)
-        return self._evidence
-
-    def _scrape(self) -> MetricsSnapshot | BadInput:
-        try:
-            return parse_metrics_text(scrape(self.url), self.url)
-        except BadInput as err:
-            return err
+            self._counters.take(arrived)
+        return self._counters.poll()
 
     def _scrape_in_background(self) -> None:
-        result = self._scrape()
+        result = scrape(self.location)
         with self._lock:
             self._arrived = result
 
-    def _take(self, result: MetricsSnapshot | BadInput) -> None:
-        if isinstance(result, BadInput):
-            self.error = result.line()
-            return
-        self.error = None
-        sample = _interval_sample(self._previous, result, len(self.samples))
-        if sample is not None:
-            self.samples.append(sample)
-        self._previous = result
-        self._evidence = snapshot_evidence(result, self.url, self.samples)
+    def nothing_found(self) -> str:
+        return "metrics URL gave no speculative-decoding metrics"
+
+
+# A saved page is Prometheus text from its first line: a "# HELP"/"# TYPE" comment, or a sample
+# (a name, labels, one number, perhaps a timestamp) and nothing else on the line.
+_PROMETHEUS_HEAD = re.compile(
+    rb"^\s*(?:# (?:HELP|TYPE) [A-Za-z_:]"
+    rb"|[A-Za-z_:][A-Za-z0-9_:]*(?:\{[^\n]*\})? [-+]?(?:[0-9][0-9.eE+-]*|NaN|Inf)[ \t]*(?:-?\d+[ \t]*)?(?:\r?\n|$))"
+)
+
+
+class MetricsFile:
+    """A saved /metrics page (``ServingSource``: kind "metrics_file"), read again when it changes.
+
+    Read whole, at most ``bounds.FETCH_MAX_BYTES`` (a page that large is not a metrics page);
+    a page saved again (a cron job's curl) adds an interval sample as a second scrape would.
+    """
+
+    kind: ClassVar[str] = "metrics_file"
+
+    @classmethod
+    def claims(cls, location: str, head: bytes) -> bool:
+        return not bounds.is_url(location) and _PROMETHEUS_HEAD.match(head) is not None
+
+    def __init__(self, location: str, following: Following | None = None) -> None:
+        self.location = location
+        self._counters = _Counters(location)
+        self._ident: tuple[int, ...] | None = None
+
+    def poll(self) -> ServingPoll:
+        try:
+            fd = os.open(self.location, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang
+        except OSError as err:
+            return ServingPoll(self._counters.evidence, (source_error(self.location, _os_reason(err)),))
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if ident == self._ident:
+                return self._counters.poll()
+            self._ident = ident
+            if not stat.S_ISREG(st.st_mode):
+                self._counters.take(BadInput(self.location, "not a regular file"))
+                return self._counters.poll()
+            body = handle.read(bounds.FETCH_MAX_BYTES + 1)
+        if len(body) > bounds.FETCH_MAX_BYTES:
+            self._counters.take(BadInput(self.location, "metrics page larger than the cap: not read"))
+        else:
+            self._counters.take(_parsed(body, self.location))
+        return self._counters.poll()
+
+    def nothing_found(self) -> str:
+        return "holds no speculative-decoding metrics (vllm:spec_decode_num_drafts_total or sglang:spec_accept_length)"
+
+
+def _parsed(body: bytes, location: str) -> MetricsSnapshot | BadInput:
+    try:
+        return parse_metrics_text(body.decode("utf-8", "replace"), location)
+    except BadInput as err:
+        return err
+
+
+def _os_reason(err: OSError) -> str:
+    return "no such file (yet)" if isinstance(err, FileNotFoundError) else f"cannot read: {err.strerror or err}"
 
 
 def _interval_sample(previous: MetricsSnapshot | None, current: MetricsSnapshot, index: int) -> ServingSample | None:
@@ -231,14 +329,14 @@ def _interval_sample(previous: MetricsSnapshot | None, current: MetricsSnapshot,
     if previous is None or previous.engine != "vllm":
         return None
     drafts, accepted = current.drafts - previous.drafts, current.accepted - previous.accepted
-    if drafts < 0 or accepted < 0:  # the server restarted: its counters start over
-        drafts, accepted = current.drafts, current.accepted
-        before: tuple[int, ...] = ()
-    else:
-        before = previous.per_position
+    before = previous.per_position
+    counts = tuple(count - (before[i] if i < len(before) else 0) for i, count in enumerate(current.per_position))
+    if drafts < 0 or accepted < 0 or any(c < 0 for c in counts):  # the server restarted: its counters start over
+        drafts, accepted, counts = current.drafts, current.accepted, current.per_position
     if drafts <= 0:
         return None
-    per_position = tuple(
-        (count - (before[i] if i < len(before) else 0)) / drafts for i, count in enumerate(current.per_position)
-    )
-    return ServingSample(index, stamp, 1.0 + accepted / drafts, per_position, drafts, accepted)
+    try:
+        bounds.accepted_within(accepted, drafts=drafts, draft_tokens=None, per_position=counts)
+    except bounds.Impossible:
+        return None  # counters read mid-update between two scrapes: no sample for this interval
+    return ServingSample(index, stamp, 1.0 + accepted / drafts, tuple(c / drafts for c in counts), drafts, accepted)

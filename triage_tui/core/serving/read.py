@@ -2,77 +2,34 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 
-from triage_tui.core.errors import BadInput
-from triage_tui.core.runs.manifest import is_url
+from triage_tui.core import bounds
+from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.runs.manifest import expand_user
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.serving.logs import ServingLog, samples_from_lines
-from triage_tui.core.serving.meta_info import read_meta_info_jsonl
-from triage_tui.core.serving.metrics import (
-    SGLANG_GAUGES,
-    VLLM_COUNTERS,
-    MetricsWatch,
-    parse_metrics_text,
-    scrape,
-    snapshot_evidence,
-)
+from triage_tui.core.serving.registry import source_class
+from triage_tui.core.serving.source import Following, ServingPoll, ServingSource, source_error
 
 
-def read_serving(source: str) -> ServingEvidence:
+def read_serving(location: str) -> ServingEvidence:
     """Everything one source says now: a metrics URL, a Prometheus text file, a JSONL or a log.
 
-    BadInput (one line) for a URL that does not answer, a missing file, or a file that holds no
-    speculative-decoding figures of either engine.
+    BadInput (one line naming the source) for a URL that does not answer in time, a missing
+    file, a source with impossible numbers, or one that holds no speculative-decoding figures.
     """
-    if is_url(source):
-        snapshot = parse_metrics_text(scrape(source), source)
-        return snapshot_evidence(snapshot, source)
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise BadInput(path, "--serving: no such file or directory (or use an http:// metrics URL)")
-    if not path.is_file():
-        raise BadInput(path, "--serving: not a file (a vLLM/SGLang log, a /metrics text file, or a JSONL)")
-    log = ServingLog(path)
-    head: list[str] = []  # the first lines, to tell Prometheus text from JSONL when it is no log
-    head_bytes = 0
-    while True:
-        lines = log.tail.poll()
-        if not log.tail.bytes_read:
-            lines += log.tail.flush()  # the last line of a finished log may lack its newline
-            if not lines:
-                break
-        log.engine, samples, unparsed = samples_from_lines(lines, len(log.samples), log.engine)
-        log.samples.extend(samples)
-        log.unparsed += unparsed
-        for line in lines:
-            if head_bytes < tuning.MAX_SCRAPE_BYTES:
-                head.append(line)
-                head_bytes += len(line) + 1
-    evidence = log.evidence()
-    if evidence is not None:
-        return evidence
-    text = "\n".join(head)
-    if any(name in text for name in (*VLLM_COUNTERS, *SGLANG_GAUGES)):
-        if head_bytes >= tuning.MAX_SCRAPE_BYTES:
-            raise BadInput(path, f"Prometheus text larger than {tuning.MAX_SCRAPE_BYTES >> 20} MiB")
-        return snapshot_evidence(parse_metrics_text(text + "\n", str(path)), str(path))
-    if "spec_verify_ct" in text:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return read_meta_info_jsonl(path, handle)
-    if log.unparsed:
-        raise BadInput(
-            path, f"{log.unparsed} 'SpecDecoding metrics:' line(s), none in the vLLM v1 format this version reads"
-        )
-    raise BadInput(
-        path,
-        "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
-        "speculative-decoding Prometheus metric or SGLang meta_info",
-    )
+    watch = ServingWatch([location], once=True)
+    evidence, errors = watch.poll()
+    if errors:
+        raise BadInput(errors[0].path, errors[0].message)
+    if evidence is None:
+        raise BadInput(location, watch.nothing_found())
+    return evidence
 
 
 def read_serving_sources(sources: Sequence[str]) -> ServingEvidence | None:
@@ -130,34 +87,53 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
     )
 
 
+class _Slot:
+    """One named location, and the source that reads it once its kind can be told."""
+
+    def __init__(self, location: str) -> None:
+        # "~/serve.log" as a flag gives it (the shell expands only a word that starts with ~).
+        self.location = location if bounds.is_url(location) else str(expand_user(location))
+        self.source: ServingSource | None = None
+
+
 class ServingWatch:
-    """A run's serving sources followed over time (the watcher's thread polls it, never the UI's)."""
+    """A run's serving sources followed over time (the watcher's thread polls it, never the UI's).
+
+    Each location is read by the class ``serving/registry.py`` picks for it, chosen once a URL is
+    named or a file has its first bytes; until then a missing file is an error of the poll and an
+    empty one says nothing yet.
+    """
 
     def __init__(
-        self, sources: Sequence[str], *, clock: Callable[[], float] = time.monotonic, background: bool = False
+        self,
+        sources: Sequence[str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        background: bool = False,
+        once: bool = False,
     ) -> None:
-        self.followers: list[ServingLog | MetricsWatch] = [
-            MetricsWatch(s, clock=clock, background=background) if is_url(s) else ServingLog(s) for s in sources
-        ]
-        # The TUI (background) reads a long log over several polls; a one-shot poll reads it all.
-        self.to_end = not background
+        self.following = Following(clock=clock, background=background, once=once)
+        self.slots = [_Slot(location) for location in sources]
         self._parts: tuple[ServingEvidence, ...] = ()
         self._combined: ServingEvidence | None = None
 
-    def poll(self) -> tuple[ServingEvidence | None, tuple[str, ...]]:
-        """(the pooled evidence so far, one line per source that failed this time).
+    @property
+    def followers(self) -> list[ServingSource | None]:
+        """The source reading each location (None until its kind is known)."""
+        return [slot.source for slot in self.slots]
+
+    def poll(self) -> tuple[ServingEvidence | None, tuple[SourceError, ...]]:
+        """(the pooled evidence so far, what failed this time: one SourceError per failing source).
 
         The evidence is the same object as at the previous poll when no source gave anything new.
         """
-        parts, errors = [], []
-        for follower in self.followers:
-            evidence = follower.poll() if isinstance(follower, MetricsWatch) else follower.poll(to_end=self.to_end)
-            if isinstance(follower, MetricsWatch) and follower.error:
-                errors.append(follower.error)
-            elif isinstance(follower, ServingLog) and not follower.path.exists():
-                errors.append(f"{follower.path}: no such file (yet)")
-            if evidence is not None:
-                parts.append(evidence)
+        parts: list[ServingEvidence] = []
+        errors: list[SourceError] = []
+        for slot in self.slots:
+            result = self._poll_slot(slot)
+            errors += result.errors
+            if result.evidence is not None:
+                parts.append(result.evidence)
         if len(parts) != len(self._parts) or any(a is not b for a, b in zip(parts, self._parts, strict=True)):
             self._parts = tuple(parts)
             combined = combine_evidence(parts)
@@ -166,3 +142,35 @@ class ServingWatch:
                 combined = replace(combined, samples=parts[0].samples)
             self._combined = combined
         return self._combined, tuple(errors)
+
+    def _poll_slot(self, slot: _Slot) -> ServingPoll:
+        if slot.source is None:
+            head = b""
+            if not bounds.is_url(slot.location):
+                found = _head(slot.location)
+                if isinstance(found, SourceError):
+                    return ServingPoll(None, (found,))
+                if not found:
+                    return ServingPoll(None)  # empty: its format cannot be told yet
+                head = found
+            slot.source = source_class(slot.location, head)(slot.location, self.following)
+        return slot.source.poll()
+
+    def nothing_found(self) -> str:
+        """Why the first source gave no evidence (a one-shot read says it as bad input)."""
+        source = self.slots[0].source if self.slots else None
+        return source.nothing_found() if source is not None else "empty: no serving figures"
+
+
+def _head(location: str) -> bytes | SourceError:
+    """The first bytes of a file, or the error that stops it being read (a FIFO never blocks)."""
+    try:
+        fd = os.open(location, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return source_error(location, "no such file (yet)")
+    except OSError as err:
+        return source_error(location, f"cannot read: {err.strerror or err}")
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return source_error(location, "not a file (a vLLM/SGLang log, a saved /metrics page, or a JSONL)")
+        return handle.read(tuning.HEAD_BYTES)

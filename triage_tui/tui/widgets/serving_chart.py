@@ -84,5 +84,5 @@ def title_of(series: ServingSeries) -> str:
     if series.training_estimate is not None:
         parts.append(f"training est. {series.training_estimate:.2f}")
     if series.failing:
-        parts.append("a source is not answering")
+        parts.append("a source failed or was not used")
     return " · ".join(parts)

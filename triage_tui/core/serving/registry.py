@@ -1,0 +1,22 @@
+"""Every serving source once, in the order that decides which class reads a location.
+
+A new source (a format an engine or a tool writes) is one class implementing
+``serving.source.ServingSource`` in a module of its own beside ``logs``, ``metrics`` and
+``meta_info``, and one entry here. The first class whose ``claims(location, head)`` is true reads
+the location: URLs first, then files told apart by their first bytes, ``ServingLog`` last (it
+claims any file). ``tests/test_serving_hostile.py`` attacks every entry.
+"""
+
+from __future__ import annotations
+
+from triage_tui.core.serving.logs import ServingLog
+from triage_tui.core.serving.meta_info import MetaInfoFile
+from triage_tui.core.serving.metrics import MetricsFile, MetricsUrl
+from triage_tui.core.serving.source import ServingSource
+
+SERVING_SOURCES: tuple[type[ServingSource], ...] = (MetricsUrl, MetricsFile, MetaInfoFile, ServingLog)
+
+
+def source_class(location: str, head: bytes) -> type[ServingSource]:
+    """The class that reads ``location`` (``head``: a file's first bytes, b"" for a URL)."""
+    return next(cls for cls in SERVING_SOURCES if cls.claims(location, head))
