@@ -148,3 +148,33 @@ def test_every_json_field_the_code_writes_is_in_the_contract():
     keys = set(re.findall(r'"(\w+)":', body)) | set(re.findall(r'document\["(\w+)"\]', body))
     contract = (REPO / "docs" / "contracts.md").read_text()
     assert keys and all(key in contract for key in keys), sorted(k for k in keys if k not in contract)
+
+
+def test_the_speed_page_and_the_readme_summary_are_what_benchmarks_report_writes():
+    """docs/speed.md and the README's summary are written from the RESULTS files, never by hand."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "benchmarks/report.py", "--check"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_speed_figure_names_its_run():
+    """Each record a benchmark appended says when, at what load, at which commit and by which command."""
+    import importlib.util
+    import math
+
+    spec = importlib.util.spec_from_file_location("record", REPO / "benchmarks" / "record.py")
+    assert spec and spec.loader
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    names = [p.stem.removeprefix("RESULTS-") for p in (REPO / "benchmarks").glob("RESULTS-*.md")]
+    found = [rec for name in names for rec in record.records(name)]
+    assert found
+    for rec in found:
+        assert rec["date"] and len(rec["load"]) == 2 and rec["commit"] and rec["command"].startswith(".venv/bin/python")
+        for row in rec["rows"]:
+            figures = [row.get("fast_s"), row.get("plain_s")] if "fast_s" in row else [row["triage"]["seconds"]]
+            figures += [row["other"]["seconds"]] if row.get("other") else []
+            assert all(math.isfinite(x) and x > 0 for x in figures), row
