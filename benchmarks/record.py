@@ -24,13 +24,13 @@ MARK = "<!-- record: "
 
 
 def commit() -> str:
-    """HEAD's short hash, with ``+changes`` when the code measured (triage_tui/, benchmarks/) differs from it."""
+    """HEAD's short hash, with ``+changes`` when the code measured (triage_tui/, the running benchmark) differs."""
     try:
         head = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         changed = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "triage_tui", "benchmarks/*.py"],
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "triage_tui", str(Path(sys.argv[0]).resolve())],
             capture_output=True,
             text=True,
             check=True,

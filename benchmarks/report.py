@@ -171,16 +171,18 @@ def speed_page() -> str:
 
 def summary() -> str:
     lines = []
-    for row, _ in headline_rows():
+    for row, rec in headline_rows():
         other = row.get("other")
+        # The machine's state beside every figure: on a loaded machine the wall times grow.
+        where = f"load {rec['load'][0]} on {rec['machine'].split(' (')[0].split(',')[0]}, {rec['date'][:10]}"
         if other:
             name = other.get("name") or other["label"]
             lines.append(
                 f"- {row['what']}: triage {seconds(row['triage']['seconds'])}, {name} {seconds(other['seconds'])} "
-                f"({other['seconds'] / row['triage']['seconds']:.1f}× triage's time)."
+                f"({other['seconds'] / row['triage']['seconds']:.1f}× triage's time; {where})."
             )
         else:
-            lines.append(f"- {row['what']}: {seconds(row['triage']['seconds'])}.")
+            lines.append(f"- {row['what']}: {seconds(row['triage']['seconds'])} ({where}).")
     return "\n".join(lines)
 
 
