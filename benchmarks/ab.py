@@ -47,13 +47,17 @@ import record  # noqa: E402
 
 KEEP_AT = 1.3
 
-# Python run in the measured process before triage: the plain path of each fast path.
+# Python run in the measured process before triage: the plain path of each fast path. Each first
+# checks that the name it sets is one the code reads: set on a module that no longer has it, it
+# would change nothing and the two paths would time the same (a false "delete").
 PLAIN = {
-    "text": "import triage_tui.commands.scalars as m; m.PLAIN_TEXT = True",
-    "formatters": "import triage_tui.commands.scalars as m; m._processes = lambda floats, out, ticks: 1",
-    "split_read": "import triage_tui.core.events.tuning as t; t.SPLIT_MIN_BYTES = 1 << 62",
-    "parallel_read": "import triage_tui.core.parallel_read as p; p._cores = lambda: 1",
-    "templates": "import triage_tui.core.events.tuning as t; t.TEMPLATES = False",
+    "text": "import triage_tui.commands.scalars as m; assert hasattr(m, 'PLAIN_TEXT'); m.PLAIN_TEXT = True",
+    "formatters": "import triage_tui.commands.scalars as m; assert hasattr(m, '_processes'); "
+    "m._processes = lambda floats, out, ticks: 1",
+    "split_read": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'SPLIT_MIN_BYTES'); "
+    "t.SPLIT_MIN_BYTES = 1 << 62",
+    "parallel_read": "import triage_tui.core.parallel_read as p; assert hasattr(p, '_cores'); p._cores = lambda: 1",
+    "templates": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'TEMPLATES'); t.TEMPLATES = False",
 }
 
 # name: (what it is, its plain path, the fast side's own setting, figures, the code it is)
@@ -109,7 +113,13 @@ FIGURES = {
 
 # `python -c SHIM SETTING ARGS...`: run SETTING, then `triage ARGS...` as its console script would.
 SHIM = (
-    "import sys, runpy; exec(sys.argv[1]); sys.argv = ['triage', *sys.argv[2:]]; "
+    "import sys, runpy\n"
+    "try:\n"
+    "    exec(sys.argv[1])\n"
+    "except AssertionError:\n"
+    "    sys.stderr.write('ab.py: the switch of this plain path is gone: ' + sys.argv[1] + '\\n')\n"
+    "    sys.exit(3)\n"
+    "sys.argv = ['triage', *sys.argv[2:]]\n"
     "runpy.run_module('triage_tui', run_name='__main__')"
 )
 

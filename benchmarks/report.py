@@ -7,7 +7,7 @@ each and writes the pages; nothing on them is typed by hand.
     .venv/bin/python benchmarks/report.py            # the pages, from the RESULTS files as they are
     .venv/bin/python benchmarks/report.py --run      # first the user-facing benchmarks at full size
                                                      # (~20 min on 2 quiet cores), then the pages
-    .venv/bin/python benchmarks/report.py --run-all  # also checks, remap, W&B and scale (~40 min more)
+    .venv/bin/python benchmarks/report.py --run-all  # also checks, remap and W&B (~30 min more)
     .venv/bin/python benchmarks/report.py --check    # exit 1 when a page is not what this would write
 """
 
@@ -42,8 +42,9 @@ LONG = {
     "wandb": ["benchmarks/bench_wandb.py"],
     "checks": ["benchmarks/bench_checks.py"],
     "remap": ["benchmarks/bench_remap.py"],
-    "scale": ["benchmarks/bench_scale.py"],
 }
+# bench_scale.py (idle CPU, bytes a point, 200 runs and a 10M-point run) keeps its figures in its
+# RESULTS file only: none of them is set beside another tool's as a whole process.
 
 
 def latest(benchmark: str) -> dict | None:
