@@ -276,7 +276,11 @@ def main() -> None:
     parser.add_argument("--dumps", type=int, default=4, help="hidden-state dump files")
     parser.add_argument("--tokens", type=int, default=48, help="tokens per dump")
     parser.add_argument("--keep", action="store_true", help="keep benchmarks/.work/checks for a rerun")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-checks.md")
     args = parser.parse_args()
+    import record
+
+    run = record.Run("checks", dry_run=args.dry_run)
 
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     t0 = time.perf_counter()
@@ -343,6 +347,27 @@ def main() -> None:
             f"(and the head pass grows in proportion)."
         )
     print("The GPU number needs a machine with one: benchmarks/gpu_check.py.")
+    run.save(
+        "Checks at real size",
+        f"`triage check RUN --json --device cpu`, the whole process: {whole['seconds']:.1f} s wall, "
+        f"{whole['cpu_s']:.1f} s of CPU, peak RSS {whole['peak_mib'] / 1024:.2f} GiB, exit status {whole['exit']}, "
+        f"top hypothesis {whole['top_hypothesis']}; the vocab check {vocab_s:.2f} s against the story's script's "
+        f"{manual['seconds']:.2f} s.",
+        [
+            {
+                "what": "`triage check` of a Kimi-K2-sized run on the CPU (drafter 1.7 GB, target vocab 163 840), "
+                "every check",
+                "triage": {
+                    "name": "triage",
+                    "label": "`triage check RUN --json --device cpu`",
+                    "seconds": whole["seconds"],
+                    "cpu": whole["cpu_s"],
+                    "rss_mib": whole["peak_mib"],
+                },
+                "other": None,
+            }
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ Records are built with the real ``event_pb2`` and framed with crc32c; a small fi
 torch's SummaryWriter itself with the same points is checked to hold byte-identical records and
 to read back identically.
 
-Methods, each in its own process (peak RSS from /proc VmHWM, minus the RSS after imports), timed
-from a warm page cache, best of --repeat for the fast ones:
+Methods, each in its own process (peak RSS: the whole process's /proc VmHWM, imports included, and
+its growth over the RSS after imports), timed from a warm page cache, best of --repeat for the fast ones:
 - triage: ``RunEvents.poll()`` (core/events/reader.py), cold in the process;
 - upb loop: struct framing + ``Event.FromString`` per record + reading tag/step/value, no CRCs
   (the obvious fast pure-Python reader);
@@ -19,7 +19,7 @@ from a warm page cache, best of --repeat for the fast ones:
 Then the tail: 1 000 events appended to the loaded file, one ``poll()``; best and median of 9.
 
     .venv/bin/python benchmarks/bench_events.py                 # ~1 min on 2 cores
-    .venv/bin/python benchmarks/bench_events.py --events 200000 --repeat 2
+    .venv/bin/python benchmarks/bench_events.py --events 200000 --repeat 2 --dry-run
 """
 
 from __future__ import annotations
@@ -200,6 +200,7 @@ def _worker(method: str, path: Path, repeat: int) -> dict:
         "points": points,
         "checksum": checksum,
         "peak_extra": peak - base,
+        "peak": peak,
         "stored": stored,
     }
 
@@ -302,6 +303,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs of the fast methods; the best counts")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work" / "events")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-events.md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -312,6 +314,9 @@ def main() -> None:
         print(json.dumps(_worker(args.worker, args.file, args.repeat)))
         return
 
+    import record
+
+    run = record.Run("events", dry_run=args.dry_run)
     started = time.perf_counter()
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
@@ -362,36 +367,55 @@ def main() -> None:
             "(times; RSS is the prefix run's, it streams)",
         ),
     ]
-    load = os.getloadavg()
-    print(f"# Event reader benchmark: {args.events:,} scalar events, {len(TAGS)} tags, {size / 1e6:.1f} MB\n")
-    print(
-        f"- machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
-        f"(shared machine: wall times are noisy; CPU time is the steadier figure)"
-    )
-    print(
-        f"- python {platform.python_version()}, numpy {__import__('numpy').__version__}, "
+    results["rustboard"]["peak"] = results["rustboard"]["peak_extra"]  # its VmHWM: already the whole process
+
+    def extra(name: str, r: dict) -> str:
+        return "–" if name.startswith("rustboard") else f"{r['peak_extra'] / 2**20:.0f}"
+
+    lines = [
+        f"| {name} | {r['wall']:.3f} | {r['cpu']:.3f} | {r['wall'] / ours['wall']:.1f}× | "
+        f"{r['cpu'] / ours['cpu']:.1f}× | {r['peak'] / 2**20:.0f} | "
+        f"{extra(name, r)} | {note} |"
+        for name, r, note in rows
+    ]
+    table = (
+        f"{args.events:,} scalar events, {len(TAGS)} tags, {size / 1e6:.1f} MB (file written in {written:.1f} s; "
+        f"{torch_check}); python {platform.python_version()}, numpy {__import__('numpy').__version__}, "
         f"protobuf {__import__('google.protobuf').protobuf.__version__}, "
-        f"tensorboard {__import__('tensorboard').__version__}"
-    )
-    print(f"- file written in {written:.1f} s; {torch_check}")
-    print(f"- cold load, page cache warm; best of {args.repeat} for triage and rustboard, 1 run for the others\n")
-    print("| method | wall s | CPU s | wall vs triage | CPU vs triage | peak RSS extra MB | notes |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for name, r, note in rows:
-        print(
-            f"| {name} | {r['wall']:.3f} | {r['cpu']:.3f} | {r['wall'] / ours['wall']:.1f}× | "
-            f"{r['cpu'] / ours['cpu']:.1f}× | {r['peak_extra'] / 2**20:.0f} | {note} |"
-        )
-    print(
-        "\nrustboard peak RSS is its whole process (VmHWM); the Python rows are the peak above the RSS after imports."
-    )
-    print(
-        f"\nTail: {TAIL_EVENTS:,} events appended to the loaded file, one `poll()`, {TAIL_ROUNDS} rounds: "
+        f"tensorboard {__import__('tensorboard').__version__}. Cold load in a process, page cache warm; best of "
+        f"{args.repeat} for triage and rustboard, 1 run for the others. rustboard's time runs from its exec, the "
+        "others' from the call (their interpreter already started).\n\n"
+        "| method | wall s | CPU s | wall vs triage | CPU vs triage | peak RSS, whole process, MiB "
+        "| of which after imports, MiB | notes |\n|---|---:|---:|---:|---:|---:|---:|---|\n"
+        + "\n".join(lines)
+        + f"\n\nTail: {TAIL_EVENTS:,} events appended to the loaded file, one `poll()`, {TAIL_ROUNDS} rounds: "
         f"wall best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms; "
         f"CPU best {tail['cpu_best'] * 1e3:.2f} ms, median {tail['cpu_median'] * 1e3:.2f} ms "
-        f"({tail['bytes']:,} bytes read, {tail['slow_records']} records through `Event.FromString`)."
+        f"({tail['bytes']:,} bytes read, {tail['slow_records']} records through `Event.FromString`).\n\n"
+        f"Total benchmark time {time.perf_counter() - started:.0f} s."
     )
-    print(f"\nTotal benchmark time {time.perf_counter() - started:.0f} s.")
+
+    def side(name: str, label: str, r: dict) -> dict:
+        return {"name": name, "label": label, "seconds": r["wall"], "cpu": r["cpu"], "rss_mib": r["peak"] / 2**20}
+
+    tensorboard = __import__("tensorboard").__version__
+    record_rows = [
+        {
+            "what": f"read one {args.events:,}-event file in a process",
+            "triage": side("triage", "`RunEvents.poll()`", ours),
+            "other": side(
+                f"EventFileLoader (tensorboard {tensorboard})",
+                f"tensorboard {tensorboard} `EventFileLoader`, what tbparse reads with (×{scale:.0f} from a prefix)",
+                efl,
+            ),
+        },
+        {
+            "what": f"a live poll: {TAIL_EVENTS:,} events appended to a loaded {args.events:,}-event file",
+            "triage": {"name": "triage", "label": "`RunEvents.poll()`, median", "seconds": tail["median"]},
+            "other": None,
+        },
+    ]
+    run.save("Event file reader", table, record_rows)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,25 +1,25 @@
-"""`triage scalars` export of a 1 000 000-scalar file against rustboard's load of the same file.
+"""`triage scalars` export of a 1 000 000-scalar file against tbparse's export and rustboard's load of it.
 
 The file is bench_events.py's (1 000 000 scalar events, the 15 SpecForge tags, one
 ``simple_value`` per record as torch's SummaryWriter writes them). Each round runs, as whole
 processes from exec to exit, one after another so they see the same machine:
 - rustboard: tensorboard's Rust data server, ``--reload once --samples-per-plugin scalars=all``,
-  exec to its "Finished load cycle" log line (bench_events.rustboard);
-- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` to a file: the file's
-  read split in two at a record boundary, its second half decoded by a forked child
-  (core/events/split_read.py), then one formatter for each core that was idle or theirs while
-  they read (commands/scalars.py ``_processes``);
-- the same two formatting in one process, and formatting in one process a core whether idle or
-  not: what the rule chose against what the other choice would have cost;
-- the same two on one core: no split read, one formatting process (the code before both levers).
+  exec to its "Finished load cycle" log line (bench_events.rustboard): the load alone, no export;
+- ``triage scalars FILE`` (CSV) and ``triage scalars FILE --format json`` into a file;
+- tbparse (pandas over tensorboard's EventAccumulator, what users export scalars with):
+  ``SummaryReader(FILE, extra_columns={"wall_time"}).scalars.to_csv(OUT)``, in the first
+  --tbparse-rounds rounds only (it takes a minute).
 
-Then both outputs are checked value for value against the file's records decoded with
-``event_pb2``: every wall_time parses back to the same float64, every value to the same float64
-and, narrowed, to the same float32 that ``simple_value`` held (round-trip repr), and the CSV is
-byte-identical to what ``repr`` and ``csv.writer`` write.
+Memory is the same figure for every tool: the whole process's peak RSS (triage's and tbparse's
+from wait4, the largest of the process and the helpers it waited for; rustboard's VmHWM at the
+end of its load cycle). Then the outputs are checked value for value against the file's records
+decoded with ``event_pb2``: every wall_time parses back to the same float64, every value to the
+same float64 and, narrowed, to the same float32 that ``simple_value`` held (round-trip repr), the
+CSV is byte-identical to what ``repr`` and ``csv.writer`` write, and tbparse's CSV holds the same
+points. The run is appended to RESULTS-export.md (benchmarks/report.py writes docs/speed.md from it).
 
-    .venv/bin/python benchmarks/bench_export.py                # ~1 min, 5 rounds
-    .venv/bin/python benchmarks/bench_export.py --events 200000 --rounds 3
+    .venv/bin/python benchmarks/bench_export.py                # ~3 min, 5 rounds, tbparse in the first
+    .venv/bin/python benchmarks/bench_export.py --events 100000 --rounds 2 --dry-run   # a check of the harness
 """
 
 from __future__ import annotations
@@ -42,19 +42,12 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 import bench_events  # noqa: E402 - found through the sys.path entry above
-
-# `triage scalars` with the number of formatting processes fixed, not chosen by the idle cores
-# (0: one a core), and the file's read split in two (core/events/split_read.py) or not.
-FIXED = (
-    "import sys, runpy; import triage_tui.commands.scalars as s; import triage_tui.core.events.tuning as t; "
-    "n, split = {}, {}; s._processes = lambda floats, out, ticks: n or s._CORES; "
-    "t.SPLIT_MIN_BYTES = t.SPLIT_MIN_BYTES if split else 1 << 62; "
-    "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
-)
+import record  # noqa: E402
 
 
-def timed(cmd: list[str], out: Path) -> tuple[float, float]:
-    """Wall seconds from exec to exit, and CPU seconds (the process and the formatters it forked)."""
+def timed(cmd: list[str], out: Path) -> tuple[float, float, float]:
+    """Wall seconds from exec to exit, CPU seconds and whole-process peak RSS in MiB (the process and
+    the helpers it forked and waited for)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
     with open(out, "wb") as sink:
@@ -64,7 +57,27 @@ def timed(cmd: list[str], out: Path) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{cmd} failed with exit status {proc.returncode}")
-    return seconds, usage.ru_utime + usage.ru_stime
+    return seconds, usage.ru_utime + usage.ru_stime, record.whole_process_peak_mib(usage)
+
+
+# What a user writes to export every scalar with tbparse (its README: SummaryReader(...).scalars is a
+# pandas DataFrame of step, tag, value; extra_columns adds the wall time).
+TBPARSE = (
+    "import sys; from tbparse import SummaryReader; "
+    "SummaryReader(sys.argv[1], extra_columns={'wall_time'}).scalars.to_csv(sys.argv[2], index=False)"
+)
+
+
+def check_tbparse(tbparse_csv: Path, triage_csv: Path) -> str:
+    """tbparse's export holds the same points as triage's: the same tags, steps, wall times and values."""
+    import pandas as pd
+
+    theirs = pd.read_csv(tbparse_csv).sort_values(["tag", "step"], kind="stable").reset_index(drop=True)
+    ours = pd.read_csv(triage_csv).sort_values(["tag", "step"], kind="stable").reset_index(drop=True)
+    assert len(theirs) == len(ours), (len(theirs), len(ours))
+    for column in ("tag", "step", "wall_time", "value"):
+        assert (theirs[column].to_numpy() == ours[column].to_numpy()).all(), column
+    return f"tbparse's CSV holds the same {len(ours):,} points (tag, step, wall time, value)"
 
 
 def reference(path: Path) -> dict[str, list[tuple[int, float, float]]]:
@@ -124,10 +137,6 @@ def check_exact(csv_path: Path, json_path: Path, ref: dict) -> str:
     )
 
 
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
-
-
 def main() -> None:
     import as_installed  # benchmarks/: the script's own directory is on sys.path
 
@@ -135,8 +144,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tbparse-rounds", type=int, default=1, help="rounds tbparse runs in (the first ones)")
     parser.add_argument("--workdir", type=Path, default=HERE / ".work" / "export")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-export.md")
     args = parser.parse_args()
+    run = record.Run("export", dry_run=args.dry_run)
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     big = work / "logdir" / "run" / "events.out.tfevents.1700000000.bench"
@@ -147,74 +159,68 @@ def main() -> None:
     cmds = {
         "csv": [python, "-m", "triage_tui", "scalars", str(big)],
         "json": [python, "-m", "triage_tui", "scalars", str(big), "--format", "json"],
-        "csv, formatting in one process": [python, "-c", FIXED.format(1, True), "scalars", str(big)],
-        "json, formatting in one process": [
-            python,
-            "-c",
-            FIXED.format(1, True),
-            "scalars",
-            str(big),
-            "--format",
-            "json",
-        ],
-        "csv, formatting in one process a core": [python, "-c", FIXED.format(0, True), "scalars", str(big)],
-        "json, formatting in one process a core": [
-            python,
-            "-c",
-            FIXED.format(0, True),
-            "scalars",
-            str(big),
-            "--format",
-            "json",
-        ],
-        "csv, one core (no split read, one formatter)": [python, "-c", FIXED.format(1, False), "scalars", str(big)],
-        "json, one core (no split read, one formatter)": [
-            python,
-            "-c",
-            FIXED.format(1, False),
-            "scalars",
-            str(big),
-            "--format",
-            "json",
-        ],
+        "tbparse": [python, "-c", TBPARSE, str(big), str(work / "tbparse.csv")],
     }
-    times: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
-    cpus: dict[str, list[float]] = {"rustboard": [], **{k: [] for k in cmds}}
-    ratios: dict[str, list[float]] = {k: [] for k in cmds}
-    cpu_ratios: dict[str, list[float]] = {k: [] for k in cmds}
-    load_start = os.getloadavg()
-    for _ in range(args.rounds):
-        rust_run = bench_events.rustboard(big.parent.parent, 1)
-        rust, rust_cpu = rust_run["wall"], rust_run["cpu"]
-        times["rustboard"].append(rust)
-        cpus["rustboard"].append(rust_cpu)
+    times: dict[str, list[float]] = {k: [] for k in ("rustboard", *cmds)}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
+    peaks: dict[str, list[float]] = {k: [] for k in times}
+    for round_ in range(args.rounds):
+        rust = bench_events.rustboard(big.parent.parent, 1)
+        times["rustboard"].append(rust["wall"])
+        cpus["rustboard"].append(rust["cpu"])
+        peaks["rustboard"].append(rust["peak_extra"] / 2**20)  # its VmHWM: the whole process
         for name, cmd in cmds.items():
-            seconds, cpu = timed(cmd, work / f"out.{name}")
+            if name == "tbparse" and round_ >= args.tbparse_rounds:
+                continue
+            seconds, cpu, peak = timed(cmd, work / f"out.{name}")
             times[name].append(seconds)
             cpus[name].append(cpu)
-            ratios[name].append(seconds / rust)
-            cpu_ratios[name].append(cpu / rust_cpu)
-    verdict = check_exact(work / "out.csv", work / "out.json", reference(big))
-    for name in cmds:  # in one process or several, the same bytes
-        assert (work / f"out.{name}").read_bytes() == (work / f"out.{name.split(',')[0]}").read_bytes(), name
-    load_end = os.getloadavg()
-    print(
-        f"# `triage scalars` export: {args.events:,} scalar events, {len(bench_events.TAGS)} tags, "
-        f"{size / 1e6:.1f} MB\n"
+            peaks[name].append(peak)
+    verdicts = [check_exact(work / "out.csv", work / "out.json", reference(big))]
+    if times["tbparse"]:
+        verdicts.append(check_tbparse(work / "tbparse.csv", work / "out.csv"))
+    median = {k: statistics.median(v) for k, v in times.items() if v}
+    from importlib.metadata import version
+
+    names = {
+        "csv": "triage",
+        "json": "triage",
+        "rustboard": f"rustboard {version('tensorboard-data-server')} (its load alone)",
+        "tbparse": f"tbparse {version('tbparse')}",
+    }
+    labels = {
+        "csv": "`triage scalars FILE > out.csv`",
+        "json": "`triage scalars FILE --format json > out.json`",
+        "rustboard": f"{names['rustboard']}: tensorboard's Rust data server's load cycle, exporting nothing",
+        "tbparse": f"{names['tbparse']}: `SummaryReader(FILE, extra_columns={{'wall_time'}}).scalars.to_csv(out.csv)`",
+    }
+    lines = [
+        f"| {labels[k]} | {record.spread(times[k])} | {median[k] / median['csv']:.2f} | {record.spread(cpus[k])} "
+        f"| {statistics.median(peaks[k]):.0f} |"
+        for k in ("csv", "json", "rustboard", "tbparse")
+        if times[k]
+    ]
+    table = (
+        f"{args.events:,} scalar events, {len(bench_events.TAGS)} tags, {size / 1e6:.1f} MB; {args.rounds} rounds "
+        f"(tbparse in {min(args.tbparse_rounds, args.rounds)}), whole processes from exec to exit, page cache warm.\n"
+        f"Exactness: {'; '.join(verdicts)}.\n\n"
+        "| command | wall s, median (min–max) | wall ÷ triage CSV (medians) | CPU s | peak RSS, whole process, MiB |\n"
+        "|---|---|---|---|---|\n" + "\n".join(lines)
     )
-    print(
-        f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
-    )
-    print(f"- {args.rounds} rounds, each: rustboard, then each export, whole processes, page cache warm")
-    print(f"- exactness: {verdict}; the same bytes in one process and in one a core\n")
-    print("| command | wall s, median (min–max) | ÷ rustboard, same round | CPU s | CPU ÷ rustboard's, same round |")
-    print("|---|---|---|---|---|")
-    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} | 1 |")
-    for name in cmds:
-        print(
-            f"| `triage scalars` {name} | {spread(times[name])} | {spread(ratios[name])} | {spread(cpus[name])} "
-            f"| {spread(cpu_ratios[name])} |"
-        )
+
+    def side(name: str) -> dict:
+        return {
+            "name": names[name],
+            "label": labels[name],
+            "seconds": median[name],
+            "cpu": statistics.median(cpus[name]),
+            "rss_mib": statistics.median(peaks[name]),
+        }
+
+    what = f"export every scalar of one {args.events:,}-event file"
+    rows = [{"what": f"{what} to CSV", "triage": side("csv"), "other": side("tbparse")}] if times["tbparse"] else []
+    rows.append({"what": f"{what} (rustboard: its load alone)", "triage": side("csv"), "other": side("rustboard")})
+    run.save("Export against tbparse and rustboard", table, rows)
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -12,9 +12,9 @@ Each measurement runs in its own process:
   is /proc VmHWM reset after imports (getrusage's peak inherits the parent's across exec), and the
   RSS once loaded; both above the RSS after imports, per point stored. A run of a tenth of the big
   one's points gives the slope: bytes per added point and the fixed overhead;
-- first paint: ``TriageApp`` under ``App.run_test`` (headless), from constructing the app to the
-  first screen with the runs table mounted (three fresh processes, median), then to the table
-  holding every run (its first poll done);
+- first paint, headless (on a real terminal: bench_paint.py): ``TriageApp`` under ``App.run_test``,
+  from constructing the app to the first screen with the runs table mounted (three fresh processes,
+  median), then to the table holding every run (its first poll done);
 - idle: ``Watcher.run`` (poll 1 s, rescan 5 s, watchdog on as in the TUI, then ``--poll``) and the
   whole TUI under ``run_test``, process CPU time / wall time over --idle-seconds once loaded;
 - rustboard: tensorboard's Rust data server (``--reload once --samples-per-plugin scalars=all``)
@@ -502,7 +502,7 @@ def main() -> None:
     print(f"\nload average at end {loadavg()}\n")
     print(
         "| tree | points | triage load (median of 3) | rustboard load, median (÷ triage) "
-        "| first paint, median of 3 (from exec) | all rows shown | "
+        "| headless first paint (on a terminal: bench_paint.py), median of 3 (from exec) | all rows shown | "
         "idle CPU core / TUI / --poll | triage peak RSS above imports | B/point (peak RSS / RSS after / stored) | "
         "rustboard peak RSS |"
     )

@@ -8,13 +8,15 @@ round runs, one after another so they see the same machine, as whole processes:
   several threads);
 - ``triage scan TREE`` from exec to exit (the first poll reads runs here and in a helper process,
   core/parallel_read.py);
-- the same with the helper turned off (one core), for what the second core adds;
 - the TUI (``TriageApp`` under ``App.run_test``, headless, its helpers forked and its first poll
   begun before Textual is imported, as ``triage`` does: commands/tui.py ``start_reading``): from
   exec to the first rows on screen and to every run's row with every point loaded.
 
+What the helper processes buy against one process is benchmarks/ab.py's to measure; first rows
+on a real terminal are bench_paint.py's. Memory is every tool's whole-process peak RSS.
+
     .venv/bin/python benchmarks/bench_sweep.py                 # ~3 min + writing the tree (~10 s)
-    .venv/bin/python benchmarks/bench_sweep.py --runs 20 --points 20000 --rounds 2
+    .venv/bin/python benchmarks/bench_sweep.py --runs 20 --points 20000 --rounds 2 --dry-run
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,11 +39,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402  (the tree writer and rustboard's timing are bench_scale's)
-
-ONE_CORE = (
-    "import sys, runpy; import triage_tui.core.parallel_read as p; p._cores = lambda: 1; "
-    "sys.argv = ['triage', *sys.argv[1:]]; runpy.run_module('triage_tui', run_name='__main__')"
-)
+import record  # noqa: E402
 
 
 def write_tree(root: Path, runs: int, points: int) -> int:
@@ -55,22 +54,26 @@ def write_tree(root: Path, runs: int, points: int) -> int:
     return int((root / ".complete").read_text())
 
 
+def timed(cmd: list[str]) -> tuple[float, float, float, str]:
+    """(seconds from exec to exit, CPU seconds and whole-process peak RSS in MiB of the process and
+    the helpers it waited for, stdout)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) not in (0, 1):
+            raise SystemExit(f"{cmd} failed: {err.read().decode()[-2000:]}")
+        return seconds, usage.ru_utime + usage.ru_stime, record.whole_process_peak_mib(usage), out.read().decode()
+
+
 def children_cpu() -> float:
     """CPU seconds (user + system) of every child process waited for so far, their helpers included."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(seconds from exec to exit, CPU seconds of the process and its helpers, stdout)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cpu0 = children_cpu()
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, check=False)
-    seconds = time.perf_counter() - t0
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"{cmd} failed: {done.stderr[-2000:]}")
-    return seconds, children_cpu() - cpu0, done.stdout
 
 
 def scan_points(stdout: str) -> int:
@@ -102,18 +105,13 @@ def child_tui(root: str, runs: int, exec_wall: float) -> dict:
     return out
 
 
-def tui(root: Path, runs: int, one_core: bool) -> tuple[dict, float]:
+def tui(root: Path, runs: int) -> tuple[dict, float, float]:
     code = (
-        ("import triage_tui.core.parallel_read as p; p._cores = lambda: 1; " if one_core else "")
-        + f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
+        f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
         f"print(json.dumps(bench_sweep.child_tui({str(root)!r}, {runs}, {time.time()!r})))"
     )
-    _, cpu, stdout = timed([sys.executable, "-c", code])
-    return json.loads(stdout.strip().splitlines()[-1]), cpu
-
-
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+    _, cpu, peak, stdout = timed([sys.executable, "-c", code])
+    return json.loads(stdout.strip().splitlines()[-1]), cpu, peak
 
 
 def main() -> None:
@@ -125,72 +123,73 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the tree in benchmarks/.work/sweep for a rerun")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-sweep.md")
     args = parser.parse_args()
+    run = record.Run("sweep", dry_run=args.dry_run)
     root = HERE / ".work" / "sweep" / f"{args.runs}x{args.points}"
     t0 = time.perf_counter()
     expected = write_tree(root, args.runs, args.points)
     written = time.perf_counter() - t0
     size = bench_scale.tree_bytes(root)
-    load_start = os.getloadavg()
-    python = sys.executable
-    scan = [python, "-m", "triage_tui", "scan", str(root), "--json"]
-    scan_one = [python, "-c", ONE_CORE, "scan", str(root), "--json"]
-    times: dict[str, list[float]] = {
-        k: []
-        for k in ("rustboard", "scan", "scan, one core", "tui first rows", "tui all rows", "tui all rows, one core")
-    }
-    ratios: dict[str, list[float]] = {k: [] for k in times if k != "rustboard"}
-    # CPU seconds of the whole load (the process and its helpers; the TUI's until it quit): on a
-    # shared machine the figure that moves least with the other sessions' load.
-    cpus: dict[str, list[float]] = {k: [] for k in times if k != "tui first rows"}
+    scan = [sys.executable, "-m", "triage_tui", "scan", str(root), "--json"]
+    keys = ("rustboard", "scan", "tui first rows", "tui all rows")
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    cpus: dict[str, list[float]] = {k: [] for k in keys}
+    peaks: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(args.rounds):
         cpu0 = children_cpu()
-        rust = bench_scale.rustboard_load(root)["load_s"]
+        rust = bench_scale.rustboard_load(root)
         cpus["rustboard"].append(children_cpu() - cpu0)
-        times["rustboard"].append(rust)
-        for name, cmd in (("scan", scan), ("scan, one core", scan_one)):
-            seconds, cpu, stdout = timed(cmd)
-            assert scan_points(stdout) == expected * 2 // len(bench_scale.TAGS), "scan read a wrong number of points"
-            times[name].append(seconds)
-            ratios[name].append(seconds / rust)
-            cpus[name].append(cpu)
-        for one_core in (False, True):
-            shown, cpu = tui(root, args.runs, one_core)
-            assert shown["points"] == expected, shown
-            if not one_core:
-                times["tui first rows"].append(shown["first_rows_s"])
-                ratios["tui first rows"].append(shown["first_rows_s"] / rust)
-            key = "tui all rows" + (", one core" if one_core else "")
-            cpus[key].append(cpu)
-            times[key].append(shown["all_rows_s"])
-            ratios[key].append(shown["all_rows_s"] / rust)
-    load_end = os.getloadavg()
-    print(
-        f"# A sweep's first load: {args.runs} runs x {args.points:,} scalars ({expected:,} points, "
-        f"{size / 1e6:.0f} MB of event files, written in {written:.0f} s)\n"
+        times["rustboard"].append(rust["load_s"])
+        peaks["rustboard"].append(rust["rss_peak_kb"] / 1024)
+        seconds, cpu, peak, stdout = timed(scan)
+        assert scan_points(stdout) == expected * 2 // len(bench_scale.TAGS), "scan read a wrong number of points"
+        times["scan"].append(seconds)
+        cpus["scan"].append(cpu)
+        peaks["scan"].append(peak)
+        shown, cpu, peak = tui(root, args.runs)
+        assert shown["points"] == expected, shown
+        times["tui first rows"].append(shown["first_rows_s"])
+        times["tui all rows"].append(shown["all_rows_s"])
+        for key in ("tui first rows", "tui all rows"):
+            cpus[key].append(cpu)  # the whole session's, until it quit
+            peaks[key].append(peak)
+    labels = {
+        "rustboard": "rustboard 0.7.2 load cycle (tensorboard's Rust data server)",
+        "scan": "`triage scan TREE`",
+        "tui first rows": "`triage TREE` (headless): first rows on screen",
+        "tui all rows": "`triage TREE` (headless): every run loaded",
+    }
+    median = {k: statistics.median(v) for k, v in times.items()}
+    lines = [
+        f"| {labels[k]} | {record.spread(times[k])} | {median[k] / median['rustboard']:.2f} "
+        f"| {record.spread(cpus[k])} | {statistics.median(peaks[k]):.0f} |"
+        for k in keys
+    ]
+    table = (
+        f"{args.runs} runs × {args.points:,} scalars ({expected:,} points, {size / 1e6:.0f} MB of event files, "
+        f"written in {written:.0f} s); {args.rounds} rounds, each: rustboard, scan, the TUI; whole processes from "
+        "exec, page cache warm.\n\n"
+        "| what | seconds from exec, median (min–max) | ÷ rustboard (medians) | CPU s, process and helpers "
+        "| peak RSS, whole process, MiB |\n|---|---|---|---|---|\n" + "\n".join(lines)
     )
-    print(
-        f"- machine: {os.cpu_count()} CPUs, load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end"
-    )
-    print(
-        f"- {args.rounds} rounds, each: rustboard, scan, scan on one core, TUI, TUI on one core; whole processes "
-        f"from exec, page cache warm\n"
-    )
-    print(
-        "| what | seconds from exec, median (min–max) | ÷ rustboard in the same round, median (min–max) "
-        "| CPU seconds, process and helpers, median (min–max) |"
-    )
-    print("|---|---|---|---|")
-    print(f"| rustboard 0.7.2 load cycle | {spread(times['rustboard'])} | 1 | {spread(cpus['rustboard'])} |")
-    for name, label in (
-        ("scan", "`triage scan`"),
-        ("scan, one core", "`triage scan`, helper off (one core)"),
-        ("tui first rows", "TUI: first rows on screen"),
-        ("tui all rows", "TUI: every run loaded"),
-        ("tui all rows, one core", "TUI: every run loaded, helper off"),
-    ):
-        cpu = spread(cpus[name]) if name in cpus else ""
-        print(f"| {label} | {spread(times[name])} | {spread(ratios[name])} | {cpu} |")
+
+    def side(key: str) -> dict:
+        return {
+            "name": "rustboard 0.7.2" if key == "rustboard" else "triage",
+            "label": labels[key],
+            "seconds": median[key],
+            "cpu": statistics.median(cpus[key]),
+            "rss_mib": statistics.median(peaks[key]),
+        }
+
+    what = f"a sweep's first load, {args.runs} runs × {args.points:,} points"
+    rows = [
+        {"what": f"{what}: `triage scan`", "triage": side("scan"), "other": side("rustboard")},
+        {"what": f"{what}: the TUI's first rows", "triage": side("tui first rows"), "other": side("rustboard")},
+        {"what": f"{what}: the TUI, every run loaded", "triage": side("tui all rows"), "other": side("rustboard")},
+    ]
+    run.save("A sweep's first load against rustboard", table, rows)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -168,6 +168,7 @@ def main() -> None:
     parser.add_argument("--tail-rows", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-wandb.md")
     args = parser.parse_args()
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="triage-bench-wandb-"))
@@ -249,6 +250,28 @@ def main() -> None:
             f"Tail: the last {args.tail_rows} rows ({tail['records']} records, {tail['points']:,} points) "
             f"appended, one `poll()`: best {tail['best'] * 1e3:.2f} ms, median {tail['median'] * 1e3:.2f} ms "
             f"(of {TAIL_ROUNDS})."
+        )
+        import record
+
+        leet_label = "`wandb leet inspect --json` (W&B's own offline reader) + its JSON lines to points"
+        record.Run("wandb", dry_run=args.dry_run).save(
+            "W&B run reader",
+            "| method | wall s | CPU s |\n|---|---:|---:|\n"
+            f"| triage `WandbHistory.poll()` | {t_wall:.3f} | {t_cpu:.3f} |\n"
+            + "\n".join(f"| {name} | {result['wall']:.3f} | {result['cpu']:.3f} |" for name, result in rows)
+            + f"\n\nEvery point identical between the two readers: {'yes' if identical else 'NO'}.",
+            [
+                {
+                    "what": f"read a {args.rows:,}-row W&B offline run",
+                    "triage": {"name": "triage", "label": "`WandbHistory.poll()`", "seconds": t_wall, "cpu": t_cpu},
+                    "other": {
+                        "name": f"wandb {wandb.__version__} leet",
+                        "label": leet_label,
+                        "seconds": leet["wall"],
+                        "cpu": leet["cpu"],
+                    },
+                }
+            ],
         )
     finally:
         if args.keep is None:

@@ -9,7 +9,7 @@ story's two mappings), then
   to 1e-4 relative;
 - runs ``remap_checkpoint`` (the lm_head gather, staged on the GPU for a head this size) with
   device cpu and cuda and compares the two written checkpoints byte for byte.
-Prints one line per measurement and a Markdown table for the README. Exits 1 on a mismatch,
+Prints one line per measurement and a Markdown table (for RESULTS-checks.md). Exits 1 on a mismatch,
 2 when torch sees no GPU (``--second-device cpu`` dry-runs it without one).
 
     python benchmarks/gpu_check.py                   # ~6 GB in a temporary directory, a few minutes

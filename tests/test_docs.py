@@ -33,11 +33,110 @@ def test_nothing_cites_files_outside_the_repository():
     assert offenders == []
 
 
-@pytest.mark.parametrize("name", ["case.md", "contracts.md", "formats.md"])
+DOCS = [
+    "case.md",
+    "contracts.md",
+    "formats.md",
+    "hypotheses.md",
+    "remap.md",
+    "serving.md",
+    "reliability.md",
+    "speed.md",
+]
+
+
+@pytest.mark.parametrize("name", DOCS)
 def test_the_docs_the_readme_links_are_there(name):
     readme = (REPO / "README.md").read_text()
     assert f"(docs/{name})" in readme
     assert len((REPO / "docs" / name).read_text()) > 1000
+
+
+def test_every_doc_is_linked_from_the_readme():
+    assert sorted(p.name for p in (REPO / "docs").glob("*.md")) == sorted(DOCS)
+
+
+# What the docs say is the product as it is now: never the project's history (issue numbers, the
+# sessions or rounds it was built in, commit narratives). A measurement's commit is its provenance:
+# docs/speed.md names one per row (written by benchmarks/report.py), and a format fact cites the
+# upstream commit it was read at.
+HISTORY = re.compile(
+    r"\bissues? \d+|\b(this|that|next|previous|earlier|later) sessions?\b|\bsessions? (of|at)\b"
+    r"|\b(first|second|third|fourth|fifth|this) round\b|\bdevelopment (builds?|machine)\b"
+    r"|\bthis project\b|\bwas (added|removed|changed) in\b",
+    re.IGNORECASE,
+)
+HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+UPSTREAM_COMMITS = {"886ab9cf"}  # sgl-project/SpecForge, the "classic" layout (docs/formats.md)
+
+
+def user_docs() -> list[Path]:
+    return [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_the_docs_speak_of_the_product_not_its_history():
+    offenders = []
+    for path in user_docs():
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            hashes = set(HASH.findall(line)) - UPSTREAM_COMMITS
+            if path.name == "speed.md":
+                hashes = set()  # each measurement's commit, its provenance
+            if HISTORY.search(line) or hashes:
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:160]}")
+    assert offenders == []
+
+
+def help_text(command: str) -> str:
+    """What `triage [COMMAND] --help` prints."""
+    import contextlib
+    import io
+
+    from triage_tui import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli.main([command, "--help"] if command else ["--help"])
+    return out.getvalue()
+
+
+def help_flags(command: str) -> dict[str, str]:
+    """Every option of the command's --help (not --help itself): flag -> its choices ("a|b"), or ""."""
+    flags = {}
+    for match in re.finditer(r"^  (?:-\w, )?(--[\w-]+)(?: \{([^}]*)\})?", help_text(command), re.M):
+        flags[match.group(1)] = (match.group(2) or "").replace(",", "|")
+    flags.pop("--help")
+    return flags
+
+
+def table_flags(markdown: str, heading: str) -> dict[str, dict[str, str]]:
+    """The commands table under ``heading``: command ("" for the TUI) -> flag -> choices it shows."""
+    from triage_tui import cli
+
+    section = markdown.split(heading + "\n", 1)[1].split("\n#", 1)[0]
+    commands: dict[str, dict[str, str]] = {}
+    for row in re.findall(r"^\| `(triage[^`]*)`", section, re.M):
+        words = row.split()
+        command = words[1] if len(words) > 1 and words[1] in cli.SUBCOMMANDS else ""
+        flags = commands.setdefault(command, {})
+        for match in re.finditer(r"(--[\w-]+)(?: ((?:\w+\\\|)+\w+))?", row):
+            flags[match.group(1)] = (match.group(2) or "").replace("\\|", "|")
+    return commands
+
+
+@pytest.mark.parametrize(
+    ("doc", "heading"), [("README.md", "## Commands"), ("docs/contracts.md", "## Commands and exit status")]
+)
+def test_the_commands_table_names_every_flag_of_every_command(doc, heading):
+    """Each subcommand's row names exactly the flags its --help lists, with the same choices."""
+    from triage_tui import cli
+
+    table = table_flags((REPO / doc).read_text(), heading)
+    assert sorted(table) == sorted(["", *cli.SUBCOMMANDS])
+    for command, flags in table.items():
+        expected = help_flags(command)
+        assert set(flags) == set(expected), (command or "the TUI", sorted(set(flags) ^ set(expected)))
+        for flag, choices in expected.items():
+            assert not choices or flags[flag] in ("", choices), (command, flag, flags[flag], choices)
 
 
 def test_every_json_field_the_code_writes_is_in_the_contract():
@@ -49,3 +148,33 @@ def test_every_json_field_the_code_writes_is_in_the_contract():
     keys = set(re.findall(r'"(\w+)":', body)) | set(re.findall(r'document\["(\w+)"\]', body))
     contract = (REPO / "docs" / "contracts.md").read_text()
     assert keys and all(key in contract for key in keys), sorted(k for k in keys if k not in contract)
+
+
+def test_the_speed_page_and_the_readme_summary_are_what_benchmarks_report_writes():
+    """docs/speed.md and the README's summary are written from the RESULTS files, never by hand."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "benchmarks/report.py", "--check"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_speed_figure_names_its_run():
+    """Each record a benchmark appended says when, at what load, at which commit and by which command."""
+    import importlib.util
+    import math
+
+    spec = importlib.util.spec_from_file_location("record", REPO / "benchmarks" / "record.py")
+    assert spec and spec.loader
+    record = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(record)
+    names = [p.stem.removeprefix("RESULTS-") for p in (REPO / "benchmarks").glob("RESULTS-*.md")]
+    found = [rec for name in names for rec in record.records(name)]
+    assert found
+    for rec in found:
+        assert rec["date"] and len(rec["load"]) == 2 and rec["commit"] and rec["command"].startswith(".venv/bin/python")
+        for row in rec["rows"]:
+            figures = [row.get("fast_s"), row.get("plain_s")] if "fast_s" in row else [row["triage"]["seconds"]]
+            figures += [row["other"]["seconds"]] if row.get("other") else []
+            assert all(math.isfinite(x) and x > 0 for x in figures), row

@@ -266,3 +266,30 @@ def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(
     third, stats = read(damaged)
     assert checked == [] and stats.corrupt_records == 1
     assert sum(len(s) for s in third.scalars.series.values()) == sum(len(v) for v in series.values()) - 1
+
+
+def test_the_plain_upb_path_reads_the_same_points(tmp_path, monkeypatch):
+    """With the templates off (tuning.TEMPLATES, what benchmarks/ab.py measures them against) every
+    record goes through Event.FromString, and a real writer's file reads back the same."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from triage_tui.core.events import tuning
+
+    with SummaryWriter(log_dir=str(tmp_path)) as writer:
+        for step in range(300):
+            writer.add_scalar("train/ploss_0", 10.37 - step / 100, step, walltime=1.7e9 + step)
+            writer.add_scalar("train/acc_0", step / 1000, step, walltime=1.7e9 + step)
+        writer.add_scalar("eval/loss", math.nan, 300)
+    files = sorted(tmp_path.glob("*tfevents*"))
+
+    def read() -> tuple[dict, int]:
+        events = RunEvents()
+        events.set_files(files)
+        stats = events.poll()
+        return as_points(events.scalars), stats.slow_records
+
+    fast, fast_slow = read()
+    monkeypatch.setattr(tuning, "TEMPLATES", False)
+    plain, plain_slow = read()
+    assert same_points(plain, fast) and same_points(fast, reference_points(files))
+    assert fast_slow < 10 and plain_slow == 602  # 601 scalar records and the file_version one

@@ -258,8 +258,8 @@ def test_errored_and_skipped_checks_carry_no_weight(story):
     assert all(h.score == 0.0 for h in rank_hypotheses(checks, []))
 
 
-def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
-    """README's "Hypotheses" table has a row for each id a function of HYPOTHESES can return."""
+def test_the_docs_list_every_hypothesis_with_where_it_is_known_from():
+    """docs/hypotheses.md's "Hypotheses" table has a row for each id a function of HYPOTHESES can return."""
     import inspect
     import re
     from pathlib import Path
@@ -271,10 +271,10 @@ def test_the_readme_lists_every_hypothesis_with_where_it_is_known_from():
         ids |= set(re.findall(r'Hypothesis\(\s*"(\w+)"', inspect.getsource(function)))
     # One id per function, read from its `Hypothesis("<id>", ...)`: write the id as a literal there.
     assert len(ids) == len(hypotheses.HYPOTHESES), sorted(ids)
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Hypotheses", 1)[1].split("\n## ", 1)[0]
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "hypotheses.md").read_text()
+    section = doc.split("\n## Hypotheses\n", 1)[1].split("\n## ", 1)[0]
     rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", section, re.M)}
-    assert rows == ids, f"README rows without a hypothesis: {rows - ids}; hypotheses without a row: {ids - rows}"
+    assert rows == ids, f"table rows without a hypothesis: {rows - ids}; hypotheses without a row: {ids - rows}"
 
 
 # ----------------------------------------------------------------- curve shapes (core.curve_shapes)

@@ -182,6 +182,25 @@ def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, m
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_the_plain_path_writes_the_same_bytes(capsys, monkeypatch, run_dir, fmt):
+    """csv.writer + repr and json.dumps, one process (the plain path benchmarks/ab.py measures the numpy
+    formatter and the forked formatters against), write what the fast path writes, byte for byte."""
+    from triage_tui.commands import scalars
+
+    with SummaryWriter(log_dir=str(run_dir / "runs")) as writer:  # a tag csv must quote, one JSON escapes
+        for step, value in enumerate([0.1, 1e16, -2.5e-5, 123456789.0, math.nan]):
+            writer.add_scalar('a,"b', value, step, walltime=1.9e9 + step / 3)
+            writer.add_scalar("lösung/ä", -value, step, walltime=1.9e9 + step / 7)
+    code, fast, _ = _cli(capsys, run_dir, "--format", fmt)
+    monkeypatch.setattr(scalars, "PLAIN_TEXT", True)
+    monkeypatch.setattr(scalars, "_write_pieces", lambda *a: pytest.fail("the plain path formats with numpy"))
+    code_plain, plain, _ = _cli(capsys, run_dir, "--format", fmt)
+    assert code == code_plain == 0
+    assert plain == fast
+    assert '"a,""b"' in fast if fmt == "csv" else '"l\\u00f6sung/\\u00e4"' in fast
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_a_big_file_read_on_two_cores_exports_the_same_bytes(capsys, monkeypatch, run_dir, tmp_path, fmt):
     from triage_tui.core.events import split_read, tuning
 

@@ -19,7 +19,9 @@ import csv
 import errno
 import fnmatch
 import io
+import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -108,11 +110,42 @@ def run(args: argparse.Namespace) -> int:
     series = [events.scalars.series[tag] for tag in events.scalars.tags() if _wanted(tag, args.tag)]
     if args.tag and not series:
         print(f"triage scalars: {printable(path)}: no tag matches {printable(' or '.join(args.tag))}", file=sys.stderr)
-    if args.format == "json":
+    if PLAIN_TEXT:
+        (_write_json_plain if args.format == "json" else _write_csv_plain)(series, sys.stdout)
+    elif args.format == "json":
         _write_json(series, sys.stdout, ticks)
     else:
         _write_csv(series, sys.stdout, ticks)
     return 0
+
+
+# The plain path: csv.writer and repr, json.dumps, one process. The fast one below (numpy columns,
+# core/decimal_text.py, and forked formatters) writes the same bytes (tests/test_scalars_command.py);
+# benchmarks/ab.py sets this to measure what the fast one buys on the export of a big run.
+PLAIN_TEXT = False
+
+
+def _write_csv_plain(series: list[ScalarSeries], out) -> None:
+    writer = csv.writer(out, lineterminator="\n")  # floats as repr writes them, tags quoted where needed
+    writer.writerow(("tag", "step", "wall_time", "value"))
+    on_terminal = getattr(out, "isatty", lambda: False)()
+    for s in series:
+        steps, walls, values = s.columns()
+        tag = printable(s.tag) if on_terminal else s.tag
+        writer.writerows(zip(itertools.repeat(tag), steps.tolist(), walls.tolist(), values.tolist()))
+    out.flush()
+
+
+def _write_json_plain(series: list[ScalarSeries], out) -> None:
+    def strict(column) -> list:
+        return [v if math.isfinite(v) else ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity") for v in column]
+
+    tags = {}
+    for s in series:
+        steps, walls, values = s.columns()
+        tags[s.tag] = {"steps": steps.tolist(), "wall_times": strict(walls.tolist()), "values": strict(values.tolist())}
+    out.write(json.dumps({"tags": tags}) + "\n")  # dumps, not dump: its C encoder
+    out.flush()
 
 
 def _wanted(tag: str, globs: list[str] | None) -> bool:

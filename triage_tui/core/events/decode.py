@@ -174,7 +174,7 @@ class Decoder:
         starts = frames.starts + 12  # payload offsets
         lengths = frames.lengths
         slow: list[np.ndarray] = []
-        fits = (lengths >= 16) & (lengths <= _MAX_TEMPLATE_LEN)
+        fits = (lengths >= 16) & (lengths <= _MAX_TEMPLATE_LEN) & tuning.TEMPLATES
         slow.append(np.flatnonzero(~fits))
         candidates = np.flatnonzero(fits)
         if candidates.size:

@@ -15,3 +15,6 @@ GROUP_ROWS = 1 << 16  # records of one length decoded together (bounds the tempo
 # child (split_read): ~20 ms of fork and transfer against ~3 ms a MB of decoding saved.
 SPLIT_MIN_BYTES = 16 << 20
 SPLIT_PROBE = 1 << 20  # bytes looked at for the boundary near the middle
+# False: every record through Event.FromString (upb), the plain path the templates are measured
+# against (benchmarks/ab.py) and checked against (tests/test_events_fastpath.py).
+TEMPLATES = True

@@ -1,0 +1,222 @@
+"""docs/speed.md and the README's speed summary, written from the benchmarks' RESULTS files.
+
+Every benchmark appends each run to its ``RESULTS-<name>.md`` with a record (record.py): the figures,
+the date, the load average, the commit and the command. This script takes the latest record of
+each and writes the pages; nothing on them is typed by hand.
+
+    .venv/bin/python benchmarks/report.py            # the pages, from the RESULTS files as they are
+    .venv/bin/python benchmarks/report.py --run      # first the user-facing benchmarks at full size
+                                                     # (~20 min on 2 quiet cores), then the pages
+    .venv/bin/python benchmarks/report.py --run-all  # also checks, remap and W&B (~30 min more)
+    .venv/bin/python benchmarks/report.py --check    # exit 1 when a page is not what this would write
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
+
+SPEED = REPO / "docs" / "speed.md"
+KEEP_AT = 1.3  # benchmarks/ab.py's rule: a fast path stays where it gains this much on some figure
+README = REPO / "README.md"
+SUMMARY_BEGIN = "<!-- speed-summary: written by benchmarks/report.py -->"
+SUMMARY_END = "<!-- /speed-summary -->"
+
+# The benchmarks whose rows make the table, in its order; the command each --run starts.
+USER_FACING = {
+    "export": ["benchmarks/bench_export.py"],
+    "paint": ["benchmarks/bench_paint.py", "--sweep"],
+    "sweep": ["benchmarks/bench_sweep.py"],
+    "events": ["benchmarks/bench_events.py"],
+    "ab": ["benchmarks/ab.py"],
+}
+LONG = {
+    "wandb": ["benchmarks/bench_wandb.py"],
+    "checks": ["benchmarks/bench_checks.py"],
+    "remap": ["benchmarks/bench_remap.py"],
+}
+# bench_scale.py (idle CPU, bytes a point, 200 runs and a 10M-point run) keeps its figures in its
+# RESULTS file only: none of them is set beside another tool's as a whole process.
+
+
+def latest(benchmark: str) -> dict | None:
+    found = record.records(benchmark)
+    return found[-1] if found else None
+
+
+def measured(rec: dict) -> str:
+    load = f"{rec['load'][0]}→{rec['load'][1]}"
+    source = f" ({rec['transcribed']})" if rec.get("transcribed") else ""
+    return f"{rec['date']}, load {load}, `{rec['commit']}`{source}"
+
+
+def seconds(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def headline_rows() -> list[tuple[dict, dict]]:
+    rows = []
+    for name in [*USER_FACING, *LONG]:
+        rec = latest(name)
+        if rec is None or name == "ab":
+            continue
+        rows += [(row, rec) for row in rec["rows"]]
+    return rows
+
+
+def side(cell: dict | None) -> str:
+    if not cell:
+        return "–"
+    return f"{cell['label']}: **{seconds(cell['seconds'])}**"
+
+
+def memory(row: dict) -> str:
+    ours = row["triage"].get("rss_mib")
+    theirs = (row.get("other") or {}).get("rss_mib")
+    if ours is None:
+        return "–"
+    return f"{ours:.0f} / {theirs:.0f} MiB" if theirs is not None else f"{ours:.0f} MiB"
+
+
+def ratio(row: dict) -> str:
+    other = row.get("other")
+    if not other:
+        return "–"
+    return f"**{other['seconds'] / row['triage']['seconds']:.2f}**"
+
+
+def speed_page() -> str:
+    lines = [
+        "# Speed",
+        "",
+        "<!-- Written by benchmarks/report.py from benchmarks/RESULTS-*.md: rerun a benchmark (or",
+        "     `report.py --run`), never edit this page. -->",
+        "",
+        "Each figure is a whole process as a user runs it, timed against the tool a user would",
+        "otherwise run on the same files in the same round, so the ratio holds even where the machine",
+        "is shared (its load average is given; on a loaded machine the wall times grow, the ratios",
+        "less). Memory is the same figure for every tool: the whole process's peak RSS. Each row names",
+        "its run: the date, the load average at its start and end, the commit measured, and the",
+        "command that measured it; `benchmarks/RESULTS-<name>.md` has every run with its full table.",
+        "",
+        "## Against the tools a user would otherwise run",
+        "",
+        "| what | triage | the other tool | other ÷ triage | peak RSS, whole process: triage / other "
+        "| measured | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row, rec in headline_rows():
+        lines.append(
+            f"| {row['what']} | {side(row['triage'])} | {side(row.get('other'))} | {ratio(row)} | {memory(row)} "
+            f"| {measured(rec)} | `{rec['command']}` |"
+        )
+    ab = latest("ab")
+    lines += [
+        "",
+        "## What each fast path buys",
+        "",
+        "A fast path stays where it gains at least 1.3× on a figure a user feels; each has a plain",
+        "path beside it, chosen by a switch the tests use to check that both give the same answer,",
+        "and `benchmarks/ab.py` times the two alternating in one window.",
+        "",
+    ]
+    if ab is None:
+        lines.append("Not measured yet: `.venv/bin/python benchmarks/ab.py`.")
+    else:
+        lines += [
+            f"Measured {measured(ab)} by `{ab['command']}`:",
+            "",
+            "| fast path | plain path | figure | fast | plain | plain ÷ fast |",
+            "|---|---|---|---|---|---|",
+        ]
+        best: dict[str, float] = {}
+        for row in ab["rows"]:
+            best[row["what"]] = max(best.get(row["what"], 0.0), row["ratio"])
+            lines.append(
+                f"| {row['what']} | {row['plain']} | {row['figure']} | {seconds(row['fast_s'])} "
+                f"| {seconds(row['plain_s'])} | **{row['ratio']:.2f}** |"
+            )
+        cores = int(ab["machine"].split()[0])
+        busy = ab["load"][0] > cores
+        lines.append("")
+        for what, gain in best.items():
+            if gain >= KEEP_AT:
+                verdict = "kept"
+            elif busy:
+                verdict = (
+                    f"under {KEEP_AT}× at load {ab['load'][0]} on {cores} cores, to be measured on a quiet machine"
+                )
+            else:
+                verdict = f"under {KEEP_AT}× on every figure: to be deleted"
+            lines.append(f"- {what}: best {gain:.2f}×, {verdict}.")
+    lines += [
+        "",
+        "## Regenerating",
+        "",
+        "```sh",
+        ".venv/bin/python benchmarks/report.py --run   # the benchmarks above at full size, then this page",
+        ".venv/bin/python benchmarks/report.py         # this page and the README's summary from the RESULTS files",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def summary() -> str:
+    lines = []
+    for row, rec in headline_rows():
+        other = row.get("other")
+        # The machine's state beside every figure: on a loaded machine the wall times grow.
+        where = f"load {rec['load'][0]} on {rec['machine'].split(' (')[0].split(',')[0]}, {rec['date'][:10]}"
+        if other:
+            name = other.get("name") or other["label"]
+            lines.append(
+                f"- {row['what']}: triage {seconds(row['triage']['seconds'])}, {name} {seconds(other['seconds'])} "
+                f"({other['seconds'] / row['triage']['seconds']:.1f}× triage's time; {where})."
+            )
+        else:
+            lines.append(f"- {row['what']}: {seconds(row['triage']['seconds'])} ({where}).")
+    return "\n".join(lines)
+
+
+def readme_with_summary(text: str) -> str:
+    if SUMMARY_BEGIN not in text or SUMMARY_END not in text:
+        raise SystemExit(f"README.md has no {SUMMARY_BEGIN} ... {SUMMARY_END} block")
+    head, rest = text.split(SUMMARY_BEGIN, 1)
+    _, tail = rest.split(SUMMARY_END, 1)
+    return f"{head}{SUMMARY_BEGIN}\n{summary()}\n{SUMMARY_END}{tail}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", action="store_true", help="run the user-facing benchmarks first")
+    parser.add_argument("--run-all", action="store_true", help="run every benchmark first")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page differs from what would be written")
+    args = parser.parse_args()
+    if args.run or args.run_all:
+        for name, command in {**USER_FACING, **(LONG if args.run_all else {})}.items():
+            print(f"== {name}: {' '.join(command)}", flush=True)
+            subprocess.run([sys.executable, *command], cwd=REPO, check=True)
+    pages = {SPEED: speed_page(), README: readme_with_summary(README.read_text(encoding="utf-8"))}
+    if args.check:
+        stale = [p.relative_to(REPO) for p, text in pages.items() if not p.exists() or p.read_text("utf-8") != text]
+        if stale:
+            print(f"not what benchmarks/report.py writes: {', '.join(map(str, stale))}", file=sys.stderr)
+            return 1
+        return 0
+    for path, text in pages.items():
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
