@@ -17,7 +17,8 @@ from a sibling room of its own layer (siblings are independent):
     checks | watch            one verdict each / the live monitor over runs
     run_status                what the watcher reports about one run (scan --json's object)
     sources | parallel_read   the readers of a run, one process or two
-    wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
+    wandb_history | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
+                              flags / whether a run's writer is alive on this node
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats                   files on disk (weights, mappings, dumps, JSON) into typed results
@@ -64,7 +65,7 @@ CORE = [
     ("core.checks", "core.watch"),
     ("core.run_status",),
     ("core.sources", "core.parallel_read"),
-    ("core.wandb_history", "core.serving", "core.curve_shapes"),
+    ("core.wandb_history", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
     ("core.formats",),
