@@ -300,15 +300,13 @@ def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
     assert found["failed"][1].line == "W&B recorded exit code 3"
 
 
-def test_hf_final_save_reads_trainer_state(tmp_path):
-    import json
+def test_hf_trainers_final_save(tmp_path):
+    """transformers.Trainer itself: max_steps=4, a save every 2 steps; checkpoint-4 is the final save."""
+    from builders.trainers import hf_trainer_run
 
-    early, last = tmp_path / "checkpoint-50", tmp_path / "checkpoint-100"
-    for directory, step in ((early, 50), (last, 100)):
-        directory.mkdir()
-        (directory / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 100}))
-    assert hf_final_save([early, last])
-    assert not hf_final_save([early])
+    output = hf_trainer_run(tmp_path, steps=4, save_steps=2)
+    assert hf_final_save([output / "checkpoint-2", output / "checkpoint-4"])
+    assert not hf_final_save([output / "checkpoint-2"])
     assert not hf_final_save([])
 
 
