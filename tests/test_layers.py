@@ -21,7 +21,8 @@ from a sibling room of its own layer (siblings are independent):
                               flags / whether a run's writer is alive on this node
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
-    formats                   files on disk (weights, mappings, dumps, JSON) into typed results
+    formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
+                              GPUs, CPU, memory and disks
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
     | bounds                  small shared helpers; bounds: every fetch's deadline and cap, numbers checked
@@ -68,7 +69,7 @@ CORE = [
     ("core.wandb_history", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
-    ("core.formats",),
+    ("core.formats", "core.node"),
     ("core.objstore",),
     (
         "core.series",
