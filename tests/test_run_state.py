@@ -336,3 +336,18 @@ def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every
         child.wait()
         clock[0] = REFRESH_SECS + 1
         assert find_writer(run_dir, scanner.scan([tmp_path]))[0] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        ("events.out.tfevents.1700000000.node.12345.0", (1700000000.0, "node", 12345)),
+        ("events.out.tfevents.1700000000.gpu-7.cluster.local.99.3.v2", (1700000000.0, "gpu-7.cluster.local", 99)),
+        ("events.out.tfevents.1700000000.10.0.0.5.4242.1", (1700000000.0, "10.0.0.5", 4242)),
+        ("events.out.tfevents.1700000000.node", None),  # tensorboardX: no pid in the name
+    ],
+)
+def test_event_file_names(name, found):
+    from triage_tui.core.run_state import event_file_writer
+
+    assert event_file_writer(name) == found

@@ -52,8 +52,11 @@ from triage_tui.core.text import printable
 STATES = ("live", "stalled", "ended", "crashed", "unknown")
 
 # tensorboard's EventFileWriter: "events.out.tfevents.%010d.%s.%s.%s" % (time, hostname, pid, uid)
-# + suffix (event_file_writer.py above). The hostname may hold dots; pid and uid never do.
-_EVENT_NAME = re.compile(r"^events\.out\.tfevents\.(?P<time>\d+)\.(?P<host>.+?)\.(?P<pid>\d+)\.(?P<uid>\d+)(?:\..*)?$")
+# + suffix (event_file_writer.py above). The hostname may hold dots and digits ("10.0.0.5"): pid and
+# uid are the last two all-digit parts before a suffix whose parts do not start with a digit (".v2").
+_EVENT_NAME = re.compile(
+    r"^events\.out\.tfevents\.(?P<time>\d+)\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<uid>\d+)(?:\.[^.\d][^.]*)*$"
+)
 # A process that started this long after its event file's name says the file was created is not
 # the file's writer (the pid was reused). The name's time is whole seconds; the boot time and the
 # start ticks are rounded too.
@@ -225,7 +228,7 @@ class ProcessScanner:
     def __init__(self, proc: Path | str = "/proc", *, clock: Callable[[], float] = time.monotonic) -> None:
         self.proc = Path(proc)
         self.clock = clock
-        self.uid = os.getuid()
+        self.uid = os.getuid() if hasattr(os, "getuid") else -1  # no /proc where there is no getuid
         self.hostname = socket.gethostname()
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._boot = _boot_time(self.proc)
