@@ -92,6 +92,14 @@ def test_a_summary_writer_child_is_live_then_stalled_when_stopped_then_ended(wri
     assert "stopped (SIGSTOP" in state.reason and f"pid {child.pid}" in state.reason
     flag = state.flag()
     assert flag is not None and flag.kind == "stalled" and flag.severity == "critical"
+    document = state.to_json()
+    assert document["state"] == "stalled" and document["crash_line"] is None
+    assert document["writer"] == {
+        "pid": child.pid,
+        "name": Path(f"/proc/{child.pid}/comm").read_text().strip(),
+        "evidence": "event file name",
+        "detail": state.writer.detail,
+    }
 
     child.send_signal(signal.SIGCONT)
     child.kill()
@@ -192,7 +200,7 @@ optimizer_step()
     line = console_error(read_console_tail(log))
     assert line == "RuntimeError: CUDA error: an illegal memory access was encountered"
     state, _ = judge(run_dir, after=5.0, console_error_line=line)
-    assert state.state == "crashed" and state.line == line
+    assert state.state == "crashed" and state.line == line and state.to_json()["crash_line"] == line
     flag = state.flag()
     assert flag is not None and flag.severity == "critical" and line in flag.message
     # The same log with the trainer's own word that it finished: ended.
@@ -264,7 +272,7 @@ def test_without_a_writer_on_a_network_filesystem_the_state_is_unknown(tmp_path)
 
 
 def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
-    from builders.wandb_runs import run_file, run_script
+    from builders.wandb_runs import run_file, run_script, start_script
     from triage_tui.core.wandb_history import WandbHistory
 
     for name, code in (("ok", 0), ("failed", 3)):
@@ -278,9 +286,20 @@ def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
             str(tmp_path / name),
             str(code),
         )
+    # An uncaught exception: wandb's exit hook records code 1 before the process dies.
+    raised = start_script(
+        """
+        run = init(sys.argv[1])
+        run.log({"train/ploss_0": 10.0})
+        raise RuntimeError("NCCL error: unhandled system error")
+        """,
+        str(tmp_path / "raised"),
+        stderr=subprocess.DEVNULL,
+    )
+    assert raised.wait(timeout=120) == 1
     table = ProcessScanner().scan([tmp_path])
     found = {}
-    for name in ("ok", "failed"):
+    for name in ("ok", "failed", "raised"):
         history = WandbHistory()
         history.set_files([run_file(tmp_path / name)])
         history.poll()
@@ -298,6 +317,7 @@ def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
     assert found["ok"][0] == 0 and found["ok"][1].state == "ended"
     assert found["failed"][0] == 3 and found["failed"][1].state == "crashed"
     assert found["failed"][1].line == "W&B recorded exit code 3"
+    assert found["raised"][0] == 1 and found["raised"][1].state == "crashed"
 
 
 def test_hf_trainers_final_save(tmp_path):
@@ -351,3 +371,45 @@ def test_event_file_names(name, found):
     from triage_tui.core.run_state import event_file_writer
 
     assert event_file_writer(name) == found
+
+
+def test_a_live_wandb_run_is_found_by_its_open_files_then_ends_by_its_exit_record(tmp_path):
+    """The trainer holds its wandb/<run>/logs/debug.log open, wandb-core its run-<id>.wandb: either
+    shows the run is written here; once the run finishes, the exit record says it ended."""
+    from builders.wandb_runs import run_file, start_script
+    from triage_tui.core.wandb_history import WandbHistory
+
+    child = start_script(
+        """
+        run = init(sys.argv[1])
+        run.log({"train/ploss_0": 10.0})
+        sys.stdin.read()
+        run.finish()
+        """,
+        str(tmp_path),
+        stdin=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    with ended(child):
+        wait_until(lambda: list(tmp_path.glob("wandb/*run-*/run-*.wandb")), "the run's .wandb file")
+        run_dir = run_file(tmp_path).parent
+        wait_until(lambda: find_writer(run_dir, ProcessScanner().scan([tmp_path]))[0] is not None, "a writer")
+        writer, _ = find_writer(run_dir, ProcessScanner().scan([tmp_path]))
+        assert writer is not None and writer.evidence == "open file"
+        assert writer.pid == child.pid or writer.comm == "wandb-core"
+        assert child.stdin is not None
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0
+    history = WandbHistory()
+    history.set_files([run_file(tmp_path)])
+    history.poll()
+    activity = Activity.of(history.scalars, "train/ploss_0")
+    state = run_state(
+        run_dir,
+        processes=ProcessScanner().scan([tmp_path]),
+        activity=activity,
+        now=(activity.last_wall_time or 0.0) + 5.0,
+        wandb_exit_code=history.exit_code,
+    )
+    # wandb-core may still be exiting (it holds the .wandb file a moment longer): ended all the same.
+    assert history.exit_code == 0 and state.state == "ended" and state.reason.startswith("W&B recorded exit code 0")

@@ -572,11 +572,13 @@ class RunState:
         return None
 
     def to_json(self) -> dict[str, Any]:
+        """The keys a run's ``scan --json`` object gains: ``state``, why, the writer (null when none is
+        seen here) and, for a crash, the line it ended in."""
         return {
             "state": self.state,
-            "reason": self.reason,
+            "state_reason": self.reason,
             "writer": self.writer.to_json() if self.writer is not None else None,
-            "line": self.line,
+            "crash_line": self.line if self.state == "crashed" else None,
         }
 
 
