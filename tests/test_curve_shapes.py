@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -20,21 +19,12 @@ import tensorboardX
 from torch.utils.tensorboard import SummaryWriter
 
 from builders.tensorboard import write_drafter_checkpoint
+from builders.trainers import specforge_log
 from triage_tui.core import curve_shapes
 from triage_tui.core.curve_shapes import checkpoint_step
 from triage_tui.core.watch import Watcher
 
 V = 32_000
-
-
-def specforge_log(output: Path, rows: list[tuple[int, dict[str, float]]]) -> None:
-    """SpecForge 0.2.0's own tracker: ``<output_dir>/runs/`` event files."""
-    from specforge.tracker import TensorboardTracker
-
-    tracker = TensorboardTracker(types.SimpleNamespace(), str(output))
-    for step, values in rows:
-        tracker.log(values, step=step)
-    tracker.close()
 
 
 def speculators_log(root: Path, rows: list[tuple[int, dict[str, dict[str, float]]]], run: str = "ft") -> None:

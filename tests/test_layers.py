@@ -16,11 +16,13 @@ from a sibling room of its own layer (siblings are independent):
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
     run_status                what the watcher reports about one run (scan --json's object)
-    sources | parallel_read   the readers of a run, one process or two
-    wandb_history | serving | curve_shapes   W&B run files / vLLM and SGLang acceptance / curve-shape flags
+    sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
+    wandb_history | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
+                              flags / whether a run's writer is alive on this node
     events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
-    formats                   files on disk (weights, mappings, dumps, JSON) into typed results
+    formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
+                              GPUs, CPU, memory and disks
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
     | bounds                  small shared helpers; bounds: every fetch's deadline and cap, numbers checked
@@ -63,11 +65,11 @@ CORE = [
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
     ("core.run_status",),
-    ("core.sources", "core.parallel_read"),
-    ("core.wandb_history", "core.serving", "core.curve_shapes"),
+    ("core.sources", "core.parallel_read", "core.best_checkpoint"),
+    ("core.wandb_history", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter"),
     ("core.runs",),
-    ("core.formats",),
+    ("core.formats", "core.node"),
     ("core.objstore",),
     (
         "core.series",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builders.cache import built_once
-from builders.tui import FROZEN_NOW, healthy_run, story_run
+from builders.tui import FROZEN_NOW, healthy_run, node_samples, story_run
 from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
 from triage_tui.tui.screens.drilldown import DrillDownScreen
@@ -93,3 +93,37 @@ def test_remap_dialog_80x24(snap_compare, runs_root):
         await pilot.pause(0.1)
 
     assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=run_before)
+
+
+def _node(sample):
+    """The node pane over the loaded app, sampled from a fixed value (NVML absent here)."""
+    from triage_tui.tui.screens.node import NodeScreen
+
+    async def run_before(pilot) -> None:
+        await loaded(pilot)
+        screen = NodeScreen(lambda: sample, interval=3600.0)
+        await pilot.app.push_screen(screen)
+        await until(pilot, lambda: screen.samples_shown > 0)
+        await pilot.pause(0.1)
+
+    return run_before
+
+
+def test_node_no_driver_80x24(snap_compare, runs_root):
+    no_driver, _ = node_samples()
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=_node(no_driver))
+
+
+def test_node_no_driver_160x48(snap_compare, runs_root):
+    no_driver, _ = node_samples()
+    assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=_node(no_driver))
+
+
+def test_node_two_gpus_80x24(snap_compare, runs_root):
+    _, two_gpus = node_samples()
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=_node(two_gpus))
+
+
+def test_node_two_gpus_160x48(snap_compare, runs_root):
+    _, two_gpus = node_samples()
+    assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=_node(two_gpus))

@@ -22,6 +22,7 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     samples       the committed sample_runs/, copied file by file
     cache         fixtures built once per machine, rebuilt when a builder or writer changes
     waiting       waits on conditions, bounded by a timeout that grows with the machine's load
+    children      trainer-like child processes: a SummaryWriter loop, an idle holder of a log, their end
     target_dumps  a tiny transformers target's own dumps of answers it generated, masks by SpecForge's parser
     object_store  moto's real S3 server in a child process, and a counting, fault-injecting HTTP proxy before it
 """

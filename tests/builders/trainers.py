@@ -455,3 +455,13 @@ def speculators_finetune(root: Path) -> SpeculatorsFineTune:
     model = build_draft_model(args, Eagle3DraftModel, run_t2d, run_d2t, vocab)
     _speculators_train(model, save_path, root / "logs")
     return SpeculatorsFineTune(root, drafter, data, verifier, _hot(d2t), _hot(run_d2t))
+
+
+def specforge_log(output: Path, rows: list[tuple[int, dict[str, float]]]) -> None:
+    """SpecForge 0.2.0's own tracker: ``<output_dir>/runs/`` event files, ``rows`` as (step, values)."""
+    from specforge.tracker import TensorboardTracker
+
+    tracker = TensorboardTracker(types.SimpleNamespace(), str(output))
+    for step, values in rows:
+        tracker.log(values, step=step)
+    tracker.close()

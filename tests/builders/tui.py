@@ -83,3 +83,34 @@ def healthy_run(root: Path, name: str = "scratch-drafter") -> Path:
 
 def chance() -> float:
     return math.log(DRAFT_VOCAB)
+
+
+def node_samples():
+    """Fixed node samples for the node pane's snapshots (the seam: NodeScreen takes its sampler):
+    a node without an NVIDIA driver, and one with two H200s, one training, one idle."""
+    from triage_tui.core.node import NO_DRIVER, DiskSample, GpuProcess, GpuSample, NodeSample
+
+    gib = 1 << 30
+    disks = (
+        DiskSample("/scratch", 180 * gib, 1800 * gib, 2),
+        DiskSample("/home", 812 * gib, 2048 * gib, 1),
+    )
+    host = dict(hostname="gpu-node-07", cpu_percent=41.0, cpu_count=64, memory_used=310 * gib, memory_total=1024 * gib)
+    no_driver = NodeSample(**host, gpu_error=f"{NO_DRIVER} (NVML Shared Library Not Found)", disks=disks)
+    h200 = 143_771 * (1 << 20)  # NVML's memory total of an H200 (141 GB)
+    gpus = (
+        GpuSample(
+            0,
+            "NVIDIA H200",
+            97,
+            118 * gib,
+            h200,
+            71,
+            612.4,
+            700.0,
+            (GpuProcess(48211, "python", 116 * gib), GpuProcess(48388, "pt_data_worker", None)),
+        ),
+        GpuSample(1, "NVIDIA H200", 0, 1 * gib, h200, 34, 74.9, 700.0),
+    )
+    two_gpus = NodeSample(**host, gpus=gpus, driver="570.124.06", disks=disks)
+    return no_driver, two_gpus

@@ -131,6 +131,21 @@ def checkpoint_step(path: str | Path) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
+def nearest_checkpoint(checkpoints: Sequence[Path], step: int) -> tuple[int, Path] | None:
+    """(its step, the checkpoint) saved nearest ``step`` by the steps in their names, the earlier of
+    two as near; None when no name carries a step."""
+    saved = [(found, Path(path)) for path in checkpoints if (found := checkpoint_step(path)) is not None]
+    if not saved:
+        return None
+    return min(saved, key=lambda item: (abs(item[0] - step), item[0]))
+
+
+def best_index(values: np.ndarray) -> int:
+    """The index of the largest value, the last of equal bests (DeepSpec #84 logged 3.34 twice: the
+    later checkpoint has trained longer for the same acceptance)."""
+    return len(values) - 1 - int(np.argmax(values[::-1]))
+
+
 # --------------------------------------------------------------------------- run start
 
 
@@ -366,7 +381,7 @@ def eval_peaked(
     steps, values = _finite(acceptance)
     if len(values) < EVAL_MIN_POINTS:
         return None
-    best = len(values) - 1 - int(np.argmax(values[::-1]))  # the last of equal bests (#84: 3.34 twice)
+    best = best_index(values)
     peak, after = float(values[best]), values[best + 1 :]
     if len(after) < EVAL_AFTER_PEAK or not bool(np.all(after < peak)):
         return None
@@ -382,12 +397,8 @@ def eval_peaked(
     if at_peak - now < LOSS_STILL_FALLING * abs(at_peak):
         return None
     best_step = int(steps[best])
-    saved = [(step, path) for path in checkpoints if (step := checkpoint_step(path)) is not None]
-    if saved:
-        nearest_step, nearest = min(saved, key=lambda item: (abs(item[0] - best_step), item[0]))
-        keep = f"; the checkpoint saved nearest it is {Path(nearest).name} (step {nearest_step})"
-    else:
-        keep = ""
+    nearest = nearest_checkpoint(checkpoints, best_step)
+    keep = f"; the checkpoint saved nearest it is {nearest[1].name} (step {nearest[0]})" if nearest else ""
     return Flag(
         "eval_peaked",
         "warning",

@@ -229,6 +229,9 @@ class WandbHistory:
         self.config: dict[str, Any] = {}
         self.config_version = 0  # bumps whenever a run or config record changed `config`
         self.unkeyed_points = 0  # values whose step metric was missing from the row or not an integer
+        # The run's ``exit`` record (RunExitRecord.exit_code, wandb/proto/wandb_internal.proto): what
+        # wandb.finish(exit_code=...) or the process's exit hook recorded; None while the run has none.
+        self.exit_code: int | None = None
         self.problems: dict[Path, str] = {}
         self.damaged: dict[Path, int] = {}  # file -> damaged records skipped in it, every poll so far
         self._files: dict[Path, _FileState] = {}
@@ -278,6 +281,7 @@ class WandbHistory:
         self.scalars.clear()
         self.config = {}
         self.unkeyed_points = 0
+        self.exit_code = None
         self.problems = {}
         self.damaged = {}
         self._named_metrics, self._glob_metrics, self._step_of = {}, [], {}
@@ -352,6 +356,8 @@ class WandbHistory:
             self._config(record.run.config.update, ())
         elif kind == "config":
             self._config(record.config.update, record.config.remove)
+        elif kind == "exit":
+            self.exit_code = int(record.exit.exit_code)
 
     def _history(self, history, stats: ReadStats, rows: _Rows) -> None:
         # The hot loop of a cold read (one pass per item of every row): attribute reads on upb

@@ -32,6 +32,7 @@ from triage_tui.tui import messages
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
+from triage_tui.tui.screens.node import NodeScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.view_data import RowCache, RunRow, chart_series, metrics_line, serving_series
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
@@ -54,6 +55,7 @@ class TriageApp(App[None]):
         Binding("q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
         Binding("f1", "help", "Help", show=False),
+        Binding("n", "node", "Node", show=False, tooltip="The node: GPUs, CPU, memory, the runs' disks", id="node"),
         # Ctrl-C quits, as in htop and k9s (Textual's default only says "press ctrl+q"); the
         # workers are threads that stop with the app, and no write is ever left half-done.
         Binding("ctrl+c", "quit", "Quit", show=False, system=True),
@@ -627,6 +629,13 @@ class TriageApp(App[None]):
             self.screen.dismiss()
             return
         self.push_screen(HelpScreen.for_screen(self.screen))
+
+    def action_node(self) -> None:
+        """`n`: the node's GPUs, CPU, memory and the disks of the watched runs, sampled while shown."""
+        from triage_tui.core.node import NodeSampler
+
+        sampler = NodeSampler(lambda: [status.info.path for status in list(self.statuses.values())])
+        self.push_screen(NodeScreen(sampler.sample, close=sampler.close))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # Textual's "Keys" panel repeats what our help (`?`) shows, in less detail: one help, not two.

@@ -7,9 +7,11 @@ flags (``serving_flags``) and feed the hypotheses.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.serving.evidence import ServingEvidence
@@ -73,6 +75,53 @@ _UNCONDITIONAL = ("full_acc",)
 _HELD_OUT = ("eval", "val", "valid", "validation", "test")
 
 
+def position_choices(tags: Iterable[str]) -> list[tuple[str, tuple[str, ...], bool]]:
+    """The run's per-position accuracy families an estimate can chain, preferred first: (the table's
+    name, its tags for positions 0..k-1 with none missing, whether they are already unconditional).
+    Held-out families come before training ones, the table's order kept within each."""
+    from triage_tui.core.metric_names import match_trainer, position_of
+
+    tags = list(tags)
+    trainer = match_trainer(tags)
+    if trainer is None:
+        return []
+    names = [name for name in trainer.accuracy if "{" in name]
+    names.sort(key=lambda name: not is_held_out(name))  # stable: table order kept
+    found_families = []
+    for name in names:
+        found = {p: tag for tag in tags if (p := position_of(name, tag)) is not None}
+        k = 0
+        while k in found:
+            k += 1
+        if k:
+            unconditional = any(word in name for word in _UNCONDITIONAL)
+            found_families.append((name, tuple(found[i] for i in range(k)), unconditional))
+    return found_families
+
+
+def is_held_out(name: str) -> bool:
+    """A held-out (evaluation) series by its name's first part: eval/, val/, test/ ..."""
+    return name.split("/", 1)[0].lower() in _HELD_OUT
+
+
+def chained(values: Sequence[float] | np.ndarray, unconditional: bool) -> np.ndarray:
+    """P(the first i+1 draft tokens all correct) from per-position accuracies (last axis: position):
+    a product of the conditional ones (SpecForge's ``_simulated_acc_len``), the unconditional ones as
+    they are. Accuracies are clamped to [0, 1]."""
+    array = np.clip(np.asarray(values, dtype=np.float64), 0.0, 1.0)
+    return array if unconditional else np.cumprod(array, axis=-1)
+
+
+def arithmetic_of(name: str, k: int, unconditional: bool) -> str:
+    if unconditional:
+        return f"1 + sum of {name} over positions 0..{k - 1} (already P(first i+1 correct))"
+    return (
+        f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
+        f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
+        f"leaves out the 1)"
+    )
+
+
 def training_estimate(
     tags: Iterable[str], last_value: Callable[[str], tuple[int, float] | None]
 ) -> TrainingEstimate | None:
@@ -80,42 +129,14 @@ def training_estimate(
 
     ``last_value(tag)`` returns the tag's last (step, value). Held-out series come before train.
     """
-    from triage_tui.core.metric_names import match_trainer, position_of
-
-    tags = list(tags)
-    trainer = match_trainer(tags)
-    if trainer is None:
-        return None
-    names = [name for name in trainer.accuracy if "{" in name]
-    names.sort(key=lambda name: name.split("/", 1)[0].lower() not in _HELD_OUT)  # stable: table order kept
-    for name in names:
-        found = {p: tag for tag in tags if (p := position_of(name, tag)) is not None}
-        k = 0
-        while k in found:
-            k += 1
-        if k == 0:
-            continue
-        chosen = [found[i] for i in range(k)]
+    for name, chosen, unconditional in position_choices(tags):
         points = [point for tag in chosen if (point := last_value(tag)) is not None and math.isfinite(point[1])]
         if len(points) != len(chosen):
             continue
-        values = [min(max(p[1], 0.0), 1.0) for p in points]
-        if any(word in name for word in _UNCONDITIONAL):
-            per_position = tuple(values)
-            arithmetic = f"1 + sum of {name} over positions 0..{k - 1} (already P(first i+1 correct))"
-        else:
-            running, chained = 1.0, []
-            for value in values:
-                running *= value
-                chained.append(running)
-            per_position = tuple(chained)
-            arithmetic = (
-                f"1 + sum over i < {k} of the product of {name} for positions <= i (each taken as "
-                f"conditional on the earlier ones, as SpecForge's simulated acceptance does; SpecForge "
-                f"leaves out the 1)"
-            )
+        per_position = tuple(float(p) for p in chained([p[1] for p in points], unconditional))
         step = max(p[0] for p in points)
-        return TrainingEstimate(1.0 + sum(per_position), per_position, tuple(chosen), step, arithmetic)
+        arithmetic = arithmetic_of(name, len(chosen), unconditional)
+        return TrainingEstimate(1.0 + sum(per_position), per_position, chosen, step, arithmetic)
     return None
 
 

@@ -1,0 +1,139 @@
+"""The best checkpoint (core.best_checkpoint) on event files the real writers wrote: SpecForge's own
+tracker (DeepSpec #84's acceptance peaking while the loss falls), torch's SummaryWriter (SpecForge's
+per-position evaluation accuracies, ModelOpt's validate_ar under HF Trainer's checkpoint-N names),
+read back through discovery and the event reader as the watcher reads them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from builders.tensorboard import write_drafter_checkpoint, write_scalars
+from builders.trainers import specforge_log
+from triage_tui.core.best_checkpoint import best_checkpoint
+from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.metric_names import match_trainer
+from triage_tui.core.runs.discover import discover_runs
+
+# DeepSpec #84's Eagle3 numbers: accept length 3.28, 3.34, 3.34, 3.24, 3.18 while the loss falls.
+EVAL_STEPS = (2080, 5980, 11960, 19760, 26000)
+ACCEPT = (3.28, 3.34, 3.34, 3.24, 3.18)
+
+
+def best_of(path: Path):
+    (run,) = discover_runs([path])
+    events = RunEvents()
+    events.set_files(run.event_files)
+    events.poll()
+    trainer = match_trainer(events.scalars.tags())
+    return best_checkpoint(events.scalars, trainer, run.artifacts.checkpoints), run
+
+
+def specforge_eval_run(output: Path, accept=ACCEPT, checkpoints=(5000, 12000, 20000)) -> None:
+    rows = [(step, {"train/loss": 1.5 + 1.2 * math.exp(-step / 8000)}) for step in range(0, 26001, 260)]
+    rows += [(step, {"eval/simulated_acc_len": value}) for step, value in zip(EVAL_STEPS, accept, strict=True)]
+    specforge_log(output, sorted(rows, key=lambda row: row[0]))
+    for step in checkpoints:
+        write_drafter_checkpoint(output / f"epoch_{step // 2600}_step_{step}", draft_vocab=64)
+
+
+def test_the_peak_of_simulated_acceptance_and_the_checkpoint_nearest_it(tmp_path):
+    specforge_eval_run(tmp_path / "out")
+    best, run = best_of(tmp_path / "out")
+    assert best is not None
+    assert (best.metric, best.step, best.value) == ("eval/simulated_acc_len", 11960, pytest.approx(3.34))
+    assert not best.estimated and best.held_out and best.evaluations == 5
+    assert best.checkpoint == run.path / "epoch_4_step_12000" and best.checkpoint_step == 12000
+    assert best.last_checkpoint == run.path / "epoch_7_step_20000"
+    assert best.past_peak
+    document = json.loads(json.dumps(best.to_json()))
+    assert {k: document[k] for k in ("step", "value", "metric", "checkpoint")} == {
+        "step": 11960,
+        "value": pytest.approx(3.34),
+        "metric": "eval/simulated_acc_len",
+        "checkpoint": str(run.path / "epoch_4_step_12000"),
+    }
+    assert document["past_peak"] is True and document["last_value"] == pytest.approx(3.18)
+    assert "the last checkpoint, epoch_7_step_20000, is past the peak" in best.describe()
+
+
+def test_still_rising_the_last_checkpoint_is_the_best(tmp_path):
+    specforge_eval_run(tmp_path / "out", accept=(3.0, 3.1, 3.2, 3.25, 3.3), checkpoints=(12000, 26000))
+    best, run = best_of(tmp_path / "out")
+    assert best is not None and best.step == 26000 and best.checkpoint == run.path / "epoch_10_step_26000"
+    assert not best.past_peak and "past the peak" not in best.describe()
+
+
+def test_no_checkpoint_after_the_peak_is_not_past_it(tmp_path):
+    """Acceptance fell after step 11960, but the last checkpoint is the one nearest the peak."""
+    specforge_eval_run(tmp_path / "out", checkpoints=(5000, 12000))
+    best, _ = best_of(tmp_path / "out")
+    assert best is not None and best.checkpoint_step == 12000 and not best.past_peak
+
+
+def test_estimated_from_specforges_held_out_per_position_accuracies(tmp_path):
+    """SpecForge's evaluator logs eval/per_position_acc/{i}; the estimate is 1 + a0 + a0 a1 + a0 a1 a2."""
+    accuracies = {100: (0.6, 0.5, 0.4), 200: (0.8, 0.7, 0.6), 300: (0.7, 0.6, 0.5)}
+    series: dict[str, list[tuple[int, float]]] = {"train/loss": [(s, 2.0 - s / 1000) for s in range(0, 301, 50)]}
+    for step, values in accuracies.items():
+        for i, value in enumerate(values):
+            series.setdefault(f"eval/per_position_acc/{i}", []).append((step, value))
+    write_scalars(tmp_path / "out" / "runs", series)
+    for step in (100, 300):
+        write_drafter_checkpoint(tmp_path / "out" / f"epoch_0_step_{step}", draft_vocab=64)
+    best, run = best_of(tmp_path / "out")
+    assert best is not None
+    assert best.metric == "eval/per_position_acc/{i}" and best.estimated and best.held_out
+    a0, a1, a2 = accuracies[200]
+    assert best.step == 200 and best.value == pytest.approx(1 + a0 + a0 * a1 + a0 * a1 * a2, rel=1e-6)
+    # 100 and 300 are as near to 200: the earlier one, saved before the drafter got worse.
+    assert best.checkpoint == run.path / "epoch_0_step_100" and best.past_peak
+
+
+def test_modelopt_validate_ar_with_hf_trainer_checkpoints(tmp_path):
+    """ModelOpt's AR validation logged beside HF Trainer's loss; checkpoints named checkpoint-N."""
+    output = tmp_path / "hf-out"
+    write_scalars(
+        output / "runs" / "Jun01_node",
+        {
+            "train/loss": [(s, 3.0 - s / 100) for s in range(10, 201, 10)],
+            "train_acc/parallel_0_step_0": [(s, 0.5) for s in range(10, 201, 10)],
+            "validate_ar": [(50, 2.1), (100, 2.6), (150, 2.4), (200, 2.3)],
+            "estimated_training_ar": [(s, 1.5 + s / 400) for s in range(10, 201, 10)],
+        },
+    )
+    for step in (100, 200):
+        write_drafter_checkpoint(output / f"checkpoint-{step}", draft_vocab=64)
+    best, run = best_of(output)
+    assert best is not None and best.metric == "validate_ar" and best.held_out and not best.estimated
+    assert (best.step, best.value) == (100, pytest.approx(2.6))
+    assert best.checkpoint == run.path / "checkpoint-100" and best.past_peak
+
+
+def test_training_time_estimate_when_nothing_is_held_out(tmp_path):
+    write_scalars(
+        tmp_path / "out" / "runs",
+        {"train/ploss_0": [(s, 2.0) for s in (10, 20, 30)], "train/acc_0": [(10, 0.5), (20, 0.6), (30, 0.7)]},
+    )
+    best, _ = best_of(tmp_path / "out")
+    assert best is not None and best.metric == "train/acc_{i}" and best.estimated and not best.held_out
+    assert best.step == 30 and best.value == pytest.approx(1.7)
+    assert best.checkpoint is None and not best.past_peak
+    assert "a training-time estimate" in best.describe()
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        {"train/loss": [(0, 3.0), (10, 2.0)]},  # no acceptance at all
+        {"train/loss": [(0, 3.0), (10, 2.0)], "eval/simulated_acc_len": [(10, 3.1)]},  # one evaluation
+        {"eval/simulated_acc_len": [(10, float("nan")), (20, float("nan"))]},  # nothing finite
+    ],
+)
+def test_nothing_to_choose_from(tmp_path, series):
+    write_scalars(tmp_path / "out" / "runs", series)
+    best, _ = best_of(tmp_path / "out")
+    assert best is None
