@@ -83,6 +83,7 @@ CORE = [
         "core.json_numbers",
         "core.natural_sort",
         "core.bounds",
+        "core.log_tail",
     ),
     ("core.errors",),
 ]
@@ -138,7 +139,7 @@ SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.registry",),
     ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
-    ("core.serving.source", "core.serving.tail"),
+    ("core.serving.source",),
     ("core.serving.evidence", "core.serving.tuning"),
 ]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
