@@ -1,0 +1,406 @@
+"""Training consoles as the trainers and launchers write them, and SpecForge's output directory.
+
+Each console is written by the owner's code into a file the way a user's ``> train.log 2>&1`` does
+(one open file for stdout and stderr; the trainer runs in a child process where buffering matters):
+
+- HF Trainer (``hf_trainer_console``): transformers' ``Trainer`` with ``disable_tqdm=False`` on a tiny
+  ``LlamaForCausalLM``, in a child process, with stdout block-buffered (Python's default for a file)
+  or unbuffered (``PYTHONUNBUFFERED=1``, as ``python -u`` and many SLURM scripts run it);
+- speculators 0.9.0 (``speculators_console``): its ``setup_root_logger`` and
+  ``setup_metric_logger`` (rich's ``RichHandler`` at the 80 columns a file gets), logging the dicts
+  ``speculators/train/trainer.py`` logs, in a child process;
+- SpecForge (``specforge_output``): ``TrainerController.fit`` of the installed package (identical in
+  ``specforge/training/`` to sgl-project/SpecForge a6b6b0230009d15ec2a97a57384e6f53f0f96946) with its
+  console ``_logger``, ``Evaluator`` and ``CheckpointManager``: the step lines, the checkpoints, the
+  ``-latest``/``-best`` pointers and ``best_meta.json`` are all its own. The GPU parts are stand-ins:
+  the strategy's model is a linear drafter over a 32 000-token draft vocab with EAGLE-3's metric
+  keys (``Eagle3TrainStrategy.forward_loss``), and the backend a plain CPU optimizer behind
+  ``TrainingBackend`` (``FSDPTrainingBackend`` needs a process group);
+- torchrun's ``--tee`` copy (``torchrun_tee``): ``tail_logfile`` of
+  ``torch/distributed/elastic/multiprocessing/tail_log.py``, the function each of ``TailLog``'s
+  threads runs, prefixing every line ``[default<rank>]:``; and torch's own ``[rank0]:`` on a worker's
+  traceback (``rank0_traceback_console``: ``init_process_group`` installs the hook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from builders.cache import built_once
+
+DRAFT_VOCAB = 32_000  # the real draft vocab: ln 32 000 = 10.37 is the chance line
+SPECFORGE_RUN_ID = "k2-eagle3"
+# Built once per machine and version of the builders and writers (builders.cache): the trainers'
+# children take a minute or more each on a loaded machine.
+CONSOLE_RUNS = Path("/tmp/triage-tui-consoles")
+
+
+def _child_env(*, unbuffered: bool, colour: bool) -> dict[str, str]:
+    drop = ("PYTHONUNBUFFERED", "COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TERM")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    if colour:
+        env["FORCE_COLOR"] = "1"
+    return env
+
+
+def _run_child(script: str, log: Path, cwd: Path, *, unbuffered: bool, colour: bool = False, check: bool = True) -> int:
+    """``python train.py > log 2>&1`` in ``cwd``, ``train.py`` holding ``script``."""
+    (cwd / "train.py").write_text(textwrap.dedent(script))
+    with open(log, "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "train.py"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=_child_env(unbuffered=unbuffered, colour=colour),
+            timeout=900,
+        )
+    if check and done.returncode != 0:
+        raise RuntimeError(f"the child writing {log} failed ({done.returncode}):\n{log.read_text()[-3000:]}")
+    return done.returncode
+
+
+# --------------------------------------------------------------------------- HF Trainer
+
+
+@dataclass(frozen=True)
+class HFConsoleRun:
+    output: Path  # the Trainer's output_dir: checkpoint-N/ with trainer_state.json
+    log: Path  # its console, stdout and stderr
+    max_steps: int
+    logging_steps: int
+    save_steps: int
+    eval_steps: int
+
+
+HF_SCHEDULE = (12, 2, 5, 6)  # max_steps, logging_steps, save_steps, eval_steps
+
+
+def hf_trainer_console(root: Path, *, unbuffered: bool) -> HFConsoleRun:
+    """A tiny HF Trainer run with its progress bar on, its console in ``<root>/train.log``."""
+    max_steps, logging_steps, save_steps, eval_steps = HF_SCHEDULE
+    root.mkdir(parents=True, exist_ok=True)
+    output = root / "out"
+    script = f"""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
+            num_key_value_heads=1, num_hidden_layers=1, vocab_size=256, max_position_embeddings=32))
+        g = torch.Generator().manual_seed(0)
+        data = [{{"input_ids": x, "labels": x}} for x in torch.randint(0, 256, (16, 16), generator=g)]
+        args = TrainingArguments(output_dir={str(output)!r}, max_steps={max_steps}, save_steps={save_steps},
+            logging_steps={logging_steps}, eval_strategy="steps", eval_steps={eval_steps},
+            per_device_train_batch_size=4, per_device_eval_batch_size=4, report_to=[], use_cpu=True,
+            disable_tqdm=False, dataloader_num_workers=0)
+        Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4]).train()
+    """
+    log = root / "train.log"
+    _run_child(script, log, root, unbuffered=unbuffered)
+    return HFConsoleRun(output, log, max_steps, logging_steps, save_steps, eval_steps)
+
+
+# --------------------------------------------------------------------------- speculators
+
+
+def speculators_console(root: Path, *, steps: int = 6, nan_at: int = 3, coloured: bool = False) -> Path:
+    """speculators 0.9.0's console (``<root>/train.log``): its loggers set up as ``train/cli.py``
+    ``main`` does, then the training and validation dicts ``Trainer.train_epoch``/``val_epoch`` log
+    (per-position keys of ``models/eagle3``: ``loss_{k}``, ``full_acc_{k}``, ``cond_acc_{k}``), a
+    NaN at step ``nan_at``, a learning rate below 0.001 (printed ``{:.2e}``). ``coloured``: rich
+    colours its records as on a terminal (``FORCE_COLOR=1``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    script = f"""
+        import logging, math
+        from speculators.train.logger import setup_metric_logger, setup_root_logger
+        setup_root_logger()
+        setup_metric_logger(loggers="", run_name="k25-ft", output_dir="logs")
+        root_logger = logging.getLogger("speculators")
+        metric_logger = logging.getLogger("speculators.metrics")
+        root_logger.info("Starting training")
+        for step in range({steps}):
+            loss = [math.log({DRAFT_VOCAB}) - step / 10 - k / 100 for k in range(3)]
+            train = {{"loss": sum(loss)}}
+            for k in range(3):
+                train[f"loss_{{k}}"] = float("nan") if step == {nan_at} and k == 0 else loss[k]
+                train[f"full_acc_{{k}}"] = step / 1000 / (k + 1)
+                train[f"cond_acc_{{k}}"] = step / 100
+            metric_logger.info({{"train": train, "profile": None, "epoch": 0, "lr": 3e-4, "global_step": step}},
+                               extra={{"step": step}})
+        metric_logger.info({{"val": {{"loss_epoch": 29.5, "full_acc_0_epoch": 0.02}}, "epoch": 0}},
+                           extra={{"step": {steps}}})
+        root_logger.info("Saving checkpoint to checkpoints/0")
+    """
+    log = root / "train.log"
+    _run_child(script, log, root, unbuffered=False, colour=coloured)
+    return log
+
+
+# --------------------------------------------------------------------------- SpecForge
+
+
+@dataclass(frozen=True)
+class SpecForgeOutput:
+    output: Path  # <output_dir>: <run_id>-step<N>/, the pointers, best_meta.json, train.log
+    console: Path
+    run_id: str
+    steps: int
+    log_interval: int
+    eval_interval: int
+    save_interval: int
+    checkpoint_steps: tuple[int, ...]  # the steps whose checkpoints are on disk
+
+
+SPECFORGE_SCHEDULE = (30, 3, 10, 10)  # steps, log_interval, eval_interval, save_interval
+
+
+def _saved_steps(output: Path) -> tuple[int, ...]:
+    return tuple(sorted(int(p.name.rsplit("-step", 1)[1]) for p in output.glob(f"{SPECFORGE_RUN_ID}-step*")))
+
+
+def specforge_output(root: Path, *, tracker: bool = False) -> SpecForgeOutput:
+    """A SpecForge run's output directory, written by its ``TrainerController`` (module doc).
+    The optimizer turns to gradient ascent after two thirds of the steps, so evaluation peaks before the end and
+    ``best`` is not ``latest``. ``tracker``: the console lines as ``TrackerLogger`` prints them beside
+    a tracker (``train/`` names)."""
+    steps, log_interval, eval_interval, save_interval = SPECFORGE_SCHEDULE
+    import torch
+    from specforge.runtime.contracts import TrainBatch
+    from specforge.training.assembly import _logger
+    from specforge.training.backend import TrainingBackend
+    from specforge.training.controller import TrainerController, TrainerCore
+    from specforge.training.strategies.base import DraftTrainStrategy, StepOutput
+
+    ttt, hidden, batch, seq = 3, 8, 2, 4
+    peak = steps * 2 // 3
+    torch.manual_seed(0)
+    # Targets the drafter can learn: each position's token is a fixed function of its features.
+    teacher = torch.randn(hidden, DRAFT_VOCAB)
+
+    def make_batch(index: int, g: torch.Generator) -> TrainBatch:
+        x = torch.randn(batch, seq, hidden, generator=g)
+        y = torch.stack([((x + k) @ teacher).argmax(-1) for k in range(ttt)], dim=0)
+        ids = [f"s{index}-{i}" for i in range(batch)]
+        return TrainBatch(sample_ids=ids, strategy="eagle3", tensors={"x": x, "y": y})
+
+    class LinearDrafter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm_head = torch.nn.Linear(hidden, DRAFT_VOCAB, bias=False)
+
+    class Strategy(DraftTrainStrategy):
+        """Eagle3TrainStrategy.forward_loss's outputs (its metric keys), from a linear drafter."""
+
+        name = "eagle3"
+        required_features = {"x", "y"}
+        ploss_decay = 0.8
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            self.model = model
+
+        def trainable_module(self) -> torch.nn.Module:
+            return self.model
+
+        def forward_loss(self, batch, ctx=None):
+            x, y = batch.tensors["x"], batch.tensors["y"]
+            plosses, acces, rates, corrects, denoms = [], [], [], [], []
+            for k in range(ttt):
+                logits = self.model.lm_head(x + k).reshape(-1, DRAFT_VOCAB)
+                target = y[k].reshape(-1)
+                ploss = torch.nn.functional.cross_entropy(logits, target)
+                correct = (logits.argmax(-1) == target).sum().float()
+                plosses.append(ploss)
+                corrects.append(correct)
+                denoms.append(torch.tensor(float(target.numel())))
+                acces.append(correct / target.numel())
+                rates.append(torch.softmax(logits, -1).gather(1, target[:, None]).mean())
+            loss = sum(self.ploss_decay**k * p for k, p in enumerate(plosses))
+            return StepOutput(
+                loss=loss,
+                metrics={
+                    "plosses": [p.detach() for p in plosses],
+                    "acces": [a.detach() for a in acces],
+                    "acceptance_rates": [r.detach() for r in rates],
+                    "acc_corrects": corrects,
+                    "acc_denoms": denoms,
+                    "metric_losses": [p.detach() for p in plosses],
+                    "metric_loss_denoms": denoms,
+                },
+            )
+
+    class LearningRate:
+        def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+            self.optimizer = optimizer
+
+        def get_learning_rate(self) -> float:
+            return float(self.optimizer.param_groups[0]["lr"])
+
+    class Backend(TrainingBackend):
+        """A plain CPU optimizer behind SpecForge's backend interface."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            self.model = model
+            self.torch_optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+            self.optimizer = LearningRate(self.torch_optimizer)
+            self.steps = 0
+
+        def prepare_model(self, model):
+            return model
+
+        def backward(self, loss, *, is_boundary=True):
+            loss.backward()
+
+        def step(self):
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.steps += 1
+            if self.steps > peak:  # past the peak: gradient ascent undoes what was learnt
+                self.torch_optimizer.param_groups[0]["maximize"] = True
+            self.torch_optimizer.step()
+            self.torch_optimizer.zero_grad()
+            return norm
+
+        def state_dict(self):
+            return {
+                "model": self.model.state_dict(),
+                "optimizer": self.torch_optimizer.state_dict(),
+                "rng": {"cpu": torch.get_rng_state()},
+            }
+
+        def load_state_dict(self, state):
+            self.model.load_state_dict(state["model"])
+
+    output = root / "output"
+    output.mkdir(parents=True, exist_ok=True)
+    model = LinearDrafter()
+    g = torch.Generator().manual_seed(1)
+    data = [make_batch(i, g) for i in range(steps)]
+    eval_data = [make_batch(10_000 + i, g) for i in range(2)]
+    logger = _logger
+    if tracker:
+        from specforge.tracker import NoOpTracker
+        from specforge.training.tracking import TrackerLogger
+
+        logger = TrackerLogger(NoOpTracker(None, str(output)), console_logger=_logger)
+    controller = TrainerController(
+        TrainerCore(Strategy(model), Backend(model)),
+        run_id=SPECFORGE_RUN_ID,
+        output_dir=str(output),
+        save_interval=save_interval,
+        eval_interval=eval_interval,
+        eval_data_factory=lambda: eval_data,
+        log_interval=log_interval,
+        max_steps=steps,
+        logger=logger,
+    )
+    console = output / "train.log"
+    with open(console, "w") as out, contextlib.redirect_stdout(out):
+        step = controller.fit(data)
+        # specforge/training/trainer.py Trainer.fit: a final save unless the last step was saved.
+        if step > 0 and controller.last_checkpoint_step != step:
+            controller.save_checkpoint(step)
+    return SpecForgeOutput(
+        output, console, SPECFORGE_RUN_ID, steps, log_interval, eval_interval, save_interval, _saved_steps(output)
+    )
+
+
+@dataclass(frozen=True)
+class ConsoleRuns:
+    """Every console the tests read, written once by the owners' code (``console_runs``)."""
+
+    hf_buffered: HFConsoleRun  # `> train.log 2>&1`: stdout block-buffered
+    hf_unbuffered: HFConsoleRun  # the same under PYTHONUNBUFFERED=1
+    speculators: Path
+    speculators_coloured: Path  # rich told to colour (FORCE_COLOR=1): ANSI escapes in the file
+    specforge: SpecForgeOutput
+
+
+def console_runs() -> ConsoleRuns:
+    """The consoles of ``ConsoleRuns``, built at CONSOLE_RUNS unless a build by these builders is there."""
+    root = built_once(CONSOLE_RUNS, _build_console_runs)
+    return _console_runs(root)
+
+
+def _build_console_runs(root: Path) -> None:
+    hf_trainer_console(root / "hf-buffered", unbuffered=False)
+    hf_trainer_console(root / "hf-unbuffered", unbuffered=True)
+    speculators_console(root / "speculators")
+    speculators_console(root / "speculators-coloured", coloured=True)
+    specforge_output(root / "specforge")
+
+
+def _console_runs(root: Path) -> ConsoleRuns:
+    def hf(name: str) -> HFConsoleRun:
+        return HFConsoleRun(root / name / "out", root / name / "train.log", *HF_SCHEDULE)
+
+    output = root / "specforge" / "output"
+    return ConsoleRuns(
+        hf("hf-buffered"),
+        hf("hf-unbuffered"),
+        root / "speculators" / "train.log",
+        root / "speculators-coloured" / "train.log",
+        SpecForgeOutput(output, output / "train.log", SPECFORGE_RUN_ID, *SPECFORGE_SCHEDULE, _saved_steps(output)),
+    )
+
+
+def specforge_lines(metrics_by_step: list[tuple[int, dict]]) -> str:
+    """What SpecForge's console ``_logger`` prints for each (step, metrics), captured."""
+    import io
+
+    from specforge.training.assembly import _logger
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for step, metrics in metrics_by_step:
+            _logger(metrics, step)
+    return out.getvalue()
+
+
+# --------------------------------------------------------------------------- launchers
+
+
+def torchrun_tee(log: Path, rank_files: list[tuple[int, Path]]) -> Path:
+    """torchrun's console copy of its workers' output: each worker file's lines prefixed
+    ``[default<rank>]:`` by ``tail_logfile`` (the function ``TailLog`` runs per worker), the files
+    copied one after the other in the order given."""
+    from torch.distributed.elastic.multiprocessing.tail_log import tail_logfile
+
+    finished = threading.Event()
+    finished.set()  # every worker has exited: each file is copied to its end
+    with open(log, "w") as dst:
+        for rank, path in rank_files:
+            tail_logfile(f"[default{rank}]:", str(path), dst, finished, 0.01, lambda _line: True)
+    return log
+
+
+def rank0_traceback_console(root: Path, lines: str) -> Path:
+    """A worker's console (``<root>/worker.log``) that prints ``lines`` and then dies: after
+    ``init_process_group`` torch prefixes its traceback ``[rank0]:``."""
+    root.mkdir(parents=True, exist_ok=True)
+    store = root / "store"
+    script = f"""
+        import sys
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method={("file://" + str(store))!r}, rank=0, world_size=1)
+        sys.stdout.write({lines!r})
+        sys.stdout.flush()
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    """
+    log = root / "worker.log"
+    _run_child(script, log, root, unbuffered=False, check=False)
+    return log
+
+
+def chance(vocab: int = DRAFT_VOCAB) -> float:
+    return math.log(vocab)
