@@ -418,3 +418,25 @@ def test_several_consoles_of_one_run_merge_without_counting_a_step_twice(tmp_pat
     copy.write_bytes(first.read_bytes())
     logs = read_all(first, copy)
     assert series(logs, "ploss_0")[0] == [3, 6, 9, 12] and logs.scalars.series["ploss_0"].restarts == ()
+
+
+# --------------------------------------------------------------------------- the trainer a console names
+
+
+def test_each_console_is_recognised_as_its_trainer_and_its_loss_is_the_per_position_one(runs):
+    from triage_tui.core.metric_names import match_trainer
+    from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
+
+    cases = (
+        (runs.specforge.console, "specforge", "ploss_0", "acc_0"),
+        (runs.hf_unbuffered.log, "hf-trainer", "loss", None),
+        (runs.speculators, "speculators", "train/loss_0", "train/full_acc_0"),
+    )
+    for path, trainer, loss, accuracy in cases:
+        tags = read_all(path).scalars.tags()
+        assert match_trainer(tags).trainer == trainer, path
+        losses, accuracies = pick_metric_tags(tags)
+        assert losses[0] == loss and (accuracies[0] if accuracies else None) == accuracy, path
+    # SpecForge's bare "loss" sums its positions (0.8**i weights): never compared with ln V.
+    tags = read_all(runs.specforge.console).scalars.tags()
+    assert not comparable_to_chance("loss", tags) and comparable_to_chance("ploss_0", tags)

@@ -9,13 +9,8 @@ Each console is written by the owner's code into a file the way a user's ``> tra
 - speculators 0.9.0 (``speculators_console``): its ``setup_root_logger`` and
   ``setup_metric_logger`` (rich's ``RichHandler`` at the 80 columns a file gets), logging the dicts
   ``speculators/train/trainer.py`` logs, in a child process;
-- SpecForge (``specforge_output``): ``TrainerController.fit`` of the installed package (identical in
-  ``specforge/training/`` to sgl-project/SpecForge a6b6b0230009d15ec2a97a57384e6f53f0f96946) with its
-  console ``_logger``, ``Evaluator`` and ``CheckpointManager``: the step lines, the checkpoints, the
-  ``-latest``/``-best`` pointers and ``best_meta.json`` are all its own. The GPU parts are stand-ins:
-  the strategy's model is a linear drafter over a 32 000-token draft vocab with EAGLE-3's metric
-  keys (``Eagle3TrainStrategy.forward_loss``), and the backend a plain CPU optimizer behind
-  ``TrainingBackend`` (``FSDPTrainingBackend`` needs a process group);
+- SpecForge: its output directory with ``train.log`` (``trainers.specforge_train_output``: its own
+  ``TrainerController``); ``specforge_lines``: what its console ``_logger`` prints;
 - torchrun's ``--tee`` copy (``torchrun_tee``): ``tail_logfile`` of
   ``torch/distributed/elastic/multiprocessing/tail_log.py``, the function each of ``TailLog``'s
   threads runs, prefixing every line ``[default<rank>]:``; and torch's own ``[rank0]:`` on a worker's
@@ -35,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders.cache import built_once
+from builders.trainers import CONSOLE_DRAFT_VOCAB, SPECFORGE_TRAIN_RUN_ID, SpecForgeOutput, specforge_train_output
 
-DRAFT_VOCAB = 32_000  # the real draft vocab: ln 32 000 = 10.37 is the chance line
-SPECFORGE_RUN_ID = "k2-eagle3"
+DRAFT_VOCAB = CONSOLE_DRAFT_VOCAB  # ln 32 000 = 10.37 is the chance line
 # Built once per machine and version of the builders and writers (builders.cache): the trainers'
 # children take a minute or more each on a loaded machine.
 CONSOLE_RUNS = Path("/tmp/triage-tui-consoles")
@@ -148,173 +143,6 @@ def speculators_console(root: Path, *, steps: int = 6, nan_at: int = 3, coloured
     return log
 
 
-# --------------------------------------------------------------------------- SpecForge
-
-
-@dataclass(frozen=True)
-class SpecForgeOutput:
-    output: Path  # <output_dir>: <run_id>-step<N>/, the pointers, best_meta.json, train.log
-    console: Path
-    run_id: str
-    steps: int
-    log_interval: int
-    eval_interval: int
-    save_interval: int
-    checkpoint_steps: tuple[int, ...]  # the steps whose checkpoints are on disk
-
-
-SPECFORGE_SCHEDULE = (30, 3, 10, 10)  # steps, log_interval, eval_interval, save_interval
-
-
-def _saved_steps(output: Path) -> tuple[int, ...]:
-    return tuple(sorted(int(p.name.rsplit("-step", 1)[1]) for p in output.glob(f"{SPECFORGE_RUN_ID}-step*")))
-
-
-def specforge_output(root: Path, *, tracker: bool = False) -> SpecForgeOutput:
-    """A SpecForge run's output directory, written by its ``TrainerController`` (module doc).
-    The optimizer turns to gradient ascent after two thirds of the steps, so evaluation peaks before the end and
-    ``best`` is not ``latest``. ``tracker``: the console lines as ``TrackerLogger`` prints them beside
-    a tracker (``train/`` names)."""
-    steps, log_interval, eval_interval, save_interval = SPECFORGE_SCHEDULE
-    import torch
-    from specforge.runtime.contracts import TrainBatch
-    from specforge.training.assembly import _logger
-    from specforge.training.backend import TrainingBackend
-    from specforge.training.controller import TrainerController, TrainerCore
-    from specforge.training.strategies.base import DraftTrainStrategy, StepOutput
-
-    ttt, hidden, batch, seq = 3, 8, 2, 4
-    peak = steps * 2 // 3
-    torch.manual_seed(0)
-    # Targets the drafter can learn: each position's token is a fixed function of its features.
-    teacher = torch.randn(hidden, DRAFT_VOCAB)
-
-    def make_batch(index: int, g: torch.Generator) -> TrainBatch:
-        x = torch.randn(batch, seq, hidden, generator=g)
-        y = torch.stack([((x + k) @ teacher).argmax(-1) for k in range(ttt)], dim=0)
-        ids = [f"s{index}-{i}" for i in range(batch)]
-        return TrainBatch(sample_ids=ids, strategy="eagle3", tensors={"x": x, "y": y})
-
-    class LinearDrafter(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm_head = torch.nn.Linear(hidden, DRAFT_VOCAB, bias=False)
-
-    class Strategy(DraftTrainStrategy):
-        """Eagle3TrainStrategy.forward_loss's outputs (its metric keys), from a linear drafter."""
-
-        name = "eagle3"
-        required_features = {"x", "y"}
-        ploss_decay = 0.8
-
-        def __init__(self, model: torch.nn.Module) -> None:
-            self.model = model
-
-        def trainable_module(self) -> torch.nn.Module:
-            return self.model
-
-        def forward_loss(self, batch, ctx=None):
-            x, y = batch.tensors["x"], batch.tensors["y"]
-            plosses, acces, rates, corrects, denoms = [], [], [], [], []
-            for k in range(ttt):
-                logits = self.model.lm_head(x + k).reshape(-1, DRAFT_VOCAB)
-                target = y[k].reshape(-1)
-                ploss = torch.nn.functional.cross_entropy(logits, target)
-                correct = (logits.argmax(-1) == target).sum().float()
-                plosses.append(ploss)
-                corrects.append(correct)
-                denoms.append(torch.tensor(float(target.numel())))
-                acces.append(correct / target.numel())
-                rates.append(torch.softmax(logits, -1).gather(1, target[:, None]).mean())
-            loss = sum(self.ploss_decay**k * p for k, p in enumerate(plosses))
-            return StepOutput(
-                loss=loss,
-                metrics={
-                    "plosses": [p.detach() for p in plosses],
-                    "acces": [a.detach() for a in acces],
-                    "acceptance_rates": [r.detach() for r in rates],
-                    "acc_corrects": corrects,
-                    "acc_denoms": denoms,
-                    "metric_losses": [p.detach() for p in plosses],
-                    "metric_loss_denoms": denoms,
-                },
-            )
-
-    class LearningRate:
-        def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-            self.optimizer = optimizer
-
-        def get_learning_rate(self) -> float:
-            return float(self.optimizer.param_groups[0]["lr"])
-
-    class Backend(TrainingBackend):
-        """A plain CPU optimizer behind SpecForge's backend interface."""
-
-        def __init__(self, model: torch.nn.Module) -> None:
-            self.model = model
-            self.torch_optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-            self.optimizer = LearningRate(self.torch_optimizer)
-            self.steps = 0
-
-        def prepare_model(self, model):
-            return model
-
-        def backward(self, loss, *, is_boundary=True):
-            loss.backward()
-
-        def step(self):
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.steps += 1
-            if self.steps > peak:  # past the peak: gradient ascent undoes what was learnt
-                self.torch_optimizer.param_groups[0]["maximize"] = True
-            self.torch_optimizer.step()
-            self.torch_optimizer.zero_grad()
-            return norm
-
-        def state_dict(self):
-            return {
-                "model": self.model.state_dict(),
-                "optimizer": self.torch_optimizer.state_dict(),
-                "rng": {"cpu": torch.get_rng_state()},
-            }
-
-        def load_state_dict(self, state):
-            self.model.load_state_dict(state["model"])
-
-    output = root / "output"
-    output.mkdir(parents=True, exist_ok=True)
-    model = LinearDrafter()
-    g = torch.Generator().manual_seed(1)
-    data = [make_batch(i, g) for i in range(steps)]
-    eval_data = [make_batch(10_000 + i, g) for i in range(2)]
-    logger = _logger
-    if tracker:
-        from specforge.tracker import NoOpTracker
-        from specforge.training.tracking import TrackerLogger
-
-        logger = TrackerLogger(NoOpTracker(None, str(output)), console_logger=_logger)
-    controller = TrainerController(
-        TrainerCore(Strategy(model), Backend(model)),
-        run_id=SPECFORGE_RUN_ID,
-        output_dir=str(output),
-        save_interval=save_interval,
-        eval_interval=eval_interval,
-        eval_data_factory=lambda: eval_data,
-        log_interval=log_interval,
-        max_steps=steps,
-        logger=logger,
-    )
-    console = output / "train.log"
-    with open(console, "w") as out, contextlib.redirect_stdout(out):
-        step = controller.fit(data)
-        # specforge/training/trainer.py Trainer.fit: a final save unless the last step was saved.
-        if step > 0 and controller.last_checkpoint_step != step:
-            controller.save_checkpoint(step)
-    return SpecForgeOutput(
-        output, console, SPECFORGE_RUN_ID, steps, log_interval, eval_interval, save_interval, _saved_steps(output)
-    )
-
-
 @dataclass(frozen=True)
 class ConsoleRuns:
     """Every console the tests read, written once by the owners' code (``console_runs``)."""
@@ -337,20 +165,19 @@ def _build_console_runs(root: Path) -> None:
     hf_trainer_console(root / "hf-unbuffered", unbuffered=True)
     speculators_console(root / "speculators")
     speculators_console(root / "speculators-coloured", coloured=True)
-    specforge_output(root / "specforge")
+    specforge_train_output(root / "specforge")
 
 
 def _console_runs(root: Path) -> ConsoleRuns:
     def hf(name: str) -> HFConsoleRun:
         return HFConsoleRun(root / name / "out", root / name / "train.log", *HF_SCHEDULE)
 
-    output = root / "specforge" / "output"
     return ConsoleRuns(
         hf("hf-buffered"),
         hf("hf-unbuffered"),
         root / "speculators" / "train.log",
         root / "speculators-coloured" / "train.log",
-        SpecForgeOutput(output, output / "train.log", SPECFORGE_RUN_ID, *SPECFORGE_SCHEDULE, _saved_steps(output)),
+        SpecForgeOutput.at(root / "specforge" / "output", SPECFORGE_TRAIN_RUN_ID),
     )
 
 
