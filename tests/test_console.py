@@ -440,3 +440,67 @@ def test_each_console_is_recognised_as_its_trainer_and_its_loss_is_the_per_posit
     # SpecForge's bare "loss" sums its positions (0.8**i weights): never compared with ln V.
     tags = read_all(runs.specforge.console).scalars.tags()
     assert not comparable_to_chance("loss", tags) and comparable_to_chance("ploss_0", tags)
+
+
+def test_the_console_says_where_wandb_keeps_a_run_outside_the_output_directory(tmp_path):
+    """SpecForge's W&B directory defaults to its checkout; W&B prints where it is."""
+    import wandb
+    from wandb.sdk.lib.printer import new_printer
+
+    checkout = "/opt/SpecForge/wandb/offline-run-20261202_153000-k2abc"
+    out = io.StringIO()
+    with contextlib.redirect_stderr(out):  # wandb.init prints it to stderr, prefixed "wandb: "
+        wandb.termlog(f"Run data is saved locally in {new_printer().files(checkout)}")
+    path = tmp_path / "train.log"
+    path.write_text(out.getvalue() + specforge_lines([(5, metrics(5))]))
+    logs = read_all(path)
+    assert logs.wandb_dirs() == (checkout,) and series(logs, "ploss_0")[0] == [5]
+
+
+@pytest.mark.parametrize("name", ["specforge", "hf_unbuffered", "hf_buffered", "speculators"])
+def test_reading_as_it_grows_gives_what_reading_it_whole_gives(runs, tmp_path, name):
+    import random
+
+    source = {
+        "specforge": runs.specforge.console,
+        "hf_unbuffered": runs.hf_unbuffered.log,
+        "hf_buffered": runs.hf_buffered.log,
+        "speculators": runs.speculators,
+    }[name]
+    data = source.read_bytes()
+    whole = read_all(source)
+    rng = random.Random(name)
+    path = tmp_path / "train.log"
+    path.write_bytes(b"")
+    growing = ConsoleLogs()
+    growing.set_files([path])
+    position = 0
+    while position < len(data):  # appended in pieces that cut lines, bars and records anywhere
+        size = rng.randint(1, 300)
+        with open(path, "ab") as handle:
+            handle.write(data[position : position + size])
+        position += size
+        growing.poll()
+    growing.poll()
+    assert sorted(growing.scalars.series) == sorted(whole.scalars.series)
+    for tag, expected in whole.scalars.series.items():
+        got = growing.scalars.series[tag]
+        assert got.steps.tolist() == expected.steps.tolist(), tag
+        assert np.array_equal(got.values, expected.values, equal_nan=True), tag
+
+
+def test_flipped_bits_and_cut_files_never_raise(runs, tmp_path):
+    import random
+
+    rng = random.Random(7)
+    for source in (runs.specforge.console, runs.hf_unbuffered.log, runs.speculators_coloured):
+        data = source.read_bytes()
+        for trial in range(20):
+            damaged = bytearray(data[: rng.randrange(len(data))] if trial % 4 == 0 else data)
+            for _ in range(rng.randint(1, 40)):
+                damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
+            path = tmp_path / f"{source.parent.name}-{trial}.log"
+            path.write_bytes(bytes(damaged))
+            logs = read_all(path)
+            for found in logs.scalars.series.values():
+                assert (found.steps >= 0).all() and not any(c in found.tag for c in "\x1b\r\n")

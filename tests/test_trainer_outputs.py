@@ -25,7 +25,7 @@ from triage_tui.core.formats.specforge_output import (
 from triage_tui.core.formats.trainer_state import newest_checkpoint, read_trainer_state, tracker_name
 from triage_tui.core.runs.manifest import load_manifest
 from triage_tui.core.runs.names import is_console_log_name, specforge_run_id
-from triage_tui.core.series import ScalarSeries, overlay
+from triage_tui.core.series import ScalarSeries, overlay, under_live
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +235,22 @@ def test_overlay_keeps_the_base_only_where_the_top_has_no_range():
     assert overlay(_series([], []), live).steps.tolist() == [3, 5, 7]
     assert overlay(history, _series([], [])).values.tolist() == [10, 20, 30, 40, 50, 60]
     assert len(history) == 6 and len(live) == 3  # the inputs are left as they were
+
+
+def test_a_checkpoint_history_fills_under_live_series_of_the_same_metric(runs):
+    """RunSources' merge, its pure part: a TensorBoard series that starts late (the callback turned on
+    at a resume) and a console series, each with the checkpoint's history under it."""
+    state = read_trainer_state(runs.hf_unbuffered.output / "checkpoint-10" / "trainer_state.json")
+    history = state.scalars().series
+    live = {
+        "train/loss": _series([8, 10, 12], [5.0, 4.0, 3.0], "train/loss"),  # as HF's TensorBoardCallback names it
+        "eval_loss": _series([12], [2.0], "eval_loss"),  # a console's, the trainer's own name
+    }
+    merged = under_live(history, live, lambda tag: (tag, tracker_name(tag)))
+    assert merged["train/loss"].steps.tolist() == [2, 4, 6, 8, 10, 12]
+    assert merged["train/loss"].values.tolist()[:3] == history["loss"].values.tolist()[:3]
+    assert merged["train/loss"].values.tolist()[3:] == [5.0, 4.0, 3.0]  # live wins where both exist
+    assert merged["eval_loss"].steps.tolist() == [6, 12] and merged["eval_loss"].values.tolist()[1] == 2.0
+    assert "loss" not in merged  # under train/loss, not beside it
+    assert merged["grad_norm"] is history["grad_norm"]  # nothing live: the history alone
+    assert all(series.restarts == () for series in merged.values())

@@ -14,6 +14,7 @@ UI thread never changes under it while the reader thread polls.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -42,6 +43,15 @@ class ScalarSeries:
         self._values = np.empty(0, np.float64)
         self._n = 0
         self._restarts: list[int] = []
+
+    @classmethod
+    def of(cls, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> ScalarSeries:
+        """A series of points already in step order (non-decreasing), none of them a restart: a saved
+        history, where a step logged twice (HF's ``epoch`` in a training and an evaluation entry) is
+        two entries of one writer, not a resumed one."""
+        series = cls(tag)
+        series._append(np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64))
+        return series
 
     def __len__(self) -> int:
         return self._n
@@ -271,6 +281,28 @@ def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False) -> S
         restarts.append(low)
     restarts.extend(top.restarts)
     merged._restarts = restarts[:_MAX_RESTARTS]
+    return merged
+
+
+def under_live(
+    history: dict[str, ScalarSeries], live: dict[str, ScalarSeries], names: Callable[[str], Iterable[str]]
+) -> dict[str, ScalarSeries]:
+    """A run's live series with a saved history of the same metrics filled in under them.
+
+    The history (HF Trainer's ``trainer_state.json`` of its newest checkpoint: steps up to that
+    save) goes under the first live series ``names(tag)`` names (the history's own name first, then
+    what the same metric is called in the live sources: HF's tracker names, a source's prefix), with
+    ``overlay``: the live series wins over its whole range, the history fills only before and after
+    it. A history series no live series matches stands under its own name. Nothing is marked a
+    restart: a saved history is no second writer."""
+    merged = dict(live)
+    for tag, saved in history.items():
+        target = next((name for name in names(tag) if name in live), None)
+        if target is None:
+            if tag not in merged:
+                merged[tag] = saved
+            continue
+        merged[target] = overlay(saved, merged[target])
     return merged
 
 

@@ -16,6 +16,12 @@ rank's. Lines without a prefix are always read. Then, by its shape:
   until the next line that is not a continuation;
 - a tqdm bar; anything else is an unknown line, counted.
 
+One unknown line is noted on the way: where W&B keeps the run (``wandb: Run data is saved locally in
+<dir>``, wandb/wandb 0.31.0 ``wandb/sdk/wandb_run.py`` ``_header_sync_info`` through
+``wandb/errors/term.py`` ``termlog``). SpecForge puts that directory in its own checkout, not in
+the output directory, unless ``tracking.wandb_dir`` says otherwise (sgl-project/SpecForge
+``specforge/tracker.py`` ``WandbTracker._default_wandb_dir``): the console is where a run says it.
+
 A line of a trainer's format that cannot be read (a number beyond a float, nesting past the
 bound, a cut dict) and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
 SpecForge line repeating the step and the values of the one before it is another rank's copy
@@ -33,6 +39,8 @@ from triage_tui.core.console.record import SPECFORGE, ConsoleRecord, Damaged
 from triage_tui.core.log_tail import LogTail
 
 _RANK_LOCAL_PREFIX = "perf/"  # SpecForge's per-rank timings
+_WANDB_DIR = "wandb: Run data is saved locally in "
+MAX_WANDB_DIRS = 16  # a resumed run says it once per start
 
 
 class ConsoleFile:
@@ -45,6 +53,7 @@ class ConsoleFile:
         self.progress_lines = 0
         self.other_rank_lines = 0
         self.rank: int | None = None  # the rank whose lines are read (None: no rank prefixes seen)
+        self.wandb_dirs: list[str] = []  # where W&B said it keeps the run, as printed (untrusted)
         self._damaged = 0
         self._saw_rank0 = False
         self._after_clear = False  # the last non-empty line was a bar's clear (spaces only)
@@ -128,6 +137,10 @@ class ConsoleFile:
         if progress(text) is not None:
             self.progress_lines += 1
             return
+        if text.startswith(_WANDB_DIR) and len(self.wandb_dirs) < MAX_WANDB_DIRS:
+            directory = text[len(_WANDB_DIR) :].strip()
+            if directory and directory not in self.wandb_dirs:
+                self.wandb_dirs.append(directory)
         self.unknown_lines += 1
 
     def _take(self, rank: int) -> bool:

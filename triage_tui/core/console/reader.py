@@ -134,6 +134,14 @@ class ConsoleLogs:
             total.update(file.inferred)
         return dict(total)
 
+    def wandb_dirs(self) -> tuple[str, ...]:
+        """The W&B run directories the consoles name (``wandb: Run data is saved locally in <dir>``),
+        as printed: untrusted paths, to be checked before use (SpecForge keeps them in its checkout)."""
+        found: list[str] = []
+        for path in self._paths:
+            found += [d for d in self._files[path].console.wandb_dirs if d not in found]
+        return tuple(found)
+
     def notes(self) -> tuple[str, ...]:
         """One line per file saying what was read of it: formats and where steps came from, the rank
         read, lines skipped or unknown."""

@@ -30,7 +30,7 @@ import numpy as np
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
-from triage_tui.core.series import RunScalars
+from triage_tui.core.series import RunScalars, ScalarSeries
 
 TRAINER_STATE_NAME = "trainer_state.json"
 # transformers trainer_utils.py: PREFIX_CHECKPOINT_DIR = "checkpoint", _re_checkpoint = ^checkpoint\-(\d+)$
@@ -73,7 +73,8 @@ class TrainerState:
 
     def scalars(self) -> RunScalars:
         """The history as series named by the trainer's keys, points at their logged steps, each
-        point's wall time the file's modification time (the save: entries carry no time)."""
+        point's wall time the file's modification time (the save: entries carry no time). A step
+        logged twice keeps both points, neither marked a restart."""
         columns: dict[str, tuple[list[int], list[float]]] = {}
         for entry in self.log_history:
             for key, value in entry.values:
@@ -82,9 +83,10 @@ class TrainerState:
                 values.append(value)
         scalars = RunScalars()
         for key, (steps, values) in columns.items():
-            scalars.series_for(key, None).extend(
-                np.asarray(steps, np.int64), np.full(len(steps), self.mtime, np.float64), np.asarray(values, np.float64)
-            )
+            # The history's own order, sorted by step (stable) in case a hand-edited file is not.
+            order = np.argsort(np.asarray(steps, np.int64), kind="stable")
+            walls = np.full(len(steps), self.mtime, np.float64)
+            scalars.series[key] = ScalarSeries.of(key, np.asarray(steps)[order], walls, np.asarray(values)[order])
         scalars.version += 1
         return scalars
 
