@@ -504,3 +504,19 @@ def test_flipped_bits_and_cut_files_never_raise(runs, tmp_path):
             logs = read_all(path)
             for found in logs.scalars.series.values():
                 assert (found.steps >= 0).all() and not any(c in found.tag for c in "\x1b\r\n")
+
+
+def test_a_poll_says_what_it_read(tmp_path):
+    from triage_tui.core.console.reader import PollStats
+
+    path = tmp_path / "train.log"
+    text = specforge_lines([(5, metrics(5)), (10, metrics(10))])
+    path.write_text(text)
+    logs = ConsoleLogs()
+    logs.set_files([path, tmp_path / "missing.log"])
+    points = 2 * len(metrics(5))
+    assert logs.poll(to_end=True) == PollStats(2, len(text.encode()), 2, points, 0, 1)
+    assert logs.poll() == PollStats(2, 0, 0, 0, 0, 1)
+    path.write_text(specforge_lines([(5, metrics(5))]))  # rewritten: shorter than what was read
+    stats = logs.poll()
+    assert (stats.records, stats.resets) == (1, 1)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,18 @@ from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.series import RunScalars, overlay_runs
 
 TRAINER_NAMES = {"specforge": "SpecForge", "hf-trainer": "HF Trainer", "speculators": "speculators"}
+
+
+@dataclass(frozen=True)
+class PollStats:
+    """What one poll of a run's consoles did (a source wrapper turns it into its ReadStats)."""
+
+    files: int = 0  # console files looked at
+    bytes_read: int = 0
+    records: int = 0  # trainer records read
+    points: int = 0  # scalar points they hold
+    resets: int = 0  # files found replaced or truncated and read again from their start
+    unreadable_files: int = 0  # files that could not be read (missing, permissions, not a file)
 
 
 class _File:
@@ -51,14 +64,23 @@ class _File:
         self.inferred: Counter[str] = Counter()  # series -> points whose step was inferred
         self._place(self.records)
 
-    def poll(self, *, to_end: bool) -> int:
+    def poll(self, *, to_end: bool) -> PollStats:
+        tail = self.console.tail
+        offset, restarts = tail.offset, tail.restarts
         new = self.console.poll(to_end=to_end)
         if new:
-            wall = self.console.tail.mtime or 0.0
+            wall = tail.mtime or 0.0
             placed = [(record, wall) for record in new]
             self.records.extend(placed)
             self._place(placed)
-        return len(new)
+        return PollStats(
+            files=1,
+            bytes_read=max(0, tail.offset - offset) if tail.restarts == restarts else tail.offset,
+            records=len(new),
+            points=sum(len(record.values) for record in new),
+            resets=tail.restarts - restarts,
+            unreadable_files=int(self.console.problem is not None),
+        )
 
     def _place(self, records: Sequence[tuple[ConsoleRecord, float]]) -> None:
         if not records:
@@ -110,12 +132,12 @@ class ConsoleLogs:
             file.rebuild(state)
         self._refresh()
 
-    def poll(self, *, to_end: bool = False) -> int:
-        """Read what was appended to every file; the number of records read. ``to_end``: read each
-        file to its end (a one-shot read), else at most ``tuning.MAX_READ_BYTES`` of each a poll."""
-        read = sum(file.poll(to_end=to_end) for path, file in self._files.items() if path in self._paths)
+    def poll(self, *, to_end: bool = False) -> PollStats:
+        """Read what was appended to every file. ``to_end``: read each file to its end (a one-shot
+        read), else at most ``tuning.MAX_READ_BYTES`` of each a poll."""
+        polls = [self._files[path].poll(to_end=to_end) for path in self._paths]
         self._refresh()
-        return read
+        return PollStats(*(sum(getattr(p, name) for p in polls) for name in PollStats.__dataclass_fields__))
 
     @property
     def damaged(self) -> dict[Path, int]:
