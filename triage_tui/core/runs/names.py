@@ -41,7 +41,11 @@ CONSOLE_SUFFIXES = (".log", ".out")
 HF_CHECKPOINT_DIR = trainer_state.CHECKPOINT_DIR
 TRAINER_STATE_NAME = trainer_state.TRAINER_STATE_NAME
 # SpecForge ``specforge train``: <output_dir>/<run_id>-step<N>/ beside <run_id>-latest, <run_id>-best
-# and <run_id>.best_meta.json (core/formats/specforge_output.py).
+# and <run_id>.best_meta.json (core/formats/specforge_output.py). For discovery, such a directory is
+# one run per run id, its checkpoints the complete <run_id>-step<N>/ (a training_state.pt inside),
+# oldest first, whether or not it holds event files: with tracking off (SpecForge's default) its
+# only curves are in the console the user redirected (a *.log or *.out beside them, or named in
+# triage.toml). The pointers are symlinks discovery lists but does not follow.
 SPECFORGE_STEP_DIR = specforge_output.STEP_DIR
 SPECFORGE_POINTER_SUFFIXES = (specforge_output.LATEST_SUFFIX, specforge_output.BEST_SUFFIX)
 SPECFORGE_BEST_META_SUFFIX = specforge_output.BEST_META_SUFFIX
