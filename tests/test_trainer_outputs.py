@@ -198,6 +198,23 @@ def test_console_names_as_the_tools_write_them():
     assert specforge_run_id("k2-eagle3-latest") == "k2-eagle3" and specforge_run_id("checkpoint-5") is None
 
 
+def test_another_users_manifest_names_no_console_outside_its_run(tmp_path):
+    """The trust rule (docs/contracts.md): a path outside the run in a triage.toml another user owns
+    is not read, and the run says so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = run / "triage.toml"
+    manifest.write_text('[logs]\nconsole = ["train.log", "../elsewhere/slurm-1.out"]\n')
+    try:
+        os.chown(manifest, 65534, -1)
+    except PermissionError:
+        pytest.skip("chown to another uid needs root (or CAP_CHOWN) here: the ownership rule cannot be exercised")
+    read = load_manifest(manifest)
+    assert read.console_logs == (run / "train.log",)
+    (line,) = read.untrusted
+    assert line.startswith(f"[logs] console {tmp_path / 'elsewhere' / 'slurm-1.out'} not read: outside the run")
+
+
 def test_the_manifest_names_console_logs(tmp_path):
     manifest = tmp_path / "triage.toml"
     manifest.write_text('[logs]\nconsole = ["train.log", "~/jobs/slurm-1.out"]\n')
