@@ -19,18 +19,20 @@ from a sibling room of its own layer (siblings are independent):
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
     wandb_history | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
-    events | signals | drafter  TensorBoard records / flags from scalars / the EAGLE-3 module
+    events | signals | drafter | console
+                              TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
-    | bounds                  small shared helpers; bounds: every fetch's deadline and cap, numbers checked
+    | bounds | log_tail       small shared helpers; bounds: every fetch's deadline and cap, numbers checked
     errors                    BadInput, the one bad-input error
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
 checkpoint its weight files), and so are ``events`` (reader over decode over templates and columns
-over wire and framing over crc) and ``hypotheses`` (rank over one module per cause family over
+over wire and framing over crc) and ``console`` (reader over follow over steps over one module per
+trainer's format over lines, record, literal and tuning) and ``hypotheses`` (rank over one module per cause family over
 scoring) and ``signals`` (run_flags over the value and stall flags over
 the chance line and tag choice over flags) and ``remap`` (execute over verify and the write paths over rows
 over plan over staging and writer) and ``serving`` (read and compare over the registry over one
@@ -67,7 +69,7 @@ CORE = [
     ("core.run_status",),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb_history", "core.serving", "core.curve_shapes", "core.run_state"),
-    ("core.events", "core.signals", "core.drafter"),
+    ("core.events", "core.signals", "core.drafter", "core.console"),
     ("core.runs",),
     ("core.formats", "core.node"),
     ("core.objstore",),
@@ -83,6 +85,7 @@ CORE = [
         "core.json_numbers",
         "core.natural_sort",
         "core.bounds",
+        "core.log_tail",
     ),
     ("core.errors",),
 ]
@@ -90,7 +93,13 @@ FORMATS = [
     ("core.formats.mapping",),
     ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
     ("core.formats.weights",),
-    ("core.formats.training_state", "core.formats.run_yaml", "core.formats.remote_safetensors"),
+    (
+        "core.formats.training_state",
+        "core.formats.run_yaml",
+        "core.formats.remote_safetensors",
+        "core.formats.trainer_state",
+        "core.formats.specforge_output",
+    ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
 EVENTS = [
@@ -134,11 +143,20 @@ OBJSTORE = [
     ("core.objstore.store",),
     ("core.objstore.url", "core.objstore.tuning"),
 ]
+CONSOLE = [
+    ("core.console.reader",),
+    ("core.console.follow",),
+    ("core.console.steps",),
+    ("core.console.specforge", "core.console.hf_trainer", "core.console.speculators"),
+    ("core.console.lines", "core.console.record"),
+    ("core.console.literal",),
+    ("core.console.tuning",),
+]
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.registry",),
     ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
-    ("core.serving.source", "core.serving.tail"),
+    ("core.serving.source",),
     ("core.serving.evidence", "core.serving.tuning"),
 ]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole
@@ -150,6 +168,7 @@ SEAM_MODULES = (
     "core.serving.tuning",
     "core.objstore.tuning",
     "core.bounds",
+    "core.console.tuning",
 )
 # Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
 # (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the
@@ -252,6 +271,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.remap.") and _room(name, REMAP) is None]
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
     unplaced += [name for name in MODULES if name.startswith("core.objstore.") and _room(name, OBJSTORE) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.console.") and _room(name, CONSOLE) is None]
     unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
@@ -269,9 +289,23 @@ def test_every_module_has_a_room():
         (REMAP, "core.remap"),
         (SERVING, "core.serving"),
         (OBJSTORE, "core.objstore"),
+        (CONSOLE, "core.console"),
         (TUI, "tui"),
     ],
-    ids=["rooms", "core", "formats", "events", "hypotheses", "signals", "runs", "remap", "serving", "objstore", "tui"],
+    ids=[
+        "rooms",
+        "core",
+        "formats",
+        "events",
+        "hypotheses",
+        "signals",
+        "runs",
+        "remap",
+        "serving",
+        "objstore",
+        "console",
+        "tui",
+    ],
 )
 def test_imports_only_go_down(layers, within):
     assert _violations(layers, within) == []

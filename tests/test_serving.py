@@ -29,8 +29,9 @@ from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.hypotheses.rank import rank_hypotheses
+from triage_tui.core.log_tail import LogTail
 from triage_tui.core.serving.compare import compare_serving, training_estimate
-from triage_tui.core.serving.logs import LogTail, ServingLog, parse_sglang_line, parse_vllm_line
+from triage_tui.core.serving.logs import ServingLog, parse_sglang_line, parse_vllm_line
 from triage_tui.core.serving.metrics import MetricsUrl
 from triage_tui.core.serving.read import read_serving
 from triage_tui.core.serving.source import Following
@@ -196,9 +197,11 @@ def test_log_tail_follows_growth_partial_lines_rotation_and_truncation(tmp_path)
 def test_log_tail_reads_a_huge_line_without_keeping_it(tmp_path):
     path = tmp_path / "x.log"
     path.write_bytes(b"A" * (1 << 17) + b"\n" + vllm_line(10, [5, 1, 0]).encode() + b"\n")
-    tail = LogTail(path)
-    lines = tail.poll()
-    assert len(lines) == 1 and "SpecDecoding metrics" in lines[0]
+    from triage_tui.core.serving import tuning
+
+    tail = LogTail(path, max_line_bytes=tuning.MAX_LINE_BYTES)
+    lines = tail.poll(tuning.MAX_READ_BYTES)
+    assert len(lines) == 1 and "SpecDecoding metrics" in lines[0] and tail.dropped == 1
 
 
 # --------------------------------------------------------------------------- live /metrics

@@ -8,6 +8,8 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     curves        scalar curves whose flags are known (the story's)
     wandb_runs    W&B offline runs through wandb itself
     trainers      runs written by the trainers' own code (SpecForge, speculators, HF Trainer)
+    consoles      training consoles as HF Trainer, speculators, SpecForge and torchrun write them;
+                  SpecForge's output directory by its own trainer loop (built once, cached)
     mappings      the story's two vocab mappings (252 of 32 000 positions agree)
     drafter       EAGLE-3 drafter checkpoints per layout (SpecForge, speculators, modelopt)
     target        target models as the hub stores them

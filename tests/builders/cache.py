@@ -1,9 +1,10 @@
 """Fixtures built once per machine and reused, keyed by what built them.
 
 A cache directory is reused only when it was built by these exact builders (the source of every
-module in tests/builders/) with these exact writers (the installed torch, tensorboard, safetensors
-and numpy): change a builder or upgrade a writer and the next run builds it again, instead of
-taking runs an older builder wrote for the new one's.
+module in tests/builders/) with these exact writers (the installed torch, tensorboard, safetensors,
+numpy, and the trainers and console libraries whose output is cached): change a builder or upgrade
+a writer and the next run builds it again, instead of taking runs an older builder wrote for the
+new one's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-WRITERS = ("torch", "tensorboard", "safetensors", "numpy")
+WRITERS = ("torch", "tensorboard", "safetensors", "numpy", "transformers", "speculators", "specforge", "rich", "tqdm")
 
 
 def builders_key() -> str:
@@ -24,7 +25,11 @@ def builders_key() -> str:
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for package in WRITERS:
-        digest.update(f"{package}=={metadata.version(package)}\0".encode())
+        try:
+            version = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            version = "absent"  # a fixture that needs it fails on import, and says so
+        digest.update(f"{package}=={version}\0".encode())
     return digest.hexdigest()
 
 

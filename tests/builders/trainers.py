@@ -25,6 +25,9 @@ SpecForge 0.2.0 (``specforge_run``):
   written with ``torch.save`` in its format (``rows_0-5000/data_{i}.ckpt`` holding
   ``input_ids``, ``loss_mask``, ``hidden_state``, ``aux_hidden_state``).
 
+SpecForge's ``specforge train`` (``specforge_train_output``): its output directory, console
+included, by its own ``TrainerController`` (see that function).
+
 HF Trainer (``hf_trainer_run``): ``transformers.Trainer(report_to=["tensorboard"])`` training a
 tiny ``LlamaForCausalLM`` for a few CPU steps, saving ``checkpoint-N/``.
 """
@@ -32,6 +35,7 @@ tiny ``LlamaForCausalLM`` for a few CPU steps, saving ``checkpoint-N/``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import types
 from dataclasses import dataclass
@@ -465,3 +469,182 @@ def specforge_log(output: Path, rows: list[tuple[int, dict[str, float]]]) -> Non
     for step, values in rows:
         tracker.log(values, step=step)
     tracker.close()
+
+
+# --------------------------------------------------------------------------- SpecForge's `specforge train`
+
+
+@dataclass(frozen=True)
+class SpecForgeOutput:
+    """A ``specforge train`` output directory and the schedule that wrote it."""
+
+    output: Path  # <output_dir>: <run_id>-step<N>/, the pointers, best_meta.json, train.log
+    console: Path
+    run_id: str
+    steps: int
+    log_interval: int
+    eval_interval: int
+    save_interval: int
+    checkpoint_steps: tuple[int, ...]  # the steps whose checkpoints are on disk
+
+    @classmethod
+    def at(cls, output: Path, run_id: str) -> SpecForgeOutput:
+        saved = tuple(sorted(int(p.name.rsplit("-step", 1)[1]) for p in output.glob(f"{run_id}-step*")))
+        return cls(output, output / "train.log", run_id, *SPECFORGE_SCHEDULE, saved)
+
+
+SPECFORGE_TRAIN_RUN_ID = "k2-eagle3"
+SPECFORGE_SCHEDULE = (30, 3, 10, 10)  # steps, log_interval, eval_interval, save_interval
+CONSOLE_DRAFT_VOCAB = 32_000  # the real draft vocab: ln 32 000 = 10.37 is the chance line
+
+
+def specforge_train_output(root: Path, *, tracker: bool = False) -> SpecForgeOutput:
+    """``<root>/output`` as ``specforge train`` leaves it, with its console in ``train.log``:
+    ``TrainerController.fit`` of the installed package (identical in ``specforge/training/`` and
+    ``specforge/eval/`` to sgl-project/SpecForge a6b6b0230009d15ec2a97a57384e6f53f0f96946) with its
+    console ``_logger``, ``Evaluator`` and ``CheckpointManager``: the step lines, the
+    ``<run_id>-step<N>/`` checkpoints (``training_state.pt``, ``training_state_rank0.pt``), the
+    ``-latest``/``-best`` pointers and ``<run_id>.best_meta.json`` are all its own, and so is the
+    final save ``Trainer.fit`` adds. The GPU parts are stand-ins: the strategy's model is a linear
+    drafter over a 32 000-token draft vocab returning ``Eagle3TrainStrategy.forward_loss``'s metric
+    keys, and the backend a plain CPU optimizer behind ``TrainingBackend`` (``FSDPTrainingBackend``
+    needs a process group).
+    The optimizer turns to gradient ascent after two thirds of the steps, so evaluation peaks before the end and
+    ``best`` is not ``latest``. ``tracker``: the console lines as ``TrackerLogger`` prints them beside
+    a tracker (``train/`` names)."""
+    steps, log_interval, eval_interval, save_interval = SPECFORGE_SCHEDULE
+    import torch
+    from specforge.runtime.contracts import TrainBatch
+    from specforge.training.assembly import _logger
+    from specforge.training.backend import TrainingBackend
+    from specforge.training.controller import TrainerController, TrainerCore
+    from specforge.training.strategies.base import DraftTrainStrategy, StepOutput
+
+    ttt, hidden, batch, seq = 3, 8, 2, 4
+    peak = steps * 2 // 3
+    torch.manual_seed(0)
+    # Targets the drafter can learn: each position's token is a fixed function of its features.
+    teacher = torch.randn(hidden, CONSOLE_DRAFT_VOCAB)
+
+    def make_batch(index: int, g: torch.Generator) -> TrainBatch:
+        x = torch.randn(batch, seq, hidden, generator=g)
+        y = torch.stack([((x + k) @ teacher).argmax(-1) for k in range(ttt)], dim=0)
+        ids = [f"s{index}-{i}" for i in range(batch)]
+        return TrainBatch(sample_ids=ids, strategy="eagle3", tensors={"x": x, "y": y})
+
+    class LinearDrafter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm_head = torch.nn.Linear(hidden, CONSOLE_DRAFT_VOCAB, bias=False)
+
+    class Strategy(DraftTrainStrategy):
+        """Eagle3TrainStrategy.forward_loss's outputs (its metric keys), from a linear drafter."""
+
+        name = "eagle3"
+        required_features = {"x", "y"}
+        ploss_decay = 0.8
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            self.model = model
+
+        def trainable_module(self) -> torch.nn.Module:
+            return self.model
+
+        def forward_loss(self, batch, ctx=None):
+            x, y = batch.tensors["x"], batch.tensors["y"]
+            plosses, acces, rates, corrects, denoms = [], [], [], [], []
+            for k in range(ttt):
+                logits = self.model.lm_head(x + k).reshape(-1, CONSOLE_DRAFT_VOCAB)
+                target = y[k].reshape(-1)
+                ploss = torch.nn.functional.cross_entropy(logits, target)
+                correct = (logits.argmax(-1) == target).sum().float()
+                plosses.append(ploss)
+                corrects.append(correct)
+                denoms.append(torch.tensor(float(target.numel())))
+                acces.append(correct / target.numel())
+                rates.append(torch.softmax(logits, -1).gather(1, target[:, None]).mean())
+            loss = sum(self.ploss_decay**k * p for k, p in enumerate(plosses))
+            return StepOutput(
+                loss=loss,
+                metrics={
+                    "plosses": [p.detach() for p in plosses],
+                    "acces": [a.detach() for a in acces],
+                    "acceptance_rates": [r.detach() for r in rates],
+                    "acc_corrects": corrects,
+                    "acc_denoms": denoms,
+                    "metric_losses": [p.detach() for p in plosses],
+                    "metric_loss_denoms": denoms,
+                },
+            )
+
+    class LearningRate:
+        def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+            self.optimizer = optimizer
+
+        def get_learning_rate(self) -> float:
+            return float(self.optimizer.param_groups[0]["lr"])
+
+    class Backend(TrainingBackend):
+        """A plain CPU optimizer behind SpecForge's backend interface."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            self.model = model
+            self.torch_optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+            self.optimizer = LearningRate(self.torch_optimizer)
+            self.steps = 0
+
+        def prepare_model(self, model):
+            return model
+
+        def backward(self, loss, *, is_boundary=True):
+            loss.backward()
+
+        def step(self):
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.steps += 1
+            if self.steps > peak:  # past the peak: gradient ascent undoes what was learnt
+                self.torch_optimizer.param_groups[0]["maximize"] = True
+            self.torch_optimizer.step()
+            self.torch_optimizer.zero_grad()
+            return norm
+
+        def state_dict(self):
+            return {
+                "model": self.model.state_dict(),
+                "optimizer": self.torch_optimizer.state_dict(),
+                "rng": {"cpu": torch.get_rng_state()},
+            }
+
+        def load_state_dict(self, state):
+            self.model.load_state_dict(state["model"])
+
+    output = root / "output"
+    output.mkdir(parents=True, exist_ok=True)
+    model = LinearDrafter()
+    g = torch.Generator().manual_seed(1)
+    data = [make_batch(i, g) for i in range(steps)]
+    eval_data = [make_batch(10_000 + i, g) for i in range(2)]
+    logger = _logger
+    if tracker:
+        from specforge.tracker import NoOpTracker
+        from specforge.training.tracking import TrackerLogger
+
+        logger = TrackerLogger(NoOpTracker(None, str(output)), console_logger=_logger)
+    controller = TrainerController(
+        TrainerCore(Strategy(model), Backend(model)),
+        run_id=SPECFORGE_TRAIN_RUN_ID,
+        output_dir=str(output),
+        save_interval=save_interval,
+        eval_interval=eval_interval,
+        eval_data_factory=lambda: eval_data,
+        log_interval=log_interval,
+        max_steps=steps,
+        logger=logger,
+    )
+    console = output / "train.log"
+    with open(console, "w") as out, contextlib.redirect_stdout(out):
+        step = controller.fit(data)
+        # specforge/training/trainer.py Trainer.fit: a final save unless the last step was saved.
+        if step > 0 and controller.last_checkpoint_step != step:
+            controller.save_checkpoint(step)
+    return SpecForgeOutput.at(output, SPECFORGE_TRAIN_RUN_ID)

@@ -69,19 +69,27 @@ def position_of(name: str, tag: str) -> int | None:
 
 
 TRAINERS: tuple[TrainerNames, ...] = (
+    # Its trackers add "train/" to the training names (training/tracking.py training_metric_names);
+    # its console alone, the default (tracking.report_to = "none"), prints them bare
+    # (training/assembly.py _logger): "ploss_0", "acc", "loss".
     TrainerNames(
         "specforge",
-        "sgl-project/SpecForge 0.2.0 (specforge/training/controller.py, training/tracking.py, eval/evaluator.py)",
-        loss=("train/ploss_{i}", "eval/ploss_{i}"),
-        accuracy=("train/acc_{i}", "train/acc", "eval/per_position_acc/{i}", "eval/avg_acc"),
-        summed_loss=("train/loss", "eval/avg_loss"),
+        "sgl-project/SpecForge 0.2.0 (specforge/training/controller.py, training/tracking.py, eval/evaluator.py, "
+        "training/assembly.py)",
+        loss=("train/ploss_{i}", "ploss_{i}", "eval/ploss_{i}"),
+        accuracy=("train/acc_{i}", "acc_{i}", "train/acc", "acc", "eval/per_position_acc/{i}", "eval/avg_acc"),
+        summed_loss=("train/loss", "loss", "eval/avg_loss"),
         acceptance_length=("eval/simulated_acc_len",),
         other=(
             "train/acceptance_rate_{i}",
+            "acceptance_rate_{i}",
             "train/acceptance_rate",
+            "acceptance_rate",
             "eval/acceptance_rate_{i}",
             "train/lr",
+            "lr",
             "train/grad_norm",
+            "grad_norm",
         ),
     ),
     TrainerNames(

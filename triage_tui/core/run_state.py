@@ -44,6 +44,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from triage_tui.core.console.lines import plain, split_rank
 from triage_tui.core.runs.names import LOG_DIR_NAMES, WANDB_DIR_NAME
 from triage_tui.core.signals.flags import Flag, fmt_duration
 from triage_tui.core.signals.stall import Activity
@@ -375,10 +376,8 @@ def _argument_paths(argv: tuple[str, ...], cwd: str | None, prefixes: tuple[str,
 
 
 # The line that ends a Python traceback: the exception's type (dotted, as Python prints it), then
-# its message. torchrun prefixes each rank's lines with "[rankN]:".
-# Colour (SGR) and other CSI sequences of coloured loggers (rich, loguru) are not part of a line.
-_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s?")
+# its message. Colours, cursor moves and launchers' rank prefixes ("[rank0]:", "[default0]:") are
+# no part of a line: core/console/lines.py takes them off, as it does for the metrics read there.
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)(?::.*)?$")
 _TRACEBACK = "Traceback (most recent call last):"
 # Out of memory and collective-communication failures, as PyTorch and NCCL print them
@@ -403,7 +402,7 @@ def console_error(text: str) -> str | None:
     or an out-of-memory or NCCL error line, among its last ``CONSOLE_TAIL_LINES`` lines; None when
     it does not. An out-of-memory or NCCL line wins (the cause; the tracebacks after it are its
     echoes), then the last exception line that is not a wrapper of an earlier one."""
-    lines = [_RANK_PREFIX.sub("", line).rstrip() for line in re.split(r"[\r\n]+", _CSI.sub("", text))]
+    lines = [split_rank(plain(line))[1].rstrip() for line in re.split(r"[\r\n]+", text)]
     lines = [line for line in lines if line.strip()][-CONSOLE_TAIL_LINES:]
     fatal = next((line for line in lines if _FATAL.search(line.strip())), None)
     if fatal is not None:

@@ -14,6 +14,7 @@ UI thread never changes under it while the reader thread polls.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -42,6 +43,15 @@ class ScalarSeries:
         self._values = np.empty(0, np.float64)
         self._n = 0
         self._restarts: list[int] = []
+
+    @classmethod
+    def of(cls, tag: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> ScalarSeries:
+        """A series of points already in step order (non-decreasing), none of them a restart: a saved
+        history, where a step logged twice (HF's ``epoch`` in a training and an evaluation entry) is
+        two entries of one writer, not a resumed one."""
+        series = cls(tag)
+        series._append(np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64))
+        return series
 
     def __len__(self) -> int:
         return self._n
@@ -231,6 +241,80 @@ class RunScalars:
         self.series = {}
         self.purges = []
         self.version += 1
+
+
+def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False) -> ScalarSeries:
+    """One series of two that hold the same metric: ``top``'s points over its whole step range
+    (first to last step), ``base``'s before and after it; a new series, neither input changed.
+
+    What two sources of one run share is merged this way, so no step is counted twice: a run's
+    console files (a later SLURM job's log over an earlier one's), or a checkpoint's saved history
+    under a live series (the history fills only what the live series does not cover).
+    ``resume``: ``top`` is a later writer of the same series (a resumed job): when ``base`` had
+    points in ``top``'s range that are not ``top``'s own (same steps and values: a copy of the same
+    log), ``top``'s first step is marked a restart (``restarts``, as a resumed event file's is).
+    """
+    if len(top) == 0 or len(base) == 0:
+        source = top if len(top) else base
+        merged = ScalarSeries(top.tag, base.plugin or top.plugin)
+        merged._append(*source.columns())
+        merged._restarts = list(source.restarts)
+        return merged
+    b_steps, b_walls, b_values = base.columns()
+    t_steps, t_walls, t_values = top.columns()
+    low, high = int(t_steps[0]), int(t_steps[-1])
+    before = b_steps < low
+    after = b_steps > high
+    inside = ~(before | after)
+    merged = ScalarSeries(top.tag, base.plugin or top.plugin)
+    merged._append(b_steps[before], b_walls[before], b_values[before])
+    merged._append(t_steps, t_walls, t_values)
+    merged._append(b_steps[after], b_walls[after], b_values[after])
+    restarts = [step for step in base.restarts if step < low or step > high]
+    if (
+        resume
+        and inside.any()
+        and not (
+            np.array_equal(b_steps[inside], t_steps) and np.array_equal(b_values[inside], t_values, equal_nan=True)
+        )
+    ):
+        restarts.append(low)
+    restarts.extend(top.restarts)
+    merged._restarts = restarts[:_MAX_RESTARTS]
+    return merged
+
+
+def under_live(
+    history: dict[str, ScalarSeries], live: dict[str, ScalarSeries], names: Callable[[str], Iterable[str]]
+) -> dict[str, ScalarSeries]:
+    """A run's live series with a saved history of the same metrics filled in under them.
+
+    The history (HF Trainer's ``trainer_state.json`` of its newest checkpoint: steps up to that
+    save) goes under the first live series ``names(tag)`` names (the history's own name first, then
+    what the same metric is called in the live sources: HF's tracker names, a source's prefix), with
+    ``overlay``: the live series wins over its whole range, the history fills only before and after
+    it. A history series no live series matches stands under its own name. Nothing is marked a
+    restart: a saved history is no second writer."""
+    merged = dict(live)
+    for tag, saved in history.items():
+        target = next((name for name in names(tag) if name in live), None)
+        if target is None:
+            if tag not in merged:
+                merged[tag] = saved
+            continue
+        merged[target] = overlay(saved, merged[target])
+    return merged
+
+
+def overlay_runs(layers: list[RunScalars], *, resume: bool = False) -> dict[str, ScalarSeries]:
+    """The series of several sources of one run's metrics, each later layer ``overlay``-ed over the
+    ones before it (a tag only one layer has is that layer's series itself)."""
+    merged: dict[str, ScalarSeries] = {}
+    for layer in layers:
+        for tag, series in list(layer.series.items()):
+            below = merged.get(tag)
+            merged[tag] = series if below is None else overlay(below, series, resume=resume)
+    return merged
 
 
 def ema_smooth(values: np.ndarray, weight: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""A run's ``triage.toml`` (docs/contracts.md "triage.toml"): the ``[run]`` and ``[serving]`` tables
+"""A run's ``triage.toml`` (docs/contracts.md "triage.toml"): the ``[run]``, ``[serving]`` and ``[logs]`` tables
 read into a typed ``Manifest``, paths made absolute against the run directory; and the path
 helpers its readers share (``~`` expanded, a stat that fails as one BadInput line).
 
@@ -42,6 +42,8 @@ class Manifest:
     # [serving]: engine logs to follow, and a /metrics URL (or a saved metrics file); core/serving/
     serving_logs: tuple[Path, ...] = ()
     serving_metrics: str | None = None
+    # [logs]: training console logs to read as scalars (core/console/), beside those discovery finds
+    console_logs: tuple[Path, ...] = ()
     # What the file names that is not used, one line each: a URL, or a path outside the run, in a
     # triage.toml owned by another user (git's safe.directory rule). The run carries these as notices.
     untrusted: tuple[str, ...] = ()
@@ -136,6 +138,7 @@ def load_manifest(path: str | Path) -> Manifest:
             raise BadInput(path, f"[run] {key} must be a list of tag strings, got {value!r}")
         values[key] = tuple(value)
     values.update(_serving_table(path, document.get("serving")))
+    values.update(_logs_table(path, document.get("logs")))
     if owner != _me():
         values = _trusted_only(path, owner, values)
     return Manifest(path=path, **values)
@@ -161,10 +164,11 @@ def _trusted_only(path: Path, owner: int, values: dict[str, Any]) -> dict[str, A
         if value is not None and not inside(value):
             untrusted.append(f"[run] {key} {value} not used: outside the run, and {why}")
             del kept[key]
-    logs = kept.get("serving_logs", ())
-    if any(not inside(p) for p in logs):
-        kept["serving_logs"] = tuple(p for p in logs if inside(p))
-        untrusted += [f"[serving] logs {p} not read: outside the run, and {why}" for p in logs if not inside(p)]
+    for key, table in (("serving_logs", "[serving] logs"), ("console_logs", "[logs] console")):
+        logs = kept.get(key, ())
+        if any(not inside(p) for p in logs):
+            kept[key] = tuple(p for p in logs if inside(p))
+            untrusted += [f"{table} {p} not read: outside the run, and {why}" for p in logs if not inside(p)]
     metrics = kept.get("serving_metrics")
     if metrics is not None and bounds.is_url(metrics):
         untrusted.append(f"[serving] metrics {metrics} not fetched: {why} (pass it to check --serving to fetch it)")
@@ -200,3 +204,22 @@ def _serving_table(path: Path, table: Any) -> dict[str, Any]:
             metrics = os.path.normpath(path.parent / expand_user(metrics, path))
         values["serving_metrics"] = metrics
     return values
+
+
+def _logs_table(path: Path, table: Any) -> dict[str, Any]:
+    """``[logs] console = [...]``: a trainer's console logs (paths relative to the run; one string is one path)."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BadInput(path, "[logs] must be a table")
+    unknown = sorted(set(table) - {"console"})
+    if unknown:
+        raise BadInput(path, f"unknown key(s) in [logs]: {', '.join(unknown)} (known: console)")
+    console = table.get("console")
+    if console is None:
+        return {}
+    if isinstance(console, str):
+        console = [console]
+    if not isinstance(console, list) or not all(isinstance(p, str) and p for p in console):
+        raise BadInput(path, f"[logs] console must be a list of path strings, got {console!r}")
+    return {"console_logs": tuple(Path(os.path.normpath(path.parent / expand_user(p, path))) for p in console)}

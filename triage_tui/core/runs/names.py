@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from triage_tui.core.formats import specforge_output, trainer_state
+
 MANIFEST_NAME = "triage.toml"
 CONFIG_NAME = "config.json"
 TRAINING_STATE_NAME = "training_state.pt"  # SpecForge: inside each epoch_{e}_step_{s}/ checkpoint
@@ -28,6 +30,43 @@ SPECFORGE_DUMP = re.compile(r"^data_\d+\.ckpt(\.gz)?$")  # SpecForge prepare_hid
 MAPPING_FILE = re.compile(r"(vocab.*mapping.*\.pt|^d2t\.pt|^d2t\.npy|^t2d\.npy|^t2d-\d+\.npy)$", re.IGNORECASE)
 MAPPING_DIR = re.compile(r"vocab.*mapping", re.IGNORECASE)  # SpecForge cache/vocab_mapping/<hash>.pt
 HIDDEN_DIR = re.compile(r"hidden", re.IGNORECASE)  # hidden_states/, hidden-states/, ...
+
+
+# Training consoles (core/console/): what a trainer's output is redirected to. ``*.log`` (``> train.log
+# 2>&1``), ``nohup.out`` (nohup(1)), SLURM's ``slurm-%j.out`` and, for arrays, ``slurm-%A_%a.out``
+# (sbatch(1) --output default), and any other ``*.out``. Not under a W&B directory: its
+# ``debug*.log`` are the SDK's own, and ``files/output.log`` copies the console W&B's history holds.
+CONSOLE_SUFFIXES = (".log", ".out")
+# HF Trainer: <output_dir>/checkpoint-<global_step>/trainer_state.json (core/formats/trainer_state.py).
+HF_CHECKPOINT_DIR = trainer_state.CHECKPOINT_DIR
+TRAINER_STATE_NAME = trainer_state.TRAINER_STATE_NAME
+# SpecForge ``specforge train``: <output_dir>/<run_id>-step<N>/ beside <run_id>-latest, <run_id>-best
+# and <run_id>.best_meta.json (core/formats/specforge_output.py). For discovery, such a directory is
+# one run per run id, its checkpoints the complete <run_id>-step<N>/ (a training_state.pt inside),
+# oldest first, whether or not it holds event files: with tracking off (SpecForge's default) its
+# only curves are in the console the user redirected (a *.log or *.out beside them, or named in
+# triage.toml). The pointers are symlinks discovery lists but does not follow.
+SPECFORGE_STEP_DIR = specforge_output.STEP_DIR
+SPECFORGE_POINTER_SUFFIXES = (specforge_output.LATEST_SUFFIX, specforge_output.BEST_SUFFIX)
+SPECFORGE_BEST_META_SUFFIX = specforge_output.BEST_META_SUFFIX
+
+
+def is_console_log_name(name: str) -> bool:
+    """A training console log, by its base name: ``*.log``, ``*.out`` (``slurm-<job>.out``,
+    ``nohup.out``). The caller leaves out W&B's directory and the serving logs a triage.toml names."""
+    return name.endswith(CONSOLE_SUFFIXES) and not name.startswith(".")
+
+
+def specforge_run_id(name: str) -> str | None:
+    """The run id a SpecForge output entry belongs to (``<run_id>-step<N>``, ``<run_id>-latest``,
+    ``<run_id>-best``, ``<run_id>.best_meta.json``), or None."""
+    match = SPECFORGE_STEP_DIR.match(name)
+    if match is not None:
+        return match["run_id"]
+    for suffix in (*SPECFORGE_POINTER_SUFFIXES, SPECFORGE_BEST_META_SUFFIX):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
 
 
 def is_event_file_name(name: str) -> bool:

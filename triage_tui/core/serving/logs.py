@@ -1,7 +1,7 @@
 """Engine logs: vLLM's ``SpecDecoding metrics:`` lines and SGLang's ``Decode batch ... accept len``, tailed.
 
 Formats and the engine code that writes them: see ``serving.evidence``. A log is followed as it
-grows (``LogTail``): whole lines only, a runaway line without a newline dropped, one poll's read
+grows (``core/log_tail.LogTail``): whole lines only, a runaway line without a newline dropped, one poll's read
 bounded so the first poll of a huge log stays short.
 """
 
@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from triage_tui.core import bounds
+from triage_tui.core.log_tail import LogTail
+from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
-from triage_tui.core.serving.tail import LogTail
 
 # Numbers are captured wide (a sign, an exponent, nan, inf) so that a negative or absurd value is
 # read and refused by core/bounds.py, and text that is no number is a malformed line, counted.
@@ -176,7 +177,7 @@ class ServingLog:
     def __init__(self, location: str, following: Following | None = None) -> None:
         self.location = location
         self.path = Path(location)
-        self.tail = LogTail(self.path)
+        self.tail = LogTail(self.path, max_line_bytes=tuning.MAX_LINE_BYTES)
         following = following or Following()
         self.to_end = not following.background
         self.final = following.once
@@ -197,7 +198,7 @@ class ServingLog:
             return ServingPoll(None, (source_error(self.location, self.impossible),))
         changed = False
         while True:
-            lines = self.tail.poll()
+            lines = self.tail.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:
                 lines += self.tail.flush()  # the last line of a finished log may lack its newline
             changed |= self._take(lines)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from triage_tui.core import bounds
+from triage_tui.core.log_tail import LogTail
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
-from triage_tui.core.serving.tail import LogTail
 
 
 class _Skipped(ValueError):
@@ -44,7 +44,7 @@ class MetaInfoFile:
     def __init__(self, location: str, following: Following | None = None) -> None:
         following = following or Following()
         self.location = location
-        self.tail = LogTail(Path(location), max_line=tuning.MAX_JSONL_LINE_BYTES)
+        self.tail = LogTail(Path(location), max_line_bytes=tuning.MAX_JSONL_LINE_BYTES)
         self.to_end = not following.background
         self.final = following.once
         self.lines = 0
@@ -60,7 +60,7 @@ class MetaInfoFile:
     def poll(self) -> ServingPoll:
         changed = False
         while self.impossible is None:
-            lines = self.tail.poll()
+            lines = self.tail.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:
                 lines += self.tail.flush()
             changed |= self._take(lines)

@@ -1,12 +1,24 @@
-"""A growing text file's complete new lines, across rotation and truncation: what a log or a JSONL source reads."""
+"""A growing text file's complete new lines, across rotation and truncation: ``LogTail``.
+
+The one follower of text logs: engine logs and JSONL sources (``core/serving/``) and training
+consoles (``core/console/``) read through it. Each poll reads only the bytes appended since the
+last one (at most the caller's bound), returns the complete lines among them and keeps an
+unterminated last line until its terminator arrives.
+
+``split_cr``: a carriage return ends a line as a newline does. Progress bars (tqdm) redraw one
+terminal line with ``\\r`` and write no newline for as long as they run; in a file every redraw
+is then a line of its own, and what ``tqdm.write`` prints between two redraws is one too.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
-from triage_tui.core.serving import tuning
+_LINE_ENDS = re.compile(b"[\r\n]")
+_SEEN_BYTES = 64  # the last bytes read, kept to notice a file rewritten past the offset
 
 
 class LogTail:
@@ -17,48 +29,62 @@ class LogTail:
     read first from the sibling that now holds the old inode, then the new file from its start
     (a second rotation between two polls loses the file in between). A file shorter than the
     offset, or whose bytes before the offset are no longer the ones read, was truncated in place
-    and rewritten (copytruncate): read from the start. A line longer than ``max_line`` bytes is
+    and rewritten (copytruncate): read from the start. A line longer than ``max_line_bytes`` is
     dropped whole (counted in ``dropped``), so a binary file or a runaway writer cannot grow memory.
     """
 
-    def __init__(self, path: str | Path, max_line: int | None = None) -> None:
+    def __init__(self, path: str | Path, *, max_line_bytes: int, split_cr: bool = False) -> None:
         self.path = Path(path)
-        self.max_line = max_line
+        self.line_limit = max_line_bytes
+        self.split_cr = split_cr
         self._ident: tuple[int, int] | None = None
         self._offset = 0
         self._partial = b""
-        self._skipping = False  # inside a line already found too long: dropped up to its newline
-        self._seen = b""  # the last bytes read, to notice a file rewritten past the offset
+        self._skipping = False  # inside a line already found too long: dropped up to its end
+        self._seen = b""
         self.bytes_read = 0  # by the last poll: 0 means the end of the file was reached
-        self.dropped = 0  # lines longer than max_line, dropped
+        self.dropped = 0  # lines longer than the limit, dropped
+        self.restarts = 0  # times the file was found replaced or truncated and read from its start
+        self.mtime: float | None = None  # the file's modification time at the last poll that found it
+        self.problem: str | None = None  # why the last poll could not read the file, or None
 
     @property
-    def line_limit(self) -> int:
-        return self.max_line if self.max_line is not None else tuning.MAX_LINE_BYTES
+    def offset(self) -> int:
+        """Bytes of the current file read so far."""
+        return self._offset
 
-    def poll(self) -> list[str]:
+    def poll(self, max_bytes: int) -> list[str]:
+        """The complete lines appended since the last poll, reading at most ``max_bytes`` of the file."""
         lines: list[str] = []
         self.bytes_read = 0
         try:
             st = os.stat(self.path)
-        except OSError:
-            return lines  # not there yet, or between rename and re-create
+        except FileNotFoundError:
+            self.problem = "no such file (yet)"  # not there yet, or between rename and re-create
+            return lines
+        except OSError as err:
+            self.problem = f"cannot reach it: {err.strerror or err}"
+            return lines
+        self.problem = None
+        self.mtime = st.st_mtime
         ident = (st.st_dev, st.st_ino)
         if self._ident is not None and ident != self._ident:
             rotated = self._find_rotated()
             if rotated is not None:
                 lines += self._read(rotated, limit=None)
             lines += self.flush()
-            self._ident, self._offset, self._seen = None, 0, b""
+            self._ident = None
+            self._restart()
         elif self._ident is not None and st.st_size < self._offset:
             self._restart()
         if self._ident is None:
             self._ident = ident
-        lines += self._read(self.path, limit=tuning.MAX_READ_BYTES)
+        lines += self._read(self.path, limit=max_bytes)
         return lines
 
     def _restart(self) -> None:
         self._offset, self._partial, self._skipping, self._seen = 0, b"", False, b""
+        self.restarts += 1
 
     def _find_rotated(self) -> Path | None:
         try:
@@ -79,12 +105,17 @@ class LogTail:
     def _read(self, path: Path, limit: int | None) -> list[str]:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named like a log must not hang
-        except OSError:
+        except OSError as err:
+            if path == self.path:
+                self.problem = f"cannot read it: {err.strerror or err}"
+            return []
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != self._ident:
+            os.close(fd)  # (os.fdopen refuses a directory)
+            if path == self.path and not stat.S_ISREG(st.st_mode):
+                self.problem = "not a regular file"
             return []
         with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != self._ident:
-                return []
             if self._seen:
                 handle.seek(self._offset - len(self._seen))
                 if handle.read(len(self._seen)) != self._seen:
@@ -94,8 +125,9 @@ class LogTail:
         self._offset += len(data)
         self.bytes_read += len(data)
         if data:
-            self._seen = (self._seen + data)[-64:]
-        parts = (self._partial + data).split(b"\n")
+            self._seen = (self._seen + data)[-_SEEN_BYTES:]
+        chunk = self._partial + data
+        parts = _LINE_ENDS.split(chunk) if self.split_cr else chunk.split(b"\n")
         self._partial = parts.pop()
         if self._skipping and len(parts):
             parts.pop(0)  # the end of the line found too long at an earlier read
@@ -103,9 +135,13 @@ class LogTail:
             self._skipping = False
         if len(self._partial) > self.line_limit:
             self._partial, self._skipping = b"", True
-        long = sum(len(p) > self.line_limit for p in parts)
-        self.dropped += long
-        return [p.decode("utf-8", "replace").rstrip("\r") for p in parts if len(p) <= self.line_limit]
+        self.dropped += sum(len(p) > self.line_limit for p in parts)
+        kept = [p.decode("utf-8", "replace") for p in parts if len(p) <= self.line_limit]
+        return kept if self.split_cr else [line.rstrip("\r") for line in kept]
+
+    def pending(self) -> str:
+        """The unterminated rest read so far (a progress bar drawn after the last line ends), as text."""
+        return "" if self._skipping else self._partial.decode("utf-8", "replace")
 
     def flush(self) -> list[str]:
         """The unterminated last line, as a line (a finished log may lack its final newline)."""

@@ -1,0 +1,196 @@
+"""One console file followed: ``ConsoleFile`` turns its appended bytes into ``ConsoleRecord``s.
+
+The bytes come through ``core/log_tail.LogTail`` with carriage returns ending lines too
+(``split_cr``), so each redraw of a tqdm bar is a line: bars are recognised and counted, never taken
+for unknown text, and a dict ``tqdm.write`` printed between two redraws is a line of its own.
+Each line is made plain (``lines.plain``: colours and cursor moves gone), its launcher's rank
+prefix split off and read as follows: lines of rank 0 are read; before a rank-0 line is seen, those
+of the first rank seen (a log of one worker that is not rank 0); once rank 0 is seen, no other
+rank's. Lines without a prefix are always read. Then, by its shape:
+
+- ``step N: {...}``: SpecForge (``specforge``);
+- a dict with ``epoch``: HF Trainer (``hf_trainer``); when it follows a bar's clear (what
+  ``tqdm.write`` writes first), the bar drawn next is its step (``steps``), so the record waits for
+  that next line, or for the bar in the unterminated rest of the file;
+- a Rich log record of ``key=value`` pairs: speculators (``speculators``), its wrapped lines joined
+  until the next line that is not a continuation;
+- a tqdm bar; anything else is an unknown line, counted.
+
+One unknown line is noted on the way: where W&B keeps the run (``wandb: Run data is saved locally in
+<dir>``, wandb/wandb 0.31.0 ``wandb/sdk/wandb_run.py`` ``_header_sync_info`` through
+``wandb/errors/term.py`` ``termlog``). SpecForge puts that directory in its own checkout, not in
+the output directory, unless ``tracking.wandb_dir`` says otherwise (sgl-project/SpecForge
+``specforge/tracker.py`` ``WandbTracker._default_wandb_dir``): the console is where a run says it.
+
+A line of a trainer's format that cannot be read (a number beyond a float, nesting past the
+bound, a cut dict) and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
+SpecForge line repeating the step and the values of the one before it is another rank's copy
+(every rank prints it, the metrics are all-reduced; only the ``perf/`` timings are a rank's own,
+``specforge/training/controller.py``): skipped and counted with the other ranks' lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
+from triage_tui.core.console.lines import plain, progress, split_rank
+from triage_tui.core.console.record import SPECFORGE, ConsoleRecord, Damaged
+from triage_tui.core.log_tail import LogTail
+
+_RANK_LOCAL_PREFIX = "perf/"  # SpecForge's per-rank timings
+_WANDB_DIR = "wandb: Run data is saved locally in "
+MAX_WANDB_DIRS = 16  # a resumed run says it once per start
+
+
+class ConsoleFile:
+    """A training console log followed as it grows; ``poll()`` gives the records appended since."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.tail = LogTail(self.path, max_line_bytes=tuning.MAX_LINE_BYTES, split_cr=True)
+        self.unknown_lines = 0
+        self.progress_lines = 0
+        self.other_rank_lines = 0
+        self.rank: int | None = None  # the rank whose lines are read (None: no rank prefixes seen)
+        self.wandb_dirs: list[str] = []  # where W&B said it keeps the run, as printed (untrusted)
+        self._damaged = 0
+        self._saw_rank0 = False
+        self._after_clear = False  # the last non-empty line was a bar's clear (spaces only)
+        self._waiting_hf: ConsoleRecord | None = None  # an HF dict waiting for the bar drawn after it
+        self._rich: list[str] | None = None  # the message lines of a Rich record being joined
+        self._last_printed: ConsoleRecord | None = None  # the last SpecForge record read
+
+    @property
+    def damaged(self) -> int:
+        """Lines of a trainer's format that could not be read, and lines too long to be one."""
+        return self._damaged + self.tail.dropped
+
+    @property
+    def problem(self) -> str | None:
+        """Why the file could not be read at the last poll (missing, unreadable), or None."""
+        return self.tail.problem
+
+    def poll(self, *, to_end: bool = False) -> list[ConsoleRecord]:
+        """The records appended since the last poll. One poll reads at most ``tuning.MAX_READ_BYTES``;
+        ``to_end`` reads on to the end of the file (a one-shot read)."""
+        out: list[ConsoleRecord] = []
+        while True:
+            for line in self.tail.poll(tuning.MAX_READ_BYTES):
+                self._line(line, out)
+            if not to_end or not self.tail.bytes_read:
+                break
+        if self._waiting_hf is not None:
+            bar = progress(plain(self.tail.pending()).strip())
+            if bar is not None and not bar.desc:
+                self._commit_hf(out, bar.n)  # the redraw after tqdm.write, not yet ended by a \r
+            elif not self.tail.bytes_read:
+                self._commit_hf(out, None)  # nothing more came: the writer stopped after the dict
+        if self._rich is not None and not self.tail.bytes_read:
+            self._commit_rich(out)
+        return out
+
+    # --- one line -------------------------------------------------------------------------------
+
+    def _line(self, raw: str, out: list[ConsoleRecord]) -> None:
+        rank, line = split_rank(plain(raw))
+        if rank is not None and not self._take(rank):
+            self.other_rank_lines += 1
+            return
+        text = line.strip()
+        if not text:
+            if line:
+                self._after_clear = True  # tqdm's clear: spaces over the bar, between two \r
+            return
+        if self._rich is not None:
+            if line[:2] == "  " and speculators.record_message(line) is None:
+                self._rich.append(text)
+                if len(self._rich) > tuning.MAX_RECORD_LINES:
+                    self._rich = None
+                    self._damaged += 1
+                return
+            self._commit_rich(out)
+        start = hf_trainer.dict_start(text)
+        if self._waiting_hf is not None:
+            bar = progress(text) if start != 0 else None
+            self._commit_hf(out, bar.n if bar is not None and not bar.desc else None)
+        after_clear, self._after_clear = self._after_clear, False
+        if text.startswith("step "):
+            found = specforge.parse(text)
+            if found is not None:
+                self._take_record(found, out)
+                return
+        if start >= 0:
+            found = hf_trainer.parse(text, start)
+            if isinstance(found, ConsoleRecord) and start == 0 and after_clear:
+                self._waiting_hf = found
+                return
+            if found is not None:
+                if start > 0 and progress(text) is not None:
+                    self.progress_lines += 1  # the bar the dict was written behind
+                self._take_record(found, out)
+                return
+        message = speculators.record_message(line)
+        if message is not None and "=" in message:
+            self._rich = [message]
+            return
+        if progress(text) is not None:
+            self.progress_lines += 1
+            return
+        if text.startswith(_WANDB_DIR) and len(self.wandb_dirs) < MAX_WANDB_DIRS:
+            directory = text[len(_WANDB_DIR) :].strip()
+            if directory and directory not in self.wandb_dirs:
+                self.wandb_dirs.append(directory)
+        self.unknown_lines += 1
+
+    def _take(self, rank: int) -> bool:
+        if rank == 0:
+            self._saw_rank0 = True
+            self.rank = 0
+            return True
+        if self._saw_rank0:
+            return False
+        if self.rank is None:
+            self.rank = rank
+        return rank == self.rank
+
+    def _take_record(self, found: ConsoleRecord | Damaged, out: list[ConsoleRecord]) -> None:
+        if isinstance(found, Damaged):
+            self._damaged += 1
+            return
+        if found.trainer == SPECFORGE:
+            if self._is_copy(found):
+                self.other_rank_lines += 1
+                return
+            self._last_printed = found
+        out.append(found)
+
+    def _is_copy(self, found: ConsoleRecord) -> bool:
+        last = self._last_printed
+        if last is None or last.step != found.step:
+            return False
+        return [kv for kv in last.values if not kv[0].startswith(_RANK_LOCAL_PREFIX)] == [
+            kv for kv in found.values if not kv[0].startswith(_RANK_LOCAL_PREFIX)
+        ]
+
+    def _commit_hf(self, out: list[ConsoleRecord], bar_step: int | None) -> None:
+        found, self._waiting_hf = self._waiting_hf, None
+        if found is None:
+            return
+        if bar_step is not None:
+            found = ConsoleRecord(found.trainer, found.values, None, bar_step, found.is_train)
+        out.append(found)
+
+    def _commit_rich(self, out: list[ConsoleRecord]) -> None:
+        parts, self._rich = self._rich, None
+        if not parts:
+            return
+        # Rich wraps at a space (after a pair's comma) and folds a word longer than the column.
+        message = parts[0]
+        for part in parts[1:]:
+            message += (" " if message.endswith(",") else "") + part
+        found = speculators.parse(message)
+        if found is not None:
+            self._take_record(found, out)
+        else:
+            self.unknown_lines += 1

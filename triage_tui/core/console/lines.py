@@ -1,0 +1,63 @@
+"""One console line made plain: terminal escapes removed, a launcher's rank prefix split off, a
+progress bar recognised.
+
+- Escapes: colours and cursor moves (CSI, ``ESC [ ... letter``; tqdm moves up a line with
+  ``ESC [A`` for nested bars, Rich colours its records when it thinks it writes to a terminal),
+  OSC strings (``ESC ] ... BEL``: titles, hyperlinks) and two-byte escapes (ECMA-48).
+- Rank prefixes: torchrun's ``--tee``/``--redirects`` copy of each worker's output is prefixed
+  ``[{role_name}{local_rank}]:`` (``[default0]:``; pytorch/pytorch
+  ``torch/distributed/elastic/multiprocessing/tail_log.py`` ``TailLog.start``), a
+  ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` such as ``[${rank}]:`` gives ``[0]:``, and torch
+  itself prefixes a worker's traceback and its C++ warnings ``[rank{r}]:``
+  (``torch/distributed/distributed_c10d.py`` ``_distributed_excepthook``, ``torch/_logging``).
+- Progress bars: tqdm's default format, ``{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}
+  [{elapsed}<{remaining}, {rate_fmt}{postfix}]`` (tqdm/tqdm ``tqdm/std.py`` ``format_meter``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, ended by BEL or ST (or by the line)
+    r"|\x1b[@-Z\\-_]"  # two-byte escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f]"  # other control characters (a tab stays)
+)
+_RANK = re.compile(r"\[([A-Za-z_]{0,32})(\d{1,6})\]:[ ]?")
+_PROGRESS = re.compile(r"(?:(?P<desc>.*?): ?)?\s*(?P<pct>\d{1,3})%\|[^|]*\| *(?P<n>\d{1,18})/(?P<total>\d{1,18}) \[")
+
+
+def plain(line: str) -> str:
+    """The line without terminal escapes and control characters."""
+    return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
+
+
+def split_rank(line: str) -> tuple[int | None, str]:
+    """(the launcher's rank prefix, the rest) of a plain line; (None, line) when it has none."""
+    if not line.startswith("["):
+        return None, line
+    match = _RANK.match(line)
+    if match is None:
+        return None, line
+    return int(match.group(2)), line[match.end() :]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One redraw of a tqdm bar: ``n`` of ``total`` done, and the bar's description ("" when none)."""
+
+    n: int
+    total: int
+    desc: str
+
+
+def progress(segment: str) -> Progress | None:
+    """The tqdm bar a plain segment draws, or None."""
+    if "%|" not in segment:
+        return None
+    match = _PROGRESS.match(segment)
+    if match is None:
+        return None
+    return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip())

@@ -1,0 +1,23 @@
+"""The bounds on what one poll of a training console reads; tests turn them small.
+
+Read as ``tuning.NAME`` by the code that uses them (tests/test_layers.py refuses
+``from triage_tui.core.console.tuning import NAME``): a test's monkeypatch here reaches every
+caller, wherever the code moves.
+"""
+
+from __future__ import annotations
+
+# A console line longer than this is no trainer's metrics line (SpecForge's eval line with seven
+# per-position lists is ~1 KB; an HF dict of a hundred keys ~5 KB): dropped and counted as damage,
+# so a binary file or a runaway writer cannot grow memory.
+MAX_LINE_BYTES = 1 << 16
+# One poll reads at most this much of a console log; the next poll continues where it stopped.
+MAX_READ_BYTES = 32 << 20
+# A metrics literal nested deeper than this is not a trainer's (SpecForge's lists sit at depth 2,
+# a speculators dict at 3): the line is damage, and the parser's recursion stays bounded.
+MAX_DEPTH = 8
+# Keys longer than this, or more keys than this in one line, are no trainer's: the line is damage.
+MAX_KEY_CHARS = 256
+MAX_KEYS = 4096
+# A Rich log record (speculators) wraps its message over lines; one longer than this is damage.
+MAX_RECORD_LINES = 256

@@ -1,0 +1,169 @@
+"""SpecForge's output directory (``specforge train --config``): its checkpoints, the ``-latest`` and
+``-best`` pointers, and ``<run_id>.best_meta.json``.
+
+From sgl-project/SpecForge ``specforge/training/checkpoint.py`` (``CheckpointManager``, at
+a6b6b0230009d15ec2a97a57384e6f53f0f96946; the same file ships in the package installed here):
+
+- a checkpoint is ``<output_dir>/<run_id>-step<N>/`` holding ``training_state.pt`` (rank 0's shared
+  payload: the drafter's weights, ``global_step``, ``run_id``, ...) and ``training_state_rank<r>.pt``
+  per rank; a directory without ``training_state.pt`` is an unfinished save, never a target;
+- after each save ``<run_id>-latest`` is a relative symlink to the checkpoint's directory name
+  (``_point``: ``os.symlink(os.path.basename(ckpt_dir), link)``; without symlink support there is
+  none, and the step directories are the record);
+- when an evaluation beats the best so far on ``best_metric`` (``eval/simulated_acc_len`` by
+  default, higher wins), ``<run_id>-best`` points at that step's checkpoint and
+  ``<run_id>.best_meta.json`` holds ``{"run_id", "step", "score", "metric", "metrics"}``
+  (``update_best``; json with indent 2, replaced atomically); the trainer ignores a meta whose
+  run id or metric differs, or whose checkpoint is gone (``_load_best_meta``);
+- saving step S first deletes every step directory >= S, and the best record with them
+  (``_rewind``: a rollback forks the timeline).
+
+``run_id`` is ``specforge-run`` and ``output_dir`` ``./output`` unless the config says otherwise
+(``specforge/config/schema.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.json_file import read_json
+
+STATE_FILE = "training_state.pt"
+STEP_DIR = re.compile(r"^(?P<run_id>.+)-step(?P<step>\d{1,18})$")  # CheckpointManager.resolve_resume_dir's pattern
+LATEST_SUFFIX = "-latest"
+BEST_SUFFIX = "-best"
+BEST_META_SUFFIX = ".best_meta.json"
+DEFAULT_RUN_ID = "specforge-run"
+DEFAULT_BEST_METRIC = "eval/simulated_acc_len"
+# A best_meta.json is a few hundred bytes (one evaluation's metrics); its metrics nest 2 levels.
+MAX_META_BYTES = 1 << 20
+MAX_META_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class BestMeta:
+    """``<run_id>.best_meta.json``: the step whose evaluation scored best, and that evaluation."""
+
+    path: Path
+    run_id: str
+    step: int
+    score: float  # the value of ``metric`` at ``step`` (higher is better)
+    metric: str
+    metrics: tuple[tuple[str, float], ...]  # the evaluation's numeric metrics (lists as name/i)
+    checkpoint: Path  # <output_dir>/<run_id>-step<step>
+    complete: bool  # that checkpoint holds its training_state.pt (else the trainer ignores the meta)
+
+
+@dataclass(frozen=True)
+class CheckpointPointer:
+    """``<run_id>-latest`` or ``<run_id>-best``: the checkpoint a pointer names."""
+
+    link: Path
+    run_id: str
+    target: Path  # the checkpoint directory, in the output directory
+    step: int | None  # from the target's name (None when it is no <run_id>-step<N>)
+    complete: bool  # the target holds its training_state.pt
+
+
+def step_dirs(names: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
+    """Per run id, the (step, name) of each ``<run_id>-step<N>`` among directory names, by step.
+    Nothing is opened (whether each is complete is ``is_complete``)."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name in names:
+        match = STEP_DIR.match(name)
+        if match is not None:
+            found.setdefault(match["run_id"], []).append((int(match["step"]), name))
+    return {run_id: sorted(items) for run_id, items in found.items()}
+
+
+def is_complete(checkpoint: Path) -> bool:
+    """A finished save: the directory holds ``training_state.pt`` (CheckpointManager._all_checkpoints)."""
+    try:
+        return (checkpoint / STATE_FILE).is_file()
+    except OSError:
+        return False
+
+
+def read_pointer(output_dir: str | Path, run_id: str, suffix: str = LATEST_SUFFIX) -> CheckpointPointer | None:
+    """The checkpoint ``<run_id><suffix>`` points at; None when there is no such entry. BadInput
+    naming the link when it is not a symlink, or points outside the output directory (SpecForge
+    writes a bare directory name)."""
+    output_dir = Path(output_dir)
+    link = output_dir / f"{run_id}{suffix}"
+    try:
+        target_name = os.readlink(link)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if not os.path.lexists(link):
+            return None
+        if os.path.islink(link):
+            raise BadInput(link, f"cannot read the link: {err.strerror or err}") from None
+        raise BadInput(link, "not a symlink: SpecForge points it at a checkpoint with os.symlink") from None
+    if os.path.isabs(target_name) or os.sep in target_name or target_name in (".", ".."):
+        raise BadInput(link, "points outside the output directory: SpecForge writes a checkpoint's directory name")
+    target = output_dir / target_name
+    match = STEP_DIR.match(target_name)
+    step = int(match["step"]) if match is not None and match["run_id"] == run_id else None
+    return CheckpointPointer(link, run_id, target, step, is_complete(target))
+
+
+def read_best_meta(path: str | Path) -> BestMeta:
+    """A ``<run_id>.best_meta.json``; BadInput naming the file when it is unreadable, not JSON, or
+    lacks what ``update_best`` writes (a string run_id and metric, a whole step, a finite score)."""
+    path = Path(path)
+    document = read_json(path, max_bytes=MAX_META_BYTES, max_depth=MAX_META_DEPTH)
+    if not isinstance(document, dict):
+        raise BadInput(path, "not a SpecForge best_meta.json: the document is not an object")
+    run_id, metric, step, score = (document.get(k) for k in ("run_id", "metric", "step", "score"))
+    if not isinstance(run_id, str) or not run_id or not isinstance(metric, str) or not metric:
+        raise BadInput(path, "not a SpecForge best_meta.json: no run_id or metric string")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
+        raise BadInput(path, f"not a SpecForge best_meta.json: step is no whole number ({_short(step)})")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise BadInput(path, f"not a SpecForge best_meta.json: score is no finite number ({_short(score)})")
+    metrics = document.get("metrics")
+    checkpoint = path.parent / f"{run_id}-step{step}"
+    return BestMeta(
+        path,
+        run_id,
+        step,
+        float(score),
+        metric,
+        tuple(_numbers(metrics)) if isinstance(metrics, dict) else (),
+        checkpoint,
+        is_complete(checkpoint),
+    )
+
+
+def _numbers(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:
+    """The evaluation's numbers; a list (``eval/per_position_acc``) as ``name/i``, as SpecForge's
+    trackers name it (``specforge/training/tracking.py`` ``scalar_metrics``)."""
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            yield from _number(key, value)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, (int, float)) and not isinstance(item, bool):
+                    yield from _number(f"{key}/{index}", item)
+
+
+def _number(key: str, value: float) -> Iterable[tuple[str, float]]:
+    try:
+        yield key, float(value)
+    except OverflowError:  # an integer beyond a float: no evaluation logs one
+        return
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
