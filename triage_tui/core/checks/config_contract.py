@@ -9,9 +9,10 @@ What is compared, and the public issue each rule comes from:
 - the aux layer ids: present, and where each engine reads them. vLLM reads only the top-level
   ``eagle_aux_hidden_state_layer_ids`` and otherwise falls back to its own choice
   (https://github.com/vllm-project/vllm/pull/50170: a head trained on other layers served at
-  accept length 1.036); SGLang reads ``eagle_config`` and, since
-  https://github.com/sgl-project/sglang/pull/25454, adds 1 only when the first id is 1
-  (https://github.com/sgl-project/sglang/issues/32226: ids shifted one layer);
+  accept length 1.036); SGLang reads ``eagle_config`` and adds 1 to each id (it captures before
+  layer i), except in the model files https://github.com/sgl-project/sglang/pull/25454 changed
+  (DeepSeek-V2/V3 and the targets built on them, GLM-4.7-Flash: +1 only when the first id is 1)
+  and GPT-OSS (https://github.com/sgl-project/sglang/issues/32226: ids shifted one layer);
 - ``fc``'s in-features = number of aux layers x target hidden size;
 - the flags against the weights they need: ``norm_before_fc`` -> ``input_norm.weight``,
   ``fc_norm`` -> ``fc_norm.{i}.weight`` (https://github.com/vllm-project/vllm/pull/38111,
@@ -36,7 +37,10 @@ NAME = "config_contract"
 Convention = Literal["output_of", "capture_before"]
 # Conventions for aux layer ids (vLLM `vllm/model_executor/models/llama.py`, sglang
 # `python/sglang/srt/models/llama.py`). "output_of": id i names the output of decoder layer i
-# (SpecForge's forward hooks, sglang config ids starting at 1, modelopt hooks). "capture_before":
+# (SpecForge's forward hooks; ModelOpt's, registered on the layers whose index is in the ids:
+# nvidia-modelopt 0.47.0 modelopt/torch/speculative/plugins/hf_eagle.py
+# `_collect_aux_hidden_states_forward_hook`, default ids `default_eagle_aux_layer_ids`
+# = sorted({1, N//2 - 1, N - 4}), so [0, 1] for a target of 4 layers or fewer). "capture_before":
 # id i names the input of layer i = HF ``hidden_states[i]`` = the output of layer i - 1 (EAGLE's
 # modeling_llama_kv.py, vLLM, speculators, modelopt's offline dumps).
 OUTPUT_OF: Convention = "output_of"
@@ -46,6 +50,24 @@ CAPTURE_BEFORE: Convention = "capture_before"
 DEFAULT_AUX_LAYERS = 3
 
 ENGINES = ("vllm", "sglang")
+
+# How SGLang turns config ids into the layers it captures before, per target model file (sglang
+# 0.5.23 python/sglang/srt/models/*.py `set_eagle3_layers_to_capture`). llama.py, qwen2/3*.py and
+# every other file: ``[val + 1 for val in layer_ids]`` (output-of). deepseek_v2.py and
+# glm4_moe_lite.py (PR #25454), and the models that delegate to deepseek_v2's class (Kimi-K2.5,
+# Mistral Large 3): +1 only when the first id is 1, else the ids as given (capture-before).
+# gpt_oss.py (PR #32334): the ids as given when the largest is the layer count, else +1.
+SGLANG_FIRST_ID_RULE = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "MistralLarge3ForCausalLM",
+    }
+)
+SGLANG_LAST_BOUNDARY_RULE = frozenset({"GptOssForCausalLM"})
 
 # Public issues each finding is known from: shown in the drill-down and the hypothesis' links.
 LINK_VLLM_MISSING_IDS = "https://github.com/vllm-project/vllm/pull/50170"
@@ -311,7 +333,8 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
                 f"config aux layer ids {list(trained_ids)} name layer outputs {beyond} that a target with "
                 f"{num_layers} layers does not have: the drafter was trained for another target",
             )
-    engines = tuple(_engine_reading(engine, top_ids, nested_ids, num_layers) for engine in ENGINES)
+    architectures = tuple(target.architectures) if target is not None else None
+    engines = tuple(_engine_reading(engine, top_ids, nested_ids, num_layers, architectures) for engine in ENGINES)
     if trained is not None and trained_ids is not None:
         for reading in engines:
             if reading.layers is None or reading.layers == trained:
@@ -410,29 +433,56 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
 
 
 def _engine_reading(
-    engine: str, top_ids: tuple[int, ...] | None, nested_ids: tuple[int, ...] | None, num_layers: int | None
+    engine: str,
+    top_ids: tuple[int, ...] | None,
+    nested_ids: tuple[int, ...] | None,
+    num_layers: int | None,
+    target_architectures: tuple[str, ...] | None,
 ) -> EngineReading:
-    """The layers an engine captures for this config (docs/formats.md, aux layer conventions)."""
+    """The layers an engine captures for this config (docs/formats.md, aux layer conventions);
+    ``target_architectures`` None when no target was given."""
+    convention: Convention | None
     if engine == "vllm":
         # vllm/v1/worker/gpu_model_runner.py get_eagle3_aux_layers_from_config: the top-level field,
         # used as-is (capture-before); eagle_config is not read.
         ids, convention = top_ids, CAPTURE_BEFORE
         source = "reads the top-level ids" if ids else "finds no top-level ids, falls back to (2, N//2, N-3)"
     else:
-        # sglang model_runner.py reads eagle_config; since PR #25454 a first id of 1 means output-of
-        # (+1 when capturing), any other first id capture-before.
         ids = nested_ids
-        convention = OUTPUT_OF if ids and ids[0] == 1 else CAPTURE_BEFORE
-        source = (
-            f"reads eagle_config's ids as {convention.replace('_', '-')} (first id {ids[0]})"
-            if ids
-            else "finds no eagle_config ids, falls back to (2, N//2, N-3)"
-        )
+        convention, source = _sglang_convention(ids, num_layers, target_architectures)
     if ids is None:
         layers = physical_layers(engine_default_ids(num_layers), CAPTURE_BEFORE) if num_layers else None
     else:
-        layers = physical_layers(ids, convention)
+        layers = physical_layers(ids, convention) if convention is not None else None
     return EngineReading(engine, ids, source, layers)
+
+
+def _sglang_convention(
+    ids: tuple[int, ...] | None, num_layers: int | None, architectures: tuple[str, ...] | None
+) -> tuple[Convention | None, str]:
+    """How SGLang reads eagle_config's ids for this target (SGLANG_FIRST_ID_RULE above); None when
+    it depends on a target nobody named."""
+    if not ids:
+        return None, "finds no eagle_config ids, falls back to (2, N//2, N-3)"
+    arch = next(iter(architectures), None) if architectures else None
+    if architectures is not None and arch in SGLANG_FIRST_ID_RULE:
+        convention = OUTPUT_OF if ids[0] == 1 else CAPTURE_BEFORE
+        return convention, f"reads eagle_config's ids for a {arch} target as {_words(convention)} (first id {ids[0]})"
+    if architectures is not None and arch in SGLANG_LAST_BOUNDARY_RULE:
+        convention = CAPTURE_BEFORE if num_layers is not None and max(ids) == num_layers else OUTPUT_OF
+        return convention, f"reads eagle_config's ids for a {arch} target as {_words(convention)}"
+    if architectures is not None:
+        return OUTPUT_OF, f"adds 1 to eagle_config's ids for a {arch or 'target'} target ({_words(OUTPUT_OF)})"
+    if ids[0] == 1:  # every model file adds 1 to these
+        return OUTPUT_OF, f"reads eagle_config's ids as {_words(OUTPUT_OF)} (first id 1)"
+    return None, (
+        f"adds 1 to eagle_config's ids for Llama and Qwen targets, not for DeepSeek, Kimi or GLM-4.7-Flash "
+        f"ones (first id {ids[0]}, not 1): the target decides (pass --target)"
+    )
+
+
+def _words(convention: Convention) -> str:
+    return convention.replace("_", "-")
 
 
 def _config_int(config: Mapping[str, Any], key: str) -> int | None:
