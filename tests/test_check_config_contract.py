@@ -19,7 +19,6 @@ from builders.contracts import (
     specforge_drafter,
     speculators_drafter,
 )
-from builders.modelopt import modelopt_export
 from triage_tui.core.checks.config_contract import (
     ConfigContractDetails,
     check_config_contract,
@@ -43,15 +42,6 @@ def target(tmp_path_factory):
 def deepseek_target(tmp_path_factory):
     """An 8-layer DeepseekV3ForCausalLM saved by transformers: SGLang builds it with deepseek_v2.py."""
     return read_target(deepseek_target_dir(tmp_path_factory.mktemp("deepseek") / "t", vocab=SMALL_VOCAB))
-
-
-@pytest.fixture(scope="module")
-def modelopt_exports(tmp_path_factory):
-    """ModelOpt's own exports on a 2-layer and an 8-layer target (tests/builders/modelopt.py)."""
-    pytest.importorskip("modelopt", reason="nvidia-modelopt (installed with --no-deps by .ci/run)")
-    return {
-        layers: modelopt_export(tmp_path_factory.mktemp(f"modelopt{layers}"), target_layers=layers) for layers in (2, 8)
-    }
 
 
 def _drafter(root, **config):

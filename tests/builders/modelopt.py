@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TARGET_VOCAB = 8192  # builders.target_dumps.VOCAB: the char tokenizer's size
 HIDDEN = 64
 
@@ -37,6 +39,16 @@ def modelopt_export(root: Path, *, target_layers: int, draft_vocab: int = 1000, 
     if done.returncode != 0:
         raise RuntimeError(f"modelopt export failed:\n{done.stderr[-4000:]}")
     return root
+
+
+@pytest.fixture(scope="session")
+def modelopt_exports(tmp_path_factory) -> dict[int, Path]:
+    """ModelOpt's own exports on a 2-layer and an 8-layer target, by target depth (registered by
+    tests/conftest.py; skipped where nvidia-modelopt is not installed)."""
+    pytest.importorskip("modelopt", reason="nvidia-modelopt (installed with --no-deps by .ci/run)")
+    return {
+        layers: modelopt_export(tmp_path_factory.mktemp(f"modelopt{layers}"), target_layers=layers) for layers in (2, 8)
+    }
 
 
 def _chat(seed: int, distinct: int) -> list[dict]:
