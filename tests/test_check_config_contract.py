@@ -264,3 +264,73 @@ def test_check_on_a_modelopt_export_is_no_false_alarm(modelopt_exports, tmp_path
     assert contract["layout"] == "modelopt"
     assert "aux_layer_out_of_range" not in {issue["kind"] for issue in contract["issues"]}
     assert max(h["score"] for h in report["hypotheses"]) < 0.5
+
+
+def _qwen3_drafter(root, verifier):
+    """speculators' Eagle3DraftModel with a Qwen3 first layer (its train CLI's --draft-arch qwen3:
+    a Qwen3Config layer config, Qwen3DecoderEagle3FirstLayer), saved with save_pretrained."""
+    from transformers import Qwen3Config
+
+    from builders.trainers import speculators_model
+
+    layer = Qwen3Config(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // 2,
+        vocab_size=SMALL_VOCAB,
+        max_position_embeddings=64,
+        num_hidden_layers=1,
+    )
+    speculators_model(layer, verifier, SMALL_VOCAB).save_pretrained(str(root))
+    return root
+
+
+def test_a_qwen3_layer_drafter_named_for_llama_is_built_as_another_backbone(tmp_path, verifier):
+    from triage_tui.core.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.hypotheses.serving import ONE_ENGINE_UNKNOWN_SERVER, W_BACKBONE_FALLBACK
+
+    root = _qwen3_drafter(tmp_path / "d", verifier)
+    details = _details(check_config_contract(read_checkpoint(root), read_target(verifier)))
+    assert details.backbone.trained_as == "qwen3" and "q_norm" in details.backbone.evidence
+    # speculators' own config: vLLM builds its Qwen3 EAGLE-3 class (PR #43132); SGLang does not load it.
+    assert {e.engine: e.builds for e in details.backbone.engines} == {"sglang": None, "vllm": "qwen3"}
+    assert "backbone_fallback" not in details.kinds()
+    # Converted for SGLang (architectures LlamaForCausalLMEagle3, the speculators keys dropped): both
+    # engines build a Llama layer and load what fits, without the q/k norms the drafter trained with.
+    edit_config(root, architectures=["LlamaForCausalLMEagle3"], speculators_model_type=None)
+    result = check_config_contract(read_checkpoint(root), read_target(verifier))
+    fallback = {f.engine: f for f in _details(result).findings if f.kind == "backbone_fallback"}
+    assert set(fallback) == {"sglang", "vllm"} and result.status == "fail"
+    assert "SGLang builds LlamaForCausalLMEagle3, a llama decoder layer" in fallback["sglang"].message
+    assert fallback["sglang"].link == "https://github.com/vllm-project/speculators/issues/796"
+    ranked = {h.id: h for h in rank_hypotheses({"config_contract": result})}
+    two_engines = 1 - (1 - W_BACKBONE_FALLBACK * ONE_ENGINE_UNKNOWN_SERVER) ** 2
+    assert ranked["backbone_fallback"].score == pytest.approx(two_engines)
+    assert ranked["config_contract"].score < ranked["backbone_fallback"].score  # not counted twice
+
+
+def test_a_target_that_rotates_interleaved(tmp_path, deepseek_target):
+    from triage_tui.core.checks.engine_build import read_rope
+    from triage_tui.core.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.hypotheses.serving import W_ROPE_LAYOUT_INHERITED, W_ROPE_LAYOUT_OWN_CONFIG
+
+    # transformers' DeepseekV3Config saves rope_interleave: true; SpecForge's draft layer rotates NeoX.
+    result = check_config_contract(_drafter(tmp_path / "d"), deepseek_target)
+    details = _details(result)
+    assert (details.rope.target_layout, details.rope.target_layout_source) == ("interleaved", "rope_interleave: true")
+    (finding,) = [f for f in details.findings if f.kind == "rope_layout_mismatch"]
+    assert finding.severity == "warning" and finding.engine is None
+    assert finding.link == "https://github.com/vllm-project/vllm/issues/53063"
+    assert {h.id: h.score for h in rank_hypotheses({"config_contract": result})}["rope_layout"] == pytest.approx(
+        W_ROPE_LAYOUT_OWN_CONFIG
+    )
+    # A DFlash drafter (ModelOpt's DFlashExporter config: DFlashDraftModel, dflash_config) is the case
+    # vLLM's loader gave the target's layout until PR #54373.
+    dflash = {"architectures": ["DFlashDraftModel"], "dflash_config": {"target_layer_ids": [1, 3]}, "rope_theta": 1e6}
+    rope = read_rope(dflash, deepseek_target.config, deepseek_target.architectures)
+    assert rope.drafter_family == "dflash" and rope.layouts_differ and rope.drafter_theta == 1e6
+    # The same drafter stating interleaved (vLLM PR #54373's is_neox_style: false) agrees.
+    assert not read_rope({**dflash, "is_neox_style": False}, deepseek_target.config).layouts_differ
+    assert W_ROPE_LAYOUT_INHERITED > W_ROPE_LAYOUT_OWN_CONFIG

@@ -26,6 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from triage_tui.core.checks.engine_build import (
+    LINK_BACKBONE,
+    LINK_ROPE_LAYOUT,
+    BackboneReading,
+    RopeReading,
+    read_backbone,
+    read_rope,
+)
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 if TYPE_CHECKING:
@@ -158,6 +166,8 @@ class ConfigContractDetails:
     engines: tuple[EngineReading, ...]
     rows: tuple[ShapeRow, ...]
     findings: tuple[Finding, ...]
+    backbone: BackboneReading | None = None  # the layer the weights were trained as, and what engines build
+    rope: RopeReading | None = None  # the drafter's RoPE against the target's
 
     def kinds(self) -> set[str]:
         return {f.kind for f in self.findings}
@@ -177,6 +187,8 @@ class ConfigContractDetails:
             "engines": [e.to_json() for e in self.engines],
             "shapes": [r.to_json() for r in self.rows],
             "issues": [f.to_json() for f in self.findings],
+            "backbone": self.backbone.to_json() if self.backbone is not None else None,
+            "rope": self.rope.to_json() if self.rope is not None else None,
         }
 
     def drilldown(self) -> list[str]:
@@ -202,6 +214,13 @@ class ConfigContractDetails:
                 for r in self.engines
             ],
         )
+        if self.backbone is not None:
+            lines += ["", f"draft layer trained as {self.backbone.trained_as}: {self.backbone.evidence}"]
+            lines += table_lines(
+                ("engine", "builds", "why"), [(e.engine, e.builds or "-", e.why) for e in self.backbone.engines]
+            )
+        if self.rope is not None:
+            lines += ["", *key_value_lines(self.rope.lines())]
         if self.rows:
             lines += ["", "config against the tensors and the target"]
             lines += table_lines(
@@ -408,6 +427,37 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
     # -- vocab sizes against the tensors and the target
     _vocab_findings(checkpoint, config, target, row, find)
 
+    # -- what the engines build for this config: the draft layer, its RoPE
+    backbone = read_backbone(tensors, config)
+    for build in backbone.engines:
+        if build.builds is not None and build.builds != backbone.trained_as:
+            find(
+                "backbone_fallback",
+                f"{build.why}, a {build.builds} decoder layer; the weights were trained as {backbone.trained_as} "
+                f"({backbone.evidence}): the engine loads what fits its layer and runs without the rest "
+                "(speculators #796: served under another backbone, acceptance extremely low)",
+                LINK_BACKBONE,
+                engine=build.engine,
+            )
+    rope = read_rope(config, target.config if target is not None else None, architectures or ())
+    if rope.layouts_differ:
+        inherited = rope.drafter_family == "dflash"
+        find(
+            "rope_layout_mismatch",
+            f"the target rotates {rope.target_layout} ({rope.target_layout_source}), the drafter "
+            f"{rope.drafter_layout} ({rope.drafter_layout_source}): "
+            + (
+                "vLLM's DFlash loader before PR #54373 gives the drafter the target's layout, rotating its Q/K "
+                "another way than it was distilled with (vLLM #53063: acceptance 1.03 against 7.78)"
+                if inherited
+                else "engines rotate an EAGLE-3 drafter by its own config, so this matters only to one that "
+                "gives it the target's layout"
+            ),
+            LINK_ROPE_LAYOUT,
+            severity="error" if inherited else "warning",
+            engine="vllm" if inherited else None,
+        )
+
     details = ConfigContractDetails(
         layout=checkpoint.layout,
         draft_hidden_size=int(checkpoint.hidden_size),
@@ -422,6 +472,8 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
         engines=engines,
         rows=tuple(rows),
         findings=tuple(findings),
+        backbone=backbone,
+        rope=rope,
     )
     errors = [f for f in findings if f.severity == "error"]
     evidence = tuple(f.message for f in findings)
