@@ -100,6 +100,7 @@ FORMATS = [
         "core.formats.trainer_state",
         "core.formats.specforge_output",
         "core.formats.engine_launch",
+        "core.formats.hub",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
