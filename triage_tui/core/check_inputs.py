@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.hub import HubModel
 
 INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
 
@@ -171,13 +174,11 @@ Found = tuple[Path | None, list[str]]  # a candidate path and the notes that com
 _HUB_INPUTS = ("checkpoint", "target")  # the inputs a hub id may name: a drafter, a target
 
 
-def _flag_hub_model(name: str, value: str | Path):
+def _flag_hub_model(name: str, value: str | Path) -> HubModel | None:
     """A --checkpoint/--target value that is no path here but a hub id: where the cache holds it."""
-    from triage_tui.core.formats.hub import find_in_cache
-
     if name not in _HUB_INPUTS or os.path.lexists(os.path.expanduser(str(value))):
         return None
-    return find_in_cache(str(value))
+    return _cached_hub_model(str(value))
 
 
 def _named_in(note: str) -> list[str]:
@@ -355,7 +356,8 @@ def _verifier_path(config_json: Path | None) -> Found:
     return None, [f"{config_json} names the verifier {name!r}, not a directory on this machine; pass --target"]
 
 
-def _cached_hub_model(value: str):
+def _cached_hub_model(value: str) -> HubModel | None:
+    """``value`` looked up in the local Hugging Face cache; None when it is not a hub id at all."""
     from triage_tui.core.formats.hub import find_in_cache
 
     return find_in_cache(value)
