@@ -264,11 +264,11 @@ def backbone_fallback(run: RunEvidence) -> Hypothesis | None:
     contract = run.contract()
     if contract is None or contract.backbone is None:
         return None
+    found = [f for f in contract.findings if f.kind == "backbone_fallback"]
+    if not found:
+        return None  # listed when an engine builds another layer (the drill-down shows what each builds)
     ev = Evidence()
-    _engine_findings(ev, run, [f for f in contract.findings if f.kind == "backbone_fallback"], W_BACKBONE_FALLBACK)
-    if not ev.items:
-        builds = ", ".join(f"{e.engine} {e.builds or 'does not load it'}" for e in contract.backbone.engines)
-        ev.note(f"draft layer trained as {contract.backbone.trained_as}; {builds}")
+    _engine_findings(ev, run, found, W_BACKBONE_FALLBACK)
     return Hypothesis(
         "backbone_fallback",
         "The engine builds the drafter as another backbone than it was trained as (its attention loses "
@@ -284,14 +284,14 @@ def backbone_fallback(run: RunEvidence) -> Hypothesis | None:
 def rope_layout(run: RunEvidence) -> Hypothesis | None:
     """The drafter's RoPE layout against the target's (vLLM #53063)."""
     contract = run.contract()
-    if contract is None or contract.rope is None or contract.rope.target_layout is None:
+    if contract is None or contract.rope is None:
         return None
-    ev = Evidence()
     found = [f for f in contract.findings if f.kind == "rope_layout_mismatch"]
+    if not found:
+        return None  # listed when the layouts differ
+    ev = Evidence()
     weight = W_ROPE_LAYOUT_INHERITED if contract.rope.drafter_family == "dflash" else W_ROPE_LAYOUT_OWN_CONFIG
     _engine_findings(ev, run, found, weight)
-    if not ev.items:
-        ev.note(f"drafter and target both rotate {contract.rope.drafter_layout}")
     return Hypothesis(
         "rope_layout",
         "The drafter is rotated with another RoPE layout than the one it was distilled with (the target's)",
