@@ -122,10 +122,10 @@ def _serving_sources(run_path, flag_sources: list[str] | None) -> list[str]:
 
 def _launches(sources: list[str]) -> tuple:
     """How the engine was launched, from the serving logs among the sources (never a URL)."""
+    from triage_tui.core import bounds
     from triage_tui.core.formats.engine_launch import read_engine_launches
-    from triage_tui.core.runs.manifest import is_url
 
-    return tuple(launch for source in sources if not is_url(source) for launch in read_engine_launches(source))
+    return tuple(launch for source in sources if not bounds.is_url(source) for launch in read_engine_launches(source))
 
 
 def _serving(sources: list[str], scalars: Any):
