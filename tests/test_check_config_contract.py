@@ -4,11 +4,21 @@ and a target written by transformers (tests/builders/contracts.py says which fun
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from safetensors.torch import load_file, save_file
 
-from builders.contracts import HIDDEN, TARGET_LAYERS, edit_config, llama_target, specforge_drafter, speculators_drafter
+from builders.contracts import (
+    HIDDEN,
+    TARGET_LAYERS,
+    deepseek_target_dir,
+    edit_config,
+    llama_target,
+    specforge_drafter,
+    speculators_drafter,
+)
 from triage_tui.core.checks.config_contract import (
     ConfigContractDetails,
     check_config_contract,
@@ -26,6 +36,12 @@ SMALL_VOCAB, SMALL_DRAFT = 4096, 1024  # the contract does not depend on the voc
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     return read_target(llama_target(tmp_path_factory.mktemp("target") / "t", vocab=SMALL_VOCAB))
+
+
+@pytest.fixture(scope="module")
+def deepseek_target(tmp_path_factory):
+    """An 8-layer DeepseekV3ForCausalLM saved by transformers: SGLang builds it with deepseek_v2.py."""
+    return read_target(deepseek_target_dir(tmp_path_factory.mktemp("deepseek") / "t", vocab=SMALL_VOCAB))
 
 
 def _drafter(root, **config):
@@ -76,17 +92,31 @@ def test_missing_ids_are_a_warning_naming_the_engines_default(tmp_path, target):
     assert finding.link == "https://github.com/vllm-project/vllm/pull/50170"
 
 
-def test_a_first_id_of_2_in_an_output_of_config_is_read_one_layer_off(tmp_path, target):
-    # SpecForge's hooks mean outputs of [2, 4, 5]; SGLang since PR #25454 reads ids not starting at 1
-    # as capture-before (outputs of [1, 3, 4]), and vLLM, finding no top-level ids, falls back to those.
-    result = check_config_contract(
-        _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}), target
-    )
-    details = _details(result)
+def test_a_first_id_of_2_in_an_output_of_config_is_read_one_layer_off(tmp_path, target, deepseek_target):
+    # SpecForge's hooks mean outputs of [2, 4, 5]. vLLM, finding no top-level ids, falls back to
+    # outputs of [1, 3, 4]. SGLang's llama.py adds 1 to every id (outputs of [2, 4, 5]: right); its
+    # deepseek_v2.py since PR #25454 reads ids not starting at 1 as capture-before (outputs of [1, 3, 4]).
+    drafter = _drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]})
+    details = _details(check_config_contract(drafter, target))
     mismatches = {f.engine: f for f in details.findings if f.kind == "aux_layers_engine_mismatch"}
+    assert set(mismatches) == {"vllm"}
+    assert {r.engine: list(r.layers) for r in details.engines}["sglang"] == [2, 4, 5]
+    result = check_config_contract(drafter, deepseek_target)
+    mismatches = {f.engine: f for f in _details(result).findings if f.kind == "aux_layers_engine_mismatch"}
     assert set(mismatches) == {"vllm", "sglang"} and result.status == "fail"
     assert "[1, 3, 4]" in mismatches["sglang"].message and "[2, 4, 5]" in mismatches["sglang"].message
+    assert "DeepseekV3ForCausalLM target" in mismatches["sglang"].message
     assert mismatches["sglang"].link == "https://github.com/sgl-project/sglang/pull/25454"
+
+
+def test_without_a_target_sglang_reading_of_ids_not_starting_at_1_is_left_open(tmp_path):
+    # Which SGLang model file builds the target decides: no finding for SGLang, the reason said.
+    details = _details(
+        check_config_contract(_drafter(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}))
+    )
+    sglang = next(r for r in details.engines if r.engine == "sglang")
+    assert sglang.layers is None and "the target decides" in sglang.source
+    assert not any(f.engine == "sglang" for f in details.findings)
 
 
 def test_ids_beyond_the_targets_depth(tmp_path, target):
@@ -172,3 +202,135 @@ def test_a_flag_whose_weights_were_not_saved(tmp_path, verifier):
 
 def test_no_checkpoint_is_skipped():
     assert check_config_contract(None, None).status == "skipped"
+
+
+def test_a_modelopt_export_for_a_two_layer_target_names_layers_it_has(modelopt_exports):
+    # ModelOpt hooks the outputs of layers [0, 1] (default_eagle_aux_layer_ids(2)); its export keeps
+    # layers.0.*, a frequency-ordered d2t and no t2d. SGLang adds 1 for a Llama target: outputs of
+    # [0, 1], the layers trained on. Only vLLM, which reads no eagle_config ids, feeds others.
+    root = modelopt_exports[2]
+    checkpoint = read_checkpoint(root / "drafter")
+    assert checkpoint.layout == "modelopt" and checkpoint.aux_layer_ids == (0, 1)
+    assert "t2d" not in checkpoint.tensors and any(n.startswith("layers.0.") for n in checkpoint.tensors)
+    hot = checkpoint.mapping.hot_ids
+    assert checkpoint.draft_vocab_size == 1000 and (hot[1:] < hot[:-1]).any()  # frequency order, not sorted
+    details = _details(check_config_contract(checkpoint, read_target(root / "target")))
+    assert "aux_layer_out_of_range" not in details.kinds()
+    assert details.trained_layers == (0, 1) and details.trained_convention == "output_of"
+    assert {r.engine: r.layers for r in details.engines}["sglang"] == (0, 1)
+    assert {(f.kind, f.engine) for f in details.findings} == {("aux_layers_engine_mismatch", "vllm")}
+
+
+def test_a_modelopt_export_for_an_eight_layer_target_keeps_the_contract(modelopt_exports):
+    # ids [1, 3, 4] = outputs of layers 1, N//2 - 1, N - 4: what both engines feed.
+    root = modelopt_exports[8]
+    checkpoint = read_checkpoint(root / "drafter")
+    assert checkpoint.layout == "modelopt" and checkpoint.aux_layer_ids == (1, 3, 4)
+    result = check_config_contract(checkpoint, read_target(root / "target"))
+    details = _details(result)
+    assert result.status == "pass" and details.findings == (), details.findings
+    assert {r.engine: list(r.layers) for r in details.engines} == {"vllm": [1, 3, 4], "sglang": [1, 3, 4]}
+
+
+def test_check_on_a_modelopt_export_is_no_false_alarm(modelopt_exports, tmp_path):
+    """`triage check` on ModelOpt's export, its own d2t as the run's mapping: nothing likely, exit 0."""
+    root = modelopt_exports[2]
+    run = tmp_path / "run"
+    run.mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "triage_tui",
+            "check",
+            str(run),
+            "--checkpoint",
+            str(root / "drafter"),
+            "--mapping",
+            str(root / "drafter"),
+            "--target",
+            str(root / "target"),
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    contract = report["checks"]["config_contract"]
+    assert contract["layout"] == "modelopt"
+    assert "aux_layer_out_of_range" not in {issue["kind"] for issue in contract["issues"]}
+    assert max(h["score"] for h in report["hypotheses"]) < 0.5
+
+
+def _qwen3_drafter(root, verifier):
+    """speculators' Eagle3DraftModel with a Qwen3 first layer (its train CLI's --draft-arch qwen3:
+    a Qwen3Config layer config, Qwen3DecoderEagle3FirstLayer), saved with save_pretrained."""
+    from transformers import Qwen3Config
+
+    from builders.trainers import speculators_model
+
+    layer = Qwen3Config(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=HIDDEN // 2,
+        vocab_size=SMALL_VOCAB,
+        max_position_embeddings=64,
+        num_hidden_layers=1,
+    )
+    speculators_model(layer, verifier, SMALL_VOCAB).save_pretrained(str(root))
+    return root
+
+
+def test_a_qwen3_layer_drafter_named_for_llama_is_built_as_another_backbone(tmp_path, verifier):
+    from triage_tui.core.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.hypotheses.serving import ONE_ENGINE_UNKNOWN_SERVER, W_BACKBONE_FALLBACK
+
+    root = _qwen3_drafter(tmp_path / "d", verifier)
+    details = _details(check_config_contract(read_checkpoint(root), read_target(verifier)))
+    assert details.backbone.trained_as == "qwen3" and "q_norm" in details.backbone.evidence
+    # speculators' own config: vLLM builds its Qwen3 EAGLE-3 class (PR #43132); SGLang does not load it.
+    assert {e.engine: e.builds for e in details.backbone.engines} == {"sglang": None, "vllm": "qwen3"}
+    assert "backbone_fallback" not in details.kinds()
+    # Converted for SGLang (architectures LlamaForCausalLMEagle3, the speculators keys dropped): both
+    # engines build a Llama layer and load what fits, without the q/k norms the drafter trained with.
+    edit_config(root, architectures=["LlamaForCausalLMEagle3"], speculators_model_type=None)
+    result = check_config_contract(read_checkpoint(root), read_target(verifier))
+    fallback = {f.engine: f for f in _details(result).findings if f.kind == "backbone_fallback"}
+    assert set(fallback) == {"sglang", "vllm"} and result.status == "fail"
+    assert "SGLang builds LlamaForCausalLMEagle3, a llama decoder layer" in fallback["sglang"].message
+    assert fallback["sglang"].link == "https://github.com/vllm-project/speculators/issues/796"
+    ranked = {h.id: h for h in rank_hypotheses({"config_contract": result})}
+    two_engines = 1 - (1 - W_BACKBONE_FALLBACK * ONE_ENGINE_UNKNOWN_SERVER) ** 2
+    assert ranked["backbone_fallback"].score == pytest.approx(two_engines)
+    assert ranked["config_contract"].score < ranked["backbone_fallback"].score  # not counted twice
+
+
+def test_a_target_that_rotates_interleaved(tmp_path, deepseek_target):
+    from triage_tui.core.checks.engine_build import read_rope
+    from triage_tui.core.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.hypotheses.serving import W_ROPE_LAYOUT_INHERITED, W_ROPE_LAYOUT_OWN_CONFIG
+
+    # transformers' DeepseekV3Config saves rope_interleave: true; SpecForge's draft layer rotates NeoX.
+    result = check_config_contract(_drafter(tmp_path / "d"), deepseek_target)
+    details = _details(result)
+    assert (details.rope.target_layout, details.rope.target_layout_source) == ("interleaved", "rope_interleave: true")
+    (finding,) = [f for f in details.findings if f.kind == "rope_layout_mismatch"]
+    assert finding.severity == "warning" and finding.engine is None
+    assert finding.link == "https://github.com/vllm-project/vllm/issues/53063"
+    assert {h.id: h.score for h in rank_hypotheses({"config_contract": result})}["rope_layout"] == pytest.approx(
+        W_ROPE_LAYOUT_OWN_CONFIG
+    )
+    # A DFlash drafter (ModelOpt's DFlashExporter config: DFlashDraftModel, dflash_config) is the case
+    # vLLM's loader gave the target's layout until PR #54373.
+    dflash = {"architectures": ["DFlashDraftModel"], "dflash_config": {"target_layer_ids": [1, 3]}, "rope_theta": 1e6}
+    rope = read_rope(dflash, deepseek_target.config, deepseek_target.architectures)
+    assert rope.drafter_family == "dflash" and rope.layouts_differ and rope.drafter_theta == 1e6
+    # The same drafter stating interleaved (vLLM PR #54373's is_neox_style: false) agrees.
+    assert not read_rope({**dflash, "is_neox_style": False}, deepseek_target.config).layouts_differ
+    assert W_ROPE_LAYOUT_INHERITED > W_ROPE_LAYOUT_OWN_CONFIG

@@ -23,6 +23,8 @@ from triage_tui.core.hypotheses.serving import (
     ONE_ENGINE_UNKNOWN_SERVER,
     W_AUX_IDS_MISSING_WITH_COLLAPSE,
     W_CONTRACT_FINDING,
+    W_SERVING_BELOW_TRAINING,
+    W_SERVING_BELOW_TRAINING_COLLAPSED,
 )
 from triage_tui.core.serving.compare import ServingComparison, ServingFinding
 from triage_tui.core.serving.evidence import ServingEvidence
@@ -330,3 +332,168 @@ def test_nan_from_the_first_step_has_its_own_title_and_links():
     assert later.score == at_start.score >= 0.9
     assert later.links == () and "first step" not in later.title
     assert "first step" in at_start.title and "https://github.com/vllm-project/speculators/issues/238" in at_start.links
+
+
+# ----------------------------------------------- serving collapsed: structural causes before the target
+
+
+def _collapsed_vllm(tmp_path, training: dict[str, float]):
+    """vLLM's stats line at acceptance 1.02 (18 + 2 of 1000 drafts at positions 0, 1) beside a run
+    whose accuracies predict far more."""
+    from builders.serving import vllm_line
+    from triage_tui.core.serving.compare import compare_serving, training_estimate
+    from triage_tui.core.serving.read import read_serving
+
+    log = tmp_path / "vllm.log"
+    log.write_text(vllm_line(1000, [18, 2, 0]) + "\n")
+    estimate = training_estimate(training, lambda tag: (500, training[tag]) if tag in training else None)
+    return compare_serving(read_serving(str(log)), estimate)
+
+
+def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path):
+    """A run with no checkpoint (every check skipped) served at 1.02 while its accuracies predict
+    2.8: the gap names no verifier when nothing is accepted at all."""
+    serving = _collapsed_vllm(tmp_path, {"train/acc_0": 0.8, "train/acc_1": 0.75, "train/acc_2": 0.7})
+    assert [f.kind for f in serving.findings] == ["acceptance_collapsed", "serving_below_training"]
+    assert serving.serving.acceptance_length == pytest.approx(1.02)
+    checks = {
+        name: CheckResult.skipped(name, "no drafter checkpoint found for this run (pass --checkpoint)")
+        for name in ("vocab_mapping", "config_contract", "mapping_health")
+    }
+    ranked = rank_hypotheses(checks, serving=serving)
+    scores = {h.id: h.score for h in ranked}
+    structural = ("vocab_mapping_mismatch", "config_contract", "mapping_not_in_checkpoint")
+    assert all(scores[cause] == pytest.approx(W_SERVING_COLLAPSED) for cause in structural)
+    assert scores["target_mismatch"] == pytest.approx(W_SERVING_BELOW_TRAINING_COLLAPSED)
+    order = [h.id for h in ranked]
+    assert max(order.index(cause) for cause in structural) < order.index("target_mismatch")
+    # Without the collapse the same gap keeps its weight: serving at 1.9 against 2.8.
+    from builders.serving import vllm_line
+    from triage_tui.core.serving.compare import compare_serving
+    from triage_tui.core.serving.read import read_serving
+
+    log = tmp_path / "partial.log"
+    log.write_text(vllm_line(1000, [600, 250, 50]) + "\n")
+    partial = compare_serving(read_serving(str(log)), serving.training)
+    assert [f.kind for f in partial.findings] == ["serving_below_training"]
+    assert _by_id(rank_hypotheses(checks, serving=partial))["target_mismatch"].score == pytest.approx(
+        W_SERVING_BELOW_TRAINING
+    )
+
+
+# ------------------------------------------------------------------ past the acceptance peak
+
+
+def _history(points, loss=None, checkpoints=()):
+    from triage_tui.core.hypotheses.scoring import AcceptanceHistory
+
+    return AcceptanceHistory(
+        "eval/simulated_acc_len",
+        tuple(points),
+        tuple(checkpoints),
+        "train/loss" if loss is not None else None,
+        tuple(loss or ()),
+    )
+
+
+# deepseek-ai/DeepSpec#84's table, epochs x 1000 as steps: accept length and training loss.
+DEEPSPEC_84 = [(800, 3.28), (2300, 3.34), (4600, 3.34), (7600, 3.24), (10000, 3.18)]
+DEEPSPEC_84_LOSS = [(800, 2.69), (2300, 1.97), (4600, 1.73), (7600, 1.59), (10000, 1.50)]
+
+
+def test_deepspec_84_is_past_its_peak_and_names_the_checkpoint_nearest_it():
+    from triage_tui.core.hypotheses.curves import W_PAST_PEAK
+
+    checkpoints = [(step, Path(f"/out/run-step{step}")) for step in (2000, 4200, 5000, 8000, 10000)]
+    ranked = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84, DEEPSPEC_84_LOSS, checkpoints)))
+    peak = ranked["past_acceptance_peak"]
+    assert peak.score == pytest.approx(W_PAST_PEAK) and peak.score >= LIKELY
+    evidence = " | ".join(peak.evidence)
+    assert "peaked at 3.34 (step 4600) and is 3.18 at step 10000 (-4.8%)" in evidence
+    assert "train/loss kept falling (1.73 -> 1.5)" in evidence
+    # 4600 is 400 from 4200 and from 5000: the earlier one, which has not trained past the peak.
+    assert "/out/run-step4200 (step 4200)" in evidence and "run-step4200" in peak.title
+    assert peak.links == ("https://github.com/deepseek-ai/DeepSpec/issues/84",)
+
+
+def test_not_past_the_peak():
+    from triage_tui.core.hypotheses.curves import W_PAST_PEAK_LOSS_UNKNOWN
+
+    rising = [(1000, 2.0), (2000, 2.5), (3000, 2.9), (4000, 3.1)]
+    assert _by_id(rank_hypotheses({}, acceptance=_history(rising)))["past_acceptance_peak"].score == 0.0
+    # One evaluation after the peak, or a dip within 3 %, is not enough; a loss rising too is divergence.
+    assert _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84[:4])))["past_acceptance_peak"].score == 0.0
+    small = [(1000, 3.0), (2000, 3.34), (3000, 3.30), (4000, 3.27)]
+    assert _by_id(rank_hypotheses({}, acceptance=_history(small)))["past_acceptance_peak"].score == 0.0
+    rising_loss = [(s, 1.0 + s / 10_000) for s, _ in DEEPSPEC_84]
+    hypothesis = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84, rising_loss)))["past_acceptance_peak"]
+    assert hypothesis.score == 0.0 and "rose too" in hypothesis.evidence[0]
+    no_loss = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84)))["past_acceptance_peak"]
+    assert no_loss.score == pytest.approx(W_PAST_PEAK_LOSS_UNKNOWN)
+    # Non-finite evaluations are left out; too few points says nothing.
+    assert "past_acceptance_peak" not in _by_id(rank_hypotheses({}, acceptance=_history([(1, 3.0), (2, float("nan"))])))
+
+
+# ---------------------------------------------------------------- the EAGLE flag on an EAGLE-3 drafter
+
+
+def test_an_eagle3_drafter_launched_with_sglangs_eagle_flag_ranks_first(tmp_path):
+    """`triage check --serving` on an SGLang log whose start-up line says speculative_algorithm EAGLE and
+    whose decode lines say accept len 1.00, with the SpecForge drafter it served (it has fc)."""
+    import subprocess
+    import sys
+
+    from builders.contracts import specforge_drafter
+    from builders.serving import sglang_line, sglang_server_args_line
+
+    drafter = specforge_drafter(
+        tmp_path / "drafter",
+        mapping=None,
+        vocab=4096,
+        draft=1024,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 4]},
+    )
+    log = tmp_path / "sglang.log"
+    lines = [sglang_server_args_line(speculative_algorithm="EAGLE", speculative_draft_model_path=str(drafter))]
+    log.write_text("\n".join([*lines, *(sglang_line(400, 400) for _ in range(3))]) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", "check", str(run), "--checkpoint", str(drafter)]
+        + ["--serving", str(log), "--device", "cpu", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(done.stdout)
+    top = report["hypotheses"][0]
+    assert top["id"] == "algorithm_flag", [(h["id"], h["score"]) for h in report["hypotheses"][:4]]
+    assert top["score"] >= 0.8 and top["links"] == ["https://github.com/sgl-project/sglang/pull/21272"]
+    assert any(
+        "--speculative-algorithm EAGLE" in line and "fc.weight reads 48 features" in line for line in top["evidence"]
+    )
+    assert any(line.startswith("serving: sglang accepts almost nothing") for line in top["evidence"])
+    assert done.returncode == 1, done.stderr
+
+
+def test_the_eagle3_flag_or_an_eagle2_drafter_is_no_evidence(tmp_path):
+    from builders.serving import sglang_server_args_line
+    from triage_tui.core.formats.engine_launch import read_engine_launches
+
+    log = tmp_path / "sglang.log"
+    log.write_text(sglang_server_args_line(speculative_algorithm="EAGLE3", speculative_draft_model_path="/d") + "\n")
+    flag = _by_id(rank_hypotheses({}, launches=read_engine_launches(log)))["algorithm_flag"]
+    assert flag.score == 0.0 and "the flag an EAGLE-3 drafter needs" in flag.evidence[0]
+    # EAGLE with nothing saying the drafter is EAGLE-3: right for EAGLE-1/2.
+    log.write_text(sglang_server_args_line(speculative_algorithm="EAGLE", speculative_draft_model_path="/d") + "\n")
+    assert _by_id(rank_hypotheses({}, launches=read_engine_launches(log)))["algorithm_flag"].score == 0.0
+    # ... its path saying eagle3, as vLLM's own method detection reads a name.
+    log.write_text(
+        sglang_server_args_line(speculative_algorithm="EAGLE", speculative_draft_model_path="/m/k2-eagle3") + "\n"
+    )
+    from triage_tui.core.hypotheses.serving import W_EAGLE_FLAG_NAMED_EAGLE3
+
+    named = _by_id(rank_hypotheses({}, launches=read_engine_launches(log)))["algorithm_flag"]
+    assert named.score == pytest.approx(W_EAGLE_FLAG_NAMED_EAGLE3)
+    # No launch line: the cause is not listed.
+    assert "algorithm_flag" not in _by_id(rank_hypotheses({}))

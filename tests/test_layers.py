@@ -99,6 +99,8 @@ FORMATS = [
         "core.formats.remote_safetensors",
         "core.formats.trainer_state",
         "core.formats.specforge_output",
+        "core.formats.engine_launch",
+        "core.formats.hub",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]

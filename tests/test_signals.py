@@ -14,8 +14,8 @@ import pytest
 from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import read_event_file
-from triage_tui.core.runs.manifest import Manifest
-from triage_tui.core.signals.chance import resolve_vocab_size
+from triage_tui.core.runs.manifest import Manifest, load_manifest
+from triage_tui.core.signals.chance import named_drafter_config, resolve_vocab_size
 from triage_tui.core.signals.run_flags import raise_flags
 from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags
 
@@ -282,3 +282,41 @@ def test_vocab_size_flag_beats_manifest_beats_config_beats_default():
     assert resolve_vocab_size(None, None, {"vocab_size": 128_256}) == (128_256, "config.json")
     assert resolve_vocab_size(None, Manifest(Path("/r/triage.toml")), None) == (32_000, "default")
     assert resolve_vocab_size(None, None, {"draft_vocab_size": "32000"}) == (32_000, "default")
+
+
+def test_the_named_drafter_says_v_only_when_nothing_closer_does():
+    drafter = {"vocab_size": 163_840, "draft_vocab_size": 1_000}
+    assert resolve_vocab_size(None, None, None, drafter_config=drafter) == (1_000, "drafter config.json")
+    assert resolve_vocab_size(None, None, None, wandb_vocab=8_000, drafter_config=drafter) == (8_000, "wandb config")
+    assert resolve_vocab_size(None, None, None, 4_000, drafter_config=drafter) == (4_000, "training_state.pt")
+    assert resolve_vocab_size(None, None, {"draft_vocab_size": 2_000}, drafter_config=drafter) == (2_000, "config.json")
+    assert resolve_vocab_size(
+        None, Manifest(Path("/r/triage.toml"), vocab_size=3_000), None, drafter_config=drafter
+    ) == (
+        3_000,
+        "manifest",
+    )
+    assert resolve_vocab_size(None, None, None, drafter_config={"draft_vocab_size": True}) == (32_000, "default")
+
+
+def test_a_run_that_names_a_modelopt_drafter_of_1000_tokens_is_at_chance_at_ln_1000(tmp_path, modelopt_exports):
+    """triage.toml names ModelOpt's export (draft_vocab_size 1 000); the run's HF Trainer loss sits at
+    ln 1 000 = 6.91. With ln 32 000 it is only a plateau; from the drafter's config it is at chance."""
+    drafter = modelopt_exports[2] / "drafter"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "triage.toml").write_text(f'[run]\ncheckpoint = "{drafter}"\n')
+    manifest = load_manifest(run / "triage.toml")
+    problems: list[str] = []
+    vocab, source = resolve_vocab_size(None, manifest, None, drafter_config=named_drafter_config(manifest, problems))
+    assert (vocab, source, problems) == (1_000, "drafter config.json", [])
+    noise = np.random.default_rng(0).normal(0, 0.01, len(STEPS))
+    series = {"train/loss": math.log(1_000) + noise}
+    assert "plateau" in by_kind(flags_for(tmp_path / "default", series))
+    assert "loss_at_chance" not in by_kind(flags_for(tmp_path / "default", series))
+    assert "loss_at_chance" in by_kind(flags_for(tmp_path / "drafter", series, vocab_size=vocab))
+    # A weights file names its directory's config.json; a directory without one says nothing.
+    (run / "triage.toml").write_text(f'[run]\ncheckpoint = "{drafter / "model.safetensors"}"\n')
+    assert named_drafter_config(load_manifest(run / "triage.toml"))["draft_vocab_size"] == 1_000
+    (run / "triage.toml").write_text('[run]\ncheckpoint = "elsewhere"\n')
+    assert named_drafter_config(load_manifest(run / "triage.toml")) is None

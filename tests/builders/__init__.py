@@ -27,4 +27,6 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     children      trainer-like child processes: a SummaryWriter loop, an idle holder of a log, their end
     target_dumps  a tiny transformers target's own dumps of answers it generated, masks by SpecForge's parser
     object_store  moto's real S3 server in a child process, and a counting, fault-injecting HTTP proxy before it
+    modelopt      EAGLE-3 drafters exported by nvidia-modelopt's own exporter, beside their target
+    hub_cache     models placed in a Hugging Face cache in huggingface_hub's layout (no network)
 """

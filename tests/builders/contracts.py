@@ -156,3 +156,33 @@ def strip_mapping(root: Path) -> None:
 
     state = {k: v for k, v in load_file(str(root / "model.safetensors")).items() if k not in ("d2t", "t2d")}
     save_file(state, str(root / "model.safetensors"))
+
+
+def deepseek_target_dir(root: Path, *, vocab: int = TARGET_VOCAB, layers: int = TARGET_LAYERS) -> Path:
+    """A tiny ``transformers.DeepseekV3ForCausalLM`` (MLA, two routed experts) saved with save_pretrained."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    torch.manual_seed(1)
+    config = DeepseekV3Config(
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        moe_intermediate_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_hidden_layers=layers,
+        n_routed_experts=2,
+        num_experts_per_tok=1,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        q_lora_rank=8,
+        kv_lora_rank=8,
+        qk_rope_head_dim=4,
+        qk_nope_head_dim=4,
+        v_head_dim=8,
+        vocab_size=vocab,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    DeepseekV3ForCausalLM(config).save_pretrained(str(root))
+    return root

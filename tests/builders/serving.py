@@ -192,3 +192,23 @@ def meta_info_line(
     if histogram is not None:
         meta["spec_accept_histogram"] = histogram
     return json.dumps({"text": text, "meta_info": meta})
+
+
+def sglang_server_args_line(**fields) -> str:
+    """SGLang's start-up line, as sglang 0.5.23 logs it (``python/sglang/srt/entrypoints/engine.py``:
+    ``logger.info(f"server_args={_server_args_for_logging(server_args)}")``, a dict of the resolved
+    fields); ``fields`` set the ones a test needs among the usual ones."""
+    resolved = {
+        "model_path": "moonshotai/Kimi-K2.5",
+        "tokenizer_path": "moonshotai/Kimi-K2.5",
+        "trust_remote_code": True,
+        "tp_size": 8,
+        "speculative_algorithm": None,
+        "speculative_draft_model_path": None,
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "decode_log_interval": 40,
+    }
+    resolved.update(fields)
+    return SGLANG_FORMAT.format(_record(f"server_args={resolved}", "engine.py"))

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     )
     flags, metrics, scalars, start = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
-    serving = _serving(inputs.run, args.serving, scalars)
+    sources = _serving_sources(inputs.run, args.serving)
+    serving = _serving(sources, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
     diagnosis = diagnose(
         inputs,
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         serving=serving,
         all_chunk_orders=args.all_chunk_orders,
         start=start,
+        launches=_launches(sources),
     )
     if args.json:
         json.dump(diagnosis.to_json(), sys.stdout, indent=2, allow_nan=False)
@@ -107,16 +109,30 @@ def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any]:
     return tuple(status.flags), status.metrics, status.scalars, status.start
 
 
-def _serving(run_path, flag_sources: list[str] | None, scalars: Any):
-    """--serving sources, else triage.toml's [serving], read and set beside the training estimate."""
+def _serving_sources(run_path, flag_sources: list[str] | None) -> list[str]:
+    """--serving sources, else triage.toml's [serving]."""
     from triage_tui.core.runs.manifest import load_manifest
     from triage_tui.core.runs.names import MANIFEST_NAME
-    from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
-    from triage_tui.core.serving.read import read_serving_sources
 
     sources = list(flag_sources or [])
     if not sources and (run_path / MANIFEST_NAME).is_file():
         sources = load_manifest(run_path / MANIFEST_NAME).serving_sources
+    return sources
+
+
+def _launches(sources: list[str]) -> tuple:
+    """How the engine was launched, from the serving logs among the sources (never a URL)."""
+    from triage_tui.core import bounds
+    from triage_tui.core.formats.engine_launch import read_engine_launches
+
+    return tuple(launch for source in sources if not bounds.is_url(source) for launch in read_engine_launches(source))
+
+
+def _serving(sources: list[str], scalars: Any):
+    """The serving sources read and set beside the training estimate."""
+    from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
+    from triage_tui.core.serving.read import read_serving_sources
+
     evidence = read_serving_sources(sources)
     if evidence is None:
         return None

@@ -3,7 +3,8 @@
 Inputs are resolved field by field with the precedence command-line flag > ``triage.toml``
 > SpecForge ``training_state.pt`` args > speculators ``run.yaml`` > discovery (``core/runs/``
 artifacts); every choice a lower source made, or why it was passed over, is kept as a note the
-user sees.
+user sees. A checkpoint or target named by hub id (``org/name``, ``org/name@revision``) anywhere
+is taken from the local Hugging Face cache (core/formats/hub.py), never downloaded.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.hub import HubModel
 
 INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
 
@@ -85,12 +89,20 @@ def resolve_inputs(
     if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
         # An event file or a triage.toml names the run it sits in.
         run_path = run_path.parent
-    flags = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
-    for name, value in flags.items():
-        if value is not None:
-            stat_or_bad_input(expand_user(value), f"--{name}: no such file or directory")
-
+    flags: dict[str, str | Path | None] = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
     notes: list[str] = []
+    for name, value in flags.items():
+        if value is None:
+            continue
+        hub = _flag_hub_model(name, value)
+        if hub is None:
+            stat_or_bad_input(expand_user(value), f"--{name}: no such file or directory")
+        elif hub.path is None:
+            raise BadInput(str(value), hub.line(f"--{name}"))
+        else:
+            notes.append(hub.line(f"--{name}"))
+            flags[name] = hub.path
+
     infos = discover_runs([run_path])
     info = next((i for i in infos if i.path == run_path), None)
     if info is None and len(infos) > 1:
@@ -109,6 +121,8 @@ def resolve_inputs(
     manifest = info.manifest if info is not None else None
     if manifest is None and (run_path / MANIFEST_NAME).is_file():
         manifest = load_manifest(run_path / MANIFEST_NAME)
+    if manifest is not None:
+        notes.extend(note for note in manifest.notes if not any(flags[n] is not None for n in _named_in(note)))
     artifacts = info.artifacts if info is not None else None
     if manifest is not None:
         notes.extend(manifest.untrusted)  # what another user's triage.toml named and check does not use
@@ -157,6 +171,20 @@ def resolve_inputs(
 
 Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it
 
+_HUB_INPUTS = ("checkpoint", "target")  # the inputs a hub id may name: a drafter, a target
+
+
+def _flag_hub_model(name: str, value: str | Path) -> HubModel | None:
+    """A --checkpoint/--target value that is no path here but a hub id: where the cache holds it."""
+    if name not in _HUB_INPUTS or os.path.lexists(os.path.expanduser(str(value))):
+        return None
+    return _cached_hub_model(str(value))
+
+
+def _named_in(note: str) -> list[str]:
+    """The input a manifest note is about ("triage.toml target names ..."), to drop it behind a flag."""
+    return [name for name in _HUB_INPUTS if note.startswith(f"triage.toml {name} ")]
+
 
 def _training_state(artifacts):
     path = getattr(artifacts, "training_state", None)
@@ -179,7 +207,7 @@ def _from_training_state(state, run_path: Path) -> dict[str, Found]:
         mapping_notes += cache_notes + cache_mapping_notes
     if mapping is None and state is not None and state.generation == "0.2.0":
         mapping = state.path  # the d2t/t2d the trainer installed and saved with the drafter
-    checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path)
+    checkpoint, checkpoint_notes = _arg_path(args, TRAINING_ARG_CHECKPOINT, run_path, hub=True)
     if checkpoint is not None and not _holds_weights(checkpoint):
         # 0.2.0's draft_config source is a config file when model.draft_model_config was given.
         checkpoint_notes.append(
@@ -189,7 +217,7 @@ def _from_training_state(state, run_path: Path) -> dict[str, Found]:
         checkpoint = None
     return {
         "checkpoint": (checkpoint, checkpoint_notes),
-        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path),
+        "target": _arg_path(args, TRAINING_ARG_TARGET, run_path, hub=True),
         "data": _arg_path(args, TRAINING_ARG_DATA, run_path),
         "mapping": (mapping, mapping_notes),
     }
@@ -218,7 +246,7 @@ def _from_run_yaml(path: Path | None) -> dict[str, Found]:
     }
     for name, (key, value) in named.items():
         if value is not None:
-            found[name] = _arg_path({key: value}, (key,), base, origin=f"{path}: train")
+            found[name] = _arg_path({key: value}, (key,), base, origin=f"{path}: train", hub=name in _HUB_INPUTS)
     checkpoint, notes = found["checkpoint"]
     if checkpoint is not None and not _holds_weights(checkpoint):
         # speculators' is_config_only_dir: a config-only directory initialises fresh weights.
@@ -237,8 +265,15 @@ def _holds_weights(path: Path) -> bool:
 
 
 def _arg_path(
-    args: dict[str, Any], keys: Sequence[str], run_path: Path, origin: str = "training_state.pt args"
+    args: dict[str, Any],
+    keys: Sequence[str],
+    run_path: Path,
+    origin: str = "training_state.pt args",
+    *,
+    hub: bool = False,
 ) -> Found:
+    """The first of ``keys`` whose value exists on this machine; ``hub``: a value that does not may be
+    a hub id (a target or a drafter), looked up in the local cache."""
     from triage_tui.core.runs.manifest import expand_user
 
     notes = []
@@ -258,6 +293,12 @@ def _arg_path(
         for candidate in candidates:
             if candidate.exists():
                 return Path(os.path.abspath(candidate)), notes
+        cached = _cached_hub_model(str(value)) if hub and not path.is_absolute() else None
+        if cached is not None:
+            notes.append(cached.line(f"{origin}.{key}"))
+            if cached.path is not None:
+                return cached.path, notes
+            continue
         notes.append(f"{origin}.{key} = {value!r} does not exist on this machine; ignored")
     return None, notes
 
@@ -309,4 +350,14 @@ def _verifier_path(config_json: Path | None) -> Found:
     path = Path(name).expanduser()
     if path.is_absolute() and path.is_dir():
         return path, []
+    hub = None if path.is_absolute() else _cached_hub_model(name)
+    if hub is not None:
+        return hub.path, [hub.line(f"{config_json} verifier")]
     return None, [f"{config_json} names the verifier {name!r}, not a directory on this machine; pass --target"]
+
+
+def _cached_hub_model(value: str) -> HubModel | None:
+    """``value`` looked up in the local Hugging Face cache; None when it is not a hub id at all."""
+    from triage_tui.core.formats.hub import find_in_cache
+
+    return find_in_cache(value)

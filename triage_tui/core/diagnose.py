@@ -17,8 +17,9 @@ from triage_tui.core.check_inputs import CheckInputs
 from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+from triage_tui.core.formats.engine_launch import EngineLaunch
 from triage_tui.core.hypotheses.rank import rank_hypotheses
-from triage_tui.core.hypotheses.scoring import LIKELY, Hypothesis
+from triage_tui.core.hypotheses.scoring import LIKELY, AcceptanceHistory, Hypothesis
 from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
 
@@ -104,6 +105,8 @@ def diagnose(
     serving: ServingComparison | None = None,
     all_chunk_orders: bool = False,
     start: RunStart | None = None,
+    launches: Sequence[EngineLaunch] = (),
+    acceptance: AcceptanceHistory | None = None,
 ) -> Diagnosis:
     """Run every registered check (each isolated) and rank the hypotheses.
 
@@ -115,6 +118,8 @@ def diagnose(
     (it does anyway when the hidden-state check finds the chunks suspect).
     ``start`` is how the run's curves started (RunStatus.start), which a fine-tune from a good drafter
     must not do near chance (warm_start_broken, against the checkpoint the inputs name).
+    ``launches``: how the serving engine was started (core/formats/engine_launch.py, its logs);
+    ``acceptance``: a held-out acceptance estimate over the run and its checkpoints (past_acceptance_peak).
     """
     context = CheckContext(
         checkpoint=inputs.checkpoint,
@@ -134,6 +139,13 @@ def diagnose(
         else None
     )
     hypotheses = rank_hypotheses(
-        checks, flags, metrics=metrics, serving=serving, start=start, starting_checkpoint=starting
+        checks,
+        flags,
+        metrics=metrics,
+        serving=serving,
+        start=start,
+        starting_checkpoint=starting,
+        launches=launches,
+        acceptance=acceptance,
     )
     return Diagnosis(inputs, checks, hypotheses, serving)

@@ -9,9 +9,10 @@ What is compared, and the public issue each rule comes from:
 - the aux layer ids: present, and where each engine reads them. vLLM reads only the top-level
   ``eagle_aux_hidden_state_layer_ids`` and otherwise falls back to its own choice
   (https://github.com/vllm-project/vllm/pull/50170: a head trained on other layers served at
-  accept length 1.036); SGLang reads ``eagle_config`` and, since
-  https://github.com/sgl-project/sglang/pull/25454, adds 1 only when the first id is 1
-  (https://github.com/sgl-project/sglang/issues/32226: ids shifted one layer);
+  accept length 1.036); SGLang reads ``eagle_config`` and adds 1 to each id (it captures before
+  layer i), except in the model files https://github.com/sgl-project/sglang/pull/25454 changed
+  (DeepSeek-V2/V3 and the targets built on them, GLM-4.7-Flash: +1 only when the first id is 1)
+  and GPT-OSS (https://github.com/sgl-project/sglang/issues/32226: ids shifted one layer);
 - ``fc``'s in-features = number of aux layers x target hidden size;
 - the flags against the weights they need: ``norm_before_fc`` -> ``input_norm.weight``,
   ``fc_norm`` -> ``fc_norm.{i}.weight`` (https://github.com/vllm-project/vllm/pull/38111,
@@ -25,6 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from triage_tui.core.checks.engine_build import (
+    LINK_BACKBONE,
+    LINK_ROPE_LAYOUT,
+    BackboneReading,
+    RopeReading,
+    read_backbone,
+    read_rope,
+)
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 if TYPE_CHECKING:
@@ -36,7 +45,10 @@ NAME = "config_contract"
 Convention = Literal["output_of", "capture_before"]
 # Conventions for aux layer ids (vLLM `vllm/model_executor/models/llama.py`, sglang
 # `python/sglang/srt/models/llama.py`). "output_of": id i names the output of decoder layer i
-# (SpecForge's forward hooks, sglang config ids starting at 1, modelopt hooks). "capture_before":
+# (SpecForge's forward hooks; ModelOpt's, registered on the layers whose index is in the ids:
+# nvidia-modelopt 0.47.0 modelopt/torch/speculative/plugins/hf_eagle.py
+# `_collect_aux_hidden_states_forward_hook`, default ids `default_eagle_aux_layer_ids`
+# = sorted({1, N//2 - 1, N - 4}), so [0, 1] for a target of 4 layers or fewer). "capture_before":
 # id i names the input of layer i = HF ``hidden_states[i]`` = the output of layer i - 1 (EAGLE's
 # modeling_llama_kv.py, vLLM, speculators, modelopt's offline dumps).
 OUTPUT_OF: Convention = "output_of"
@@ -46,6 +58,24 @@ CAPTURE_BEFORE: Convention = "capture_before"
 DEFAULT_AUX_LAYERS = 3
 
 ENGINES = ("vllm", "sglang")
+
+# How SGLang turns config ids into the layers it captures before, per target model file (sglang
+# 0.5.23 python/sglang/srt/models/*.py `set_eagle3_layers_to_capture`). llama.py, qwen2/3*.py and
+# every other file: ``[val + 1 for val in layer_ids]`` (output-of). deepseek_v2.py and
+# glm4_moe_lite.py (PR #25454), and the models that delegate to deepseek_v2's class (Kimi-K2.5,
+# Mistral Large 3): +1 only when the first id is 1, else the ids as given (capture-before).
+# gpt_oss.py (PR #32334): the ids as given when the largest is the layer count, else +1.
+SGLANG_FIRST_ID_RULE = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "MistralLarge3ForCausalLM",
+    }
+)
+SGLANG_LAST_BOUNDARY_RULE = frozenset({"GptOssForCausalLM"})
 
 # Public issues each finding is known from: shown in the drill-down and the hypothesis' links.
 LINK_VLLM_MISSING_IDS = "https://github.com/vllm-project/vllm/pull/50170"
@@ -136,6 +166,8 @@ class ConfigContractDetails:
     engines: tuple[EngineReading, ...]
     rows: tuple[ShapeRow, ...]
     findings: tuple[Finding, ...]
+    backbone: BackboneReading | None = None  # the layer the weights were trained as, and what engines build
+    rope: RopeReading | None = None  # the drafter's RoPE against the target's
 
     def kinds(self) -> set[str]:
         return {f.kind for f in self.findings}
@@ -155,6 +187,8 @@ class ConfigContractDetails:
             "engines": [e.to_json() for e in self.engines],
             "shapes": [r.to_json() for r in self.rows],
             "issues": [f.to_json() for f in self.findings],
+            "backbone": self.backbone.to_json() if self.backbone is not None else None,
+            "rope": self.rope.to_json() if self.rope is not None else None,
         }
 
     def drilldown(self) -> list[str]:
@@ -180,6 +214,13 @@ class ConfigContractDetails:
                 for r in self.engines
             ],
         )
+        if self.backbone is not None:
+            lines += ["", f"draft layer trained as {self.backbone.trained_as}: {self.backbone.evidence}"]
+            lines += table_lines(
+                ("engine", "builds", "why"), [(e.engine, e.builds or "-", e.why) for e in self.backbone.engines]
+            )
+        if self.rope is not None:
+            lines += ["", *key_value_lines(self.rope.lines())]
         if self.rows:
             lines += ["", "config against the tensors and the target"]
             lines += table_lines(
@@ -311,7 +352,8 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
                 f"config aux layer ids {list(trained_ids)} name layer outputs {beyond} that a target with "
                 f"{num_layers} layers does not have: the drafter was trained for another target",
             )
-    engines = tuple(_engine_reading(engine, top_ids, nested_ids, num_layers) for engine in ENGINES)
+    architectures = tuple(target.architectures) if target is not None else None
+    engines = tuple(_engine_reading(engine, top_ids, nested_ids, num_layers, architectures) for engine in ENGINES)
     if trained is not None and trained_ids is not None:
         for reading in engines:
             if reading.layers is None or reading.layers == trained:
@@ -385,6 +427,37 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
     # -- vocab sizes against the tensors and the target
     _vocab_findings(checkpoint, config, target, row, find)
 
+    # -- what the engines build for this config: the draft layer, its RoPE
+    backbone = read_backbone(tensors, config)
+    for build in backbone.engines:
+        if build.builds is not None and build.builds != backbone.trained_as:
+            find(
+                "backbone_fallback",
+                f"{build.why}, a {build.builds} decoder layer; the weights were trained as {backbone.trained_as} "
+                f"({backbone.evidence}): the engine loads what fits its layer and runs without the rest "
+                "(speculators #796: served under another backbone, acceptance extremely low)",
+                LINK_BACKBONE,
+                engine=build.engine,
+            )
+    rope = read_rope(config, target.config if target is not None else None, architectures or ())
+    if rope.layouts_differ:
+        inherited = rope.drafter_family == "dflash"
+        find(
+            "rope_layout_mismatch",
+            f"the target rotates {rope.target_layout} ({rope.target_layout_source}), the drafter "
+            f"{rope.drafter_layout} ({rope.drafter_layout_source}): "
+            + (
+                "vLLM's DFlash loader before PR #54373 gives the drafter the target's layout, rotating its Q/K "
+                "another way than it was distilled with (vLLM #53063: acceptance 1.03 against 7.78)"
+                if inherited
+                else "engines rotate an EAGLE-3 drafter by its own config, so this matters only to one that "
+                "gives it the target's layout"
+            ),
+            LINK_ROPE_LAYOUT,
+            severity="error" if inherited else "warning",
+            engine="vllm" if inherited else None,
+        )
+
     details = ConfigContractDetails(
         layout=checkpoint.layout,
         draft_hidden_size=int(checkpoint.hidden_size),
@@ -399,6 +472,8 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
         engines=engines,
         rows=tuple(rows),
         findings=tuple(findings),
+        backbone=backbone,
+        rope=rope,
     )
     errors = [f for f in findings if f.severity == "error"]
     evidence = tuple(f.message for f in findings)
@@ -410,29 +485,56 @@ def check_config_contract(checkpoint: DrafterCheckpoint | None, target: TargetMo
 
 
 def _engine_reading(
-    engine: str, top_ids: tuple[int, ...] | None, nested_ids: tuple[int, ...] | None, num_layers: int | None
+    engine: str,
+    top_ids: tuple[int, ...] | None,
+    nested_ids: tuple[int, ...] | None,
+    num_layers: int | None,
+    target_architectures: tuple[str, ...] | None,
 ) -> EngineReading:
-    """The layers an engine captures for this config (docs/formats.md, aux layer conventions)."""
+    """The layers an engine captures for this config (docs/formats.md, aux layer conventions);
+    ``target_architectures`` None when no target was given."""
+    convention: Convention | None
     if engine == "vllm":
         # vllm/v1/worker/gpu_model_runner.py get_eagle3_aux_layers_from_config: the top-level field,
         # used as-is (capture-before); eagle_config is not read.
         ids, convention = top_ids, CAPTURE_BEFORE
         source = "reads the top-level ids" if ids else "finds no top-level ids, falls back to (2, N//2, N-3)"
     else:
-        # sglang model_runner.py reads eagle_config; since PR #25454 a first id of 1 means output-of
-        # (+1 when capturing), any other first id capture-before.
         ids = nested_ids
-        convention = OUTPUT_OF if ids and ids[0] == 1 else CAPTURE_BEFORE
-        source = (
-            f"reads eagle_config's ids as {convention.replace('_', '-')} (first id {ids[0]})"
-            if ids
-            else "finds no eagle_config ids, falls back to (2, N//2, N-3)"
-        )
+        convention, source = _sglang_convention(ids, num_layers, target_architectures)
     if ids is None:
         layers = physical_layers(engine_default_ids(num_layers), CAPTURE_BEFORE) if num_layers else None
     else:
-        layers = physical_layers(ids, convention)
+        layers = physical_layers(ids, convention) if convention is not None else None
     return EngineReading(engine, ids, source, layers)
+
+
+def _sglang_convention(
+    ids: tuple[int, ...] | None, num_layers: int | None, architectures: tuple[str, ...] | None
+) -> tuple[Convention | None, str]:
+    """How SGLang reads eagle_config's ids for this target (SGLANG_FIRST_ID_RULE above); None when
+    it depends on a target nobody named."""
+    if not ids:
+        return None, "finds no eagle_config ids, falls back to (2, N//2, N-3)"
+    arch = next(iter(architectures), None) if architectures else None
+    if architectures is not None and arch in SGLANG_FIRST_ID_RULE:
+        convention = OUTPUT_OF if ids[0] == 1 else CAPTURE_BEFORE
+        return convention, f"reads eagle_config's ids for a {arch} target as {_words(convention)} (first id {ids[0]})"
+    if architectures is not None and arch in SGLANG_LAST_BOUNDARY_RULE:
+        convention = CAPTURE_BEFORE if num_layers is not None and max(ids) == num_layers else OUTPUT_OF
+        return convention, f"reads eagle_config's ids for a {arch} target as {_words(convention)}"
+    if architectures is not None:
+        return OUTPUT_OF, f"adds 1 to eagle_config's ids for a {arch or 'target'} target ({_words(OUTPUT_OF)})"
+    if ids[0] == 1:  # every model file adds 1 to these
+        return OUTPUT_OF, f"reads eagle_config's ids as {_words(OUTPUT_OF)} (first id 1)"
+    return None, (
+        f"adds 1 to eagle_config's ids for Llama and Qwen targets, not for DeepSeek, Kimi or GLM-4.7-Flash "
+        f"ones (first id {ids[0]}, not 1): the target decides (pass --target)"
+    )
+
+
+def _words(convention: Convention) -> str:
+    return convention.replace("_", "-")
 
 
 def _config_int(config: Mapping[str, Any], key: str) -> int | None:

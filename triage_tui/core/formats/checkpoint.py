@@ -4,7 +4,10 @@
   ``lm_head``, buffers ``d2t`` [Vd] int64 and ``t2d`` [V] bool, usually no ``embed_tokens``.
 - speculators (``Eagle3Speculator``): ``layers.0.*`` and a saved ``embed_tokens``; sizes in
   ``transformer_layer_config``, aux layer ids at the top level of config.json.
-- modelopt export (``hf_spec_export.py``): ``midlayer.*``, ``d2t`` in frequency order, no ``t2d``.
+- modelopt export (``modelopt/torch/export/plugins/hf_spec_export.py``): ``d2t`` in frequency order
+  (``calibrate_frequent_vocab``), no ``t2d``, the export template's ``eagle_config`` keys; the
+  decoder layer is ``midlayer.*`` before NVIDIA/Model-Optimizer PR #913 (2026-03) and ``layers.0.*``
+  since (``LLAMA_EAGLE_SINGLE_LAYER``; nvidia-modelopt 0.47.0 writes ``layers.0.*``).
 
 Only metadata is read up front (safetensors headers; the mmap'd pickle for ``.bin``);
 ``DrafterCheckpoint.tensor(name)`` loads one tensor when a check asks for it.
@@ -99,15 +102,15 @@ def _require_shape(info: TensorInfo | None, ndim: int, what: str) -> TensorInfo 
 
 def _layout(names: set[str], config: dict) -> str:
     architectures = config.get("architectures") or []
-    if (
-        any(n.startswith("layers.") for n in names)
-        or "Eagle3Speculator" in architectures
-        or "speculators_model_type" in config
-    ):
+    eagle_config = config.get("eagle_config")
+    modelopt_config = isinstance(eagle_config, dict) and bool(_MODELOPT_EAGLE_KEYS & set(eagle_config))
+    if "Eagle3Speculator" in architectures or "speculators_model_type" in config:
         return "speculators"
+    if any(n.startswith("layers.") for n in names):
+        # modelopt >= PR #913 exports layers.0.* too; its template's eagle_config keys and the
+        # missing t2d tell it from speculators, whose config carries neither.
+        return "modelopt" if modelopt_config and "t2d" not in names else "speculators"
     if any(n.startswith("midlayer.") for n in names):
-        eagle_config = config.get("eagle_config")
-        modelopt_config = isinstance(eagle_config, dict) and bool(_MODELOPT_EAGLE_KEYS & set(eagle_config))
         if "t2d" not in names and ("d2t" in names or modelopt_config):
             return "modelopt"
         return "specforge"

@@ -32,6 +32,9 @@ class TargetModel:
     tied: bool  # lm_head is the embedding (tie_word_embeddings)
     _weights: WeightFiles = field(repr=False)
     tensor_names: dict[str, str | None] = field(default_factory=dict)  # role -> stored name
+    # config.json's ``architectures`` (the top level's for a multimodal model): which model file an
+    # engine builds, and with it how it reads a drafter's aux layer ids (core/checks/config_contract.py).
+    architectures: tuple[str, ...] = ()
 
     def _name(self, role: str) -> str:
         name = self.tensor_names.get(role)
@@ -148,4 +151,10 @@ def read_target(path: str | Path) -> TargetModel:
         tied=tied,
         tensor_names=found,
         _weights=weights,
+        architectures=_architectures(full_config, config),
     )
+
+
+def _architectures(full_config: dict, text_config: dict) -> tuple[str, ...]:
+    names = full_config.get("architectures") or text_config.get("architectures")
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()

@@ -94,21 +94,21 @@ def _provenance_paths(provenance: Any) -> dict[str, str]:
     """``{"target_model": path, "draft_config": path, "vocab_mapping": path}`` from the resume contract.
 
     Each value is ``(kind, absolute path, ...)`` for a local file or directory, or
-    ``("reference", name)`` for a hub id (``model_source_identity``); only local paths are kept.
+    ``("reference", name)`` for a source that was no local path when the run started, a hub id
+    (``model_source_identity``); both are kept, a reference with the commit the run loaded it at
+    (``target_revision``/``draft_revision``, the configs' ``_commit_hash``) as ``name@commit``, which
+    core/check_inputs.py looks up in the local Hugging Face cache.
     """
     try:
         items = dict(provenance) if provenance is not None else {}
     except (TypeError, ValueError):
         return {}
+    revisions = {"target_model": items.get("target_revision"), "draft_config": items.get("draft_revision")}
     paths = {}
     for key in ("target_model", "draft_config", "vocab_mapping"):
         identity = items.get(key)
-        if (
-            isinstance(identity, (tuple, list))
-            and len(identity) >= 2
-            and identity[0] != "reference"
-            and isinstance(identity[1], str)
-            and identity[1]
-        ):
-            paths[key] = identity[1]
+        if isinstance(identity, (tuple, list)) and len(identity) >= 2 and isinstance(identity[1], str) and identity[1]:
+            revision = revisions.get(key)
+            reference = identity[0] == "reference" and isinstance(revision, str) and revision.isalnum()
+            paths[key] = f"{identity[1]}@{revision}" if reference else identity[1]
     return paths

@@ -1,8 +1,10 @@
 """Causes read from the run's curves and how it started (core/signals/, core/curve_shapes.py): a loss
-that is NaN or diverges, a warm start that did not load, later TTT positions that do not learn."""
+that is NaN or diverges, a warm start that did not load, later TTT positions that do not learn, a run
+trained past its acceptance peak."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from triage_tui.core.hypotheses.scoring import (
@@ -13,9 +15,13 @@ from triage_tui.core.hypotheses.scoring import (
     RunEvidence,
     serving_collapsed,
 )
+from triage_tui.core.text import printable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+    from triage_tui.core.hypotheses.scoring import AcceptanceHistory
 
 
 # -- non_finite / diverged ----------------------------------------------------------------------
@@ -152,3 +158,97 @@ def diverged(run: RunEvidence) -> Hypothesis | None:
     return Hypothesis(
         "diverged", "The run diverged (learning rate too high, or bad batches)", ev.score(), ev.lines(), None
     )
+
+
+# -- past_acceptance_peak (a held-out acceptance estimate over the run: scoring.AcceptanceHistory) --
+# deepseek-ai/DeepSpec#84: an Eagle3 drafter's accept length peaked at 3.34 (4.6 epochs) and fell to
+# 3.18 (-4.9 %) by the end over four evaluations, all below the peak, while the training loss kept
+# falling; the same schedule's DSpark and DFlash kept rising. A drop of 3 % or more from the peak,
+# in every one of at least two evaluations after it, is past the noise of a deterministic evaluation
+# (temperature 0, fixed prompts: re-running a checkpoint gives the same number) and short of #84's.
+PAST_PEAK_DROP = 0.03
+MIN_EVALS_AFTER_PEAK = 2
+# With the loss still falling past the peak, the drafter is fitting its training data at the expense
+# of what the server accepts (#84's signature): 0.6, enough alone; the fix is the checkpoint nearest
+# the peak. Without the loss to tell it from a run going wrong, 0.45; with the loss rising too, the
+# run diverged (the `diverged` cause), and this adds nothing.
+W_PAST_PEAK = 0.6
+W_PAST_PEAK_LOSS_UNKNOWN = 0.45
+
+
+def past_acceptance_peak(run: RunEvidence) -> Hypothesis | None:
+    """The run kept training after its held-out acceptance peaked (DeepSpec #84)."""
+    history = run.acceptance
+    points = sorted(p for p in history.points if math.isfinite(p[1])) if history is not None else []
+    if history is None or len(points) < MIN_EVALS_AFTER_PEAK + 1:
+        return None
+    ev = Evidence()
+    nearest = _past_peak_evidence(ev, history, points)
+    where = f": use {printable(nearest[1].name)} (step {nearest[0]})" if nearest is not None else ""
+    return Hypothesis(
+        "past_acceptance_peak",
+        f"The run trained past its acceptance peak ({printable(history.metric)} fell while training went on){where}",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["past_acceptance_peak"],
+    )
+
+
+def _past_peak_evidence(
+    ev: Evidence, history: AcceptanceHistory, points: list[tuple[int, float]]
+) -> tuple[int, Path] | None:
+    """Weigh the drop after the peak; the checkpoint nearest the peak when the run is past it."""
+    metric, loss_tag = printable(history.metric), printable(history.loss_tag)
+    # The last of equal maxima: it is as good and the latest point training was still there
+    # (DeepSpec #84 reads 3.34 at 2.3 and 4.6 epochs and calls 4.6 the peak).
+    peak_at = max(range(len(points)), key=lambda i: (points[i][1], i))
+    peak_step, peak = points[peak_at]
+    after = points[peak_at + 1 :]
+    last_step, last = points[-1]
+    drop = (peak - last) / peak if peak > 0 else 0.0
+    line = (
+        f"{metric} peaked at {peak:.3g} (step {peak_step}) and is {last:.3g} at step {last_step} "
+        f"({-drop:+.1%}) over {len(after)} evaluation{'s' if len(after) != 1 else ''} after the peak"
+    )
+    if len(after) < MIN_EVALS_AFTER_PEAK or drop < PAST_PEAK_DROP or any(value >= peak for _, value in after):
+        needs = f"{MIN_EVALS_AFTER_PEAK}+ evaluations after it, all below, the last {PAST_PEAK_DROP:.0%} under"
+        ev.note(f"{line}: not past the peak (needs {needs})")
+        return None
+    loss = _loss_between(history, peak_step, last_step)
+    if loss is None:
+        ev.add(W_PAST_PEAK_LOSS_UNKNOWN, f"{line}; the run logs no loss to tell overfitting from a run going wrong")
+    elif loss[1] < loss[0]:
+        ev.add(W_PAST_PEAK, f"{line}, while {loss_tag} kept falling ({loss[0]:.3g} -> {loss[1]:.3g})")
+    else:
+        ev.note(
+            f"{line}, and {loss_tag} rose too ({loss[0]:.3g} -> {loss[1]:.3g}): a run going wrong, not past its peak"
+        )
+        return None
+    nearest = _nearest_checkpoint(history.checkpoints, peak_step)
+    if nearest is None:
+        ev.note("no saved checkpoint is known near the peak")
+    else:
+        ev.note(f"the checkpoint nearest the peak: {printable(nearest[1])} (step {nearest[0]})")
+    return nearest
+
+
+def _loss_between(history: AcceptanceHistory, start: int, end: int) -> tuple[float, float] | None:
+    """The loss at (or last before) two steps; None when the run logged none there."""
+    if not history.loss:
+        return None
+    points = sorted(p for p in history.loss if math.isfinite(p[1]))
+
+    def at(step: int) -> float | None:
+        before = [value for s, value in points if s <= step]
+        return before[-1] if before else None
+
+    first, last = at(start), at(end)
+    return (first, last) if first is not None and last is not None else None
+
+
+def _nearest_checkpoint(checkpoints: tuple[tuple[int, Path], ...], step: int) -> tuple[int, Path] | None:
+    """The saved checkpoint closest to ``step``; of two as close, the earlier (it has not trained past it)."""
+    if not checkpoints:
+        return None
+    return min(checkpoints, key=lambda c: (abs(c[0] - step), c[0]))

@@ -197,6 +197,10 @@ def mapping_not_in_checkpoint(run: RunEvidence) -> Hypothesis:
             corroborate(ev, run.symptoms)
         else:
             ev.note(f"every checkpoint read holds its d2t, or needs none ({len(health.checkpoints)} read)")
+    if health is None or ev.structural:
+        # A drafter served without its d2t collapses (NeMo Automodel #2447); with every checkpoint
+        # read holding one, a collapse points elsewhere.
+        serving_collapsed(ev, run.serving)
     return Hypothesis(
         "mapping_not_in_checkpoint",
         "A checkpoint holds no d2t/t2d while its draft vocab is smaller than the target's: "

@@ -11,7 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.hypotheses.curves import diverged, non_finite, ttt_position_collapse, warm_start_broken
+from triage_tui.core.hypotheses.curves import (
+    diverged,
+    non_finite,
+    past_acceptance_peak,
+    ttt_position_collapse,
+    warm_start_broken,
+)
 from triage_tui.core.hypotheses.dumps import (
     aux_layer_off_by_one,
     empty_loss_mask,
@@ -26,11 +32,19 @@ from triage_tui.core.hypotheses.mapping import (
     verifier_mask_mismatch,
     vocab_mapping_mismatch,
 )
-from triage_tui.core.hypotheses.scoring import Hypothesis, HypothesisFunction, RunEvidence
-from triage_tui.core.hypotheses.serving import config_contract, target_mismatch, training_metric_misread
+from triage_tui.core.hypotheses.scoring import AcceptanceHistory, Hypothesis, HypothesisFunction, RunEvidence
+from triage_tui.core.hypotheses.serving import (
+    algorithm_flag,
+    backbone_fallback,
+    config_contract,
+    rope_layout,
+    target_mismatch,
+    training_metric_misread,
+)
 
 if TYPE_CHECKING:
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+    from triage_tui.core.formats.engine_launch import EngineLaunch
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals.flags import Flag
 
@@ -43,6 +57,8 @@ def rank_hypotheses(
     serving: ServingComparison | None = None,
     start: RunStart | None = None,
     starting_checkpoint: StartingCheckpoint | None = None,
+    launches: Sequence[EngineLaunch] = (),
+    acceptance: AcceptanceHistory | None = None,
 ) -> list[Hypothesis]:
     """Score every cause the evidence can speak to (``HYPOTHESES``), best first.
 
@@ -50,9 +66,11 @@ def rank_hypotheses(
     used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
     the serving engine accepted beside the training estimate (core/serving/); with it, the
     hypotheses only serving speaks to (config_contract) are listed too; target_mismatch is
-    always listed, from serving and from the dumps.
+    always listed, from serving and from the dumps. ``launches`` are how the serving engine was
+    started (core/formats/engine_launch.py, from the serving logs), ``acceptance`` a held-out
+    acceptance estimate over the run with its checkpoints (past_acceptance_peak).
     """
-    evidence = RunEvidence(checks, flags, metrics, serving, start, starting_checkpoint)
+    evidence = RunEvidence(checks, flags, metrics, serving, start, starting_checkpoint, tuple(launches), acceptance)
     hypotheses = [h for score in HYPOTHESES if (h := score(evidence)) is not None]
     # Stable sort: ties keep HYPOTHESES' order (the always-present ones first).
     return sorted(hypotheses, key=lambda h: -h.score)
@@ -79,4 +97,8 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     non_finite,
     diverged,
     training_metric_misread,
+    algorithm_flag,
+    backbone_fallback,
+    rope_layout,
+    past_acceptance_peak,
 )

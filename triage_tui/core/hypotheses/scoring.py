@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.checks.result import CheckResult, ran_details
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from triage_tui.core.checks.verifier_mask import VerifierMaskDetails
     from triage_tui.core.checks.vocab import VocabDetails
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
+    from triage_tui.core.formats.engine_launch import EngineLaunch
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals.flags import Flag
 
@@ -93,6 +95,17 @@ LINKS = {
         "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/3359",
     ),
     "non_finite_dumps": ("https://github.com/sgl-project/SpecForge/issues/104",),
+    "algorithm_flag": ("https://github.com/sgl-project/sglang/pull/21272",),
+    "backbone_fallback": (
+        "https://github.com/vllm-project/speculators/issues/796",
+        "https://github.com/vllm-project/vllm/pull/43132",
+    ),
+    "rope_layout": (
+        "https://github.com/vllm-project/vllm/issues/53063",
+        "https://github.com/vllm-project/vllm/pull/54373",
+        "https://github.com/NVIDIA/TensorRT-LLM/pull/19036",
+    ),
+    "past_acceptance_peak": ("https://github.com/deepseek-ai/DeepSpec/issues/84",),
 }
 
 CHANCE_SYMPTOMS = ("loss_at_chance", "loss_above_chance", "accuracy_at_chance")
@@ -150,6 +163,20 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class AcceptanceHistory:
+    """A held-out acceptance estimate over a run (SpecForge's ``eval/simulated_acc_len``, an
+    evaluator's accept length), the checkpoints the run saved, and its training loss: what
+    ``past_acceptance_peak`` weighs. Points are (step, value), steps ascending; the caller (the
+    best-checkpoint finder) passes evaluations only, never a smoothed curve."""
+
+    metric: str
+    points: tuple[tuple[int, float], ...]
+    checkpoints: tuple[tuple[int, Path], ...] = ()  # (step, directory) of each saved checkpoint
+    loss_tag: str | None = None
+    loss: tuple[tuple[int, float], ...] = ()  # the training loss, (step, value)
+
+
+@dataclass(frozen=True)
 class RunEvidence:
     """Everything a hypothesis function may weigh: the checks' results, the run's flags (and those
     of them that are chance-level symptoms), the scan's metrics, the serving comparison."""
@@ -160,6 +187,8 @@ class RunEvidence:
     serving: ServingComparison | None = None
     start: RunStart | None = None  # the run's first logged points (core/curve_shapes.py)
     starting_checkpoint: StartingCheckpoint | None = None  # the checkpoint checked, and who named it
+    launches: tuple[EngineLaunch, ...] = ()  # how the serving engine was launched (its log, a command line)
+    acceptance: AcceptanceHistory | None = None  # held-out acceptance over the run, for past_acceptance_peak
 
     @property
     def symptoms(self) -> list[Flag]:

@@ -1,6 +1,7 @@
 """Causes that serving evidence speaks to (core/serving/), with the checks beside it: a config the
-engine reads differently, a verifier that is not the named target, a training metric that does not
-measure the drafter the server runs."""
+engine reads differently, a drafter launched under the wrong algorithm or built as another backbone
+or rotated with another RoPE layout, a verifier that is not the named target, a training metric that
+does not measure the drafter the server runs."""
 
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ W_DUMPS_HEAD_NOISE = 0.7
 # server runs is fine by training's measure, so the verifier it is checked against (a fine-tuned or
 # quantized target: SpecForge #533, vLLM #9534) or the engine's reading of it differs.
 W_SERVING_BELOW_TRAINING = 0.45
+# ... but not when serving collapsed (acceptance ~1.0, every later position ~0): a fine-tuned or
+# quantized verifier still agrees with its drafter on the easy tokens, so it lowers acceptance
+# (vllm-project/vllm-ascend#5974: "drop significantly" on a QuaRot copy) rather than zeroing it,
+# while the structural causes zero it (a mapping not saved: NeMo Automodel #2447; aux layers read
+# otherwise: vLLM #50170, 1.036; the EAGLE flag: SGLang #21272, 1.00). The gap then says less about
+# the verifier: 0.2, below the 0.3 a collapse gives each structural cause, so they rank first.
+W_SERVING_BELOW_TRAINING_COLLAPSED = 0.2
 # The server accepts far more than training's accuracies predict: the drafter works, so the
 # training number is not measuring it (mis-read metric, labels built with another mapping: the
 # founding case, where the drafter "predicted well in inference" while training sat at chance).
@@ -134,7 +142,12 @@ def target_mismatch(run: RunEvidence) -> Hypothesis:
     if serving is not None:
         below = serving.finding("serving_below_training")
         if below is not None:
-            ev.add(W_SERVING_BELOW_TRAINING, f"serving: {below.message}")
+            collapsed = serving.finding("acceptance_collapsed") is not None
+            ev.add(
+                W_SERVING_BELOW_TRAINING_COLLAPSED if collapsed else W_SERVING_BELOW_TRAINING,
+                f"serving: {below.message}"
+                + ("; a collapse to ~1 points at the drafter's structure before the verifier" if collapsed else ""),
+            )
         elif serving.training is not None:
             ev.note(f"training estimates {serving.training.acceptance_length:.2f}, serving accepts {_length(serving)}")
         else:
@@ -180,3 +193,127 @@ def training_metric_misread(run: RunEvidence) -> Hypothesis | None:
 def _length(serving: ServingComparison) -> str:
     length = serving.serving.acceptance_length
     return f"{length:.2f}" if length is not None else "unknown"
+
+
+# -- algorithm_flag (core/formats/engine_launch.py reads the launch) ----------------------------
+# SGLang launched with --speculative-algorithm EAGLE (or NEXTN, its alias) while the drafter checked
+# is an EAGLE-3 one (it has fc): no aux states are captured and fc is skipped, accept length exactly
+# 1.00 with no warning (sglang PR #21272; sglang 0.5.23 still resolves the flag as given). Direct
+# evidence, the flag and the drafter both read: 0.8.
+W_EAGLE_FLAG_EAGLE3_DRAFTER = 0.8
+# ... with only the drafter's path saying "eagle3" (the test vLLM's SpeculativeConfig uses to pick
+# eagle3 from a model name): 0.45, below one half until a collapsed acceptance or the checkpoint agrees.
+W_EAGLE_FLAG_NAMED_EAGLE3 = 0.45
+EAGLE3_ALGORITHM = "EAGLE3"
+
+
+def algorithm_flag(run: RunEvidence) -> Hypothesis | None:
+    """An EAGLE-3 drafter served under SGLang's EAGLE algorithm flag (sglang PR #21272)."""
+    launches = [launch for launch in run.launches if launch.engine == "sglang"]
+    if not launches:
+        return None
+    ev = Evidence()
+    contract = run.contract()
+    eagle3_checked = contract is not None and contract.fc_in_features is not None
+    for launch in launches:
+        if launch.algorithm == EAGLE3_ALGORITHM:
+            ev.note(f"{launch.describe()}: the flag an EAGLE-3 drafter needs")
+        elif launch.algorithm != "EAGLE":
+            ev.note(f"{launch.describe()}")
+        elif eagle3_checked:
+            assert contract is not None
+            ev.add(
+                W_EAGLE_FLAG_EAGLE3_DRAFTER,
+                f"{launch.describe()}, but the drafter checked is EAGLE-3 (fc.weight reads "
+                f"{contract.fc_in_features} features): SGLang captures no aux states and skips fc",
+            )
+        elif launch.draft_model and "eagle3" in launch.draft_model.lower():
+            ev.add(W_EAGLE_FLAG_NAMED_EAGLE3, f"{launch.describe()}, and the drafter's name says EAGLE-3")
+        else:
+            ev.note(f"{launch.describe()}: right for an EAGLE-1/2 drafter; pass --checkpoint to tell")
+    if ev.structural:
+        serving_collapsed(ev, run.serving)
+    return Hypothesis(
+        "algorithm_flag",
+        "An EAGLE-3 drafter is served with the EAGLE algorithm flag: the engine skips its fc and accepts nothing",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["algorithm_flag"],
+        checks=("config_contract",),
+    )
+
+
+# -- backbone_fallback / rope_layout (core/checks/engine_build.py reads them, config_contract finds) --
+# An engine builds another decoder layer than the weights were trained as and loads only what fits
+# (SGLang's llama_eagle3.py skips the q_norm/k_norm it has no parameter for, without a word;
+# speculators #796: "extremely low" acceptance): the attention runs without norms it was trained
+# with, as a norm flag the engine ignores does (vLLM PR #38111): 0.7, like those. One engine's
+# reading counts ONE_ENGINE_UNKNOWN_SERVER of it until serving says which engine runs the drafter.
+W_BACKBONE_FALLBACK = 0.7
+# A DFlash drafter whose RoPE layout differs from the target's: vLLM's loader gave it the target's
+# from PR #51655 to PR #54373 (vLLM #53063: acceptance 1.03 against 7.78): 0.6, the engine's version
+# decides. An EAGLE-3 drafter is rotated by its own config in vLLM and SGLang, so the difference
+# alone is weak (TensorRT-LLM PR #19036 shows an engine hard-coding one layout can still bite): 0.15.
+W_ROPE_LAYOUT_INHERITED = 0.6
+W_ROPE_LAYOUT_OWN_CONFIG = 0.15
+
+
+def backbone_fallback(run: RunEvidence) -> Hypothesis | None:
+    """An engine builds another decoder layer than the drafter's weights were trained as (speculators #796)."""
+    contract = run.contract()
+    if contract is None or contract.backbone is None:
+        return None
+    found = [f for f in contract.findings if f.kind == "backbone_fallback"]
+    if not found:
+        return None  # listed when an engine builds another layer (the drill-down shows what each builds)
+    ev = Evidence()
+    _engine_findings(ev, run, found, W_BACKBONE_FALLBACK)
+    return Hypothesis(
+        "backbone_fallback",
+        "The engine builds the drafter as another backbone than it was trained as (its attention loses "
+        "what that backbone has)",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["backbone_fallback"],
+        checks=("config_contract",),
+    )
+
+
+def rope_layout(run: RunEvidence) -> Hypothesis | None:
+    """The drafter's RoPE layout against the target's (vLLM #53063)."""
+    contract = run.contract()
+    if contract is None or contract.rope is None:
+        return None
+    found = [f for f in contract.findings if f.kind == "rope_layout_mismatch"]
+    if not found:
+        return None  # listed when the layouts differ
+    ev = Evidence()
+    weight = W_ROPE_LAYOUT_INHERITED if contract.rope.drafter_family == "dflash" else W_ROPE_LAYOUT_OWN_CONFIG
+    _engine_findings(ev, run, found, weight)
+    return Hypothesis(
+        "rope_layout",
+        "The drafter is rotated with another RoPE layout than the one it was distilled with (the target's)",
+        ev.score(),
+        ev.lines(),
+        None,
+        LINKS["rope_layout"],
+        checks=("config_contract",),
+    )
+
+
+def _engine_findings(ev: Evidence, run: RunEvidence, findings: list, weight: float) -> None:
+    """Weigh findings that may hold for one engine only, as config_contract does; a collapsed serving
+    acceptance adds its weight once something structural was found."""
+    engine = run.serving.serving.engine if run.serving is not None else None
+    for finding in findings:
+        line = f"{finding.message} ({finding.link})" if finding.link else finding.message
+        if finding.engine is not None and engine is not None and finding.engine != engine:
+            ev.note(f"not the engine serving it ({engine}): {line}")
+            continue
+        ev.add(weight * (ONE_ENGINE_UNKNOWN_SERVER if finding.engine is not None and engine is None else 1.0), line)
+    if any(w >= LIKELY for w, _ in ev.items):
+        corroborate(ev, run.symptoms)
+    if ev.structural:
+        serving_collapsed(ev, run.serving)

@@ -16,10 +16,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triage_tui.core import bounds
 from triage_tui.core.errors import BadInput, SourceError
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.hub import HubModel
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,6 +50,8 @@ class Manifest:
     # What the file names that is not used, one line each: a URL, or a path outside the run, in a
     # triage.toml owned by another user (git's safe.directory rule). The run carries these as notices.
     untrusted: tuple[str, ...] = ()
+    # What reading it did that the user should see: a hub id used from the local cache, or not there.
+    notes: tuple[str, ...] = ()
 
     @property
     def serving_sources(self) -> list[str]:
@@ -58,6 +63,7 @@ class Manifest:
 
 
 _MANIFEST_PATH_KEYS = ("checkpoint", "mapping", "data", "target")
+_HUB_ID_KEYS = ("checkpoint", "target")  # a drafter or a target may be named by hub id (formats/hub.py)
 _MANIFEST_TAG_KEYS = ("loss_tags", "accuracy_tags")
 _MANIFEST_KEYS = ("vocab_size", *_MANIFEST_PATH_KEYS, *_MANIFEST_TAG_KEYS)
 
@@ -123,13 +129,21 @@ def load_manifest(path: str | Path) -> Manifest:
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
             raise BadInput(path, f"[run] vocab_size must be an integer >= 2, got {vocab_size!r}")
         values["vocab_size"] = vocab_size
+    notes: list[str] = []
     for key in _MANIFEST_PATH_KEYS:
         value = table.get(key)
         if value is None:
             continue
         if not isinstance(value, str) or not value:
             raise BadInput(path, f"[run] {key} must be a non-empty path string, got {value!r}")
-        values[key] = Path(os.path.normpath(run_dir / expand_user(value, path)))
+        named = Path(os.path.normpath(run_dir / expand_user(value, path)))
+        hub = _hub_model(named, value) if key in _HUB_ID_KEYS else None
+        if hub is not None:
+            notes.append(hub.line(f"triage.toml {key}"))
+            if hub.path is None:
+                continue  # not here and not cached: left unset, the note says how to fetch it
+            named = hub.path
+        values[key] = named
     for key in _MANIFEST_TAG_KEYS:
         value = table.get(key)
         if value is None:
@@ -141,7 +155,16 @@ def load_manifest(path: str | Path) -> Manifest:
     values.update(_logs_table(path, document.get("logs")))
     if owner != _me():
         values = _trusted_only(path, owner, values)
-    return Manifest(path=path, **values)
+    return Manifest(path=path, notes=tuple(notes), **values)
+
+
+def _hub_model(named: Path, value: str) -> HubModel | None:
+    """The hub id ``value`` in the local cache, when no path of that name exists beside the run."""
+    if os.path.lexists(named):
+        return None
+    from triage_tui.core.formats.hub import find_in_cache
+
+    return find_in_cache(value)
 
 
 def _me() -> int:

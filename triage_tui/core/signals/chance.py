@@ -1,5 +1,6 @@
 """The chance line: the loss of a uniform guess over the draft vocab, ln V, as the run's trainer
-averages it, and where V comes from (flag > triage.toml > config.json > training_state.pt > 32 000).
+averages it, and where V comes from (flag > triage.toml > config.json > training_state.pt > W&B
+config > the config.json of the drafter the run names > 32 000).
 
 A drafter whose logits are uniform over its V draft tokens has cross-entropy ln V per position
 whatever the target (ln 32000 = 10.37). A SpecForge ploss averages over all B*T positions, masked
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,27 +22,70 @@ DEFAULT_VOCAB_SIZE = 32_000  # EAGLE-3's usual draft vocab (SpecForge/speculator
 
 
 def resolve_vocab_size(
-    flag: int | None, manifest: Manifest | None, config: dict | None, training_state_vocab: int | None = None
+    flag: int | None,
+    manifest: Manifest | None,
+    config: dict | None,
+    training_state_vocab: int | None = None,
+    *,
+    wandb_vocab: int | None = None,
+    drafter_config: dict | None = None,
 ) -> tuple[int, str]:
-    """(V, where it came from): --vocab-size > triage.toml > config.json > training_state.pt > 32 000.
+    """(V, where it came from): --vocab-size > triage.toml > the run's config.json > training_state.pt
+    > W&B config > the named drafter's config.json > 32 000.
 
     ``training_state_vocab`` is the draft vocab of a SpecForge 0.2.0 ``draft_state_dict`` (its
-    ``lm_head`` rows), for runs that save no config.json.
+    ``lm_head`` rows), for runs that save no config.json; ``wandb_vocab`` the draft vocab a W&B run's
+    config records; ``drafter_config`` the config.json of the drafter the run starts from
+    (``named_drafter_config``): a fine-tune keeps its starting drafter's head, so its draft vocab is
+    the run's when nothing closer says otherwise (a ModelOpt export of 1 000 draft tokens trains at
+    ln 1 000, not ln 32 000).
     """
     if flag is not None:
         return int(flag), "flag"
     if manifest is not None and manifest.vocab_size is not None:
         return manifest.vocab_size, "manifest"
-    if config:
-        # draft_vocab_size is the drafter's lm_head (sglang `python/sglang/srt/configs/model_config.py`); without it the
-        # model predicts over its full vocab_size.
-        for key in ("draft_vocab_size", "vocab_size"):
-            value = config.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
-                return value, "config.json"
+    from_config = config_vocab(config)
+    if from_config is not None:
+        return from_config, "config.json"
     if training_state_vocab is not None and training_state_vocab >= 2:
         return training_state_vocab, "training_state.pt"
+    if wandb_vocab is not None and wandb_vocab >= 2:
+        return wandb_vocab, "wandb config"
+    from_drafter = config_vocab(drafter_config)
+    if from_drafter is not None:
+        return from_drafter, "drafter config.json"
     return DEFAULT_VOCAB_SIZE, "default"
+
+
+def config_vocab(config: dict | None) -> int | None:
+    """The vocab a model with this config.json predicts over: ``draft_vocab_size`` (the drafter's
+    lm_head, sglang `python/sglang/srt/configs/model_config.py`), else ``vocab_size`` (without a
+    draft vocab the head spans the full vocab); None when neither is an integer >= 2."""
+    for key in ("draft_vocab_size", "vocab_size"):
+        value = (config or {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+            return value
+    return None
+
+
+def named_drafter_config(manifest: Manifest | None, problems: list[str] | None = None) -> dict | None:
+    """The config.json of the drafter triage.toml names (``checkpoint = ...``: a directory, a weights
+    file beside its config.json, or a hub id the manifest resolved in the local cache), read leniently
+    like the run's own; None when the run names none or it has no readable config.json."""
+    from triage_tui.core.runs.config import read_config
+
+    checkpoint = manifest.checkpoint if manifest is not None else None
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint)
+    config_path = path / "config.json" if path.is_dir() else path.parent / "config.json"
+    if not config_path.is_file():
+        return None
+    drafter_problems: list[str] = []
+    config = read_config(config_path, drafter_problems)
+    if problems is not None:
+        problems.extend(f"{config_path}: {problem}" for problem in drafter_problems)
+    return config
 
 
 def config_vocab_problems(config: dict | None) -> list[str]:

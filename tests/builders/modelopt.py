@@ -1,0 +1,117 @@
+"""EAGLE-3 drafters exported by nvidia-modelopt's own code (0.47.0, installed with --no-deps), beside
+the transformers target they were built on.
+
+The steps are ModelOpt's speculative-decoding example's, on a tiny Llama: ``mtsp.convert`` with
+``EAGLE3_DEFAULT_CFG`` (aux ids from ``default_eagle_aux_layer_ids``: [0, 1] for a target of four
+layers or fewer, [1, 3, 4] for eight), the draft vocab by ``calibrate_frequent_vocab`` over a chat
+(``d2t`` in frequency order) loaded with ``HFEagleModel.load_draft_vocab_cache``, and
+``model.get_exporter().export(dir)`` (``EagleExporter``: ``model.safetensors`` with ``layers.0.*``,
+``d2t`` and no ``t2d``; ``config.json`` from the export template).
+
+Importing modelopt takes ~20 s and patches transformers, so the export runs in a child process
+(``python -m builders.modelopt``); the parent only reads what it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TARGET_VOCAB = 8192  # builders.target_dumps.VOCAB: the char tokenizer's size
+HIDDEN = 64
+
+
+def modelopt_export(root: Path, *, target_layers: int, draft_vocab: int = 1000, timeout: int = 900) -> Path:
+    """``root/target`` (transformers save_pretrained) and ``root/drafter`` (ModelOpt's export); returns root."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), *sys.path]))
+    done = subprocess.run(
+        [sys.executable, "-m", "builders.modelopt", str(root), str(target_layers), str(draft_vocab)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"modelopt export failed:\n{done.stderr[-4000:]}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def modelopt_exports(tmp_path_factory) -> dict[int, Path]:
+    """ModelOpt's own exports on a 2-layer and an 8-layer target, by target depth (registered by
+    tests/conftest.py; skipped where nvidia-modelopt is not installed)."""
+    pytest.importorskip("modelopt", reason="nvidia-modelopt (installed with --no-deps by .ci/run)")
+    return {
+        layers: modelopt_export(tmp_path_factory.mktemp(f"modelopt{layers}"), target_layers=layers) for layers in (2, 8)
+    }
+
+
+def _chat(seed: int, distinct: int) -> list[dict]:
+    """One user turn of CJK characters drawn with Zipf-like weights over a shuffled order, so that
+    frequency order and token-id order differ (what makes ModelOpt's d2t frequency-ordered)."""
+    import random
+
+    from builders.target_dumps import _FIRST_CJK
+
+    rng = random.Random(seed)
+    chars = [chr(_FIRST_CJK + i) for i in range(distinct)]
+    rng.shuffle(chars)
+    weights = [1.0 / (rank + 1) for rank in range(distinct)]
+    text = "".join(chars) + "".join(rng.choices(chars, weights=weights, k=40 * distinct))
+    return [{"role": "user", "content": text}]
+
+
+def _export(root: Path, target_layers: int, draft_vocab: int) -> None:
+    from copy import deepcopy
+
+    import modelopt.torch.speculative as mtsp
+    import torch
+    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
+    from modelopt.torch.speculative.plugins.hf_eagle import HFEagleModel
+    from modelopt.torch.speculative.utils import calibrate_frequent_vocab
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from builders.target_dumps import char_tokenizer
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=target_layers,
+        vocab_size=TARGET_VOCAB,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(str(root / "target"))
+
+    eagle = deepcopy(EAGLE3_DEFAULT_CFG["config"])
+    eagle["eagle_architecture_config"].update(
+        draft_vocab_size=draft_vocab,
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
+    eagle["eagle_use_torch_compile"] = False  # CPU, one export: nothing to compile
+    mtsp.convert(model, [("eagle", eagle)])
+
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    cache = root / "d2t.pt"
+    calibrate_frequent_vocab(tokenizer, _chat(0, draft_vocab + 200), draft_vocab, str(cache))
+    HFEagleModel.load_draft_vocab_cache(model, str(cache))
+    model.get_exporter().export(str(root / "drafter"))
+    (root / "built.json").write_text(json.dumps({"target_layers": target_layers, "draft_vocab": draft_vocab}))
+
+
+if __name__ == "__main__":
+    _export(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
