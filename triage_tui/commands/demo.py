@@ -28,7 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a sample_runs/ to copy the target and drafter-a from (default: the checkout's)",
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="--no-tui: give up after this many seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="--no-tui: give up after this many seconds (a bound on a hang: each turn of the story is due by a "
+        "trainer step, so a slow machine only takes longer)",
+    )
     parser.add_argument(
         "--step-delay",
         type=float,
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         )
         layout = prepare_demo(root, samples=args.samples or REPO_SAMPLES, progress=say)
         delay = args.step_delay if args.step_delay is not None else (0.0 if args.no_tui else 0.1)
-        trainer = TrainerProcess(layout, step_delay=delay)
+        trainer = TrainerProcess(layout, step_delay=delay, paced=args.no_tui)  # the headless story paces it
         try:
             if args.no_tui:
                 return run_headless(layout, trainer, timeout=args.timeout, say=say)
