@@ -44,6 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    status = _run(args)
+    if not args.no_tui:
+        from triage_tui.samples.demo import exit_now
+
+        exit_now(status)  # `q` hands the terminal back now, not after torch's teardown
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
     from triage_tui.samples.demo import REPO_SAMPLES, TrainerProcess, prepare_demo, run_headless, run_with_tui
 
