@@ -42,20 +42,28 @@ def builders_key() -> str:
 def built_once(directory: Path, build: Callable[[Path], object], key: str | None = None) -> Path:
     """``directory`` as ``build`` makes it, built again unless its key is ``key`` (default: the builders' key).
 
-    The key is written last, so a build that died half-way is never taken for a whole one; a lock
-    beside the directory keeps parallel workers (xdist) from building it twice.
+    The key is written last, beside the directory (so the directory holds only what ``build``
+    wrote), so a build that died half-way is never taken for a whole one; a lock beside it keeps
+    parallel workers (xdist) from building it twice.
     """
     directory.parent.mkdir(parents=True, exist_ok=True)
     key = key or builders_key()
-    marker = directory / "builders.sha256"
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _read(marker) != key:
-            shutil.rmtree(directory, ignore_errors=True)
-            directory.mkdir()
-            build(directory)
-            marker.write_text(key)
+        _build_unless(directory, key, build)
     return directory
+
+
+def _build_unless(directory: Path, key: str, build: Callable[[Path], object]) -> None:
+    """Build ``directory`` afresh unless its key file says ``key``; the caller holds its lock exclusively."""
+    marker = directory.with_name(directory.name + ".key")
+    if _read(marker) == key:
+        return
+    marker.unlink(missing_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir()
+    build(directory)
+    marker.write_text(key)
 
 
 def run_temp_dir(tmp_path_factory) -> Path:
@@ -80,17 +88,12 @@ def held_while_used(directory: Path, build: Callable[[Path], object]) -> Iterato
     """
     directory.parent.mkdir(parents=True, exist_ok=True)
     key = builders_key()
-    marker = directory / "builders.sha256"
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)
-        if _read(marker) != key:
+        if _read(directory.with_name(directory.name + ".key")) != key:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(lock, fcntl.LOCK_EX)  # the last reader of the old build is done
-            if _read(marker) != key:
-                shutil.rmtree(directory, ignore_errors=True)
-                directory.mkdir()
-                build(directory)
-                marker.write_text(key)
+            _build_unless(directory, key, build)
             fcntl.flock(lock, fcntl.LOCK_SH)  # a conversion: no other build can slip in between
         yield directory
 
