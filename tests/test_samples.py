@@ -35,7 +35,14 @@ from triage_tui.samples.generate import (
     written_files,
 )
 from triage_tui.samples.readme import EXPECTED_CAUSE, readme_text
-from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, new_drafter, save_drafter
+from triage_tui.samples.trainer import (
+    DrafterTrainer,
+    RunData,
+    TrainConfig,
+    load_saved_drafter,
+    new_drafter,
+    save_drafter,
+)
 from triage_tui.samples.world import (
     WorldSpec,
     build_target,
@@ -158,6 +165,22 @@ def test_saved_drafter_is_a_specforge_checkpoint_the_reader_accepts(tmp_path):
     assert np.array_equal(checkpoint.mapping.hot_ids, mapping.hot_ids)
 
 
+def test_a_saved_drafter_reads_back_exactly_as_written(tmp_path):
+    """The fine-tunes of sample_runs/ start from drafters the generator saved and reads back through the
+    program's checkpoint reader: what it reads is what was written (weights rounded to fp16 as saved),
+    which is why the readers stay outside the generator's code digest."""
+    spec = WorldSpec()
+    mapping = specforge_mapping(token_counts(generate_corpus(spec, "A", 4_000)), spec.draft_vocab_size)
+    drafter = new_drafter(spec, mapping, seed=3)
+    save_drafter(drafter, tmp_path / "drafter")
+    again = load_saved_drafter(tmp_path / "drafter")
+    written, read = drafter.state_dict(), again.state_dict()
+    assert set(read) == set(written)
+    for name, tensor in written.items():
+        expected = tensor.to(torch.float16).to(read[name].dtype) if tensor.is_floating_point() else tensor
+        assert torch.equal(read[name], expected), name
+
+
 def test_samples_refuses_a_directory_it_did_not_build(tmp_path, capsys):
     (tmp_path / "healthy").mkdir()
     (tmp_path / "healthy" / "mine.txt").write_text("keep me")
@@ -173,19 +196,20 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_code_digest_covers_every_module_the_samples_are_built_with(tmp_path):
-    """Editing the trainer, the world, the drafter's arithmetic or a reader the fine-tunes load through
-    changes the digest the committed runs are checked against; rewording the README does not."""
+    """Editing the trainer, the world, the drafter's arithmetic or the mapping writer changes the digest
+    the committed runs are checked against; rewording the README or editing a checkpoint reader (whose
+    read-back the test below pins) does not."""
     sources = {p.relative_to(PACKAGE_ROOT).as_posix() for p in generator_sources()}
     assert {
         "triage_tui/samples/generate.py",
         "triage_tui/samples/trainer.py",
         "triage_tui/samples/world.py",
-        "triage_tui/core/drafter.py",
+        "triage_tui/core/drafter.py",  # imported by the trainer, and lazily by load_saved_drafter
         "triage_tui/core/vocab.py",
         "triage_tui/core/formats/mapping.py",
-        "triage_tui/core/formats/checkpoint.py",  # imported lazily, by load_saved_drafter
     } <= sources
-    assert "triage_tui/samples/readme.py" not in sources and "triage_tui/samples/demo.py" not in sources
+    for outside in ("samples/readme.py", "samples/demo.py", "core/formats/checkpoint.py", "core/formats/json_file.py"):
+        assert f"triage_tui/{outside}" not in sources
 
     copy = tmp_path / "checkout"
     shutil.copytree(PACKAGE_ROOT / "triage_tui", copy / "triage_tui", ignore=shutil.ignore_patterns("__pycache__"))
@@ -203,6 +227,7 @@ def test_the_code_digest_covers_every_module_the_samples_are_built_with(tmp_path
     for rel in sorted(sources):
         assert edited(rel, "\n# an edit\n") != code_digest(), rel
     assert edited("triage_tui/samples/readme.py", "\n# an edit\n") == code_digest()
+    assert edited("triage_tui/core/formats/checkpoint.py", "\n# an edit\n") == code_digest()
     assert edited("triage_tui/core/watch.py", "\n# an edit\n") == code_digest()
     # a module the trainer starts to import (inside a function) joins the digest
     (copy / "triage_tui/core/lr_schedule.py").write_text("WARMUP = 10\n")

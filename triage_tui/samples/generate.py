@@ -110,36 +110,57 @@ class SampleSpec:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
-# The generator's own modules whose code does not reach a byte of the runs: README.md is text,
-# compared whole with readme_text's output by tests/test_samples.py, so wording it needs no rebuild.
-TEXT_ONLY_MODULES = frozenset({"triage_tui.samples.readme"})
+# Modules the generator imports whose edits need no rebuild, each for a reason a test holds:
+# - samples.readme: README.md is text, compared whole with readme_text's output (tests/test_samples.py);
+# - the checkpoint readers: the fine-tunes start from drafters the generator wrote and reads back
+#   (load_saved_drafter); tests/test_samples.py checks that the read-back drafter is exactly the one
+#   written, so a reader edit that changed it fails there, and the many that cannot (bounds, messages,
+#   other layouts) do not ask for sample_runs/ to be rebuilt.
+OUTSIDE_THE_DIGEST = frozenset(
+    {
+        "triage_tui.samples.readme",
+        "triage_tui.core.formats.checkpoint",
+        "triage_tui.core.formats.weights",
+        "triage_tui.core.formats.safe_torch",
+        "triage_tui.core.formats.json_file",
+        "triage_tui.core.formats.training_state",
+    }
+)
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def generator_sources(root: Path = _PACKAGE_ROOT) -> list[Path]:
     """Every triage_tui module whose code decides what ``generate`` writes, as source files under ``root``.
 
-    This module and every module it imports, transitively, lazy imports inside functions too
-    (the fine-tunes start from checkpoints read by core/formats/checkpoint.py, for one), read
-    from the source as tests/test_layers.py reads it, less TEXT_ONLY_MODULES.
+    This module and every module it imports, transitively, lazy imports inside functions too,
+    read from the source as tests/test_layers.py reads it, less OUTSIDE_THE_DIGEST and less the
+    imports under ``if TYPE_CHECKING:`` (a type shapes no byte).
     """
     found: dict[str, Path] = {}
     todo = [__name__]
     while todo:
         name = todo.pop()
-        if name in found or name in TEXT_ONLY_MODULES or not name.startswith("triage_tui."):
+        if name in found or name in OUTSIDE_THE_DIGEST or not name.startswith("triage_tui."):
             continue
         path = _module_source(root, name)
         if path is None:
             continue  # a name imported from a module, not a module
         found[name] = path
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                todo.extend(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                todo.append(node.module)
-                todo.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        todo.extend(_imported_names(ast.parse(path.read_text(encoding="utf-8"))))
     return sorted(found.values())
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    """Modules (and names in them) ``node`` imports anywhere, but under ``if TYPE_CHECKING:``."""
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        return [name for child in node.orelse for name in _imported_names(child)]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if not node.module or node.level:
+            return []
+        return [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return [name for child in ast.iter_child_nodes(node) for name in _imported_names(child)]
 
 
 def _module_source(root: Path, name: str) -> Path | None:
@@ -617,7 +638,7 @@ def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
         "runs": {name: asdict(records[name]) for name in RUN_NAMES},
     }
     (out / "GENERATED.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "README.md").write_text(readme_text(summary))  # text only: outside code_digest (see there)
+    (out / "README.md").write_text(readme_text(summary))  # text only: OUTSIDE_THE_DIGEST
     return summary
 
 
