@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lint, types and tests: the one command to run before landing (CONTRIBUTING.md).
-#   scripts/check.sh                      ruff (lint, format), mypy, then the whole suite (pytest -q -n 2)
+#   scripts/check.sh                      ruff (lint, format), mypy, then the whole suite (pytest -q -n 2 --dist worksteal)
 #   scripts/check.sh tests/test_x.py -k y ruff, mypy, then only those tests
 # Uses the checkout's .venv (the README's setup); PYTHON=... picks another interpreter.
 set -euo pipefail
@@ -11,6 +11,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, als
 "$PY" -m ruff format --check triage_tui tests benchmarks scripts
 "$PY" -m mypy
 if [ "$#" -eq 0 ]; then
-    set -- -n 2
+    # worksteal: a worker that runs out of tests takes the other's last ones, so the slow tests
+    # (sorted first, tests/conftest.py) never leave one core idle at the end
+    set -- -n 2 --dist worksteal
 fi
 "$PY" -m pytest -q "$@"

@@ -286,6 +286,7 @@ def test_scan_json_lists_the_curve_flags_and_exits_1(tmp_path):
 
 async def test_the_tui_flags_pane_shows_the_curve_flags(tmp_path):
     """The pane renders the core's flags generically: kind and message, one line each."""
+    from builders.waiting import wait_for
     from triage_tui.tui.app import TriageApp
 
     specforge_log(tmp_path / "collapsed", ttt_rows(0.03))
@@ -293,10 +294,7 @@ async def test_the_tui_flags_pane_shows_the_curve_flags(tmp_path):
     app.animation_level = "none"
     async with app.run_test(size=(160, 48)) as pilot:
         flags = app.main.query_one("#flags")
-        for _ in range(1200):  # a bound on a hang, not a wait for time: the condition ends it
-            if "ttt_position_collapse" in str(flags.render()):
-                break
-            await pilot.pause(0.05)
+        await wait_for(pilot, lambda: "ttt_position_collapse" in str(flags.render()), what="the curve flag")
         text = str(flags.render())
         assert "ttt_position_collapse" in text and "the later TTT positions do not learn" in text
 

@@ -14,6 +14,7 @@ import pytest
 
 from builders.events import frame, scalar_event
 from builders.tensorboard import write_scalars
+from builders.waiting import out_of_patience
 from triage_tui.core import parallel_read
 from triage_tui.core.events.reader import RunEvents, find_event_files
 from triage_tui.core.watch import Watcher
@@ -177,7 +178,8 @@ def test_the_watcher_gives_the_same_statuses_on_two_cores(sweep, monkeypatch):
 
 
 def _wait_for_early_helpers(count: int) -> list:
-    for _ in range(500):
+    start = time.monotonic()
+    while not out_of_patience(start, 5.0):
         with parallel_read._EARLY._lock:
             procs = list(parallel_read._EARLY._procs)
         if len(procs) >= count:

@@ -169,7 +169,6 @@ def test_scalars_leaves_the_tree_as_it_was(watched, tmp_path):
 
 
 async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_path, monkeypatch):
-    pytest.importorskip("triage_tui.tui.app", reason="the TUI (triage_tui/tui/app.py) does not exist yet")
     from builders.pilot import checked, loaded, make_app
     from builders.waiting import wait_for
     from triage_tui.tui.screens.drilldown import DrillDownScreen
@@ -193,12 +192,14 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
         await pilot.press("n")
         await wait_for(pilot, lambda: not app.remap_running, what="remap declined")
         await pilot.press("escape")
-        await pilot.pause(1.0)  # a few more polls and observer wake-ups
+        watcher = app.watcher
+        assert watcher is not None
+        polls = watcher.polls
+        await wait_for(pilot, lambda: watcher.polls >= polls + 3, what="a few more of the watcher's polls")
         await pilot.press("q")
     assert_unchanged(watched, before, "the TUI session")
 
 
-@pytest.mark.skipif(not SAMPLE_RUNS.is_dir(), reason="sample_runs/ does not exist yet (H-samples)")
 async def test_sample_runs_copy_is_left_as_it_was(tmp_path, monkeypatch):
     from builders.pilot import checked, loaded, make_app
     from builders.samples import copy_samples

@@ -328,7 +328,6 @@ def write_target(root: Path, *, hidden: int = HIDDEN, vocab: int = TARGET_VOCAB)
 
 
 def test_target_init_takes_the_targets_rows(world, story, expected_rows):
-    pytest.importorskip("triage_tui.core.formats.target")
     target, target_head = write_target(world["root"] / "target")
     before = tree_digest(target)
     plan = plan_remap(world["source"], world["mapping"], target=target)
@@ -344,7 +343,6 @@ def test_target_init_takes_the_targets_rows(world, story, expected_rows):
 
 
 def test_target_of_another_width_falls_back_to_mean_and_says_so(world):
-    pytest.importorskip("triage_tui.core.formats.target")
     target, _ = write_target(world["root"] / "wide", hidden=2 * HIDDEN)
     plan = plan_remap(world["source"], world["mapping"], init="target", target=target)
     assert plan.init == "mean"
@@ -353,7 +351,6 @@ def test_target_of_another_width_falls_back_to_mean_and_says_so(world):
 
 
 def test_target_with_another_vocab_is_bad_input(world):
-    pytest.importorskip("triage_tui.core.formats.target")
     target, _ = write_target(world["root"] / "small", vocab=100_000)
     with pytest.raises(BadInput, match="100000 tokens"):
         plan_remap(world["source"], world["mapping"], target=target)

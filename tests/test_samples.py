@@ -11,26 +11,38 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from builders.cache import built_once_per_run
 from builders.samples import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import read_event_file
+from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.samples.generate import (
-    EXPECTED_CAUSE,
     RUN_NAMES,
     SampleSpec,
+    code_digest,
     expected_files,
     generate,
-    readme_text,
+    generator_sources,
     written_files,
 )
-from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, new_drafter, save_drafter
+from triage_tui.samples.readme import EXPECTED_CAUSE, readme_text
+from triage_tui.samples.trainer import (
+    DrafterTrainer,
+    RunData,
+    TrainConfig,
+    load_saved_drafter,
+    new_drafter,
+    save_drafter,
+)
 from triage_tui.samples.world import (
     WorldSpec,
     build_target,
@@ -153,6 +165,22 @@ def test_saved_drafter_is_a_specforge_checkpoint_the_reader_accepts(tmp_path):
     assert np.array_equal(checkpoint.mapping.hot_ids, mapping.hot_ids)
 
 
+def test_a_saved_drafter_reads_back_exactly_as_written(tmp_path):
+    """The fine-tunes of sample_runs/ start from drafters the generator saved and reads back through the
+    program's checkpoint reader: what it reads is what was written (weights rounded to fp16 as saved),
+    which is why the readers stay outside the generator's code digest."""
+    spec = WorldSpec()
+    mapping = specforge_mapping(token_counts(generate_corpus(spec, "A", 4_000)), spec.draft_vocab_size)
+    drafter = new_drafter(spec, mapping, seed=3)
+    save_drafter(drafter, tmp_path / "drafter")
+    again = load_saved_drafter(tmp_path / "drafter")
+    written, read = drafter.state_dict(), again.state_dict()
+    assert set(read) == set(written)
+    for name, tensor in written.items():
+        expected = tensor.to(torch.float16).to(read[name].dtype) if tensor.is_floating_point() else tensor
+        assert torch.equal(read[name], expected), name
+
+
 def test_samples_refuses_a_directory_it_did_not_build(tmp_path, capsys):
     (tmp_path / "healthy").mkdir()
     (tmp_path / "healthy" / "mine.txt").write_text("keep me")
@@ -164,13 +192,65 @@ def test_samples_refuses_a_directory_it_did_not_build(tmp_path, capsys):
         generate(tmp_path / "file", SampleSpec.small())
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_code_digest_covers_every_module_the_samples_are_built_with(tmp_path):
+    """Editing the trainer, the world, the drafter's arithmetic or the mapping writer changes the digest
+    the committed runs are checked against; rewording the README or editing a checkpoint reader (whose
+    read-back the test below pins) does not."""
+    sources = {p.relative_to(PACKAGE_ROOT).as_posix() for p in generator_sources()}
+    assert {
+        "triage_tui/samples/generate.py",
+        "triage_tui/samples/trainer.py",
+        "triage_tui/samples/world.py",
+        "triage_tui/core/drafter.py",  # imported by the trainer, and lazily by load_saved_drafter
+        "triage_tui/core/vocab.py",
+        "triage_tui/core/formats/mapping.py",
+    } <= sources
+    for outside in ("samples/readme.py", "samples/demo.py", "core/formats/checkpoint.py", "core/formats/json_file.py"):
+        assert f"triage_tui/{outside}" not in sources
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(PACKAGE_ROOT / "triage_tui", copy / "triage_tui", ignore=shutil.ignore_patterns("__pycache__"))
+    assert code_digest(copy) == code_digest()
+
+    def edited(rel: str, text: str) -> str:
+        path = copy / rel
+        before = path.read_text()
+        path.write_text(before + text)
+        try:
+            return code_digest(copy)
+        finally:
+            path.write_text(before)
+
+    for rel in sorted(sources):
+        assert edited(rel, "\n# an edit\n") != code_digest(), rel
+    assert edited("triage_tui/samples/readme.py", "\n# an edit\n") == code_digest()
+    assert edited("triage_tui/core/formats/checkpoint.py", "\n# an edit\n") == code_digest()
+    assert edited("triage_tui/core/watch.py", "\n# an edit\n") == code_digest()
+    # a module the trainer starts to import (inside a function) joins the digest
+    (copy / "triage_tui/core/lr_schedule.py").write_text("WARMUP = 10\n")
+    trainer = copy / "triage_tui/samples/trainer.py"
+    trainer.write_text(
+        trainer.read_text() + "\n\ndef _warmup() -> int:\n    from triage_tui.core.lr_schedule import WARMUP\n"
+    )
+    assert copy / "triage_tui/core/lr_schedule.py" in generator_sources(copy)
+    assert edited("triage_tui/core/lr_schedule.py", "WARMUP = 20\n") != code_digest(copy)
+
+
 # ---------------------------------------------------------------- a regenerated small set (slow)
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("samples")
-    assert cli.main(["samples", "--small", "--out", str(out), "--jobs", "2"]) == 0
+    """`triage samples --small`, run once per test run whichever worker asks first (builders.cache)."""
+
+    def build(out: Path) -> None:
+        assert cli.main(["samples", "--small", "--out", str(out), "--jobs", "2"]) == 0
+
+    key = f"{SampleSpec.small().digest()}-{code_digest()}"
+    out = built_once_per_run(tmp_path_factory, "samples-small", key, build)
     return out, json.loads((out / "GENERATED.json").read_text())
 
 
@@ -234,7 +314,7 @@ def assert_diagnoses(root: Path, capsys) -> None:
 def test_small_regeneration_writes_every_expected_file(small_runs):
     out, summary = small_runs
     assert written_files(out) == expected_files(SampleSpec.small())
-    assert summary["spec_digest"] == SampleSpec.small().digest()
+    assert (summary["spec_digest"], summary["code_digest"]) == (SampleSpec.small().digest(), code_digest())
     manifest = (out / "vocab-mismatch" / "triage.toml").read_text()
     assert 'checkpoint = "../_drafters/drafter-a"' in manifest and 'target = "../_target"' in manifest
 
@@ -254,9 +334,6 @@ def test_small_regeneration_check_names_each_cause_first(small_runs, capsys):
 # ------------------------------------------------------------------ the committed sample_runs/
 
 
-committed = pytest.mark.skipif(not (COMMITTED / "GENERATED.json").is_file(), reason="sample_runs/ not generated")
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """The generator's files of sample_runs/, copied: what a user added there is not seen (builders/samples.py)."""
@@ -266,8 +343,11 @@ def pristine(tmp_path_factory) -> Path:
 def assert_from_the_current_generator(root: Path, tracked: list[str] | None) -> None:
     """Every file the generator writes is in ``root`` as it wrote it; files a user added are not our business."""
     recorded = json.loads((root / "GENERATED.json").read_text())
-    # the generator's defaults are what built the committed runs: change one, regenerate
+    # the generator's defaults and its code are what built the committed runs: change either, regenerate
     assert recorded["spec_digest"] == SampleSpec().digest(), "run `triage samples` and commit sample_runs/"
+    assert recorded.get("code_digest") == code_digest(), (
+        "the generator's code changed since sample_runs/ was built: run `triage samples` and commit sample_runs/"
+    )
     generated_paths(root)  # each one present
     if tracked is not None:
         # What git holds is exactly what the generator writes: nothing stale committed, nothing missing.
@@ -289,12 +369,10 @@ def written_files_of(relative: list[str]) -> list[str]:
     return sorted(folded)
 
 
-@committed
 def test_committed_sample_runs_come_from_the_current_generator():
     assert_from_the_current_generator(COMMITTED, tracked_sample_files())
 
 
-@committed
 @pytest.mark.slow
 def test_a_user_playing_in_sample_runs_breaks_no_test(tmp_path, capsys):
     """The README's walkthrough writes into sample_runs/: the remap (`m`, `y`) and the opposite fix.
@@ -316,18 +394,15 @@ def test_a_user_playing_in_sample_runs_breaks_no_test(tmp_path, capsys):
     assert_curve_shapes(copy, SampleSpec())
 
 
-@committed
 def test_committed_sample_runs_curve_shapes(pristine):
     assert_curve_shapes(pristine, SampleSpec())
 
 
-@committed
 def test_committed_sample_runs_size_budget(pristine):
     total = sum(p.stat().st_size for p in pristine.rglob("*") if p.is_file())
     assert total < 30 * 1024 * 1024
 
 
-@committed
 def test_committed_sample_runs_scan_flags(pristine, capsys):
     capsys.readouterr()
     cli.main(["scan", str(pristine), "--json"])
@@ -342,7 +417,36 @@ def test_committed_sample_runs_scan_flags(pristine, capsys):
     assert "non_finite" in kinds["diverged"]
 
 
-@committed
+def readme_rows(readme: str) -> dict[str, tuple[int, str, str, str]]:
+    """The README table: run -> (steps, first ploss, last ploss, last accuracy) as written."""
+    rows = {}
+    for match in re.finditer(r"^\| `([\w-]+)/` \| [^|]+ \| (\d+) \| ([\d.]+) -> ([\w.]+) \| ([\d.]+) \|", readme, re.M):
+        rows[match.group(1)] = (int(match.group(2)), match.group(3), match.group(4), match.group(5))
+    return rows
+
+
+def test_committed_readme_numbers_are_what_scan_reads(pristine, capsys):
+    """Every number sample_runs/README.md states is what `triage scan --json` reads from the runs,
+    the chance line first: the one the TUI and scan draw, not ln V."""
+    readme = (pristine / "README.md").read_text()
+    capsys.readouterr()
+    cli.main(["scan", str(pristine), "--json"])
+    runs = {Path(r["path"]).name: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    rows = readme_rows(readme)
+    assert set(rows) == set(runs) == set(RUN_NAMES)
+    lines = {ChanceLine(run["vocab_size"], run["valid_fraction"]).label() for run in runs.values()}
+    assert len(lines) == 1, lines  # one world, one chance line
+    (line,) = lines
+    assert f"The chance line `triage` draws for every run here is {line}:" in " ".join(readme.split()), readme
+    for name, run in runs.items():
+        steps, first, last, accuracy = rows[name]
+        loss, acc = run["metrics"]["loss"], run["metrics"]["accuracy"]
+        assert steps == run["last_step"] == loss["count"], name
+        assert last == ("NaN" if loss["last"] is None else f"{loss['last']:.2f}"), name
+        assert accuracy == f"{acc['last']:.3f}", name
+        assert float(first) == pytest.approx(float(_curve(pristine / name, "train/ploss_0")[0]), abs=0.005), name
+
+
 @pytest.mark.slow
 def test_committed_sample_runs_check_names_each_cause_first(pristine, capsys):
     assert_diagnoses(pristine, capsys)
@@ -388,7 +492,6 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     assert not list(tmp_path.glob(".triage-samples-*")), "the half-built tree is removed"
 
 
-@committed
 def test_loss_above_chance_does_not_raise_the_mapping_when_the_mappings_agree(pristine, capsys):
     """verifier-mask: its loss sits above chance, but the vocab check finds 32000 / 32000 positions
     agreeing: the symptom then carries no weight for the mapping hypothesis (it is a note)."""

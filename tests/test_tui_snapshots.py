@@ -9,11 +9,12 @@ and look at snapshot_report.html before committing the SVGs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from builders.cache import built_once
+from builders.cache import held_while_used
 from builders.tui import FROZEN_NOW, healthy_run, node_samples, story_run
 from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
@@ -31,10 +32,11 @@ def _build(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs_root() -> Path:
+def runs_root() -> Iterator[Path]:
     """Built once per machine and version of the builders (builders.cache): a builder changed since
-    the last build, or a writer upgraded, builds the runs again."""
-    return built_once(SNAPSHOT_RUNS, _build) / "runs"
+    the last build, or a writer upgraded, builds the runs again, once no test run is using them."""
+    with held_while_used(SNAPSHOT_RUNS, _build) as directory:
+        yield directory / "runs"
 
 
 def frozen_app(root: Path) -> TriageApp:
@@ -50,7 +52,7 @@ async def until(pilot, predicate) -> None:
 async def loaded(pilot) -> None:
     app = pilot.app
     await until(pilot, lambda: app.polls > 0 and app.main.query_one(LossChart).series is not None)
-    await pilot.pause(0.1)
+    await pilot.pause()  # the screen has taken in every message
 
 
 async def checked(pilot) -> None:
@@ -59,7 +61,7 @@ async def checked(pilot) -> None:
     await pilot.press("c")
     await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
     app.clear_notifications()
-    await pilot.pause(0.1)
+    await pilot.pause()  # the screen has taken in every message
 
 
 def test_main_80x24(snap_compare, runs_root):
@@ -80,7 +82,7 @@ def test_drilldown_details_80x24(snap_compare, runs_root):
         await pilot.press("h", "enter")
         await until(pilot, lambda: isinstance(pilot.app.screen, DrillDownScreen))
         await pilot.press("2")
-        await pilot.pause(0.1)
+        await pilot.pause()  # the screen has taken in every message
 
     assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=run_before)
 
@@ -90,7 +92,7 @@ def test_remap_dialog_80x24(snap_compare, runs_root):
         await checked(pilot)
         await pilot.press("m")
         await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmRemapScreen))
-        await pilot.pause(0.1)
+        await pilot.pause()  # the screen has taken in every message
 
     assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=run_before)
 
@@ -104,7 +106,7 @@ def _node(sample):
         screen = NodeScreen(lambda: sample, interval=3600.0)
         await pilot.app.push_screen(screen)
         await until(pilot, lambda: screen.samples_shown > 0)
-        await pilot.pause(0.1)
+        await pilot.pause()  # the screen has taken in every message
 
     return run_before
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from builders.tensorboard import write_drafter_checkpoint, write_scalars
+from builders.waiting import out_of_patience, wait_for
 from builders.wandb_runs import (
     REPO,
     leet_points,
@@ -196,7 +197,7 @@ def test_a_live_run_is_read_as_it_grows_and_flagged(tmp_path):
 def _wait_for_points(watcher: Watcher, count: int, deadline: float = 60.0) -> int:
     """Poll until the run shows `count` points of train/ploss_0 (the writer's service writes on its own time)."""
     start = time.monotonic()
-    while time.monotonic() - start < deadline:
+    while not out_of_patience(start, deadline):
         statuses = watcher.poll_once()
         if statuses:
             metric = statuses[0].metrics["loss"]
@@ -223,7 +224,7 @@ def test_a_run_killed_mid_write(tmp_path):
     proc = start_script(KILLED_WRITER, str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         start = time.monotonic()
-        while time.monotonic() - start < 120:
+        while not out_of_patience(start, 120):
             files = list(tmp_path.glob("wandb/*run-*/run-*.wandb"))
             if files and files[0].stat().st_size > 200_000:
                 break
@@ -399,11 +400,10 @@ async def test_the_tui_shows_a_wandb_run_against_the_chance_line(story_run):
     app.animation_level = "none"
     async with app.run_test(size=(80, 24)) as pilot:
         chart = app.main.query_one(LossChart)
-        start = time.monotonic()
         # A deadline only turns a hang into a failure; the wait is on the app's own polls.
-        while not (app.rows and chart.last_point and chart.last_point[0] == 50 * 39):
-            assert time.monotonic() - start < 60, "the W&B run never reached the chart"
-            await pilot.pause(0.05)
+        await wait_for(
+            pilot, lambda: app.rows and chart.last_point and chart.last_point[0] == 50 * 39, what="the W&B run's chart"
+        )
         assert app.rows[0].status == "critical" and app.rows[0].vocab_size == V
         assert chart.series.tag == "train/ploss_0" and chart.series.chance_loss == pytest.approx(LN_V)
         assert "specforge" in str(app.main.query_one("#flags-pane").border_subtitle)

@@ -22,7 +22,7 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     tui           runs for the TUI tests and snapshots, and the frozen clock
     pilot         driving the app in Pilot tests: waits on what is needed, never on time
     samples       the committed sample_runs/, copied file by file
-    cache         fixtures built once per machine, rebuilt when a builder or writer changes
+    cache         fixtures built once per machine or once per test run, rebuilt when what built them changes
     waiting       waits on conditions, bounded by a timeout that grows with the machine's load
     children      trainer-like child processes: a SummaryWriter loop, an idle holder of a log, their end
     target_dumps  a tiny transformers target's own dumps of answers it generated, masks by SpecForge's parser

@@ -28,7 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a sample_runs/ to copy the target and drafter-a from (default: the checkout's)",
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="--no-tui: give up after this many seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="--no-tui: give up after this many seconds (a bound on a hang: each turn of the story is due by a "
+        "trainer step, so a slow machine only takes longer)",
+    )
     parser.add_argument(
         "--step-delay",
         type=float,
@@ -38,6 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    status = _run(args)
+    if not args.no_tui:
+        from triage_tui.samples.demo import exit_now
+
+        exit_now(status)  # `q` hands the terminal back now, not after torch's teardown
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
     from triage_tui.samples.demo import REPO_SAMPLES, TrainerProcess, prepare_demo, run_headless, run_with_tui
 
@@ -53,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         )
         layout = prepare_demo(root, samples=args.samples or REPO_SAMPLES, progress=say)
         delay = args.step_delay if args.step_delay is not None else (0.0 if args.no_tui else 0.1)
-        trainer = TrainerProcess(layout, step_delay=delay)
+        trainer = TrainerProcess(layout, step_delay=delay, paced=args.no_tui)  # the headless story paces it
         try:
             if args.no_tui:
                 return run_headless(layout, trainer, timeout=args.timeout, say=say)

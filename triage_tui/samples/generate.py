@@ -21,6 +21,7 @@ Over 600 lines on purpose: the five runs' recipes sit side by side with the one 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -40,8 +41,8 @@ import torch
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.mapping import write_mapping_pt
-from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.vocab import VocabMapping
+from triage_tui.samples.readme import readme_text
 from triage_tui.samples.trainer import (
     ComputeDtype,
     DrafterTrainer,
@@ -65,22 +66,6 @@ from triage_tui.samples.world import (
 )
 
 RUN_NAMES = ("healthy", "vocab-mismatch", "hidden-state-format", "verifier-mask", "diverged")
-# The hypothesis `triage check` should rank first on each run (None: nothing may score >= LIKELY);
-# tests/test_samples.py asserts it on the committed runs and on a freshly generated small set.
-EXPECTED_CAUSE = {
-    "healthy": None,
-    "vocab-mismatch": "vocab_mapping_mismatch",
-    "hidden-state-format": "hidden_state_format",
-    "verifier-mask": "verifier_mask_mismatch",
-    "diverged": "non_finite",
-}
-WHAT_IS_WRONG = {
-    "healthy": "nothing: a from-scratch drafter on domain B with domain B's mapping",
-    "vocab-mismatch": "drafter-a (mapping A) fine-tuned with a mapping regenerated from domain B (the story)",
-    "hidden-state-format": "healthy's drafter fine-tuned on dumps whose aux chunks are in the order high, mid, low",
-    "verifier-mask": "a frequency-ordered d2t (modelopt) fine-tuned with logits[..., t2d] labels (SpecForge)",
-    "diverged": "fp16 compute and a learning rate 5000x SpecForge's default: NaN",
-}
 # SpecForge prepare_hidden_states.py groups files by --file-group-size (default 2000)
 DUMP_GROUP = 2000
 REVERSED_CHUNKS = (2, 1, 0)
@@ -123,6 +108,80 @@ class SampleSpec:
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Modules the generator imports whose edits need no rebuild, each for a reason a test holds:
+# - samples.readme: README.md is text, compared whole with readme_text's output (tests/test_samples.py);
+# - the checkpoint readers: the fine-tunes start from drafters the generator wrote and reads back
+#   (load_saved_drafter); tests/test_samples.py checks that the read-back drafter is exactly the one
+#   written, so a reader edit that changed it fails there, and the many that cannot (bounds, messages,
+#   other layouts) do not ask for sample_runs/ to be rebuilt.
+OUTSIDE_THE_DIGEST = frozenset(
+    {
+        "triage_tui.samples.readme",
+        "triage_tui.core.formats.checkpoint",
+        "triage_tui.core.formats.weights",
+        "triage_tui.core.formats.safe_torch",
+        "triage_tui.core.formats.json_file",
+        "triage_tui.core.formats.training_state",
+    }
+)
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def generator_sources(root: Path = _PACKAGE_ROOT) -> list[Path]:
+    """Every triage_tui module whose code decides what ``generate`` writes, as source files under ``root``.
+
+    This module and every module it imports, transitively, lazy imports inside functions too,
+    read from the source as tests/test_layers.py reads it, less OUTSIDE_THE_DIGEST and less the
+    imports under ``if TYPE_CHECKING:`` (a type shapes no byte).
+    """
+    found: dict[str, Path] = {}
+    todo = [__name__]
+    while todo:
+        name = todo.pop()
+        if name in found or name in OUTSIDE_THE_DIGEST or not name.startswith("triage_tui."):
+            continue
+        path = _module_source(root, name)
+        if path is None:
+            continue  # a name imported from a module, not a module
+        found[name] = path
+        todo.extend(_imported_names(ast.parse(path.read_text(encoding="utf-8"))))
+    return sorted(found.values())
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    """Modules (and names in them) ``node`` imports anywhere, but under ``if TYPE_CHECKING:``."""
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        return [name for child in node.orelse for name in _imported_names(child)]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if not node.module or node.level:
+            return []
+        return [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return [name for child in ast.iter_child_nodes(node) for name in _imported_names(child)]
+
+
+def _module_source(root: Path, name: str) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def code_digest(root: Path = _PACKAGE_ROOT) -> str:
+    """SHA-256 (16 hex digits) over the generator's sources under ``root``, each with its path in the package."""
+    digest = hashlib.sha256()
+    for path in generator_sources(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def built_by_this_generator(recorded: dict, spec: SampleSpec) -> bool:
+    """A GENERATED.json's digests are this generator's: its spec's fields and its code."""
+    return recorded.get("spec_digest") == spec.digest() and recorded.get("code_digest") == code_digest()
 
 
 @dataclass(frozen=True)
@@ -569,6 +628,7 @@ def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
         "generator": "triage_tui.samples.generate",
         "command": "triage samples" + (" --small" if spec == SampleSpec.small() else ""),
         "spec_digest": spec.digest(),
+        "code_digest": code_digest(),
         "spec": asdict(spec),
         "torch": torch.__version__,
         "seconds": round(time.monotonic() - started, 1),
@@ -578,55 +638,8 @@ def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
         "runs": {name: asdict(records[name]) for name in RUN_NAMES},
     }
     (out / "GENERATED.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "README.md").write_text(readme_text(summary))
+    (out / "README.md").write_text(readme_text(summary))  # text only: OUTSIDE_THE_DIGEST
     return summary
-
-
-def readme_text(summary: dict) -> str:
-    """sample_runs/README.md: what each run is, its numbers, how to rebuild it."""
-    spec = summary["spec"]
-    world = spec["world"]
-    maps = summary["mappings"]
-    lines = [
-        "# sample_runs",
-        "",
-        "Real training runs of a tiny EAGLE-3 world, one per failure `triage` diagnoses. Built by",
-        f"`{summary['command']}` ({summary['seconds']:.0f} s with {summary['jobs']} processes "
-        "on the machine that built it;",
-        "deterministic seeds, CPU). Open them with `triage sample_runs`; `triage check sample_runs/<run>`",
-        "ranks the causes.",
-        "",
-        f"World: target vocab {world['target_vocab_size']}, draft vocab {world['draft_vocab_size']} "
-        f"(chance line ln {world['draft_vocab_size']} = {math.log(world['draft_vocab_size']):.2f}), "
-        f"hidden size {world['hidden_size']}, {world['num_layers']} target layers, aux layers "
-        f"{list(WorldSpec(**{**world, 'lm_head_scales': tuple(world['lm_head_scales'])}).aux_layer_ids)}. "
-        "The target is hand-built, not trained (see triage_tui/samples/world.py); drafters are trained",
-        "SpecForge's way (soft cross-entropy against the target restricted to the draft vocab, TTT steps,",
-        "`train/ploss_{i}`, `train/acc_{i}`, `train/lr` in TensorBoard files under `runs/`).",
-        f"Mappings A and B (counted from domains A and B) agree at {maps['a_vs_b_positional_match']} of "
-        f"{maps['draft_vocab_size']} draft positions and share {maps['a_vs_b_overlap']} tokens.",
-        "",
-        "| run | what is wrong | steps | train/ploss_0 first -> last | train/acc_0 last | `triage check` ranks first |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name in RUN_NAMES:
-        r = summary["runs"][name]
-        last = "NaN" if not math.isfinite(r["last_ploss_0"]) else f"{r['last_ploss_0']:.2f}"
-        cause = EXPECTED_CAUSE[name] or f"nothing scores >= {LIKELY}"
-        lines.append(
-            f"| `{name}/` | {WHAT_IS_WRONG[name]} | {r['steps']} | {r['first_ploss_0']:.2f} -> {last} "
-            f"| {r['last_acc_0']:.3f} | {cause} |"
-        )
-    lines += [
-        "",
-        "Shared: `_target/` (the target model, fp16), `_drafters/drafter-a/` (trained on domain A with",
-        "mapping A), `_drafters/drafter-modelopt/` (trained with a frequency-ordered d2t and modelopt's",
-        "d2t gather). Each run's `triage.toml` names its checkpoint, mapping, dumps and target.",
-        "`GENERATED.json` holds the full spec, timings and these numbers; tests/test_samples.py checks",
-        "that the committed runs match the generator (files, spec digest, curve shapes, diagnoses).",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 EVENT_FILE_PATTERN = "runs/events.out.tfevents.*"
