@@ -18,8 +18,10 @@ from pathlib import Path
 
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.remap_record import REMAP_RECORD
 
-PROVENANCE_FILE = "triage-remap.json"
+# The remap's own record, named where core/check_inputs.py reads it back.
+PROVENANCE_FILE = REMAP_RECORD
 KEPT_MAPPING_PROVENANCE_FILE = "triage-mapping.json"
 
 

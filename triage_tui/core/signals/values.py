@@ -201,6 +201,8 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
         value,
         f"{series.tag} = {fmt(value)} {when} ({count} of {len(series)} points not finite{others})",
         from_start=first == 0,
+        points=count,
+        extent=count / (len(series) - first),
     )
 
 
@@ -257,6 +259,8 @@ def _diverging(curve: _Curve) -> Flag | None:
         value,
         f"{curve.tag} rising since step {step}: smoothed {fmt(float(curve.smooth[-1]))} "
         f"at step {int(curve.steps[-1])}, best was {fmt(best)}",
+        points=len(diverged) - start,
+        extent=float(curve.smooth[-1]) / best if best > 0 else None,
     )
 
 
