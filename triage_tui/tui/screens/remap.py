@@ -81,6 +81,12 @@ def describe_plan(plan: RemapPlan) -> Text:
     rows: list[tuple[str, Text | str | Path]] = [
         ("write", Text("a new checkpoint directory", style="dim")),
         ("", plan.output),
+    ]
+    if plan.output_outside_of is not None:
+        # Said before "y": the output is not where the source is, and why (staging.default_output).
+        what, where = plan.output_outside_of
+        rows += [("", Text(f"not beside the source, which is in this {what}:", style="yellow")), ("", where)]
+    rows += [
         ("from", Text("the drafter's checkpoint, not touched", style="dim")),
         ("", plan.source),
         ("d2t/t2d", Text("the run's mapping, in place of the checkpoint's", style="dim")),
@@ -105,10 +111,16 @@ def describe_report(report: RemapReport) -> Text:
         )
     else:
         replay = Text("not measured (needs hidden-state dumps and the target)", style="dim")
+    outside = (
+        [("", Text(f"not beside the source: {report.output_outside_because}", style="yellow"))]
+        if report.output_outside_because
+        else []
+    )
     return _label_lines(
         [
             ("output", Text("the remapped checkpoint", style="dim")),
             ("", Path(report.output)),
+            *outside,
             ("from", Text("the source, untouched", style="dim")),
             ("", Path(report.source)),
             ("mapping", Text("d2t/t2d now the run's", style="dim")),
