@@ -185,6 +185,7 @@ def test_tui_cells_and_lines_are_text_not_markup(name, tag):
         critical_kinds=frozenset(),
         loss_flagged=True,
         version=1,
+        shown_status="critical",
     )
     cells = row_cells(row, now=0.0)
     assert all(isinstance(cell, Text) for cell in cells)

@@ -875,6 +875,49 @@ async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_mar
         assert "log y" in str(app.main.query_one("#chart-pane").border_subtitle)
 
 
+async def test_a_run_inside_the_warm_up_shows_it_in_the_table_and_the_flags_pane(tmp_path):
+    """Three points near ln V: not judged yet, so neither the healthy glyph nor "no flags"."""
+    from builders.tui import write_scalars
+
+    write_scalars(tmp_path / "fresh" / "runs", [10.5, 10.3, 10.1], [0.0, 0.01, 0.02])
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        assert app.rows[0].status == "ok" and app.rows[0].shown_status == "warming"
+        table = app.main.query_one(RunsTable)
+        assert str(table.get_row_at(0)[0]) == "◌"
+        flags = [line for line in screen_text(app) if "warming_up" in line]
+        assert flags and "◌ warming_up  warming up until step 100" in flags[0], flags
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])
+async def test_in_log_y_the_chance_line_is_labelled_on_its_own_row(tmp_path, size):
+    """In log-y as in linear, the row the chance line is drawn on carries the chance value as its tick
+    (not a neighbouring round value such as 10.42), for the story's run above chance and a healthy one below it."""
+    from builders.tui import story_run
+
+    story_run(tmp_path)
+    healthy_run(tmp_path)
+    app = make_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.press("l")
+        chart = app.main.query_one(LossChart)
+        for index in range(2):
+            app.main.query_one(RunsTable).move_cursor(row=index)
+            await wait_for(
+                pilot,
+                lambda i=index: chart.series is not None and chart.series.path == app.rows[i].path,
+                what="the run's chart",
+            )
+            await pilot.pause()
+            assert chart.log_y
+            # The chart's row: the label is drawn on the line, at its left end (the flags pane says it too).
+            (chance_row,) = [line for line in screen_text(app) if "├ln 32000 = 10.37" in line]
+            assert "10.37├ln 32000 = 10.37" in chance_row, (app.rows[index].name, chance_row)
+
+
 async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_root, monkeypatch):
     """No toast over the evidence column; a user on another run reads the result in the top bar."""
     from triage_tui.core.checks import vocab

@@ -24,7 +24,9 @@ COLUMNS = (
     ("step", "step", 6),  # 99999, 123k, 1.2M
     ("loss", "loss", 6),  # 12.15, 123.45, nan
     ("smooth", "smooth", 6),
-    ("ln V", "chance", 5),  # 10.37
+    # The chance line the flags compare with: ln V, or valid_fraction × ln V where the trainer
+    # averages over masked positions too (the chart's label and `scan` say which).
+    ("chance", "chance", 6),  # 10.37
     ("acc", "acc", 6),  # 100.0%
     ("age", "age", 4),  # 59s, 12m, 23h, 365d
 )
@@ -60,7 +62,7 @@ def _age_cell(row: RunRow, now: float) -> Text:
 
 
 def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tuple[Text, ...]:
-    glyph, style = STATUS_GLYPHS.get(row.status, "?"), SEVERITY_STYLE.get(row.status, "")
+    glyph, style = STATUS_GLYPHS.get(row.shown_status, "?"), SEVERITY_STYLE.get(row.shown_status, "")
     return (
         Text(glyph, style=style),
         _name_cell(row, name_width),
