@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import math
+import re
 import threading
 from pathlib import Path
 
@@ -269,7 +270,27 @@ async def test_readonly_has_no_remap(runs_root):
 
 
 def notifications(app) -> list[str]:
-    return [f"{note.title}: {note.message}" for note in app._notifications]
+    """The toasts shown now (the app shows the newest only, its title leading its one line)."""
+    return [note.message for note in app._notifications]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_a_toast_is_one_line_over_the_keys_footer_and_covers_no_pane(runs_root, size):
+    from textual.widgets._toast import Toast
+
+    app = make_app(runs_root)
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("m")  # before any check: the toast says why not
+        await pilot.press("m")  # twice: still one toast
+        await wait_for(pilot, lambda: bool(app.screen.query(Toast)), what="the toast")
+        await pilot.pause()
+        (toast,) = app.screen.query(Toast)
+        assert toast.region.height == 1 and toast.region.y == size[1] - 1
+        text = str(toast.render())
+        assert text.startswith("m: no remap: run the checks first (c)") and len(text) <= size[0] - 3
+        for pane in app.main.query(".pane"):
+            assert not pane.region.overlaps(toast.region), pane.id
 
 
 async def test_keys_that_cannot_act_say_why(runs_root):
@@ -361,6 +382,24 @@ async def test_slash_filters_runs(runs_root):
         assert table.row_count == 1 and str(table.get_row_at(0)[1]) == "scratch-drafter"
         await pilot.press("slash", "escape")
         assert table.row_count == 2
+
+
+async def test_the_run_count_is_drawn_by_the_table_with_its_rows(runs_root):
+    """The count of runs sits in the table's header row, so it is drawn in the same frame as the rows it
+    counts: counted in the top bar, a widget painted apart, it read "2 runs" over 5 rows while the first
+    poll came in (seen on a pseudo-terminal). The top bar carries no count of its own."""
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        table = app.main.query_one(RunsTable)
+        header = table_lines(table)[0]
+        assert table.row_count == 2 and "2 runs  ✖ 1" in header, header
+        topbar = str(app.main.query_one("#topbar").content)
+        assert not re.search(r"\d+ runs?\b|critical", topbar), topbar
+        await pilot.press("slash", *"scratch", "enter")
+        await pilot.pause()
+        assert table.row_count == 1 and "1 of 2 runs" in table_lines(table)[0] and "✖" not in table_lines(table)[0]
 
 
 async def test_log_y_key_toggles_the_scale(runs_root):
@@ -838,7 +877,6 @@ async def test_ctrl_c_quits_as_in_htop(runs_root):
 def screen_text(app) -> list[str]:
     """What the terminal shows, line by line (from the app's own SVG screenshot)."""
     import html
-    import re
 
     svg = app.export_screenshot()
     rows: dict[float, list[tuple[float, str]]] = {}
