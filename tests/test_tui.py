@@ -332,6 +332,9 @@ async def test_help_lists_every_key_in_context(runs_root):
         keys = {key for _, key, _, _ in app.screen.rows}
         assert {"c", "m", "x", "/", "l", "q", "?"} <= keys
         assert any(where == "in the focused RunsTable" for where, _, _, _ in app.screen.rows)
+        # ctrl+c copies a selection, and with none (the usual case) quits: the help says what it does.
+        (ctrl_c,) = [what for _, key, what, _ in app.screen.rows if key == "^c"]
+        assert ctrl_c == "Copy selected text; with none selected, quit", ctrl_c
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
-from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS
+from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
@@ -22,9 +22,8 @@ from triage_tui.core.text import printable
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # `triage check --help` lists the checks from the registry, in the order they run.
-    width = max(len(check.name) for check in CHECKS)
     parser.epilog = "checks, in the order they run:\n" + "\n".join(
-        f"  {check.name:<{width}}  {check.title}" for check in CHECKS
+        f"  {check.name:<{CHECK_NAME_WIDTH}}  {check.title}" for check in CHECKS
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("run", metavar="RUN", help="the run directory (holds triage.toml or event files)")
@@ -178,7 +177,7 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
     for name in CHECK_NAMES:
         result = diagnosis.checks.get(name)
         if result is not None:
-            lines.append(f"  {name:<14} {result.status:<8} {result.summary}")
+            lines.append(f"  {name:<{CHECK_NAME_WIDTH}} {result.status:<8} {result.summary}")
     return "\n".join(map(printable, lines)) + "\n"
 
 

@@ -16,7 +16,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
-from triage_tui.tui.widgets.checks_progress import STATUS_STYLE
+from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, check_lines
 from triage_tui.tui.widgets.fitted_lines import FittedLines
 from triage_tui.tui.widgets.hypotheses_list import score_bar
 from triage_tui.tui.widgets.keys_footer import KeysFooter
@@ -133,10 +133,8 @@ class DrillDownScreen(Screen):
             for link in self.hypothesis.links:
                 text.append(f"  {printable(link)}\n")
         text.append("\nchecks\n", style="bold")
-        for name, result in self.diagnosis.checks.items():
-            glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
-            text.append(f"{glyph} {name:<14}", style=style)
-            text.append(f"{printable(result.summary)}\n", style="dim" if result.status == "skipped" else "")
+        text.append_text(check_lines({name: (r.status, r.summary) for name, r in self.diagnosis.checks.items()}))
+        text.append("\n")
         inputs = self.diagnosis.inputs
         text.append("\ninputs\n", style="bold")
         for label in ("checkpoint", "mapping", "data", "target"):
