@@ -932,6 +932,39 @@ async def test_a_run_inside_the_warm_up_shows_it_in_the_table_and_the_flags_pane
         assert flags and "◌ warming_up  warming up until step 100" in flags[0], flags
 
 
+async def test_one_chance_line_with_its_basis_in_the_tui_scan_and_check(tmp_path, capsys):
+    """A SpecForge run averages its loss over masked positions too: chance is 0.953 × ln 32000 = 9.89,
+    not ln 32000 = 10.37. The runs table, the chart's label, `scan` and `check` say the same line, and
+    the table's column is not headed "ln V" over a value that is not ln V."""
+    import json
+
+    from triage_tui import cli
+
+    runs = copy_samples(tmp_path / "sample_runs", ("diverged",))
+    assert cli.main(["scan", str(runs), "--json"]) == 1
+    (scanned,) = json.loads(capsys.readouterr().out)["runs"]
+    assert scanned["chance_basis"] == "valid_fraction × ln V"
+    label = f"{scanned['valid_fraction']:.3f} × ln 32000 = {scanned['chance_loss']:.2f}"
+    assert label == "0.953 × ln 32000 = 9.89"
+    cli.main(["scan", str(runs)])
+    assert f"vs {label}" in capsys.readouterr().out
+    cli.main(["check", str(runs / "diverged"), "--device", "cpu"])
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  chance ")]
+    assert line.startswith(f"  chance     {label}  (specforge-classic averages over all positions")
+    cli.main(["check", str(runs / "diverged"), "--device", "cpu", "--json"])
+    checked = json.loads(capsys.readouterr().out)["chance"]
+    assert checked["chance_loss"] == scanned["chance_loss"] and checked["chance_basis"] == scanned["chance_basis"]
+
+    app = make_app(runs)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        table = app.main.query_one(RunsTable)
+        assert str(table.get_row_at(0)[5]) == "9.89"
+        assert "chance" in table_lines(table)[0] and "ln V" not in table_lines(table)[0]
+        assert any(f"├{label}" in line for line in screen_text(app))
+
+
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)])
 async def test_in_log_y_the_chance_line_is_labelled_on_its_own_row(tmp_path, size):
     """In log-y as in linear, the row the chance line is drawn on carries the chance value as its tick
