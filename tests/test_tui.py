@@ -29,7 +29,7 @@ from builders.tui import (
     story_run,
 )
 from builders.waiting import wait_for
-from triage_tui.tui.screens.drilldown import DrillDownScreen
+from triage_tui.tui.screens.drilldown import DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
@@ -147,12 +147,23 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         await pilot.press("3")
         assert tabs.active == "action"
         inputs = app.diagnoses[app.rows[0].path].inputs
-        # Each fix is one unwrapped line (copied from tmux it must still run), the CLI's own command.
-        commands = [str(widget.content) for widget in screen.query(".command")]
+        # Each fix is the CLI's own command, an option a line continued with "\": copied from tmux it
+        # still runs. A line wider than the pane keeps its tail, "…" where its middle was; `c` copies it whole.
+        widgets = list(screen.query(".command"))
+        commands = [widget.command for widget in widgets]
         assert commands == list(inputs.fix_commands())
         assert commands[0] == f"triage remap {inputs.checkpoint} --mapping {inputs.mapping}"  # no target known
         assert commands[1] == f"triage remap {inputs.checkpoint} --keep-checkpoint-mapping"
-        assert all(widget.size.height == 1 for widget in screen.query(".command"))
+        for widget, command in zip(widgets, commands, strict=True):
+            drawn = [widget.render_line(y).text.rstrip() for y in range(widget.size.height)]
+            assert len(drawn) == 2 and all(len(line) <= widget.size.width for line in drawn), drawn
+            assert drawn[1].lstrip().startswith("--")
+            whole = [line.removesuffix(" \\").strip() for line in command_text(command).plain.splitlines()]
+            for line, full in zip(drawn, whole, strict=True):
+                shown = line.removesuffix(" \\").strip()
+                assert shown == full or ("…" in shown and full.endswith(shown.split("…")[-1])), (shown, full)
+            if not any("…" in line for line in drawn):
+                assert " ".join(whole) == command
         await pilot.press("c")
         assert app.clipboard == commands[0]
         await pilot.press("escape")
@@ -190,14 +201,13 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         inputs = app.diagnoses[app.rows[0].path].inputs
         expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
         assert app.screen.plan.output == expected.output
-        # Each path and count whole on one line as drawn (copied from the terminal, it must still be
-        # the path), however narrow the dialog: wider lines scroll sideways.
+        # Each path and count on one line as drawn, never wrapped; a path wider than the dialog keeps its
+        # tail (the directory's name), "…" where its middle was, and no line runs past the dialog's edge.
         plan_text = app.screen.query_one("#plan-text")
-        drawn = [plan_text.render_line(y).text for y in range(plan_text.size.height)]
+        drawn = [plan_text.render_line(y).text.rstrip() for y in range(plan_text.size.height)]
+        assert all(len(line) <= plan_text.size.width for line in drawn), drawn
+        assert_paths_shown(drawn, (expected.output, expected.source, expected.mapping_path))
         for whole in (
-            str(expected.output),
-            str(expected.source),
-            str(expected.mapping_path),
             f"rows     {expected.rows_copied} copied into the run's order",
             f"{expected.rows_initialized} initialised from {expected.init_from}",
         ):
@@ -230,9 +240,9 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
         await pilot.pause()
         result = app.screen.query_one("#remap-result")
-        drawn = [result.render_line(y).text for y in range(result.size.height)]
-        for path in (report.output, report.source, report.mapping):  # whole on one line, to be copied
-            assert any(str(path) in line for line in drawn), (path, drawn)
+        drawn = [result.render_line(y).text.rstrip() for y in range(result.size.height)]
+        assert all(len(line) <= result.size.width for line in drawn), drawn
+        assert_paths_shown(drawn, (report.output, report.source, report.mapping))
         # Row j of the new head is the old row of the same target token.
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
@@ -267,6 +277,18 @@ async def test_readonly_has_no_remap(runs_root):
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
         assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in app.screen.rows)
+
+
+def assert_paths_shown(drawn: list[str], paths) -> None:
+    """Each path on a line of its own: whole, or its head and its tail (the name whole) around "…"."""
+    for path in map(str, paths):
+        found = False
+        for line in (line.strip() for line in drawn):
+            head, cut, tail = line.partition("…")
+            if line == path or (cut and head and path.startswith(head) and path.endswith(tail)):
+                found = True
+                assert Path(path).name in line, (path, line)
+        assert found, (path, drawn)
 
 
 def notifications(app) -> list[str]:
@@ -920,8 +942,10 @@ async def test_a_run_inside_the_warm_up_shows_it_in_the_table_and_the_flags_pane
     """Three points near ln V: not judged yet, so neither the healthy glyph nor "no flags"."""
     from builders.tui import write_scalars
 
+    from builders.tui import SECONDS_PER_POINT, WALLTIME0
+
     write_scalars(tmp_path / "fresh" / "runs", [10.5, 10.3, 10.1], [0.0, 0.01, 0.02])
-    app = make_app(tmp_path)
+    app = make_app(tmp_path, now=lambda: WALLTIME0 + 2 * SECONDS_PER_POINT + 5)  # live: its last point just in
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.pause()

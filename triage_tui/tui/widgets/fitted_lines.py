@@ -64,6 +64,11 @@ class FittedLines(Widget):
         super().__init__(**kwargs)
         self.text = Text(text) if isinstance(text, str) else text
 
+    @property
+    def content(self) -> Text:
+        """The text before fitting (as a Static's ``content`` is what it was given)."""
+        return self.text
+
     def update(self, text: Text | str) -> None:
         self.text = Text(text) if isinstance(text, str) else text
         self.refresh(layout=True)
