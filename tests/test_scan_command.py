@@ -214,7 +214,8 @@ def test_a_big_file_read_on_two_cores_scans_the_same(tmp_path, monkeypatch, caps
 
 
 def write_points(log_dir: Path, series: dict[str, list[float]], steps: list[int]) -> None:
-    write_scalars(log_dir, {tag: list(zip(steps, values, strict=True)) for tag, values in series.items()}, wall_time=T0)
+    """A live run's points: written now (a run whose last point is days old is stalled, not warming up)."""
+    write_scalars(log_dir, {tag: list(zip(steps, values, strict=True)) for tag, values in series.items()})
 
 
 def test_a_run_above_chance_from_its_first_points_is_not_hidden_by_the_warm_up(tmp_path):

@@ -146,11 +146,15 @@ class TriageApp(App[None]):
         """Every toast is plain text: its message names paths and errors that may hold brackets or
         terminal escapes (a run named "[/]" must not take the app down, nor "[@click=...]" act).
 
-        One line over the keys footer (app.tcss), the newest only: toasts stacked over the panes hid
-        the flags and evidence they spoke of. The title leads the line; a line wider than the screen
-        ends in "…", or, when it ends in a path, keeps the path's tail (its name), "…" in its middle."""
+        At most two lines over the keys footer and the panes' bottom border (app.tcss), the newest
+        only: toasts stacked over the panes hid the flags and evidence they spoke of. The title leads;
+        a longer text ends in "…", or, when it ends in a path, keeps the path's tail (its name), "…"
+        in its middle."""
         line = printable((f"{title}: {message}" if title else message).replace("\n", " "))
-        room = max(self.size.width - 3, 8)  # the toast's severity edge and padding
+        # Two lines of the toast's width (less its severity edge and padding), less what wrapping at
+        # spaces may leave unused at the end of the first.
+        width = max(self.size.width - 3, 8)
+        room = 2 * width - width // 4
         ends_in_path = "/" in line.rsplit(" ", 1)[-1]
         self.clear_notifications()
         super().notify(
