@@ -284,7 +284,7 @@ class TriageApp(App[None]):
         else:
             # The runs and their counts are in the table's own header row (RunsTable.count_label), drawn
             # with the rows: counted here, a frame apart, it read "2 runs" over 5 rows while a poll came in.
-            text.append("  " + ", ".join(printable(p.name or p) for p in self.paths))
+            text.append("  watching " + ", ".join(printable(p.name or p) for p in self.paths), style="dim")
             if self._filter:
                 text.append(f"  filter: {self._filter}", style="cyan")
         if self._news is not None:
