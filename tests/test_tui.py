@@ -940,9 +940,7 @@ async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_mar
 
 async def test_a_run_inside_the_warm_up_shows_it_in_the_table_and_the_flags_pane(tmp_path):
     """Three points near ln V: not judged yet, so neither the healthy glyph nor "no flags"."""
-    from builders.tui import write_scalars
-
-    from builders.tui import SECONDS_PER_POINT, WALLTIME0
+    from builders.tui import SECONDS_PER_POINT, WALLTIME0, write_scalars
 
     write_scalars(tmp_path / "fresh" / "runs", [10.5, 10.3, 10.1], [0.0, 0.01, 0.02])
     app = make_app(tmp_path, now=lambda: WALLTIME0 + 2 * SECONDS_PER_POINT + 5)  # live: its last point just in
