@@ -205,8 +205,7 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         # tail (the directory's name), "…" where its middle was, and no line runs past the dialog's edge.
         plan_text = app.screen.query_one("#plan-text")
         drawn = [plan_text.render_line(y).text.rstrip() for y in range(plan_text.size.height)]
-        assert all(len(line) <= plan_text.size.width for line in drawn), drawn
-        assert_paths_shown(drawn, (expected.output, expected.source, expected.mapping_path))
+        assert_paths_shown(screen_text(app), (expected.output, expected.source, expected.mapping_path))
         for whole in (
             f"rows     {expected.rows_copied} copied into the run's order",
             f"{expected.rows_initialized} initialised from {expected.init_from}",
@@ -239,10 +238,7 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         assert isinstance(app.screen, RemapScreen) and app.screen.report is report
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
         await pilot.pause()
-        result = app.screen.query_one("#remap-result")
-        drawn = [result.render_line(y).text.rstrip() for y in range(result.size.height)]
-        assert all(len(line) <= result.size.width for line in drawn), drawn
-        assert_paths_shown(drawn, (report.output, report.source, report.mapping))
+        assert_paths_shown(screen_text(app), (report.output, report.source, report.mapping))
         # Row j of the new head is the old row of the same target token.
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
@@ -280,14 +276,15 @@ async def test_readonly_has_no_remap(runs_root):
 
 
 def assert_paths_shown(drawn: list[str], paths) -> None:
-    """Each path on a line of its own: whole, or its head and its tail (the name whole) around "…"."""
+    """Each path on screen: whole, or its head and its tail (the name whole) around "…"; never cut at
+    the dialog's edge with nothing to say so. ``drawn``: lines as the terminal shows them."""
     for path in map(str, paths):
         found = False
-        for line in (line.strip() for line in drawn):
-            head, cut, tail = line.partition("…")
-            if line == path or (cut and head and path.startswith(head) and path.endswith(tail)):
+        for token in (token for line in drawn for token in re.split(r"[\s│█▌▐┃]+", line) if token):
+            head, cut, tail = token.partition("…")
+            if token == path or (cut and head and path.startswith(head) and path.endswith(tail)):
                 found = True
-                assert Path(path).name in line, (path, line)
+                assert Path(path).name in token, (path, token)
         assert found, (path, drawn)
 
 
