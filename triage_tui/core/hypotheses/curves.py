@@ -29,12 +29,16 @@ if TYPE_CHECKING:
 # Each non-finite point, as independent evidence: one inf loss can be a step that mixed precision
 # overflowed and torch.amp's GradScaler skipped (it skips steps whose gradients are inf and lowers
 # its scale), which training survives; several are a run that keeps breaking. 0.3 a point: one
-# alone stays well under LIKELY, two reach it (0.51), ten are near certain.
+# alone stays well under LIKELY, two reach it (0.51), more reach W_NON_FINITE_MAX.
 W_NON_FINITE_POINT = 0.3
 # The share of the points from the first bad one on that stayed non-finite, times 0.85: a loss that
 # never came back (share 1.0) is the failure itself, one that came back at once was a bad batch.
 # Short of 1: the flag sees the logged loss, not the weights (a logging bug can print NaN too).
 W_NON_FINITE_STAYED = 0.85
+# However much of the loss is NaN, this cause says only *that* it is: at most 0.9, so a check that
+# found where the NaN comes from (non_finite_dumps: 0.9 for NaN in the dumps, corroborated by this
+# very flag) ranks above it, and the loss's own NaN tops the list only when nothing explains it.
+W_NON_FINITE_MAX = 0.9
 
 # -- diverged (the flag measures how far and how long; core/signals/values.py) -------------------
 # The flag's bar (the smoothed loss 1.5x its best for DIVERGE_PERSIST = 3 points) is also what a
@@ -84,9 +88,10 @@ def non_finite(run: RunEvidence) -> Hypothesis | None:
             f"{flag.extent:.0%} of the points from step {flag.step} on are not finite"
             + (": it never came back" if flag.extent >= 1.0 else ""),
         )
+    score = min(ev.score(), W_NON_FINITE_MAX)
     if not flag.from_start:
         ev.note("finite before: an update broke it (learning rate, fp16 overflow, a bad batch)")
-        return Hypothesis("non_finite", "The loss became NaN or infinite", ev.score(), ev.lines(), None)
+        return Hypothesis("non_finite", "The loss became NaN or infinite", score, ev.lines(), None)
     ev.note(
         "never finite: nothing trained before it broke, so no learning rate did it; the model as built "
         "(a config the trainer mishandles: num_layers 2 in speculators #238) or its inputs (NaN in the "
@@ -95,7 +100,7 @@ def non_finite(run: RunEvidence) -> Hypothesis | None:
     return Hypothesis(
         "non_finite",
         "The loss is NaN from the first step: the model as built or its inputs, not training",
-        ev.score(),
+        score,
         ev.lines(),
         None,
         LINKS["non_finite_from_start"],
