@@ -314,3 +314,26 @@ def test_a_path_that_is_not_a_run_is_exit_2(tmp_path):
     done = triage("check", str(tmp_path))
     assert done.returncode == 2 and done.stdout == ""
     assert "not a run" in _one_line(done.stderr)
+
+
+def test_check_names_of_any_length_stay_apart_from_their_text(tmp_path):
+    """config_contract (15 characters) ran into its summary ("config_contract5 / 5 config clauses") in
+    the TUI's check list and the drill-down; every check name is followed by a space, in the TUI and
+    in `check`'s text, however long the longest name."""
+    from triage_tui.commands.check import render_text
+    from triage_tui.core.check_inputs import CheckInputs
+    from triage_tui.core.checks.registry import CHECK_NAMES
+    from triage_tui.core.checks.result import CheckResult
+    from triage_tui.core.diagnose import Diagnosis
+    from triage_tui.tui.widgets.checks_progress import check_lines
+
+    assert max(map(len, CHECK_NAMES)) >= 15
+    checks = {name: CheckResult(name, "pass", "5 / 5 config clauses agree") for name in CHECK_NAMES}
+    tui = check_lines({name: (r.status, r.summary) for name, r in checks.items()}).plain.splitlines()
+    text = render_text(Diagnosis(CheckInputs(run=tmp_path), checks, []), []).split("checks\n", 1)[1].splitlines()
+    for lines in (tui, text):
+        assert len(lines) == len(CHECK_NAMES)
+        for name, line in zip(CHECK_NAMES, lines, strict=True):
+            assert f"{name} " in line and f"{name}5" not in line, line
+        # The summaries start in one column.
+        assert len({line.index("5 / 5") for line in lines}) == 1

@@ -44,6 +44,10 @@ def test_story_masks_hold_their_invariants_and_differ_from_each_other(story):
     assert _by_name(result, "run: t2d.sum() == draft_vocab_size").ok
     assert _by_name(result, "run: hot ids strictly ascending").ok
     json.dumps(result.to_json())
+    # A pass with an invariant unmet says why it passes, and no line reads as "equal: they differ".
+    assert result.summary.startswith("9 / 10 mask invariants hold, all 8 required ones among them;")
+    said = "checkpoint t2d == run t2d does not hold: 12500 target ids differ in membership"
+    assert said in result.summary and list(result.evidence) == [said + " (the vocab_mapping check explains why)"]
 
 
 def test_frequency_ordered_d2t_with_a_t2d_mask_fails_and_really_misaligns(story):

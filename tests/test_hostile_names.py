@@ -185,6 +185,7 @@ def test_tui_cells_and_lines_are_text_not_markup(name, tag):
         critical_kinds=frozenset(),
         loss_flagged=True,
         version=1,
+        shown_status="critical",
     )
     cells = row_cells(row, now=0.0)
     assert all(isinstance(cell, Text) for cell in cells)
@@ -319,9 +320,18 @@ async def test_tui_says_which_symlinks_it_did_not_follow(tmp_path):
         expected = (
             f"not following 1 symlink(s) to directories outside the given paths: {printable(str(link))} -> {elsewhere}"
         )
-        await wait_for(pilot, lambda: any(n.message == expected for n in app._notifications), what="the notice")
+
+        def said(message: str) -> bool:
+            # The toast is at most two lines: a longer notice keeps its head and its tail (the link's
+            # escaped name and where it points), "…" where its middle was (TriageApp.notify).
+            head, cut, tail = message.partition("…")
+            return message == expected or (
+                bool(cut) and expected.startswith(head) and expected.endswith(tail) and printable(link.name) in tail
+            )
+
+        await wait_for(pilot, lambda: any(said(n.message) for n in app._notifications), what="the notice")
         assert [row.path for row in app.rows] == [root / "run"]
-        assert sum(n.message == expected for n in app._notifications) == 1
+        assert sum(said(n.message) for n in app._notifications) == 1
 
 
 @pytest.mark.parametrize(

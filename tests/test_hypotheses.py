@@ -246,10 +246,47 @@ def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
     assert _by_id(rank_hypotheses({}, [], metrics=low))["empty_loss_mask"].score == 0.0
 
 
-def test_non_finite_and_diverging_flags_become_hypotheses():
-    ranked = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan")), _flag("diverging", "warning", 25.0)]))
-    assert ranked["non_finite"].score >= 0.9
-    assert 0.5 <= ranked["diverged"].score < 0.9
+def _curve_flags(tmp_path: Path, losses: list[float]) -> list[Flag]:
+    """The watcher's value flags of a loss written by torch's SummaryWriter, one point every 10 steps."""
+    from builders.tensorboard import write_scalars
+    from triage_tui.core.events.reader import read_event_file
+    from triage_tui.core.signals.values import value_flags
+
+    points = [(10 * i, value) for i, value in enumerate(losses)]
+    scalars = read_event_file(write_scalars(tmp_path, {"train/ploss_0": points}))
+    return value_flags(scalars, vocab_size=32_000, loss_tags=["train/ploss_0"], accuracy_tags=[])
+
+
+def _score(flags: list[Flag], hypothesis: str) -> float:
+    return _by_id(rank_hypotheses({}, flags))[hypothesis].score
+
+
+def test_non_finite_grows_with_the_points_that_are_not_finite(tmp_path):
+    """One inf a GradScaler survives is no failure; a loss that never comes back is."""
+    learning = [8.0 - 0.02 * i for i in range(100)]
+    one_spike = learning[:50] + [float("inf")] + learning[51:]
+    three = learning[:50] + [float("nan")] * 3 + learning[53:]
+    broken = learning[:90] + [float("nan")] * 10
+    scores = [
+        _score(_curve_flags(tmp_path / name, curve), "non_finite")
+        for name, curve in (("one", one_spike), ("three", three), ("broken", broken))
+    ]
+    assert scores[0] < LIKELY <= scores[1] < scores[2]
+    assert scores[2] == pytest.approx(0.9)  # W_NON_FINITE_MAX: a check that finds the NaN's source ranks above
+    evidence = _by_id(rank_hypotheses({}, _curve_flags(tmp_path / "again", broken)))["non_finite"].evidence
+    assert any("100% of the points from step 900 on are not finite: it never came back" in line for line in evidence)
+
+
+def test_diverged_grows_with_how_far_and_how_long(tmp_path):
+    """Just over the flag's bar (1.5x the best for 3 points) is a spike; 4x for 30 points is a diverged run."""
+    descent = [6.0 - 0.04 * i for i in range(60)]  # best 3.64
+    spike = descent + [8.0] * 5
+    far_long = descent + [15.0] * 30
+    flags = [_curve_flags(tmp_path / name, curve) for name, curve in (("spike", spike), ("far", far_long))]
+    assert all(any(f.kind == "diverging" for f in found) for found in flags)
+    low, high = (_score(found, "diverged") for found in flags)
+    assert low < 0.5 < high
+    assert high == pytest.approx(0.9)
 
 
 def test_errored_and_skipped_checks_carry_no_weight(story):
@@ -309,6 +346,20 @@ def test_warm_start_broken_scores(start, checkpoint, replay, expected):
     assert warm.links == ("https://github.com/sgl-project/SpecForge/issues/300",)
 
 
+@pytest.mark.parametrize("remapped", [True, False])
+def test_the_replay_of_another_checkpoint_than_the_start_weighs_nothing(remapped):
+    """After a remap (or with a candidate drafter) the checks score another checkpoint than the run
+    started from: its good replay says what a restart from it gives, not that the start failed to load."""
+    start = Path("/runs/drafters/k2")
+    checked = Path("/runs/drafters/k2-remapped-e622e153" if remapped else "/runs/drafters/other")
+    checkpoint = StartingCheckpoint(start, "triage.toml", Path("/runs/ft"), checked, start if remapped else None)
+    ranked = _by_id(rank_hypotheses({"replay": _replay(0.64, 0.64)}, [], start=COLD, starting_checkpoint=checkpoint))
+    warm = ranked["warm_start_broken"]
+    assert warm.score == 0.0
+    said = "triage's remap of the run's start k2 (triage.toml)" if remapped else "other, not the run's start k2"
+    assert said in warm.evidence[0] and "not how the run started" in warm.evidence[0]
+
+
 def test_a_failed_check_explains_a_cold_start_instead():
     only_last = HiddenIssue("only_last_layer", "error", "one hidden state per token")
     ranked = _by_id(
@@ -326,8 +377,11 @@ def test_ttt_position_collapse_follows_its_flag():
 
 
 def test_nan_from_the_first_step_has_its_own_title_and_links():
-    later = _by_id(rank_hypotheses({}, [_flag("non_finite", value=float("nan"))]))["non_finite"]
-    first = Flag("non_finite", "critical", "train/loss_0", 0, float("nan"), "from its first logged step 0", True)
+    broke = Flag("non_finite", "critical", "train/loss_0", 600, float("nan"), "at step 600", points=10, extent=1.0)
+    first = Flag(
+        "non_finite", "critical", "train/loss_0", 0, float("nan"), "from its first logged step 0", True, 10, 1.0
+    )
+    later = _by_id(rank_hypotheses({}, [broke]))["non_finite"]
     at_start = _by_id(rank_hypotheses({}, [first]))["non_finite"]
     assert later.score == at_start.score >= 0.9
     assert later.links == () and "first step" not in later.title

@@ -101,6 +101,7 @@ FORMATS = [
         "core.formats.specforge_output",
         "core.formats.engine_launch",
         "core.formats.hub",
+        "core.formats.remap_record",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import blake3
@@ -816,3 +817,81 @@ def test_the_mean_rounds_as_torch_does(dtype):
     assert torch.isnan(got[torch.from_numpy(nan)]).all()
     keep = torch.from_numpy(~nan)
     assert torch.equal(got[keep].view(torch.uint8), reference[keep].contiguous().view(torch.uint8))
+
+
+# ------------------------------------------------------------------------------------------
+# where the default output goes: never into a checkout
+
+
+def _git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a work tree")
+def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch, capsys):
+    """The README's walkthrough (`m`, `y` on vocab-mismatch; the opposite fix from a shell) in a
+    git-initialised copy of the checkout: both outputs go under $XDG_DATA_HOME/triage/remapped/,
+    the dialog and `remap --json` say where and why, and `git status --porcelain` stays empty."""
+    from builders.samples import copy_samples
+    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.tui.screens.remap import describe_plan
+
+    checkout = tmp_path / "checkout"
+    samples = copy_samples(checkout / "sample_runs", ("vocab-mismatch",))
+    _git("init", "-q", cwd=checkout)
+    _git("add", "-A", cwd=checkout)
+    _git("commit", "-qm", "samples", cwd=checkout)
+    data_home = tmp_path / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    home = data_home / "triage" / "remapped"
+
+    # `m`: the TUI plans from the run's inputs, shows the plan, and `y` writes it (the same plan).
+    inputs = resolve_inputs(samples / "vocab-mismatch")
+    plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
+    drafters = samples / "_drafters"
+    assert plan.output == home / drafters.relative_to("/") / plan.output.name
+    assert plan.output.name.startswith("drafter-a-remapped-")
+    shown = describe_plan(plan).plain.splitlines()
+    assert str(plan.output) in shown
+    assert "not beside the source, which is in this git work tree:" in " ".join(shown)
+    assert str(checkout) in shown
+    report = execute_remap(plan, device="cpu")
+    assert report.output == plan.output and (plan.output / "model.safetensors").is_file()
+    assert f"git work tree {checkout}" in report.to_json()["output_outside_because"]
+
+    # The shell's `triage remap --json`, both fixes: the same place, said in the JSON.
+    code, out, _ = run_cli([str(inputs.checkpoint), "--keep-checkpoint-mapping", "--json"], capsys)
+    kept = json.loads(out)
+    assert code == 0 and Path(kept["output"]).parent == plan.output.parent
+    assert kept["output_outside_because"].startswith(f"the source's directory is in the git work tree {checkout}")
+
+    assert _git("status", "--porcelain", "--untracked-files=all", cwd=checkout) == ""
+    assert not [p.name for p in drafters.iterdir() if "-remapped-" in p.name or "-vocab-mapping" in p.name]
+
+
+def test_the_default_output_stays_beside_the_source_outside_a_checkout_or_where_git_ignores_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    plain = tmp_path / "models" / "drafter-a"
+    plain.mkdir(parents=True)
+    assert staging.default_output(plain, "out") == staging.OutputPlace(plain.parent / "out")
+    if shutil.which("git") is None:
+        return
+    repo = tmp_path / "repo"
+    (repo / "models" / "drafter-a").mkdir(parents=True)
+    _git("init", "-q", cwd=repo)
+    (repo / ".gitignore").write_text("models/*-remapped-*/\n")
+    ignored = staging.default_output(repo / "models" / "drafter-a", "drafter-a-remapped-12345678")
+    assert ignored == staging.OutputPlace(repo / "models" / "drafter-a-remapped-12345678")
+    tracked = staging.default_output(repo / "models" / "drafter-a", "drafter-a-vocab-mapping")
+    assert tracked.outside_of == (staging.GIT_WORK_TREE, repo)
+    assert (
+        tracked.path
+        == tmp_path / "data" / "triage" / "remapped" / (repo / "models").relative_to("/") / "drafter-a-vocab-mapping"
+    )

@@ -208,3 +208,48 @@ def test_a_big_file_read_on_two_cores_scans_the_same(tmp_path, monkeypatch, caps
     assert answers == [split_read.Split.WHOLE]
     assert capsys.readouterr().out == alone
     assert json.loads(alone)["runs"][0]["metrics"]["loss"]["count"] == len(steps)
+
+
+# ----------------------------------------------------------------- the warm-up
+
+
+def write_points(log_dir: Path, series: dict[str, list[float]], steps: list[int]) -> None:
+    """A live run's points: written now (a run whose last point is days old is stalled, not warming up)."""
+    write_scalars(log_dir, {tag: list(zip(steps, values, strict=True)) for tag, values in series.items()})
+
+
+def test_a_run_above_chance_from_its_first_points_is_not_hidden_by_the_warm_up(tmp_path):
+    """A live run logging every step, loss 10.4 -> 12.5 (above ln V) at 1 % accuracy over 39 steps:
+    inside the warm-up by its steps, yet a loss above the chance band is wrong from the start."""
+    steps = list(range(1, 40))
+    losses = np.linspace(10.4, 12.5, len(steps)).tolist()
+    write_points(tmp_path / "live", {"train/ploss_0": losses, "train/acc_0": [0.01] * len(steps)}, steps)
+
+    result = scan(tmp_path, "--json")
+    assert result.returncode == 1, result.stdout
+    (run,) = json.loads(result.stdout)["runs"]
+    flags = {flag["kind"]: flag for flag in run["flags"]}
+    assert run["status"] == "critical" and flags["loss_above_chance"]["severity"] == "critical"
+    assert "above ln 32000 = 10.37" in flags["loss_above_chance"]["message"]
+    # Loss and accuracy *at* chance are still left to the warm-up, and the run says until when.
+    assert "accuracy_at_chance" not in flags
+    assert flags["warming_up"]["step"] == 101 and flags["warming_up"]["severity"] == "info"
+    line = scan(tmp_path).stdout
+    assert line.startswith("✖ live") and "loss_above_chance" in line
+
+
+def test_a_run_inside_the_warm_up_says_so_and_until_when(tmp_path):
+    """Three points of a from-scratch run near ln V: not judged yet, so not shown healthy either."""
+    write_points(
+        tmp_path / "fresh", {"train/ploss_0": [10.5, 10.3, 10.1], "train/acc_0": [0.0, 0.01, 0.02]}, [0, 10, 20]
+    )
+
+    result = scan(tmp_path, "--json")
+    assert result.returncode == 0, result.stdout
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["status"] == "ok"
+    (warming,) = [flag for flag in run["flags"] if flag["kind"] == "warming_up"]
+    assert warming["step"] == 100 and warming["severity"] == "info"
+    assert "warming up until step 100 (and 5 points); 3 points to step 20 so far" in warming["message"]
+    line = scan(tmp_path).stdout
+    assert line.startswith("◌ fresh") and "(warming_up)" in line, line

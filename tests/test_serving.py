@@ -71,6 +71,21 @@ def test_vllm_log_pools_intervals_by_counts(tmp_path):
     assert "pooled counts" in evidence.convention
 
 
+def test_vllm_rates_that_do_not_add_up_to_the_counts_are_said(tmp_path):
+    """The counts are checked: per-position rates that imply other drafts than accepted / drafts (and the
+    logged mean) give a note, where a consistent log gives none."""
+    good = vllm_line(100, [60, 20, 4])
+    edited = good.replace("0.600, 0.200, 0.040", "0.300, 0.100, 0.020")
+    assert edited != good
+    log = tmp_path / "vllm.log"
+    log.write_text(good + "\n" + vllm_line(50, [10, 2, 0]) + "\n")
+    assert read_serving(str(log)).notes == ()
+    log.write_text(good + "\n" + edited + "\n")
+    (note,) = read_serving(str(log)).notes
+    assert note.startswith("1 of 2 interval(s) with per-position rates that do not add up to accepted / drafts")
+    assert "interval 2: the rates sum to 0.420, the counts give 84 / 100 = 0.840" in note
+
+
 def test_vllm_prometheus_counters_sum_over_engines(tmp_path):
     page = tmp_path / "metrics.txt"
     page.write_bytes(vllm_metrics(400, [300, 150, 30], engines=2))

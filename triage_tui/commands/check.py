@@ -13,18 +13,19 @@ import sys
 from typing import Any
 
 from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
-from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS
+from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.json_numbers import finite_json
+from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.text import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # `triage check --help` lists the checks from the registry, in the order they run.
-    width = max(len(check.name) for check in CHECKS)
     parser.epilog = "checks, in the order they run:\n" + "\n".join(
-        f"  {check.name:<{width}}  {check.title}" for check in CHECKS
+        f"  {check.name:<{CHECK_NAME_WIDTH}}  {check.title}" for check in CHECKS
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("run", metavar="RUN", help="the run directory (holds triage.toml or event files)")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = resolve_inputs(
         args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
     )
-    flags, metrics, scalars, start = _run_flags(inputs.run)
+    flags, metrics, scalars, start, chance = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
     sources = _serving_sources(inputs.run, args.serving)
     serving = _serving(sources, scalars)
@@ -81,10 +82,13 @@ def run(args: argparse.Namespace) -> int:
         launches=_launches(sources),
     )
     if args.json:
-        json.dump(diagnosis.to_json(), sys.stdout, indent=2, allow_nan=False)
+        document = diagnosis.to_json()
+        if chance is not None:
+            document["chance"] = finite_json(chance.to_json())  # the line the flags compared the loss with
+        json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(diagnosis, flags))
+        sys.stdout.write(render_text(diagnosis, flags, chance))
     return exit_status(diagnosis)
 
 
@@ -98,15 +102,16 @@ def exit_status(diagnosis: Diagnosis) -> int:
     return 1 if diagnosis.top_score >= LIKELY else 0
 
 
-def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any]:
-    """One scan pass of the run: its flags, metrics, scalars and start feed the hypotheses."""
+def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any, ChanceLine | None]:
+    """One scan pass of the run: its flags, metrics, scalars and start feed the hypotheses; its chance
+    line is the one `scan` and the TUI draw, said with its basis."""
     from triage_tui.core.watch import Watcher
 
     statuses = Watcher([run_path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
     status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
     if status is None:
-        return (), None, None, None
-    return tuple(status.flags), status.metrics, status.scalars, status.start
+        return (), None, None, None, None
+    return tuple(status.flags), status.metrics, status.scalars, status.start, status.chance
 
 
 def _serving_sources(run_path, flag_sources: list[str] | None) -> list[str]:
@@ -145,7 +150,7 @@ def _stderr_progress(fraction: float, message: str) -> None:
         print(f"  {printable(message)}", file=sys.stderr)
 
 
-def render_text(diagnosis: Diagnosis, flags) -> str:
+def render_text(diagnosis: Diagnosis, flags, chance: ChanceLine | None = None) -> str:
     """Ranked hypotheses with their evidence, then one line per check; every line as `cat -v` would
     show it (paths, tags and notes come from files)."""
     inputs = diagnosis.inputs
@@ -154,6 +159,9 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
         path = getattr(inputs, name)
         source = inputs.sources.get(name)
         lines.append(f"  {name:<10} {path if path is not None else '-'}" + (f"  ({source})" if source else ""))
+    if chance is not None:
+        # The same line `scan` and the TUI draw (RunStatus.chance), and why it is that value.
+        lines.append(f"  {'chance':<10} {chance.label()}  ({chance.convention})")
     for note in inputs.notes:
         lines.append(f"  note: {note}")
     for flag in flags:
@@ -178,7 +186,7 @@ def render_text(diagnosis: Diagnosis, flags) -> str:
     for name in CHECK_NAMES:
         result = diagnosis.checks.get(name)
         if result is not None:
-            lines.append(f"  {name:<14} {result.status:<8} {result.summary}")
+            lines.append(f"  {name:<{CHECK_NAME_WIDTH}} {result.status:<8} {result.summary}")
     return "\n".join(map(printable, lines)) + "\n"
 
 

@@ -21,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="the drafter checkpoint directory (or its weights file)")
     parser.add_argument("--mapping", help="the run's vocab mapping: .pt {d2t,t2d}, d2t.npy, or a checkpoint")
     parser.add_argument(
-        "--out", help="output directory (default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>)"
+        "--out",
+        help="output directory (default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>; "
+        "under $XDG_DATA_HOME/triage/remapped/ when that directory is in a git work tree or read-only)",
     )
     parser.add_argument(
         "--init-missing",
@@ -122,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
                 f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched"
             )
+            if kept.output_outside_because:
+                _say(f"  not beside the checkpoint: {kept.output_outside_because}")
             for file in kept.files:
                 _say(f"  {file}")
             _say(
@@ -154,6 +158,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
         return 0
     _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
+    if report.output_outside_because:
+        _say(f"  not beside the checkpoint: {report.output_outside_because}")
     _say(
         f"  {report.rows_copied} lm_head rows copied bit for bit to the run's order, "
         f"{report.rows_initialized} initialised ({report.init}), {report.draft_vocab_size} in all"

@@ -15,7 +15,7 @@ from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
 
-ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X"}  # where stdout cannot encode STATUS_GLYPHS
+ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X", "warming": "~"}  # where stdout cannot encode STATUS_GLYPHS
 # Once the runs are printed nothing is left to do: cli.main exits without the interpreter's teardown.
 EXIT_WITHOUT_TEARDOWN = True
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:
     """One line: glyph, name, step, loss against ln V, flag kinds; names and tags shown as `cat -v` would."""
-    parts = [f"{glyphs[status.status]} {printable(status.info.name).ljust(width)}"]
+    parts = [f"{glyphs[status.shown_status]} {printable(status.info.name).ljust(width)}"]
     parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
     loss = status.metrics.get("loss")
     chance = (

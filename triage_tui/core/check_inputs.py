@@ -54,6 +54,14 @@ class CheckInputs:
     # The checkpoints the run saved, oldest first (discovery): the mapping-health check compares
     # their d2t/t2d with one another.
     run_checkpoints: tuple[Path, ...] = ()
+    # The drafter the run started from and who says so (a source as in ``sources``), which is the
+    # checkpoint checked unless a flag names another one (a remap's output, a candidate) while the
+    # run's own record (triage.toml, training_state.pt, run.yaml) names its start; None when nothing
+    # names a start. The checks score ``checkpoint``; warm_start_broken judges ``start``.
+    start: Path | None = None
+    start_source: str | None = None
+    # The checked checkpoint is triage's remap of this one (its triage-remap.json).
+    remapped_from: Path | None = None
 
     def paths(self) -> dict[str, str | None]:
         return {name: (str(getattr(self, name)) if getattr(self, name) is not None else None) for name in INPUT_NAMES}
@@ -166,7 +174,75 @@ def resolve_inputs(
             f"vocab check cannot see a mismatch with the drafter the fine-tune started from: pass --checkpoint"
         )
     run_checkpoints = tuple(artifacts.checkpoints) if artifacts is not None else ()
-    return CheckInputs(run=run_path, sources=sources, notes=tuple(notes), run_checkpoints=run_checkpoints, **chosen)
+    start, start_source, remapped_from = _start(
+        chosen["checkpoint"], sources.get("checkpoint"), run_path, manifest, artifacts, notes
+    )
+    return CheckInputs(
+        run=run_path,
+        sources=sources,
+        notes=tuple(notes),
+        run_checkpoints=run_checkpoints,
+        start=start,
+        start_source=start_source,
+        remapped_from=remapped_from,
+        **chosen,
+    )
+
+
+def _start(
+    checked: Path | None, source: str | None, run_path: Path, manifest, artifacts, notes: list[str]
+) -> tuple[Path | None, str | None, Path | None]:
+    """(the run's starting drafter, who names it, what the checked checkpoint was remapped from).
+
+    The run's record says where it started: triage.toml > training_state.pt > run.yaml. A flag
+    names the checkpoint to check; it is the start too only when the run records none and it is
+    not triage's own remap output (which no run started from unless its record says so: a run
+    restarted from the repair names it in its triage.toml or training_state.pt)."""
+    from triage_tui.core.formats.remap_record import read_remap_record
+
+    if checked is None:
+        return None, None, None
+    record = read_remap_record(checked)
+    remapped_from = record.source if record is not None else None
+    if source != "flag":
+        return checked, source, remapped_from
+    recorded, recorded_source = _recorded_start(run_path, manifest, artifacts)
+    if recorded is not None and not _same_path(recorded, checked):
+        notes.append(
+            f"the checks score {checked}; the run started from {recorded} ({recorded_source}), "
+            "the drafter its start is judged against"
+        )
+        if remapped_from is not None and _same_path(remapped_from, recorded):
+            remapped_from = recorded  # spelled as the run's record spells it: the same drafter
+        return recorded, recorded_source, remapped_from
+    if recorded is None and record is not None:
+        notes.append(
+            f"{checked} is triage's remap of {record.source} ({record.path.name}), and the run records no "
+            "starting drafter (triage.toml checkpoint, training_state.pt, run.yaml): its start is not judged"
+        )
+        return None, None, remapped_from
+    return checked, source, remapped_from
+
+
+def _recorded_start(run_path: Path, manifest, artifacts) -> tuple[Path | None, str | None]:
+    """The starting drafter the run's own record names, the first of triage.toml > training_state.pt > run.yaml."""
+    if manifest is not None and manifest.checkpoint is not None:
+        return manifest.checkpoint, "triage.toml"
+    if artifacts is None:
+        return None, None
+    state, _ = _training_state(artifacts)
+    path, _ = _from_training_state(state, run_path)["checkpoint"]
+    if path is not None:
+        return path, "training_state.pt"
+    path, _ = _from_run_yaml(getattr(artifacts, "run_yaml", None))["checkpoint"]
+    return (path, "run.yaml") if path is not None else (None, None)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 Found = tuple[Path | None, list[str]]  # a candidate path and the notes that come with it

@@ -180,12 +180,20 @@ class RunStart:
 
 @dataclass(frozen=True)
 class StartingCheckpoint:
-    """The checkpoint a diagnosis scores, where it was named (core.check_inputs' sources: "flag",
-    "triage.toml", "training_state.pt", ... or "discovery"), and the run it is scored for."""
+    """The drafter a run started from, where it was named (core.check_inputs' sources: "flag",
+    "triage.toml", "training_state.pt", ... or "discovery"), and the run it is scored for; with the
+    checkpoint the checks scored when that is another one (a remap's output, a candidate)."""
 
     path: Path
     source: str
     run: Path
+    checked: Path | None = None  # None: the checks scored ``path`` itself
+    checked_remapped_from: Path | None = None  # the checked checkpoint is triage's remap of this one
+
+    @property
+    def checks_scored_another(self) -> bool:
+        """The checks' replay speaks of another checkpoint than the one the run started from."""
+        return self.checked is not None and Path(self.checked) != Path(self.path)
 
     @property
     def named(self) -> bool:

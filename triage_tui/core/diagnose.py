@@ -134,8 +134,10 @@ def diagnose(
     )
     checks = run_checks(context)
     starting = (
-        StartingCheckpoint(inputs.checkpoint, inputs.sources.get("checkpoint", "discovery"), inputs.run)
-        if inputs.checkpoint is not None
+        StartingCheckpoint(
+            inputs.start, inputs.start_source or "discovery", inputs.run, inputs.checkpoint, inputs.remapped_from
+        )
+        if inputs.start is not None
         else None
     )
     hypotheses = rank_hypotheses(

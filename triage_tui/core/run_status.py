@@ -46,6 +46,15 @@ class RunStatus:
     chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
     start: RunStart | None = None  # the first logged points: near chance or not (core.curve_shapes)
 
+    @property
+    def shown_status(self) -> str:
+        """What the glyph says (core/text.py STATUS_GLYPHS): the status, or "warming" for a run with
+        nothing worse than info flags that is still inside the warm-up (core.signals.values), where
+        "ok" would claim a health the flags have not judged yet. ``status`` and the exit codes keep "ok"."""
+        if self.status == "ok" and any(flag.kind == "warming_up" for flag in self.flags):
+            return "warming"
+        return self.status
+
     def to_json(self) -> dict[str, Any]:
         """The per-run object of docs/contracts.md's `scan --json`."""
         document: dict[str, Any] = {

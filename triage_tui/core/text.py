@@ -47,7 +47,8 @@ def printable(text: object, *, newlines: bool = False) -> str:
 
 # A run's status (critical, warning, ok) and a flag's severity (critical, warning, info): the TUI
 # colours them (tui/view_data.py SEVERITY_STYLE); `scan` falls back to ASCII words.
-STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●", "info": "·"}
+# "warming": a run still inside the warm-up (RunStatus.shown_status), not yet judged healthy.
+STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●", "info": "·", "warming": "◌"}
 
 
 def format_accuracy(value: float | None) -> str:

@@ -494,8 +494,10 @@ class Watcher:
             )
             if p
         )
+        # A run that stopped inside the warm-up is not warming up: it will never be judged (stalled says so).
+        value_flags = tuple(f for f in tracked.value_flags if stalled is None or f.kind != "warming_up")
         flags = (
-            tracked.value_flags
+            value_flags
             + tuple(f for f in (stalled, damaged) if f is not None)
             + tuple(Flag("unreadable_file", "warning", None, None, None, problem) for problem in problems)
         )

@@ -36,6 +36,7 @@ from triage_tui.tui.screens.node import NodeScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.view_data import RowCache, RunRow, chart_series, metrics_line, serving_series
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
+from triage_tui.tui.widgets.fitted_lines import fit_line
 
 if TYPE_CHECKING:
     from triage_tui.core.check_inputs import CheckInputs
@@ -143,8 +144,22 @@ class TriageApp(App[None]):
 
     def notify(self, message: str, *, title: str = "", markup: bool = False, **kwargs) -> None:
         """Every toast is plain text: its message names paths and errors that may hold brackets or
-        terminal escapes (a run named "[/]" must not take the app down, nor "[@click=...]" act)."""
-        super().notify(printable(message, newlines=True), title=printable(title), markup=False, **kwargs)
+        terminal escapes (a run named "[/]" must not take the app down, nor "[@click=...]" act).
+
+        At most two lines over the keys footer and the panes' bottom border (app.tcss), the newest
+        only: toasts stacked over the panes hid the flags and evidence they spoke of. The title leads;
+        a longer text ends in "…", or, when it ends in a path, keeps the path's tail (its name), "…"
+        in its middle."""
+        line = printable((f"{title}: {message}" if title else message).replace("\n", " "))
+        # Two lines of the toast's width (less its severity edge and padding), less what wrapping at
+        # spaces may leave unused at the end of the first.
+        width = max(self.size.width - 3, 8)
+        room = 2 * width - width // 4
+        ends_in_path = "/" in line.rsplit(" ", 1)[-1]
+        self.clear_notifications()
+        super().notify(
+            fit_line(Text(line), room, tail_share=2 / 3 if ends_in_path else 0.0).plain, markup=False, **kwargs
+        )
 
     def on_mount(self) -> None:
         """Paint at once (the main screen shows these as soon as its widgets exist), then start reading."""
@@ -232,7 +247,8 @@ class TriageApp(App[None]):
         # The screen shows them, then says which run its cursor is on (RunSelected).
         visible = self._visible_rows()
         empty = None if visible or self.polls == 0 else self._empty_text()
-        self.runs_view = RunsView(tuple(visible), self.now(), empty, renamed)
+        total = len(self.rows) if self.polls else None  # before the first poll the header says "run", no count
+        self.runs_view = RunsView(tuple(visible), self.now(), empty, renamed, total=total)
 
     def _empty_text(self) -> Text:
         """What an empty table means: the filter matches nothing, or nothing was found (yet)."""
@@ -266,12 +282,9 @@ class TriageApp(App[None]):
         if self.polls == 0:
             text.append("  scanning " + ", ".join(printable(p.name or p) for p in self.paths) + " …", style="dim")
         else:
-            counts = {s: sum(1 for r in self.rows if r.status == s) for s in ("critical", "warning")}
-            text.append(f"  {len(self.rows)} run{'s' if len(self.rows) != 1 else ''}")
-            if counts["critical"]:
-                text.append(f"  ✖ {counts['critical']} critical", style="bold red")
-            if counts["warning"]:
-                text.append(f"  ▲ {counts['warning']} warning", style="yellow")
+            # The runs and their counts are in the table's own header row (RunsTable.count_label), drawn
+            # with the rows: counted here, a frame apart, it read "2 runs" over 5 rows while a poll came in.
+            text.append("  watching " + ", ".join(printable(p.name or p) for p in self.paths), style="dim")
             if self._filter:
                 text.append(f"  filter: {self._filter}", style="cyan")
         if self._news is not None:

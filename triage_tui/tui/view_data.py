@@ -25,7 +25,7 @@ SMOOTHING_WEIGHT = 0.6
 
 # The colour of each run status and flag severity (core/signals/flags.py orders them, core/text.py
 # STATUS_GLYPHS draws them).
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green", "info": "dim"}
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green", "info": "dim", "warming": "cyan"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class RunRow:
     critical_kinds: frozenset[str]
     loss_flagged: bool
     version: int
+    shown_status: str  # RunStatus.shown_status: what the glyph says ("warming" inside the warm-up)
 
     def sort_key(self) -> tuple[int, str]:
         """Worst first, then by name so the order is stable between polls."""
@@ -120,6 +121,7 @@ class RowCache:
             critical_kinds=critical,
             loss_flagged=loss_flagged,
             version=version,
+            shown_status=status.shown_status,
         )
 
 
@@ -174,6 +176,23 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     first = math.ceil(low / step) * step
     return [round(first + i * step, 10) for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def log_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round values (1, 2 and 5 × 10^k) inside [low, high] > 0 for a log axis, thinned to about
+    ``count``; the ends themselves when no round value falls inside (a loss between 10.4 and 13.5)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 or high <= low:
+        return [low] if math.isfinite(low) and low > 0 else []
+    found = [
+        round(m * 10.0**k, 10)
+        for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+        for m in (1, 2, 5)
+        if low <= m * 10.0**k <= high
+    ]
+    if len(found) < 2:
+        return [float(f"{t:.3g}") for t in np.geomspace(low, high, max(count, 2))]
+    stride = max(1, math.ceil(len(found) / count))
+    return found[::stride]
 
 
 def format_age(seconds: float | None) -> str:

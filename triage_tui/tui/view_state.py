@@ -29,6 +29,7 @@ class RunsView:
     now: float = 0.0
     empty: Text | None = None  # None: the table has rows, or nothing was read yet
     renamed: tuple[tuple[Path, Path], ...] = ()  # (old, new) paths of runs that moved: keep the cursor on them
+    total: int | None = None  # runs found, the filter's hidden ones too (the table's header counts both); None: not yet
 
 
 @dataclass(frozen=True, eq=False)

@@ -419,6 +419,9 @@ CHECKS: tuple[Check, ...] = (
     ),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
+# A column of check names is this wide, so the longest (config_contract, 15) never runs into the
+# text after it ("config_contract5 / 5 config clauses").
+CHECK_NAME_WIDTH = max(len(name) for name in CHECK_NAMES)
 COUNTING_CHECKS = tuple(check.name for check in CHECKS if check.counts_as_checked)
 
 

@@ -46,6 +46,12 @@ class Invariant:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "required": self.required}
 
+    def line(self) -> str:
+        """The invariant and what was found, in words. The name is the assertion ("checkpoint t2d ==
+        run t2d"): an unmet one says that it does not hold before its detail, which read alone after
+        the name ("... == run t2d: 8444 target ids differ") contradicted it."""
+        return f"{self.name}: {self.detail}" if self.ok else f"{self.name} does not hold: {self.detail}"
+
 
 @dataclass(frozen=True)
 class ArgmaxOutside:
@@ -186,7 +192,7 @@ def check_verifier_mask(
         argmax_scanned=dumps is not None and target is not None,
         target_argmax_outside_draft_vocab=outside,
     )
-    evidence = [f"{i.name}: {i.detail}" for i in invariants if not i.ok]
+    evidence = [i.line() for i in invariants if not i.ok]
     if outside and outside.run is not None:
         evidence.append(
             f"{outside.run:.1%} of {outside.tokens} loss-masked positions have a target argmax outside the "
@@ -196,6 +202,13 @@ def check_verifier_mask(
         summary = "; ".join(f"{i.name} fails: {i.detail}" for i in failed[:3])
         return CheckResult(NAME, "fail", summary, details, tuple(evidence))
     summary = f"{sum(i.ok for i in invariants)} / {len(invariants)} mask invariants hold"
+    unmet = [i for i in invariants if not i.ok]
+    if unmet:
+        # A pass with an invariant unmet says why it still passes: only the required ones decide.
+        required = sum(i.required for i in invariants)
+        summary += f", all {required} required ones among them; unmet, and context only: " + "; ".join(
+            i.line() for i in unmet
+        )
     if outside and outside.run is not None:
         summary += f"; {outside.run:.1%} of target argmaxes fall outside the run's draft vocab"
     return CheckResult(NAME, "pass", summary, details, tuple(evidence))

@@ -5,6 +5,7 @@ trained past its acceptance peak."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage_tui.core.hypotheses.scoring import (
@@ -15,18 +16,41 @@ from triage_tui.core.hypotheses.scoring import (
     RunEvidence,
     serving_collapsed,
 )
+from triage_tui.core.signals.values import DIVERGE_PERSIST, DIVERGE_RELATIVE
 from triage_tui.core.text import printable
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
     from triage_tui.core.hypotheses.scoring import AcceptanceHistory
+    from triage_tui.core.signals.flags import Flag
 
 
-# -- non_finite / diverged ----------------------------------------------------------------------
-W_NON_FINITE = 0.9  # a NaN/inf loss is itself the failure
-W_DIVERGING = 0.6  # a rising loss: learning rate or data, the flag cannot tell which
+# -- non_finite (the flag counts the points; core/signals/values.py) ----------------------------
+# Each non-finite point, as independent evidence: one inf loss can be a step that mixed precision
+# overflowed and torch.amp's GradScaler skipped (it skips steps whose gradients are inf and lowers
+# its scale), which training survives; several are a run that keeps breaking. 0.3 a point: one
+# alone stays well under LIKELY, two reach it (0.51), more reach W_NON_FINITE_MAX.
+W_NON_FINITE_POINT = 0.3
+# The share of the points from the first bad one on that stayed non-finite, times 0.85: a loss that
+# never came back (share 1.0) is the failure itself, one that came back at once was a bad batch.
+# Short of 1: the flag sees the logged loss, not the weights (a logging bug can print NaN too).
+W_NON_FINITE_STAYED = 0.85
+# However much of the loss is NaN, this cause says only *that* it is: at most 0.9, so a check that
+# found where the NaN comes from (non_finite_dumps: 0.9 for NaN in the dumps, corroborated by this
+# very flag) ranks above it, and the loss's own NaN tops the list only when nothing explains it.
+W_NON_FINITE_MAX = 0.9
+
+# -- diverged (the flag measures how far and how long; core/signals/values.py) -------------------
+# The flag's bar (the smoothed loss 1.5x its best for DIVERGE_PERSIST = 3 points) is also what a
+# loss spike the optimizer recovers from looks like: 0.3 at the bar, rising to 0.9 as the rise goes
+# further (DIVERGE_FAR: three times the best, beyond any spike or warm restart of the schedule) and
+# lasts longer (DIVERGE_LONG_POINTS: 20 logged points, ~1000 steps at SpecForge's interval). Never
+# 1: a rising loss says learning rate or data, the flag cannot tell which.
+W_DIVERGING_AT_BAR = 0.3
+W_DIVERGING_MAX = 0.9
+DIVERGE_BAR = 1.0 + DIVERGE_RELATIVE
+DIVERGE_FAR = 3.0
+DIVERGE_LONG_POINTS = 20
 
 # -- warm_start_broken (core/curve_shapes.py measures the run's start) ---------------------------
 # A fine-tune from a good drafter starts near that drafter's accuracy; one that starts near zero
@@ -56,10 +80,18 @@ def non_finite(run: RunEvidence) -> Hypothesis | None:
         return None
     flag = found[0]
     ev = Evidence()
-    ev.add(W_NON_FINITE, f"{flag.tag} at step {flag.step}: {flag.message}")
+    points = flag.points if flag.points is not None else 1
+    ev.add(1.0 - (1.0 - W_NON_FINITE_POINT) ** points, f"{flag.tag} at step {flag.step}: {flag.message}")
+    if flag.extent is not None:
+        ev.add(
+            W_NON_FINITE_STAYED * flag.extent,
+            f"{flag.extent:.0%} of the points from step {flag.step} on are not finite"
+            + (": it never came back" if flag.extent >= 1.0 else ""),
+        )
+    score = min(ev.score(), W_NON_FINITE_MAX)
     if not flag.from_start:
         ev.note("finite before: an update broke it (learning rate, fp16 overflow, a bad batch)")
-        return Hypothesis("non_finite", "The loss became NaN or infinite", ev.score(), ev.lines(), None)
+        return Hypothesis("non_finite", "The loss became NaN or infinite", score, ev.lines(), None)
     ev.note(
         "never finite: nothing trained before it broke, so no learning rate did it; the model as built "
         "(a config the trainer mishandles: num_layers 2 in speculators #238) or its inputs (NaN in the "
@@ -68,7 +100,7 @@ def non_finite(run: RunEvidence) -> Hypothesis | None:
     return Hypothesis(
         "non_finite",
         "The loss is NaN from the first step: the model as built or its inputs, not training",
-        ev.score(),
+        score,
         ev.lines(),
         None,
         LINKS["non_finite_from_start"],
@@ -92,6 +124,8 @@ def warm_start_broken(run: RunEvidence) -> Hypothesis:
         ev.note(
             f"{start.describe()}; {checkpoint.path.name} was saved by this run after it started, not where it started"
         )
+    elif checkpoint.checks_scored_another:
+        _another_checkpoint_checked(ev, start, checkpoint)
     else:
         _warm_start_evidence(ev, run, start, checkpoint)
     return Hypothesis(
@@ -102,6 +136,23 @@ def warm_start_broken(run: RunEvidence) -> Hypothesis:
         None,
         LINKS["warm_start_broken"],
         checks=("replay",),
+    )
+
+
+def _another_checkpoint_checked(ev: Evidence, start: RunStart, checkpoint: StartingCheckpoint) -> None:
+    """The checks scored another checkpoint than the run's start: their replay says what that one would
+    give, nothing of how the run started, so it weighs nothing here (a remap's output replays well
+    because it is repaired, which a run that started before the repair never saw)."""
+    checked = Path(checkpoint.checked or checkpoint.path)
+    start_name = f"{checkpoint.path.name} ({checkpoint.source})"
+    remapped_from = checkpoint.checked_remapped_from
+    if remapped_from is not None and Path(remapped_from) == Path(checkpoint.path):
+        what = f"{checked.name}, triage's remap of the run's start {start_name} onto the run's mapping"
+    else:
+        what = f"{checked.name}, not the run's start {start_name}"
+    ev.note(
+        f"{start.describe()}; the checks scored {what}: their replay says what {checked.name} would give, "
+        f"not how the run started (a check of {checkpoint.path.name} itself judges that)"
     )
 
 
@@ -153,8 +204,9 @@ def diverged(run: RunEvidence) -> Hypothesis | None:
     found = [f for f in run.flags if f.kind == "diverging"]
     if not found:
         return None
+    flag = found[0]
     ev = Evidence()
-    ev.add(W_DIVERGING, f"{found[0].tag} at step {found[0].step}: {found[0].message}")
+    ev.add(_diverging_weight(flag), f"{flag.tag} at step {flag.step}: {flag.message}")
     return Hypothesis(
         "diverged", "The run diverged (learning rate too high, or bad batches)", ev.score(), ev.lines(), None
     )
@@ -252,3 +304,12 @@ def _nearest_checkpoint(checkpoints: tuple[tuple[int, Path], ...], step: int) ->
     if not checkpoints:
         return None
     return min(checkpoints, key=lambda c: (abs(c[0] - step), c[0]))
+
+
+def _diverging_weight(flag: Flag) -> float:
+    """W_DIVERGING_AT_BAR at the flag's bar, up to W_DIVERGING_MAX as the rise goes as far as
+    DIVERGE_FAR and lasts DIVERGE_LONG_POINTS (half of the way for each)."""
+    far = 0.0 if flag.extent is None else (flag.extent - DIVERGE_BAR) / (DIVERGE_FAR - DIVERGE_BAR)
+    long = 0.0 if flag.points is None else (flag.points - DIVERGE_PERSIST) / (DIVERGE_LONG_POINTS - DIVERGE_PERSIST)
+    strength = (min(max(far, 0.0), 1.0) + min(max(long, 0.0), 1.0)) / 2
+    return W_DIVERGING_AT_BAR + (W_DIVERGING_MAX - W_DIVERGING_AT_BAR) * strength

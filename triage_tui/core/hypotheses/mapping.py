@@ -152,7 +152,7 @@ def verifier_mask_mismatch(run: RunEvidence) -> Hypothesis:
         for inv in mask.invariants:
             if inv.ok:
                 continue
-            line = f"{inv.name}: {inv.detail}"
+            line = inv.line()
             if default_buffers and inv.kind in DEFAULT_BUFFER_INVARIANTS:
                 ev.note(f"{line} (SpecForge's default buffers: see identity_mapping)")
                 continue

@@ -36,6 +36,7 @@ from triage_tui.core.remap.staging import (
     TempOutput,
     check_output_free,
     clean_stale_temporaries,
+    prepare_output_parent,
     read_error,
     write_error,
 )
@@ -69,11 +70,13 @@ class RemapReport:
     files: tuple[str, ...] = ()
     replaced: bool = False
     notes: tuple[str, ...] = ()
+    output_outside_because: str | None = None  # RemapPlan's: why the output is not beside the source
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": str(self.source),
             "output": str(self.output),
+            "output_outside_because": self.output_outside_because,
             "mapping": str(self.mapping),
             "draft_vocab_size": self.draft_vocab_size,
             "rows_copied": self.rows_copied,
@@ -428,6 +431,7 @@ def execute_remap(
     cancel: threading.Event | None = None,
 ) -> RemapReport:
     """Write, verify and move into place the checkpoint ``plan`` describes."""
+    prepare_output_parent(plan.output_outside_because is not None, plan.output)
     replace = check_output_free(plan.output, force)
     check_unchanged(plan)
     dumps = _read_dumps(data)
@@ -494,6 +498,7 @@ def _report(
         files=tuple(files),
         replaced=replaced,
         notes=tuple(notes),
+        output_outside_because=plan.output_outside_because,
     )
 
 

@@ -22,10 +22,13 @@ from triage_tui.core.formats.mapping import read_mapping, write_mapping_npy, wri
 from triage_tui.core.remap.digest import file_blake3
 from triage_tui.core.remap.staging import (
     KEPT_MAPPING_PROVENANCE_FILE,
+    OutputPlace,
     TempOutput,
     check_output_free,
     check_output_location,
     clean_stale_temporaries,
+    default_output,
+    prepare_output_parent,
     umask,
     write_error,
 )
@@ -42,11 +45,13 @@ class KeptMapping:
     target_vocab_size: int
     mapping_sha256: str  # VocabMapping.sha256(): what the mapping means
     notes: tuple[str, ...] = ()
+    output_outside_because: str | None = None  # staging.default_output: why not beside the checkpoint
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": str(self.source),
             "output": str(self.output),
+            "output_outside_because": self.output_outside_because,
             "files": [str(f) for f in self.files],
             "draft_vocab_size": self.draft_vocab_size,
             "target_vocab_size": self.target_vocab_size,
@@ -76,8 +81,14 @@ def keep_checkpoint_mapping(
             "writes): a trainer that builds targets with logits[..., t2d] (SpecForge, EAGLE, "
             "speculators) would misalign its rows; remap instead."
         )
-    output = Path(out_dir).resolve() if out_dir is not None else source.parent / f"{source.name}-vocab-mapping"
+    place = (
+        OutputPlace(Path(out_dir).resolve())
+        if out_dir is not None
+        else default_output(source, f"{source.name}-vocab-mapping")
+    )
+    output = place.path
     check_output_location(output, source, [source])
+    prepare_output_parent(place.outside_because is not None, output)
     replace = check_output_free(output, force)
     clean_stale_temporaries(output)
     temp = TempOutput(output)
@@ -132,4 +143,5 @@ def keep_checkpoint_mapping(
         target_vocab_size=mapping.target_vocab_size,
         mapping_sha256=mapping.sha256(),
         notes=tuple(notes),
+        output_outside_because=place.outside_because,
     )

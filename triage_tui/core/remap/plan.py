@@ -13,7 +13,13 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.mapping import mapping_sha256, read_mapping
 from triage_tui.core.remap.job import count
-from triage_tui.core.remap.staging import check_output_location, check_output_name, read_error
+from triage_tui.core.remap.staging import (
+    OutputPlace,
+    check_output_location,
+    check_output_name,
+    default_output,
+    read_error,
+)
 from triage_tui.core.remap.writer import TORCH_DTYPE_TO_SAFETENSORS
 from triage_tui.core.vocab import VocabMapping
 
@@ -47,6 +53,12 @@ class RemapPlan:
     source_rows: np.ndarray = field(repr=False)  # per new row: the old row it copies, -1 if initialised
     target_model: Any = field(default=None, repr=False)
     source_identities: tuple = field(default=(), repr=False)  # (dev, inode, size, mtime) of each weights file
+    # What keeps the default output from beside the source (staging.OutputPlace); None when it is, or --out chose.
+    output_outside_of: tuple[str, Path] | None = None
+
+    @property
+    def output_outside_because(self) -> str | None:
+        return OutputPlace(self.output, self.output_outside_of).outside_because
 
     def describe(self) -> str:
         """The plan in one paragraph (the TUI's confirm dialog lays out the same fields a line each)."""
@@ -55,7 +67,8 @@ class RemapPlan:
             f"run's order, {count(self.rows_initialized)} rows initialised from {self.init_from}; "
             f"d2t/t2d replaced by {self.mapping_path}; source untouched."
         )
-        return "\n".join([text, *self.notes])
+        where = [f"Not beside the source: {self.output_outside_because}."] if self.output_outside_because else []
+        return "\n".join([text, *where, *self.notes])
 
 
 def _identity(path: Path) -> tuple[int, ...]:
@@ -77,10 +90,6 @@ def source_changed(plan: RemapPlan) -> BadInput:
         "the checkpoint's weights changed while it was being remapped; "
         "nothing was written (run again once nothing writes to it)",
     )
-
-
-def _default_output(source: Path, mapping_sha: str) -> Path:
-    return source.parent / f"{source.name}-remapped-{mapping_sha[:8]}"
 
 
 def _read_target(path: Path):
@@ -211,7 +220,12 @@ def _plan(
         )
 
     mapping_sha, mapping_sha_of = mapping_sha256(run_mapping)  # the digest check shows as run_sha256
-    output = Path(out).resolve() if out is not None else _default_output(source, mapping_sha)
+    place = (
+        OutputPlace(Path(out).resolve())
+        if out is not None
+        else default_output(source, remapped_name(source, mapping_sha))
+    )
+    output = place.path
     check_output_name(output)
     check_output_location(output, source, [source, mapping_path] + ([target_path] if target_path else []))
     return RemapPlan(
@@ -234,7 +248,13 @@ def _plan(
         source_rows=source_rows,
         target_model=target_model,
         source_identities=identities,
+        output_outside_of=place.outside_of,
     )
+
+
+def remapped_name(source: Path, mapping_sha: str) -> str:
+    """The default output's name: the source's, and the run mapping's digest it was remapped to."""
+    return f"{source.name}-remapped-{mapping_sha[:8]}"
 
 
 def _check_run_mapping(

@@ -13,13 +13,17 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
+from triage_tui.core.formats.remap_record import REMAP_RECORD
 
-PROVENANCE_FILE = "triage-remap.json"
+# The remap's own record, named where core/check_inputs.py reads it back.
+PROVENANCE_FILE = REMAP_RECORD
 KEPT_MAPPING_PROVENANCE_FILE = "triage-mapping.json"
 
 
@@ -67,6 +71,101 @@ def check_output_location(output: Path, source: Path, inputs: list[Path]) -> Non
         raise BadInput(
             output, f"is inside the source checkpoint {source}, which is never written to; choose another --out"
         )
+
+
+@dataclass(frozen=True)
+class OutputPlace:
+    """Where an output goes when no --out names it, and why there when it is not beside the source."""
+
+    path: Path
+    # None: beside the source. Else what the source's directory is in, and that tree or directory:
+    # ("the git work tree", its root) or ("a directory that cannot be written", the directory).
+    outside_of: tuple[str, Path] | None = None
+
+    @property
+    def outside_because(self) -> str | None:
+        """The sentence the confirm dialog, `remap`'s report and its JSON say; None beside the source."""
+        if self.outside_of is None:
+            return None
+        what, where = self.outside_of
+        if what == GIT_WORK_TREE:
+            return f"the source's directory is in the git work tree {where}, whose `git status` would show it"
+        return f"the source's directory {where} cannot be written"
+
+
+GIT_WORK_TREE = "git work tree"
+READ_ONLY = "read-only directory"
+
+
+def default_output(source: Path, name: str) -> OutputPlace:
+    """``name`` beside ``source``, unless that directory is in a git work tree (a file there is a
+    change `git status` shows: a checkout, sample_runs/ among them, stays as it was) or not writable
+    (a read-only mount, another user's models): then under triage's data directory,
+    ``$XDG_DATA_HOME/triage/remapped/`` (``~/.local/share/...``, the XDG Base Directory default),
+    at the source directory's own path, so two drafters of one name from two trees never meet. A
+    remapped drafter is the user's data to train from, not a cache to be cleared: the data directory.
+    A path git ignores there is no change to the checkout: beside it, as anywhere else."""
+    beside = source.parent
+    output = beside / name
+    root = _git_work_tree(beside)
+    if root is not None and not _git_ignores(root, output):
+        outside_of = (GIT_WORK_TREE, root)
+    elif not os.access(beside, os.W_OK):
+        outside_of = (READ_ONLY, beside)
+    else:
+        return OutputPlace(output)
+    return OutputPlace(remapped_home() / beside.relative_to(beside.anchor) / name, outside_of)
+
+
+def remapped_home() -> Path:
+    """``$XDG_DATA_HOME/triage/remapped`` (a relative XDG_DATA_HOME is ignored, as the spec says)."""
+    data = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data):
+        try:
+            data = str(Path.home() / ".local" / "share")
+        except RuntimeError:
+            raise BadInput(
+                None, "no home directory to write the remap under: set XDG_DATA_HOME or pass --out"
+            ) from None
+    return Path(data) / "triage" / "remapped"
+
+
+def _git_work_tree(directory: Path) -> Path | None:
+    """The work tree ``directory`` is in (a ``.git`` directory or file, a worktree's or submodule's, at
+    it or above), or None."""
+    for candidate in (directory, *directory.parents):
+        if os.path.lexists(candidate / ".git"):
+            return candidate
+    return None
+
+
+def _git_ignores(root: Path, path: Path) -> bool:
+    """git's own answer (``git check-ignore``), so .gitignore, info/exclude and global excludes all
+    count; False when git is not installed or cannot say."""
+    git = shutil.which("git")
+    if git is None:
+        return False
+    try:
+        done = subprocess.run(
+            # The trailing "/": the output is a directory, and a pattern such as `out/` matches one only.
+            [git, "-C", str(root), "check-ignore", "-q", "--", f"{path}/"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def prepare_output_parent(place_outside: bool, output: Path) -> None:
+    """Make the directories an output under triage's data directory goes into (beside a source,
+    the directory is the source's own and exists)."""
+    if place_outside:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise write_error(err, output) from None
 
 
 def temp_prefix(output: Path) -> str:

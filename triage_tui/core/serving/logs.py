@@ -241,6 +241,7 @@ class ServingLog:
             notes.append(f"{self.unparsed} stats line(s) that do not parse (a format this version does not read)")
         if self.tail.dropped:
             notes.append(f"{self.tail.dropped} line(s) over {self.tail.line_limit >> 10} KiB dropped unread")
+        notes.extend(rates_disagree(self.samples))
         return pool_samples(self.engine, self.location, self.samples, notes)
 
     def nothing_found(self) -> str:
@@ -250,3 +251,31 @@ class ServingLog:
             "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
             "speculative-decoding Prometheus metric or SGLang meta_info"
         )
+
+
+# vLLM prints each per-position rate as "%.3f" of accepted at i / drafts: their sum may differ from
+# accepted / drafts by half a unit of the third decimal per position, no more.
+RATE_ROUNDING = 0.0005
+
+
+def rates_disagree(samples: Sequence[ServingSample]) -> list[str]:
+    """A note when a vLLM line's per-position rates do not add up to its accepted / drafts (the two
+    imply other numbers of drafts: an edited, merged or foreign line): the counts are what is pooled."""
+    bad = [
+        s
+        for s in samples
+        if s.drafts
+        and s.accepted is not None
+        and s.per_position
+        and abs(s.accepted / s.drafts - sum(s.per_position)) > RATE_ROUNDING * len(s.per_position) + 1e-9
+    ]
+    if not bad:
+        return []
+    first = bad[0]
+    assert first.drafts is not None and first.accepted is not None  # filtered above
+    return [
+        f"{len(bad)} of {len(samples)} interval(s) with per-position rates that do not add up to accepted / "
+        f"drafts (interval {first.index + 1}: the rates sum to {sum(first.per_position):.3f}, the counts give "
+        f"{first.accepted} / {first.drafts} = {first.accepted / first.drafts:.3f}): the counts are pooled, and "
+        "the per-position figures of those intervals are not to be trusted"
+    ]

@@ -32,6 +32,13 @@ class Flag:
     # The condition holds from the series' first logged point (non_finite: no finite value was ever
     # logged before it), which points at the setup rather than at training (core.hypotheses).
     from_start: bool = False
+    # How much of the series shows it, for the hypotheses to weigh (core.hypotheses.curves); not in
+    # the JSON, whose message says the same in words. ``points``: non_finite, the points not finite;
+    # diverging, the points since the rise began. ``extent``: non_finite, the share of the points
+    # from the first bad one on that are not finite (1.0: it never came back); diverging, the
+    # smoothed loss now over its best.
+    points: int | None = None
+    extent: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

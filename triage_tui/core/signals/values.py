@@ -33,6 +33,11 @@ SIGNAL_SMOOTHING = 0.8
 WARMUP_POINTS = 5
 WARMUP_STEPS = 100
 WARMUP_POINTS_NO_STEPS = 20
+# What the warm-up does not hide: a loss above the chance band (below). A fresh lm_head starts at
+# ln V plus a few tenths of a nat, never a nat above it, so a loss there is confidently wrong from
+# its first points (a drafter whose rows mean other tokens: the story's run starts at 18); it is
+# judged from the WARMUP_POINTS-th point on, enough for the EMA to outweigh one noisy batch. A run
+# still inside the warm-up carries an info flag ``warming_up`` that says until when.
 
 # Chance band: [ (1 - 0.10) ln V, ln V + max(1.0, 0.10 ln V) ].
 # Lower edge: a model that learned only token frequencies already sits at the unigram
@@ -151,6 +156,9 @@ def value_flags(
     loss = _first_with_points(scalars, loss_tags)
     if loss is not None:
         curve = _Curve.of(loss)
+        warming = _warming_up(curve)
+        if warming is not None:
+            flags.append(warming)
         if len(curve.values):
             at_chance = _loss_vs_chance(curve, chance) if chance_comparable else None
             diverging = _diverging(curve)
@@ -165,6 +173,27 @@ def value_flags(
         if flag is not None:
             flags.append(flag)
     return flags
+
+
+def _warming_up(curve: _Curve) -> Flag | None:
+    """An info flag while no point of the loss is past the warm-up: until when, and what is judged."""
+    if not len(curve.values) or curve.judged > 0:
+        return None
+    first, last, points = int(curve.steps[0]), int(curve.steps[-1]), len(curve.values)
+    if last == first:
+        until_step, until = None, f"for {WARMUP_POINTS_NO_STEPS} points (its step does not advance)"
+    else:
+        until_step = first + WARMUP_STEPS
+        until = f"until step {until_step} (and {WARMUP_POINTS} points)"
+    return Flag(
+        "warming_up",
+        "info",
+        curve.tag,
+        until_step,
+        None,
+        f"warming up {until}; {points} points to step {last} so far. Loss and accuracy at chance are "
+        f"judged after it; a loss above the chance band counts after {WARMUP_POINTS} points",
+    )
 
 
 def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
@@ -201,6 +230,8 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
         value,
         f"{series.tag} = {fmt(value)} {when} ({count} of {len(series)} points not finite{others})",
         from_start=first == 0,
+        points=count,
+        extent=count / (len(series) - first),
     )
 
 
@@ -210,7 +241,7 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
     lower = ln_v * (1.0 - CHANCE_BAND_BELOW)
     now_step, now_value = int(curve.steps[-1]), float(curve.smooth[-1])
     chance_text = chance.label()
-    above = streak_start(curve.smooth > upper, curve.post_warmup)
+    above = streak_start(curve.smooth > upper, min(curve.post_warmup, WARMUP_POINTS))
     if above is not None:
         step, value = int(curve.steps[above]), float(curve.values[above])
         return Flag(
@@ -257,6 +288,8 @@ def _diverging(curve: _Curve) -> Flag | None:
         value,
         f"{curve.tag} rising since step {step}: smoothed {fmt(float(curve.smooth[-1]))} "
         f"at step {int(curve.steps[-1])}, best was {fmt(best)}",
+        points=len(diverged) - start,
+        extent=float(curve.smooth[-1]) / best if best > 0 else None,
     )
 
 

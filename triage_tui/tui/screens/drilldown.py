@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -9,13 +10,14 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import HorizontalScroll, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static, TabbedContent, TabPane
 
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
-from triage_tui.tui.widgets.checks_progress import STATUS_STYLE
+from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, check_lines
+from triage_tui.tui.widgets.fitted_lines import FittedLines
 from triage_tui.tui.widgets.hypotheses_list import score_bar
 from triage_tui.tui.widgets.keys_footer import KeysFooter
 
@@ -36,6 +38,32 @@ def check_section(result: CheckResult) -> RenderableType:
         return Group(header, Text(""))
     body = Text("\n".join(printable(line) for line in result.details.drilldown()))
     return Group(header, body, Text(""))
+
+
+def command_text(command: str) -> Text:
+    """A shell command (``shlex.join``'s) an option a line: each ``--option value`` starts a line and
+    every line but the last ends in " \\", so the lines copied together are the same command."""
+    words = shlex.split(command)
+    lines: list[list[str]] = []
+    for word in words:
+        if not lines or word.startswith("--"):
+            lines.append([])
+        lines[-1].append(word)
+    shown = [shlex.join(line) for line in lines]
+    text = Text(style="cyan")
+    for index, line in enumerate(shown):
+        if index:
+            text.append(" \\\n  ")
+        text.append(printable(line))
+    return text
+
+
+class CommandLines(FittedLines):
+    """A shell command drawn by ``command_text``; ``command`` is the one line `c` copies."""
+
+    def __init__(self, command: str, **kwargs) -> None:
+        super().__init__(command_text(command), **kwargs)
+        self.command = command
 
 
 class DrillDownScreen(Screen):
@@ -87,10 +115,10 @@ class DrillDownScreen(Screen):
                                 "\nOr the opposite fix: keep the weights and give the trainer the "
                                 "checkpoint's own mapping:"
                             )
-                        # One line, never wrapped: copied from the terminal (tmux) it must still run.
-                        # Wider than the pane, it scrolls sideways; `c` copies it (OSC 52).
-                        with HorizontalScroll(classes="command-line"):
-                            yield Static(Text(printable(command), style="cyan"), classes="command")
+                        # An option a line, continued with "\": copied from the terminal (tmux) it still
+                        # runs. A line wider than the pane keeps its tail, "…" where its middle was;
+                        # `c` copies the whole command (OSC 52).
+                        yield CommandLines(command, classes="command")
         yield KeysFooter()
 
     def _evidence(self) -> RenderableType:
@@ -105,10 +133,8 @@ class DrillDownScreen(Screen):
             for link in self.hypothesis.links:
                 text.append(f"  {printable(link)}\n")
         text.append("\nchecks\n", style="bold")
-        for name, result in self.diagnosis.checks.items():
-            glyph, style = STATUS_STYLE.get(result.status, ("?", ""))
-            text.append(f"{glyph} {name:<14}", style=style)
-            text.append(f"{printable(result.summary)}\n", style="dim" if result.status == "skipped" else "")
+        text.append_text(check_lines({name: (r.status, r.summary) for name, r in self.diagnosis.checks.items()}))
+        text.append("\n")
         inputs = self.diagnosis.inputs
         text.append("\ninputs\n", style="bold")
         for label in ("checkpoint", "mapping", "data", "target"):

@@ -20,6 +20,25 @@ def _where(node, screen: Screen) -> str:
     return f"in the focused {type(node).__name__}"
 
 
+def _what(binding: Binding) -> str:
+    return binding.tooltip or binding.description or binding.action.replace("_", " ")
+
+
+# Textual's copy binding does nothing without a selection (Screen.action_copy_text raises SkipAction)
+# and the key goes on to the app's binding: ctrl+c copies a selection, else quits. The help says both.
+FALLS_THROUGH = frozenset({"screen.copy_text"})
+
+
+def _falls_through_to(screen: Screen, key: str, binding: Binding) -> Binding | None:
+    """The app's binding a key reaches when ``binding`` skips (the copy key with nothing selected)."""
+    if binding.action not in FALLS_THROUGH:
+        return None
+    for candidate in getattr(type(screen.app), "BINDINGS", []):
+        if isinstance(candidate, Binding) and key in candidate.key.split(",") and candidate.action != binding.action:
+            return candidate
+    return None
+
+
 def _keys_table() -> Table:
     # Not expanded: every group's table then has the same key column, so the descriptions line up.
     table = Table(box=None, show_header=False, padding=(0, 1))
@@ -47,9 +66,12 @@ class HelpScreen(ModalScreen[None]):
         ranks: list[tuple[int, int]] = []
         seen: set[tuple[str, str]] = set()
         group_rank = {"this screen": 0, "everywhere": 2}
-        for active in screen.active_bindings.values():
+        for key, active in screen.active_bindings.items():
             binding = active.binding
-            what = binding.tooltip or binding.description or binding.action.replace("_", " ")
+            what = _what(binding)
+            fallback = _falls_through_to(screen, key, binding)
+            if fallback is not None:
+                what = f"{what}; with none selected, {_what(fallback).lower()}"
             display = screen.app.get_key_display(binding)
             if (display, what) in seen:
                 continue

@@ -135,7 +135,9 @@ class MainScreen(Screen):
 
     def watch_topbar(self) -> None:
         if self._ready:
-            self.query_one("#topbar", Static).update(self.topbar)
+            # One row, full width (app.tcss): a repaint, no layout pass. With a layout pass it was painted
+            # frames after the runs table it counts ("2 runs" over 5 rows while the first poll came in).
+            self.query_one("#topbar", Static).update(self.topbar, layout=False)
 
     def watch_runs_view(self) -> None:
         if not self._ready:
@@ -144,7 +146,7 @@ class MainScreen(Screen):
         table = self.query_one(RunsTable)
         for old, new in view.renamed:
             table.keep_selected(old, new)
-        table.show_rows(view.rows, now=view.now)
+        table.show_rows(view.rows, now=view.now, total=view.total)
         if (table.selected_path is not None) != self._a_run_selected:
             self._a_run_selected = not self._a_run_selected
             self.refresh_bindings()  # "c check" comes and goes with a selected run (check_action)

@@ -16,6 +16,7 @@ from textual.widgets import Button, Label, ProgressBar, Static
 
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
+from triage_tui.tui.widgets.fitted_lines import FittedLines
 
 if TYPE_CHECKING:
     from triage_tui.core.remap.execute import RemapReport
@@ -38,9 +39,9 @@ class ConfirmRemapScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             with ScrollableContainer(id="dialog-body"):
-                # One line per path and count, never wrapped (a path split across lines cannot be
-                # copied from the terminal); wider than the dialog, the body scrolls sideways.
-                yield Static(describe_plan(self.plan), id="plan-text")
+                # One line per path and count, never wrapped (a path split across lines reads as two);
+                # wider than the dialog, a path keeps its tail and "…" marks what was cut.
+                yield FittedLines(describe_plan(self.plan), id="plan-text")
                 if self.plan.notes:
                     yield Static(notes_text(self.plan.notes), classes="dialog-notes")
             with Horizontal(id="dialog-buttons"):
@@ -60,10 +61,10 @@ class ConfirmRemapScreen(ModalScreen[bool]):
 
 
 def _label_lines(rows: list[tuple[str, Text | str | Path]]) -> Text:
-    """Label/value lines, never wrapped: a count must stay whole to be read and copied. A Path is a
-    line of its own from the first column (under the line that says what it is), so that a path as
-    long as the dialog is wide is on screen whole, to be copied from the terminal (tmux); a longer
-    one scrolls sideways. Text, not markup: paths may hold brackets."""
+    """Label/value lines, never wrapped: a count must stay whole to be read. A Path is a line of its
+    own from the first column (under the line that says what it is), so that a path as long as the
+    dialog is wide is on screen whole; a longer one keeps its tail, "…" where its middle was
+    (FittedLines). Text, not markup: paths may hold brackets."""
     text = Text(no_wrap=True, overflow="ignore")
     for index, (label, value) in enumerate(rows):
         if index:
@@ -81,6 +82,12 @@ def describe_plan(plan: RemapPlan) -> Text:
     rows: list[tuple[str, Text | str | Path]] = [
         ("write", Text("a new checkpoint directory", style="dim")),
         ("", plan.output),
+    ]
+    if plan.output_outside_of is not None:
+        # Said before "y": the output is not where the source is, and why (staging.default_output).
+        what, where = plan.output_outside_of
+        rows += [("", Text(f"not beside the source, which is in this {what}:", style="yellow")), ("", where)]
+    rows += [
         ("from", Text("the drafter's checkpoint, not touched", style="dim")),
         ("", plan.source),
         ("d2t/t2d", Text("the run's mapping, in place of the checkpoint's", style="dim")),
@@ -105,10 +112,16 @@ def describe_report(report: RemapReport) -> Text:
         )
     else:
         replay = Text("not measured (needs hidden-state dumps and the target)", style="dim")
+    outside = (
+        [("", Text(f"not beside the source: {report.output_outside_because}", style="yellow"))]
+        if report.output_outside_because
+        else []
+    )
     return _label_lines(
         [
             ("output", Text("the remapped checkpoint", style="dim")),
             ("", Path(report.output)),
+            *outside,
             ("from", Text("the source, untouched", style="dim")),
             ("", Path(report.source)),
             ("mapping", Text("d2t/t2d now the run's", style="dim")),
@@ -163,7 +176,7 @@ class RemapScreen(ModalScreen[None]):
             yield Label(Text(f"writing {printable(self.plan.output)}"), id="remap-status")
             yield ProgressBar(total=1.0, show_eta=False, id="remap-progress")
             with ScrollableContainer(id="dialog-body"):
-                yield Static("", id="remap-result")
+                yield FittedLines("", id="remap-result")
                 yield Static("", id="remap-notes", classes="dialog-notes")
 
     def on_mount(self) -> None:
@@ -190,7 +203,7 @@ class RemapScreen(ModalScreen[None]):
         self.report, self.error = report, error
         self.query_one(ProgressBar).display = False
         status = self.query_one("#remap-status", Label)
-        result = self.query_one("#remap-result", Static)
+        result = self.query_one("#remap-result", FittedLines)
         if report is None:
             status.update(Text("remap failed: nothing was written", style="bold red"))
             self.query_one("#remap-notes", Static).update(Text(printable(error or "", newlines=True)))

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 
-from triage_tui.core.checks.registry import CHECK_NAMES  # one bar per check, in the order diagnose() runs them
+from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES  # one bar per check, in order
 from triage_tui.core.text import printable
 
 STATUS_STYLE = {
@@ -26,7 +26,9 @@ class CheckBar(Horizontal):
         self.check = check
 
     def compose(self) -> ComposeResult:
-        yield Label(self.check, classes="check-name")
+        name = Label(self.check, classes="check-name")
+        name.styles.width = CHECK_NAME_WIDTH + 1  # a space after the longest name, as in check_lines
+        yield name
         yield ProgressBar(total=1.0, show_eta=False, show_percentage=False)
         yield Label("", classes="check-note")
 
@@ -64,10 +66,17 @@ class ChecksProgress(Vertical):
         if statuses is None:
             text.append(printable(message), style="yellow")
         else:
-            for index, (name, (status, summary)) in enumerate(statuses.items()):
-                glyph, style = STATUS_STYLE.get(status, ("?", ""))
-                if index:
-                    text.append("\n")
-                text.append(f"{glyph} {name:<14}", style=style)
-                text.append(printable(summary), style="dim" if status == "skipped" else "")
+            text = check_lines(statuses)
         self.query_one("#checks-summary", Static).update(text)
+
+
+def check_lines(statuses: Mapping[str, tuple[str, str]]) -> Text:
+    """One line per check: glyph, name in a column as wide as the longest name and a space, summary."""
+    text = Text()
+    for index, (name, (status, summary)) in enumerate(statuses.items()):
+        glyph, style = STATUS_STYLE.get(status, ("?", ""))
+        if index:
+            text.append("\n")
+        text.append(f"{glyph} {name:<{CHECK_NAME_WIDTH}} ", style=style)
+        text.append(printable(summary), style="dim" if status == "skipped" else "")
+    return text

@@ -22,7 +22,8 @@ class FlagsView(Static):
             return
         text = Text()
         for index, flag in enumerate(flags):
-            glyph, style = STATUS_GLYPHS.get(flag.severity, "?"), SEVERITY_STYLE.get(flag.severity, "")
+            shown = "warming" if flag.kind == "warming_up" else flag.severity
+            glyph, style = STATUS_GLYPHS.get(shown, "?"), SEVERITY_STYLE.get(shown, "")
             if index:
                 text.append("\n")
             text.append(f"{glyph} ", style=style)

@@ -10,7 +10,7 @@ from textual.color import Color
 from textual.reactive import reactive
 from textual_plotext import PlotextPlot
 
-from triage_tui.tui.view_data import ChartSeries, format_step, nice_ticks
+from triage_tui.tui.view_data import ChartSeries, format_step, log_ticks, nice_ticks
 
 
 def _rgb(app, variable: str, fallback: str) -> tuple[int, int, int]:
@@ -92,20 +92,29 @@ class LossChart(PlotextPlot):
                 background=surface,
                 alignment="right",
             )
+        # Round ticks; the chance value is a tick of its own, so its label sits on the chance line's
+        # row and no other value's tick shares that row, on a linear axis or a log one.
+        rows = max(self.size.height - 3, 4)
+        count = max(3, min(6, rows // 2))
+        with_chance = chance is not None and math.isfinite(chance) and (chance > 0 or not self.log_y)
         if self.log_y:
             plt.yscale("log")
+            # plotext log-scales the ticks given (log10) as it does the data, so the chance tick lands
+            # on the chance line's row; its limits it takes as they are, so they are left to it.
+            ticks = log_ticks(low, high, count)
+            position = math.log10
+            span = max(math.log10(high) - math.log10(low), 1e-9)
         else:
             pad = max((high - low) * 0.08, 1e-3)
             plt.ylim(low - pad, high + pad)
-            # Round, evenly spaced ticks; the chance value is a tick of its own, so its label sits on
-            # the chance line's row and no other value's tick shares that row.
-            rows = max(self.size.height - 3, 4)
-            ticks = nice_ticks(low - pad, high + pad, count=max(3, min(6, rows // 2)))
-            if chance is not None and math.isfinite(chance):
-                row_height = (high - low + 2 * pad) / rows
-                ticks = [t for t in ticks if abs(t - chance) > 1.5 * row_height] + [chance]
-            ticks.sort()
-            plt.yticks(ticks, [f"{t:.2f}" if t == chance else f"{t:g}" for t in ticks])
+            ticks = nice_ticks(low - pad, high + pad, count=count)
+            position = float
+            span = high - low + 2 * pad
+        if with_chance and chance is not None:
+            row_height = span / rows
+            ticks = [t for t in ticks if abs(position(t) - position(chance)) > 1.5 * row_height] + [chance]
+        ticks.sort()
+        plt.yticks(ticks, [f"{t:.2f}" if t == chance else f"{t:g}" for t in ticks])
         if len(steps) == 1:
             plt.xlim(steps[0] - 1, steps[0] + 1)
         else:

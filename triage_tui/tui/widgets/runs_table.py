@@ -10,6 +10,7 @@ from textual.widgets import DataTable
 
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.tui.view_data import SEVERITY_STYLE, RunRow, format_age, format_loss, format_step
+from triage_tui.tui.widgets.fitted_lines import fit_line
 
 # The name column fills what the numbers leave, between these bounds.
 MIN_NAME_WIDTH = 8
@@ -24,7 +25,9 @@ COLUMNS = (
     ("step", "step", 6),  # 99999, 123k, 1.2M
     ("loss", "loss", 6),  # 12.15, 123.45, nan
     ("smooth", "smooth", 6),
-    ("ln V", "chance", 5),  # 10.37
+    # The chance line the flags compare with: ln V, or valid_fraction × ln V where the trainer
+    # averages over masked positions too (the chart's label and `scan` say which).
+    ("chance", "chance", 6),  # 10.37
     ("acc", "acc", 6),  # 100.0%
     ("age", "age", 4),  # 59s, 12m, 23h, 365d
 )
@@ -34,13 +37,7 @@ FIXED_WIDTH = sum(width for _, _, width in COLUMNS if width is not None)
 def elide_middle(text: str, width: int) -> str:
     """``text`` in ``width`` cells, its middle replaced by "…": run names differ at their ends
     (``sweep/lr-3e-4/seed-1`` vs ``sweep/lr-3e-4/seed-2``), so both ends stay."""
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    tail = (width - 1) // 2
-    head = width - 1 - tail
-    return text[:head] + "…" + (text[-tail:] if tail else "")
+    return fit_line(Text(text), width, tail_share=0.5).plain
 
 
 def _name_cell(row: RunRow, width: int = MAX_NAME_WIDTH) -> Text:
@@ -60,7 +57,7 @@ def _age_cell(row: RunRow, now: float) -> Text:
 
 
 def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tuple[Text, ...]:
-    glyph, style = STATUS_GLYPHS.get(row.status, "?"), SEVERITY_STYLE.get(row.status, "")
+    glyph, style = STATUS_GLYPHS.get(row.shown_status, "?"), SEVERITY_STYLE.get(row.shown_status, "")
     return (
         Text(glyph, style=style),
         _name_cell(row, name_width),
@@ -71,6 +68,20 @@ def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tupl
         Text(format_accuracy(row.accuracy_last), justify="right"),
         _age_cell(row, now),
     )
+
+
+def count_label(rows: Sequence[RunRow], total: int) -> Text:
+    """The name column's header: how many runs are shown (of how many, under a filter) and how many
+    are critical. Drawn by the table with its rows, so the count is always of the rows on screen."""
+    shown = len(rows)
+    label = Text(f"{shown} run{'s' if shown != 1 else ''}" if shown == total else f"{shown} of {total} runs")
+    critical = sum(1 for row in rows if row.status == "critical")
+    warning = sum(1 for row in rows if row.status == "warning")
+    if critical:
+        label.append(f"  {STATUS_GLYPHS['critical']} {critical}", style=SEVERITY_STYLE["critical"])
+    if warning:
+        label.append(f"  {STATUS_GLYPHS['warning']} {warning}", style=SEVERITY_STYLE["warning"])
+    return label
 
 
 def _same(a: Text, b: Text) -> bool:
@@ -123,9 +134,12 @@ class RunsTable(DataTable):
             return None
         return self._order[self.cursor_row]
 
-    def show_rows(self, rows: Sequence[RunRow], *, now: float, redraw: bool = False) -> None:
-        """Show rows in their given order, touching only cells that changed."""
+    def show_rows(self, rows: Sequence[RunRow], *, now: float, redraw: bool = False, total: int | None = None) -> None:
+        """Show rows in their given order, touching only cells that changed; the name column's label
+        counts them (of ``total`` found, when a filter hides some)."""
         self._now = now
+        if total is not None:
+            self._show_count(count_label(rows, total))
         order = [row.path for row in rows]
         cells = {row.path: row_cells(row, now, self._name_width) for row in rows}
         if redraw or order != self._order:
@@ -146,6 +160,14 @@ class RunsTable(DataTable):
                         self.update_cell(str(path), key, cells[path][index])
         self._cells = cells
         self._rows = {row.path: row for row in rows}
+
+    def _show_count(self, label: Text) -> None:
+        column = self.columns.get(self._column_key("name"))
+        if column is None or (column.label.plain == label.plain and column.label.spans == label.spans):
+            return
+        column.label = label
+        self._clear_caches()  # the header row is cached like any other row
+        self.refresh()
 
     def keep_selected(self, old: Path, new: Path) -> None:
         """The run at ``old`` is now at ``new``: the next show_rows keeps the cursor on it."""
