@@ -67,7 +67,8 @@ HISTORY = re.compile(
     re.IGNORECASE,
 )
 HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
-UPSTREAM_COMMITS = {"886ab9cf"}  # sgl-project/SpecForge, the "classic" layout (docs/formats.md)
+# sgl-project/SpecForge, the "classic" layout; NVIDIA/Model-Optimizer, the speculation profile (docs/formats.md)
+UPSTREAM_COMMITS = {"886ab9cf", "edf879d3"}
 
 
 def user_docs() -> list[Path]:

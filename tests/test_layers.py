@@ -158,8 +158,14 @@ CONSOLE = [
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.registry",),
-    ("core.serving.logs", "core.serving.metrics", "core.serving.meta_info"),
-    ("core.serving.source",),
+    (
+        "core.serving.logs",
+        "core.serving.metrics",
+        "core.serving.meta_info",
+        "core.serving.per_request",
+        "core.serving.profile",
+    ),
+    ("core.serving.source", "core.serving.synthetic"),
     ("core.serving.evidence", "core.serving.tuning"),
 ]
 # The modules whose attributes tests replace (fault injection, sizes turned small): imported whole

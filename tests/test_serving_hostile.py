@@ -25,14 +25,18 @@ import pytest
 from builders.check_run import write_events
 from builders.metrics_server import MetricsServer, Route
 from builders.serving import (
+    acceptance_rate_out,
     meta_info_line,
     sglang_line,
     sglang_line_text,
     sglang_metrics,
+    spec_decode_metrics,
+    speculation_profile,
     vllm_counters_page,
     vllm_line,
     vllm_line_raw,
     vllm_metrics,
+    vllm_response,
 )
 from builders.waiting import load_factor
 from triage_tui import cli
@@ -76,6 +80,12 @@ LOG = Attacks(
             ("negative", _VLLM_GOOD[0], vllm_line_raw(-0.5, -15, 30, "0.000, 0.000, 0.000"), "cannot be negative"),
             ("rate_above_one", _VLLM_GOOD[0], vllm_line_raw(1.5, 15, 30, "900.000, 0.000, 0.000"), "[0, 1]"),
             ("huge", _VLLM_GOOD[0], vllm_line_raw(1.5, 10**30, 10**31, "0.100, 0.000, 0.000"), "beyond any count"),
+            (
+                "beyond_a_float",
+                _VLLM_GOOD[0],
+                _VLLM_GOOD[1].replace("Accepted: 12 tokens", "Accepted: 1" + "0" * 400 + " tokens"),
+                "an integer of 401 digits",
+            ),
             (
                 "too_many_positions",
                 _VLLM_GOOD[0],
@@ -132,6 +142,7 @@ META_INFO = Attacks(
             ("completion_below_verify", meta_info_line(10, 5), "line 2: 5 completion tokens in 10 verify steps"),
             ("negative", meta_info_line(-10, 20), "cannot be negative"),
             ("huge", meta_info_line(10**30, 10**31), "beyond any count"),
+            ("beyond_a_float", meta_info_line(10**400, 10**401), "an integer of 401 digits"),
             ("histogram_too_long", meta_info_line(10, 20, [0] * 100), "spec_accept_histogram of 100 entries"),
             ("absurd_length", meta_info_line(1, 1000), "above 66"),
         )
@@ -144,6 +155,7 @@ META_INFO = Attacks(
             ("float_counts", meta_info_line(10.0, 20.0)),
             ("bool_counts", meta_info_line(True, True)),
             ("overflowing_float", '{"meta_info": {"spec_verify_ct": 1e400, "completion_tokens": 2}}'),
+            ("digits_over_int_limit", '{"meta_info": {"spec_verify_ct": ' + "9" * 5000 + ', "completion_tokens": 2}}'),
         )
     ),
     hostile_text=_lines(
@@ -152,7 +164,124 @@ META_INFO = Attacks(
     ),
 )
 
-ATTACKS = {"log": LOG, "metrics_url": PAGE, "metrics_file": PAGE, "meta_info": META_INFO}
+
+def _profile(**changes) -> dict:
+    profile = speculation_profile(acceptance_rate_out([[3, 2, 4, 1, 2], [1, 1, 3], [4, 4, 2, 1]]), 3)
+    profile.update(changes)
+    return profile
+
+
+def _histogram(**lengths) -> dict:
+    return _profile(acceptance_length_histogram={k.removeprefix("L"): v for k, v in lengths.items()})
+
+
+def _rates_only(**changes) -> dict:
+    return _profile(acceptance_length_histogram=None, **changes)
+
+
+def _json(document) -> bytes:
+    return json.dumps(document, indent=2).encode()  # as AcceptanceRate writes it
+
+
+PROFILE = Attacks(
+    good=_json(_profile()),
+    impossible=(
+        ("length_above_k", _json(_histogram(L1=3, L9=2)), "acceptance length 9 in the histogram with num_speculative"),
+        ("length_zero", _json(_histogram(L0=3, L2=2)), "acceptance length 0 in the histogram"),
+        ("negative_steps", _json(_histogram(L1=3, L2=-2)), "cannot be negative"),
+        ("huge_steps", _json(_histogram(L1=10**30)), "beyond any count"),
+        ("beyond_a_float", _json(_histogram(L1=10**400)), "an integer of 401 digits"),
+        (
+            "too_many_lengths",
+            _json(_profile(acceptance_length_histogram={str(i): 1 for i in range(1, 101)})),
+            "100 lengths",
+        ),
+        ("k_huge", _json(_profile(num_speculative_tokens=100000)), "num_speculative_tokens is 100000"),
+        ("rate_above_one", _json(_rates_only(marginal_accept_rates=[1.5, 0.2, 0.1])), "a rate lies in [0, 1]"),
+        ("rising_marginals", _json(_rates_only(marginal_accept_rates=[0.2, 0.5, 0.1])), "rise at position 1"),
+        ("nan_mean", _json(_rates_only(mean_accept_length=float("nan"))), "not finite"),
+        ("mean_below_one", _json(_rates_only(mean_accept_length=0.5)), "below 1"),
+        ("measured_neither", _json(_profile(measured="yes")), "measured is neither true nor false"),
+        ("not_json", b'{"schema_version": "1.0", "measured": true, "marginal_accept_rates": [0.8,', "not JSON"),
+    ),
+    malformed=(),  # a profile is one document: any damage makes it an error (above)
+    hostile_text=_json(
+        _profile(
+            method=HOSTILE,
+            draft_checkpoint={"path": HOSTILE},
+            target_model={HOSTILE: HOSTILE},
+            per_category={HOSTILE: {"mean_accept_length": 2.0}},
+            measurement_conditions={"engine": HOSTILE, "dataset": HOSTILE},
+            verification_method=HOSTILE,
+            schema_version=HOSTILE,
+            note=HOSTILE,
+        )
+    ),
+)
+
+_SPEC = spec_decode_metrics(3, [(3, 3), (3, 1), (3, 0), (3, 2), (2, 2)])
+_REQUESTS_GOOD = (vllm_response(_SPEC), vllm_response(spec_decode_metrics(3, [(3, 0), (3, 1)]), chat=True))
+
+
+def _spec(**changes) -> str:
+    return vllm_response({**_SPEC, **changes})
+
+
+VLLM_REQUESTS = Attacks(
+    good=_lines(*_REQUESTS_GOOD),
+    impossible=tuple(
+        (name, _lines(_REQUESTS_GOOD[0], bad), reason)
+        for name, bad, reason in (
+            ("histogram_not_the_steps", _spec(num_spec_steps=9), "line 2: acceptance_histogram sums to 5 steps"),
+            ("accepted_not_the_histogram", _spec(num_accepted_draft_tokens=2), "holds 8 accepted drafts"),
+            ("mean_not_the_counts", _spec(mean_acceptance_length=3.5), "is not 1 + 8 accepted / 5 steps"),
+            ("accepted_above_drafted", _spec(num_draft_tokens=4), "8 tokens accepted of 4 drafted"),
+            ("negative", _spec(acceptance_histogram=[1, -1, 1, 1]), "cannot be negative"),
+            ("huge", _spec(num_draft_tokens=10**30), "beyond any count"),
+            ("beyond_a_float", _spec(num_spec_steps=10**400), "an integer of 401 digits"),
+            ("histogram_too_long", _spec(acceptance_histogram=[0] * 100), "acceptance_histogram of 100 entries"),
+            ("k_not_the_histogram", _spec(num_spec_tokens=5), "4 entries for num_spec_tokens 5"),
+            ("rate_above_one", _spec(draft_acceptance_rate=2.0), "a rate lies in [0, 1]"),
+            ("mean_infinite", _spec(mean_acceptance_length=float("inf")), "not finite"),
+        )
+    ),
+    malformed=tuple(
+        (name, _lines(_REQUESTS_GOOD[0], bad, _REQUESTS_GOOD[1]))
+        for name, bad in (
+            ("not_json", '{"choices": [], "metrics": {"speculative_decoding": {"num_spec_steps": 1'),
+            ("deep_nesting", '{"a": ' * 100_000 + "1" + "}" * 100_000),
+            ("float_counts", _spec(num_spec_steps=5.0)),
+            ("bool_counts", _spec(num_spec_tokens=True)),
+            ("histogram_not_a_list", _spec(acceptance_histogram="1,2,3")),
+            ("overflowing_float", _spec(num_draft_tokens=float("inf")).replace("Infinity", "1e400")),
+            (
+                "digits_over_int_limit",
+                _spec(num_spec_steps=1).replace('"num_spec_steps": 1', '"num_spec_steps": ' + "9" * 5000),
+            ),
+        )
+    ),
+    hostile_text=_lines(
+        vllm_response(_SPEC, text=HOSTILE),
+        json.dumps(
+            {
+                HOSTILE: HOSTILE,
+                "id": HOSTILE,
+                "choices": [{"text": HOSTILE}],
+                "model": HOSTILE,
+                "metrics": {"speculative_decoding": {**_SPEC, HOSTILE: HOSTILE}, HOSTILE: HOSTILE},
+            }
+        ),
+    ),
+)
+
+ATTACKS = {
+    "log": LOG,
+    "metrics_url": PAGE,
+    "metrics_file": PAGE,
+    "meta_info": META_INFO,
+    "speculation_profile": PROFILE,
+    "vllm_requests": VLLM_REQUESTS,
+}
 
 
 def _is_url_source(cls) -> bool:
@@ -249,7 +378,7 @@ def test_the_specimen_is_read_by_its_own_class(cls, place):
 def test_truncation_at_every_byte_of_the_first_records(cls, place):
     good = ATTACKS[cls.kind].good
     read = 0
-    for cut in range(min(len(good), 512) + 1):
+    for cut in sorted({*range(min(len(good), 512) + 1), len(good)}):  # the whole: a one-document format's record
         location = place(good[:cut])
         read += _sane(_poll(cls, location), location) is not None
     assert read  # some cuts still hold whole records

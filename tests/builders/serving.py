@@ -212,3 +212,206 @@ def sglang_server_args_line(**fields) -> str:
     }
     resolved.update(fields)
     return SGLANG_FORMAT.format(_record(f"server_args={resolved}", "engine.py"))
+
+
+# -- ModelOpt's speculation_profile.json ------------------------------------------------------
+# The schema of NVIDIA/Model-Optimizer examples/specdec_bench/specdec_bench/speculation_profile.py
+# (commit edf879d3, pull request #2247: build_profile, stub_profile) over the statistics
+# specdec_bench's AcceptanceRate metric computes (specdec_bench/metrics/acceptance_rate.py,
+# _process_lengths). Not on the package index (an example of the repository, in an open pull
+# request), so written here from that source; tests/test_serving_sources.py says how it was
+# compared with ModelOpt's own functions.
+
+
+def acceptance_rate_out(lengths_per_request: list[list[int]]) -> dict[str, object]:
+    """AcceptanceRate.out after process_final: each request's per-step acceptance lengths (tokens a
+    step emitted, the bonus token counted) into the histogram, conditional and joint rates keyed by
+    length, and the mean of the per-request means."""
+    steps = [length for request in lengths_per_request for length in request]
+    histogram = {length: steps.count(length) for length in sorted(set(steps))}
+    conditional, joint, previous = {}, {}, 1.0
+    for length in histogram:
+        reached = sum(c for other, c in histogram.items() if other >= length) / len(steps)
+        conditional[length] = reached / previous  # P(>= this length | >= the previous length seen)
+        joint[length] = reached
+        previous = reached
+    means = [sum(request) / len(request) for request in lengths_per_request]
+    return {
+        "Acceptance_Length_Histogram": histogram,
+        "Conditional_Acceptance_Rate": conditional,
+        "Joint_Acceptance_Rate": joint,
+        "Average_AL": sum(means) / len(means),
+    }
+
+
+def speculation_profile(
+    out: dict[str, object], num_speculative_tokens: int, *, method: str | None = "eagle3", **extra: object
+) -> dict[str, object]:
+    """build_profile: marginal = P(length >= i + 2) for draft position i (a length never seen takes
+    the value of the next longer one seen, 0 past the longest), conditional = ratios of successive
+    marginals, the per-step mean from the histogram, and ModelOpt's own two validations."""
+    joint = {int(k): float(v) for k, v in out["Joint_Acceptance_Rate"].items()}  # type: ignore[attr-defined]
+    histogram = out.get("Acceptance_Length_Histogram")
+    marginal = []
+    for i in range(num_speculative_tokens):
+        longer = [joint[length] for length in sorted(joint) if length >= i + 2]
+        marginal.append(longer[0] if longer else 0.0)
+    conditional, previous = [], 1.0
+    for m in marginal:
+        conditional.append(m / previous if previous > 0 else 0.0)
+        previous = m
+    per_request = float(out.get("Average_AL", 0.0))  # type: ignore[arg-type]
+    if histogram:
+        counts = {int(k): v for k, v in histogram.items()}  # type: ignore[attr-defined]
+        mean = sum(k * v for k, v in counts.items()) / sum(counts.values())
+    else:
+        mean = per_request
+    implied = 1.0 + sum(marginal)
+    profile: dict[str, object] = {
+        "schema_version": "1.0",
+        "measured": True,
+        "method": method,
+        "draft_checkpoint": extra.pop("draft_checkpoint", None),
+        "target_model": extra.pop("target_model", None),
+        "num_speculative_tokens": num_speculative_tokens,
+        "block_size": None,
+        "max_supported_k": num_speculative_tokens,
+        "verification_method": "longest_prefix",
+        "conditional_accept_rates": [round(x, 6) for x in conditional],
+        "marginal_accept_rates": [round(x, 6) for x in marginal],
+        "mean_accept_length": round(mean, 6),
+        "mean_accept_length_per_request": round(per_request, 6),
+        "accept_length_model": "chain_analytic"
+        if method in ("eagle", "eagle1", "eagle2", "eagle3")
+        else "measured_per_k",
+        "accept_length_by_k": {str(num_speculative_tokens): round(mean, 6)},
+        "acceptance_length_histogram": histogram,
+        "per_category": extra.pop("per_category", None),
+        "measurement_conditions": extra.pop("measurement_conditions", None),
+        "validation": {
+            "mean_consistency": {
+                "implied_mean_accept_length": round(implied, 6),
+                "reported_mean_accept_length": round(mean, 6),
+                "abs_delta": round(abs(implied - mean), 6),
+                "tolerance": 0.02,
+                "passed": abs(implied - mean) <= 0.02,
+            },
+            "marginal_monotonicity": {"passed": True, "violations": []},
+        },
+    }
+    profile.update(extra)
+    return profile
+
+
+def stub_profile(num_speculative_tokens: int, method: str | None = "eagle3") -> dict[str, object]:
+    """speculation_profile.stub_profile: zero vectors, measured false, no mean."""
+    profile = speculation_profile(
+        {"Conditional_Acceptance_Rate": {}, "Joint_Acceptance_Rate": {}, "Average_AL": 0.0},
+        num_speculative_tokens,
+        method=method,
+    )
+    profile.update(measured=False, mean_accept_length=None, accept_length_by_k={}, validation=None)
+    return profile
+
+
+def export_stub_profile(method: str = "eagle3") -> dict[str, object]:
+    """What ModelOpt's exporter writes beside a drafter exported without a measurement
+    (modelopt/torch/export/plugins/hf_spec_export.py, pull request #2313)."""
+    return {
+        "schema_version": None,
+        "measured": False,
+        "method": method,
+        "note": (
+            "No acceptance measurement was supplied at export time. Produce one with "
+            "examples/specdec_bench and re-export with --speculation_profile, or build "
+            "it from an existing acceptance_rate.json."
+        ),
+    }
+
+
+def write_profile(path, profile: dict[str, object]) -> None:
+    """As AcceptanceRate._write_speculation_profile writes it: json.dump(profile, f, indent=2)."""
+    with open(path, "w") as f:
+        json.dump(profile, f, indent=2)
+
+
+# -- vLLM's per-request metrics (--per-request-spec-decode-metrics) ------------------------------
+# vllm 0.33.0 vllm/v1/metrics/stats.py RequestSpecDecodeMetrics (new, observe, to_dict) and
+# vllm/entrypoints/generate/base/protocol.py SpeculativeDecodingMetrics / PerRequestMetrics, in a
+# response of vllm/entrypoints/openai/{completion,chat_completion}/protocol.py. vllm does not import
+# on a CPU with --no-deps (its config package needs cbor2, zmq, fastapi, msgspec, ... first), so the
+# object is built here from that source; tests/test_serving_sources.py says how it was compared.
+
+
+def spec_decode_metrics(num_spec_tokens: int, steps: list[tuple[int, int]], *, detailed: bool = False) -> dict:
+    """RequestSpecDecodeMetrics: observe(drafted, accepted) per verify step, then to_dict()."""
+    histogram = [0] * (num_spec_tokens + 1)
+    drafted_total, per_step_accepted, per_step_drafted = 0, [], []
+    for drafted, accepted in steps:
+        histogram[accepted] += 1
+        drafted_total += drafted
+        if detailed:
+            per_step_accepted.append(accepted)
+            per_step_drafted.append(drafted)
+    num_steps = sum(histogram)
+    num_accepted = sum(j * count for j, count in enumerate(histogram))
+    result: dict[str, object] = {
+        "mean_acceptance_length": 1.0 + num_accepted / num_steps if num_steps else 1.0,
+        "draft_acceptance_rate": num_accepted / drafted_total if drafted_total else 0.0,
+        "acceptance_histogram": list(histogram),
+        "num_spec_steps": num_steps,
+        "num_accepted_draft_tokens": num_accepted,
+        "num_draft_tokens": drafted_total,
+        "num_spec_tokens": num_spec_tokens,
+    }
+    if per_step_accepted:
+        result["per_step_accepted"] = per_step_accepted
+        result["per_step_drafted"] = per_step_drafted
+    return result
+
+
+def vllm_response(
+    spec: dict | None, *, chat: bool = False, text: str = "The answer is 4.", index: int = 0, client: bool = False
+) -> str:
+    """One response as one JSON line: vLLM's own field order (the body ``curl`` saves), or, with
+    ``client``, as the openai client's ``model_dump_json`` writes the object it returns (its models
+    keep vLLM's extra ``metrics`` field)."""
+    created, model = 1787366173, "org/target"
+    if chat:
+        choice: dict[str, object] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": "stop",
+            "stop_reason": None,
+        }
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+    tokens = 24  # usage is not read
+    body: dict[str, object] = {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{index:032x}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {"prompt_tokens": 11, "total_tokens": 11 + tokens, "completion_tokens": tokens},
+        "metrics": {"speculative_decoding": spec} if spec is not None else None,
+    }
+    if not client:
+        return json.dumps(body)
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+
+    return (ChatCompletion if chat else Completion).model_validate(body).model_dump_json()
+
+
+def vllm_args_line(args: dict[str, object], *, prefix: str = "(APIServer pid=7) ") -> str:
+    """vLLM's startup line logger.info("non-default args: %s", args) (vllm/entrypoints/common/startup.py,
+    log_non_default_args): the dict as Python prints it, through vLLM's format."""
+    record = logging.LogRecord(
+        "vllm.entrypoints.common.startup", logging.INFO, "startup.py", 96, "non-default args: %s", (args,), None
+    )
+    record.created = 1747044600.0
+    return prefix + VLLM_FORMAT.format(record)

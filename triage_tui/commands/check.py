@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="serving evidence: a vLLM/SGLang log, a saved /metrics page, an SGLang meta_info "
-        "JSONL, or a live http:// metrics URL (repeatable; default: triage.toml [serving])",
+        "JSONL, a JSONL of vLLM responses with per-request metrics, a ModelOpt speculation_profile.json, "
+        "a saved command line, or a live http:// metrics URL (repeatable; default: triage.toml [serving] "
+        "and the speculation_profile.json beside the checkpoint)",
     )
     parser.add_argument(
         "--all-chunk-orders",
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     )
     flags, metrics, scalars, start, chance = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
-    sources = _serving_sources(inputs.run, args.serving)
+    sources = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
     serving = _serving(sources, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
     diagnosis = diagnose(
@@ -114,14 +116,18 @@ def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any, Chance
     return tuple(status.flags), status.metrics, status.scalars, status.start, status.chance
 
 
-def _serving_sources(run_path, flag_sources: list[str] | None) -> list[str]:
-    """--serving sources, else triage.toml's [serving]."""
+def _serving_sources(run_path, flag_sources: list[str] | None, checkpoint: Any = None) -> list[str]:
+    """--serving sources, else triage.toml's [serving] and the speculation profile beside the
+    drafter checked."""
     from triage_tui.core.runs.manifest import load_manifest
     from triage_tui.core.runs.names import MANIFEST_NAME
+    from triage_tui.core.serving.read import with_profile
 
     sources = list(flag_sources or [])
-    if not sources and (run_path / MANIFEST_NAME).is_file():
-        sources = load_manifest(run_path / MANIFEST_NAME).serving_sources
+    if not sources:
+        if (run_path / MANIFEST_NAME).is_file():
+            sources = load_manifest(run_path / MANIFEST_NAME).serving_sources
+        sources = with_profile(sources, checkpoint)
     return sources
 
 
@@ -201,6 +207,9 @@ def _serving_lines(comparison) -> list[str]:
     if serving.per_position:
         lines.append("  per position      " + " ".join(f"{p:.3f}" for p in serving.per_position))
     lines.append(f"  convention        {serving.convention}")
+    why = serving.not_scored()
+    if why is not None:
+        lines.append(f"  not scored        {why}")
     if training is not None:
         lines.append(
             f"  training estimate {training.acceptance_length:.2f} at step {training.step} ({training.arithmetic})"

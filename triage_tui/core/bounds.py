@@ -61,6 +61,13 @@ def is_url(location: str) -> bool:
 
 def count(value: float, what: str) -> int:
     """A counter's value as an int: finite, >= 0 and at most MAX_COUNT, else Impossible."""
+    if isinstance(value, int):  # exact: a JSON or log integer may be far beyond what a float holds
+        shown = str(value) if abs(value) <= MAX_COUNT else f"an integer of {len(str(abs(value)))} digits"
+        if value < 0:
+            raise Impossible(f"{what} is {shown} (a count cannot be negative)")
+        if value > MAX_COUNT:
+            raise Impossible(f"{what} is {shown} (beyond any count a server reaches: {MAX_COUNT})")
+        return value
     if not math.isfinite(value):
         raise Impossible(f"{what} is {value} (not a finite count)")
     if value < 0:

@@ -39,7 +39,7 @@ from triage_tui.core.runs.names import CONFIG_NAME, MANIFEST_NAME, is_event_file
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.serving.read import ServingWatch
+from triage_tui.core.serving.read import ServingWatch, with_profile
 from triage_tui.core.signals.chance import (
     MEAN_OVER_ALL_POSITIONS,
     chance_line,
@@ -551,6 +551,11 @@ class Watcher:
         """The run's [serving] sources, followed: new log lines, a scrape when due (this thread, never the UI's)."""
         manifest = tracked.info.manifest
         sources = tuple(manifest.serving_sources) if manifest is not None and self.follow_serving else ()
+        if self.follow_serving:
+            # The profile ModelOpt exports beside the drafter the run names, else beside the newest it saved.
+            saved = tracked.info.artifacts.checkpoints
+            named = manifest.checkpoint if manifest is not None else None
+            sources = tuple(with_profile(sources, named if named is not None else (saved[-1] if saved else None)))
         if sources != tracked.serving_sources:
             tracked.serving_sources = sources
             # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.

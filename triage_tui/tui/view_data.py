@@ -17,6 +17,7 @@ import numpy as np
 from triage_tui.core.run_status import RunStatus
 from triage_tui.core.series import RunScalars, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
+from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import RUN_STATUSES
 from triage_tui.core.text import format_accuracy
 
@@ -217,6 +218,7 @@ class ServingSeries:
     per_position: tuple[float, ...]
     training_estimate: float | None  # the run's per-position accuracies, same number of positions
     failing: bool  # a source failed at the last poll, or an untrusted triage.toml named one not used
+    unscored: str | None = None  # "synthetic" or "not measured": shown, never flagged (ServingEvidence.scored)
 
 
 def serving_series(status: RunStatus, max_points: int) -> ServingSeries | None:
@@ -241,7 +243,14 @@ def serving_series(status: RunStatus, max_points: int) -> ServingSeries | None:
         per_position=serving.per_position if serving is not None else (),
         training_estimate=estimate.acceptance_length if estimate is not None else None,
         failing=bool(status.serving_errors),
+        unscored=_unscored(serving),
     )
+
+
+def _unscored(serving: ServingEvidence | None) -> str | None:
+    if serving is None or serving.scored:
+        return None
+    return "not measured" if not serving.measured else "synthetic (forced acceptance)"
 
 
 def format_step(step: int | None) -> str:

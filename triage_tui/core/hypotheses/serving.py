@@ -17,6 +17,7 @@ from triage_tui.core.hypotheses.scoring import (
     corroborate,
     serving_collapsed,
 )
+from triage_tui.core.serving.evidence import ENGINES
 
 if TYPE_CHECKING:
     from triage_tui.core.serving.compare import ServingComparison
@@ -92,7 +93,11 @@ W_SERVING_ABOVE_TRAINING = 0.45
 def config_contract(run: RunEvidence) -> Hypothesis:
     ev = Evidence()
     contract = run.contract()
-    engine = run.serving.serving.engine if run.serving is not None else None
+    # Serving evidence that is not scored (synthetic, not measured) is skipped; a benchmark's profile
+    # ("modelopt") names no engine whose reading the check knows.
+    scored = run.serving is not None and run.serving.serving.scored
+    engine = run.serving.serving.engine if run.serving is not None and scored else None
+    engine = engine if engine in ENGINES else None
     collapsed = run.serving is not None and run.serving.finding("acceptance_collapsed") is not None
     if contract is not None:
         for finding in contract.findings:
@@ -120,7 +125,9 @@ def config_contract(run: RunEvidence) -> Hypothesis:
     if any(w >= LIKELY for w, _ in ev.items):
         corroborate(ev, run.symptoms)
     serving_collapsed(ev, run.serving)
-    if run.serving is not None and not collapsed:
+    if run.serving is not None and not scored:
+        ev.note(f"serving evidence not scored: {run.serving.serving.not_scored()}")
+    elif run.serving is not None and not collapsed:
         ev.note(f"serving acceptance length {_length(run.serving)}: not collapsed")
     return Hypothesis(
         "config_contract",
@@ -139,7 +146,9 @@ def target_mismatch(run: RunEvidence) -> Hypothesis:
 
     ev = Evidence()
     serving = run.serving
-    if serving is not None:
+    if serving is not None and not serving.serving.scored:
+        ev.note(f"serving evidence not scored: {serving.serving.not_scored()}")
+    elif serving is not None:
         below = serving.finding("serving_below_training")
         if below is not None:
             collapsed = serving.finding("acceptance_collapsed") is not None

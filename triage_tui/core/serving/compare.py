@@ -182,9 +182,12 @@ class ServingComparison:
 
 
 def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None) -> ServingComparison:
-    """Flag a collapsed acceptance and a training estimate far from what the server accepts."""
+    """Flag a collapsed acceptance and a training estimate far from what the server accepts.
+
+    Evidence that is not scored (a placeholder, figures an engine forced for benchmarking:
+    ``ServingEvidence.scored``) concludes nothing: no finding, so no flag and no hypothesis."""
     findings: list[ServingFinding] = []
-    length = serving.acceptance_length
+    length = serving.acceptance_length if serving.scored else None
     if length is not None:
         later = serving.per_position[1:]
         if length <= COLLAPSED_LENGTH and all(p <= COLLAPSED_LATER_POSITION for p in later):

@@ -29,6 +29,13 @@ first i+1 tokens were all accepted / drafts (unconditional, as vLLM logs it). Wh
 gives means and no counts (SGLang's log and gauges) the means are averaged and the convention
 string says so; SGLang's own accept len already includes the bonus token
 (``spec_num_accepted_tokens += num_accepted_tokens + bs``), so it is the same quantity.
+Sources that keep other conventions (ModelOpt's profile: lengths that count the bonus token,
+conditional and marginal rates; vLLM's per-request histogram of accepted drafts) are converted
+into this one, and the evidence's ``convention`` string says how.
+
+Evidence is *scored* (run flags, hypotheses) only when it was measured on the drafter: a
+placeholder written before any measurement (``measured`` false) and figures an engine forced for
+benchmarking (``synthetic``, the setting and where it was seen) are shown, never scored.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 
 from triage_tui.core.json_numbers import json_number
 
+# The serving engines whose readings the checks know (config_contract); a profile is "modelopt".
 ENGINES = ("vllm", "sglang")
 
 
@@ -77,6 +85,24 @@ class ServingEvidence:
     samples: tuple[ServingSample, ...] = ()
     notes: tuple[str, ...] = ()
     sources: tuple[ServingEvidence, ...] = ()  # the parts, when several sources were pooled
+    # Why the figures were forced by the engine (a benchmark's synthetic acceptance: the setting,
+    # where it was seen); None when nothing forced them.
+    synthetic: str | None = None
+    # False for a placeholder written before anything was measured (ModelOpt's export stub).
+    measured: bool = True
+
+    @property
+    def scored(self) -> bool:
+        """Whether flags and hypotheses may use these figures: measured, and not forced."""
+        return self.measured and self.synthetic is None
+
+    def not_scored(self) -> str | None:
+        """Why the figures are not scored, in one line; None when they are."""
+        if not self.measured:
+            return "not measured: a placeholder written before any acceptance was measured"
+        if self.synthetic is not None:
+            return f"synthetic: {self.synthetic}"
+        return None
 
     def to_json(self, *, with_samples: bool = True) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -88,6 +114,8 @@ class ServingEvidence:
             "accepted": self.accepted,
             "convention": self.convention,
             "notes": list(self.notes),
+            "measured": self.measured,
+            "synthetic": self.synthetic,
         }
         if with_samples:
             document["samples"] = [s.to_json() for s in self.samples]

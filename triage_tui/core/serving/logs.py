@@ -2,7 +2,9 @@
 
 Formats and the engine code that writes them: see ``serving.evidence``. A log is followed as it
 grows (``core/log_tail.LogTail``): whole lines only, a runaway line without a newline dropped, one poll's read
-bounded so the first poll of a huge log stays short.
+bounded so the first poll of a huge log stays short. A forced-acceptance setting in any line (the
+engine's startup arguments, a saved command line: ``serving.synthetic``) makes the log's evidence
+synthetic; a file that holds only such a setting is evidence without figures, synthetic.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,6 +21,7 @@ from triage_tui.core.log_tail import LogTail
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
+from triage_tui.core.serving.synthetic import ForcedAcceptance, forced_acceptance
 
 # Numbers are captured wide (a sign, an exponent, nan, inf) so that a negative or absurd value is
 # read and refused by core/bounds.py, and text that is no number is a malformed line, counted.
@@ -186,6 +190,7 @@ class ServingLog:
         self.unparsed = 0
         self.lines = 0  # complete lines read so far: the line number of an error
         self.impossible: str | None = None
+        self.forced: ForcedAcceptance | None = None  # the first forced-acceptance setting seen
         self._evidence: ServingEvidence | None = None
 
     def poll(self) -> ServingPoll:
@@ -206,7 +211,7 @@ class ServingLog:
                 return ServingPoll(None, (source_error(self.location, self.impossible),))
             if not self.to_end or not self.tail.bytes_read:
                 break
-        if changed or (self._evidence is None and self.engine is not None):
+        if changed or (self._evidence is None and (self.engine or self.forced) is not None):
             self._evidence = self.evidence()
         errors = () if self.path.exists() else (source_error(self.location, "no such file (yet)"),)
         return ServingPoll(self._evidence, errors)
@@ -215,6 +220,9 @@ class ServingLog:
         changed = False
         for line in lines:
             self.lines += 1
+            if self.forced is None:
+                self.forced = forced_acceptance(line, self.lines)
+                changed |= self.forced is not None
             try:
                 found = parse_stats_line(line, len(self.samples))
             except Malformed:
@@ -234,7 +242,8 @@ class ServingLog:
         return changed
 
     def evidence(self) -> ServingEvidence | None:
-        if self.engine is None:
+        engine = self.engine or (self.forced.engine if self.forced is not None else None)
+        if engine is None:
             return None
         notes = []
         if self.unparsed:
@@ -242,14 +251,19 @@ class ServingLog:
         if self.tail.dropped:
             notes.append(f"{self.tail.dropped} line(s) over {self.tail.line_limit >> 10} KiB dropped unread")
         notes.extend(rates_disagree(self.samples))
-        return pool_samples(self.engine, self.location, self.samples, notes)
+        evidence = pool_samples(engine, self.location, self.samples, notes)
+        # A setting for the other engine is another server's: it does not force this log's figures.
+        if self.forced is not None and self.forced.engine == engine:
+            evidence = replace(evidence, synthetic=self.forced.reason)
+        return evidence
 
     def nothing_found(self) -> str:
         if self.unparsed:
             return f"{self.unparsed} stats line(s), none in a format this version reads (vLLM v1, SGLang)"
         return (
             "holds no vLLM 'SpecDecoding metrics:' line, SGLang 'Decode batch ... accept len' line, "
-            "speculative-decoding Prometheus metric or SGLang meta_info"
+            "speculative-decoding Prometheus metric, per-request metrics, speculation profile or "
+            "forced-acceptance setting"
         )
 
 

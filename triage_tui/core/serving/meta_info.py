@@ -91,7 +91,7 @@ class MetaInfoFile:
     def _request(self, line: str) -> None:
         try:
             document = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested beyond the parser
+        except (ValueError, RecursionError):  # not JSON, an integer over int()'s digit limit, nested too deep
             raise _Skipped from None
         meta = document.get("meta_info", document) if isinstance(document, dict) else None
         if not isinstance(meta, dict) or "spec_verify_ct" not in meta:

@@ -13,8 +13,25 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.runs.manifest import expand_user
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.serving.profile import PROFILE_NAME
 from triage_tui.core.serving.registry import source_class
 from triage_tui.core.serving.source import Following, ServingPoll, ServingSource, source_error
+
+
+def profile_beside(checkpoint: str | os.PathLike[str] | None) -> str | None:
+    """ModelOpt's ``speculation_profile.json`` in a drafter checkpoint's directory (its exporter
+    writes it there, serving/profile.py), or None."""
+    if checkpoint is None:
+        return None
+    path = os.path.join(checkpoint, PROFILE_NAME)
+    return path if os.path.isfile(path) else None
+
+
+def with_profile(sources: Sequence[str], checkpoint: str | os.PathLike[str] | None) -> list[str]:
+    """``sources`` and the speculation profile beside ``checkpoint``, unless one of them names it already."""
+    found = profile_beside(checkpoint)
+    named = {os.path.realpath(s) for s in sources if not bounds.is_url(s)}
+    return [*sources, found] if found is not None and os.path.realpath(found) not in named else list(sources)
 
 
 def read_serving(location: str) -> ServingEvidence:
@@ -41,12 +58,18 @@ def read_serving_sources(sources: Sequence[str]) -> ServingEvidence | None:
 
 
 def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None:
-    """Several sources as one: counts pooled when every part has them, else the parts' mean."""
+    """Several sources as one: counts pooled when every part with figures has them, else their mean.
+
+    One engine's figures only: the first source with figures decides which (another engine serves
+    another drafter setup). A part that is not measured (a placeholder) adds no figures; a
+    forced-acceptance setting seen in any part of that engine makes the whole synthetic: the same
+    server's other figures were forced too.
+    """
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
-    # One engine's figures only: another engine serves another drafter setup (the first named wins).
-    engine = parts[0].engine
+    first = next((p for p in parts if p.acceptance_length is not None), parts[0])
+    engine = first.engine
     others = [p for p in parts if p.engine != engine]
     parts = [p for p in parts if p.engine == engine]
     notes = [f"{p.source}: not pooled, it is {p.engine} and the first source is {engine}" for p in others]
@@ -54,11 +77,15 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
         return replace(parts[0], notes=parts[0].notes + tuple(notes)) if notes else parts[0]
     source = ", ".join(p.source for p in parts)
     notes += [f"{p.source}: {n}" for p in parts for n in p.notes]
-    if all(p.drafts for p in parts) and all(p.accepted is not None for p in parts):
-        drafts = sum(p.drafts or 0 for p in parts)
-        accepted = sum(p.accepted or 0 for p in parts)
-        k = min(len(p.per_position) for p in parts)
-        per_position = tuple(sum(p.per_position[i] * (p.drafts or 0) for p in parts) / drafts for i in range(k))
+    notes += [f"{p.source}: not measured (a placeholder), not pooled" for p in parts if not p.measured]
+    synthetic = next((f"{p.source}: {p.synthetic}" for p in parts if p.synthetic is not None), None)
+    measured = any(p.measured for p in parts)
+    figures = [p for p in parts if p.acceptance_length is not None]
+    if figures and all(p.drafts for p in figures) and all(p.accepted is not None for p in figures):
+        drafts = sum(p.drafts or 0 for p in figures)
+        accepted = sum(p.accepted or 0 for p in figures)
+        k = min(len(p.per_position) for p in figures)
+        per_position = tuple(sum(p.per_position[i] * (p.drafts or 0) for p in figures) / drafts for i in range(k))
         return ServingEvidence(
             engine,
             source,
@@ -66,12 +93,14 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
             per_position,
             drafts,
             accepted,
-            f"1 + accepted / drafts over the counts of {len(parts)} sources pooled",
+            f"1 + accepted / drafts over the counts of {len(figures)} sources pooled",
             (),
             tuple(notes),
             tuple(parts),
+            synthetic,
+            measured,
         )
-    lengths = [p.acceptance_length for p in parts if p.acceptance_length is not None]
+    lengths = [p.acceptance_length for p in figures if p.acceptance_length is not None]
     mean = sum(lengths) / len(lengths) if lengths else None
     return ServingEvidence(
         engine,
@@ -80,10 +109,12 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
         (),
         None,
         None,
-        f"mean of {len(lengths)} sources' acceptance lengths (not all have counts)",
+        f"mean of {len(lengths)} sources' acceptance lengths (not all have counts)" if lengths else "no figures",
         (),
         tuple(notes),
         tuple(parts),
+        synthetic,
+        measured,
     )
 
 
@@ -138,8 +169,9 @@ class ServingWatch:
             self._parts = tuple(parts)
             combined = combine_evidence(parts)
             if combined is not None and len(parts) > 1:
-                # Over time, several sources' intervals do not line up: the chart follows the first.
-                combined = replace(combined, samples=parts[0].samples)
+                # Over time, several sources' intervals do not line up: the chart follows the first
+                # that has any (a launch script or a profile has none).
+                combined = replace(combined, samples=next((p.samples for p in parts if p.samples), ()))
             self._combined = combined
         return self._combined, tuple(errors)
 

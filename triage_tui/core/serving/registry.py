@@ -1,10 +1,11 @@
 """Every serving source once, in the order that decides which class reads a location.
 
 A new source (a format an engine or a tool writes) is one class implementing
-``serving.source.ServingSource`` in a module of its own beside ``logs``, ``metrics`` and
-``meta_info``, and one entry here. The first class whose ``claims(location, head)`` is true reads
-the location: URLs first, then files told apart by their first bytes, ``ServingLog`` last (it
-claims any file). ``tests/test_serving_hostile.py`` attacks every entry.
+``serving.source.ServingSource`` in a module of its own beside ``logs``, ``metrics``,
+``meta_info``, ``per_request`` and ``profile``, and one entry here. The first class whose
+``claims(location, head)`` is true reads the location: URLs first, then files told apart by their
+name or first bytes (the JSON sources before ``MetaInfoFile``, which claims any JSON-lines file),
+``ServingLog`` last (it claims any file). ``tests/test_serving_hostile.py`` attacks every entry.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ from __future__ import annotations
 from triage_tui.core.serving.logs import ServingLog
 from triage_tui.core.serving.meta_info import MetaInfoFile
 from triage_tui.core.serving.metrics import MetricsFile, MetricsUrl
+from triage_tui.core.serving.per_request import VllmRequestMetrics
+from triage_tui.core.serving.profile import SpeculationProfile
 from triage_tui.core.serving.source import ServingSource
 
-SERVING_SOURCES: tuple[type[ServingSource], ...] = (MetricsUrl, MetricsFile, MetaInfoFile, ServingLog)
+SERVING_SOURCES: tuple[type[ServingSource], ...] = (
+    MetricsUrl,
+    MetricsFile,
+    SpeculationProfile,
+    VllmRequestMetrics,
+    MetaInfoFile,
+    ServingLog,
+)
 
 
 def source_class(location: str, head: bytes) -> type[ServingSource]:

@@ -13,6 +13,9 @@ from __future__ import annotations
 MAX_LINE_BYTES = 1 << 16
 # A JSONL line holds a whole response (its text too): a long generation is a few hundred KiB.
 MAX_JSONL_LINE_BYTES = 4 << 20
+# A speculation profile is a few KiB (vectors of K rates, a histogram, per-category means): one
+# this large is not a profile.
+MAX_PROFILE_BYTES = 1 << 20
 # One poll reads at most this much of a log, so the first poll of a huge log stays bounded;
 # the next poll continues where it stopped.
 MAX_READ_BYTES = 32 << 20

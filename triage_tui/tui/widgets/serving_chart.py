@@ -77,6 +77,8 @@ class ServingChart(PlotextPlot):
 def title_of(series: ServingSeries) -> str:
     """One line: engine, pooled acceptance length, per position, the training estimate."""
     parts = [f"serving · {series.engine or 'no data'}"]
+    if series.unscored is not None:
+        parts.append(f"{series.unscored}, not scored")
     if series.acceptance_length is not None:
         parts.append(f"accept length {series.acceptance_length:.2f}")
     if series.per_position:
