@@ -23,7 +23,6 @@ import torch
 from safetensors.torch import save_file
 
 from builders.tensorboard import write_scalars
-from triage_tui.core.errors import BadInput
 from triage_tui.core.watch import Watcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,18 +131,27 @@ def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monk
     assert statuses["a"].last_step == 9 and statuses["a"].status == "ok"
     (flag,) = [f for f in statuses["b"].flags if f.kind == "unreadable_file"]
     assert "MemoryError" in flag.message and str(tmp_path / "b") in flag.message
-    with pytest.raises(BadInput, match="cannot read its scalars: MemoryError"):
-        Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
+    # `scan` (strict) too: the failure is b's error, a's report is whole.
+    statuses = {s.info.name: s for s in Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()}
+    assert statuses["a"].status == "ok" and statuses["b"].status == "error"
+    (error,) = statuses["b"].errors
+    assert error.source == "triage" and "MemoryError" in error.message
 
 
 @pytest.mark.parametrize("name", sorted(BAD_MANIFESTS))
 def test_scan_and_check_say_what_is_wrong_with_a_manifest_in_one_line(tmp_path, name):
+    """`check RUN` is bad input (exit 2, one line); `scan` lists the run with the error (exit 1)."""
     content, reason = BAD_MANIFESTS[name]
     points(tmp_path / name, range(10))
-    (tmp_path / name / "triage.toml").write_bytes(content)
-    for command in ("scan", "check"):
-        line = one_line(triage(command, tmp_path / name))
-        assert line.startswith(f"triage: {tmp_path / name / 'triage.toml'}: ") and reason in line
+    manifest = tmp_path / name / "triage.toml"
+    manifest.write_bytes(content)
+    line = one_line(triage("check", tmp_path / name))
+    assert line.startswith(f"triage: {manifest}: ") and reason in line
+    result = triage("scan", "--json", tmp_path / name)
+    assert result.returncode == 1 and result.stderr == ""
+    (run,) = json.loads(result.stdout)["runs"]
+    (error,) = run["errors"]
+    assert error["source"] == "manifest" and error["path"] == str(manifest) and reason in error["message"]
 
 
 def test_paths_that_name_no_user_or_loop_are_one_line(tmp_path):
@@ -272,8 +280,12 @@ def test_an_io_error_in_an_event_file_names_the_file_and_the_other_runs_go_on(tm
     write_scalars(bad_run, {"train/ploss_0": [(s, 2.0) for s in range(10)]})
     (bad_file,) = bad_run.glob("*tfevents*")
     _failing_reads(monkeypatch, bad_file, OSError(errno.EIO, "Input/output error"))
-    assert main(["scan", "--json", str(tmp_path)]) == 0
+    assert main(["scan", "--json", str(tmp_path)]) == 1  # the bad run's error
     runs = {run["name"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["good"]["errors"] == []
+    assert runs["bad"]["errors"] == [
+        {"source": "tensorboard", "path": str(bad_file), "message": "cannot read it: Input/output error"}
+    ]
     # Ten points each: both are inside the warm-up (its info flag), which is not the subject here.
     assert runs["good"]["last_step"] == 9 and [f["kind"] for f in runs["good"]["flags"]] == ["warming_up"]
     (flag,) = [f for f in runs["bad"]["flags"] if f["kind"] != "warming_up"]
@@ -282,15 +294,19 @@ def test_an_io_error_in_an_event_file_names_the_file_and_the_other_runs_go_on(tm
     assert f"triage scalars: {bad_file}: cannot read it: Input/output error" in capsys.readouterr().err
 
 
-def test_an_unexpected_reader_error_in_scan_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+def test_an_unexpected_reader_error_in_scan_is_the_runs_error_naming_the_file(tmp_path, monkeypatch, capsys):
     from triage_tui.cli import main
 
     write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
     (bad_file,) = (tmp_path / "run").glob("*tfevents*")
     _failing_reads(monkeypatch, bad_file, ValueError("a reader bug"))
-    assert main(["scan", str(tmp_path)]) == 2
+    assert main(["scan", "--json", str(tmp_path)]) == 1
     captured = capsys.readouterr()
-    assert captured.err == f"triage: {bad_file}: cannot read it: ValueError: a reader bug\n"
+    assert captured.err == ""
+    (run,) = json.loads(captured.out)["runs"]
+    assert run["status"] == "error" and run["errors"] == [
+        {"source": "tensorboard", "path": str(bad_file), "message": "cannot read it: ValueError: a reader bug"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -310,9 +326,11 @@ def test_a_config_json_the_chance_line_cannot_use_is_said(tmp_path, content, why
     write_scalars(tmp_path / "run", {"train/ploss_0": [(s, 2.0) for s in range(10)]})
     (tmp_path / "run" / "config.json").write_bytes(content)
     result = triage("scan", "--json", tmp_path)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # an error of the run (the fault boundary)
     (run,) = json.loads(result.stdout)["runs"]
     assert run["vocab_size_source"] == "default"
+    config = str(tmp_path / "run" / "config.json")
+    assert run["errors"] == [{"source": "config", "path": config, "message": why}]
     # Ten points: the run is inside the warm-up too (its info flag); the config.json line is the subject.
     assert [(f["kind"], f["message"]) for f in run["flags"] if f["kind"] not in ("stalled", "warming_up")] == [
         ("unreadable_file", f"{tmp_path / 'run' / 'config.json'}: {why}")
@@ -335,7 +353,7 @@ def test_an_event_file_that_cannot_be_opened_is_named(tmp_path, monkeypatch, cap
         return real(path, buffering)
 
     monkeypatch.setattr(fileio, "open_polled", open_polled)
-    assert main(["scan", "--json", str(tmp_path)]) == 0
+    assert main(["scan", "--json", str(tmp_path)]) == 1
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert ("unreadable_file", f"{bad_file}: cannot open it: Permission denied") in [
         (f["kind"], f["message"]) for f in run["flags"]

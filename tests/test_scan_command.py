@@ -119,14 +119,17 @@ def test_missing_path_is_exit_2_with_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [f"triage: {tmp_path / 'no-such-run'}: no such file or directory"]
 
 
-def test_malformed_manifest_is_exit_2_naming_the_file(tmp_path):
+def test_malformed_manifest_is_an_error_of_its_run_exit_1_naming_the_file(tmp_path):
     write_series(tmp_path / "r", healthy_series())
     manifest = tmp_path / "r" / "triage.toml"
     manifest.write_text("[run]\nvocab_size = [32000]\n")
     before = manifest.read_bytes()
     result = scan(tmp_path, "--json")
-    assert result.returncode == 2
-    assert result.stderr.startswith(f"triage: {manifest}: ") and "Traceback" not in result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    (error,) = run["errors"]
+    assert error["source"] == "manifest" and error["path"] == str(manifest) and "vocab_size" in error["message"]
+    assert run["metrics"]["loss"]["count"] > 0  # its event files are still read
     assert manifest.read_bytes() == before
 
 

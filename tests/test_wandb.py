@@ -384,8 +384,11 @@ def test_without_the_wandb_package_a_wandb_run_says_why(story_run):
     )
     assert proc.returncode == 0, proc.stderr
     document = json.loads(proc.stdout)
-    assert document["sources"] == ["wandb"] and document["status"] == "warning"
+    # Nothing of the run could be read: status "error", the reason its error (the fault boundary).
+    assert document["sources"] == ["wandb"] and document["status"] == "error"
     assert "triage-tui[wandb]" in document["source_errors"][0]
+    (error,) = document["errors"]
+    assert error["source"] == "wandb" and "triage-tui[wandb]" in error["message"]
 
 
 # ----------------------------------------------------------------- the TUI

@@ -1,6 +1,8 @@
 """`triage scan [PATH ...] [--json] [--vocab-size N] [--poll]`: one pass over the runs.
 
-Exit status (docs/contracts.md): 0 no critical flag, 1 some run has a critical flag, 2 bad input.
+Exit status (docs/contracts.md, the fault boundary): 2 only for a bad command line or a PATH that
+does not exist or cannot be listed; otherwise 1 when some run is critical or has an error, else 0.
+A run's own bad file is an error of that run: it is listed with it, and the JSON is always printed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
 
-ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X", "warming": "~"}  # where stdout cannot encode STATUS_GLYPHS
+# Where stdout cannot encode STATUS_GLYPHS.
+ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X", "warming": "~", "error": "E"}
 # Once the runs are printed nothing is left to do: cli.main exits without the interpreter's teardown.
 EXIT_WITHOUT_TEARDOWN = True
 
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(printable(status.info.name)) for status in statuses)
         for status in statuses:
             print(summary_line(status, glyphs, width))
-    return 1 if any(status.status == "critical" for status in statuses) else 0
+    return 1 if any(status.status == "critical" or status.errors for status in statuses) else 0
 
 
 def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:
@@ -85,6 +88,10 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
     accuracy = status.metrics.get("accuracy")
     if accuracy and accuracy["last"] is not None:
         parts.append(f"{printable(accuracy['tag'])} {format_accuracy(accuracy['last'])}")
+    if status.errors:
+        first = status.errors[0]
+        more = f" (+{len(status.errors) - 1} more)" if len(status.errors) > 1 else ""
+        parts.append(f"error: {printable(first.line())}{more}")
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
         parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))

@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triage_tui.core.curve_shapes import RunStart
+from triage_tui.core.errors import SourceError
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import ordered, per_position
 from triage_tui.core.runs.info import RunInfo
+from triage_tui.core.runs.names import MANIFEST_NAME
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.signals.chance import DEFAULT_VOCAB_SIZE, ChanceLine, chance_line
 from triage_tui.core.signals.flags import Flag
 from triage_tui.core.sources import RunSources
 
@@ -26,7 +28,7 @@ class RunStatus:
     """Everything the TUI and `scan --json` show about one run at one moment."""
 
     info: RunInfo
-    status: str  # "ok" | "warning" | "critical"
+    status: str  # "ok" | "warning" | "critical" | "error" (errors, and nothing of the run could be read)
     vocab_size: int
     vocab_size_source: str  # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "default"
     chance_loss: float
@@ -45,6 +47,9 @@ class RunStatus:
     source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
     chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
     start: RunStart | None = None  # the first logged points: near chance or not (core.curve_shapes)
+    # The fault boundary (docs/contracts.md): everything of this run that could not be read, as
+    # values; one run's bad file never reaches another run's report.
+    errors: tuple[SourceError, ...] = ()
 
     @property
     def shown_status(self) -> str:
@@ -75,6 +80,7 @@ class RunStatus:
             "flags": [flag.to_json() for flag in self.flags],
             "sources": list(self.info.sources),
             "trainer": self.trainer,
+            "errors": [error.to_json() for error in self.errors],
         }
         if self.source_errors:
             document["source_errors"] = list(self.source_errors)
@@ -134,4 +140,37 @@ def damaged_records_flag(events: RunEvents | RunSources) -> Flag | None:
         None,
         float(count),
         f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing",
+    )
+
+
+def manifest_error(info: RunInfo) -> SourceError | None:
+    """The run's malformed triage.toml as an error of the run (its other sources are still read)."""
+    if not info.manifest_error:
+        return None
+    path = str(info.path / MANIFEST_NAME)
+    what = info.manifest_error.removeprefix(f"{path}: ")
+    return SourceError("manifest", path, what)
+
+
+def failed_status(info: RunInfo, vocab_size: int | None, err: Exception) -> RunStatus:
+    """The report of a run whose update failed outright (a bug the readers did not catch): listed,
+    status "error", the failure said; every other run's report is untouched."""
+    vocab, source = (vocab_size, "flag") if vocab_size is not None else (DEFAULT_VOCAB_SIZE, "default")
+    chance = chance_line(vocab, None)
+    error = SourceError("triage", str(info.path), f"cannot update this run: {type(err).__name__}: {err}")
+    return RunStatus(
+        info=info,
+        status="error",
+        vocab_size=vocab,
+        vocab_size_source=source,
+        chance_loss=chance.value,
+        last_step=None,
+        last_update=None,
+        metrics={"loss": None, "accuracy": None},
+        flags=(Flag("unreadable_file", "warning", None, None, None, error.line()),),
+        loss_tag=None,
+        accuracy_tag=None,
+        scalars=RunScalars(),
+        chance=chance,
+        errors=(error,),
     )

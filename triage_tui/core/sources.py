@@ -8,15 +8,16 @@ by their sub-directory), so the two writers' points never merge into one series.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.runs.config import read_config
-from triage_tui.core.runs.names import WANDB_DIR_NAME
+from triage_tui.core.runs.names import WANDB_DIR_NAME, is_wandb_file_name
 from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class RunSources:
         self._event_files: tuple[Path, ...] = ()
         self._wandb_files: tuple[Path, ...] = ()
         self._seen: tuple = ()
+        # Why the last poll of a whole source failed ("tensorboard", "wandb"): a reader's bug or a
+        # file it could not cope with stays on this run, and the other source is still read.
+        self.failures: dict[str, SourceError] = {}
 
     def set_files(self, event_files: Sequence[Path], wandb_files: Sequence[Path] = ()) -> None:
         """The run's files. A run that gains or loses a source re-reads its W&B files under their new names."""
@@ -68,6 +72,12 @@ class RunSources:
         return {**self.events.problems, **(self.wandb.problems if self.wandb is not None else {})}
 
     @property
+    def errors(self) -> tuple[SourceError, ...]:
+        """What could not be read, as of the last poll: each failed source, then each file."""
+        files = tuple(SourceError(source_of_file(path), str(path), what) for path, what in self.problems.items())
+        return tuple(self.failures.values()) + files
+
+    @property
     def damaged(self) -> dict[Path, int]:
         """Damaged records skipped so far, per file, in event files and W&B files alike."""
         damaged = dict(self.events.damaged)  # the reader's thread may add to them
@@ -79,10 +89,26 @@ class RunSources:
         """Read what was appended to every file since the last poll; refresh ``scalars``.
 
         ``split_files``: as RunEvents.poll (a one-thread process reading once: ``triage scalars``)."""
-        stats = self.events.poll(split_files=split_files) if self._event_files else ReadStats()
+        stats = ReadStats()
+        self.failures = {}
+        if self._event_files:
+            poll_events = lambda: self.events.poll(split_files=split_files)  # noqa: E731
+            stats = self._poll_source("tensorboard", self._event_files, poll_events, stats)
         if self.wandb is not None:
-            stats = _sum_stats(stats, self.wandb.poll())
+            stats = self._poll_source("wandb", self._wandb_files, self.wandb.poll, stats)
         self._refresh()
+        return stats
+
+    def _poll_source(
+        self, kind: str, files: tuple[Path, ...], poll: Callable[[], ReadStats], stats: ReadStats
+    ) -> ReadStats:
+        try:
+            return _sum_stats(stats, poll())
+        except BadInput as err:
+            self.failures[kind] = SourceError.of(kind, err)
+        except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error
+            where = str(files[0].parent) if files else ""
+            self.failures[kind] = SourceError(kind, where, f"cannot read its scalars: {type(err).__name__}: {err}")
         return stats
 
     def _refresh(self) -> None:
@@ -97,6 +123,11 @@ class RunSources:
         self.scalars.series = merged
         self.scalars.purges = [step for part in parts for step in part.purges]  # resumes (core.curve_shapes)
         self.scalars.version += 1
+
+
+def source_of_file(path: Path) -> str:
+    """The kind of scalar source a file belongs to, as ``SourceError.source`` names it."""
+    return "wandb" if is_wandb_file_name(path.name) else "tensorboard"
 
 
 def draft_vocab_from_config(config: dict[str, Any] | None) -> int | None:

@@ -48,7 +48,8 @@ def printable(text: object, *, newlines: bool = False) -> str:
 # A run's status (critical, warning, ok) and a flag's severity (critical, warning, info): the TUI
 # colours them (tui/view_data.py SEVERITY_STYLE); `scan` falls back to ASCII words.
 # "warming": a run still inside the warm-up (RunStatus.shown_status), not yet judged healthy.
-STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●", "info": "·", "warming": "◌"}
+# "error": a run none of whose files could be read (RunStatus.errors says why).
+STATUS_GLYPHS = {"critical": "✖", "warning": "▲", "ok": "●", "info": "·", "warming": "◌", "error": "⊘"}
 
 
 def format_accuracy(value: float | None) -> str:

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from triage_tui.core.curve_shapes import curve_flags, run_start
-from triage_tui.core.errors import BadInput
+from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
-from triage_tui.core.run_status import RunStatus, damaged_records_flag, scan_metrics
+from triage_tui.core.run_status import RunStatus, damaged_records_flag, failed_status, manifest_error, scan_metrics
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
@@ -79,9 +79,8 @@ class _Tracked:
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
-    read_error: str | None = None  # why the last poll of the run's files failed, if it did
-    config_problems: tuple[str, ...] = ()  # why config.json (or its vocab size) was not used
-    state_problem: str | None = None  # why the newest training_state.pt could not be read
+    config_problems: tuple[SourceError, ...] = ()  # why config.json (or its vocab size) was not used
+    state_problem: SourceError | None = None  # why the newest training_state.pt could not be read
     seen_live: bool = False  # new data arrived after the first read, in this session
     value_flags: tuple[Flag, ...] = ()
     activity: Activity | None = None
@@ -199,7 +198,9 @@ class Watcher:
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
         self.use_watchdog = use_watchdog
-        self.strict = strict  # `scan`: a bad path or manifest is BadInput; the TUI keeps going
+        # `scan`: a PATH that does not exist or cannot be listed is BadInput; the TUI keeps going.
+        # Either way a run's own bad file is an error of that run (RunStatus.errors), never BadInput.
+        self.strict = strict
         self.flush_secs = flush_secs
         self.clock = clock
         # triage.toml [serving] followed with the runs; `check` reads it itself, to the end, once.
@@ -250,7 +251,10 @@ class Watcher:
 
             def update(i: int) -> None:
                 nonlocal reported, interval, done, reports
-                statuses[i] = self._update(runs[i], now)
+                try:
+                    statuses[i] = self._update(runs[i], now)
+                except Exception as err:  # noqa: BLE001 - the fault boundary: one run's failure stays on it
+                    statuses[i] = failed_status(runs[i].info, self.vocab_size, err)
                 done += 1
                 clock = time.monotonic()
                 if on_progress is None or clock - reported < interval:
@@ -344,7 +348,9 @@ class Watcher:
         skipped: dict[str, str] = {}
         for path in self.paths:
             try:
-                infos = discover_runs([path], cache=self._cache, strict=self.strict, watched=self.paths)
+                infos = discover_runs(
+                    [path], cache=self._cache, strict=self.strict, watched=self.paths, keep_bad_manifests=True
+                )
             except BadInput:
                 if self.strict:
                     raise
@@ -412,7 +418,7 @@ class Watcher:
             problems: list[str] = []
             tracked.config = read_config(path, problems) if key is not None else None
             problems += config_vocab_problems(tracked.config)
-            tracked.config_problems = tuple(f"{path}: {problem}" for problem in problems)
+            tracked.config_problems = tuple(SourceError("config", str(path), problem) for problem in problems)
             tracked.settings_changed = True
         self._refresh_training_state(tracked)
 
@@ -438,26 +444,18 @@ class Watcher:
         try:
             vocab = read_training_state(path).draft_vocab_size  # None: a classic state holds no drafter
         except BadInput as err:
-            vocab, problem = None, f"{err.line()}; the chance line does not use it"
+            what = f"{err.what}; the chance line does not use it"
+            vocab, problem = None, SourceError("training_state", err.path or str(path), what)
         except Exception as err:  # noqa: BLE001 - a reader bug on one run's file must not stop the watch
-            vocab, problem = None, f"{path}: cannot read it: {type(err).__name__}: {err}"
+            what = f"cannot read it: {type(err).__name__}: {err}"
+            vocab, problem = None, SourceError("training_state", str(path), what)
         tracked.state_key, tracked.state_vocab, tracked.settings_changed = key, vocab, True
         tracked.state_problem = problem
 
     # ------------------------------------------------------------------ per-run update
 
     def _update(self, tracked: _Tracked, now: float) -> RunStatus:
-        try:
-            tracked.events.poll(split_files=self.split_files)
-            tracked.read_error = None
-        except Exception as err:
-            # One run's unreadable file must not stop the watch of the others. A reader names the
-            # file (BadInput); anything else is said of the run.
-            if not isinstance(err, BadInput):
-                err = BadInput(tracked.info.path, f"cannot read its scalars: {type(err).__name__}: {err}")
-            if self.strict:
-                raise err from None
-            tracked.read_error = err.line()
+        tracked.events.poll(split_files=self.split_files)  # what fails is on tracked.events.errors
         scalars = tracked.events.scalars
         wandb = tracked.events.wandb
         if wandb is not None and wandb.config_version != tracked.wandb_config_version:
@@ -483,25 +481,25 @@ class Watcher:
         )
         damaged = damaged_records_flag(tracked.events)
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
-        problems = tuple(
-            p
-            for p in (
-                tracked.info.manifest_error,
+        errors = tuple(
+            e
+            for e in (
+                manifest_error(tracked.info),
                 *tracked.config_problems,
                 tracked.state_problem,
-                *source_errors,
-                tracked.read_error,
+                *tracked.events.errors,
             )
-            if p
+            if e is not None
         )
         # A run that stopped inside the warm-up is not warming up: it will never be judged (stalled says so).
         value_flags = tuple(f for f in tracked.value_flags if stalled is None or f.kind != "warming_up")
         flags = (
             value_flags
             + tuple(f for f in (stalled, damaged) if f is not None)
-            + tuple(Flag("unreadable_file", "warning", None, None, None, problem) for problem in problems)
+            + tuple(Flag("unreadable_file", "warning", None, None, None, error.line()) for error in errors)
         )
-        serving, serving_errors = self._poll_serving(tracked)
+        serving, serving_errors, serving_failures = self._poll_serving(tracked)
+        errors += serving_failures
         flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
         if (
             not recompute
@@ -512,6 +510,8 @@ class Watcher:
         ):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
+        if errors and not scalars.series and serving is None:
+            status = "error"  # nothing of the run could be read: no health to judge
         tracked.status = RunStatus(
             info=tracked.info,
             status=status,
@@ -531,6 +531,7 @@ class Watcher:
             trainer=derived["trainer"],
             source_errors=source_errors,
             start=derived["start"],
+            errors=errors,
         )
         return tracked.status
 
@@ -547,7 +548,9 @@ class Watcher:
             tracked.serving_flags_for = (serving, scalars.version)
         return tracked.serving_flags
 
-    def _poll_serving(self, tracked: _Tracked) -> tuple[ServingEvidence | None, tuple[str, ...]]:
+    def _poll_serving(
+        self, tracked: _Tracked
+    ) -> tuple[ServingEvidence | None, tuple[str, ...], tuple[SourceError, ...]]:
         """The run's [serving] sources, followed: new log lines, a scrape when due (this thread, never the UI's)."""
         manifest = tracked.info.manifest
         sources = tuple(manifest.serving_sources) if manifest is not None and self.follow_serving else ()
@@ -565,9 +568,9 @@ class Watcher:
             tuple(e.line() for e in manifest.untrusted_errors()) if manifest is not None and self.follow_serving else ()
         )
         if tracked.serving is None:
-            return None, notices
+            return None, notices, ()
         evidence, errors = tracked.serving.poll()
-        return evidence, notices + tuple(e.line() for e in errors)
+        return evidence, notices + tuple(e.line() for e in errors), tuple(errors)
 
     def _valid_fraction(self, tracked: _Tracked):
         """The loss-mask fraction of the run's dumps (triage.toml data, else discovered), read once

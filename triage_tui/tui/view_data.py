@@ -26,7 +26,14 @@ SMOOTHING_WEIGHT = 0.6
 
 # The colour of each run status and flag severity (core/signals/flags.py orders them, core/text.py
 # STATUS_GLYPHS draws them).
-SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green", "info": "dim", "warming": "cyan"}
+SEVERITY_STYLE = {
+    "critical": "bold red",
+    "warning": "yellow",
+    "ok": "green",
+    "info": "dim",
+    "warming": "cyan",
+    "error": "bold magenta",
+}
 
 
 @dataclass(frozen=True)

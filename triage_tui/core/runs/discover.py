@@ -312,14 +312,17 @@ def discover_runs(
     cache: ListingCache | None = None,
     strict: bool = True,
     watched: Sequence[str | Path] = (),
+    keep_bad_manifests: bool = False,
 ) -> list[RunInfo]:
     """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
 
     Symlinks to directories are followed only into `paths` and `watched` (see _walk).
 
-    With ``strict`` a malformed triage.toml raises BadInput; without it the run is kept with
-    ``manifest_error`` set, so one bad file cannot stop a watcher of many runs.
+    With ``strict`` a path that cannot be listed, or a malformed triage.toml, raises BadInput;
+    without it (or with ``keep_bad_manifests``: ``scan`` of many runs) the run is kept with
+    ``manifest_error`` set, so one bad file cannot stop a report of many runs.
     """
+    manifests_strict = strict and not keep_bad_manifests
     cache = cache if cache is not None else ListingCache()
     cache.skipped_links = {}
     found: dict[str, RunInfo] = {}
@@ -328,7 +331,7 @@ def discover_runs(
     for raw in paths:
         root = Path(os.path.abspath(expand_user(raw)))
         if S_ISREG(stat_or_bad_input(root).st_mode):
-            for info in _file_run(root, cache, strict):
+            for info in _file_run(root, cache, manifests_strict):
                 found.setdefault(str(info.path), info)
             continue
         start = str(_start_dir(root, cache))
@@ -344,7 +347,7 @@ def discover_runs(
             if not (_is_under(run_dir, str(root)) or run_dir == start):
                 continue  # a sibling of the given path, reached only because we walked from above
             if run_dir not in found:
-                found[run_dir] = _run_info(builder, str(root), cache, strict)
+                found[run_dir] = _run_info(builder, str(root), cache, manifests_strict)
     return list(found.values())
 
 

@@ -77,10 +77,13 @@ def count_label(rows: Sequence[RunRow], total: int) -> Text:
     label = Text(f"{shown} run{'s' if shown != 1 else ''}" if shown == total else f"{shown} of {total} runs")
     critical = sum(1 for row in rows if row.status == "critical")
     warning = sum(1 for row in rows if row.status == "warning")
+    error = sum(1 for row in rows if row.status == "error")
     if critical:
         label.append(f"  {STATUS_GLYPHS['critical']} {critical}", style=SEVERITY_STYLE["critical"])
     if warning:
         label.append(f"  {STATUS_GLYPHS['warning']} {warning}", style=SEVERITY_STYLE["warning"])
+    if error:
+        label.append(f"  {STATUS_GLYPHS['error']} {error}", style=SEVERITY_STYLE["error"])
     return label
 
 
