@@ -1,0 +1,151 @@
+"""One hostile battery for every scalar source (docs/contracts.md, the fault boundary).
+
+Each source is a file kind a run's scalars come from, written here by its real writer: torch's
+SummaryWriter (TensorBoard event files) and the wandb package, offline (W&B run files). A new
+source is added to ``SOURCES`` and is attacked the day it lands. Every variant of a file (cut at
+each byte of its first records, one bit flipped at each, values that cannot be numbers, markup
+and escapes in every name) is put in run A beside a healthy run B; then:
+
+- nothing raises: A is listed, with its errors or damaged records said, never a traceback;
+- A's report is strict JSON (no NaN or infinity leaks as a number);
+- B's report is exactly what a scan of B alone gives.
+
+The serving sources have their own battery (tests/test_serving_hostile.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from builders.tensorboard import write_scalars
+from triage_tui.core.watch import Watcher
+
+# Every byte of this many leading bytes is cut at and flipped: the file's header and first records,
+# the first scalar records included (a test says so for each source).
+ATTACKED_BYTES = 1200
+
+# The names a hostile file can carry: markup, a terminal escape, a control character, a very long one.
+HOSTILE_TAGS = ["[bold red]loss[/]", "\x1b[31mtrain/acc_0", "loss\rhidden", "l" * 5000]
+
+
+def _tensorboard(run: Path, series: dict[str, list[tuple[int, float]]]) -> Path:
+    return write_scalars(run, series, wall_time=1_700_000_000.0)
+
+
+def _wandb(run: Path, series: dict[str, list[tuple[int, float]]]) -> Path:
+    from builders.wandb_runs import write_run
+
+    steps = sorted({step for points in series.values() for step, _ in points})
+    rows = [{tag: value for tag, points in series.items() for s, value in points if s == step} for step in steps]
+    return write_run(run, rows, steps=steps)
+
+
+# kind -> the real writer of a file of that source, into a run directory
+SOURCES: dict[str, Callable[[Path, dict[str, list[tuple[int, float]]]], Path]] = {
+    "tensorboard": _tensorboard,
+    "wandb": _wandb,
+}
+
+HEALTHY = {
+    "train/ploss_0": [(s, 10.0 - s / 10) for s in range(0, 100, 10)],
+    "train/acc_0": [(s, s / 200) for s in range(0, 100, 10)],
+}
+
+
+def _report(watched: Path, tree: Path) -> dict[str, dict]:
+    """Each run's report from a scan of ``watched``, keyed by the run's directory under ``tree`` (A or B;
+    a W&B run is the directory wandb writes below the one it was given)."""
+    statuses = Watcher([watched], use_watchdog=False, strict=True).poll_once()
+    reports = {status.info.path.relative_to(tree).parts[0]: status.to_json() for status in statuses}
+    json.dumps(reports, allow_nan=False)  # strict JSON, whatever a file held
+    return reports
+
+
+@pytest.fixture(scope="module", params=sorted(SOURCES))
+def written(request, tmp_path_factory) -> tuple[str, Path, bytes, dict]:
+    """(kind, a tree with healthy run B, one healthy file of the source, B's report alone)."""
+    kind = request.param
+    root = tmp_path_factory.mktemp(kind)
+    healthy = SOURCES[kind](root / "source", HEALTHY)
+    tree = root / "tree"
+    shutil.copytree(root / "source", tree / "B")
+    expected = _report(tree / "B", tree)["B"]
+    assert expected["errors"] == [] and expected["metrics"]["loss"]["count"] == 10
+    return kind, tree, healthy.read_bytes(), expected
+
+
+def _same_run(report: dict, alone: dict) -> bool:
+    """Equal but for the name (relative to what was watched: "B/..." in the tree, the leaf alone)."""
+    return {**report, "name": None} == {**alone, "name": None}
+
+
+def _place(tree: Path, written_file: Path, source_root: Path, data: bytes) -> None:
+    """Run A: the source's file at the place its writer put it, holding ``data``."""
+    target = tree / "A" / written_file.relative_to(source_root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+def _attack(tree: Path, kind: str, data: bytes, expected: dict, variants) -> tuple[int, int]:
+    """Each variant of ``data`` as run A's file; B's report checked. Returns how many variants ran,
+    and in how many A's report said something was wrong (an error, damaged records, points missing)."""
+    source_root = tree.parent / "source"
+    (written_file,) = [p for p in source_root.rglob("*") if p.is_file() and p.read_bytes() == data]
+    count = noticed = 0
+    for variant in variants:
+        shutil.rmtree(tree / "A", ignore_errors=True)
+        _place(tree, written_file, source_root, variant)
+        reports = _report(tree, tree)
+        assert _same_run(reports["B"], expected), f"{kind}: run A's file changed run B's report"
+        count += 1
+        a = reports.get("A")
+        loss = (a or {}).get("metrics", {}).get("loss") or {"count": 0}
+        noticed += a is None or bool(a["errors"]) or loss["count"] < 10 or "damaged_records" in str(a["flags"])
+    return count, noticed
+
+
+def test_the_attacked_bytes_reach_the_first_scalar_records(written):
+    kind, _, data, _ = written
+    assert 0 < data.find(b"train/ploss_0") < ATTACKED_BYTES - 100, kind
+
+
+def test_a_file_cut_at_every_byte_of_its_first_records_fails_alone(written):
+    kind, tree, data, expected = written
+    cuts = range(min(ATTACKED_BYTES, len(data)))
+    count, noticed = _attack(tree, kind, data, expected, (data[:cut] for cut in cuts))
+    assert count == len(cuts) and noticed == count  # every cut loses points
+
+
+def test_one_bit_flipped_at_every_byte_of_the_first_records_fails_alone(written):
+    kind, tree, data, expected = written
+
+    def flipped():
+        for i in range(min(ATTACKED_BYTES, len(data))):
+            yield data[:i] + bytes([data[i] ^ (1 << (i % 8))]) + data[i + 1 :]
+
+    count, noticed = _attack(tree, kind, data, expected, flipped())
+    assert count == min(ATTACKED_BYTES, len(data)) and noticed == count, (kind, noticed)  # every flip is caught
+
+
+def test_values_that_are_no_numbers_and_names_that_are_markup_fail_alone(written, tmp_path):
+    """Huge, infinite and NaN values under hostile names: read as written, reported as strict JSON
+    (NaN and infinity never become numbers), and the names stay text."""
+    kind, tree, _, expected = written
+    series = {tag: [(0, 1e308), (10, math.inf), (20, -math.inf), (30, math.nan), (40, 5.0)] for tag in HOSTILE_TAGS}
+    series["train/ploss_0"] = [(0, math.nan), (10, 1e300), (20, 10.5)]
+    hostile = SOURCES[kind](tmp_path / "hostile", series)
+    run_a = tree / "A"
+    shutil.rmtree(run_a, ignore_errors=True)
+    shutil.copytree(tmp_path / "hostile", run_a)
+    reports = _report(tree, tree)
+    assert _same_run(reports["B"], expected)
+    a = reports["A"]
+    assert a["metrics"]["loss"]["last"] == 10.5 and a["metrics"]["loss"]["count"] == 3
+    flags = {flag["kind"] for flag in a["flags"]}
+    assert "non_finite" in flags, (kind, flags, hostile)
