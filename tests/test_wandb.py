@@ -27,7 +27,7 @@ from builders.wandb_runs import (
 )
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb_history import WandbHistory
+from triage_tui.core.wandb.history import WandbHistory
 from triage_tui.core.watch import Watcher
 
 V = 32_000
@@ -265,10 +265,11 @@ def _descendants(pid: int) -> list[int]:
 
 def _history_offsets(path: Path) -> list[tuple[int, int]]:
     """(start, end) file offsets of each history record of an undamaged run file."""
-    from triage_tui.core.wandb_history import WANDB_HEADER, _frame, wandb_protos
+    from triage_tui.core.wandb.framing import WANDB_HEADER, frame
+    from triage_tui.core.wandb.records import wandb_protos
 
     base = len(WANDB_HEADER)
-    framed = _frame(path.read_bytes()[base:], base)
+    framed = frame(path.read_bytes()[base:], base)
     starts = [0] + framed.ends[:-1]
     return [
         (base + a, base + b)
