@@ -3,8 +3,10 @@
 - The step of a point is its row's ``_step``, unless ``define_metric`` gave the key a step metric (by
   name, or by glob: a metric defined by name wins over a glob, as in the W&B UI): then the row's value
   of that step metric. HF Trainer's WandbCallback does this for every key (``train/global_step``). A
-  row without that value, or with a non-integer one, gives no point for the key (counted, never
-  guessed: mixing two step scales would let preemption erase the series).
+  row without that value, or with a fractional one, gives no point for the key (counted in
+  ``unkeyed_points``, never guessed: mixing two step scales would let preemption erase the series).
+  A step metric whose value is not finite or past int64 makes the whole row damage: no point of it
+  is placed, and it is counted as a damaged record.
 - ``run`` and ``config`` records update the run's config (``wandb.config``), used like config.json.
 
 Files are read from where the last poll stopped (core.wandb.framing); a record that is damage, or that
@@ -42,6 +44,7 @@ from triage_tui.core.wandb.records import (
     WandbUnavailable,
     decode,
     has_typed_values,
+    step_in_int64,
     wandb_protos,
 )
 
@@ -190,7 +193,8 @@ class WandbHistory:
         stats.records += 1
         decoded = decode(pb, payload, self._typed)
         if isinstance(decoded, Row):
-            self._history(decoded, stats, rows)
+            if not self._history(decoded, stats, rows):
+                stats.corrupt_records += 1
         elif decoded is DAMAGED:
             stats.corrupt_records += 1
         elif isinstance(decoded, MetricDefinition):
@@ -203,9 +207,12 @@ class WandbHistory:
         elif isinstance(decoded, RunExit):
             self.exit_code = decoded.code
 
-    def _history(self, row: Row, stats: ReadStats, rows: _Rows) -> None:
+    def _history(self, row: Row, stats: ReadStats, rows: _Rows) -> bool:
+        """Place the row's points; False, and nothing placed, when a step metric's value is impossible."""
         values = row.values
         step_of = self._step_of
+        points: list[tuple[str, int, float]] = []
+        unkeyed = 0
         for key, value in values.items():
             target = step_of.get(key)
             if target is None:
@@ -214,17 +221,25 @@ class WandbHistory:
             point_step = row.step
             if metric:
                 x = values.get(metric)
-                if x is None or not math.isfinite(x) or x != int(x):
-                    self.unkeyed_points += 1
+                if x is None or (math.isfinite(x) and x != int(x)):
+                    unkeyed += 1  # a row without its step, or a fractional one (an epoch): not a step
                     continue
-                point_step = int(x)
+                whole = step_in_int64(x)
+                if whole is None:
+                    return False  # NaN, inf, 1e300 as a step: no writer meant that row
+                point_step = whole
+            points.append((tag, point_step, value))
+        self.unkeyed_points += unkeyed
+        wall = row.wall
+        for tag, point_step, value in points:
             columns = rows.get(tag)
             if columns is None:
                 columns = rows[tag] = ([], [], [])  # steps, wall times, values
             columns[0].append(point_step)
-            columns[1].append(row.wall)
+            columns[1].append(wall)
             columns[2].append(value)
-            stats.scalars += 1
+        stats.scalars += len(points)
+        return True
 
     def _step_metric(self, key: str) -> str:
         """The step metric define_metric gave `key` ("" = _step): by name, else the first glob that matches."""
