@@ -21,7 +21,7 @@ from triage_tui.core.runs.names import WANDB_DIR_NAME, is_wandb_file_name
 from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:
-    from triage_tui.core.wandb_history import WandbHistory
+    from triage_tui.core.wandb.history import WandbHistory
 
 WANDB_PREFIX = WANDB_DIR_NAME + "/"
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
@@ -51,7 +51,7 @@ class RunSources:
         event_files, wandb_files = tuple(event_files), tuple(wandb_files)
         prefix = WANDB_PREFIX if event_files and wandb_files else ""
         if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
-            from triage_tui.core.wandb_history import WandbHistory
+            from triage_tui.core.wandb.history import WandbHistory
 
             self.wandb = WandbHistory(prefix)
         elif not wandb_files:
