@@ -17,7 +17,7 @@ from a sibling room of its own layer (siblings are independent):
     checks | watch            one verdict each / the live monitor over runs
     run_status                what the watcher reports about one run (scan --json's object)
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
-    wandb_history | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
+    wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
     events | signals | drafter | console
                               TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles
@@ -29,16 +29,16 @@ from a sibling room of its own layer (siblings are independent):
     | bounds | log_tail       small shared helpers; bounds: every fetch's deadline and cap, numbers checked
     errors                    BadInput, the one bad-input error
 
-Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a
-checkpoint its weight files), and so are ``events`` (reader over decode over templates and columns
-over wire and framing over crc) and ``console`` (reader over follow over steps over one module per
-trainer's format over lines, record, literal and tuning) and ``hypotheses`` (rank over one module per cause family over
-scoring) and ``signals`` (run_flags over the value and stall flags over
-the chance line and tag choice over flags) and ``remap`` (execute over verify and the write paths over rows
-over plan over staging and writer) and ``serving`` (read and compare over the registry over one
-module per source format over the source protocol and the tail over evidence); nothing in core
-imports in a circle. The modules tests patch (``fileio``, ``bounds`` and each package's ``tuning``)
-are imported whole, never ``from ... import name``.
+Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a checkpoint
+its weight files), and so are ``events`` (reader over decode over templates and columns over wire
+and framing over crc) and ``wandb`` (history over records and framing) and ``console`` (reader over
+follow over steps over one module per trainer's format over lines, record, literal and tuning) and
+``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (run_flags over
+the value and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
+over verify and the write paths over rows over plan over staging and writer) and ``serving`` (read
+and compare over the registry over one module per source format over the source protocol and the
+tail over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``,
+``bounds`` and each package's ``tuning``) are imported whole, never ``from ... import name``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ CORE = [
     ("core.checks", "core.watch"),
     ("core.run_status",),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
-    ("core.wandb_history", "core.serving", "core.curve_shapes", "core.run_state"),
+    ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console"),
     ("core.runs",),
     ("core.formats", "core.node"),
@@ -104,6 +104,10 @@ FORMATS = [
         "core.formats.remap_record",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
+]
+WANDB = [
+    ("core.wandb.history",),
+    ("core.wandb.records", "core.wandb.framing"),
 ]
 EVENTS = [
     ("core.events.reader",),
@@ -274,6 +278,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.") and _room(name, CORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.formats.") and _room(name, FORMATS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.events.") and _room(name, EVENTS) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.wandb.") and _room(name, WANDB) is None]
     unplaced += [name for name in MODULES if name.startswith("core.hypotheses.") and _room(name, HYPOTHESES) is None]
     unplaced += [name for name in MODULES if name.startswith("core.signals.") and _room(name, SIGNALS) is None]
     unplaced += [name for name in MODULES if name.startswith("core.runs.") and _room(name, RUNS) is None]
@@ -292,6 +297,7 @@ def test_every_module_has_a_room():
         (CORE, "core"),
         (FORMATS, "core.formats"),
         (EVENTS, "core.events"),
+        (WANDB, "core.wandb"),
         (HYPOTHESES, "core.hypotheses"),
         (SIGNALS, "core.signals"),
         (RUNS, "core.runs"),
@@ -306,6 +312,7 @@ def test_every_module_has_a_room():
         "core",
         "formats",
         "events",
+        "wandb",
         "hypotheses",
         "signals",
         "runs",

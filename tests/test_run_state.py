@@ -273,7 +273,7 @@ def test_without_a_writer_on_a_network_filesystem_the_state_is_unknown(tmp_path)
 
 def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
     from builders.wandb_runs import run_file, run_script, start_script
-    from triage_tui.core.wandb_history import WandbHistory
+    from triage_tui.core.wandb.history import WandbHistory
 
     for name, code in (("ok", 0), ("failed", 3)):
         run_script(
@@ -377,7 +377,7 @@ def test_a_live_wandb_run_is_found_by_its_open_files_then_ends_by_its_exit_recor
     """The trainer holds its wandb/<run>/logs/debug.log open, wandb-core its run-<id>.wandb: either
     shows the run is written here; once the run finishes, the exit record says it ended."""
     from builders.wandb_runs import run_file, start_script
-    from triage_tui.core.wandb_history import WandbHistory
+    from triage_tui.core.wandb.history import WandbHistory
 
     child = start_script(
         """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,17 +18,24 @@ import pytest
 from builders.tensorboard import write_drafter_checkpoint, write_scalars
 from builders.waiting import out_of_patience, wait_for
 from builders.wandb_runs import (
+    HOSTILE_RECORDS,
     REPO,
+    config_record,
+    frame_records,
+    history_record,
     leet_points,
     offline_env,
+    records_of,
     run_file,
     same_points,
     start_script,
+    with_record,
     write_run,
+    write_step_metric_run,
 )
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb_history import WandbHistory
+from triage_tui.core.wandb.history import WandbHistory
 from triage_tui.core.watch import Watcher
 
 V = 32_000
@@ -265,10 +273,11 @@ def _descendants(pid: int) -> list[int]:
 
 def _history_offsets(path: Path) -> list[tuple[int, int]]:
     """(start, end) file offsets of each history record of an undamaged run file."""
-    from triage_tui.core.wandb_history import WANDB_HEADER, _frame, wandb_protos
+    from triage_tui.core.wandb.framing import WANDB_HEADER, frame
+    from triage_tui.core.wandb.records import wandb_protos
 
     base = len(WANDB_HEADER)
-    framed = _frame(path.read_bytes()[base:], base)
+    framed = frame(path.read_bytes()[base:], base)
     starts = [0] + framed.ends[:-1]
     return [
         (base + a, base + b)
@@ -410,3 +419,99 @@ async def test_the_tui_shows_a_wandb_run_against_the_chance_line(story_run):
         assert app.rows[0].status == "critical" and app.rows[0].vocab_size == V
         assert chart.series.tag == "train/ploss_0" and chart.series.chance_loss == pytest.approx(LN_V)
         assert "specforge" in str(app.main.query_one("#flags-pane").border_subtitle)
+
+
+# ----------------------------------------------------------------- records with a right CRC and impossible contents
+
+
+@pytest.fixture(scope="module")
+def step_metric_run(tmp_path_factory) -> Path:
+    """A healthy run (wandb's own writer) whose acc is logged against the step metric epoch_step."""
+    directory = tmp_path_factory.mktemp("healthy")
+    write_step_metric_run(directory)
+    return directory
+
+
+def _triage(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "triage_tui", *args],
+        capture_output=True,
+        text=True,
+        env={**offline_env(), "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_builders_framing_is_wandbs(step_metric_run, tmp_path):
+    """Hostile records are framed by the builder: its framing of a real run's records is byte for byte
+    wandb-core's file, and a record spanning blocks (FIRST, MIDDLE, LAST) is read by W&B's own reader."""
+    source = run_file(step_metric_run)
+    records = records_of(source)
+    assert frame_records(records) == source.read_bytes()
+    note = json.dumps("x" * 100_000)  # a row of ~100 kB: four 32 KiB blocks
+    wide = history_record(("loss", "2.5"), ("_step", "8"), ("_timestamp", "1700000000.5"), ("note", note), step=8)
+    long_file = tmp_path / "run-long.wandb"
+    long_file.write_bytes(frame_records([*records[:-1], wide, records[-1]]))
+    theirs = leet_points(long_file)
+    assert theirs["loss"][-1][::2] == (8, 2.5)
+    assert points_of(read(long_file))["loss"] == theirs["loss"]
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_RECORDS))
+def test_an_impossible_record_is_damage_never_a_number(kind, step_metric_run, tmp_path):
+    healthy = run_file(step_metric_run)
+    bad = with_record(
+        healthy, tmp_path / "tree" / "bad" / healthy.relative_to(step_metric_run), HOSTILE_RECORDS[kind]()
+    )
+    shutil.copytree(step_metric_run, tmp_path / "tree" / "healthy", symlinks=True)  # wandb/latest-run
+
+    history = read(bad)
+    assert history.totals.corrupt_records == 1 and history.damaged == {bad: 1}
+    assert history.problems == {} and history.unkeyed_points == 0
+    expected = read(healthy)
+    assert points_of(history) == points_of(expected)  # every good record read, nothing from the bad one
+    assert history.config == expected.config
+
+    proc = _triage("scan", "--json", str(tmp_path / "tree"))
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    runs = {Path(r["path"]).relative_to(tmp_path / "tree").parts[0]: r for r in json.loads(proc.stdout)["runs"]}
+    assert set(runs) == {"bad", "healthy"}
+    (flag,) = [f for f in runs["bad"]["flags"] if f["kind"] == "damaged_records"]
+    assert flag["value"] == 1
+    alone = _triage("scan", "--json", str(tmp_path / "tree" / "healthy"))
+    assert alone.returncode == proc.returncode or runs["bad"]["status"] == "critical"
+    (alone_run,) = json.loads(alone.stdout)["runs"]
+    # Identical, but for the name: a run's name is its path from the directory scanned.
+    assert runs["healthy"]["name"] == "healthy/" + alone_run["name"]
+    assert {**alone_run, "name": None} == {**runs["healthy"], "name": None}
+
+    scalars = _triage("scalars", str(bad))
+    assert scalars.returncode in (0, 1) and "Traceback" not in scalars.stderr, scalars.stderr[-2000:]
+    assert "skipped 1 damaged record" in scalars.stderr
+
+
+def test_records_near_the_bounds_are_read(step_metric_run, tmp_path):
+    """What a writer can mean stays data: many brackets that nest shallowly, brackets inside a string,
+    a key of exactly the bound, the largest int64 step, a fractional step metric (not a step: unkeyed)."""
+    from triage_tui.core.wandb.records import INT64_MAX, MAX_JSON_DEPTH, MAX_KEY_CHARS
+
+    healthy = run_file(step_metric_run)
+    shallow = "[" + ",".join(["[1, 2]"] * 500) + "]"
+    nested_config = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    wide_key = "k" * MAX_KEY_CHARS
+    rows = [
+        history_record(("pairs", shallow), ("text", json.dumps("[" * 5000)), ("ok", "1.5"), ("_step", "100"), step=100),
+        history_record((wide_key, "2.5"), ("_step", str(INT64_MAX)), step=101),
+        history_record(("acc", "0.5"), ("epoch_step", "2.5"), ("_step", "102"), step=102),
+    ]
+    records = records_of(healthy)
+    path = tmp_path / "run-near.wandb"
+    path.write_bytes(frame_records([*records[:-1], *rows, config_record("deep", nested_config), records[-1]]))
+    history = read(path)
+    assert history.totals.corrupt_records == 0
+    mine = points_of(history)
+    assert [(s, v) for s, _, v in mine["ok"]] == [(100, 1.5)]
+    assert [(s, v) for s, _, v in mine[wide_key]] == [(INT64_MAX, 2.5)]
+    assert history.unkeyed_points == 1 and len(mine["acc"]) == 8  # the healthy run's eight
+    assert history.config["deep"] == json.loads(nested_config)

@@ -6,7 +6,8 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     tensorboard   event files through torch's and tensorboardX's SummaryWriter
     events        event files byte by byte (TFRecord framing), and the reference reader
     curves        scalar curves whose flags are known (the story's)
-    wandb_runs    W&B offline runs through wandb itself
+    wandb_runs    W&B offline runs through wandb itself; single records (hostile ones too) framed as
+                  wandb's writer frames them
     trainers      runs written by the trainers' own code (SpecForge, speculators, HF Trainer)
     consoles      training consoles as HF Trainer, speculators, SpecForge and torchrun write them;
                   SpecForge's output directory by its own trainer loop (built once, cached)

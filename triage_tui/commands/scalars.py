@@ -36,7 +36,7 @@ from triage_tui.core.runs.names import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable
-from triage_tui.core.wandb_history import find_wandb_files
+from triage_tui.core.wandb.history import find_wandb_files
 
 # Once the export is written nothing is left to do: cli.main exits without the interpreter's teardown.
 EXIT_WITHOUT_TEARDOWN = True

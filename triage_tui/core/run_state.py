@@ -595,7 +595,7 @@ def run_state(
 ) -> RunState:
     """The run's state at ``now`` (the caller's clock).
 
-    ``wandb_exit_code``: the code of the W&B ``exit`` record (core.wandb_history), None without one.
+    ``wandb_exit_code``: the code of the W&B ``exit`` record (core.wandb.history), None without one.
     ``console_error_line``: ``console_error`` of the tail of the run's console log, None when it
     does not end in a crash. ``final_save``: the trainer saved its last checkpoint (its own marker).
     ``activity``: the run's points' rhythm (core.signals.stall); a live writer silent past

@@ -24,7 +24,7 @@ from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:
     from triage_tui.core.console.reader import ConsoleLogs
-    from triage_tui.core.wandb_history import WandbHistory
+    from triage_tui.core.wandb.history import WandbHistory
 
 WANDB_PREFIX = WANDB_DIR_NAME + "/"
 CONSOLE_PREFIX = "console/"
@@ -60,7 +60,7 @@ class RunSources:
         event_files, wandb_files = tuple(event_files), tuple(wandb_files)
         prefix = WANDB_PREFIX if event_files and wandb_files else ""
         if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
-            from triage_tui.core.wandb_history import WandbHistory
+            from triage_tui.core.wandb.history import WandbHistory
 
             self.wandb = WandbHistory(prefix)
         elif not wandb_files:
@@ -93,7 +93,7 @@ class RunSources:
         return {
             **self.events.problems,
             **(self.wandb.problems if self.wandb is not None else {}),
-            **(self.console.problems if self.console is not None else {}),
+            **(self.console.problems() if self.console is not None else {}),
         }
 
     @property
