@@ -394,7 +394,7 @@ class Watcher:
         """
         files = set(info.event_files) | set(info.wandb_files) | set(info.console_files)
         for old_path, old in vanished.items():
-            if files.intersection(old.info.event_files, old.info.wandb_files, old.info.console_files):
+            if not files.isdisjoint((*old.info.event_files, *old.info.wandb_files, *old.info.console_files)):
                 del vanished[old_path]
                 old.events.set_files(*_files(info))
                 old.info = info
