@@ -30,8 +30,9 @@ from triage_tui.core.watch import Watcher
 # the first scalar records included (a test says so for each source).
 ATTACKED_BYTES = 1200
 
-# The names a hostile file can carry: markup, a terminal escape, a control character, a very long one.
-HOSTILE_TAGS = ["[bold red]loss[/]", "\x1b[31mtrain/acc_0", "loss\rhidden", "l" * 5000]
+# The names a hostile file can carry: markup, a terminal escape, a control character, a long one
+# (within every source's bound on a name: longer ones make their record damage, tested per source).
+HOSTILE_TAGS = ["[bold red]loss[/]", "\x1b[31mtrain/acc_0", "loss\rhidden", "l" * 250]
 
 
 def _tensorboard(run: Path, series: dict[str, list[tuple[int, float]]]) -> Path:
@@ -46,10 +47,27 @@ def _wandb(run: Path, series: dict[str, list[tuple[int, float]]]) -> Path:
     return write_run(run, rows, steps=steps)
 
 
+def _console(run: Path, series: dict[str, list[tuple[int, float]]]) -> Path:
+    """SpecForge's console logger's lines (its own ``_logger``), beside a checkpoint so the
+    directory is a run (docs/formats.md, Training consoles)."""
+    from builders.consoles import specforge_lines
+    from builders.tensorboard import write_drafter_checkpoint
+
+    write_drafter_checkpoint(run / "run-step100", draft_vocab=8, hidden=4)
+    steps = sorted({step for points in series.values() for step, _ in points})
+    records = [
+        (step, {tag: value for tag, points in series.items() for s, value in points if s == step}) for step in steps
+    ]
+    log = run / "train.log"
+    log.write_text(specforge_lines(records))
+    return log
+
+
 # kind -> the real writer of a file of that source, into a run directory
 SOURCES: dict[str, Callable[[Path, dict[str, list[tuple[int, float]]]], Path]] = {
     "tensorboard": _tensorboard,
     "wandb": _wandb,
+    "console": _console,
 }
 
 HEALTHY = {
@@ -137,7 +155,10 @@ def test_values_that_are_no_numbers_and_names_that_are_markup_fail_alone(written
     """Huge, infinite and NaN values under hostile names: read as written, reported as strict JSON
     (NaN and infinity never become numbers), and the names stay text."""
     kind, tree, _, expected = written
-    series = {tag: [(0, 1e308), (10, math.inf), (20, -math.inf), (30, math.nan), (40, 5.0)] for tag in HOSTILE_TAGS}
+    # A carriage return in a console line is the terminal's own overwrite (progress bars redraw
+    # that way): the console reads what a terminal shows, so it is given the other names.
+    tags = [tag for tag in HOSTILE_TAGS if not (kind == "console" and "\r" in tag)]
+    series = {tag: [(0, 1e308), (10, math.inf), (20, -math.inf), (30, math.nan), (40, 5.0)] for tag in tags}
     series["train/ploss_0"] = [(0, math.nan), (10, 1e300), (20, 10.5)]
     hostile = SOURCES[kind](tmp_path / "hostile", series)
     run_a = tree / "A"

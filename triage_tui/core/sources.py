@@ -1,9 +1,11 @@
-"""A run's scalar sources read together: TensorBoard event files and W&B run files.
+"""A run's scalar sources read together: TensorBoard event files, W&B run files, training consoles.
 
 The watcher, `scan`, `check` and `scalars` read every run through ``RunSources``, so a W&B run is
 treated exactly like a TensorBoard run. A run that has both keeps both: the W&B series are named
 ``wandb/<key>`` (they come from the run's ``wandb/`` directory, as add_scalars series are named
-by their sub-directory), so the two writers' points never merge into one series.
+by their sub-directory), so the two writers' points never merge into one series. A run's training
+console (core/console/) is read beside them; its series are named ``console/<name>`` when the run
+has event or W&B files too (the console prints what they hold), as printed otherwise.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.runs.config import read_config
-from triage_tui.core.runs.names import WANDB_DIR_NAME, is_wandb_file_name
+from triage_tui.core.runs.names import WANDB_DIR_NAME, is_console_log_name, is_wandb_file_name
 from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:
+    from triage_tui.core.console.reader import ConsoleLogs
     from triage_tui.core.wandb.history import WandbHistory
 
 WANDB_PREFIX = WANDB_DIR_NAME + "/"
+CONSOLE_PREFIX = "console/"
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
 CONFIG_SEARCH_DEPTH = 3
 
@@ -38,6 +42,8 @@ class RunSources:
     def __init__(self) -> None:
         self.events = RunEvents()
         self.wandb: WandbHistory | None = None  # once the run has W&B files (imported only then)
+        self.console: ConsoleLogs | None = None  # once the run has a training console
+        self._console_files: tuple[Path, ...] = ()
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
         self._event_files: tuple[Path, ...] = ()
         self._wandb_files: tuple[Path, ...] = ()
@@ -46,8 +52,11 @@ class RunSources:
         # file it could not cope with stays on this run, and the other source is still read.
         self.failures: dict[str, SourceError] = {}
 
-    def set_files(self, event_files: Sequence[Path], wandb_files: Sequence[Path] = ()) -> None:
-        """The run's files. A run that gains or loses a source re-reads its W&B files under their new names."""
+    def set_files(
+        self, event_files: Sequence[Path], wandb_files: Sequence[Path] = (), console_files: Sequence[Path] = ()
+    ) -> None:
+        """The run's files. A run that gains or loses a source re-reads its W&B files and its console
+        under their new names."""
         event_files, wandb_files = tuple(event_files), tuple(wandb_files)
         prefix = WANDB_PREFIX if event_files and wandb_files else ""
         if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
@@ -60,6 +69,18 @@ class RunSources:
             self.wandb.set_files(wandb_files)
         self.events.set_files(event_files)
         self._event_files, self._wandb_files = event_files, wandb_files
+        self._set_console(tuple(console_files), CONSOLE_PREFIX if event_files or wandb_files else "")
+
+    def _set_console(self, files: tuple[Path, ...], prefix: str) -> None:
+        if files and (self.console is None or self.console.prefix != prefix):
+            from triage_tui.core.console.reader import ConsoleLogs
+
+            self.console = ConsoleLogs(prefix)
+        elif not files:
+            self.console = None
+        if self.console is not None:
+            self.console.set_files(files)
+        self._console_files = files
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -69,7 +90,11 @@ class RunSources:
     @property
     def problems(self) -> dict[Path, str]:
         """Files that could not be read, and why (event files and W&B files alike)."""
-        return {**self.events.problems, **(self.wandb.problems if self.wandb is not None else {})}
+        return {
+            **self.events.problems,
+            **(self.wandb.problems if self.wandb is not None else {}),
+            **(self.console.problems() if self.console is not None else {}),
+        }
 
     @property
     def errors(self) -> tuple[SourceError, ...]:
@@ -83,6 +108,8 @@ class RunSources:
         damaged = dict(self.events.damaged)  # the reader's thread may add to them
         if self.wandb is not None:
             damaged.update(self.wandb.damaged)
+        if self.console is not None:
+            damaged.update(self.console.damaged)
         return damaged
 
     def poll(self, *, split_files: bool = False) -> ReadStats:
@@ -96,8 +123,15 @@ class RunSources:
             stats = self._poll_source("tensorboard", self._event_files, poll_events, stats)
         if self.wandb is not None:
             stats = self._poll_source("wandb", self._wandb_files, self.wandb.poll, stats)
+        if self.console is not None:
+            stats = self._poll_source("console", self._console_files, self._poll_console, stats)
         self._refresh()
         return stats
+
+    def _poll_console(self) -> ReadStats:
+        assert self.console is not None
+        polled = self.console.poll()
+        return ReadStats(files=polled.files, records=polled.records, bytes_read=polled.bytes_read)
 
     def _poll_source(
         self, kind: str, files: tuple[Path, ...], poll: Callable[[], ReadStats], stats: ReadStats
@@ -112,7 +146,7 @@ class RunSources:
         return stats
 
     def _refresh(self) -> None:
-        parts = [self.events.scalars] + ([self.wandb.scalars] if self.wandb is not None else [])
+        parts = [self.events.scalars] + [s.scalars for s in (self.wandb, self.console) if s is not None]
         seen = tuple((id(p), id(p.series), p.version) for p in parts)
         if seen == self._seen:
             return
@@ -127,7 +161,9 @@ class RunSources:
 
 def source_of_file(path: Path) -> str:
     """The kind of scalar source a file belongs to, as ``SourceError.source`` names it."""
-    return "wandb" if is_wandb_file_name(path.name) else "tensorboard"
+    if is_wandb_file_name(path.name):
+        return "wandb"
+    return "console" if is_console_log_name(path.name) else "tensorboard"
 
 
 def draft_vocab_from_config(config: dict[str, Any] | None) -> int | None:

@@ -370,12 +370,12 @@ class Watcher:
                 tracked = self._moved_run(info, vanished)
             if tracked is None:
                 events = RunSources()
-                events.set_files(info.event_files, info.wandb_files)
+                events.set_files(info.event_files, info.wandb_files, info.console_files)
                 tracked = _Tracked(info, events)
                 self._runs[path] = tracked
             elif info != tracked.info:
-                if (info.event_files, info.wandb_files) != (tracked.info.event_files, tracked.info.wandb_files):
-                    tracked.events.set_files(info.event_files, info.wandb_files)
+                if _files(info) != _files(tracked.info):
+                    tracked.events.set_files(*_files(info))
                 if info.manifest != tracked.info.manifest or info.artifacts != tracked.info.artifacts:
                     tracked.settings_changed = True
                 tracked.info = info
@@ -392,11 +392,11 @@ class Watcher:
         again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
         nothing. Returns None when no vanished run shares a file.
         """
-        files = set(info.event_files) | set(info.wandb_files)
+        files = set(info.event_files) | set(info.wandb_files) | set(info.console_files)
         for old_path, old in vanished.items():
-            if files.intersection(old.info.event_files) or files.intersection(old.info.wandb_files):
+            if not files.isdisjoint((*old.info.event_files, *old.info.wandb_files, *old.info.console_files)):
                 del vanished[old_path]
-                old.events.set_files(info.event_files, info.wandb_files)
+                old.events.set_files(*_files(info))
                 old.info = info
                 old.settings_changed = True
                 self._runs[info.path] = old
@@ -694,3 +694,8 @@ class Watcher:
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
                 self.wake(rescan=True)
                 return
+
+
+def _files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]]:
+    """A run's scalar files, as RunSources.set_files takes them: event files, W&B files, consoles."""
+    return info.event_files, info.wandb_files, info.console_files

@@ -74,6 +74,7 @@ class _Node:
     children: list[_Node]
     event_files: tuple[str, ...]  # non-empty event files
     wandb_files: tuple[str, ...] = ()  # W&B run files (even empty: wandb.init creates it at once)
+    console_files: tuple[str, ...] = ()  # training consoles by name (*.log, *.out) in this directory
 
     @property
     def name(self) -> str:
@@ -141,7 +142,8 @@ def _walk(
             if child is not None:
                 children.append(child)
     wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
-    return _Node(path, listing, children, tuple(event_files), wandb_files)
+    console_files = tuple(os.path.join(path, name) for name in listing.console_names)
+    return _Node(path, listing, children, tuple(event_files), wandb_files, console_files)
 
 
 def _holds_checkpoint(node: _Node) -> bool:
@@ -185,7 +187,9 @@ class _RunBuilder:
 
 
 def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
-    has_logs = node.event_files or node.wandb_files
+    # A console beside a trainer's checkpoints is a run too: SpecForge's default (tracking off) and
+    # any trainer whose output was only redirected to a file. A *.log elsewhere makes no run.
+    has_logs = node.event_files or node.wandb_files or (node.console_files and _holds_output(node))
     if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
         run = _RunBuilder(node)
         runs.append(run)
@@ -389,7 +393,18 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
         artifacts=_artifacts(builder, cache),
         manifest_error=manifest_error,
         wandb_files=tuple(Path(p) for p in builder.wandb_files),
+        console_files=_console_files(builder.node, manifest),
     )
+
+
+def _console_files(node: _Node, manifest: Manifest | None) -> tuple[Path, ...]:
+    """The run's training consoles: those its triage.toml names ([logs] console), then the *.log and
+    *.out in the run's own directory (not below it: a W&B directory's debug.log and output.log, a
+    log dir's files), less the serving logs the triage.toml names."""
+    named = manifest.console_logs if manifest is not None else ()
+    serving = set(manifest.serving_logs) if manifest is not None else set()
+    found = (Path(p) for p in sorted(node.console_files, key=natural_key))
+    return tuple(dict.fromkeys(p for p in (*named, *found) if p not in serving))
 
 
 def check_watch_path(path: Path) -> None:

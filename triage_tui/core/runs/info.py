@@ -36,8 +36,10 @@ class RunInfo:
     artifacts: RunArtifacts
     manifest_error: str | None = None
     wandb_files: tuple[Path, ...] = ()  # W&B run files (run-<id>.wandb), natural order
+    console_files: tuple[Path, ...] = ()  # training consoles (core/console/): named, then found
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Which writers' files the run has: "tensorboard", "wandb" (docs/contracts.md, scan --json)."""
-        return tuple(name for name, files in (("tensorboard", self.event_files), ("wandb", self.wandb_files)) if files)
+        """Which writers' files the run has: "tensorboard", "wandb", "console" (docs/contracts.md, scan --json)."""
+        kinds = (("tensorboard", self.event_files), ("wandb", self.wandb_files), ("console", self.console_files))
+        return tuple(name for name, files in kinds if files)

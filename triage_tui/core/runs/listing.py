@@ -26,6 +26,7 @@ from triage_tui.core.runs.names import (
     SPECFORGE_DUMP,
     TRAINING_STATE_NAME,
     WEIGHT_NAMES,
+    is_console_log_name,
     is_event_file_name,
     is_wandb_file_name,
 )
@@ -53,6 +54,7 @@ class Listing:
     mapping_names: tuple[str, ...]
     dump_kind: str | None  # "specforge" | "speculators" | "pt" | None
     links: frozenset[str] = frozenset()  # which of `dirs` are symlinks
+    console_names: tuple[str, ...] = ()  # training consoles by name (*.log, *.out: names.is_console_log_name)
 
     @classmethod
     def of(
@@ -87,6 +89,7 @@ class Listing:
             mapping_names=tuple(f for f in files if MAPPING_FILE.search(f) or (in_mapping_dir and f.endswith(".pt"))),
             dump_kind=dump_kind,
             links=links,
+            console_names=tuple(f for f in files if is_console_log_name(f)),
         )
 
 

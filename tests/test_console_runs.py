@@ -1,0 +1,85 @@
+"""Training consoles as a run's scalar source in discovery, `scan` and the watcher.
+
+SpecForge's default is tracking off: its only curves are the lines its console logger prints,
+redirected to a file beside the checkpoints. Those lines are printed here by SpecForge's own
+``_logger`` (builders/consoles.py), the checkpoints written as its trainer lays them out.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+from builders.check_run import write_events
+from builders.consoles import specforge_lines
+from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint
+from triage_tui import cli
+
+STEPS = list(range(5, 605, 5))  # 120 records: past the warm-up, so the chance rule judges them
+
+
+def _chance_metrics(step: int) -> dict:
+    """A run stuck at chance over the draft vocab (the case this product exists for)."""
+    ploss = math.log(DRAFT_VOCAB) + 0.02 * math.sin(step)
+    return {"loss": ploss, "ploss_0": ploss, "acc_0": 1 / DRAFT_VOCAB, "grad_norm": 1.5, "lr": 1e-4}
+
+
+def _specforge_output(out: Path) -> Path:
+    write_drafter_checkpoint(out / "llama3-eagle3-step300")
+    write_drafter_checkpoint(out / "llama3-eagle3-step600")
+    log = out / "train.log"
+    log.write_text(specforge_lines([(step, _chance_metrics(step)) for step in STEPS]))
+    return log
+
+
+def _scan(path: Path) -> tuple[int, list[dict]]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(["scan", str(path), "--json", "--poll"])
+    assert "Traceback" not in err.getvalue()
+    return code, json.loads(out.getvalue())["runs"]
+
+
+def test_a_console_only_specforge_run_is_found_read_and_flagged_at_chance(tmp_path):
+    _specforge_output(tmp_path / "out")
+    code, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["path"] == str(tmp_path / "out") and run["sources"] == ["console"]
+    assert run["errors"] == []
+    loss = run["metrics"]["loss"]
+    assert loss["count"] == len(STEPS) and not loss["tag"].startswith("console/")
+    assert run["last_step"] == STEPS[-1]
+    kinds = {flag["kind"] for flag in run["flags"]}
+    assert "loss_at_chance" in kinds, run["flags"]
+    assert code == 1 and run["status"] == "critical"
+
+
+def test_a_console_beside_event_files_is_read_under_console_and_the_event_files_lead(tmp_path):
+    out = tmp_path / "out"
+    write_drafter_checkpoint(out / "llama3-eagle3-step300")
+    write_events(out / "runs", [2.0, 1.5, 1.2], [0.5, 0.6, 0.7])
+    (out / "train.log").write_text(specforge_lines([(step, _chance_metrics(step)) for step in STEPS]))
+    _, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["sources"] == ["tensorboard", "console"] and run["errors"] == []
+    assert run["metrics"]["loss"]["count"] == 3 and not run["metrics"]["loss"]["tag"].startswith("console/")
+
+
+def test_a_log_file_with_no_checkpoints_beside_it_makes_no_run(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "build.log").write_text("gcc -O2 ...\n")
+    assert _scan(tmp_path) == (0, [])
+
+
+def test_the_serving_log_a_triage_toml_names_is_not_read_as_the_trainers_console(tmp_path):
+    out = tmp_path / "out"
+    _specforge_output(out)
+    (out / "serve.log").write_text("INFO Avg Draft acceptance rate: 10.0%\n")
+    (out / "triage.toml").write_text('[serving]\nlogs = ["serve.log"]\n[logs]\nconsole = ["train.log"]\n')
+    _, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["sources"] == ["console"] and run["metrics"]["loss"]["count"] == len(STEPS)
+    assert run["errors"] == [] and not any("serve.log" in flag["message"] for flag in run["flags"])
