@@ -18,6 +18,7 @@ from triage_tui.core.runs.manifest import Manifest, load_manifest
 from triage_tui.core.signals.chance import named_drafter_config, resolve_vocab_size
 from triage_tui.core.signals.run_flags import raise_flags
 from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags
+from triage_tui.core.watch import Watcher
 
 V = 32_000
 LN_V = math.log(V)  # 10.37
@@ -315,6 +316,14 @@ def test_a_run_that_names_a_modelopt_drafter_of_1000_tokens_is_at_chance_at_ln_1
     assert "plateau" in by_kind(flags_for(tmp_path / "default", series))
     assert "loss_at_chance" not in by_kind(flags_for(tmp_path / "default", series))
     assert "loss_at_chance" in by_kind(flags_for(tmp_path / "drafter", series, vocab_size=vocab))
+    # What `scan` and the TUI's watcher say of that run (the product's path, not only the rule's).
+    write_scalars(
+        run,
+        {"train/loss": [(int(step), float(value)) for step, value in zip(STEPS, series["train/loss"], strict=True)]},
+    )
+    (report,) = [status.to_json() for status in Watcher([run], use_watchdog=False, strict=True).poll_once()]
+    assert (report["vocab_size"], report["vocab_size_source"]) == (1_000, "drafter config.json")
+    assert "loss_at_chance" in {flag["kind"] for flag in report["flags"]} and report["errors"] == []
     # A weights file names its directory's config.json; a directory without one says nothing.
     (run / "triage.toml").write_text(f'[run]\ncheckpoint = "{drafter / "model.safetensors"}"\n')
     assert named_drafter_config(load_manifest(run / "triage.toml"))["draft_vocab_size"] == 1_000

@@ -30,7 +30,8 @@ class RunStatus:
     info: RunInfo
     status: str  # "ok" | "warning" | "critical" | "error" (errors, and nothing of the run could be read)
     vocab_size: int
-    vocab_size_source: str  # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "default"
+    # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "drafter config.json" | "default"
+    vocab_size_source: str
     chance_loss: float
     last_step: int | None
     last_update: float | None  # unix time of the newest event

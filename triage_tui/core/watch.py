@@ -44,6 +44,8 @@ from triage_tui.core.signals.chance import (
     MEAN_OVER_ALL_POSITIONS,
     chance_line,
     config_vocab_problems,
+    named_drafter_config,
+    named_drafter_config_path,
     resolve_vocab_size,
 )
 from triage_tui.core.signals.flags import Flag, sort_flags, worst_severity
@@ -81,6 +83,11 @@ class _Tracked:
     wandb_config_version: int = -1  # the W&B config the settings were computed from
     config_problems: tuple[SourceError, ...] = ()  # why config.json (or its vocab size) was not used
     state_problem: SourceError | None = None  # why the newest training_state.pt could not be read
+    # The config.json of the drafter triage.toml names: its draft vocab is the run's when nothing
+    # closer says it (a fine-tune keeps its starting drafter's head). Re-read when it changes.
+    drafter_key: tuple[str, int, int] | None = None
+    drafter_config: dict | None = None
+    drafter_problems: tuple[SourceError, ...] = ()
     seen_live: bool = False  # new data arrived after the first read, in this session
     value_flags: tuple[Flag, ...] = ()
     activity: Activity | None = None
@@ -420,7 +427,26 @@ class Watcher:
             problems += config_vocab_problems(tracked.config)
             tracked.config_problems = tuple(SourceError("config", str(path), problem) for problem in problems)
             tracked.settings_changed = True
+        self._refresh_drafter_config(tracked)
         self._refresh_training_state(tracked)
+
+    def _refresh_drafter_config(self, tracked: _Tracked) -> None:
+        """Re-read the named drafter's config.json only when its path, mtime or size changed."""
+        path = named_drafter_config_path(tracked.info.manifest)
+        key = None
+        if path is not None:
+            try:
+                stat = os.stat(path)
+                key = (str(path), stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                key = None
+        if key == tracked.drafter_key:
+            return
+        problems: list[str] = []
+        tracked.drafter_key = key
+        tracked.drafter_config = named_drafter_config(tracked.info.manifest, problems) if key is not None else None
+        tracked.drafter_problems = tuple(SourceError("config", str(path), problem) for problem in problems)
+        tracked.settings_changed = True
 
     def _refresh_training_state(self, tracked: _Tracked) -> None:
         """A run without config.json (SpecForge 0.2.0): the draft vocab from its newest
@@ -486,6 +512,7 @@ class Watcher:
             for e in (
                 manifest_error(tracked.info),
                 *tracked.config_problems,
+                *tracked.drafter_problems,
                 tracked.state_problem,
                 *tracked.events.errors,
             )
@@ -590,11 +617,14 @@ class Watcher:
 
     def _recompute(self, tracked: _Tracked, scalars: RunScalars) -> None:
         manifest = tracked.info.manifest
-        vocab_size, source = resolve_vocab_size(self.vocab_size, manifest, tracked.config, tracked.state_vocab)
-        if source == "default":
-            from_wandb = draft_vocab_from_config(tracked.events.config)
-            if from_wandb is not None:
-                vocab_size, source = from_wandb, "wandb config"
+        vocab_size, source = resolve_vocab_size(
+            self.vocab_size,
+            manifest,
+            tracked.config,
+            tracked.state_vocab,
+            wandb_vocab=draft_vocab_from_config(tracked.events.config),
+            drafter_config=tracked.drafter_config,
+        )
         tags = scalars.tags()
         trainer = match_trainer(tags)
         loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)

@@ -74,18 +74,25 @@ def named_drafter_config(manifest: Manifest | None, problems: list[str] | None =
     like the run's own; None when the run names none or it has no readable config.json."""
     from triage_tui.core.runs.config import read_config
 
-    checkpoint = manifest.checkpoint if manifest is not None else None
-    if checkpoint is None:
-        return None
-    path = Path(checkpoint)
-    config_path = path / "config.json" if path.is_dir() else path.parent / "config.json"
-    if not config_path.is_file():
+    config_path = named_drafter_config_path(manifest)
+    if config_path is None:
         return None
     drafter_problems: list[str] = []
     config = read_config(config_path, drafter_problems)
     if problems is not None:
         problems.extend(f"{config_path}: {problem}" for problem in drafter_problems)
     return config
+
+
+def named_drafter_config_path(manifest: Manifest | None) -> Path | None:
+    """Where the config.json of the drafter triage.toml names is (a directory's, or the one beside a
+    weights file), when it is a file; None otherwise."""
+    checkpoint = manifest.checkpoint if manifest is not None else None
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint)
+    config_path = path / "config.json" if path.is_dir() else path.parent / "config.json"
+    return config_path if config_path.is_file() else None
 
 
 def config_vocab_problems(config: dict | None) -> list[str]:
