@@ -154,11 +154,19 @@ def value_flags(
     if non_finite is not None:
         flags.append(non_finite)
     loss = _first_with_points(scalars, loss_tags)
+    accuracy = _first_with_points(scalars, accuracy_tags)
+    if loss is None and accuracy is not None and _Curve.of(accuracy).judged == 0:  # a run that logs no loss
+        from_start = _chance_from_start(None, accuracy, chance)
+        if from_start is not None:
+            flags.append(from_start)
     if loss is not None:
         curve = _Curve.of(loss)
         warming = _warming_up(curve)
         if warming is not None:
             flags.append(warming)
+            from_start = _chance_from_start(curve if chance_comparable else None, accuracy, chance)
+            if from_start is not None:
+                flags.append(from_start)
         if len(curve.values):
             at_chance = _loss_vs_chance(curve, chance) if chance_comparable else None
             diverging = _diverging(curve)
@@ -167,7 +175,6 @@ def value_flags(
                 plateau = _plateau(curve)
                 if plateau is not None:
                     flags.append(plateau)
-    accuracy = _first_with_points(scalars, accuracy_tags)
     if accuracy is not None:
         flag = _accuracy_at_chance(accuracy, vocab_size)
         if flag is not None:
@@ -193,6 +200,47 @@ def _warming_up(curve: _Curve) -> Flag | None:
         None,
         f"warming up {until}; {points} points to step {last} so far. Loss and accuracy at chance are "
         f"judged after it; a loss above the chance band counts after {WARMUP_POINTS} points",
+    )
+
+
+def _chance_from_start(loss: _Curve | None, accuracy: ScalarSeries | None, chance: ChanceLine) -> Flag | None:
+    """A warning, inside the warm-up, for a run none of whose points has left chance.
+
+    The warm-up exists for a drafter trained from scratch, which starts at the chance line; it must
+    not hide a run that has never left it (a fine-tune from a trained drafter never starts there,
+    and the case this product exists for sits there from its first step). So once WARMUP_POINTS
+    points are logged, every one of them within the chance band of the loss (or, without a loss
+    comparable to chance, below ACCURACY_CHANCE) is said now, as a warning; the chance rules judge
+    it in full after the warm-up. One point below the band (or above it, for accuracy) clears it.
+    """
+    if loss is not None:
+        if len(loss.values) < WARMUP_POINTS:
+            return None
+        lower = chance.value * (1.0 - CHANCE_BAND_BELOW)
+        if float(loss.values.min()) < lower:
+            return None
+        tag, step, value = loss.tag, int(loss.steps[-1]), float(loss.values[-1])
+        said = f"every one of {tag}'s {len(loss.values)} points to step {step} is at or above chance ({chance.label()})"
+    else:
+        if accuracy is None:
+            return None
+        values = np.asarray(accuracy.values, dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        if len(finite) < WARMUP_POINTS:
+            return None
+        scale = 0.01 if float(finite.max()) > 1.0 else 1.0  # percent
+        if float(finite.max()) * scale >= ACCURACY_CHANCE:
+            return None
+        tag, step, value = accuracy.tag, int(accuracy.steps[-1]), float(finite[-1])
+        said = f"every one of {tag}'s {len(finite)} points to step {step} is below {ACCURACY_CHANCE * 100:.0f} %"
+    return Flag(
+        "chance_from_start",
+        "warning",
+        tag,
+        step,
+        value,
+        f"{said}: the run has not left chance since its first point. A drafter trained from scratch "
+        "starts there; a fine-tune of a trained one never does. Judged in full after the warm-up",
     )
 
 
