@@ -171,11 +171,18 @@ def _is_log_dir(node: _Node) -> bool:
 
 
 def _promotes_parent(node: _Node) -> bool:
-    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run."""
-    return _holds_output(node) and any(
-        _is_log_dir(child) or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
-        for child in node.children
-    )
+    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run.
+
+    So is a directory holding both a log dir (or event files of its own) and a wandb/ dir of runs,
+    checkpoints or not: one trainer wrote both (HF Trainer with report_to tensorboard and wandb, or
+    a run stopped before its first save), and two runs would split one curve between them."""
+    log_dir = any(_is_log_dir(child) for child in node.children)
+    wandb_dir = any(_is_wandb_dir(child) for child in node.children)
+    return (_holds_output(node) and (log_dir or wandb_dir)) or ((log_dir or bool(node.event_files)) and wandb_dir)
+
+
+def _is_wandb_dir(node: _Node) -> bool:
+    return node.name == WANDB_DIR_NAME and any(run.wandb_files for run in node.children)
 
 
 @dataclass
