@@ -589,7 +589,12 @@ class Watcher:
         if sources != tracked.serving_sources:
             tracked.serving_sources = sources
             # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.
-            tracked.serving = ServingWatch(sources, clock=self.clock, background=not self.strict) if sources else None
+            pages = manifest.serving_metrics_pages if manifest is not None else ()
+            tracked.serving = (
+                ServingWatch(sources, clock=self.clock, background=not self.strict, metrics_pages=pages)
+                if sources
+                else None
+            )
         # What an untrusted triage.toml named and was not used, then each failing source, one line each.
         notices = (
             tuple(e.line() for e in manifest.untrusted_errors()) if manifest is not None and self.follow_serving else ()
