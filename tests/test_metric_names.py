@@ -177,7 +177,7 @@ def test_hf_trainer_logging_to_wandb_is_keyed_by_its_global_step(tmp_path):
     out = tmp_path / "out"
     run_script(HF_TRAINER_RUN, str(out), timeout=300)
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once(now=time.time())
-    assert status.info.path == out and status.info.sources == ("wandb",)
+    assert status.info.path == out and status.info.sources == ("wandb", "trainer_state")
     assert status.trainer == "hf-trainer" and status.loss_tag == "train/loss"
     assert status.scalars.get("train/loss").steps.tolist() == list(range(2, 21, 2))
     assert status.vocab_size == 128 and status.vocab_size_source == "config.json"  # checkpoint-20/config.json
