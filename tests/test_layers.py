@@ -15,7 +15,8 @@ from a sibling room of its own layer (siblings are independent):
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
-    run_status                what the watcher reports about one run (scan --json's object)
+    run_status | derive       what the watcher reports about one run (scan --json's object) / the one
+                              derivation of a run's flags, chance line, tags and metrics from its scalars
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
@@ -66,7 +67,7 @@ CORE = [
     ("core.diagnose", "core.remap"),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
-    ("core.run_status",),
+    ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console"),
