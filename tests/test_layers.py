@@ -34,8 +34,8 @@ Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buf
 its weight files), and so are ``events`` (reader over decode over templates and columns over wire
 and framing over crc) and ``wandb`` (history over records and framing) and ``console`` (reader over
 follow over steps over one module per trainer's format over lines, record, literal and tuning) and
-``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (run_flags over
-the value and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
+``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (the value
+and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
 over verify and the write paths over rows over plan over staging and writer) and ``serving`` (read
 and compare over the registry over one module per source format over the source protocol and the
 tail over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``,
@@ -124,7 +124,6 @@ HYPOTHESES = [
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [
-    ("core.signals.run_flags",),
     ("core.signals.values", "core.signals.stall"),
     ("core.signals.chance", "core.signals.tags"),
     ("core.signals.flags",),
