@@ -179,3 +179,31 @@ def test_every_speed_figure_names_its_run():
             figures = [row.get("fast_s"), row.get("plain_s")] if "fast_s" in row else [row["triage"]["seconds"]]
             figures += [row["other"]["seconds"]] if row.get("other") else []
             assert all(math.isfinite(x) and x > 0 for x in figures), row
+
+
+def test_the_readme_keys_table_names_every_key_the_tui_binds():
+    """Every key bound by the app and its screens is in the README's keys table, and every key the
+    table names is bound (or is Textual's own: the tables' arrows and enter, the command palette)."""
+    from triage_tui.tui.app import TriageApp
+    from triage_tui.tui.screens import drilldown, help, main, node, remap
+
+    shown = {"question_mark": "?", "slash": "/", "escape": "esc"}
+    bound: set[str] = set()
+    for owner in (TriageApp, main.MainScreen, drilldown.DrillDownScreen, help.HelpScreen, node.NodeScreen):
+        for binding in owner.BINDINGS:
+            bound |= {shown.get(key, key) for key in binding.key.split(",")}
+    for name in dir(remap):
+        owner = getattr(remap, name)
+        if isinstance(owner, type) and owner.__module__ == remap.__name__ and hasattr(owner, "BINDINGS"):
+            bound |= {shown.get(key, key) for binding in owner.BINDINGS for key in binding.key.split(",")}
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("## Keys", 1)[1].split("\n## ", 1)[0]
+    listed = {
+        key
+        for row in table.splitlines()
+        if row.startswith("| `")
+        for key in re.findall(r"`([^`]+)`", row.split("|")[1])
+    }
+    widgets_own = {"↑", "↓", "enter", "ctrl+p"}  # the tables' own keys; Textual's command palette
+    assert bound - listed == set(), f"bound but not in the README: {sorted(bound - listed)}"
+    assert listed - bound - widgets_own == set(), f"in the README but not bound: {sorted(listed - bound - widgets_own)}"

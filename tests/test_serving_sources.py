@@ -163,10 +163,10 @@ def test_a_profile_beside_the_drafter_a_run_names_is_discovered_and_scored(tmp_p
     assert placeholder["measured"] is False and placeholder["acceptance_length"] is None
     assert not [f for f in runs["placeholder"]["flags"] if f["kind"].startswith("serving_")]
     # check reads the profile beside the drafter it checks when no --serving names another source.
-    sources = _serving_sources(tree / "collapsed", None, tree / "collapsed" / "drafter")
-    comparison = _serving(sources, None)
+    sources, pages = _serving_sources(tree / "collapsed", None, tree / "collapsed" / "drafter")
+    comparison = _serving(sources, pages, None)
     assert comparison.serving.engine == "modelopt" and comparison.finding("acceptance_collapsed") is not None
-    assert _serving(_serving_sources(tree / "collapsed", None, None), None) is None
+    assert _serving(*_serving_sources(tree / "collapsed", None, None), None) is None
 
 
 # --------------------------------------------------------------------------- vLLM per-request metrics

@@ -139,6 +139,8 @@ def test_hf_trainer_output_dir_is_one_run(hf_output):
         assert [p.name for p in info.artifacts.checkpoints] == ["checkpoint-2", "checkpoint-4"]
     (scanned,) = json.loads(triage("scan", "--json", hf_output.parent).stdout)["runs"]
     assert (scanned["vocab_size"], scanned["vocab_size_source"]) == (256, "config.json")
+    # checkpoint-4/trainer_state.json is read too, its series under trainer_state/: the event files lead.
+    assert scanned["sources"] == ["tensorboard", "trainer_state"] and scanned["errors"] == []
     assert scanned["metrics"]["loss"]["tag"] == "train/loss"
 
 

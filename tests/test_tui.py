@@ -435,6 +435,30 @@ async def test_log_y_key_toggles_the_scale(runs_root):
         assert not chart.log_y
 
 
+async def test_s_and_shift_s_set_the_charts_smoothing_and_say_it(runs_root):
+    """TensorBoard's smoothing slider as keys: the bright curve is the debiased EMA of the weight the
+    chart's border names, one step per key, held at 0 and 0.99."""
+    from triage_tui.tui.view_data import chart_series
+
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        chart = app.main.query_one(LossChart)
+        subtitle = lambda: str(app.main.query_one("#chart-pane").border_subtitle)  # noqa: E731
+        assert "smoothed 0.6 bright (s/S)" in subtitle()
+        before = chart.series.smoothed.copy()
+        for key, weight in (("S", 0.8), ("S", 0.9), ("s", 0.8), ("s", 0.6), ("s", 0.3), ("s", 0.0), ("s", 0.0)):
+            await pilot.press(key)
+            assert f"smoothed {weight:g} bright" in subtitle(), (key, subtitle())
+        await wait_for(pilot, lambda: app._chart_drawn is not None and app._chart_drawn[-1] == 0.0, what="redrawn")
+        await pilot.pause()
+        drawn = chart.series
+        assert np.array_equal(drawn.smoothed, drawn.values)  # weight 0: the raw curve itself
+        assert not np.array_equal(before, drawn.smoothed)
+        again = chart_series(app.statuses[drawn.path], 10_000, 0.9)
+        assert again is not None and not np.array_equal(again.smoothed, again.values)
+
+
 async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
     """A trainer appends in a thread; the next whole poll shows its last point, and the chart follows.
 

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     )
     flags, metrics, scalars, start, chance = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
-    sources = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
-    serving = _serving(sources, scalars)
+    sources, pages = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
+    serving = _serving(sources, pages, scalars)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
     diagnosis = diagnose(
         inputs,
@@ -116,19 +116,23 @@ def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any, Chance
     return tuple(status.flags), status.metrics, status.scalars, status.start, status.chance
 
 
-def _serving_sources(run_path, flag_sources: list[str] | None, checkpoint: Any = None) -> list[str]:
+def _serving_sources(
+    run_path, flag_sources: list[str] | None, checkpoint: Any = None
+) -> tuple[list[str], tuple[str, ...]]:
     """--serving sources, else triage.toml's [serving] and the speculation profile beside the
-    drafter checked."""
+    drafter checked; and those named as a /metrics page (triage.toml's metrics), read as one as
+    scan and the watcher read them."""
     from triage_tui.core.runs.manifest import load_manifest
     from triage_tui.core.runs.names import MANIFEST_NAME
     from triage_tui.core.serving.read import with_profile
 
-    sources = list(flag_sources or [])
+    sources, pages = list(flag_sources or []), tuple[str, ...]()
     if not sources:
         if (run_path / MANIFEST_NAME).is_file():
-            sources = load_manifest(run_path / MANIFEST_NAME).serving_sources
+            manifest = load_manifest(run_path / MANIFEST_NAME)
+            sources, pages = manifest.serving_sources, manifest.serving_metrics_pages
         sources = with_profile(sources, checkpoint)
-    return sources
+    return sources, pages
 
 
 def _launches(sources: list[str]) -> tuple:
@@ -139,12 +143,12 @@ def _launches(sources: list[str]) -> tuple:
     return tuple(launch for source in sources if not bounds.is_url(source) for launch in read_engine_launches(source))
 
 
-def _serving(sources: list[str], scalars: Any):
+def _serving(sources: list[str], pages: tuple[str, ...], scalars: Any):
     """The serving sources read and set beside the training estimate."""
     from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
     from triage_tui.core.serving.read import read_serving_sources
 
-    evidence = read_serving_sources(sources)
+    evidence = read_serving_sources(sources, pages)
     if evidence is None:
         return None
     estimate = training_estimate_from_scalars(scalars) if scalars is not None else None

@@ -1,4 +1,5 @@
-"""A run's scalar sources read together: TensorBoard event files, W&B run files, training consoles.
+"""A run's scalar sources read together: TensorBoard event files, W&B run files, training consoles
+and HF Trainer's ``trainer_state.json``.
 
 The watcher, `scan`, `check` and `scalars` read every run through ``RunSources``, so a W&B run is
 treated exactly like a TensorBoard run. A run that has both keeps both: the W&B series are named
@@ -6,10 +7,18 @@ treated exactly like a TensorBoard run. A run that has both keeps both: the W&B 
 by their sub-directory), so the two writers' points never merge into one series. A run's training
 console (core/console/) is read beside them; its series are named ``console/<name>`` when the run
 has event or W&B files too (the console prints what they hold), as printed otherwise.
+
+HF Trainer (every trainer on it, ModelOpt's included) saves its whole logged history in each
+``checkpoint-<N>/trainer_state.json``, whatever trackers it reports to. The newest one discovery
+found is read when it appears or changes (a new newest file, or a new mtime or size of it), on the
+caller's thread (the watcher's, never the UI's). Its series are named ``trainer_state/<key>`` when
+the run has any other source (which logged the same values live), by the trainer's keys otherwise
+(``report_to="none"``); a console of the run is given it, so HF console dicts get their logged steps.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -18,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.formats.trainer_state import TrainerState, read_trainer_state
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.names import WANDB_DIR_NAME, is_console_log_name, is_wandb_file_name
 from triage_tui.core.series import RunScalars
@@ -28,6 +38,7 @@ if TYPE_CHECKING:
 
 WANDB_PREFIX = WANDB_DIR_NAME + "/"
 CONSOLE_PREFIX = "console/"
+TRAINER_STATE_PREFIX = "trainer_state/"
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
 CONFIG_SEARCH_DEPTH = 3
 
@@ -47,16 +58,30 @@ class RunSources:
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
         self._event_files: tuple[Path, ...] = ()
         self._wandb_files: tuple[Path, ...] = ()
+        # The newest checkpoint's trainer_state.json: the state last read whole, its series, the
+        # (path, mtime, size) it was read at, and why that version could not be read (kept until the
+        # file changes: it is read once per version).
+        self.trainer_state: TrainerState | None = None
+        self._state_path: Path | None = None
+        self._state_prefix = ""
+        self._state_key: tuple[Path, int, int] | None = None
+        self._state_failure: SourceError | None = None
+        self._state_scalars = RunScalars()
         self._seen: tuple = ()
         # Why the last poll of a whole source failed ("tensorboard", "wandb"): a reader's bug or a
         # file it could not cope with stays on this run, and the other source is still read.
         self.failures: dict[str, SourceError] = {}
 
     def set_files(
-        self, event_files: Sequence[Path], wandb_files: Sequence[Path] = (), console_files: Sequence[Path] = ()
+        self,
+        event_files: Sequence[Path],
+        wandb_files: Sequence[Path] = (),
+        console_files: Sequence[Path] = (),
+        trainer_state: Path | None = None,
     ) -> None:
-        """The run's files. A run that gains or loses a source re-reads its W&B files and its console
-        under their new names."""
+        """The run's files (``trainer_state``: its newest checkpoint's trainer_state.json). A run that
+        gains or loses a source re-reads its W&B files and its console under their new names, and
+        renames its trainer_state series."""
         event_files, wandb_files = tuple(event_files), tuple(wandb_files)
         prefix = WANDB_PREFIX if event_files and wandb_files else ""
         if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
@@ -69,7 +94,11 @@ class RunSources:
             self.wandb.set_files(wandb_files)
         self.events.set_files(event_files)
         self._event_files, self._wandb_files = event_files, wandb_files
-        self._set_console(tuple(console_files), CONSOLE_PREFIX if event_files or wandb_files else "")
+        console_files = tuple(console_files)
+        self._set_console(console_files, CONSOLE_PREFIX if event_files or wandb_files else "")
+        self._set_trainer_state(
+            trainer_state, TRAINER_STATE_PREFIX if event_files or wandb_files or console_files else ""
+        )
 
     def _set_console(self, files: tuple[Path, ...], prefix: str) -> None:
         if files and (self.console is None or self.console.prefix != prefix):
@@ -81,6 +110,14 @@ class RunSources:
         if self.console is not None:
             self.console.set_files(files)
         self._console_files = files
+
+    def _set_trainer_state(self, path: Path | None, prefix: str) -> None:
+        if path is None:
+            self.trainer_state, self._state_key, self._state_failure = None, None, None
+            self._state_scalars = RunScalars()
+        elif prefix != self._state_prefix and self.trainer_state is not None:
+            self._state_scalars = self.trainer_state.scalars(prefix)  # renamed; the file is not read again
+        self._state_path, self._state_prefix = path, prefix
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -123,9 +160,43 @@ class RunSources:
             stats = self._poll_source("tensorboard", self._event_files, poll_events, stats)
         if self.wandb is not None:
             stats = self._poll_source("wandb", self._wandb_files, self.wandb.poll, stats)
+        if self._state_path is not None:
+            state_files = (self._state_path,)
+            stats = self._poll_source("trainer_state", state_files, self._poll_trainer_state, stats)
         if self.console is not None:
+            self.console.set_trainer_state(self.trainer_state)  # HF console dicts at their logged steps
             stats = self._poll_source("console", self._console_files, self._poll_console, stats)
         self._refresh()
+        return stats
+
+    def _poll_trainer_state(self) -> ReadStats:
+        """Read the newest trainer_state.json whole when it is new or changed; its last readable
+        version's points stay while a newer one cannot be read (a half-written save, a bad file)."""
+        path = self._state_path
+        assert path is not None
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return ReadStats()  # rotated away (save_total_limit) since discovery: the next rescan names the newest
+        except OSError as err:
+            raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        stats = ReadStats()
+        if key != self._state_key:
+            self._state_key, self._state_failure = key, None
+            try:
+                state = read_trainer_state(path)
+            except BadInput as err:
+                self._state_failure = SourceError.of("trainer_state", err)
+            except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error
+                what = f"cannot read its scalars: {type(err).__name__}: {err}"
+                self._state_failure = SourceError("trainer_state", str(path), what)
+            else:
+                self.trainer_state = state
+                self._state_scalars = state.scalars(self._state_prefix)
+                stats = ReadStats(files=1, bytes_read=stat.st_size, records=len(state.log_history))
+        if self._state_failure is not None:
+            self.failures["trainer_state"] = self._state_failure
         return stats
 
     def _poll_console(self) -> ReadStats:
@@ -147,6 +218,7 @@ class RunSources:
 
     def _refresh(self) -> None:
         parts = [self.events.scalars] + [s.scalars for s in (self.wandb, self.console) if s is not None]
+        parts.append(self._state_scalars)
         seen = tuple((id(p), id(p.series), p.version) for p in parts)
         if seen == self._seen:
             return

@@ -3,7 +3,7 @@
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
 client, and NFS attribute caching delays size changes (gorakhargosh/watchdog issue #504),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
-(core.sources.RunSources: event files and W&B run files), and every ``rescan_interval`` the
+(core.sources.RunSources: event files, W&B run files, consoles, trainer_state.json), and every ``rescan_interval`` the
 given paths are walked again for new runs and files (core.runs, cheap thanks to its listing
 cache). A watchdog Observer, where it works, only calls ``wake()`` so a local write shows up
 at once instead of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling
@@ -35,7 +35,13 @@ from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.listing import ListingCache
-from triage_tui.core.runs.names import CONFIG_NAME, MANIFEST_NAME, is_event_file_name, is_wandb_file_name
+from triage_tui.core.runs.names import (
+    CONFIG_NAME,
+    MANIFEST_NAME,
+    TRAINER_STATE_NAME,
+    is_event_file_name,
+    is_wandb_file_name,
+)
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.read import ServingWatch, with_profile
@@ -367,7 +373,7 @@ class Watcher:
                 tracked = self._moved_run(info, vanished)
             if tracked is None:
                 events = RunSources()
-                events.set_files(info.event_files, info.wandb_files, info.console_files)
+                events.set_files(*_files(info))
                 tracked = _Tracked(info, events)
                 self._runs[path] = tracked
             elif info != tracked.info:
@@ -389,9 +395,9 @@ class Watcher:
         again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
         nothing. Returns None when no vanished run shares a file.
         """
-        files = set(info.event_files) | set(info.wandb_files) | set(info.console_files)
+        files = _file_set(info)
         for old_path, old in vanished.items():
-            if not files.isdisjoint((*old.info.event_files, *old.info.wandb_files, *old.info.console_files)):
+            if not files.isdisjoint(_file_set(old.info)):
                 del vanished[old_path]
                 old.events.set_files(*_files(info))
                 old.info = info
@@ -567,7 +573,12 @@ class Watcher:
         if sources != tracked.serving_sources:
             tracked.serving_sources = sources
             # The TUI scrapes a metrics URL on a thread of its own; scan (strict) waits for it once.
-            tracked.serving = ServingWatch(sources, clock=self.clock, background=not self.strict) if sources else None
+            pages = manifest.serving_metrics_pages if manifest is not None else ()
+            tracked.serving = (
+                ServingWatch(sources, clock=self.clock, background=not self.strict, metrics_pages=pages)
+                if sources
+                else None
+            )
         # What an untrusted triage.toml named and was not used, then each failing source, one line each.
         notices = (
             tuple(e.line() for e in manifest.untrusted_errors()) if manifest is not None and self.follow_serving else ()
@@ -664,7 +675,7 @@ class Watcher:
             if not name:
                 continue
             created = event.event_type in ("created", "moved", "deleted")
-            if is_event_file_name(name) or is_wandb_file_name(name):
+            if is_event_file_name(name) or is_wandb_file_name(name) or name == TRAINER_STATE_NAME:
                 self.wake(rescan=created)
                 return
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
@@ -672,6 +683,13 @@ class Watcher:
                 return
 
 
-def _files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]]:
-    """A run's scalar files, as RunSources.set_files takes them: event files, W&B files, consoles."""
-    return info.event_files, info.wandb_files, info.console_files
+def _files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...], Path | None]:
+    """A run's scalar files, as RunSources.set_files takes them: event files, W&B files, consoles,
+    the newest checkpoint's trainer_state.json."""
+    return info.event_files, info.wandb_files, info.console_files, info.artifacts.trainer_state
+
+
+def _file_set(info: RunInfo) -> set[Path]:
+    """Every scalar file of a run, as one set (a run that moved is known by them)."""
+    state = info.artifacts.trainer_state
+    return {*info.event_files, *info.wandb_files, *info.console_files, *((state,) if state is not None else ())}

@@ -34,7 +34,14 @@ from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.node import NodeScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
-from triage_tui.tui.view_data import RowCache, RunRow, chart_series, metrics_line, serving_series
+from triage_tui.tui.view_data import (
+    SMOOTHING_WEIGHT,
+    RowCache,
+    RunRow,
+    chart_series,
+    metrics_line,
+    serving_series,
+)
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
 from triage_tui.tui.widgets.fitted_lines import fit_line
 
@@ -121,6 +128,7 @@ class TriageApp(App[None]):
         self._chart_drawn: tuple | None = None  # the (path, version, serving) the chart shows
         self._chart_requested: tuple | None = None  # the one last asked of the chart worker
         self._chart_width = 80  # cells, as the main screen last said (ChartResized)
+        self._smoothing = SMOOTHING_WEIGHT  # the chart's EMA weight, as the main screen last said (s / S)
         self._main: MainScreen | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -331,6 +339,11 @@ class TriageApp(App[None]):
     def _chart_resized(self, message: messages.ChartResized) -> None:
         self._chart_width = message.width
 
+    @on(messages.SmoothingChanged)
+    def _smoothing_changed(self, message: messages.SmoothingChanged) -> None:
+        self._smoothing = message.weight
+        self._refresh_chart_if_stale()  # the weight is in the chart's key: it is drawn again
+
     def _refresh_chart_if_stale(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
         if status is None:
@@ -351,6 +364,7 @@ class TriageApp(App[None]):
             status.last_step,
             id(status.serving),
             status.serving_errors,
+            self._smoothing,
         )
         if wanted == self._chart_drawn:
             return
@@ -362,11 +376,11 @@ class TriageApp(App[None]):
             return
         self._chart_requested = wanted
         # Braille markers put two points in a cell.
-        self._compute_chart(status, max(64, 2 * self._chart_width), wanted)
+        self._compute_chart(status, max(64, 2 * self._chart_width), self._smoothing, wanted)
 
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
-    def _compute_chart(self, status: RunStatus, max_points: int, key: tuple) -> None:
-        series = chart_series(status, max_points)
+    def _compute_chart(self, status: RunStatus, max_points: int, smoothing: float, key: tuple) -> None:
+        series = chart_series(status, max_points, smoothing)
         serving = serving_series(status, max_points)
         if not get_current_worker().is_cancelled:
             self.post_message(messages.ChartReady(series, status.info.path, serving, key))

@@ -108,6 +108,13 @@ class ChartResized(Message):
 
 
 @dataclass
+class SmoothingChanged(Message):
+    """The chart's EMA weight, as `s` / `S` set it (view_data.SMOOTHING_STEPS)."""
+
+    weight: float
+
+
+@dataclass
 class ChecksRequested(Message):
     path: Path
 

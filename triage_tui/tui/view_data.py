@@ -23,6 +23,15 @@ from triage_tui.core.text import format_accuracy
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
 SMOOTHING_WEIGHT = 0.6
+# The chart's smoothing, one step lower or higher per `s` / `S`: TensorBoard's slider spans [0, 0.999).
+SMOOTHING_STEPS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
+
+
+def next_smoothing(weight: float, step: int) -> float:
+    """The smoothing one step below (step -1) or above (+1) ``weight``, held at the ends."""
+    index = min(range(len(SMOOTHING_STEPS)), key=lambda i: abs(SMOOTHING_STEPS[i] - weight))
+    return SMOOTHING_STEPS[max(0, min(len(SMOOTHING_STEPS) - 1, index + step))]
+
 
 # The colour of each run status and flag severity (core/signals/flags.py orders them, core/text.py
 # STATUS_GLYPHS draws them).
@@ -133,8 +142,9 @@ class RowCache:
         )
 
 
-def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
-    """The loss curve of one run, smoothed over all points (as TensorBoard does), then thinned."""
+def chart_series(status: RunStatus, max_points: int, smoothing: float = SMOOTHING_WEIGHT) -> ChartSeries | None:
+    """The loss curve of one run, smoothed over all points with TensorBoard's debiased EMA of weight
+    ``smoothing``, then thinned."""
     if status.loss_tag is None:
         return None
     series = status.scalars.get(status.loss_tag)
@@ -148,7 +158,7 @@ def chart_series(status: RunStatus, max_points: int) -> ChartSeries | None:
     if n == 0:
         return None
     steps_all, values_all = steps_all[:n].copy(), values_all[:n].astype(np.float64)
-    smoothed_all = ema_smooth(values_all, SMOOTHING_WEIGHT)
+    smoothed_all = ema_smooth(values_all, smoothing)
     # Thin by the raw curve's min/max points (spikes survive) and take the smoothed curve at
     # the same points, so all three arrays stay aligned; given positions as "steps",
     # downsample returns the positions it kept.

@@ -71,10 +71,10 @@ class TrainerState:
     skipped_entries: int  # entries without a usable step (not a dict, no int step): not read
     mtime: float  # the file's modification time: the wall time of its points (entries carry none)
 
-    def scalars(self) -> RunScalars:
-        """The history as series named by the trainer's keys, points at their logged steps, each
-        point's wall time the file's modification time (the save: entries carry no time). A step
-        logged twice keeps both points, neither marked a restart."""
+    def scalars(self, prefix: str = "") -> RunScalars:
+        """The history as series named by the trainer's keys (``prefix`` before each), points at
+        their logged steps, each point's wall time the file's modification time (the save: entries
+        carry no time). A step logged twice keeps both points, neither marked a restart."""
         columns: dict[str, tuple[list[int], list[float]]] = {}
         for entry in self.log_history:
             for key, value in entry.values:
@@ -86,7 +86,8 @@ class TrainerState:
             # The history's own order, sorted by step (stable) in case a hand-edited file is not.
             order = np.argsort(np.asarray(steps, np.int64), kind="stable")
             walls = np.full(len(steps), self.mtime, np.float64)
-            scalars.series[key] = ScalarSeries.of(key, np.asarray(steps)[order], walls, np.asarray(values)[order])
+            tag = prefix + key
+            scalars.series[tag] = ScalarSeries.of(tag, np.asarray(steps)[order], walls, np.asarray(values)[order])
         scalars.version += 1
         return scalars
 

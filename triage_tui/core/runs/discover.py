@@ -21,6 +21,10 @@ are the depths the trainers write at:
 - HF Trainer (transformers ``TensorBoardCallback``; ModelOpt trains with it):
   ``<output_dir>/runs/<date_host>/`` beside ``<output_dir>/checkpoint-N/``.
 
+HF Trainer's output dir is a run with no event files too: every ``checkpoint-N/`` holds a
+``trainer_state.json`` whose log history is written whatever ``report_to`` says, so a directory
+with such a child is a run (``_holds_trainer_state``) and its newest one a scalar source.
+
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
 ``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
@@ -42,11 +46,13 @@ from triage_tui.core.runs.listing import Listing, ListingCache
 from triage_tui.core.runs.manifest import Manifest, expand_user, stat_or_bad_input
 from triage_tui.core.runs.names import (
     CONFIG_NAME,
+    HF_CHECKPOINT_DIR,
     HIDDEN_DIR,
     LOG_DIR_NAMES,
     MANIFEST_NAME,
     RUN_YAML_NAME,
     TARGET_DIR_NAMES,
+    TRAINER_STATE_NAME,
     TRAINING_STATE_NAME,
     WANDB_DIR_NAME,
     is_event_file_name,
@@ -160,6 +166,18 @@ def _holds_output(node: _Node) -> bool:
     )
 
 
+def _hf_checkpoint_step(node: _Node) -> int | None:
+    """N of an HF ``checkpoint-<N>/`` holding its ``trainer_state.json``, else None (by name only)."""
+    match = HF_CHECKPOINT_DIR.match(node.name)
+    return int(match.group(1)) if match is not None and TRAINER_STATE_NAME in node.listing.files else None
+
+
+def _holds_trainer_state(node: _Node) -> bool:
+    """An HF Trainer's output dir: a ``checkpoint-<N>/`` child with its ``trainer_state.json``, whose
+    log history is a scalar source even with every tracker off (``report_to="none"``)."""
+    return any(_hf_checkpoint_step(child) is not None for child in node.children)
+
+
 def _is_log_dir(node: _Node) -> bool:
     """runs/, logs/ or tensorboard/ with event files in it or one level below (HF's
     ``runs/<date_host>/``, speculators' ``logs/<run_name>/``), and no manifest of its own."""
@@ -171,11 +189,18 @@ def _is_log_dir(node: _Node) -> bool:
 
 
 def _promotes_parent(node: _Node) -> bool:
-    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run."""
-    return _holds_output(node) and any(
-        _is_log_dir(child) or (child.name == WANDB_DIR_NAME and any(run.wandb_files for run in child.children))
-        for child in node.children
-    )
+    """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run.
+
+    So is a directory holding both a log dir (or event files of its own) and a wandb/ dir of runs,
+    checkpoints or not: one trainer wrote both (HF Trainer with report_to tensorboard and wandb, or
+    a run stopped before its first save), and two runs would split one curve between them."""
+    log_dir = any(_is_log_dir(child) for child in node.children)
+    wandb_dir = any(_is_wandb_dir(child) for child in node.children)
+    return (_holds_output(node) and (log_dir or wandb_dir)) or ((log_dir or bool(node.event_files)) and wandb_dir)
+
+
+def _is_wandb_dir(node: _Node) -> bool:
+    return node.name == WANDB_DIR_NAME and any(run.wandb_files for run in node.children)
 
 
 @dataclass
@@ -188,8 +213,14 @@ class _RunBuilder:
 
 def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
     # A console beside a trainer's checkpoints is a run too: SpecForge's default (tracking off) and
-    # any trainer whose output was only redirected to a file. A *.log elsewhere makes no run.
-    has_logs = node.event_files or node.wandb_files or (node.console_files and _holds_output(node))
+    # any trainer whose output was only redirected to a file. A *.log elsewhere makes no run. So is
+    # an HF Trainer's output dir: its checkpoints' trainer_state.json hold the logged history.
+    has_logs = (
+        node.event_files
+        or node.wandb_files
+        or (node.console_files and _holds_output(node))
+        or _holds_trainer_state(node)
+    )
     if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
         run = _RunBuilder(node)
         runs.append(run)
@@ -246,6 +277,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     mappings: list[str] = []
     training_states: list[str] = []
     run_yamls: list[str] = []
+    trainer_states: list[tuple[int, int, str]] = []  # (N, depth, path) of checkpoint-<N>/trainer_state.json
     dumps: str | None = None
     targets = [
         node.path
@@ -263,6 +295,9 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
             training_states.append(os.path.join(node.path, TRAINING_STATE_NAME))
         if RUN_YAML_NAME in listing.files:
             run_yamls.append(os.path.join(node.path, RUN_YAML_NAME))
+        step = _hf_checkpoint_step(node)
+        if step is not None:
+            trainer_states.append((step, -node.path.count(os.sep), os.path.join(node.path, TRAINER_STATE_NAME)))
         if dumps is None and listing.dump_kind is not None:
             dumps = _dump_root(node, run_dir)
     checkpoints.sort(key=lambda n: natural_key(n.path))
@@ -285,6 +320,8 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         target=Path(targets[0]) if targets else None,
         # The shallowest: the run's own --save-path, not a copy inside one of its checkpoints.
         run_yaml=Path(min(run_yamls, key=lambda p: (p.count(os.sep), natural_key(p)))) if run_yamls else None,
+        # The largest N, as transformers' get_last_checkpoint picks it; the shallowest among equals.
+        trainer_state=Path(max(trainer_states)[2]) if trainer_states else None,
     )
 
 

@@ -19,6 +19,9 @@ class RunArtifacts:
     training_state: Path | None = None
     target: Path | None = None
     run_yaml: Path | None = None  # speculators: the args it ran with, in --save-path (formats/run_yaml.py)
+    # HF Trainer (and every trainer on it): the newest checkpoint-<N>/trainer_state.json, by N
+    # (formats/trainer_state.py): its log_history is a scalar source of the run.
+    trainer_state: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,12 @@ class RunInfo:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Which writers' files the run has: "tensorboard", "wandb", "console" (docs/contracts.md, scan --json)."""
-        kinds = (("tensorboard", self.event_files), ("wandb", self.wandb_files), ("console", self.console_files))
+        """Which writers' files the run has: "tensorboard", "wandb", "console", "trainer_state"
+        (docs/contracts.md, scan --json)."""
+        kinds = (
+            ("tensorboard", self.event_files),
+            ("wandb", self.wandb_files),
+            ("console", self.console_files),
+            ("trainer_state", self.artifacts.trainer_state),
+        )
         return tuple(name for name, files in kinds if files)

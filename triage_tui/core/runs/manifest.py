@@ -57,6 +57,11 @@ class Manifest:
     def serving_sources(self) -> list[str]:
         return [str(p) for p in self.serving_logs] + ([self.serving_metrics] if self.serving_metrics else [])
 
+    @property
+    def serving_metrics_pages(self) -> tuple[str, ...]:
+        """Those of ``serving_sources`` named as a /metrics page: a file there is a saved page."""
+        return (self.serving_metrics,) if self.serving_metrics else ()
+
     def untrusted_errors(self) -> tuple[SourceError, ...]:
         """``untrusted`` as the run's errors: ``{"source": "manifest", "path": <triage.toml>, "message"}``."""
         return tuple(SourceError("manifest", str(self.path), line) for line in self.untrusted)

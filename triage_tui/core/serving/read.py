@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from triage_tui.core import bounds
@@ -34,13 +34,14 @@ def with_profile(sources: Sequence[str], checkpoint: str | os.PathLike[str] | No
     return [*sources, found] if found is not None and os.path.realpath(found) not in named else list(sources)
 
 
-def read_serving(location: str) -> ServingEvidence:
+def read_serving(location: str, *, metrics_page: bool = False) -> ServingEvidence:
     """Everything one source says now: a metrics URL, a Prometheus text file, a JSONL or a log.
 
     BadInput (one line naming the source) for a URL that does not answer in time, a missing
     file, a source with impossible numbers, or one that holds no speculative-decoding figures.
+    ``metrics_page``: named as a /metrics page (triage.toml ``[serving] metrics``), a file is read as one.
     """
-    watch = ServingWatch([location], once=True)
+    watch = ServingWatch([location], once=True, metrics_pages=[location] if metrics_page else ())
     evidence, errors = watch.poll()
     if errors:
         raise BadInput(errors[0].path, errors[0].message)
@@ -49,11 +50,14 @@ def read_serving(location: str) -> ServingEvidence:
     return evidence
 
 
-def read_serving_sources(sources: Sequence[str]) -> ServingEvidence | None:
-    """Every source read and pooled into one piece of evidence (None for no sources)."""
+def read_serving_sources(sources: Sequence[str], metrics_pages: Collection[str] = ()) -> ServingEvidence | None:
+    """Every source read and pooled into one piece of evidence (None for no sources).
+
+    ``metrics_pages``: those of ``sources`` named as /metrics pages (``Manifest.serving_metrics_pages``).
+    """
     if not sources:
         return None
-    parts = [read_serving(source) for source in sources]
+    parts = [read_serving(source, metrics_page=source in metrics_pages) for source in sources]
     return combine_evidence(parts)
 
 
@@ -121,9 +125,10 @@ def combine_evidence(parts: Sequence[ServingEvidence]) -> ServingEvidence | None
 class _Slot:
     """One named location, and the source that reads it once its kind can be told."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, *, metrics_page: bool = False) -> None:
         # "~/serve.log" as a flag gives it (the shell expands only a word that starts with ~).
         self.location = location if bounds.is_url(location) else str(expand_user(location))
+        self.metrics_page = metrics_page  # named as a /metrics page: a file is a saved one
         self.source: ServingSource | None = None
 
 
@@ -132,7 +137,8 @@ class ServingWatch:
 
     Each location is read by the class ``serving/registry.py`` picks for it, chosen once a URL is
     named or a file has its first bytes; until then a missing file is an error of the poll and an
-    empty one says nothing yet.
+    empty one says nothing yet. ``metrics_pages``: the locations named as /metrics pages
+    (triage.toml ``[serving] metrics``), read as saved pages whatever their first bytes.
     """
 
     def __init__(
@@ -142,9 +148,10 @@ class ServingWatch:
         clock: Callable[[], float] = time.monotonic,
         background: bool = False,
         once: bool = False,
+        metrics_pages: Collection[str] = (),
     ) -> None:
         self.following = Following(clock=clock, background=background, once=once)
-        self.slots = [_Slot(location) for location in sources]
+        self.slots = [_Slot(location, metrics_page=location in metrics_pages) for location in sources]
         self._parts: tuple[ServingEvidence, ...] = ()
         self._combined: ServingEvidence | None = None
 
@@ -185,7 +192,8 @@ class ServingWatch:
                 if not found:
                     return ServingPoll(None)  # empty: its format cannot be told yet
                 head = found
-            slot.source = source_class(slot.location, head)(slot.location, self.following)
+            cls = source_class(slot.location, head, metrics_page=slot.metrics_page)
+            slot.source = cls(slot.location, self.following)
         return slot.source.poll()
 
     def nothing_found(self) -> str:

@@ -5,7 +5,9 @@ A new source (a format an engine or a tool writes) is one class implementing
 ``meta_info``, ``per_request`` and ``profile``, and one entry here. The first class whose
 ``claims(location, head)`` is true reads the location: URLs first, then files told apart by their
 name or first bytes (the JSON sources before ``MetaInfoFile``, which claims any JSON-lines file),
-``ServingLog`` last (it claims any file). ``tests/test_serving_hostile.py`` attacks every entry.
+``ServingLog`` last (it claims any file). A file named as a saved /metrics page (triage.toml
+``[serving] metrics``) is ``MetricsFile``'s whatever its first bytes: a page that is not one is
+its error, not a log with no lines yet. ``tests/test_serving_hostile.py`` attacks every entry.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ SERVING_SOURCES: tuple[type[ServingSource], ...] = (
 )
 
 
-def source_class(location: str, head: bytes) -> type[ServingSource]:
-    """The class that reads ``location`` (``head``: a file's first bytes, b"" for a URL)."""
+def source_class(location: str, head: bytes, *, metrics_page: bool = False) -> type[ServingSource]:
+    """The class that reads ``location`` (``head``: a file's first bytes, b"" for a URL).
+
+    ``metrics_page``: the location was named as a /metrics page, so a file is a saved page.
+    """
+    if metrics_page and not MetricsUrl.claims(location, head):
+        return MetricsFile
     return next(cls for cls in SERVING_SOURCES if cls.claims(location, head))

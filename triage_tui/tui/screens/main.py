@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Input, OptionList, Static
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
+from triage_tui.tui.view_data import SMOOTHING_WEIGHT, next_smoothing
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.flags_view import FlagsView
@@ -57,6 +58,12 @@ class MainScreen(Screen):
             "slash", "filter", "Filter", key_display="/", tooltip="Filter runs by name", id="filter", priority=True
         ),
         Binding("l", "toggle_log_y", "Log-y", show=False, tooltip="Loss chart: log or linear y axis", id="log_y"),
+        Binding(
+            "s", "smoothing(-1)", "Smooth less", show=False, tooltip="Loss chart: less EMA smoothing", id="smooth_less"
+        ),
+        Binding(
+            "S", "smoothing(1)", "Smooth more", show=False, tooltip="Loss chart: more EMA smoothing", id="smooth_more"
+        ),
     ]
 
     # The app's state, bound to the app's reactives of the same names (TriageApp.get_default_screen);
@@ -76,6 +83,7 @@ class MainScreen(Screen):
         self.now = now  # the app's clock (frozen in snapshot tests): the age column
         self._ready = False  # the widgets exist: bound values can be shown
         self._a_run_selected = False  # what the footer's bindings were last refreshed for
+        self._smoothing = SMOOTHING_WEIGHT  # the chart's EMA weight (s / S); the app is told of changes
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
@@ -99,7 +107,7 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#runs-pane").border_title = "runs"
         self.query_one("#chart-pane").border_title = "loss"
-        self.query_one("#chart-pane").border_subtitle = "raw dim · smoothed 0.6 bright, as TensorBoard · l log-y"
+        self._show_chart_keys()
         self.query_one("#flags-pane").border_title = "flags"
         self.query_one("#analysis-pane").border_title = "checks"
         self.query_one("#filter").display = False
@@ -290,9 +298,19 @@ class MainScreen(Screen):
     def action_toggle_log_y(self) -> None:
         chart = self.query_one(LossChart)
         chart.log_y = not chart.log_y
-        # Say which scale is on: a log axis read as linear misleads.
-        scale = "log y (l: linear)" if chart.log_y else "l log-y"
-        self.query_one("#chart-pane").border_subtitle = f"raw dim · smoothed 0.6 bright, as TensorBoard · {scale}"
+        self._show_chart_keys()
+
+    def action_smoothing(self, step: int) -> None:
+        self._smoothing = next_smoothing(self._smoothing, step)
+        self._show_chart_keys()
+        self.post_message(messages.SmoothingChanged(self._smoothing))
+
+    def _show_chart_keys(self) -> None:
+        # Say which scale is on (a log axis read as linear misleads) and the smoothing the bright
+        # curve has (TensorBoard's debiased EMA; the table's smoothed column keeps TensorBoard's 0.6).
+        scale = "log y (l: linear)" if self.query_one(LossChart).log_y else "l log-y"
+        smoothing = f"smoothed {self._smoothing:g} bright (s/S)"
+        self.query_one("#chart-pane").border_subtitle = f"raw dim · {smoothing}, as TensorBoard · {scale}"
 
     def action_focus_hypotheses(self) -> None:
         hypotheses = self.query_one(HypothesesList)
