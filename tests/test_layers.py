@@ -15,7 +15,8 @@ from a sibling room of its own layer (siblings are independent):
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
-    run_status                what the watcher reports about one run (scan --json's object)
+    run_status | derive       what the watcher reports about one run (scan --json's object) / the one
+                              derivation of a run's flags, chance line, tags and metrics from its scalars
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
@@ -33,8 +34,8 @@ Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buf
 its weight files), and so are ``events`` (reader over decode over templates and columns over wire
 and framing over crc) and ``wandb`` (history over records and framing) and ``console`` (reader over
 follow over steps over one module per trainer's format over lines, record, literal and tuning) and
-``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (run_flags over
-the value and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
+``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (the value
+and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
 over verify and the write paths over rows over plan over staging and writer) and ``serving`` (read
 and compare over the registry over one module per source format over the source protocol and the
 tail over evidence); nothing in core imports in a circle. The modules tests patch (``fileio``,
@@ -66,7 +67,7 @@ CORE = [
     ("core.diagnose", "core.remap"),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
-    ("core.run_status",),
+    ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console"),
@@ -123,7 +124,6 @@ HYPOTHESES = [
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [
-    ("core.signals.run_flags",),
     ("core.signals.values", "core.signals.stall"),
     ("core.signals.chance", "core.signals.tags"),
     ("core.signals.flags",),

@@ -13,10 +13,10 @@ import pytest
 
 from builders.curves import STEPS, T0, story_series
 from builders.tensorboard import write_scalars
+from triage_tui.core.derive import RunSettings, derive, flags_at
 from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs.manifest import Manifest, load_manifest
 from triage_tui.core.signals.chance import named_drafter_config, resolve_vocab_size
-from triage_tui.core.signals.run_flags import raise_flags
 from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags
 from triage_tui.core.watch import Watcher
 
@@ -33,13 +33,12 @@ def curve_file(tmp_path: Path, series: dict[str, np.ndarray], steps: np.ndarray 
     )
 
 
-def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest=None, **kwargs):
+def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest=None, seen_live=False):
+    """The run's flags as the watcher derives them (core.derive), ``now`` a second after the last point."""
     scalars = read_event_file(curve_file(tmp_path, series, steps))
-    loss_tags, accuracy_tags = pick_metric_tags(scalars.tags(), manifest)
+    derived = derive(scalars, RunSettings(vocab_size=vocab_size, manifest=manifest))
     now = T0 + float(steps[-1]) + 1.0 if now is None else now
-    return raise_flags(
-        scalars, vocab_size=vocab_size, loss_tags=loss_tags, accuracy_tags=accuracy_tags, now=now, **kwargs
-    )
+    return flags_at(derived, now=now, seen_live=seen_live)
 
 
 def by_kind(flags):
@@ -223,8 +222,10 @@ def test_summed_ttt_loss_is_never_the_primary_or_compared_with_chance(tmp_path):
     loss_tags, _ = pick_metric_tags(scalars.tags())
     assert loss_tags[0] == "train/ploss_0" and loss_tags[-1] == "train/loss"
     assert is_summed_loss("train/loss", scalars.tags())
-    forced = raise_flags(scalars, vocab_size=V, loss_tags=["train/loss"], accuracy_tags=[], now=T0 + 2001)
-    assert not CHANCE_KINDS & set(by_kind(forced))  # not comparable: no chance flag from it
+    # Only a triage.toml can make it the primary (and is then trusted): discovered, it is never compared.
+    derived = derive(scalars, RunSettings(vocab_size=V))
+    assert derived.loss_tag == "train/ploss_0"
+    assert not CHANCE_KINDS & set(by_kind(flags_at(derived, now=T0 + 2001)))  # no chance flag from it
 
 
 def test_plain_train_loss_without_step_siblings_is_compared_with_chance(tmp_path):

@@ -11,16 +11,12 @@ from typing import Any
 
 from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.errors import SourceError
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.json_numbers import json_number
-from triage_tui.core.metric_names import ordered, per_position
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.names import MANIFEST_NAME
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.chance import DEFAULT_VOCAB_SIZE, ChanceLine, chance_line
 from triage_tui.core.signals.flags import Flag
-from triage_tui.core.sources import RunSources
 
 
 @dataclass(frozen=True)
@@ -91,57 +87,6 @@ class RunStatus:
             serving = self.serving.to_json(with_samples=False) if self.serving is not None else {}
             document["serving"] = {**serving, "errors": list(self.serving_errors)}
         return document
-
-
-def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
-    if tag is None:
-        return None
-    series = scalars.get(tag)
-    if series is None or not len(series):
-        return {"tag": tag, "last": None, "min": None, "count": 0}
-    last = series.last()
-    return {
-        "tag": tag,
-        "last": json_number(last[2] if last else None),
-        "min": json_number(series.finite_min()),
-        "count": len(series),
-    }
-
-
-def scan_metrics(
-    scalars: RunScalars, tags: list[str], trainer, loss_tag: str | None, accuracy_tag: str | None
-) -> dict[str, Any]:
-    """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
-    metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
-    if trainer is None:
-        return metrics
-    positions = per_position(tags, trainer)
-    if positions:
-        metrics["per_position_accuracy"] = [
-            {"position": position, **(_metric(scalars, tag) or {})} for position, tag in positions
-        ]
-    acceptance = ordered(tags, trainer.acceptance_length)
-    if acceptance:
-        metrics["acceptance_length"] = _metric(scalars, acceptance[0])
-    return metrics
-
-
-def damaged_records_flag(events: RunEvents | RunSources) -> Flag | None:
-    """A warning when records were dropped for a bad checksum or proto: the curve has gaps there."""
-    damaged = dict(events.damaged)  # the reader's thread may add to it
-    if not damaged:
-        return None
-    count = sum(damaged.values())
-    worst = max(damaged, key=lambda path: damaged[path])
-    where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
-    return Flag(
-        "damaged_records",
-        "warning",
-        None,
-        None,
-        float(count),
-        f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing",
-    )
 
 
 def manifest_error(info: RunInfo) -> SourceError | None:

@@ -11,8 +11,9 @@ alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread.
 An idle ``poll_once`` (nothing appended) costs one stat per event file plus a clock
-comparison per run: flags that depend on values are recomputed only when a run's scalars
-changed (``RunScalars.version``), the ``stalled`` flag (which depends on the clock) is cheap.
+comparison per run: what depends on the values (core.derive ``derive``) is recomputed only when
+a run's scalars or settings changed (``RunScalars.version``); the flags of the clock and the run's
+files (``flags_at``: ``stalled`` among them) are cheap and made every poll.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triage_tui.core.curve_shapes import curve_flags, run_start
+from triage_tui.core.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.metric_names import match_trainer
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
-from triage_tui.core.run_status import RunStatus, damaged_records_flag, failed_status, manifest_error, scan_metrics
+from triage_tui.core.run_status import RunStatus, failed_status, manifest_error
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
@@ -43,25 +43,17 @@ from triage_tui.core.runs.names import (
     is_wandb_file_name,
 )
 from triage_tui.core.series import RunScalars
-from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.read import ServingWatch, with_profile
 from triage_tui.core.signals.chance import (
-    MEAN_OVER_ALL_POSITIONS,
-    chance_line,
     config_vocab_problems,
     named_drafter_config,
     named_drafter_config_path,
     resolve_vocab_size,
 )
-from triage_tui.core.signals.flags import Flag, sort_flags, worst_severity
-from triage_tui.core.signals.run_flags import last_step_of
-from triage_tui.core.signals.stall import Activity, stall_flag
-from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
-from triage_tui.core.signals.values import value_flags
+from triage_tui.core.signals.flags import Flag, worst_severity
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
 
-DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval
 # A burst of watchdog events (tensorboardX issues 4 writes per record) is coalesced into one
 # poll: after a wake-up the watcher waits this long before polling.
 WAKE_COALESCE_SECS = 0.05
@@ -95,9 +87,7 @@ class _Tracked:
     drafter_config: dict | None = None
     drafter_problems: tuple[SourceError, ...] = ()
     seen_live: bool = False  # new data arrived after the first read, in this session
-    value_flags: tuple[Flag, ...] = ()
-    activity: Activity | None = None
-    derived: dict[str, Any] = field(default_factory=dict)
+    derived: Derived | None = None  # core.derive of the scalars at `version` and the settings
     status: RunStatus | None = None
     serving: ServingWatch | None = None
     serving_sources: tuple[str, ...] = ()
@@ -499,19 +489,7 @@ class Watcher:
                 tracked.seen_live = True
             self._recompute(tracked, scalars)
         derived = tracked.derived
-        activity = tracked.activity  # set by the first _recompute, which every run's first poll does
-        stalled = (
-            None
-            if activity is None
-            else stall_flag(
-                activity,
-                now=now,
-                flush_secs=self.flush_secs,
-                seen_live=tracked.seen_live,
-                last_step=derived["last_step"],
-            )
-        )
-        damaged = damaged_records_flag(tracked.events)
+        assert derived is not None  # set by the first _recompute, which every run's first poll does
         source_errors = tuple(f"{path}: {what}" for path, what in tracked.events.problems.items())
         errors = tuple(
             e
@@ -524,16 +502,17 @@ class Watcher:
             )
             if e is not None
         )
-        # A run that stopped inside the warm-up is not warming up: it will never be judged (stalled says so).
-        value_flags = tuple(f for f in tracked.value_flags if stalled is None or f.kind != "warming_up")
-        flags = (
-            value_flags
-            + tuple(f for f in (stalled, damaged) if f is not None)
-            + tuple(Flag("unreadable_file", "warning", None, None, None, error.line()) for error in errors)
-        )
         serving, serving_errors, serving_failures = self._poll_serving(tracked)
+        flags = flags_at(
+            derived,
+            now=now,
+            flush_secs=self.flush_secs,
+            seen_live=tracked.seen_live,
+            damaged=tracked.events.damaged,
+            errors=errors,
+            serving=self._serving_flags(tracked, serving, scalars),
+        )
         errors += serving_failures
-        flags = tuple(sort_flags(flags + self._serving_flags(tracked, serving, scalars)))
         if (
             not recompute
             and tracked.status is not None
@@ -548,22 +527,22 @@ class Watcher:
         tracked.status = RunStatus(
             info=tracked.info,
             status=status,
-            vocab_size=derived["vocab_size"],
-            vocab_size_source=derived["vocab_size_source"],
-            chance_loss=derived["chance"].value,
-            chance=derived["chance"],
-            last_step=derived["last_step"],
+            vocab_size=derived.vocab_size,
+            vocab_size_source=derived.vocab_size_source,
+            chance_loss=derived.chance.value,
+            chance=derived.chance,
+            last_step=derived.last_step,
             last_update=scalars.last_wall_time,
-            metrics=derived["metrics"],
+            metrics=derived.metrics,
             flags=flags,
-            loss_tag=derived["loss_tag"],
-            accuracy_tag=derived["accuracy_tag"],
+            loss_tag=derived.loss_tag,
+            accuracy_tag=derived.accuracy_tag,
             scalars=scalars,
             serving=serving,
             serving_errors=serving_errors,
-            trainer=derived["trainer"],
+            trainer=derived.trainer,
             source_errors=source_errors,
-            start=derived["start"],
+            start=derived.start,
             errors=errors,
         )
         return tracked.status
@@ -576,8 +555,7 @@ class Watcher:
             return ()
         evidence, version = tracked.serving_flags_for
         if evidence is not serving or version != scalars.version:
-            comparison = compare_serving(serving, training_estimate_from_scalars(scalars))
-            tracked.serving_flags = tuple(serving_flags(comparison))
+            tracked.serving_flags = serving_flags_of(serving, scalars)
             tracked.serving_flags_for = (serving, scalars.version)
         return tracked.serving_flags
 
@@ -636,46 +614,14 @@ class Watcher:
             wandb_vocab=draft_vocab_from_config(tracked.events.config),
             drafter_config=tracked.drafter_config,
         )
-        tags = scalars.tags()
-        trainer = match_trainer(tags)
-        loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)
-        loss_tag = loss_tags[0] if loss_tags else None
-        accuracy_tag = accuracy_tags[0] if accuracy_tags else None
-        comparable = loss_tag is None or comparable_to_chance(loss_tag, tags, manifest)
-        trainer_id = trainer.trainer if trainer is not None else None
-        chance = chance_line(
-            vocab_size, trainer_id, self._valid_fraction(tracked) if trainer_id in MEAN_OVER_ALL_POSITIONS else None
+        settings = RunSettings(
+            vocab_size=vocab_size,
+            vocab_size_source=source,
+            manifest=manifest,
+            checkpoints=tracked.info.artifacts.checkpoints,
+            valid_fraction=lambda: self._valid_fraction(tracked),
         )
-        tracked.value_flags = tuple(
-            value_flags(
-                scalars,
-                vocab_size=vocab_size,
-                loss_tags=loss_tags,
-                accuracy_tags=accuracy_tags,
-                chance_comparable=comparable,
-                chance=chance,
-            )
-        ) + tuple(
-            curve_flags(
-                scalars,
-                loss_tags=loss_tags,
-                accuracy_tags=accuracy_tags,
-                trainer=trainer,
-                checkpoints=tracked.info.artifacts.checkpoints,
-            )
-        )
-        tracked.activity = Activity.of(scalars, loss_tag)
-        tracked.derived = {
-            "vocab_size": vocab_size,
-            "vocab_size_source": source,
-            "last_step": last_step_of(scalars, loss_tag),
-            "loss_tag": loss_tag,
-            "accuracy_tag": accuracy_tag,
-            "metrics": scan_metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
-            "trainer": trainer_id,
-            "chance": chance,
-            "start": run_start(scalars, loss_tag, accuracy_tag, chance if comparable else None),
-        }
+        tracked.derived = derive(scalars, settings)
         tracked.version = scalars.version
         tracked.settings_changed = False
 

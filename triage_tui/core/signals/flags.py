@@ -22,7 +22,7 @@ class Flag:
     """One thing wrong (or worth knowing) about a run, with the step and value behind it."""
 
     kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
-    #           | damaged_records | unreadable_file (core.watch) | starts_at_chance | ttt_position_collapse
+    #           | damaged_records | unreadable_file (core.derive) | starts_at_chance | ttt_position_collapse
     #           | resume_discontinuity | eval_peaked (core.curve_shapes)
     severity: FlagSeverity
     tag: str | None

@@ -1,0 +1,206 @@
+"""One run's flags, chance line, tags, metrics and start from its scalars and settings: the one
+derivation the watcher (core/watch.py) runs, and the one the tests call.
+
+Nothing here reads a file or the clock: what is read (the scalars, the vocab size, the manifest,
+the dumps' loss-mask fraction, the damaged records, the run's errors, the serving evidence) and
+the time are handed in. Two steps, so an idle poll stays cheap: ``derive`` holds everything that
+depends on the values and the settings (the watcher recomputes it only when a run's scalars or
+settings changed), ``flags_at`` adds what depends on the clock and on the run's files (`stalled`,
+damaged records, unreadable files) and the serving flags, every poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
+from triage_tui.core.errors import SourceError
+from triage_tui.core.json_numbers import json_number
+from triage_tui.core.metric_names import TrainerNames, match_trainer, ordered, per_position
+from triage_tui.core.series import RunScalars
+from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
+from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.signals.chance import MEAN_OVER_ALL_POSITIONS, ChanceLine, chance_line
+from triage_tui.core.signals.flags import Flag, sort_flags
+from triage_tui.core.signals.stall import Activity, stall_flag
+from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
+from triage_tui.core.signals.values import value_flags
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.hidden_states import LossMaskFraction
+    from triage_tui.core.runs.manifest import Manifest
+
+DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run's scalars are judged against, already read by the caller."""
+
+    vocab_size: int
+    # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "drafter config.json" | "default"
+    vocab_size_source: str = "default"
+    manifest: Manifest | None = None  # triage.toml: its loss and accuracy tags replace discovery and are trusted
+    checkpoints: tuple[Path, ...] = ()  # the run's saves, oldest first: eval_peaked names the nearest
+    # The loss-mask fraction of the run's dumps, or None; called only for a trainer whose loss averages
+    # over all positions (core.signals.chance MEAN_OVER_ALL_POSITIONS), so other runs' dumps are never read.
+    valid_fraction: Callable[[], LossMaskFraction | None] | None = None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What a run's values and settings say, before the clock: the watcher keeps it until they change."""
+
+    vocab_size: int
+    vocab_size_source: str
+    trainer: str | None  # core.metric_names: whose metric names the run's tags matched
+    loss_tag: str | None
+    accuracy_tag: str | None
+    chance: ChanceLine
+    metrics: dict[str, Any]  # scan --json's "metrics"
+    last_step: int | None
+    start: RunStart | None
+    value_flags: tuple[Flag, ...]  # from the values and the curve shapes, in that order, unsorted
+    activity: Activity  # when the run last logged and its rhythm, for `stalled`
+
+
+def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
+    """Everything of the run that depends on its values and settings, not on the clock."""
+    manifest = settings.manifest
+    tags = scalars.tags()
+    trainer = match_trainer(tags)
+    loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)
+    loss_tag = loss_tags[0] if loss_tags else None
+    accuracy_tag = accuracy_tags[0] if accuracy_tags else None
+    comparable = loss_tag is None or comparable_to_chance(loss_tag, tags, manifest)
+    trainer_id = trainer.trainer if trainer is not None else None
+    valid = (
+        settings.valid_fraction()
+        if settings.valid_fraction is not None and trainer_id in MEAN_OVER_ALL_POSITIONS
+        else None
+    )
+    chance = chance_line(settings.vocab_size, trainer_id, valid)
+    flags = value_flags(
+        scalars,
+        vocab_size=settings.vocab_size,
+        loss_tags=loss_tags,
+        accuracy_tags=accuracy_tags,
+        chance_comparable=comparable,
+        chance=chance,
+    ) + curve_flags(
+        scalars,
+        loss_tags=loss_tags,
+        accuracy_tags=accuracy_tags,
+        trainer=trainer,
+        checkpoints=settings.checkpoints,
+    )
+    return Derived(
+        vocab_size=settings.vocab_size,
+        vocab_size_source=settings.vocab_size_source,
+        trainer=trainer_id,
+        loss_tag=loss_tag,
+        accuracy_tag=accuracy_tag,
+        chance=chance,
+        metrics=scan_metrics(scalars, tags, trainer, loss_tag, accuracy_tag),
+        last_step=last_step_of(scalars, loss_tag),
+        start=run_start(scalars, loss_tag, accuracy_tag, chance if comparable else None),
+        value_flags=tuple(flags),
+        activity=Activity.of(scalars, loss_tag),
+    )
+
+
+def flags_at(
+    derived: Derived,
+    *,
+    now: float,
+    flush_secs: float = DEFAULT_FLUSH_SECS,
+    seen_live: bool = False,
+    damaged: Mapping[Path, int] | None = None,
+    errors: Iterable[SourceError] = (),
+    serving: Sequence[Flag] = (),
+) -> tuple[Flag, ...]:
+    """All of the run's flags at ``now``, most severe first.
+
+    ``seen_live``: the watcher saw the run grow in this session (a stall is then a warning however
+    old). ``damaged``: records skipped per file; ``errors``: what of the run could not be read, one
+    `unreadable_file` flag each; ``serving``: the serving flags (``serving_flags_of``).
+    """
+    stalled = stall_flag(
+        derived.activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=derived.last_step
+    )
+    # A run that stopped inside the warm-up is not warming up: it will never be judged (stalled says so).
+    values = tuple(f for f in derived.value_flags if stalled is None or f.kind != "warming_up")
+    flags = (
+        values
+        + tuple(f for f in (stalled, damaged_records_flag(damaged or {})) if f is not None)
+        + tuple(Flag("unreadable_file", "warning", None, None, None, error.line()) for error in errors)
+    )
+    return tuple(sort_flags(flags + tuple(serving)))
+
+
+def serving_flags_of(serving: ServingEvidence, scalars: RunScalars) -> tuple[Flag, ...]:
+    """Collapsed serving acceptance, or serving far from the run's own estimate, as flags."""
+    return tuple(serving_flags(compare_serving(serving, training_estimate_from_scalars(scalars))))
+
+
+def last_step_of(scalars: RunScalars, loss_tag: str | None = None) -> int | None:
+    """The run's step: its loss series' last step; the largest of any series only without a loss
+    (one stray tag logged at step 2**40 must not make a run of 200 steps read "1099511.6M")."""
+    loss = scalars.get(loss_tag) if loss_tag is not None else None
+    if loss is not None and (last := loss.last()) is not None:
+        return last[0]
+    steps = [last[0] for s in scalars.series.values() if (last := s.last()) is not None]
+    return max(steps) if steps else None
+
+
+def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
+    if tag is None:
+        return None
+    series = scalars.get(tag)
+    if series is None or not len(series):
+        return {"tag": tag, "last": None, "min": None, "count": 0}
+    last = series.last()
+    return {
+        "tag": tag,
+        "last": json_number(last[2] if last else None),
+        "min": json_number(series.finite_min()),
+        "count": len(series),
+    }
+
+
+def scan_metrics(
+    scalars: RunScalars, tags: list[str], trainer: TrainerNames | None, loss_tag: str | None, accuracy_tag: str | None
+) -> dict[str, Any]:
+    """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
+    metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
+    if trainer is None:
+        return metrics
+    positions = per_position(tags, trainer)
+    if positions:
+        metrics["per_position_accuracy"] = [
+            {"position": position, **(_metric(scalars, tag) or {})} for position, tag in positions
+        ]
+    acceptance = ordered(tags, trainer.acceptance_length)
+    if acceptance:
+        metrics["acceptance_length"] = _metric(scalars, acceptance[0])
+    return metrics
+
+
+def damaged_records_flag(damaged: Mapping[Path, int]) -> Flag | None:
+    """A warning when records were dropped for a bad checksum or proto: the curve has gaps there."""
+    if not damaged:
+        return None
+    count = sum(damaged.values())
+    worst = max(damaged, key=lambda path: damaged[path])
+    where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
+    return Flag(
+        "damaged_records",
+        "warning",
+        None,
+        None,
+        float(count),
+        f"{count} damaged record(s) skipped (bad checksum or proto) in {where}; their points are missing",
+    )
