@@ -137,3 +137,17 @@ def test_nothing_to_choose_from(tmp_path, series):
     write_scalars(tmp_path / "out" / "runs", series)
     best, _ = best_of(tmp_path / "out")
     assert best is None
+
+
+def test_scan_says_the_best_checkpoint_of_each_run_and_null_where_there_is_none(tmp_path, capsys):
+    """The product's path: `scan --json`'s `best`, from the same derivation the TUI's watcher runs."""
+    from triage_tui import cli
+
+    specforge_eval_run(tmp_path / "tree" / "peaked")
+    write_scalars(tmp_path / "tree" / "plain", {"train/loss": [(s, 2.0) for s in range(0, 200, 10)]})
+    assert cli.main(["scan", str(tmp_path / "tree"), "--json", "--poll"]) in (0, 1)
+    runs = {run["name"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
+    best = runs["peaked"]["best"]
+    assert (best["metric"], best["step"], best["checkpoint_step"]) == ("eval/simulated_acc_len", 11960, 12000)
+    assert best["checkpoint"] == str(tmp_path / "tree" / "peaked" / "epoch_4_step_12000") and best["past_peak"] is True
+    assert runs["plain"]["best"] is None

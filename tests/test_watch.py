@@ -251,6 +251,7 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
         "sources",
         "trainer",
         "errors",
+        "best",
     ]
     assert document["chance_basis"] == "ln V" and document["valid_fraction"] is None  # no dumps: said, not guessed
     assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"

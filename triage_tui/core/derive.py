@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triage_tui.core.best_checkpoint import BestCheckpoint, best_checkpoint
 from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import SourceError
 from triage_tui.core.json_numbers import json_number
@@ -65,6 +66,8 @@ class Derived:
     start: RunStart | None
     value_flags: tuple[Flag, ...]  # from the values and the curve shapes, in that order, unsorted
     activity: Activity  # when the run last logged and its rhythm, for `stalled`
+    # Where the run's acceptance estimate peaked and the checkpoint saved nearest it (scan's "best")
+    best: BestCheckpoint | None = None
 
 
 def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
@@ -109,6 +112,7 @@ def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
         start=run_start(scalars, loss_tag, accuracy_tag, chance if comparable else None),
         value_flags=tuple(flags),
         activity=Activity.of(scalars, loss_tag),
+        best=best_checkpoint(scalars, trainer, settings.checkpoints),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from triage_tui.core.best_checkpoint import BestCheckpoint
 from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.errors import SourceError
 from triage_tui.core.runs.info import RunInfo
@@ -47,6 +48,8 @@ class RunStatus:
     # The fault boundary (docs/contracts.md): everything of this run that could not be read, as
     # values; one run's bad file never reaches another run's report.
     errors: tuple[SourceError, ...] = ()
+    # The peak of the run's acceptance estimate and the checkpoint nearest it (core.best_checkpoint)
+    best: BestCheckpoint | None = None
 
     @property
     def shown_status(self) -> str:
@@ -78,6 +81,7 @@ class RunStatus:
             "sources": list(self.info.sources),
             "trainer": self.trainer,
             "errors": [error.to_json() for error in self.errors],
+            "best": self.best.to_json() if self.best is not None else None,
         }
         if self.source_errors:
             document["source_errors"] = list(self.source_errors)

@@ -544,6 +544,7 @@ class Watcher:
             source_errors=source_errors,
             start=derived.start,
             errors=errors,
+            best=derived.best,
         )
         return tracked.status
 
