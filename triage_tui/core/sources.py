@@ -29,7 +29,7 @@ from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.formats.trainer_state import TrainerState, read_trainer_state
 from triage_tui.core.runs.config import read_config
-from triage_tui.core.runs.names import WANDB_DIR_NAME, is_console_log_name, is_wandb_file_name
+from triage_tui.core.runs.names import WANDB_DIR_NAME, WANDB_SUFFIX, is_console_log_name, is_wandb_file_name
 from triage_tui.core.series import RunScalars
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ class RunSources:
     def __init__(self) -> None:
         self.events = RunEvents()
         self.wandb: WandbHistory | None = None  # once the run has W&B files (imported only then)
+        # Earlier W&B runs in the same directory (another run id: a re-run into the same output
+        # directory), each read apart under wandb/<id>/: their steps would otherwise be replaced by
+        # the newest run's. Files of one id (a resumed run) are read together, in order.
+        self.earlier_wandb: dict[str, WandbHistory] = {}
         self.console: ConsoleLogs | None = None  # once the run has a training console
         self._console_files: tuple[Path, ...] = ()
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
@@ -84,14 +88,26 @@ class RunSources:
         renames its trainer_state series."""
         event_files, wandb_files = tuple(event_files), tuple(wandb_files)
         prefix = WANDB_PREFIX if event_files and wandb_files else ""
-        if wandb_files and (self.wandb is None or self.wandb.prefix != prefix):
+        by_id = wandb_runs(wandb_files)
+        newest = by_id.pop(next(reversed(by_id))) if by_id else ()
+        if newest and (self.wandb is None or self.wandb.prefix != prefix):
             from triage_tui.core.wandb.history import WandbHistory
 
             self.wandb = WandbHistory(prefix)
-        elif not wandb_files:
+        elif not newest:
             self.wandb = None
         if self.wandb is not None:
-            self.wandb.set_files(wandb_files)
+            self.wandb.set_files(newest)
+        earlier = {}
+        for run_id, files in by_id.items():
+            history = self.earlier_wandb.get(run_id)
+            if history is None:
+                from triage_tui.core.wandb.history import WandbHistory
+
+                history = WandbHistory(f"{WANDB_PREFIX}{run_id}/")
+            history.set_files(files)
+            earlier[run_id] = history
+        self.earlier_wandb = earlier
         self.events.set_files(event_files)
         self._event_files, self._wandb_files = event_files, wandb_files
         console_files = tuple(console_files)
@@ -130,6 +146,7 @@ class RunSources:
         return {
             **self.events.problems,
             **(self.wandb.problems if self.wandb is not None else {}),
+            **{path: what for history in self.earlier_wandb.values() for path, what in history.problems.items()},
             **(self.console.problems() if self.console is not None else {}),
         }
 
@@ -143,8 +160,9 @@ class RunSources:
     def damaged(self) -> dict[Path, int]:
         """Damaged records skipped so far, per file, in event files and W&B files alike."""
         damaged = dict(self.events.damaged)  # the reader's thread may add to them
-        if self.wandb is not None:
-            damaged.update(self.wandb.damaged)
+        for history in (self.wandb, *self.earlier_wandb.values()):
+            if history is not None:
+                damaged.update(history.damaged)
         if self.console is not None:
             damaged.update(self.console.damaged)
         return damaged
@@ -159,7 +177,7 @@ class RunSources:
             poll_events = lambda: self.events.poll(split_files=split_files)  # noqa: E731
             stats = self._poll_source("tensorboard", self._event_files, poll_events, stats)
         if self.wandb is not None:
-            stats = self._poll_source("wandb", self._wandb_files, self.wandb.poll, stats)
+            stats = self._poll_source("wandb", self._wandb_files, self._poll_wandb, stats)
         if self._state_path is not None:
             state_files = (self._state_path,)
             stats = self._poll_source("trainer_state", state_files, self._poll_trainer_state, stats)
@@ -216,8 +234,16 @@ class RunSources:
             self.failures[kind] = SourceError(kind, where, f"cannot read its scalars: {type(err).__name__}: {err}")
         return stats
 
+    def _poll_wandb(self) -> ReadStats:
+        assert self.wandb is not None
+        stats = self.wandb.poll()
+        for history in self.earlier_wandb.values():
+            stats = _sum_stats(stats, history.poll())
+        return stats
+
     def _refresh(self) -> None:
-        parts = [self.events.scalars] + [s.scalars for s in (self.wandb, self.console) if s is not None]
+        sources = (self.wandb, *self.earlier_wandb.values(), self.console)
+        parts = [self.events.scalars] + [s.scalars for s in sources if s is not None]
         parts.append(self._state_scalars)
         seen = tuple((id(p), id(p.series), p.version) for p in parts)
         if seen == self._seen:
@@ -229,6 +255,15 @@ class RunSources:
         self.scalars.series = merged
         self.scalars.purges = [step for part in parts for step in part.purges]  # resumes (core.curve_shapes)
         self.scalars.version += 1
+
+
+def wandb_runs(files: Sequence[Path]) -> dict[str, tuple[Path, ...]]:
+    """W&B run files by run id (``run-<id>.wandb``), in the order given (discovery's: oldest run
+    directory first), each id's files in that order too: a resumed run keeps its id."""
+    runs: dict[str, list[Path]] = {}
+    for path in files:
+        runs.setdefault(path.name.removeprefix("run-").removesuffix(WANDB_SUFFIX), []).append(path)
+    return {run_id: tuple(paths) for run_id, paths in runs.items()}
 
 
 def source_of_file(path: Path) -> str:
