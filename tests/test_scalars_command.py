@@ -266,3 +266,35 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt, processes):
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141
     assert stderr == ""
+
+
+def test_a_console_only_run_exports_its_console_points(capsys, tmp_path):
+    """SpecForge's default keeps no tracker: its curves are the console lines beside its checkpoints
+    (printed here by specforge's own console logger)."""
+    from builders.consoles import specforge_lines
+    from builders.tensorboard import write_drafter_checkpoint
+
+    out = tmp_path / "out"
+    write_drafter_checkpoint(out / "run-step100", draft_vocab=8, hidden=4)
+    (out / "train.log").write_text(specforge_lines([(step, {"loss": 10.0 - step / 100}) for step in range(5, 105, 5)]))
+    code, text, err = _cli(capsys, out, "--format", "json")
+    assert code == 0 and err == ""
+    loss = json.loads(text)["tags"]["loss"]
+    assert loss["steps"] == list(range(5, 105, 5)) and loss["values"][-1] == pytest.approx(9.0)
+
+
+def test_a_reader_that_fails_outright_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
+    """The fault boundary keeps a reader's failure on its run; `scalars` of that run still says it."""
+    from builders.tensorboard import write_scalars
+    from triage_tui.core.events.reader import RunEvents
+
+    run = tmp_path / "run"
+    write_scalars(run, {"train/loss": [(0, 2.0), (10, 1.5)]})
+
+    def failing_poll(self, **kwargs):
+        raise RuntimeError("a reader bug")
+
+    monkeypatch.setattr(RunEvents, "poll", failing_poll)
+    code, text, err = _cli(capsys, run)
+    assert code == 2 and text == ""
+    assert err.strip().splitlines() == [f"triage: {run}: cannot read its scalars: RuntimeError: a reader bug"]

@@ -32,6 +32,7 @@ from triage_tui.core import processes
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import find_event_files
+from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.names import is_wandb_file_name
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
@@ -82,15 +83,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         files = find_event_files(path)
         wandb_files = find_wandb_files(path)
-    if not files and not wandb_files:
+    consoles: tuple[Path, ...] = ()
+    trainer_state: Path | None = None
+    if path.is_dir() and not files and not wandb_files:
+        # A run whose only curves are its console (SpecForge's default) or its HF checkpoint's
+        # trainer_state.json: those of the one run discovery finds there.
+        runs = discover_runs([path], keep_bad_manifests=True)
+        if len(runs) == 1:
+            consoles, trainer_state = runs[0].console_files, runs[0].artifacts.trainer_state
+    if not (files or wandb_files or consoles or trainer_state):
         raise BadInput(path, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
-    events.set_files(files, wandb_files)
+    events.set_files(files, wandb_files, consoles, trainer_state)
     ticks = _cpu_ticks()  # what the machine's cores do while this process reads: see _processes
     stats = events.poll(split_files=True)  # nothing else to do meanwhile: a big file on two cores
     problems = events.problems
     if path.is_file() and problems:
         raise BadInput(path, problems[path])
+    # A reader that failed outright (the fault boundary keeps it on the run): said, never silent.
+    failures = tuple(events.failures.values())
+    if failures and not events.scalars.series:
+        raise BadInput(failures[0].path or path, failures[0].message)
+    for failure in failures:
+        print(f"triage scalars: {printable(failure.line())}", file=sys.stderr)
     for problem_path, what in problems.items():
         print(f"triage scalars: {printable(problem_path)}: {printable(what)}", file=sys.stderr)
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
