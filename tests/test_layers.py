@@ -169,6 +169,7 @@ SERVING = [
         "core.serving.per_request",
         "core.serving.profile",
     ),
+    ("core.serving.json_lines",),
     ("core.serving.source", "core.serving.synthetic"),
     ("core.serving.evidence", "core.serving.tuning"),
 ]

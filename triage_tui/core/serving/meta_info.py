@@ -10,23 +10,15 @@ sgl-project/sglang commit 01bb3c807f7e.)
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from triage_tui.core import bounds
-from triage_tui.core.log_tail import LogTail
-from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.serving.source import Following, ServingPoll, source_error
+from triage_tui.core.serving.json_lines import JsonLinesSource, Skipped, integer
+from triage_tui.core.serving.source import Following
 
 
-class _Skipped(ValueError):
-    """A line that is not a request's meta_info as SGLang writes it: counted, never an exception."""
-
-
-class MetaInfoFile:
+class MetaInfoFile(JsonLinesSource):
     """SGLang's per-request responses, one JSON object per line (bare or under "meta_info"), pooled.
 
     A line that is not JSON, or whose counts are not integers, is counted and skipped; counts that
@@ -42,62 +34,22 @@ class MetaInfoFile:
         return not bounds.is_url(location) and head.lstrip()[:1] == b"{"
 
     def __init__(self, location: str, following: Following | None = None) -> None:
-        following = following or Following()
-        self.location = location
-        self.tail = LogTail(Path(location), max_line_bytes=tuning.MAX_JSONL_LINE_BYTES)
-        self.to_end = not following.background
-        self.final = following.once
-        self.lines = 0
+        super().__init__(location, following)
         self.requests = 0
-        self.skipped = 0
         self.verify = 0
         self.completion = 0
         self.histogram: list[int] = []
         self.histogram_steps = 0  # verify steps of the requests that carried a histogram
-        self.impossible: str | None = None
-        self._evidence: ServingEvidence | None = None
 
-    def poll(self) -> ServingPoll:
-        changed = False
-        while self.impossible is None:
-            lines = self.tail.poll(tuning.MAX_READ_BYTES)
-            if self.final and not self.tail.bytes_read:
-                lines += self.tail.flush()
-            changed |= self._take(lines)
-            if not self.to_end or not self.tail.bytes_read:
-                break
-        if self.impossible is not None:
-            return ServingPoll(None, (source_error(self.location, self.impossible),))
-        if changed and self.requests:
-            self._evidence = self._pooled()
-        return ServingPoll(self._evidence)
+    def _has_taken(self) -> bool:
+        return self.requests > 0
 
-    def _take(self, lines: Sequence[str]) -> bool:
-        changed = False
-        for line in lines:
-            self.lines += 1
-            if not line.strip():
-                continue
-            try:
-                self._request(line)
-            except _Skipped:
-                self.skipped += 1
-            except bounds.Impossible as err:
-                self.impossible = f"line {self.lines}: {err}"
-                return True
-            changed = True
-        return changed
-
-    def _request(self, line: str) -> None:
-        try:
-            document = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, an integer over int()'s digit limit, nested too deep
-            raise _Skipped from None
-        meta = document.get("meta_info", document) if isinstance(document, dict) else None
+    def _take_object(self, document: dict[str, Any]) -> None:
+        meta = document.get("meta_info", document)
         if not isinstance(meta, dict) or "spec_verify_ct" not in meta:
-            raise _Skipped
-        steps = bounds.count(_integer(meta.get("spec_verify_ct")), "spec_verify_ct")
-        tokens = bounds.count(_integer(meta.get("completion_tokens")), "completion_tokens")
+            raise Skipped
+        steps = bounds.count(integer(meta.get("spec_verify_ct")), "spec_verify_ct")
+        tokens = bounds.count(integer(meta.get("completion_tokens")), "completion_tokens")
         if steps == 0:
             return  # no decode step: nothing to pool
         if tokens < steps:
@@ -108,12 +60,12 @@ class MetaInfoFile:
         counts = meta.get("spec_accept_histogram")
         if counts is not None:
             if not isinstance(counts, list):
-                raise _Skipped
+                raise Skipped
             if len(counts) > bounds.MAX_POSITION_INDEX + 2:
                 raise bounds.Impossible(
                     f"spec_accept_histogram of {len(counts)} entries (at most {bounds.MAX_POSITION_INDEX + 2})"
                 )
-            counts = [bounds.count(_integer(c), "spec_accept_histogram entry") for c in counts]
+            counts = [bounds.count(integer(c), "spec_accept_histogram entry") for c in counts]
             if sum(counts) == steps:  # else this request's histogram says nothing about its steps
                 self.histogram += [0] * (len(counts) - len(self.histogram))
                 for i, c in enumerate(counts):
@@ -146,10 +98,3 @@ class MetaInfoFile:
 
     def nothing_found(self) -> str:
         return "holds no SGLang meta_info with spec_verify_ct and completion_tokens"
-
-
-def _integer(value: Any) -> int:
-    """An int count as JSON gives it (bool is an int in Python, never a count); _Skipped otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _Skipped
-    return value

@@ -21,18 +21,14 @@ figures contradict one another (a histogram that does not sum to the steps, a me
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from triage_tui.core import bounds
-from triage_tui.core.log_tail import LogTail
-from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.serving.source import Following, ServingPoll, source_error
+from triage_tui.core.serving.json_lines import JsonLinesSource, Skipped, integer
+from triage_tui.core.serving.source import Following
 
 # A response object's first key after its id (vLLM: id, object, created, model, choices; the openai
 # client's model_dump: id, choices): close to the start of the first line, whatever its text.
@@ -40,11 +36,7 @@ _RESPONSE_HEAD = re.compile(rb'^\s*(?:data:\s*)?\{[^\n]*?(?<!\\)"(?:choices|spec
 _SSE_PREFIX = "data:"
 
 
-class _Skipped(ValueError):
-    """A line that is not a JSON response: counted, never an exception."""
-
-
-class VllmRequestMetrics:
+class VllmRequestMetrics(JsonLinesSource):
     """vLLM responses with ``metrics.speculative_decoding``, one per line, pooled (kind "vllm_requests").
 
     A line that is not JSON, or whose figures are not integers, is counted and skipped; a response
@@ -59,82 +51,43 @@ class VllmRequestMetrics:
         return not bounds.is_url(location) and _RESPONSE_HEAD.match(head) is not None
 
     def __init__(self, location: str, following: Following | None = None) -> None:
-        following = following or Following()
-        self.location = location
-        self.tail = LogTail(Path(location), max_line_bytes=tuning.MAX_JSONL_LINE_BYTES)
-        self.to_end = not following.background
-        self.final = following.once
-        self.lines = 0
+        super().__init__(location, following)
         self.requests = 0  # responses pooled (with at least one verify step)
         self.without = 0  # responses without metrics.speculative_decoding
-        self.skipped = 0
         self.steps = 0
         self.accepted = 0
         self.draft_tokens = 0
         self.histogram: list[int] = []
-        self.impossible: str | None = None
-        self._evidence: ServingEvidence | None = None
 
-    def poll(self) -> ServingPoll:
-        changed = False
-        while self.impossible is None:
-            lines = self.tail.poll(tuning.MAX_READ_BYTES)
-            if self.final and not self.tail.bytes_read:
-                lines += self.tail.flush()
-            changed |= self._take(lines)
-            if not self.to_end or not self.tail.bytes_read:
-                break
-        if self.impossible is not None:
-            return ServingPoll(None, (source_error(self.location, self.impossible),))
-        if changed and self.steps:
-            self._evidence = self._pooled()
-        return ServingPoll(self._evidence)
+    def _has_taken(self) -> bool:
+        return self.steps > 0
 
-    def _take(self, lines: Sequence[str]) -> bool:
-        changed = False
-        for line in lines:
-            self.lines += 1
-            text = line.strip()
-            if text.startswith(_SSE_PREFIX):
-                text = text[len(_SSE_PREFIX) :].strip()
-            if not text or text == "[DONE]":  # the end of a saved stream
-                continue
-            try:
-                self._response(text)
-            except _Skipped:
-                self.skipped += 1
-            except bounds.Impossible as err:
-                self.impossible = f"line {self.lines}: {err}"
-                return True
-            changed = True
-        return changed
+    def _json_text(self, line: str) -> str:
+        text = line.strip()
+        if text.startswith(_SSE_PREFIX):  # a line of a saved stream
+            text = text[len(_SSE_PREFIX) :].strip()
+        return "" if text == "[DONE]" else text  # [DONE]: the end of a saved stream
 
-    def _response(self, text: str) -> None:
-        try:
-            document = json.loads(text)
-        except (ValueError, RecursionError):  # not JSON, an integer over int()'s digit limit, nested too deep
-            raise _Skipped from None
-        if not isinstance(document, dict):
-            raise _Skipped
+    def _take_object(self, document: dict[str, Any]) -> None:
         metrics = document.get("metrics")
         spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
         if not isinstance(spec, dict):
             if "choices" not in document:
-                raise _Skipped
+                raise Skipped
             self.without += 1
             return
         histogram = spec.get("acceptance_histogram")
         if not isinstance(histogram, list):
-            raise _Skipped
+            raise Skipped
         if len(histogram) > bounds.MAX_POSITION_INDEX + 2:
             raise bounds.Impossible(
                 f"acceptance_histogram of {len(histogram)} entries (at most {bounds.MAX_POSITION_INDEX + 2})"
             )
-        counts = [bounds.count(_integer(c), "acceptance_histogram entry") for c in histogram]
-        steps = bounds.count(_integer(spec.get("num_spec_steps")), "num_spec_steps")
-        accepted = bounds.count(_integer(spec.get("num_accepted_draft_tokens")), "num_accepted_draft_tokens")
-        drafted = bounds.count(_integer(spec.get("num_draft_tokens")), "num_draft_tokens")
-        k = bounds.count(_integer(spec.get("num_spec_tokens")), "num_spec_tokens")
+        counts = [bounds.count(integer(c), "acceptance_histogram entry") for c in histogram]
+        steps = bounds.count(integer(spec.get("num_spec_steps")), "num_spec_steps")
+        accepted = bounds.count(integer(spec.get("num_accepted_draft_tokens")), "num_accepted_draft_tokens")
+        drafted = bounds.count(integer(spec.get("num_draft_tokens")), "num_draft_tokens")
+        k = bounds.count(integer(spec.get("num_spec_tokens")), "num_spec_tokens")
         mean = _number(spec.get("mean_acceptance_length"))
         rate = _number(spec.get("draft_acceptance_rate"))
         if len(counts) != k + 1:
@@ -208,17 +161,10 @@ class VllmRequestMetrics:
         return "holds no vLLM response with metrics.speculative_decoding and a verify step"
 
 
-def _integer(value: Any) -> int:
-    """An int count as JSON gives it (bool is an int in Python, never a count); _Skipped otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _Skipped
-    return value
-
-
 def _number(value: Any) -> float:
-    """A JSON number as a float; _Skipped for anything else, Impossible for an integer no float holds."""
+    """A JSON number as a float; Skipped for anything else, Impossible for an integer no float holds."""
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _Skipped
+        raise Skipped
     try:
         return float(value)
     except OverflowError:
