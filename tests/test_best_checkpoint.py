@@ -151,3 +151,91 @@ def test_scan_says_the_best_checkpoint_of_each_run_and_null_where_there_is_none(
     assert (best["metric"], best["step"], best["checkpoint_step"]) == ("eval/simulated_acc_len", 11960, 12000)
     assert best["checkpoint"] == str(tmp_path / "tree" / "peaked" / "epoch_4_step_12000") and best["past_peak"] is True
     assert runs["plain"]["best"] is None
+
+
+# --------------------------------------------------------------------------- SpecForge's own record
+
+
+@pytest.fixture(scope="module")
+def specforge_output(tmp_path_factory):
+    """``specforge train``'s output directory as its own TrainerController, Evaluator and
+    CheckpointManager leave it (builders.trainers): console, checkpoints, pointers, best_meta.json."""
+    from builders.trainers import specforge_train_output
+
+    return specforge_train_output(tmp_path_factory.mktemp("specforge"))
+
+
+def _copy(output, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(output.output, to, symlinks=True)
+    return to
+
+
+def _scan_run(path: Path, capsys) -> tuple[int, dict]:
+    from triage_tui import cli
+
+    code = cli.main(["scan", str(path), "--json", "--poll"])
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    return code, run
+
+
+def test_scan_keeps_specforges_record_of_its_best_step_beside_the_curves_best(specforge_output, tmp_path, capsys):
+    out = _copy(specforge_output, tmp_path / "output")
+    meta = json.loads((out / "k2-eagle3.best_meta.json").read_text())
+    _, run = _scan_run(out, capsys)
+    best = run["best"]
+    assert best["evaluations"] == 3 and best["step"] == meta["step"] == 20
+    assert best["recorded"] == {
+        "path": str(out / "k2-eagle3.best_meta.json"),
+        "step": 20,
+        "score": meta["score"],
+        "metric": "eval/simulated_acc_len",
+        "checkpoint": str(out / "k2-eagle3-step20"),
+        "complete": True,
+    }
+    assert run["errors"] == []
+
+
+def test_a_console_without_its_evaluations_takes_the_best_from_specforges_record(specforge_output, tmp_path, capsys):
+    out = _copy(specforge_output, tmp_path / "output")
+    console = out / "train.log"
+    lines = console.read_text().splitlines(keepends=True)
+    console.write_text("".join(line for line in lines if "eval/" not in line))
+    _, run = _scan_run(out, capsys)
+    best = run["best"]
+    assert (best["step"], best["evaluations"], best["last_step"], best["last_value"]) == (20, 0, None, None)
+    assert best["checkpoint"] == str(out / "k2-eagle3-step20") and best["checkpoint_step"] == 20
+    assert best["last_checkpoint"] == str(out / "k2-eagle3-step30")
+    assert best["past_peak"] is False  # nothing says the evaluations after step 20 fell
+    assert best["value"] == json.loads((out / "k2-eagle3.best_meta.json").read_text())["score"]
+
+
+def test_a_record_that_disagrees_with_the_curves_is_said(specforge_output, tmp_path):
+    from triage_tui.core.console.reader import ConsoleLogs
+    from triage_tui.core.formats.specforge_output import read_best_meta
+
+    out = _copy(specforge_output, tmp_path / "output")
+    meta_path = out / "k2-eagle3.best_meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["step"] = 30  # a best_meta.json from before a rewind, say: the curves peak at 20
+    meta_path.write_text(json.dumps(meta))
+    logs = ConsoleLogs()
+    logs.set_files([out / "train.log"])
+    logs.poll(to_end=True)
+    (run,) = discover_runs([out])
+    best = best_checkpoint(
+        logs.scalars, match_trainer(logs.scalars.tags()), run.artifacts.checkpoints, recorded=read_best_meta(meta_path)
+    )
+    assert best is not None and best.step == 20
+    assert "k2-eagle3.best_meta.json records step 30" in best.describe()
+
+
+def test_an_unreadable_record_is_an_error_of_its_run_and_the_curves_best_stands(specforge_output, tmp_path, capsys):
+    out = _copy(specforge_output, tmp_path / "output")
+    meta_path = out / "k2-eagle3.best_meta.json"
+    meta_path.write_text(meta_path.read_text()[:40])  # a save cut short
+    code, run = _scan_run(out, capsys)
+    assert code == 1
+    assert [(e["source"], e["path"]) for e in run["errors"]] == [("specforge", str(meta_path))]
+    assert run["best"]["step"] == 20 and run["best"]["recorded"] is None and run["best"]["evaluations"] == 3

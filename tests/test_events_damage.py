@@ -3,6 +3,7 @@ replacement, absurd lengths, random and mutated bytes."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import tracemalloc
@@ -205,11 +206,42 @@ def test_garbage_tail_waits_then_resyncs_when_records_follow(tmp_path, torch_byt
     path.write_bytes(torch_bytes[:cut] + garbage)
     events = _reader(path)
     assert events.poll().pending_bytes == 300
+    # Whole headers that fail the length check are no write in progress: the file says so meanwhile.
+    assert events.problems == {
+        path: f"no TFRecord from byte {cut} on (300 bytes fail the length check and no whole record follows): "
+        "damaged, or not an event file"
+    }
+    events.poll()  # the same bytes again (the quiet path): still said
+    assert path in events.problems
     with open(path, "ab") as f:
         f.write(torch_bytes[cut:])
     stats = events.poll()
     assert stats.skipped_bytes == 300 and stats.corrupt_records == 1
     assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert events.problems == {}
+
+
+def test_a_file_of_random_bytes_is_an_error_of_its_run_not_a_run_waiting(tmp_path, torch_bytes, capsys):
+    from triage_tui import cli
+
+    bad = tmp_path / "tree" / "bad" / "events.out.tfevents.1.host.1.0"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(np.random.default_rng(7).integers(1, 256, 4096, dtype=np.uint8).tobytes())
+    good = tmp_path / "tree" / "good" / "events.out.tfevents.1.host.2.0"
+    good.parent.mkdir(parents=True)
+    good.write_bytes(torch_bytes)
+    assert cli.main(["scan", str(tmp_path / "tree"), "--json"]) == 1
+    runs = {run["name"]: run for run in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["bad"]["status"] == "error"
+    assert runs["bad"]["errors"] == [
+        {
+            "source": "tensorboard",
+            "path": str(bad),
+            "message": "no TFRecord (4096 bytes fail the length check and no whole record follows): "
+            "damaged, or not an event file",
+        }
+    ]
+    assert runs["good"]["errors"] == [] and runs["good"]["metrics"]["loss"] is not None
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -197,6 +197,10 @@ def test_a_tail_still_being_written_is_pending_in_both(tmp_path, one_writer, sma
     assert splits == [split_read.Split.WHOLE]
     assert split == serial
     assert split["stats"]["pending_bytes"] > 0
+    # A whole header that fails its length check is no write in progress: said, in both readings.
+    message = f"no TFRecord from byte {len(one_writer)} on (333 bytes fail the length check and no whole record "
+    said = {str(path): message + "follows): damaged, or not an event file"}
+    assert split["problems"] == (said if tail == "garbage" else {})
 
 
 def test_a_child_that_fails_leaves_the_second_half_to_this_process(

@@ -18,6 +18,13 @@ Which series, first found first:
    the training per-position accuracies: these rarely peak (a training accuracy keeps rising), so
    ``held_out`` says which kind was used.
 
+SpecForge also records its own choice: ``<run_id>.best_meta.json`` (core.formats.specforge_output),
+the step whose evaluation beat every earlier one on its ``best_metric``, which its ``-best`` pointer
+names. It is kept beside the series' best (``recorded``) and said where the two differ; where the
+run's curves hold no acceptance series (a console cut short, evaluation lines not kept), the best is
+the record's alone (an evaluation's, it comes before a training-time estimate), and nothing is known
+of the evaluations after it.
+
 Checkpoint steps come from their directory names (core.curve_shapes ``checkpoint_step``:
 ``epoch_{e}_step_{s}``, ``<run>-step<N>``, ``checkpoint-N``); a checkpoint whose name carries no step
 (speculators' ``checkpoints/<epoch>``) cannot be placed and is left out.
@@ -28,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +46,9 @@ from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import chained, is_held_out, position_choices
 from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import printable
+
+if TYPE_CHECKING:
+    from triage_tui.core.formats.specforge_output import BestMeta
 
 # At least two evaluations: with one, the "best" is all there is and says nothing about a peak.
 MIN_EVALUATIONS = 2
@@ -64,13 +74,14 @@ class BestCheckpoint:
     held_out: bool
     step: int  # where the estimate peaked (the last of equal bests)
     value: float
-    evaluations: int  # points of the series
-    last_step: int
-    last_value: float
+    evaluations: int  # points of the series (0: the best is the trainer's record alone)
+    last_step: int | None  # the series' last evaluation; None without a series
+    last_value: float | None
     checkpoint: Path | None  # saved nearest the peak
     checkpoint_step: int | None
     last_checkpoint: Path | None  # the newest by the step in its name
     last_checkpoint_step: int | None
+    recorded: BestMeta | None = None  # the trainer's own record of its best step (SpecForge)
 
     @property
     def past_peak(self) -> bool:
@@ -80,6 +91,7 @@ class BestCheckpoint:
             self.last_checkpoint_step is not None
             and self.last_checkpoint_step > self.step
             and self.last_checkpoint != self.checkpoint
+            and self.last_step is not None
             and self.last_step > self.step
         )
 
@@ -95,22 +107,41 @@ class BestCheckpoint:
             "held_out": self.held_out,
             "evaluations": self.evaluations,
             "last_step": self.last_step,
-            "last_value": json_number(self.last_value),
+            "last_value": json_number(self.last_value) if self.last_value is not None else None,
             "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint is not None else None,
             "past_peak": self.past_peak,
+            "recorded": _recorded_json(self.recorded) if self.recorded is not None else None,
         }
 
     def describe(self) -> str:
         """One plain line for the drill-down (names from disk: the TUI shows it as Text, never markup)."""
         what = f"{'estimated from ' if self.estimated else ''}{printable(self.metric)}"
         kind = "" if self.held_out else ", a training-time estimate"
-        line = f"best {fmt(self.value)} at step {self.step} ({what}{kind}); "
-        line += f"{fmt(self.last_value)} at step {self.last_step}"
+        line = f"best {fmt(self.value)} at step {self.step} ({what}{kind})"
+        recorded = self.recorded
+        if self.evaluations == 0 and recorded is not None:
+            line += f", as {printable(recorded.path.name)} records it"
+        if self.last_step is not None and self.last_value is not None:
+            line += f"; {fmt(self.last_value)} at step {self.last_step}"
+        if recorded is not None and self.evaluations and recorded.step != self.step:
+            line += f"; {printable(recorded.path.name)} records step {recorded.step} ({fmt(recorded.score)})"
         if self.checkpoint is not None:
             line += f"; nearest checkpoint {printable(self.checkpoint.name)} (step {self.checkpoint_step})"
         if self.past_peak and self.last_checkpoint is not None:
             line += f"; the last checkpoint, {printable(self.last_checkpoint.name)}, is past the peak"
         return line
+
+
+def _recorded_json(recorded: BestMeta) -> dict[str, Any]:
+    """``best.recorded``: what the trainer's best_meta.json says, and whether its checkpoint is complete."""
+    return {
+        "path": str(recorded.path),
+        "step": recorded.step,
+        "score": json_number(recorded.score),
+        "metric": recorded.metric,
+        "checkpoint": str(recorded.checkpoint),
+        "complete": recorded.complete,
+    }
 
 
 def acceptance_series(scalars: RunScalars, trainer: TrainerNames | None) -> AcceptanceSeries | None:
@@ -166,18 +197,49 @@ def _estimated(scalars: RunScalars, tags: Sequence[str], unconditional: bool) ->
 
 
 def best_checkpoint(
-    scalars: RunScalars, trainer: TrainerNames | None, checkpoints: Sequence[Path] = ()
+    scalars: RunScalars,
+    trainer: TrainerNames | None,
+    checkpoints: Sequence[Path] = (),
+    *,
+    recorded: BestMeta | None = None,
 ) -> BestCheckpoint | None:
-    """The best step of the run's acceptance estimate and the checkpoint saved nearest it; None when
-    the run logs no acceptance estimate, or fewer than ``MIN_EVALUATIONS`` points of it."""
+    """The best step of the run's acceptance estimate and the checkpoint saved nearest it; with
+    fewer than ``MIN_EVALUATIONS`` points of it, or only a training-time estimate, the trainer's
+    ``recorded`` best if there is one, else the estimate, else None."""
+    placed = [(found, Path(path)) for path in checkpoints if (found := checkpoint_step(path)) is not None]
+    last = max(placed, key=lambda item: item[0]) if placed else None
     series = acceptance_series(scalars, trainer)
-    if series is None or len(series.values) < MIN_EVALUATIONS:
-        return None
+    if series is not None and len(series.values) < MIN_EVALUATIONS:
+        series = None
+    if recorded is not None and series is not None and not series.held_out:
+        series = None  # the record is of an evaluation: it outranks a training-time estimate
+    if series is None:
+        if recorded is None:
+            return None
+        # SpecForge skips a record whose checkpoint is gone (CheckpointManager._load_best_meta).
+        nearest = (
+            (recorded.step, recorded.checkpoint)
+            if recorded.complete
+            else nearest_checkpoint(checkpoints, recorded.step)
+        )
+        return BestCheckpoint(
+            metric=recorded.metric,
+            estimated=False,
+            held_out=True,  # SpecForge's best_metric is an evaluation's
+            step=recorded.step,
+            value=recorded.score,
+            evaluations=0,
+            last_step=None,
+            last_value=None,
+            checkpoint=nearest[1] if nearest else None,
+            checkpoint_step=nearest[0] if nearest else None,
+            last_checkpoint=last[1] if last else None,
+            last_checkpoint_step=last[0] if last else None,
+            recorded=recorded,
+        )
     best = best_index(series.values)
     step = int(series.steps[best])
     nearest = nearest_checkpoint(checkpoints, step)
-    placed = [(found, Path(path)) for path in checkpoints if (found := checkpoint_step(path)) is not None]
-    last = max(placed, key=lambda item: item[0]) if placed else None
     return BestCheckpoint(
         metric=series.metric,
         estimated=series.estimated,
@@ -191,4 +253,5 @@ def best_checkpoint(
         checkpoint_step=nearest[0] if nearest else None,
         last_checkpoint=last[1] if last else None,
         last_checkpoint_step=last[0] if last else None,
+        recorded=recorded,
     )

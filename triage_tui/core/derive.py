@@ -32,6 +32,7 @@ from triage_tui.core.signals.values import value_flags
 
 if TYPE_CHECKING:
     from triage_tui.core.formats.hidden_states import LossMaskFraction
+    from triage_tui.core.formats.specforge_output import BestMeta
     from triage_tui.core.runs.manifest import Manifest
 
 DEFAULT_FLUSH_SECS = 120.0  # torch / tensorboardX / TF2 writers' default flush interval
@@ -46,6 +47,7 @@ class RunSettings:
     vocab_size_source: str = "default"
     manifest: Manifest | None = None  # triage.toml: its loss and accuracy tags replace discovery and are trusted
     checkpoints: tuple[Path, ...] = ()  # the run's saves, oldest first: eval_peaked names the nearest
+    best_meta: BestMeta | None = None  # SpecForge's own record of its best step (best_meta.json)
     # The loss-mask fraction of the run's dumps, or None; called only for a trainer whose loss averages
     # over all positions (core.signals.chance MEAN_OVER_ALL_POSITIONS), so other runs' dumps are never read.
     valid_fraction: Callable[[], LossMaskFraction | None] | None = None
@@ -112,7 +114,7 @@ def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
         start=run_start(scalars, loss_tag, accuracy_tag, chance if comparable else None),
         value_flags=tuple(flags),
         activity=Activity.of(scalars, loss_tag),
-        best=best_checkpoint(scalars, trainer, settings.checkpoints),
+        best=best_checkpoint(scalars, trainer, settings.checkpoints, recorded=settings.best_meta),
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from triage_tui.core.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.formats.specforge_output import BestMeta, read_best_meta
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
 from triage_tui.core.run_status import RunStatus, failed_status, manifest_error
 from triage_tui.core.runs.config import read_config
@@ -70,7 +71,7 @@ class _Tracked:
 
     info: RunInfo
     events: RunSources
-    config_key: tuple[int, int] | None = None
+    config_key: tuple[str, int, int] | None = None
     config: dict | None = None
     state_key: tuple[str, int, int] | None = None
     state_vocab: int | None = None  # SpecForge 0.2.0: draft vocab of the newest training_state.pt
@@ -86,6 +87,10 @@ class _Tracked:
     drafter_key: tuple[str, int, int] | None = None
     drafter_config: dict | None = None
     drafter_problems: tuple[SourceError, ...] = ()
+    # SpecForge's <run_id>.best_meta.json: the step its trainer chose as best. Re-read when it changes.
+    best_meta_key: tuple[str, int, int] | None = None
+    best_meta: BestMeta | None = None
+    best_meta_problem: SourceError | None = None
     seen_live: bool = False  # new data arrived after the first read, in this session
     derived: Derived | None = None  # core.derive of the scalars at `version` and the settings
     status: RunStatus | None = None
@@ -409,13 +414,7 @@ class Watcher:
     def _refresh_config(self, tracked: _Tracked) -> None:
         """Re-read config.json only when its (mtime, size) changed."""
         path = tracked.info.artifacts.config_json
-        key = None
-        if path is not None:
-            try:
-                stat = os.stat(path)
-                key = (stat.st_mtime_ns, stat.st_size)
-            except OSError:
-                key = None
+        key = _file_key(path)
         if key != tracked.config_key:
             tracked.config_key = key
             problems: list[str] = []
@@ -425,17 +424,12 @@ class Watcher:
             tracked.settings_changed = True
         self._refresh_drafter_config(tracked)
         self._refresh_training_state(tracked)
+        self._refresh_best_meta(tracked)
 
     def _refresh_drafter_config(self, tracked: _Tracked) -> None:
         """Re-read the named drafter's config.json only when its path, mtime or size changed."""
         path = named_drafter_config_path(tracked.info.manifest)
-        key = None
-        if path is not None:
-            try:
-                stat = os.stat(path)
-                key = (str(path), stat.st_mtime_ns, stat.st_size)
-            except OSError:
-                key = None
+        key = _file_key(path)
         if key == tracked.drafter_key:
             return
         problems: list[str] = []
@@ -453,12 +447,8 @@ class Watcher:
                 tracked.state_key, tracked.state_vocab, tracked.settings_changed = None, None, True
                 tracked.state_problem = None
             return
-        try:
-            stat = os.stat(path)
-        except OSError:
-            return
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        if key == tracked.state_key:
+        key = _file_key(path)
+        if key is None or key == tracked.state_key:
             return
         from triage_tui.core.formats.training_state import read_training_state
 
@@ -473,6 +463,22 @@ class Watcher:
             vocab, problem = None, SourceError("training_state", str(path), what)
         tracked.state_key, tracked.state_vocab, tracked.settings_changed = key, vocab, True
         tracked.state_problem = problem
+
+    def _refresh_best_meta(self, tracked: _Tracked) -> None:
+        """Re-read SpecForge's best_meta.json only when its path, mtime or size changed: the trainer
+        replaces it (atomically) each time an evaluation beats the best."""
+        path = tracked.info.artifacts.best_meta
+        key = _file_key(path)
+        if key == tracked.best_meta_key:
+            return
+        tracked.best_meta_key, tracked.best_meta, tracked.best_meta_problem = key, None, None
+        tracked.settings_changed = True
+        if path is None or key is None:
+            return
+        try:
+            tracked.best_meta = read_best_meta(path)
+        except BadInput as err:
+            tracked.best_meta_problem = SourceError("specforge", err.path or str(path), err.what)
 
     # ------------------------------------------------------------------ per-run update
 
@@ -498,6 +504,7 @@ class Watcher:
                 *tracked.config_problems,
                 *tracked.drafter_problems,
                 tracked.state_problem,
+                tracked.best_meta_problem,
                 *tracked.events.errors,
             )
             if e is not None
@@ -620,6 +627,7 @@ class Watcher:
             vocab_size_source=source,
             manifest=manifest,
             checkpoints=tracked.info.artifacts.checkpoints,
+            best_meta=tracked.best_meta,
             valid_fraction=lambda: self._valid_fraction(tracked),
         )
         tracked.derived = derive(scalars, settings)
@@ -682,6 +690,18 @@ class Watcher:
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
                 self.wake(rescan=True)
                 return
+
+
+def _file_key(path: Path | None) -> tuple[str, int, int] | None:
+    """(path, mtime, size) of a file a run's settings are read from, to re-read it only when it
+    changed; None when there is none or it cannot be looked at."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return str(path), stat.st_mtime_ns, stat.st_size
 
 
 def _files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...], Path | None]:

@@ -67,6 +67,7 @@ class FileState:
     prefix: str = ""  # "<subdir>/" of series names from this file (series_prefixes)
     series_seen: set[str] = field(default_factory=set)  # series this file has added points to
     quiet: tuple[int, int] | None = None  # (size, mtime_ns) when a poll found bytes it could not take yet
+    damaged_from: int | None = None  # the file's last bytes, from here on, are no records (framing.Frames.damaged_tail)
 
 
 Take = Callable[[bytearray, Frames, "FileState", "ReadStats"], None]
@@ -93,6 +94,7 @@ def read_appended(handle: IO[bytes], state: FileState, size: int, stats: ReadSta
         n = fileio.read_into(handle, memoryview(buf)[:want])
         stats.bytes_read += n
         frames = frame(buf, n, remaining - n)
+        state.damaged_from = base + frames.consumed if frames.damaged_tail and n >= remaining else None
         if frames.consumed and base != state.offset:
             # Zeros [offset, base), then whole records: the zeros were damage after all.
             stats.skipped_bytes += base - state.offset

@@ -33,6 +33,11 @@ class Frames:
     skipped_bytes: int = 0
     corrupt: int = 0  # resyncs
     need: int = 0  # when a valid header waits for its payload: the record's full size
+    # The bytes from ``consumed`` on fail the length check and no whole record follows them: damage,
+    # or not an event file at all. Not a write in progress: a writer's bytes land in order and the
+    # size grows after them, so 12 header bytes inside the file are the writer's whole header
+    # (a zero-filled tail, which network filesystems show, is told apart and stays pending).
+    damaged_tail: bool = False
 
 
 def small_headers(buf, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -175,6 +180,8 @@ def frame(buf, n: int, more: int = 0) -> Frames:
         if target < 0:
             if header_ok:
                 frames.need = 16 + length
+            else:
+                frames.damaged_tail = True
             break
         frames.skipped_bytes += target - pos
         frames.corrupt += 1

@@ -201,6 +201,7 @@ class RunEvents:
                 # Nothing written since a poll that could take nothing (a half-written record, a
                 # zero-filled or sparse tail): reading the same bytes again would find the same.
                 stats.pending_bytes += size - state.offset
+                self._say_damaged_tail(state, size)
                 return
             split = Split.NONE
             if split_files and worth_splitting(state, size):
@@ -223,8 +224,19 @@ class RunEvents:
             racy = time.time() - st.st_mtime <= RACY_MTIME_SECS
             state.quiet = (size, st.st_mtime_ns) if state.offset < size and not racy else None
             stats.pending_bytes += max(size - state.offset, 0)
+            self._say_damaged_tail(state, size)
         if stats.corrupt_records > corrupt_before:
             self.damaged[state.path] = self.damaged.get(state.path, 0) + stats.corrupt_records - corrupt_before
+
+    def _say_damaged_tail(self, state: FileState, size: int) -> None:
+        """A file whose last bytes are no records (random bytes, a tail overwritten) is said, not
+        left waiting as if a writer were still writing it; its records before stay."""
+        if state.damaged_from is not None and state.damaged_from == state.offset < size:
+            what = "no TFRecord" if state.damaged_from == 0 else f"no TFRecord from byte {state.damaged_from} on"
+            self.problems[state.path] = (
+                f"{what} ({size - state.damaged_from} bytes fail the length check and no whole record follows): "
+                "damaged, or not an event file"
+            )
 
     def _take(self, buf: bytearray, frames: Frames, state: FileState, stats: ReadStats) -> None:
         """Whole records of one read window into points, stored under the run's restart rules."""

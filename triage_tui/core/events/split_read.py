@@ -116,14 +116,14 @@ def read_split(
             # The summary last, where the trailer says; then the chunks one at a time from the
             # start, each stored before the next is loaded (a 2 GB file's half is ~1 GB of points).
             summary_at = int.from_bytes(answer[-8:], "little")
-            offset, part_stats, new_tags, count = pickle.loads(answer[summary_at:-8])
+            offset, part_stats, new_tags, count, damaged_from = pickle.loads(answer[summary_at:-8])
             stats.add_counts(part_stats)
             answer.seek(0)
             for _ in range(count):
                 chunk = pickle.load(answer)
                 decoder.adopt(chunk, new_tags, known)
                 store(chunk, state, stats)
-    state.offset = offset
+    state.offset, state.damaged_from = offset, damaged_from
     return Split.WHOLE
 
 
@@ -160,7 +160,9 @@ def _child(
 
                     read_appended(handle, part, size, part_stats, send)
                     summary_at = out.tell()
-                    pickle.dump((part.offset, part_stats, decoder.tags[known:], count), out, protocol=5)
+                    pickle.dump(
+                        (part.offset, part_stats, decoder.tags[known:], count, part.damaged_from), out, protocol=5
+                    )
                     out.write(summary_at.to_bytes(8, "little"))
                 code = 0
     except BaseException:  # noqa: BLE001 - whatever it was (a full disk, Ctrl-C), the parent reads the rest itself

@@ -51,12 +51,14 @@ from triage_tui.core.runs.names import (
     LOG_DIR_NAMES,
     MANIFEST_NAME,
     RUN_YAML_NAME,
+    SPECFORGE_BEST_META_SUFFIX,
     TARGET_DIR_NAMES,
     TRAINER_STATE_NAME,
     TRAINING_STATE_NAME,
     WANDB_DIR_NAME,
     is_event_file_name,
     is_wandb_file_name,
+    specforge_run_id,
 )
 
 # How far up from a given path to look for the triage.toml of the run it lies in
@@ -322,7 +324,22 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         run_yaml=Path(min(run_yamls, key=lambda p: (p.count(os.sep), natural_key(p)))) if run_yamls else None,
         # The largest N, as transformers' get_last_checkpoint picks it; the shallowest among equals.
         trainer_state=Path(max(trainer_states)[2]) if trainer_states else None,
+        best_meta=_best_meta(run.node, checkpoints),
     )
+
+
+def _best_meta(node: _Node, checkpoints: Sequence[_Node]) -> Path | None:
+    """The run directory's SpecForge ``<run_id>.best_meta.json``: of several run ids (two configs
+    writing into one output directory), the one the newest checkpoint belongs to, else the last."""
+    metas = [name for name in node.listing.files if name.endswith(SPECFORGE_BEST_META_SUFFIX)]
+    if not metas:
+        return None
+    run_ids = {specforge_run_id(name): name for name in metas}
+    for checkpoint in reversed(checkpoints):
+        name = run_ids.get(specforge_run_id(checkpoint.name))
+        if name is not None:
+            return Path(node.path, name)
+    return Path(node.path, metas[-1])
 
 
 def _dump_root(node: _Node, run_dir: str) -> str | None:

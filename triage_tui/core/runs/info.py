@@ -22,6 +22,9 @@ class RunArtifacts:
     # HF Trainer (and every trainer on it): the newest checkpoint-<N>/trainer_state.json, by N
     # (formats/trainer_state.py): its log_history is a scalar source of the run.
     trainer_state: Path | None = None
+    # SpecForge: <run_id>.best_meta.json in the output directory, the step its CheckpointManager
+    # chose as best (formats/specforge_output.py); of several run ids, the newest checkpoint's.
+    best_meta: Path | None = None
 
 
 @dataclass(frozen=True)
