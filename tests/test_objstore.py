@@ -8,7 +8,6 @@ Bytes fetched are asserted from the proxy's side, the server's view of what a po
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders.object_store import S3Proxy, S3Server, s3_client, s3_environment, upload_tree
+from builders.object_store import s3_client, upload_tree
 from builders.samples import copy_samples
 from builders.waiting import load_factor
 from triage_tui.core.errors import BadInput
@@ -34,33 +33,12 @@ from triage_tui.core.runs.remote import fetch_policy, mirror_runs
 pytest.importorskip("obstore")
 pytest.importorskip("moto")
 
-_BUCKETS = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def server():
-    with S3Server() as running:
-        proxy = S3Proxy(running.port)
-        with s3_environment(proxy.endpoint):
-            yield running, proxy
-        proxy.stop()
-
 
 @pytest.fixture(autouse=True)
 def _local_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "CACHE_DIR", tmp_path / "cache")
     monkeypatch.setattr(tuning, "BACKOFF_FIRST_SECS", 0.01)
     monkeypatch.setattr(tuning, "BACKOFF_MAX_SECS", 0.02)
-
-
-@pytest.fixture
-def bucket(server):
-    """A fresh bucket on the module's server: (its name, a boto3 client, the proxy)."""
-    running, proxy = server
-    name = f"bucket-{os.getpid()}-{next(_BUCKETS)}"
-    client = s3_client(running.endpoint)  # the writer talks to the server directly: not counted
-    client.create_bucket(Bucket=name)
-    return name, client, proxy
 
 
 @pytest.fixture(params=["obstore", "fsspec"])

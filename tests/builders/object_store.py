@@ -14,6 +14,7 @@ before forwarding. Objects are written by boto3 (the AWS SDK, the writer a train
 from __future__ import annotations
 
 import http.client
+import itertools
 import os
 import re
 import subprocess
@@ -24,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 # AWS Signature Version 4: "AWS4-HMAC-SHA256 Credential=<key id>/<date>/<region>/s3/aws4_request, ..."
 _SIGNED_BY = re.compile(r"Credential=([^/]+)/")
@@ -261,3 +264,29 @@ class S3Proxy:
         self.release()
         self.server.shutdown()
         self.server.server_close()
+
+
+# --- fixtures (registered in conftest.py's pytest_plugins) -------------------------------------
+
+_BUCKETS = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """moto's server and the counting proxy in front of it, the AWS variables pointing at the proxy."""
+    pytest.importorskip("moto")
+    with S3Server() as running:
+        proxy = S3Proxy(running.port)
+        with s3_environment(proxy.endpoint):
+            yield running, proxy
+        proxy.stop()
+
+
+@pytest.fixture
+def bucket(server):
+    """A fresh bucket on the module's server: (its name, a boto3 client, the proxy)."""
+    running, proxy = server
+    name = f"bucket-{os.getpid()}-{next(_BUCKETS)}"
+    client = s3_client(running.endpoint)  # the writer talks to the server directly: not counted
+    client.create_bucket(Bucket=name)
+    return name, client, proxy

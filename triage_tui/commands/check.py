@@ -18,6 +18,7 @@ from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.json_numbers import finite_json
+from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.text import printable
 
@@ -28,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"  {check.name:<{CHECK_NAME_WIDTH}}  {check.title}" for check in CHECKS
     )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("run", metavar="RUN", help="the run directory (holds triage.toml or event files)")
+    parser.add_argument(
+        "run", metavar="RUN", help="the run directory (holds triage.toml or event files), or its s3:// or gs:// prefix"
+    )
     parser.add_argument("--checkpoint", metavar="P", help="drafter checkpoint the fine-tune started from")
     parser.add_argument("--mapping", metavar="P", help="vocab mapping the trainer builds labels with")
     parser.add_argument("--data", metavar="P", help="hidden-state dumps (a sample is enough)")
@@ -64,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
-    inputs = resolve_inputs(
-        args.run, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
-    )
+    inputs = _resolve(args)
     flags, metrics, scalars, start, chance = _run_flags(inputs.run)
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
     sources, pages = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
@@ -87,11 +88,36 @@ def run(args: argparse.Namespace) -> int:
         document = diagnosis.to_json()
         if chance is not None:
             document["chance"] = finite_json(chance.to_json())  # the line the flags compared the loss with
-        json.dump(document, sys.stdout, indent=2, allow_nan=False)
+        # A run in a bucket: every path read as its URL, not the local mirror's (runs/remote.py).
+        json.dump(shown_text(document), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(diagnosis, flags, chance))
+        sys.stdout.write(str(shown_text(render_text(diagnosis, flags, chance))))
     return exit_status(diagnosis)
+
+
+def _resolve(args: argparse.Namespace):
+    """The run's inputs; a bucket prefix (s3://, gs://) is mirrored first (runs/remote.py), with the
+    directories its triage.toml names out of it in the same bucket. Its checkpoints are placeholders
+    there, which the checks read by range (formats/remote_safetensors.py), never as zeros."""
+    mirrors = Mirrors()
+    run_path = mirrors.local(args.run)
+    errors = mirrors.sync()
+
+    def resolve():
+        return resolve_inputs(
+            run_path, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
+        )
+
+    inputs = resolve()
+    if mirrors.mirrors:
+        before = len(mirrors.mirrors)
+        errors += mirrors.mirror_outside([inputs.checkpoint, inputs.mapping, inputs.data, inputs.target])
+        if len(mirrors.mirrors) > before:
+            inputs = resolve()
+    for error in errors:
+        print(f"triage check: {printable(error.line())}", file=sys.stderr)
+    return inputs
 
 
 def exit_status(diagnosis: Diagnosis) -> int:
@@ -99,7 +125,10 @@ def exit_status(diagnosis: Diagnosis) -> int:
     hypothesis scored >= 0.5, else 0. Never 0 when nothing was looked at."""
     reason = diagnosis.nothing_checked()
     if reason is not None:
-        print(f"triage check: {printable(str(diagnosis.inputs.run))}: {printable(reason)}", file=sys.stderr)
+        print(
+            f"triage check: {printable(shown_path(diagnosis.inputs.run))}: {printable(str(shown_text(reason)))}",
+            file=sys.stderr,
+        )
         return 2
     return 1 if diagnosis.top_score >= LIKELY else 0
 

@@ -34,6 +34,7 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import find_event_files
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.names import is_wandb_file_name
+from triage_tui.core.runs.remote import Mirrors, shown_path
 from triage_tui.core.series import ScalarSeries
 from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
         metavar="RUN_OR_FILE",
-        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it)",
+        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it), "
+        "local or a bucket prefix (s3://bucket/run, gs://...)",
     )
     parser.add_argument(
         "--tag",
@@ -66,17 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = Path(args.path)
+    mirrors = Mirrors()
+    path = mirrors.local(args.path)
+    for error in mirrors.sync():  # a URL: the run's prefix mirrored here first (runs/remote.py)
+        print(f"triage scalars: {printable(error.line())}", file=sys.stderr)
     if not path.exists():
-        raise BadInput(path, "no such file or directory")
+        raise BadInput(shown_path(path), "no such file or directory")
     if path.is_file():
         try:
             with open(path, "rb"):
                 pass
         except OSError as err:
-            raise BadInput(path, f"cannot read it: {err.strerror}") from None
+            raise BadInput(shown_path(path), f"cannot read it: {err.strerror}") from None
     elif not path.is_dir():
-        raise BadInput(path, "not a regular file or a directory")
+        raise BadInput(shown_path(path), "not a regular file or a directory")
     if path.is_file():
         wandb_files = [path] if is_wandb_file_name(path.name) else []
         files = [] if wandb_files else [path]
@@ -92,14 +97,14 @@ def run(args: argparse.Namespace) -> int:
         if len(runs) == 1:
             consoles, trainer_state = runs[0].console_files, runs[0].artifacts.trainer_state
     if not (files or wandb_files or consoles or trainer_state):
-        raise BadInput(path, "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
+        raise BadInput(shown_path(path), "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
     events.set_files(files, wandb_files, consoles, trainer_state)
     ticks = _cpu_ticks()  # what the machine's cores do while this process reads: see _processes
     stats = events.poll(split_files=True)  # nothing else to do meanwhile: a big file on two cores
     problems = events.problems
     if path.is_file() and problems:
-        raise BadInput(path, problems[path])
+        raise BadInput(shown_path(path), problems[path])
     # A reader that failed outright (the fault boundary keeps it on the run): said, never silent.
     failures = tuple(events.failures.values())
     if failures and not events.scalars.series:
@@ -109,22 +114,25 @@ def run(args: argparse.Namespace) -> int:
     for problem_path, what in problems.items():
         print(f"triage scalars: {printable(problem_path)}: {printable(what)}", file=sys.stderr)
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
-        raise BadInput(path, "not a TensorBoard event file: no valid record in it")
+        raise BadInput(shown_path(path), "not a TensorBoard event file: no valid record in it")
     if stats.unreadable_files > len(problems):
         print(
-            f"triage scalars: {printable(path)}: {stats.unreadable_files - len(problems)} event file(s) "
+            f"triage scalars: {printable(shown_path(path))}: {stats.unreadable_files - len(problems)} event file(s) "
             "could not be read",
             file=sys.stderr,
         )
     if stats.corrupt_records:
         print(
-            f"triage scalars: {printable(path)}: skipped {stats.corrupt_records} damaged record(s), "
+            f"triage scalars: {printable(shown_path(path))}: skipped {stats.corrupt_records} damaged record(s), "
             f"{stats.skipped_bytes} byte(s)",
             file=sys.stderr,
         )
     series = [events.scalars.series[tag] for tag in events.scalars.tags() if _wanted(tag, args.tag)]
     if args.tag and not series:
-        print(f"triage scalars: {printable(path)}: no tag matches {printable(' or '.join(args.tag))}", file=sys.stderr)
+        print(
+            f"triage scalars: {printable(shown_path(path))}: no tag matches {printable(' or '.join(args.tag))}",
+            file=sys.stderr,
+        )
     if PLAIN_TEXT:
         (_write_json_plain if args.format == "json" else _write_csv_plain)(series, sys.stdout)
     elif args.format == "json":

@@ -13,6 +13,7 @@ import sys
 
 from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs.discover import skipped_links_note
+from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
 from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
@@ -24,7 +25,12 @@ EXIT_WITHOUT_TEARDOWN = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="run directories or parents of runs (default .)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="run directories or parents of runs, or a bucket prefix: s3://bucket/runs, gs://... (default .)",
+    )
     parser.add_argument("--json", action="store_true", help='print {"runs": [...]} as in docs/contracts.md')
     parser.add_argument(
         "--vocab-size",
@@ -47,10 +53,19 @@ def _vocab_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    mirrors = Mirrors()
+    paths = [mirrors.local(text) for text in args.paths or ["."]]
     watcher = Watcher(
-        args.paths or ["."], vocab_size=args.vocab_size, use_watchdog=not args.poll, strict=True, split_files=True
+        paths,
+        vocab_size=args.vocab_size,
+        use_watchdog=not args.poll,
+        strict=True,
+        split_files=True,
+        mirrors=mirrors if mirrors.mirrors else None,
     )
     statuses = watcher.poll_once()
+    for error in watcher.unplaced_errors:  # an object of a bucket under no run: said, not lost
+        print(f"triage scan: {printable(error.line())}", file=sys.stderr)
     note = skipped_links_note(watcher.skipped_links)
     if note is not None:
         print(f"triage scan: {note}", file=sys.stderr)
@@ -61,16 +76,21 @@ def run(args: argparse.Namespace) -> int:
             document["skipped_links"] = [
                 {"link": link, "target": target} for link, target in sorted(watcher.skipped_links.items())
             ]
+        if mirrors.mirrors:
+            document = shown_text(document)  # type: ignore[assignment]  # a dict stays a dict
         json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     elif not statuses:
-        print(f"triage scan: no runs under {', '.join(map(printable, watcher.paths))}", file=sys.stderr)
+        where = ", ".join(printable(shown_path(path)) for path in watcher.paths)
+        print(f"triage scan: no runs under {where}", file=sys.stderr)
     else:
         glyphs = STATUS_GLYPHS if _can_print(STATUS_GLYPHS) else ASCII_GLYPHS
         width = max(len(printable(status.info.name)) for status in statuses)
         for status in statuses:
-            print(summary_line(status, glyphs, width))
-    return 1 if any(status.status == "critical" or status.errors for status in statuses) else 0
+            line = summary_line(status, glyphs, width)
+            print(shown_text(line) if mirrors.mirrors else line)
+    failed = watcher.unplaced_errors or any(status.status == "critical" or status.errors for status in statuses)
+    return 1 if failed else 0
 
 
 def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:

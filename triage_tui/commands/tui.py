@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.runs.discover import check_watch_path
+from triage_tui.core.runs.remote import Mirrors
 
 if TYPE_CHECKING:
     from triage_tui.core.watch import Watcher
@@ -24,7 +25,11 @@ DISCOVERY_WAIT_SECS = 0.15
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths", nargs="*", default=["."], metavar="PATH", help="runs, or directories to find runs in (default: .)"
+        "paths",
+        nargs="*",
+        default=["."],
+        metavar="PATH",
+        help="runs, or directories to find runs in, or a bucket prefix: s3://bucket/runs, gs://... (default: .)",
     )
     parser.add_argument(
         "--interval",
@@ -52,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    paths = [Path(p) for p in (args.paths or ["."])]
+    # A bucket prefix is watched as a local mirror, synced on the watcher's thread once a rescan.
+    mirrors = Mirrors()
+    paths = [mirrors.local(p) for p in (args.paths or ["."])]
     for path in paths:
         check_watch_path(path)  # `triage README.md` is told so, as `triage scan README.md` is
     if not math.isfinite(args.interval) or args.interval <= 0:
@@ -61,10 +68,17 @@ def run(args: argparse.Namespace) -> int:
     if args.vocab_size is not None and args.vocab_size < 2:
         raise BadInput(None, f"--vocab-size must be at least 2, got {args.vocab_size}")
 
-    watcher = start_reading(paths, vocab_size=args.vocab_size, poll_interval=args.interval, use_watchdog=not args.poll)
+    watcher = start_reading(
+        paths,
+        vocab_size=args.vocab_size,
+        poll_interval=args.interval,
+        use_watchdog=not args.poll,
+        mirrors=mirrors if mirrors.mirrors else None,
+    )
     import_app()(
         paths,
-        readonly=args.readonly,
+        # A remap written into a mirror would be lost with it: runs in a bucket are only read.
+        readonly=args.readonly or bool(mirrors.mirrors),
         poll_interval=args.interval,
         vocab_size=args.vocab_size,
         use_watchdog=not args.poll,
@@ -75,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def start_reading(
-    paths: list[Path], *, vocab_size: int | None = None, poll_interval: float = 1.0, use_watchdog: bool = True
+    paths: list[Path],
+    *,
+    vocab_size: int | None = None,
+    poll_interval: float = 1.0,
+    use_watchdog: bool = True,
+    mirrors: Mirrors | None = None,
 ) -> Watcher:
     """What `triage` does before it imports Textual: a sweep's first load is read by helper
     processes, forked now, and the first poll (discovery, then the runs handed to them) begins at
@@ -85,7 +104,9 @@ def start_reading(
     from triage_tui.core.watch import tui_watcher
 
     start_helpers_early(paths)
-    watcher = tui_watcher(paths, vocab_size=vocab_size, poll_interval=poll_interval, use_watchdog=use_watchdog)
+    watcher = tui_watcher(
+        paths, vocab_size=vocab_size, poll_interval=poll_interval, use_watchdog=use_watchdog, mirrors=mirrors
+    )
     watcher.start_first_poll(wait_for_discovery=DISCOVERY_WAIT_SECS)
     return watcher
 

@@ -14,6 +14,7 @@ from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.errors import SourceError
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.names import MANIFEST_NAME
+from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.chance import DEFAULT_VOCAB_SIZE, ChanceLine, chance_line
@@ -63,7 +64,8 @@ class RunStatus:
     def to_json(self) -> dict[str, Any]:
         """The per-run object of docs/contracts.md's `scan --json`."""
         document: dict[str, Any] = {
-            "path": str(self.info.path),
+            # A run mirrored from a bucket (runs/remote.py) is named by its URL, not the local copy.
+            "path": shown_path(self.info.path),
             "name": self.info.name,
             "status": self.status,
             "vocab_size": self.vocab_size,

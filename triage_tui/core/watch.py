@@ -43,6 +43,7 @@ from triage_tui.core.runs.names import (
     is_event_file_name,
     is_wandb_file_name,
 )
+from triage_tui.core.runs.remote import Mirrors, shown_path
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.read import ServingWatch, with_profile
@@ -108,6 +109,7 @@ def tui_watcher(
     rescan_interval: float = 5.0,
     use_watchdog: bool = True,
     clock: Callable[[], float] = time.time,
+    mirrors: Mirrors | None = None,
 ) -> Watcher:
     """The TUI's watcher (the app builds it, or `triage` before it imports Textual): a sweep's first
     load is decoded off this process, so the UI thread keeps the GIL."""
@@ -119,6 +121,7 @@ def tui_watcher(
         use_watchdog=use_watchdog,
         clock=clock,
         parse_in_helpers=True,
+        mirrors=mirrors,
     )
 
 
@@ -191,8 +194,16 @@ class Watcher:
         parse_in_helpers: bool = False,
         follow_serving: bool = True,
         split_files: bool = False,
+        mirrors: Mirrors | None = None,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
+        # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
+        # rescan, on the thread that polls, before discovery walks their trees.
+        self.mirrors = mirrors
+        # The last pass's objects that failed, by the run they belong to (its shown path: the
+        # URL); ``unplaced_errors``: those under no run (a prefix that could not be listed).
+        self._mirror_errors: dict[str, tuple[SourceError, ...]] = {}
+        self.unplaced_errors: tuple[SourceError, ...] = ()
         # Runs never read, holding at least this many bytes together, are read on two cores
         # (core/parallel_read.py); None: always in this process.
         self.parallel_min_bytes = parallel_min_bytes
@@ -352,6 +363,7 @@ class Watcher:
     # ------------------------------------------------------------------ discovery
 
     def _rescan(self) -> None:
+        mirror_errors = self.mirrors.sync(strict=self.strict) if self.mirrors is not None else []
         found: dict[Path, RunInfo] = {}
         skipped: dict[str, str] = {}
         for path in self.paths:
@@ -390,6 +402,21 @@ class Watcher:
             self._refresh_config(tracked)
         # New runs keep discovery order; the dict preserves insertion order.
         self._runs = {path: self._runs[path] for path in found}
+        self._place_mirror_errors(mirror_errors)
+
+    def _place_mirror_errors(self, errors: list[SourceError]) -> None:
+        """Each object that failed said on the run whose tree holds it (the deepest such run)."""
+        placed: dict[str, list[SourceError]] = {}
+        unplaced: list[SourceError] = []
+        runs = sorted((shown_path(path) for path in self._runs), key=len, reverse=True)
+        for error in errors:
+            owner = next((run for run in runs if error.path.startswith(run.rstrip("/") + "/")), None)
+            if owner is None:
+                unplaced.append(error)
+            else:
+                placed.setdefault(owner, []).append(error)
+        self._mirror_errors = {run: tuple(found) for run, found in placed.items()}
+        self.unplaced_errors = tuple(unplaced)
 
     def _moved_run(self, info: RunInfo, vanished: dict[Path, _Tracked]) -> _Tracked | None:
         """The vanished run whose event or W&B files now belong to the run at ``info.path``, carried over.
@@ -506,6 +533,7 @@ class Watcher:
                 tracked.state_problem,
                 tracked.best_meta_problem,
                 *tracked.events.errors,
+                *(self._mirror_errors.get(shown_path(tracked.info.path), ()) if self._mirror_errors else ()),
             )
             if e is not None
         )
@@ -526,6 +554,7 @@ class Watcher:
             and flags == tracked.status.flags
             and serving is tracked.status.serving
             and serving_errors == tracked.status.serving_errors
+            and errors + serving_failures == tracked.status.errors
         ):
             return tracked.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on

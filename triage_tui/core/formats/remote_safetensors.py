@@ -10,7 +10,10 @@ fetched is a hole of zeros, so a reader given ``path`` must ``ensure`` first wha
 
 from __future__ import annotations
 
+import atexit
+import os
 import struct
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +26,7 @@ from triage_tui.core.formats.safe_torch import (
     read_safetensors_header,
 )
 from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore.mirror import placeholder_of
 from triage_tui.core.objstore.sparse import SparseObject, open_sparse
 from triage_tui.core.objstore.store import ObjectMeta, store_for
 from triage_tui.core.objstore.url import parse_url
@@ -90,3 +94,51 @@ class RemoteSafetensors:
 
     def close(self) -> None:
         self.sparse.close()
+
+
+# One RemoteSafetensors per placeholder and ETag, shared by every reader in the process: a check
+# reads a checkpoint's header several times, and each ranged fetch is kept in its sparse file.
+_OPENED: dict[tuple[str, str], RemoteSafetensors] = {}
+_WHOLE: dict[tuple[str, str], SparseObject] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
+    """The safetensors object a mirror left ``path`` a placeholder of, its header read by range;
+    None when ``path`` is a file of its own. BadInput (naming the URL) when the object cannot be read."""
+    found = placeholder_of(path)
+    if found is None:
+        return None
+    store, meta = found
+    key = (os.path.abspath(path), meta.etag)
+    with _OPENED_LOCK:
+        remote = _OPENED.get(key)
+        if remote is None:
+            remote = _OPENED[key] = RemoteSafetensors(store.url(meta.key), meta=meta)
+        return remote
+
+
+def readable_path(path: Path) -> Path:
+    """``path``, or where a mirror's placeholder of a whole-file format (a pickled ``.bin``/``.pth``,
+    which ``torch.load`` maps as a whole) holds the object's bytes, fetched whole first."""
+    found = placeholder_of(path)
+    if found is None:
+        return path
+    store, meta = found
+    key = (os.path.abspath(path), meta.etag)
+    with _OPENED_LOCK:
+        sparse = _WHOLE.get(key)
+        if sparse is None:
+            sparse = _WHOLE[key] = open_sparse(store, meta.key, meta=meta)
+    sparse.ensure([(0, meta.size)])
+    return sparse.path
+
+
+@atexit.register
+def _close_opened() -> None:
+    """Their sparse files live in temporary directories (or the cache, which keeps them)."""
+    with _OPENED_LOCK:
+        for remote in _OPENED.values():
+            remote.close()
+        for sparse in _WHOLE.values():
+            sparse.close()

@@ -10,12 +10,13 @@ costs a few header reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
+from triage_tui.core.formats.remote_safetensors import for_placeholder, readable_path
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_array,
@@ -50,7 +51,12 @@ class WeightFiles:
 
     def _file_tensors(self, file: Path) -> dict[str, TensorInfo]:
         if file not in self._headers:
-            if self.kind == "safetensors":
+            remote = for_placeholder(file) if self.kind == "safetensors" else None
+            if remote is not None:
+                # A mirrored checkpoint (runs/remote.py): its header by range; ``file`` stays the
+                # name shown, and each tensor is fetched by range when it is read (below).
+                self._headers[file] = {name: replace(info, file=file) for name, info in remote.tensors.items()}
+            elif self.kind == "safetensors":
                 self._headers[file] = read_safetensors_header(file)
             else:
                 state = _load_bin_state(file)
@@ -91,7 +97,8 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
-            return load_safetensors_tensor(found.file, name)
+            remote = for_placeholder(found.file)
+            return remote.tensor(name) if remote is not None else load_safetensors_tensor(found.file, name)
         return self._bin_states[found.file][name]
 
     def load_array(self, name: str) -> np.ndarray | torch.Tensor:
@@ -100,6 +107,10 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
+            remote = for_placeholder(found.file)
+            if remote is not None:
+                remote.ensure([name])
+                return load_safetensors_array(remote.path, name)
             return load_safetensors_array(found.file, name)
         return self._bin_states[found.file][name]
 
@@ -109,6 +120,9 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
+            remote = for_placeholder(found.file)
+            if remote is not None:
+                return remote.rows(name, spans)
             return load_safetensors_rows(found.file, name, spans)
         tensor = self._bin_states[found.file][name]  # memory-mapped: a slice reads only its rows
         return [tensor[start:stop].clone() for start, stop in spans]
@@ -117,7 +131,7 @@ class WeightFiles:
 def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
     import torch
 
-    state = safe_torch_load(file)
+    state = safe_torch_load(readable_path(file))
     if not isinstance(state, dict):
         raise BadInput(file, f"holds a {type(state).__name__}, not a state dict of tensors")
     if file.name == TRAINING_STATE:

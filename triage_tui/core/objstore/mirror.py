@@ -16,6 +16,7 @@ reported. One object that cannot be read is an error of that object only; the re
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +32,27 @@ from triage_tui.core.objstore.url import ObjectURL
 
 How = Literal["follow", "whole", "placeholder", "skip"]
 NAME_MAX = 255  # bytes of one path component (POSIX NAME_MAX on Linux filesystems)
+
+
+# Every placeholder a mirror in this process wrote, by its local absolute path: a reader handed a
+# path (a check's checkpoint) asks ``placeholder_of`` before it reads, and reads the object by
+# range instead of a placeholder's zeros (formats.remote_safetensors).
+_PLACEHOLDERS: dict[str, tuple[Store, ObjectMeta]] = {}
+_PLACEHOLDERS_LOCK = threading.Lock()
+
+
+def placeholder_of(path: str | os.PathLike[str]) -> tuple[Store, ObjectMeta] | None:
+    """The store and listed object whose placeholder ``path`` is; None for any other file."""
+    with _PLACEHOLDERS_LOCK:
+        return _PLACEHOLDERS.get(os.path.abspath(path))
+
+
+def _set_placeholder(path: Path, entry: tuple[Store, ObjectMeta] | None) -> None:
+    with _PLACEHOLDERS_LOCK:
+        if entry is None:
+            _PLACEHOLDERS.pop(os.path.abspath(path), None)
+        else:
+            _PLACEHOLDERS[os.path.abspath(path)] = entry
 
 
 @dataclass(frozen=True)
@@ -147,6 +169,8 @@ class PrefixMirror:
             known = None
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        if how != "placeholder":
+            _set_placeholder(path, None)
         if how == "follow":
             if known is None or known.follower is None:
                 known = _Local(meta, how, ObjectFollower(self.store, meta.key))
@@ -171,6 +195,7 @@ class PrefixMirror:
             else:
                 with open(path, "wb") as f:
                     f.truncate(meta.size)
+                _set_placeholder(path, (self.store, meta))
             self._known[rel] = _Local(meta, how)
         os.utime(path, (meta.mtime, meta.mtime))
         return True
@@ -193,6 +218,7 @@ class PrefixMirror:
     def _remove(self, rel: str) -> None:
         del self._known[rel]
         path = self.root / rel
+        _set_placeholder(path, None)
         path.unlink(missing_ok=True)
         parent = path.parent
         while parent != self.root and parent.is_relative_to(self.root):

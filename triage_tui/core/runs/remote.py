@@ -10,10 +10,17 @@ what the watcher opens.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 
-from triage_tui.core.objstore.mirror import How, PrefixMirror
-from triage_tui.core.objstore.url import parse_url
+from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, local_relative
+from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HS_SAFETENSORS,
     MAPPING_FILE,
@@ -39,3 +46,125 @@ def mirror_runs(url: str, root: Path) -> PrefixMirror:
     """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says;
     ``sync()`` it once per rescan. ValueError when ``url`` is not an object-store URL."""
     return PrefixMirror(parse_url(url), root, fetch_policy)
+
+
+# --- the command line's URLs, as local trees --------------------------------------------------
+
+# Where URLs given on the command line are mirrored: one temporary directory a process, removed at
+# exit. Not a per-user directory kept between runs: a mirror's record of what it fetched (ETags,
+# followed offsets) lives in its process, so a tree left by an earlier one could hold objects
+# deleted from the bucket since, and nothing would know to remove them. Small objects are kept
+# between runs anyway, by ETag, in the object cache (objstore.cache, $XDG_CACHE_HOME/triage);
+# weights are sparse placeholders, so the directory costs the followed files' bytes.
+_BASE: Path | None = None
+_BUCKETS: dict[str, str] = {}  # local directory of a bucket (absolute) -> "scheme://bucket/"
+_BASE_LOCK = threading.Lock()
+
+
+def _base() -> Path:
+    global _BASE
+    with _BASE_LOCK:
+        if _BASE is None:
+            _BASE = Path(os.path.abspath(tempfile.mkdtemp(prefix="triage-mirror-")))
+            atexit.register(shutil.rmtree, _BASE, ignore_errors=True)
+        return _BASE
+
+
+def local_root(url: ObjectURL) -> Path:
+    """Where ``url`` (a prefix) is mirrored: below its bucket's directory at its key, so that
+    a triage.toml's relative path out of the run (``../_drafters/a``) lands where that prefix
+    would be mirrored. BadInput when the key is not a plain relative path."""
+    key = url.key.strip("/")
+    if key and local_relative(key) is None:
+        raise BadInput(url.text, "the key is not a plain relative path (an empty, '.' or '..' part)")
+    bucket_url = f"{url.scheme}://{url.bucket}/"
+    # The bucket's name is untrusted text: its directory is named by a hash of it.
+    bucket_dir = _base() / hashlib.sha256(bucket_url.encode(errors="surrogateescape")).hexdigest()[:16]
+    with _BASE_LOCK:
+        _BUCKETS[str(bucket_dir)] = bucket_url
+    return bucket_dir / key if key else bucket_dir
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as the user should read it: the URL of what a mirror holds there, else as given."""
+    text = os.fspath(path)
+    if not _BUCKETS:
+        return text
+    with _BASE_LOCK:
+        for bucket_dir, bucket_url in _BUCKETS.items():
+            if text == bucket_dir:
+                return bucket_url
+            if text.startswith(bucket_dir + os.sep):
+                return bucket_url + text[len(bucket_dir) + 1 :].replace(os.sep, "/")
+    return text
+
+
+def shown_text(value: object) -> object:
+    """``value`` (a JSON document, or any string in it) with every local mirror directory named
+    in its strings read as its URL: the paths inside prose (a flag's evidence) too."""
+    if isinstance(value, str):
+        if _BUCKETS:
+            for bucket_dir, bucket_url in list(_BUCKETS.items()):
+                value = value.replace(bucket_dir + os.sep, bucket_url).replace(bucket_dir, bucket_url.rstrip("/"))
+        return value
+    if isinstance(value, dict):
+        return {key: shown_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shown_text(item) for item in value]
+    return value
+
+
+class Mirrors:
+    """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date."""
+
+    def __init__(self) -> None:
+        self.mirrors: list[PrefixMirror] = []
+
+    def local(self, text: str) -> Path:
+        """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
+        directory it is mirrored into (nothing fetched yet: ``sync``), a path is itself.
+        BadInput naming the URL when its client is not installed."""
+        if not is_object_url(text):
+            return Path(text)
+        url = parse_url(text)
+        root = local_root(url)
+        if not any(m.root == root for m in self.mirrors):
+            self.mirrors.append(mirror_runs(url.text, root))
+        return root
+
+    def sync(self, *, strict: bool = True) -> list[SourceError]:
+        """One pass of every mirror; the objects that failed. A prefix that cannot be listed is
+        BadInput when ``strict`` (a one-shot command), else one more error (the TUI goes on)."""
+        errors: list[SourceError] = []
+        for mirror in self.mirrors:
+            try:
+                done: MirrorPass = mirror.sync()
+            except BadInput as err:
+                if strict:
+                    raise
+                errors.append(SourceError("objstore", err.path or mirror.url.text, err.what))
+                continue
+            errors.extend(done.errors)
+        return errors
+
+    def mirror_outside(self, paths: list[Path | None]) -> list[SourceError]:
+        """Mirror the directories a mirrored run's triage.toml points to out of its own prefix
+        (``../_drafters/a``, ``../_target``) that are in the same bucket, each at its own prefix;
+        the objects that failed. A prefix holding nothing (a single file's key) is not kept."""
+        added: list[PrefixMirror] = []
+        for path in paths:
+            if path is None or path.exists():
+                continue
+            shown = shown_path(path)
+            if is_object_url(shown):
+                before = len(self.mirrors)
+                self.local(shown)
+                added += self.mirrors[before:]
+        errors: list[SourceError] = []
+        for mirror in added:
+            done = mirror.sync()
+            errors.extend(done.errors)
+            if done.listed == 0:
+                self.mirrors.remove(mirror)
+                shutil.rmtree(mirror.root, ignore_errors=True)
+        return errors

@@ -1,0 +1,151 @@
+"""`triage scan`, `scalars`, `check` and the watcher on ``s3://`` URLs, against moto's real S3 server
+(builders/object_store.py: a child process, reached through a counting proxy, the standard AWS
+variables). The sample runs are uploaded with boto3 and each answer is compared with the same
+command's answer on the local tree: equal but for the paths, which read as the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import pytest
+
+from builders.object_store import upload_tree
+from builders.samples import copy_samples
+from builders.tensorboard import write_scalars
+from triage_tui import cli
+from triage_tui.core.objstore import tuning
+from triage_tui.core.runs.remote import Mirrors
+from triage_tui.core.watch import Watcher
+
+pytest.importorskip("obstore")
+pytest.importorskip("moto")
+
+
+@pytest.fixture(autouse=True)
+def _local_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "CACHE_DIR", tmp_path / "cache")
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    return copy_samples(tmp_path_factory.mktemp("samples") / "sample_runs")
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _without_paths(document: dict, *roots: str) -> str:
+    text = json.dumps(document, sort_keys=True)
+    for root in roots:
+        text = text.replace(root.rstrip("/"), "ROOT")
+    return text
+
+
+def test_scan_of_a_bucket_equals_scan_of_the_tree(bucket, samples, capsys):
+    name, client, _ = bucket
+    upload_tree(client, name, "team/sample_runs", samples)
+    code, out, err = _run(capsys, "scan", "--json", str(samples))
+    url = f"s3://{name}/team/sample_runs"
+    remote_code, remote_out, remote_err = _run(capsys, "scan", "--json", url)
+    local, remote = json.loads(out), json.loads(remote_out)
+    assert remote["runs"], remote_err
+    assert [run["path"] for run in remote["runs"]] == [run["path"].replace(str(samples), url) for run in local["runs"]]
+    for run in local["runs"]:
+        run.pop("last_update_age", None)
+    # The whole document but for paths: the same runs, flags, numbers and errors.
+    assert _without_paths(remote, url) == _without_paths(local, str(samples))
+    assert (remote_code, remote_err) == (code, err)
+
+
+def test_scalars_of_a_tag_equal_the_local_ones(bucket, samples, capsys):
+    name, client, _ = bucket
+    upload_tree(client, name, "healthy", samples / "healthy")
+    code, local, _ = _run(capsys, "scalars", str(samples / "healthy"), "--tag", "train/*")
+    remote_code, remote, err = _run(capsys, "scalars", f"s3://{name}/healthy", "--tag", "train/*")
+    assert (remote_code, remote) == (code, local) and local.count("\n") > 10, err
+
+
+def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, samples, capsys):
+    name, client, proxy = bucket
+    upload_tree(client, name, "sample_runs", samples)
+    code, local, _ = _run(capsys, "check", "--json", "--device", "cpu", str(samples / "vocab-mismatch"))
+    url = f"s3://{name}/sample_runs/vocab-mismatch"
+    proxy.reset_counts()
+    remote_code, remote, err = _run(capsys, "check", "--json", "--device", "cpu", url)
+    counts = proxy.reset_counts()
+    local_doc, remote_doc = json.loads(local), json.loads(remote)
+    ranked = [(h["id"], h["score"], h["evidence"]) for h in local_doc["hypotheses"]]
+    assert remote_code == code == 1, err
+    # The same causes in the same order with the same numbers; the checkpoint's and target's
+    # paths differ (a mirror's), their numbers do not.
+    strip = str(samples), f"s3://{name}/sample_runs"
+    assert _without_paths(remote_doc["hypotheses"], *strip) == _without_paths(local_doc["hypotheses"], *strip)
+    assert [(h["id"], h["score"]) for h in remote_doc["hypotheses"]] == [(i, s) for i, s, _ in ranked]
+    assert ranked[0][1] >= 0.5
+    # The weights were read from the bucket (by range, into sparse files), not as a placeholder's zeros.
+    assert sum(n for method, path, n in counts.paths if method == "GET" and ".safetensors" in path) > 0
+
+
+def test_a_run_that_grows_between_two_polls(bucket, tmp_path):
+    name, client, _ = bucket
+    run = tmp_path / "run"
+    write_scalars(run / "runs", {"train/loss": [(1, 5.0), (2, 4.0)]})
+    upload_tree(client, name, "live/run", run)
+    mirrors = Mirrors()
+    root = mirrors.local(f"s3://{name}/live")
+    watcher = Watcher([root], use_watchdog=False, rescan_interval=0.0, mirrors=mirrors)
+    stop = threading.Event()
+    updates: list[list] = []
+    thread = threading.Thread(target=watcher.run, args=(updates.append, stop), daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: updates and updates[-1] and updates[-1][0].last_step == 2)
+        assert updates[-1][0].to_json()["path"] == f"s3://{name}/live/run/runs"
+        write_scalars(run / "runs", {"train/loss": [(3, 3.0)]})  # a second event file, as after a restart
+        upload_tree(client, name, "live/run", run)
+        _wait(lambda: updates[-1][0].last_step == 3)
+        assert threading.current_thread() is not thread  # the syncs ran on the watcher's thread
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def _wait(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_an_object_that_fails_is_an_error_of_its_run(bucket, samples, capsys, monkeypatch):
+    name, client, _ = bucket
+    upload_tree(client, name, "runs/healthy", samples / "healthy")
+    monkeypatch.setattr(tuning, "MAX_WHOLE_BYTES", 200)  # its config.json is now too big to read whole
+    code, out, _ = _run(capsys, "scan", "--json", f"s3://{name}/runs")
+    (run,) = json.loads(out)["runs"]
+    assert code == 1
+    assert any(
+        e["source"] == "objstore" and e["path"].startswith(f"s3://{name}/runs/healthy/") for e in run["errors"]
+    ), run["errors"]
+
+
+def test_without_the_extra_one_line_exit_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore raises ImportError
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    monkeypatch.setattr(tuning, "NATIVE_SCHEMES", ("s3", "gs", "gcs-no-cache"))  # a Store not opened yet
+    for argv in (["scan", "s3://bkt/runs"], ["scalars", "s3://bkt/run"], ["check", "s3://bkt/run"]):
+        code, out, err = _run(capsys, *argv)
+        assert (code, out) == (2, ""), argv
+        assert (
+            err
+            == "triage: s3://bkt/runs: reading s3:// needs an optional extra: pip install 'triage-tui[s3]'\n".replace(
+                "s3://bkt/runs", argv[1]
+            )
+        )
