@@ -151,7 +151,7 @@ OBJSTORE = [
     ("core.objstore.url", "core.objstore.tuning"),
 ]
 CONSOLE = [
-    ("core.console.reader",),
+    ("core.console.reader", "core.console.view"),
     ("core.console.follow",),
     ("core.console.steps",),
     ("core.console.specforge", "core.console.hf_trainer", "core.console.speculators"),
