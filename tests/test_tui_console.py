@@ -7,8 +7,8 @@ a hostile line (a terminal title escape, Rich markup as text).
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
+from builders.console_pane import OOM, TRAIN_LOG, write_console
 from builders.pilot import SIZE, checked, loaded, make_app, on_screen
 from builders.tui import healthy_run, story_run
 from builders.waiting import wait_for
@@ -16,25 +16,6 @@ from triage_tui.core.console.view import ERROR, TRACEBACK
 from triage_tui.tui.screens.console import ConsoleLines, ConsoleScreen
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.main import MainScreen
-
-OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB"
-TRAIN_LOG = (
-    "\x1b[32mINFO\x1b[0m starting training on 8 GPUs\n"
-    "\x1b]0;owned title\x07[bold red]not markup[/bold red] [@click=app.quit]quit[/]\n"
-    "Epoch 0:   0%|          | 0/10 [00:00<?, ?it/s]"
-    "\rEpoch 0:  50%|#####     | 5/10 [00:05<00:05,  1.00it/s]"
-    "\rEpoch 0: 100%|##########| 10/10 [00:10<00:00,  1.00it/s]\n"
-    "[rank0]: Traceback (most recent call last):\n"
-    '[rank0]:   File "/work/train.py", line 12, in <module>\n'
-    "[rank0]:     loss.backward()\n"
-    f"[rank0]: {OOM}\n"
-)
-
-
-def write_console(run: Path, text: str = TRAIN_LOG) -> Path:
-    log = run / "train.log"
-    log.write_text(text)
-    return log
 
 
 def shown_lines(screen: ConsoleScreen) -> list[str]:
@@ -178,3 +159,33 @@ def _plain(static) -> str:
     console = Console(width=300, record=True, file=io.StringIO())
     console.print(static.content)
     return console.export_text()
+
+
+async def test_the_console_keys_are_in_the_help_and_the_palette_and_f_goes_to_the_next_file(tmp_path):
+    import os
+
+    from triage_tui.tui.screens.help import HelpScreen
+
+    run = healthy_run(tmp_path)
+    older = run / "slurm-7.out"
+    older.write_text("srun: job 7 queued\n")
+    os.utime(older, (1_700_000_000, 1_700_000_000))
+    write_console(run)
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        main_commands = [command.title for command in app.get_system_commands(app.main)]
+        assert "Console (o)" in main_commands
+        screen = await console_open(pilot, run.name)
+        commands = [command.title for command in app.get_system_commands(screen)]
+        assert {"Search (/)", "Next (n)", "Previous (N)", "Next file (f)"} <= set(commands)
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        rows = {(key, what) for where, key, what, _ in app.screen.rows if where == "this screen"}
+        assert {("/", "Search the console's lines"), ("n", "The next line the search matches")} <= rows
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen, what="help closed")
+        assert screen.path.name == "train.log"  # the newest first
+        await pilot.press("f")
+        await wait_for(pilot, lambda: shown_lines(screen) == ["srun: job 7 queued"], what="the next file")
+        assert "slurm-7.out  · 2 of 2" in str(screen.query_one("#console-title").content)

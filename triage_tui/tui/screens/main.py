@@ -51,7 +51,9 @@ class MainScreen(Screen):
             tooltip="Go to the hypotheses (enter opens one)",
             id="hypotheses",
         ),
-        Binding("o", "console", "Console", tooltip="The selected run's console log, followed", id="console"),
+        Binding(
+            "o", "console", "Console", show=False, tooltip="The selected run's console log, followed", id="console"
+        ),
         Binding("r", "focus_runs", "Runs", show=False, tooltip="Go to the runs table", id="runs"),
         # priority: handled as the app receives the key, before the keys queued behind it (typed fast or
         # pasted) are routed, so those land in the filter and the `c` of "vocab" does not start the checks.
