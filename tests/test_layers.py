@@ -32,8 +32,8 @@ from a sibling room of its own layer (siblings are independent):
 
 Inside ``formats`` the readers are layered too (mapping reads a checkpoint's buffers, a checkpoint
 its weight files), and so are ``events`` (reader over decode over templates and columns over wire
-and framing over crc) and ``wandb`` (history over records and framing) and ``console`` (reader over
-follow over steps over one module per trainer's format over lines, record, literal and tuning) and
+and framing over crc) and ``wandb`` (history over records and framing) and ``console`` (reader and
+view over follow over steps over one module per trainer's format over lines, record, literal and tuning) and
 ``hypotheses`` (rank over one module per cause family over scoring) and ``signals`` (the value
 and stall flags over the chance line and tag choice over flags) and ``remap`` (execute
 over verify and the write paths over rows over plan over staging and writer) and ``serving`` (read
@@ -151,7 +151,7 @@ OBJSTORE = [
     ("core.objstore.url", "core.objstore.tuning"),
 ]
 CONSOLE = [
-    ("core.console.reader",),
+    ("core.console.reader", "core.console.view"),
     ("core.console.follow",),
     ("core.console.steps",),
     ("core.console.specforge", "core.console.hf_trainer", "core.console.speculators"),

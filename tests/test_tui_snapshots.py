@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from builders.cache import held_while_used
+from builders.console_pane import TRAIN_LOG, write_console
 from builders.tui import FROZEN_NOW, healthy_run, node_samples, story_run
 from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
+from triage_tui.tui.screens.console import ConsoleScreen
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen
 from triage_tui.tui.widgets.loss_chart import LossChart
@@ -129,3 +131,28 @@ def test_node_two_gpus_80x24(snap_compare, runs_root):
 def test_node_two_gpus_160x48(snap_compare, runs_root):
     _, two_gpus = node_samples()
     assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=_node(two_gpus))
+
+
+def _console(root: Path):
+    """The console pane of a run whose train.log ends in a CUDA out-of-memory traceback."""
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await loaded(pilot)
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, ConsoleScreen) and app.screen.updates > 0)
+        await pilot.pause()
+
+    run = healthy_run(root)
+    write_console(run, TRAIN_LOG + "".join(f"step {step} loss 2.{step:02d}\n" for step in range(3)))
+    return run_before
+
+
+def test_console_80x24(snap_compare, tmp_path):
+    run_before = _console(tmp_path)
+    assert snap_compare(frozen_app(tmp_path), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_console_160x48(snap_compare, tmp_path):
+    run_before = _console(tmp_path)
+    assert snap_compare(frozen_app(tmp_path), terminal_size=(160, 48), run_before=run_before)

@@ -53,6 +53,22 @@ class LogTail:
         """Bytes of the current file read so far."""
         return self._offset
 
+    def start_near_end(self, max_bytes: int) -> bool:
+        """Begin at most ``max_bytes`` before the file's end as it is now, not at its start (a viewer
+        of a long log shows its tail). True when that cut a line: the first line the next poll gives
+        is the end of a longer one. A file not there (yet) is read from its start when it comes."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size <= max_bytes:
+                return False
+            self._ident, self._offset = (st.st_dev, st.st_ino), st.st_size - max_bytes
+            handle.seek(self._offset - 1)
+            return handle.read(1) not in (b"\r\n" if self.split_cr else b"\n")
+
     def poll(self, max_bytes: int) -> list[str]:
         """The complete lines appended since the last poll, reading at most ``max_bytes`` of the file."""
         lines: list[str] = []

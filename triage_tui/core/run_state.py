@@ -44,7 +44,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from triage_tui.core.console.lines import plain, split_rank
+from triage_tui.core.console.lines import TRACEBACK, is_exception, is_fatal, plain, split_rank
 from triage_tui.core.runs.names import LOG_DIR_NAMES, WANDB_DIR_NAME
 from triage_tui.core.signals.flags import Flag, fmt_duration
 from triage_tui.core.signals.stall import Activity
@@ -375,20 +375,6 @@ def _argument_paths(argv: tuple[str, ...], cwd: str | None, prefixes: tuple[str,
 # --------------------------------------------------------------------------- the console log
 
 
-# The line that ends a Python traceback: the exception's type (dotted, as Python prints it), then
-# its message. Colours, cursor moves and launchers' rank prefixes ("[rank0]:", "[default0]:") are
-# no part of a line: core/console/lines.py takes them off, as it does for the metrics read there.
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)(?::.*)?$")
-_TRACEBACK = "Traceback (most recent call last):"
-# Out of memory and collective-communication failures, as PyTorch and NCCL print them
-# (torch/csrc/cuda/CUDACachingAllocator.cpp "CUDA out of memory", torch.OutOfMemoryError,
-# ProcessGroupNCCL's watchdog "Watchdog caught collective operation timeout", NCCL's
-# "NCCL error" and nccl*Error result names); a shell's "Killed" (the kernel's OOM killer).
-_FATAL = re.compile(
-    r"CUDA out of memory|OutOfMemoryError|out of memory|NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote|Invalid"
-    r"Usage|InvalidArgument)Error|Watchdog caught collective operation timeout|NCCL communicator was aborted|"
-    r"DistBackendError|CUDA error:|Segmentation fault|core dumped|^Killed$",
-)
 # Wrappers that repeat a failure told above them (torchrun's summary of a failed child).
 _WRAPPERS = ("ChildFailedError",)
 # "Ends in": the error is among the log's last lines (torchrun's failure summary after a child's
@@ -404,13 +390,13 @@ def console_error(text: str) -> str | None:
     echoes), then the last exception line that is not a wrapper of an earlier one."""
     lines = [split_rank(plain(line))[1].rstrip() for line in re.split(r"[\r\n]+", text)]
     lines = [line for line in lines if line.strip()][-CONSOLE_TAIL_LINES:]
-    fatal = next((line for line in lines if _FATAL.search(line.strip())), None)
+    fatal = next((line for line in lines if is_fatal(line)), None)
     if fatal is not None:
         return printable(fatal.strip())
-    if not any(line.strip() == _TRACEBACK for line in lines):
+    if not any(line.strip() == TRACEBACK for line in lines):
         return None
-    after = lines[[line.strip() for line in lines].index(_TRACEBACK) :]
-    exceptions = [line for line in after if not line[:1].isspace() and _EXCEPTION_LINE.match(line)]
+    after = lines[[line.strip() for line in lines].index(TRACEBACK) :]
+    exceptions = [line for line in after if is_exception(line)]
     if not exceptions:
         return None
     own = [line for line in exceptions if not line.split(":", 1)[0].endswith(_WRAPPERS)]

@@ -29,6 +29,7 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
+from triage_tui.tui.screens.console import ConsoleScreen
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
@@ -520,7 +521,10 @@ class TriageApp(App[None]):
             return
         status = self.statuses.get(path)
         name = status.info.name if status else path.name
-        self.push_screen(DrillDownScreen(path, name, diagnosis, hypothesis, readonly=self.readonly))
+        consoles = status.info.console_files if status else ()
+        self.push_screen(
+            DrillDownScreen(path, name, diagnosis, hypothesis, readonly=self.readonly, console_files=consoles)
+        )
 
     # -- remap ----------------------------------------------------------------------------
 
@@ -663,6 +667,15 @@ class TriageApp(App[None]):
 
         sampler = NodeSampler(lambda: [status.info.path for status in list(self.statuses.values())])
         self.push_screen(NodeScreen(sampler.sample, close=sampler.close))
+
+    @on(messages.ConsoleRequested)
+    def _console_requested(self, message: messages.ConsoleRequested) -> None:
+        """`o`: the run's console log, or why there is none."""
+        status = self.statuses.get(message.path)
+        if status is None or not status.info.console_files:
+            self.notify("this run has no console log (train.log, *.out) that triage found", title="o", timeout=5)
+            return
+        self.push_screen(ConsoleScreen(status.info.name, status.info.console_files))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # Textual's "Keys" panel repeats what our help (`?`) shows, in less detail: one help, not two.

@@ -140,3 +140,10 @@ class RemapRequested(Message):
 @dataclass
 class CancelRemap(Message):
     pass
+
+
+@dataclass
+class ConsoleRequested(Message):
+    """`o`: the run's console log."""
+
+    path: Path

@@ -1,5 +1,5 @@
 """One console line made plain: terminal escapes removed, a launcher's rank prefix split off, a
-progress bar recognised.
+progress bar recognised, a crash's line (an exception, an out-of-memory or NCCL error) told.
 
 - Escapes: colours and cursor moves (CSI, ``ESC [ ... letter``; tqdm moves up a line with
   ``ESC [A`` for nested bars, Rich colours its records when it thinks it writes to a terminal),
@@ -61,3 +61,32 @@ def progress(segment: str) -> Progress | None:
     if match is None:
         return None
     return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip())
+
+
+# --------------------------------------------------------------------------- crash lines
+
+# The line that ends a Python traceback: the exception's type (dotted, as Python prints it), then
+# its message. Colours, cursor moves and launchers' rank prefixes ("[rank0]:", "[default0]:") are
+# no part of a line: ``plain`` and ``split_rank`` take them off first.
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)(?::.*)?$")
+TRACEBACK = "Traceback (most recent call last):"
+# Out of memory and collective-communication failures, as PyTorch and NCCL print them
+# (torch/csrc/cuda/CUDACachingAllocator.cpp "CUDA out of memory", torch.OutOfMemoryError,
+# ProcessGroupNCCL's watchdog "Watchdog caught collective operation timeout", NCCL's
+# "NCCL error" and nccl*Error result names); a shell's "Killed" (the kernel's OOM killer).
+_FATAL = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|out of memory|NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote|Invalid"
+    r"Usage|InvalidArgument)Error|Watchdog caught collective operation timeout|NCCL communicator was aborted|"
+    r"DistBackendError|CUDA error:|Segmentation fault|core dumped|^Killed$",
+)
+
+
+def is_fatal(line: str) -> bool:
+    """An out-of-memory, NCCL, CUDA or signal line of a plain line without its rank prefix."""
+    return _FATAL.search(line.strip()) is not None
+
+
+def is_exception(line: str) -> bool:
+    """A Python exception's line (``torch.OutOfMemoryError: ...``), as a traceback ends in: not
+    indented (a frame's source line may quote one)."""
+    return not line[:1].isspace() and _EXCEPTION.match(line.rstrip()) is not None

@@ -21,3 +21,10 @@ MAX_KEY_CHARS = 256
 MAX_KEYS = 4096
 # A Rich log record (speculators) wraps its message over lines; one longer than this is damage.
 MAX_RECORD_LINES = 256
+# The console pane (``view``): the lines it keeps (the oldest go), the characters it keeps of one
+# line (a longer one ends in "…"), how far before the end it starts, and how much one poll reads
+# (a writer faster than that is caught up with over the next polls).
+VIEW_MAX_LINES = 5000
+VIEW_MAX_LINE_CHARS = 2000
+VIEW_START_BYTES = 256 << 10
+VIEW_READ_BYTES = 1 << 20

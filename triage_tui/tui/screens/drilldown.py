@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static, TabbedContent, TabPane
 
+from triage_tui.core.console.view import last_error_line, newest_console
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, check_lines
@@ -82,15 +85,34 @@ class DrillDownScreen(Screen):
         Binding("3", "tab('action')", "Action", show=False),
     ]
 
+    class ConsoleRead(Message):
+        """The console's last error line (None: none in its tail), and the file it is in."""
+
+        def __init__(self, file: Path, line: str | None) -> None:
+            super().__init__()
+            self.file = file
+            self.line = line
+
     def __init__(
-        self, path: Path, run_name: str, diagnosis: Diagnosis, hypothesis: Hypothesis, *, readonly: bool = False
+        self,
+        path: Path,
+        run_name: str,
+        diagnosis: Diagnosis,
+        hypothesis: Hypothesis,
+        *,
+        readonly: bool = False,
+        console_files: tuple[Path, ...] = (),
     ) -> None:
+        """``console_files``: the run's console logs; the newest one's last error line is read when
+        the screen opens (off the UI thread) and shown atop the Details tab."""
         super().__init__()
         self.path = path
         self.run_name = run_name
         self.diagnosis = diagnosis
         self.hypothesis = hypothesis
         self.readonly = readonly
+        self.console_files = console_files
+        self.console_line: Text | None = None  # what the Details tab says of the console, once read
 
     def compose(self) -> ComposeResult:
         hypothesis = self.hypothesis
@@ -105,6 +127,7 @@ class DrillDownScreen(Screen):
                     yield Static(self._evidence(), id="evidence-body")
             with TabPane("Details", id="details"):
                 with VerticalScroll():
+                    yield Static("", id="details-console")
                     yield Static(self._details(), id="details-body")
             with TabPane("Action", id="action"):
                 with VerticalScroll():
@@ -120,6 +143,35 @@ class DrillDownScreen(Screen):
                         # `c` copies the whole command (OSC 52).
                         yield CommandLines(command, classes="command")
         yield KeysFooter()
+
+    def on_mount(self) -> None:
+        self.query_one("#details-console").display = False
+        if self.console_files:
+            self._read_console()
+
+    @work(thread=True, exclusive=True, group="drill-console", exit_on_error=False, description="console's last error")
+    def _read_console(self) -> None:
+        newest = newest_console(self.console_files)[0]
+        try:
+            line = last_error_line(newest)
+        except OSError:
+            return  # gone or unreadable: the Details tab says nothing of it
+        self.post_message(self.ConsoleRead(newest, line))
+
+    def on_drill_down_screen_console_read(self, message: ConsoleRead) -> None:
+        text = Text()
+        text.append("console: ", style="bold")
+        if message.line is None:
+            text.append(f"no error line in the tail of {printable(message.file.name)}", style="dim")
+        else:
+            text.append("last error line ", style="dim")
+            text.append(f"✖ {message.line}", style="bold red")  # printable already (core.console.view)
+            text.append(f"  ({printable(message.file.name)})", style="dim")
+        text.append("\n")
+        self.console_line = text
+        shown = self.query_one("#details-console", Static)
+        shown.update(text)
+        shown.display = True
 
     def _evidence(self) -> RenderableType:
         text = Text()

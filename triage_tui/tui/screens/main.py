@@ -51,6 +51,9 @@ class MainScreen(Screen):
             tooltip="Go to the hypotheses (enter opens one)",
             id="hypotheses",
         ),
+        Binding(
+            "o", "console", "Console", show=False, tooltip="The selected run's console log, followed", id="console"
+        ),
         Binding("r", "focus_runs", "Runs", show=False, tooltip="Go to the runs table", id="runs"),
         # priority: handled as the app receives the key, before the keys queued behind it (typed fast or
         # pasted) are routed, so those land in the filter and the `c` of "vocab" does not start the checks.
@@ -255,7 +258,7 @@ class MainScreen(Screen):
             return not self.readonly
         if action == "cancel_checks":
             return True if self.analysis.checks_running_for is not None else None
-        if action == "check":
+        if action in ("check", "console"):
             return True if self.selected_path is not None else None
         # A "/" typed into the filter is text (run names hold slashes), not the filter key.
         return not (action == "filter" and self.focused is self.query_one("#filter", Input))
@@ -268,6 +271,10 @@ class MainScreen(Screen):
         path = self.selected_path
         if path is not None:
             self.post_message(messages.ChecksRequested(path))
+
+    def action_console(self) -> None:
+        if self.selected_path is not None:
+            self.post_message(messages.ConsoleRequested(self.selected_path))
 
     def action_cancel_checks(self) -> None:
         self.post_message(messages.CancelChecks())
