@@ -185,11 +185,12 @@ def test_the_readme_keys_table_names_every_key_the_tui_binds():
     """Every key bound by the app and its screens is in the README's keys table, and every key the
     table names is bound (or is Textual's own: the tables' arrows and enter, the command palette)."""
     from triage_tui.tui.app import TriageApp
-    from triage_tui.tui.screens import drilldown, help, main, node, remap
+    from triage_tui.tui.screens import drilldown, help, main, metric_picker, node, remap
 
-    shown = {"question_mark": "?", "slash": "/", "escape": "esc"}
+    shown = {"question_mark": "?", "slash": "/", "escape": "esc", "up": "↑", "down": "↓"}
     bound: set[str] = set()
-    for owner in (TriageApp, main.MainScreen, drilldown.DrillDownScreen, help.HelpScreen, node.NodeScreen):
+    screens = (main.MainScreen, drilldown.DrillDownScreen, help.HelpScreen, node.NodeScreen)
+    for owner in (TriageApp, *screens, metric_picker.MetricPickerScreen):
         for binding in owner.BINDINGS:
             bound |= {shown.get(key, key) for key in binding.key.split(",")}
     for name in dir(remap):

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.pilot import SIZE, loaded, make_app, on_screen
+from builders.pilot import SIZE, loaded, make_app, on_screen, screen_text
 from builders.tui import ACC_TAG, LOSS_TAG, SECONDS_PER_POINT, WALLTIME0, healthy_run, story_run, write_scalars
 from builders.waiting import wait_for
-from test_tui import screen_text
 from triage_tui.tui.screens.metric_picker import MetricPickerScreen
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
@@ -178,7 +177,7 @@ async def test_w_switches_the_x_axis_to_minutes_since_the_runs_first_point(runs_
         await pilot.press("w")
         await drawn(pilot, lambda c: c.wall and c.series is not None and c.series.minutes is not None, "wall time")
         series = chart(app).series
-        assert "x minutes (w: step)" in subtitle(app)
+        assert "x min (w)" in subtitle(app)
         assert series.minutes[0] == pytest.approx(0.0)
         # One point every SECONDS_PER_POINT seconds and every 50 steps.
         expected = (series.steps / 50) * SECONDS_PER_POINT / 60
@@ -186,3 +185,23 @@ async def test_w_switches_the_x_axis_to_minutes_since_the_runs_first_point(runs_
         await pilot.press("w")
         await drawn(pilot, lambda c: not c.wall and c.series is not None and c.series.minutes is None, "steps")
         assert "w time" in subtitle(app)
+
+
+async def test_the_help_and_the_command_palette_offer_the_new_keys(runs_root):
+    from triage_tui.tui.screens.help import HelpScreen
+
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        for expected in ("Mark (space)", "Pin (p)", "Series (t)", "Wall time (w)"):
+            assert expected in titles, titles
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        rows = {key: what for _, key, what, _ in app.screen.rows}
+        assert {"space", "p", "t", "w"} <= set(rows), sorted(rows)
+        assert "side by side" in rows["space"] and "wall time" in rows["w"]
+        await pilot.press("escape")
+        # From the palette too: the picker opens.
+        await pilot.press("ctrl+p", *"Series", "enter")
+        await on_screen(pilot, MetricPickerScreen, "the series picker from the palette")

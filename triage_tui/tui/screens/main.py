@@ -67,7 +67,7 @@ class MainScreen(Screen):
         Binding("space", "mark", "Mark", show=False, tooltip="Mark the run: marked runs are charted side by side"),
         Binding("p", "pin", "Pin", show=False, tooltip="Pin the run to the top of the table (again: unpin)", id="pin"),
         Binding(
-            "t", "pick_metric", "Series", tooltip="Chart another series of the runs: tags, W&B, console", id="series"
+            "t", "pick_metric", "Series", show=False, tooltip="Chart another series: tags, W&B, console", id="series"
         ),
         Binding("w", "toggle_wall", "Wall time", show=False, tooltip="Chart x axis: step or wall time", id="wall"),
     ]
@@ -318,7 +318,7 @@ class MainScreen(Screen):
         # curve has (TensorBoard's debiased EMA; the table's smoothed column keeps TensorBoard's 0.6).
         scale = "log y (l: linear)" if self.query_one(LossChart).log_y else "l log-y"
         # The x axis too: minutes and steps read alike on a tick label.
-        x_axis = "x minutes (w: step)" if self._wall else "w time"
+        x_axis = "x min (w)" if self._wall else "w time"
         if self.chart_view.overlay:
             # Runs side by side are smoothed only, each in its colour: no raw, no "bright".
             line = f"smoothed {self._smoothing:g} (s/S) · {scale} · {x_axis}"
