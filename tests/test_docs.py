@@ -185,9 +185,9 @@ def test_the_readme_keys_table_names_every_key_the_tui_binds():
     """Every key bound by the app and its screens is in the README's keys table, and every key the
     table names is bound (or is Textual's own: the tables' arrows and enter, the command palette)."""
     from triage_tui.tui.app import TriageApp
-    from triage_tui.tui.screens import console, drilldown, help, main, node, remap
+    from triage_tui.tui.screens import console, drilldown, help, main, metric_picker, node, remap
 
-    shown = {"question_mark": "?", "slash": "/", "escape": "esc"}
+    shown = {"question_mark": "?", "slash": "/", "escape": "esc", "up": "↑", "down": "↓"}
     bound: set[str] = set()
     owners = (
         TriageApp,
@@ -196,6 +196,7 @@ def test_the_readme_keys_table_names_every_key_the_tui_binds():
         help.HelpScreen,
         node.NodeScreen,
         console.ConsoleScreen,
+        metric_picker.MetricPickerScreen,
     )
     for owner in owners:
         for binding in owner.BINDINGS:

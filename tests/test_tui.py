@@ -19,7 +19,7 @@ from safetensors import safe_open
 from textual.widgets import TabbedContent
 
 from builders.mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
-from builders.pilot import SIZE, checked, loaded, make_app, on_screen, polled
+from builders.pilot import SIZE, checked, loaded, make_app, on_screen, polled, screen_text
 from builders.samples import copy_samples
 from builders.tui import (
     ACC_TAG,
@@ -450,7 +450,7 @@ async def test_s_and_shift_s_set_the_charts_smoothing_and_say_it(runs_root):
         for key, weight in (("S", 0.8), ("S", 0.9), ("s", 0.8), ("s", 0.6), ("s", 0.3), ("s", 0.0), ("s", 0.0)):
             await pilot.press(key)
             assert f"smoothed {weight:g} bright" in subtitle(), (key, subtitle())
-        await wait_for(pilot, lambda: app._chart_drawn is not None and app._chart_drawn[-1] == 0.0, what="redrawn")
+        await wait_for(pilot, lambda: app._chart_drawn is not None and app._chart_drawn[0][-1] == 0.0, what="redrawn")
         await pilot.pause()
         drawn = chart.series
         assert np.array_equal(drawn.smoothed, drawn.values)  # weight 0: the raw curve itself
@@ -918,28 +918,6 @@ async def test_ctrl_c_quits_as_in_htop(runs_root):
         assert app.return_code is None
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: app.return_code == 0, what="the app to quit")
-
-
-def screen_text(app) -> list[str]:
-    """What the terminal shows, line by line (from the app's own SVG screenshot)."""
-    import html
-
-    svg = app.export_screenshot()
-    rows: dict[float, list[tuple[float, str]]] = {}
-    for x, y, text in re.findall(
-        r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="[\d.]+"'
-        r' clip-path="[^"]*">(.*?)</text>',
-        svg,
-    ):
-        rows.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
-    lines = []
-    for y in sorted(rows):
-        line = ""
-        for x, text in sorted(rows[y]):
-            column = round(x / 12.2)
-            line = line.ljust(column)[:column] + text
-        lines.append(line)
-    return lines
 
 
 async def test_chart_chance_label_sits_on_its_own_tick_and_log_y_and_nan_are_marked(tmp_path):

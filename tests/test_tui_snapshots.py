@@ -156,3 +156,40 @@ def test_console_80x24(snap_compare, tmp_path):
 def test_console_160x48(snap_compare, tmp_path):
     run_before = _console(tmp_path)
     assert snap_compare(frozen_app(tmp_path), terminal_size=(160, 48), run_before=run_before)
+
+
+async def overlaid(pilot) -> None:
+    """Both runs marked (space): the chart draws them side by side, each named in the legend."""
+    app = pilot.app
+    await loaded(pilot)
+    await pilot.press("space", "down", "space")
+    await until(pilot, lambda: len(app.main.query_one(LossChart).lines) == 2)
+    await pilot.pause()  # the screen has taken in every message
+
+
+def test_overlay_80x24(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=overlaid)
+
+
+def test_overlay_160x48(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=overlaid)
+
+
+async def picking(pilot) -> None:
+    """`t` over the marked runs, "acc" typed into its filter."""
+    from triage_tui.tui.screens.metric_picker import MetricPickerScreen
+
+    app = pilot.app
+    await overlaid(pilot)
+    await pilot.press("t")
+    await until(pilot, lambda: isinstance(app.screen, MetricPickerScreen) and bool(app.screen.choices))
+    await pilot.press(*"acc")
+    await pilot.pause()  # the screen has taken in every message
+
+
+def test_series_picker_80x24(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(80, 24), run_before=picking)
+
+
+def test_series_picker_160x48(snap_compare, runs_root):
+    assert snap_compare(frozen_app(runs_root), terminal_size=(160, 48), run_before=picking)

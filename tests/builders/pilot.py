@@ -4,6 +4,7 @@ poll taken in, a screen composed, checks finished), never on amounts of time.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from builders.waiting import wait_for
@@ -64,3 +65,25 @@ async def checked(pilot) -> None:
     app = pilot.app
     await pilot.press("c")
     await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
+
+
+def screen_text(app) -> list[str]:
+    """What the terminal shows, line by line (from the app's own SVG screenshot)."""
+    import html
+
+    svg = app.export_screenshot()
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in re.findall(
+        r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)" textLength="[\d.]+"'
+        r' clip-path="[^"]*">(.*?)</text>',
+        svg,
+    ):
+        rows.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
+    lines = []
+    for y in sorted(rows):
+        line = ""
+        for x, text in sorted(rows[y]):
+            column = round(x / 12.2)
+            line = line.ljust(column)[:column] + text
+        lines.append(line)
+    return lines

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ from triage_tui.tui.screens.console import ConsoleScreen
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
+from triage_tui.tui.screens.metric_picker import MetricPickerScreen
 from triage_tui.tui.screens.node import NodeScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.view_data import (
@@ -41,6 +43,8 @@ from triage_tui.tui.view_data import (
     RunRow,
     chart_series,
     metrics_line,
+    overlay_colour,
+    series_names,
     serving_series,
 )
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
@@ -130,6 +134,10 @@ class TriageApp(App[None]):
         self._chart_requested: tuple | None = None  # the one last asked of the chart worker
         self._chart_width = 80  # cells, as the main screen last said (ChartResized)
         self._smoothing = SMOOTHING_WEIGHT  # the chart's EMA weight, as the main screen last said (s / S)
+        self._marked: list[Path] = []  # runs drawn side by side (space), in the order marked: their colours
+        self._pinned: set[Path] = set()  # runs held at the top of the table (p)
+        self._metric: str | None = None  # the series the chart draws (t); None: each run's loss
+        self._wall = False  # the chart's x axis: minutes since each run's first point (w), else the step
         self._main: MainScreen | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -220,6 +228,7 @@ class TriageApp(App[None]):
                 self.notify(message.skipped_links, severity="warning", timeout=10)
         previous = self.statuses
         self.statuses = {status.info.path: status for status in message.statuses}
+        self._marked = [path for path in self._marked if path in self.statuses]
         self.rows = sorted(message.rows, key=RunRow.sort_key)
         critical = [status for status in message.statuses if status.status == "critical"]
         # One bell when a run turns critical (a second flag on a run already critical adds none);
@@ -248,16 +257,19 @@ class TriageApp(App[None]):
         self.bell()
 
     def _visible_rows(self) -> list[RunRow]:
-        if not self._filter:
-            return self.rows
-        return [row for row in self.rows if self._filter in row.name.lower()]
+        rows = self.rows if not self._filter else [row for row in self.rows if self._filter in row.name.lower()]
+        # Pinned runs first, each part still worst first (a stable sort).
+        return sorted(rows, key=lambda row: row.path not in self._pinned)
 
     def _show_rows(self, renamed: tuple[tuple[Path, Path], ...] = ()) -> None:
         # The screen shows them, then says which run its cursor is on (RunSelected).
         visible = self._visible_rows()
         empty = None if visible or self.polls == 0 else self._empty_text()
         total = len(self.rows) if self.polls else None  # before the first poll the header says "run", no count
-        self.runs_view = RunsView(tuple(visible), self.now(), empty, renamed, total=total)
+        marks = {path: overlay_colour(index) for index, path in enumerate(self._marked)}
+        self.runs_view = RunsView(
+            tuple(visible), self.now(), empty, renamed, total=total, marks=marks, pinned=frozenset(self._pinned)
+        )
 
     def _empty_text(self) -> Text:
         """What an empty table means: the filter matches nothing, or nothing was found (yet)."""
@@ -345,28 +357,70 @@ class TriageApp(App[None]):
         self._smoothing = message.weight
         self._refresh_chart_if_stale()  # the weight is in the chart's key: it is drawn again
 
-    def _refresh_chart_if_stale(self) -> None:
+    @on(messages.XAxisChanged)
+    def _x_axis_changed(self, message: messages.XAxisChanged) -> None:
+        self._wall = message.wall
+        self._refresh_chart_if_stale()
+
+    @on(messages.MarkToggled)
+    def _mark_toggled(self, message: messages.MarkToggled) -> None:
+        if message.path in self._marked:
+            self._marked.remove(message.path)
+        elif message.path in self.statuses:
+            self._marked.append(message.path)
+        self._show_rows()
+        self._refresh_chart_if_stale()
+
+    @on(messages.PinToggled)
+    def _pin_toggled(self, message: messages.PinToggled) -> None:
+        self._pinned ^= {message.path}
+        self._show_rows()
+
+    @on(messages.MetricPickerRequested)
+    def _metric_picker_requested(self, message: messages.MetricPickerRequested) -> None:
+        """`t`: every series name of the runs shown (names only: the dict of series is in memory, and
+        the series' points are read by the chart worker, off this thread)."""
+        names = sorted({name for status in self._shown_statuses() for name in series_names(status)})
+
+        def chosen(name: str | None) -> None:
+            if name is not None:  # esc: the chart stays as it was
+                self._metric = name or None
+                self._refresh_chart_if_stale()
+
+        self.push_screen(MetricPickerScreen(names, self._metric), chosen)
+
+    def _shown_statuses(self) -> list[RunStatus]:
+        """The runs the chart draws: the marked ones, else the selected one."""
+        if self._marked:
+            return [self.statuses[path] for path in self._marked if path in self.statuses]
         status = self.statuses.get(self._selected) if self._selected else None
-        if status is None:
+        return [status] if status is not None else []
+
+    def _chart_subject(self) -> tuple:
+        """What the chart shows, apart from how fresh: a result for another subject is dropped."""
+        shown = tuple(status.info.path for status in self._shown_statuses())
+        return (shown, self._selected, bool(self._marked), self._metric, self._wall, self._smoothing)
+
+    def _refresh_chart_if_stale(self) -> None:
+        statuses = self._shown_statuses()
+        if not statuses:
             if self._chart_drawn is not None:
                 # No run selected (the filter matches none): the chart must not keep the last one's curve.
                 self._chart_drawn = None
                 self.chart_view = ChartView()
             return
+        selected = self.statuses.get(self._selected) if self._selected else None
         # The serving evidence is a new object exactly when a source gave something new. The scalars
         # are live (the watcher thread appends to them), the rest of the status is the poll's snapshot:
         # a status from before the poll that found the loss tag can already read the new version, so
         # the snapshot's loss tag and last step are in the key too (without them a chart drawn empty
         # from that status matched the next status's key, and stayed empty: the live-writer test, at load 10).
-        wanted = (
-            status.info.path,
-            int(status.scalars.version),
-            status.loss_tag,
-            status.last_step,
-            id(status.serving),
-            status.serving_errors,
-            self._smoothing,
+        fresh = (
+            tuple((int(status.scalars.version), status.loss_tag, status.last_step) for status in statuses),
+            id(selected.serving) if selected is not None else None,
+            selected.serving_errors if selected is not None else (),
         )
+        wanted = (self._chart_subject(), fresh)
         if wanted == self._chart_drawn:
             return
         # Compared with what the chart shows, not with what was last asked for: a computation that
@@ -377,29 +431,47 @@ class TriageApp(App[None]):
             return
         self._chart_requested = wanted
         # Braille markers put two points in a cell.
-        self._compute_chart(status, max(64, 2 * self._chart_width), self._smoothing, wanted)
+        self._compute_chart(statuses, selected, max(64, 2 * self._chart_width), wanted)
 
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False, description="chart")
-    def _compute_chart(self, status: RunStatus, max_points: int, smoothing: float, key: tuple) -> None:
-        series = chart_series(status, max_points, smoothing)
-        serving = serving_series(status, max_points)
+    def _compute_chart(
+        self, statuses: list[RunStatus], selected: RunStatus | None, max_points: int, key: tuple
+    ) -> None:
+        _, _, overlay, metric, wall, smoothing = key[0]
+        lines = []
+        for index, status in enumerate(statuses):
+            series = chart_series(status, max_points, smoothing, tag=metric, wall=wall)
+            if series is not None:
+                lines.append(replace(series, colour=overlay_colour(index)) if overlay else series)
+        serving = serving_series(selected, max_points) if selected is not None else None
         if not get_current_worker().is_cancelled:
-            self.post_message(messages.ChartReady(series, status.info.path, serving, key))
+            path = selected.info.path if selected is not None else None
+            self.post_message(messages.ChartReady(tuple(lines), path, serving, key))
 
     @on(messages.ChartReady)
     def _chart_ready(self, message: messages.ChartReady) -> None:
-        if message.path != self._selected:
+        if message.key is None or message.key[0] != self._chart_subject():
             return
         self._chart_drawn = message.key
-        status = self.statuses.get(message.path)
-        name = status.info.name if status else message.path.name
-        tag = message.series.tag if message.series else "no loss tag"
+        _, _, overlay, metric, wall, _ = message.key[0]
         served = message.serving.acceptance_length if message.serving else None
+        what = metric if metric is not None else "loss"
+        if overlay:
+            marked = len(message.key[0][0])
+            missing = marked - len(message.lines)
+            about = f"{marked} marked run{'s' if marked != 1 else ''}" + (f", {missing} without it" if missing else "")
+        else:
+            status = self.statuses.get(message.path) if message.path else None
+            name = status.info.name if status else (message.path.name if message.path else "")
+            if metric is not None:
+                about = name if message.lines else f"{name} has none"
+            else:
+                about = f"{message.lines[0].tag if message.lines else 'no loss tag'} · {name}"
         # A Text: a tag or directory named "[@click=app.quit]" or "[/]" is shown, never applied.
         title = Text(
-            f"loss · {printable(tag)} · {printable(name)}" + (f" · served {served:.2f}" if served is not None else "")
+            f"{printable(what)} · {printable(about)}" + (f" · served {served:.2f}" if served is not None else "")
         )
-        self.chart_view = ChartView(message.series, message.serving, title)
+        self.chart_view = ChartView(message.lines, message.serving, title, overlay=overlay, wall=wall, metric=metric)
 
     # -- checks ---------------------------------------------------------------------------
 

@@ -32,10 +32,10 @@ class RunsUpdated(Message):
 
 @dataclass
 class ChartReady(Message):
-    series: ChartSeries | None
-    path: Path
+    lines: tuple[ChartSeries, ...]  # one per run shown that has the series, in the order asked
+    path: Path | None  # the selected run (its serving chart)
     serving: ServingSeries | None = None
-    key: tuple | None = None  # what it was computed for (run path, scalars version, serving)
+    key: tuple | None = None  # (what is shown, how fresh): runs, metric, axis; their scalars versions
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ChartReady)
@@ -112,6 +112,32 @@ class SmoothingChanged(Message):
     """The chart's EMA weight, as `s` / `S` set it (view_data.SMOOTHING_STEPS)."""
 
     weight: float
+
+
+@dataclass
+class XAxisChanged(Message):
+    """`w`: the chart's x axis is wall time (minutes since each run's first point), or the step."""
+
+    wall: bool
+
+
+@dataclass
+class MarkToggled(Message):
+    """`space`: the run is drawn beside the other marked runs, or no longer."""
+
+    path: Path
+
+
+@dataclass
+class PinToggled(Message):
+    """`p`: the run is held at the top of the runs table, or no longer."""
+
+    path: Path
+
+
+@dataclass
+class MetricPickerRequested(Message):
+    """`t`: the app offers every series name of the runs shown."""
 
 
 @dataclass

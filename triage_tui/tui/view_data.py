@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from triage_tui.core.run_status import RunStatus
-from triage_tui.core.series import RunScalars, downsample, ema_smooth
+from triage_tui.core.series import RunScalars, ScalarSeries, downsample, ema_smooth
 from triage_tui.core.serving.compare import training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import RUN_STATUSES
@@ -86,6 +86,11 @@ class ChartSeries:
     last_value: float
     first_non_finite_step: int | None = None  # where NaN/inf begins, marked on the chart
     chance_label: str | None = None  # "0.953 × ln 1000 = 6.58" when the trainer averages over masked positions
+    name: str = ""  # the run's name, for the legend of runs drawn side by side
+    # Where each point goes on a wall-time x axis: minutes since the run's first point (any series'),
+    # so runs started hours apart are compared from their starts. None: the x axis is the step.
+    minutes: np.ndarray | None = None
+    colour: str = ""  # its curve's colour among runs side by side (overlay_colour of its mark)
 
 
 def _metric_last(status: RunStatus, name: str) -> float | None:
@@ -142,40 +147,97 @@ class RowCache:
         )
 
 
-def chart_series(status: RunStatus, max_points: int, smoothing: float = SMOOTHING_WEIGHT) -> ChartSeries | None:
-    """The loss curve of one run, smoothed over all points with TensorBoard's debiased EMA of weight
-    ``smoothing``, then thinned."""
-    if status.loss_tag is None:
+# The serving engine's acceptance length per reporting interval, offered beside the run's scalars.
+SERVING_ACCEPTANCE = "serving/acceptance_length"
+
+# One colour per run drawn side by side, in the order they were marked; the runs table's mark of a
+# run has its curve's colour. No red: red is the chance line's.
+OVERLAY_COLOURS = ("#ffa62b", "#4ec9b0", "#c586c0", "#569cd6", "#dcdcaa", "#b5cea8", "#ce9178", "#9cdcfe")
+
+
+def overlay_colour(index: int) -> str:
+    return OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
+
+
+def series_names(status: RunStatus) -> list[str]:
+    """Every series of the run the chart can draw: its scalars (TensorBoard tags, ``wandb/...``,
+    ``console/...``, ``trainer_state/...``) and its serving acceptance, when it has any."""
+    names = status.scalars.tags()
+    serving = status.serving
+    if serving is not None and serving.samples and SERVING_ACCEPTANCE not in names:
+        names.append(SERVING_ACCEPTANCE)
+    return names
+
+
+def _named_series(status: RunStatus, name: str) -> ScalarSeries | None:
+    found = status.scalars.get(name)
+    if found is not None or name != SERVING_ACCEPTANCE or status.serving is None:
+        return found
+    samples = status.serving.samples
+    # The engine's intervals have no wall time triage can trust (its timestamps are free text).
+    return ScalarSeries.of(
+        name,
+        np.array([s.index for s in samples], dtype=np.int64),
+        np.full(len(samples), np.nan),
+        np.array([s.acceptance_length for s in samples], dtype=np.float64),
+    )
+
+
+def _first_wall_time(scalars: RunScalars) -> float | None:
+    firsts = [float(s.wall_times[0]) for s in list(scalars.series.values()) if len(s)]
+    finite = [w for w in firsts if math.isfinite(w)]
+    return min(finite) if finite else None
+
+
+def chart_series(
+    status: RunStatus,
+    max_points: int,
+    smoothing: float = SMOOTHING_WEIGHT,
+    *,
+    tag: str | None = None,
+    wall: bool = False,
+) -> ChartSeries | None:
+    """One series of one run (its loss, or ``tag``), smoothed over all points with TensorBoard's
+    debiased EMA of weight ``smoothing``, then thinned; with ``wall``, placed in minutes since the
+    run's first point too. Only the loss has a chance line."""
+    name = tag if tag is not None else status.loss_tag
+    if name is None:
         return None
-    series = status.scalars.get(status.loss_tag)
+    series = _named_series(status, name)
     if series is None:
         return None
     version = int(getattr(status.scalars, "version", 0))
     # The watcher thread may append while we read: take one consistent prefix.
-    steps_all = np.asarray(series.steps)
-    values_all = np.asarray(series.values)
-    n = min(len(steps_all), len(values_all))
+    steps_all, walls_all, values_all = series.columns()
+    n = len(steps_all)
     if n == 0:
         return None
-    steps_all, values_all = steps_all[:n].copy(), values_all[:n].astype(np.float64)
+    steps_all, values_all = steps_all.copy(), values_all.astype(np.float64)
     smoothed_all = ema_smooth(values_all, smoothing)
     # Thin by the raw curve's min/max points (spikes survive) and take the smoothed curve at
     # the same points, so all three arrays stay aligned; given positions as "steps",
     # downsample returns the positions it kept.
     kept, _ = downsample(np.arange(n), values_all, max_points)
+    minutes = None
+    if wall:
+        origin = _first_wall_time(status.scalars)
+        minutes = (walls_all[kept] - (origin if origin is not None else np.nan)) / 60.0
+    loss = name == status.loss_tag
     return ChartSeries(
         path=status.info.path,
-        tag=status.loss_tag,
+        tag=name,
         version=version,
-        chance_loss=status.chance_loss,
-        vocab_size=status.vocab_size,
-        chance_label=status.chance.label() if status.chance is not None else None,
+        chance_loss=status.chance_loss if loss else None,
+        vocab_size=status.vocab_size if loss else None,
+        chance_label=status.chance.label() if loss and status.chance is not None else None,
         steps=steps_all[kept],
         values=values_all[kept],
         smoothed=smoothed_all[kept],
         last_step=int(steps_all[-1]),
         last_value=float(values_all[-1]),
         first_non_finite_step=_first_non_finite_step(steps_all, values_all),
+        name=status.info.name,
+        minutes=minutes,
     )
 
 
@@ -278,6 +340,13 @@ def format_step(step: int | None) -> str:
     if step >= 100_000:
         return f"{step / 1000:.0f}k"
     return str(step)
+
+
+def format_minutes(minutes: float) -> str:
+    """A wall-time axis label: minutes since the run's first point, hours past two of them."""
+    if minutes >= 120:
+        return f"{minutes / 60:.3g}h"
+    return f"{minutes:.3g}m"
 
 
 def format_loss(value: float | None) -> str:

@@ -30,6 +30,8 @@ class RunsView:
     empty: Text | None = None  # None: the table has rows, or nothing was read yet
     renamed: tuple[tuple[Path, Path], ...] = ()  # (old, new) paths of runs that moved: keep the cursor on them
     total: int | None = None  # runs found, the filter's hidden ones too (the table's header counts both); None: not yet
+    marks: dict[Path, str] = field(default_factory=dict)  # marked runs (space): their curves' colours
+    pinned: frozenset[Path] = frozenset()  # runs held at the top (p)
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,9 +43,12 @@ class FlagsState:
 
 @dataclass(frozen=True, eq=False)
 class ChartView:
-    series: ChartSeries | None = None
+    lines: tuple[ChartSeries, ...] = ()  # the selected run's, or each marked run's
     serving: ServingSeries | None = None
     title: Text = field(default_factory=lambda: Text("loss"))
+    overlay: bool = False  # runs are marked: each is drawn smoothed, in its colour
+    wall: bool = False  # x is minutes since each run's first point
+    metric: str | None = None  # the series picked with `t`; None: the loss
 
 
 @dataclass(frozen=True, eq=False)

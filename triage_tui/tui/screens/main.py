@@ -67,6 +67,12 @@ class MainScreen(Screen):
         Binding(
             "S", "smoothing(1)", "Smooth more", show=False, tooltip="Loss chart: more EMA smoothing", id="smooth_more"
         ),
+        Binding("space", "mark", "Mark", show=False, tooltip="Mark the run: marked runs are charted side by side"),
+        Binding("p", "pin", "Pin", show=False, tooltip="Pin the run to the top of the table (again: unpin)", id="pin"),
+        Binding(
+            "t", "pick_metric", "Series", show=False, tooltip="Chart another series: tags, W&B, console", id="series"
+        ),
+        Binding("w", "toggle_wall", "Wall time", show=False, tooltip="Chart x axis: step or wall time", id="wall"),
     ]
 
     # The app's state, bound to the app's reactives of the same names (TriageApp.get_default_screen);
@@ -87,6 +93,7 @@ class MainScreen(Screen):
         self._ready = False  # the widgets exist: bound values can be shown
         self._a_run_selected = False  # what the footer's bindings were last refreshed for
         self._smoothing = SMOOTHING_WEIGHT  # the chart's EMA weight (s / S); the app is told of changes
+        self._wall = False  # the chart's x axis is wall time (w); the app is told of changes
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
@@ -157,7 +164,7 @@ class MainScreen(Screen):
         table = self.query_one(RunsTable)
         for old, new in view.renamed:
             table.keep_selected(old, new)
-        table.show_rows(view.rows, now=view.now, total=view.total)
+        table.show_rows(view.rows, now=view.now, total=view.total, marks=view.marks, pinned=view.pinned)
         if (table.selected_path is not None) != self._a_run_selected:
             self._a_run_selected = not self._a_run_selected
             self.refresh_bindings()  # "c check" comes and goes with a selected run (check_action)
@@ -180,7 +187,8 @@ class MainScreen(Screen):
         if not self._ready:
             return
         view = self.chart_view
-        self.query_one(LossChart).show(view.series)
+        self.query_one(LossChart).show(view.lines, overlay=view.overlay, wall=view.wall, metric=view.metric)
+        self._show_chart_keys()
         # Serving acceptance under the loss, for a run whose triage.toml names [serving].
         self.query_one("#chart-pane").set_class(view.serving is not None, "-serving")
         self.query_one(ServingChart).show(view.serving)
@@ -316,8 +324,30 @@ class MainScreen(Screen):
         # Say which scale is on (a log axis read as linear misleads) and the smoothing the bright
         # curve has (TensorBoard's debiased EMA; the table's smoothed column keeps TensorBoard's 0.6).
         scale = "log y (l: linear)" if self.query_one(LossChart).log_y else "l log-y"
-        smoothing = f"smoothed {self._smoothing:g} bright (s/S)"
-        self.query_one("#chart-pane").border_subtitle = f"raw dim · {smoothing}, as TensorBoard · {scale}"
+        # The x axis too: minutes and steps read alike on a tick label.
+        x_axis = "x min (w)" if self._wall else "w time"
+        if self.chart_view.overlay:
+            # Runs side by side are smoothed only, each in its colour: no raw, no "bright".
+            line = f"smoothed {self._smoothing:g} (s/S) · {scale} · {x_axis}"
+        else:
+            line = f"raw dim · smoothed {self._smoothing:g} bright (s/S), as TensorBoard · {scale} · {x_axis}"
+        self.query_one("#chart-pane").border_subtitle = line
+
+    def action_toggle_wall(self) -> None:
+        self._wall = not self._wall
+        self._show_chart_keys()
+        self.post_message(messages.XAxisChanged(self._wall))
+
+    def action_mark(self) -> None:
+        if self.selected_path is not None:
+            self.post_message(messages.MarkToggled(self.selected_path))
+
+    def action_pin(self) -> None:
+        if self.selected_path is not None:
+            self.post_message(messages.PinToggled(self.selected_path))
+
+    def action_pick_metric(self) -> None:
+        self.post_message(messages.MetricPickerRequested())
 
     def action_focus_hypotheses(self) -> None:
         hypotheses = self.query_one(HypothesesList)

@@ -88,8 +88,22 @@ def count_label(rows: Sequence[RunRow], total: int) -> Text:
 
 
 def _same(a: Text, b: Text) -> bool:
-    # Text.__eq__ ignores the base style, and colour is what changes when a run turns critical.
-    return a.plain == b.plain and str(a.style) == str(b.style)
+    # Text.__eq__ ignores the base style, and colour is what changes when a run turns critical (or a
+    # marked run's colour, a span of its name cell).
+    return a.plain == b.plain and str(a.style) == str(b.style) and a.spans == b.spans
+
+
+def _marked(cells: tuple[Text, ...], row: RunRow, width: int, colour: str | None, pinned: bool) -> tuple[Text, ...]:
+    """The row's cells with its name after a mark in its curve's colour (space) and a pin (p)."""
+    if colour is None and not pinned:
+        return cells
+    mark = Text()
+    if colour is not None:
+        mark.append("●", style=colour)
+    if pinned:
+        mark.append("↑", style="bold cyan")
+    mark.append(" ")
+    return (cells[0], Text.assemble(mark, _name_cell(row, width - len(mark))), *cells[2:])
 
 
 class RunsTable(DataTable):
@@ -103,6 +117,8 @@ class RunsTable(DataTable):
         self._rows: dict[Path, RunRow] = {}
         self._cells: dict[Path, tuple[Text, ...]] = {}
         self._moved: dict[Path, Path] = {}
+        self._marks: dict[Path, str] = {}
+        self._pinned: frozenset[Path] = frozenset()
 
         self._name_width = MIN_NAME_WIDTH
         self._now = 0.0
@@ -137,14 +153,35 @@ class RunsTable(DataTable):
             return None
         return self._order[self.cursor_row]
 
-    def show_rows(self, rows: Sequence[RunRow], *, now: float, redraw: bool = False, total: int | None = None) -> None:
+    def show_rows(
+        self,
+        rows: Sequence[RunRow],
+        *,
+        now: float,
+        redraw: bool = False,
+        total: int | None = None,
+        marks: dict[Path, str] | None = None,
+        pinned: frozenset[Path] | None = None,
+    ) -> None:
         """Show rows in their given order, touching only cells that changed; the name column's label
-        counts them (of ``total`` found, when a filter hides some)."""
+        counts them (of ``total`` found, when a filter hides some). ``marks`` and ``pinned``, when
+        given, replace the runs marked (with their colours) and pinned."""
         self._now = now
         if total is not None:
             self._show_count(count_label(rows, total))
+        self._marks = self._marks if marks is None else marks
+        self._pinned = self._pinned if pinned is None else pinned
         order = [row.path for row in rows]
-        cells = {row.path: row_cells(row, now, self._name_width) for row in rows}
+        cells = {
+            row.path: _marked(
+                row_cells(row, now, self._name_width),
+                row,
+                self._name_width,
+                self._marks.get(row.path),
+                row.path in self._pinned,
+            )
+            for row in rows
+        }
         if redraw or order != self._order:
             selected = self.selected_path
             selected = self._moved.pop(selected, selected) if selected is not None else None
