@@ -122,7 +122,7 @@ def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monk
     real_poll = RunSources.poll
 
     def poll(self, **kwargs):
-        if any(Path(p).parent.name == "b" for p in self._event_files):
+        if any(Path(p).parent.name == "b" for p in self.events.files):
             raise MemoryError("simulated: the reader ran out of memory on b's file")
         return real_poll(self, **kwargs)
 

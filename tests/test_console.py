@@ -391,14 +391,14 @@ def test_a_missing_or_odd_console_file_is_a_problem_not_an_exception(tmp_path):
     (tmp_path / "dir.log").mkdir()
     logs.set_files([tmp_path / "later.log", fifo, tmp_path / "dir.log"])
     logs.poll(to_end=True)  # a FIFO must not hang the poll
-    assert logs.problems() == {
+    assert logs.problems == {
         tmp_path / "later.log": "no such file (yet)",
         fifo: "not a regular file",
         tmp_path / "dir.log": "not a regular file",
     }
     (tmp_path / "later.log").write_text(specforge_lines([(5, metrics(5))]))
     logs.poll()
-    assert tmp_path / "later.log" not in logs.problems() and series(logs, "ploss_0")[0] == [5]
+    assert tmp_path / "later.log" not in logs.problems and series(logs, "ploss_0")[0] == [5]
 
 
 def test_several_consoles_of_one_run_merge_without_counting_a_step_twice(tmp_path):
@@ -507,7 +507,7 @@ def test_flipped_bits_and_cut_files_never_raise(runs, tmp_path):
 
 
 def test_a_poll_says_what_it_read(tmp_path):
-    from triage_tui.core.console.reader import PollStats
+    from triage_tui.core.series import ReadStats
 
     path = tmp_path / "train.log"
     text = specforge_lines([(5, metrics(5)), (10, metrics(10))])
@@ -515,8 +515,10 @@ def test_a_poll_says_what_it_read(tmp_path):
     logs = ConsoleLogs()
     logs.set_files([path, tmp_path / "missing.log"])
     points = 2 * len(metrics(5))
-    assert logs.poll(to_end=True) == PollStats(2, len(text.encode()), 2, points, 0, 1)
-    assert logs.poll() == PollStats(2, 0, 0, 0, 0, 1)
+    assert logs.poll(to_end=True) == ReadStats(
+        files=2, bytes_read=len(text.encode()), records=2, scalars=points, unreadable_files=1
+    )
+    assert logs.poll() == ReadStats(files=2, unreadable_files=1)
     path.write_text(specforge_lines([(5, metrics(5))]))  # rewritten: shorter than what was read
     stats = logs.poll()
     assert (stats.records, stats.resets) == (1, 1)

@@ -237,8 +237,7 @@ def test_a_file_of_random_bytes_is_an_error_of_its_run_not_a_run_waiting(tmp_pat
         {
             "source": "tensorboard",
             "path": str(bad),
-            "message": "no TFRecord (4096 bytes fail the length check and no whole record follows): "
-            "damaged, or not an event file",
+            "message": "not a TensorBoard event file: no valid record in it",
         }
     ]
     assert runs["good"]["errors"] == [] and runs["good"]["metrics"]["loss"] is not None

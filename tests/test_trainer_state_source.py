@@ -182,3 +182,30 @@ def test_a_broken_trainer_state_is_an_error_of_its_run_only(runs, tmp_path, text
     os.utime(_newest(bad))
     sources.poll()
     assert sources.errors == () and len(sources.scalars.series["loss"]) == 6
+
+
+def test_a_read_that_races_the_trainers_save_is_read_again_not_said(runs, tmp_path, monkeypatch):
+    """HF Trainer rewrites trainer_state.json in place (open "w", one write): a read between the two
+    sees a cut document. When the file changed under the read, it is read again at the next poll."""
+    out = tmp_path / "out"
+    shutil.copytree(runs.hf_unbuffered.output, out)
+    path = _newest(out)
+    whole = path.read_text()
+    path.write_text(whole[: len(whole) // 2])  # the save has written half
+    real = sources_module.read_trainer_state
+
+    def read_during_the_save(at: Path):
+        try:
+            return real(at)
+        finally:
+            at.write_text(whole)  # ... and finishes while the half was being parsed
+            os.utime(at, ns=(1, 1))  # a different mtime, whatever the clock's resolution
+
+    monkeypatch.setattr(sources_module, "read_trainer_state", read_during_the_save)
+    (info,) = discover_runs([out])
+    sources = _sources(info)
+    sources.poll()
+    assert sources.errors == () and "loss" not in sources.scalars.series
+    monkeypatch.setattr(sources_module, "read_trainer_state", real)
+    sources.poll()
+    assert sources.errors == () and len(sources.scalars.series["loss"]) == 6

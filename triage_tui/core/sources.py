@@ -19,18 +19,17 @@ the run has any other source (which logged the same values live), by the trainer
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.formats.trainer_state import TrainerState, read_trainer_state
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.names import WANDB_DIR_NAME, WANDB_SUFFIX, is_console_log_name, is_wandb_file_name
-from triage_tui.core.series import RunScalars
+from triage_tui.core.series import ReadStats, RunScalars
 
 if TYPE_CHECKING:
     from triage_tui.core.console.reader import ConsoleLogs
@@ -47,8 +46,100 @@ def _sum_stats(a: ReadStats, b: ReadStats) -> ReadStats:
     return ReadStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(ReadStats)})
 
 
+class ScalarSource(Protocol):
+    """One kind of a run's scalar files, read incrementally: what ``RunSources`` needs of a reader.
+
+    ``poll`` reads what was appended since the last poll into ``scalars`` (one live, stable view:
+    a series is extended in place, never replaced by a copy); ``problems`` names each file the last
+    poll could not read, and why; ``damaged`` counts the records dropped from each file so far.
+    ``kind`` is what ``SourceError.source`` calls the source. A reader that fails outright raises:
+    ``RunSources`` turns it into an error of the run (the fault boundary), never of another run.
+    The event-file reader (core.events.reader.RunEvents), the W&B reader (core.wandb.history.WandbHistory),
+    the console reader (core.console.reader.ConsoleLogs) and ``TrainerStateFile`` are the four.
+    """
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def files(self) -> tuple[Path, ...]: ...
+    @property
+    def scalars(self) -> RunScalars: ...
+    @property
+    def problems(self) -> Mapping[Path, str]: ...
+    @property
+    def damaged(self) -> Mapping[Path, int]: ...
+    def poll(self) -> ReadStats: ...
+
+
+class TrainerStateFile:
+    """The newest checkpoint's ``trainer_state.json`` as a scalar source: read whole when it is new
+    or changed (a new newest file, or a new mtime or size of it); its last readable version's
+    points stay while a newer one cannot be read. HF Trainer rewrites the file in place
+    (``TrainerState.save_to_json``: ``open(path, "w")`` then one write), so a read that races the
+    save sees a cut document: one that fails while the file changed under the read is read again
+    at the next poll, not said."""
+
+    kind = "trainer_state"
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        self.path, self.prefix = path, prefix
+        self.state: TrainerState | None = None
+        self.scalars = RunScalars()
+        self.problems: dict[Path, str] = {}
+        self.damaged: dict[Path, int] = {}
+        self._key: tuple[Path, int, int] | None = None
+        self._failure: str | None = None  # why the version at _key could not be read
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.path,)
+
+    def rename(self, prefix: str) -> None:
+        """Its series under another prefix (the run gained or lost a source); the file is not read again."""
+        if prefix != self.prefix:
+            self.prefix = prefix
+            self.scalars = self.state.scalars(prefix) if self.state is not None else RunScalars()
+
+    def poll(self) -> ReadStats:
+        path = self.path
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return ReadStats()  # rotated away (save_total_limit) since discovery: the next rescan names the newest
+        except OSError as err:
+            raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        stats = ReadStats()
+        if key != self._key:
+            self._key, self._failure = key, None
+            try:
+                state = read_trainer_state(path)
+            except BadInput as err:
+                if _stat_key(path) != key:
+                    self._key = None  # written while it was read: a save in progress, read again next poll
+                else:
+                    self._failure = err.what
+            except Exception as err:  # noqa: BLE001 - a reader's bug: said of this file until it changes
+                self._failure = f"cannot read its scalars: {type(err).__name__}: {err}"
+            else:
+                self.state = state
+                self.scalars = state.scalars(self.prefix)
+                stats = ReadStats(files=1, bytes_read=stat.st_size, records=len(state.log_history))
+        if self._failure is not None:
+            raise BadInput(path, self._failure)
+        return stats
+
+
+def _stat_key(path: Path) -> tuple[Path, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return path, stat.st_mtime_ns, stat.st_size
+
+
 class RunSources:
-    """Incremental reader of all of one run's scalar files; ``scalars`` is one live, stable view."""
+    """Incremental reader of all of one run's scalar sources; ``scalars`` is one live, stable view."""
 
     def __init__(self) -> None:
         self.events = RunEvents()
@@ -58,23 +149,31 @@ class RunSources:
         # the newest run's. Files of one id (a resumed run) are read together, in order.
         self.earlier_wandb: dict[str, WandbHistory] = {}
         self.console: ConsoleLogs | None = None  # once the run has a training console
-        self._console_files: tuple[Path, ...] = ()
+        self.trainer_state_file: TrainerStateFile | None = None
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
-        self._event_files: tuple[Path, ...] = ()
-        self._wandb_files: tuple[Path, ...] = ()
-        # The newest checkpoint's trainer_state.json: the state last read whole, its series, the
-        # (path, mtime, size) it was read at, and why that version could not be read (kept until the
-        # file changes: it is read once per version).
-        self.trainer_state: TrainerState | None = None
-        self._state_path: Path | None = None
-        self._state_prefix = ""
-        self._state_key: tuple[Path, int, int] | None = None
-        self._state_failure: SourceError | None = None
-        self._state_scalars = RunScalars()
         self._seen: tuple = ()
-        # Why the last poll of a whole source failed ("tensorboard", "wandb"): a reader's bug or a
-        # file it could not cope with stays on this run, and the other source is still read.
+        # Why the last poll of a whole source failed, by kind: a reader's bug or a file it could
+        # not cope with stays on this run, and the other sources are still read.
         self.failures: dict[str, SourceError] = {}
+
+    @property
+    def sources(self) -> tuple[ScalarSource, ...]:
+        """The run's sources in reading order: the trainer state before the console (HF console
+        dicts take their steps from it), and, merged into ``scalars``, a later one's series over
+        an earlier one's of the same name (none share a name but through a prefix-less source)."""
+        found: list[ScalarSource | None] = [
+            self.events if self.events.files else None,
+            self.wandb,
+            *self.earlier_wandb.values(),
+            self.trainer_state_file,
+            self.console,
+        ]
+        return tuple(source for source in found if source is not None)
+
+    @property
+    def trainer_state(self) -> TrainerState | None:
+        """The newest checkpoint's trainer state as last read whole, when the run has one."""
+        return self.trainer_state_file.state if self.trainer_state_file is not None else None
 
     def set_files(
         self,
@@ -109,7 +208,6 @@ class RunSources:
             earlier[run_id] = history
         self.earlier_wandb = earlier
         self.events.set_files(event_files)
-        self._event_files, self._wandb_files = event_files, wandb_files
         console_files = tuple(console_files)
         self._set_console(console_files, CONSOLE_PREFIX if event_files or wandb_files else "")
         self._set_trainer_state(
@@ -125,15 +223,16 @@ class RunSources:
             self.console = None
         if self.console is not None:
             self.console.set_files(files)
-        self._console_files = files
 
     def _set_trainer_state(self, path: Path | None, prefix: str) -> None:
+        current = self.trainer_state_file
         if path is None:
-            self.trainer_state, self._state_key, self._state_failure = None, None, None
-            self._state_scalars = RunScalars()
-        elif prefix != self._state_prefix and self.trainer_state is not None:
-            self._state_scalars = self.trainer_state.scalars(prefix)  # renamed; the file is not read again
-        self._state_path, self._state_prefix = path, prefix
+            self.trainer_state_file = None
+        elif current is None:
+            self.trainer_state_file = TrainerStateFile(path, prefix)
+        else:
+            current.path = path  # a newer checkpoint's: read when its key differs
+            current.rename(prefix)
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -142,13 +241,8 @@ class RunSources:
 
     @property
     def problems(self) -> dict[Path, str]:
-        """Files that could not be read, and why (event files and W&B files alike)."""
-        return {
-            **self.events.problems,
-            **(self.wandb.problems if self.wandb is not None else {}),
-            **{path: what for history in self.earlier_wandb.values() for path, what in history.problems.items()},
-            **(self.console.problems() if self.console is not None else {}),
-        }
+        """Files that could not be read, and why, from every source."""
+        return {path: what for source in self.sources for path, what in source.problems.items()}
 
     @property
     def errors(self) -> tuple[SourceError, ...]:
@@ -158,93 +252,35 @@ class RunSources:
 
     @property
     def damaged(self) -> dict[Path, int]:
-        """Damaged records skipped so far, per file, in event files and W&B files alike."""
-        damaged = dict(self.events.damaged)  # the reader's thread may add to them
-        for history in (self.wandb, *self.earlier_wandb.values()):
-            if history is not None:
-                damaged.update(history.damaged)
-        if self.console is not None:
-            damaged.update(self.console.damaged)
-        return damaged
+        """Damaged records skipped so far, per file, from every source."""
+        # dict(...) first: the reader's thread may add to them
+        return {path: count for source in self.sources for path, count in dict(source.damaged).items()}
 
     def poll(self, *, split_files: bool = False) -> ReadStats:
-        """Read what was appended to every file since the last poll; refresh ``scalars``.
+        """Read what was appended to every source's files since the last poll; refresh ``scalars``.
+        Each source fails alone: its failure is kept in ``failures``, the others are read.
 
         ``split_files``: as RunEvents.poll (a one-thread process reading once: ``triage scalars``)."""
         stats = ReadStats()
         self.failures = {}
-        if self._event_files:
-            poll_events = lambda: self.events.poll(split_files=split_files)  # noqa: E731
-            stats = self._poll_source("tensorboard", self._event_files, poll_events, stats)
-        if self.wandb is not None:
-            stats = self._poll_source("wandb", self._wandb_files, self._poll_wandb, stats)
-        if self._state_path is not None:
-            state_files = (self._state_path,)
-            stats = self._poll_source("trainer_state", state_files, self._poll_trainer_state, stats)
-        if self.console is not None:
-            self.console.set_trainer_state(self.trainer_state)  # HF console dicts at their logged steps
-            stats = self._poll_source("console", self._console_files, self._poll_console, stats)
+        for source in self.sources:
+            if source is self.console:
+                self.console.set_trainer_state(self.trainer_state)  # HF console dicts at their logged steps
+            try:
+                polled = self.events.poll(split_files=split_files) if source is self.events else source.poll()
+            except BadInput as err:
+                self.failures.setdefault(source.kind, SourceError.of(source.kind, err))
+            except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error
+                where = str(source.files[0].parent) if source.files else ""
+                what = f"cannot read its scalars: {type(err).__name__}: {err}"
+                self.failures.setdefault(source.kind, SourceError(source.kind, where, what))
+            else:
+                stats = _sum_stats(stats, polled)
         self._refresh()
         return stats
 
-    def _poll_trainer_state(self) -> ReadStats:
-        """Read the newest trainer_state.json whole when it is new or changed; its last readable
-        version's points stay while a newer one cannot be read (a half-written save, a bad file)."""
-        path = self._state_path
-        assert path is not None
-        try:
-            stat = os.stat(path)
-        except FileNotFoundError:
-            return ReadStats()  # rotated away (save_total_limit) since discovery: the next rescan names the newest
-        except OSError as err:
-            raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
-        key = (path, stat.st_mtime_ns, stat.st_size)
-        stats = ReadStats()
-        if key != self._state_key:
-            self._state_key, self._state_failure = key, None
-            try:
-                state = read_trainer_state(path)
-            except BadInput as err:
-                self._state_failure = SourceError.of("trainer_state", err)
-            except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error
-                what = f"cannot read its scalars: {type(err).__name__}: {err}"
-                self._state_failure = SourceError("trainer_state", str(path), what)
-            else:
-                self.trainer_state = state
-                self._state_scalars = state.scalars(self._state_prefix)
-                stats = ReadStats(files=1, bytes_read=stat.st_size, records=len(state.log_history))
-        if self._state_failure is not None:
-            self.failures["trainer_state"] = self._state_failure
-        return stats
-
-    def _poll_console(self) -> ReadStats:
-        assert self.console is not None
-        polled = self.console.poll()
-        return ReadStats(files=polled.files, records=polled.records, bytes_read=polled.bytes_read)
-
-    def _poll_source(
-        self, kind: str, files: tuple[Path, ...], poll: Callable[[], ReadStats], stats: ReadStats
-    ) -> ReadStats:
-        try:
-            return _sum_stats(stats, poll())
-        except BadInput as err:
-            self.failures[kind] = SourceError.of(kind, err)
-        except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error
-            where = str(files[0].parent) if files else ""
-            self.failures[kind] = SourceError(kind, where, f"cannot read its scalars: {type(err).__name__}: {err}")
-        return stats
-
-    def _poll_wandb(self) -> ReadStats:
-        assert self.wandb is not None
-        stats = self.wandb.poll()
-        for history in self.earlier_wandb.values():
-            stats = _sum_stats(stats, history.poll())
-        return stats
-
     def _refresh(self) -> None:
-        sources = (self.wandb, *self.earlier_wandb.values(), self.console)
-        parts = [self.events.scalars] + [s.scalars for s in sources if s is not None]
-        parts.append(self._state_scalars)
+        parts = [source.scalars for source in self.sources]
         seen = tuple((id(p), id(p.series), p.version) for p in parts)
         if seen == self._seen:
             return

@@ -31,14 +31,14 @@ from triage_tui.core.console.record import ConsoleRecord
 from triage_tui.core.console.steps import INFERRED, StepResolver
 from triage_tui.core.formats.trainer_state import TrainerState
 from triage_tui.core.natural_sort import natural_key
-from triage_tui.core.series import RunScalars, overlay_runs
+from triage_tui.core.series import ReadStats, RunScalars, overlay_runs
 
 TRAINER_NAMES = {"specforge": "SpecForge", "hf-trainer": "HF Trainer", "speculators": "speculators"}
 
 
 @dataclass(frozen=True)
 class PollStats:
-    """What one poll of a run's consoles did (a source wrapper turns it into its ReadStats)."""
+    """What one poll of one console file did (``ConsoleLogs.poll`` sums them into a ReadStats)."""
 
     files: int = 0  # console files looked at
     bytes_read: int = 0
@@ -132,18 +132,33 @@ class ConsoleLogs:
             file.rebuild(state)
         self._refresh()
 
-    def poll(self, *, to_end: bool = False) -> PollStats:
+    kind = "console"  # a ScalarSource (core.sources)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self._paths
+
+    def poll(self, *, to_end: bool = False) -> ReadStats:
         """Read what was appended to every file. ``to_end``: read each file to its end (a one-shot
         read), else at most ``tuning.MAX_READ_BYTES`` of each a poll."""
         polls = [self._files[path].poll(to_end=to_end) for path in self._paths]
         self._refresh()
-        return PollStats(*(sum(getattr(p, name) for p in polls) for name in PollStats.__dataclass_fields__))
+        total = PollStats(*(sum(getattr(p, name) for p in polls) for name in PollStats.__dataclass_fields__))
+        return ReadStats(
+            files=total.files,
+            bytes_read=total.bytes_read,
+            records=total.records,
+            scalars=total.points,
+            resets=total.resets,
+            unreadable_files=total.unreadable_files,
+        )
 
     @property
     def damaged(self) -> dict[Path, int]:
         """Lines of a trainer's format that could not be read, and lines too long, per file."""
         return {path: file.console.damaged for path, file in self._files.items() if file.console.damaged}
 
+    @property
     def problems(self) -> dict[Path, str]:
         """Files the last poll could not read (missing, unreadable, not a regular file), and why."""
         return {path: file.console.problem for path in self._paths if (file := self._files[path]).console.problem}

@@ -10,7 +10,7 @@ mean is the run's business (``reader.RunEvents``), handed each window's records 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -19,38 +19,9 @@ import numpy as np
 from triage_tui.core import fileio
 from triage_tui.core.events import tuning
 from triage_tui.core.events.framing import Frames, frame
+from triage_tui.core.series import ReadStats
 
 _PAD = 16  # slack after the data in every read buffer: word gathers may run past the last record
-
-
-@dataclass
-class ReadStats:
-    """What one poll (or, in RunEvents.totals, every poll so far) did."""
-
-    files: int = 0  # event files looked at
-    bytes_read: int = 0
-    records: int = 0  # whole records consumed
-    scalars: int = 0  # scalar points decoded (before restart rules)
-    skipped_bytes: int = 0  # damaged bytes stepped over to resync
-    corrupt_records: int = 0  # records dropped: bad CRC, undecodable, or a resync
-    resets: int = 0  # times the run was re-read from scratch (a file shrank or was replaced)
-    pending_bytes: int = 0  # bytes at file ends not yet a whole record (half-written, zero-filled)
-    dropped_points: int = 0  # points with a non-finite wall_time (rustboard rejects those too)
-    slow_records: int = 0  # records parsed one by one by Event.FromString (no template fitted)
-    unreadable_files: int = 0  # files that exist but could not be read (permissions, not a file)
-
-    def add(self, other: ReadStats) -> None:
-        """Another poll's stats after these (RunEvents.totals): counts add up, the state is the latest."""
-        self.add_counts(other)
-        self.files = other.files
-        self.pending_bytes = other.pending_bytes
-        self.unreadable_files = other.unreadable_files
-
-    def add_counts(self, other: ReadStats) -> None:
-        """What another read of the same poll counted (a split read's second half), added."""
-        for f in fields(self):
-            if f.name not in ("files", "pending_bytes", "unreadable_files"):
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass

@@ -22,13 +22,13 @@ import numpy as np
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.decode import Chunk, Decoder
-from triage_tui.core.events.event_file import FileState, ReadStats, read_appended
+from triage_tui.core.events.event_file import FileState, read_appended
 from triage_tui.core.events.framing import Frames
 from triage_tui.core.events.split_read import Split, read_split, worth_splitting
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.listing import RACY_MTIME_SECS
 from triage_tui.core.runs.names import is_event_file_name
-from triage_tui.core.series import RunScalars
+from triage_tui.core.series import ReadStats, RunScalars
 
 
 def any_file_replaced(states: Iterable) -> bool:
@@ -60,7 +60,10 @@ class _ReadAgain(Exception):
 
 
 class RunEvents:
-    """Incremental reader for all event files of one run; `scalars` is updated in place."""
+    """Incremental reader for all event files of one run; `scalars` is updated in place. A scalar
+    source (core.sources.ScalarSource)."""
+
+    kind = "tensorboard"
 
     def __init__(self) -> None:
         self.scalars = RunScalars()
@@ -94,6 +97,10 @@ class RunEvents:
                 same = (st.st_dev, st.st_ino) == (state.dev, state.ino)
                 total += max(st.st_size - (state.offset if same else 0), 0)
         return total
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self._files)
 
     def set_files(self, paths: Iterable[Path]) -> None:
         """The run's event files. Points already read from a file that leaves the set are kept."""
@@ -232,10 +239,12 @@ class RunEvents:
         """A file whose last bytes are no records (random bytes, a tail overwritten) is said, not
         left waiting as if a writer were still writing it; its records before stay."""
         if state.damaged_from is not None and state.damaged_from == state.offset < size:
-            what = "no TFRecord" if state.damaged_from == 0 else f"no TFRecord from byte {state.damaged_from} on"
+            if state.damaged_from == 0:
+                self.problems[state.path] = "not a TensorBoard event file: no valid record in it"
+                return
             self.problems[state.path] = (
-                f"{what} ({size - state.damaged_from} bytes fail the length check and no whole record follows): "
-                "damaged, or not an event file"
+                f"no TFRecord from byte {state.damaged_from} on ({size - state.damaged_from} bytes fail the "
+                "length check and no whole record follows): damaged, or not an event file"
             )
 
     def _take(self, buf: bytearray, frames: Frames, state: FileState, stats: ReadStats) -> None:

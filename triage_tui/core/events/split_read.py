@@ -35,8 +35,9 @@ from typing import IO, NoReturn
 from triage_tui.core import fileio, processes
 from triage_tui.core.events import tuning
 from triage_tui.core.events.decode import Chunk, Decoder
-from triage_tui.core.events.event_file import FileState, ReadStats, Take, read_appended
+from triage_tui.core.events.event_file import FileState, Take, read_appended
 from triage_tui.core.events.framing import Frames, chain_start
+from triage_tui.core.series import ReadStats
 
 _CHAIN = 8  # records that must follow one another from a boundary
 

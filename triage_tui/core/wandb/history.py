@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 
 from triage_tui.core import fileio
-from triage_tui.core.events.event_file import ReadStats
 from triage_tui.core.events.reader import any_file_replaced
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.names import is_wandb_file_name
-from triage_tui.core.series import RunScalars
+from triage_tui.core.series import ReadStats, RunScalars
 from triage_tui.core.wandb.framing import WANDB_HEADER, frame
 from triage_tui.core.wandb.records import (
     DAMAGED,
@@ -70,7 +69,10 @@ class WandbHistory:
     the two sources' series never merge). Files are read in the order given (discovery's natural
     order: a resumed run's later directory after the earlier one); a step going back replaces what
     came after it, as for event files. ``problems`` names what could not be read, per file.
+    A scalar source (core.sources.ScalarSource).
     """
+
+    kind = "wandb"
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
@@ -90,6 +92,10 @@ class WandbHistory:
         self._step_of: dict[str, tuple[str, str]] = {}  # cache: key -> (tag, step metric or "" for _step)
         self._typed = False
         self._lock = threading.Lock()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(self._files)
 
     def set_files(self, paths: Iterable[Path]) -> None:
         with self._lock:
