@@ -239,3 +239,28 @@ def test_an_unreadable_record_is_an_error_of_its_run_and_the_curves_best_stands(
     assert code == 1
     assert [(e["source"], e["path"]) for e in run["errors"]] == [("specforge", str(meta_path))]
     assert run["best"]["step"] == 20 and run["best"]["recorded"] is None and run["best"]["evaluations"] == 3
+
+
+def test_check_ranks_past_the_acceptance_peak_from_the_runs_own_evaluations(tmp_path, capsys):
+    """The product's path: `check` hands the run's held-out acceptance history to the hypotheses."""
+    from triage_tui import cli
+    from triage_tui.core.hypotheses.curves import W_PAST_PEAK
+
+    specforge_eval_run(tmp_path / "out")
+    assert cli.main(["check", str(tmp_path / "out"), "--json"]) == 1  # a likely cause: exit 1
+    document = json.loads(capsys.readouterr().out)
+    top = document["hypotheses"][0]
+    assert top["id"] == "past_acceptance_peak" and top["score"] == pytest.approx(W_PAST_PEAK)
+    assert any(str(tmp_path / "out" / "epoch_4_step_12000") in line for line in top["evidence"])
+
+
+def test_an_acceptance_length_is_never_taken_for_an_accuracy(tmp_path, capsys):
+    """``eval/simulated_acc_len`` holds "_acc_" but counts tokens (3.3), not a fraction: reading it
+    as the run's accuracy put a 3.3 % "start near chance" in the warm-start evidence."""
+    from triage_tui import cli
+
+    specforge_eval_run(tmp_path / "out")
+    cli.main(["scan", str(tmp_path / "out"), "--json"])
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["metrics"]["accuracy"] is None
+    assert run["metrics"]["acceptance_length"]["tag"] == "eval/simulated_acc_len"

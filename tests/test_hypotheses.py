@@ -439,7 +439,7 @@ def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path)
 
 
 def _history(points, loss=None, checkpoints=()):
-    from triage_tui.core.hypotheses.scoring import AcceptanceHistory
+    from triage_tui.core.best_checkpoint import AcceptanceHistory
 
     return AcceptanceHistory(
         "eval/simulated_acc_len",

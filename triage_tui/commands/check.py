@@ -18,6 +18,7 @@ from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.json_numbers import finite_json
+from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.text import printable
@@ -68,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
     inputs = _resolve(args)
-    flags, metrics, scalars, start, chance = _run_flags(inputs.run)
+    status = _run_status(inputs.run)
+    flags = tuple(status.flags) if status is not None else ()
+    scalars = status.scalars if status is not None else None
+    chance = status.chance if status is not None else None
     # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
     sources, pages = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
     serving = _serving(sources, pages, scalars)
@@ -77,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
         inputs,
         device=args.device,
         flags=flags,
-        metrics=metrics,
+        metrics=status.metrics if status is not None else None,
         progress=progress,
         serving=serving,
         all_chunk_orders=args.all_chunk_orders,
-        start=start,
+        start=status.start if status is not None else None,
         launches=_launches(sources),
+        acceptance=status.acceptance_history() if status is not None else None,
     )
     if args.json:
         document = diagnosis.to_json()
@@ -133,16 +138,13 @@ def exit_status(diagnosis: Diagnosis) -> int:
     return 1 if diagnosis.top_score >= LIKELY else 0
 
 
-def _run_flags(run_path) -> tuple[tuple, dict[str, Any] | None, Any, Any, ChanceLine | None]:
-    """One scan pass of the run: its flags, metrics, scalars and start feed the hypotheses; its chance
-    line is the one `scan` and the TUI draw, said with its basis."""
+def _run_status(run_path) -> RunStatus | None:
+    """One scan pass of the run: its flags, metrics, scalars, start and acceptance history feed the
+    hypotheses; its chance line is the one `scan` and the TUI draw, said with its basis."""
     from triage_tui.core.watch import Watcher
 
     statuses = Watcher([run_path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
-    status = next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
-    if status is None:
-        return (), None, None, None, None
-    return tuple(status.flags), status.metrics, status.scalars, status.start, status.chance
+    return next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
 
 
 def _serving_sources(

@@ -66,6 +66,20 @@ class AcceptanceSeries:
 
 
 @dataclass(frozen=True)
+class AcceptanceHistory:
+    """A held-out acceptance estimate over a run (SpecForge's ``eval/simulated_acc_len``, an
+    evaluator's accept length), the checkpoints the run saved, and its training loss: what
+    ``past_acceptance_peak`` weighs. Points are (step, value), steps ascending; ``acceptance_history``
+    builds it from evaluations only, never a smoothed curve."""
+
+    metric: str
+    points: tuple[tuple[int, float], ...]
+    checkpoints: tuple[tuple[int, Path], ...] = ()  # (step, directory) of each saved checkpoint
+    loss_tag: str | None = None
+    loss: tuple[tuple[int, float], ...] = ()  # the training loss, (step, value)
+
+
+@dataclass(frozen=True)
 class BestCheckpoint:
     """The peak of the run's acceptance estimate and the checkpoints around it."""
 
@@ -164,6 +178,27 @@ def acceptance_series(scalars: RunScalars, trainer: TrainerNames | None) -> Acce
         if found is not None and len(found[0]):
             return AcceptanceSeries(metric, estimated, held_out, found[0], found[1])
     return None
+
+
+def acceptance_history(
+    scalars: RunScalars, trainer: TrainerNames | None, checkpoints: Sequence[Path], loss_tag: str | None
+) -> AcceptanceHistory | None:
+    """The run's held-out acceptance series (logged, or estimated from held-out per-position
+    accuracies), its placed checkpoints and its loss: what ``past_acceptance_peak`` weighs. None
+    when the run logs no held-out acceptance: a training-time estimate rarely peaks, and its fall
+    says nothing of what the server accepts."""
+    series = acceptance_series(scalars, trainer)
+    if series is None or not series.held_out:
+        return None
+    placed = sorted((found, Path(path)) for path in checkpoints if (found := checkpoint_step(path)) is not None)
+    loss = _logged(scalars, loss_tag) if loss_tag is not None else None
+    return AcceptanceHistory(
+        series.metric,
+        tuple(zip(series.steps.tolist(), series.values.tolist(), strict=True)),
+        tuple(placed),
+        loss_tag if loss is not None else None,
+        tuple(zip(loss[0].tolist(), loss[1].tolist(), strict=True)) if loss is not None else (),
+    )
 
 
 def _logged(scalars: RunScalars, tag: str) -> tuple[np.ndarray, np.ndarray] | None:

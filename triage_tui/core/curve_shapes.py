@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from triage_tui.core.metric_names import TrainerNames, ordered, per_position
+from triage_tui.core.metric_names import ACCEPTANCE_LENGTH_WORD, TrainerNames, ordered, per_position
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.signals.flags import Flag, fmt
@@ -99,7 +99,7 @@ LOSS_STILL_FALLING = 0.02
 # Evaluation acceptance-length names beyond the trainers' tables (core.metric_names): an evaluation
 # prefix and an accept length, e.g. DeepSpec-style ``eval/accept_len``.
 _EVAL_ACCEPTANCE = re.compile(
-    r"^(eval|val|valid|validation|test)[/_](.*[/_])?(accept(ance)?_?len(gth)?|acc_len|simulated_acc_len)$",
+    rf"^(eval|val|valid|validation|test)[/_](.*[/_])?{ACCEPTANCE_LENGTH_WORD}$",
     re.IGNORECASE,
 )
 # Checkpoint directory names that carry the step they were saved at: SpecForge classic

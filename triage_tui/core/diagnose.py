@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from triage_tui.core.best_checkpoint import AcceptanceHistory
 from triage_tui.core.check_inputs import CheckInputs
 from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
 from triage_tui.core.formats.engine_launch import EngineLaunch
 from triage_tui.core.hypotheses.rank import rank_hypotheses
-from triage_tui.core.hypotheses.scoring import LIKELY, AcceptanceHistory, Hypothesis
+from triage_tui.core.hypotheses.scoring import LIKELY, Hypothesis
 from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
 

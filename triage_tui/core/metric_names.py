@@ -17,6 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+# The last word of an acceptance-length name (tokens accepted per draft, not a fraction):
+# SpecForge's ``simulated_acc_len``, ``accept_len``, ``acceptance_length``.
+ACCEPTANCE_LENGTH_WORD = r"(accept(ance)?_?len(gth)?|acc_len|simulated_acc_len)"
+
 
 @dataclass(frozen=True)
 class TrainerNames:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from triage_tui.core.best_checkpoint import BestCheckpoint
+from triage_tui.core.best_checkpoint import AcceptanceHistory, BestCheckpoint, acceptance_history
 from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.errors import SourceError
+from triage_tui.core.metric_names import match_trainer
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.names import MANIFEST_NAME
 from triage_tui.core.runs.remote import shown_path
@@ -60,6 +61,12 @@ class RunStatus:
         if self.status == "ok" and any(flag.kind == "warming_up" for flag in self.flags):
             return "warming"
         return self.status
+
+    def acceptance_history(self) -> AcceptanceHistory | None:
+        """The run's held-out acceptance over its evaluations, checkpoints and loss, for the
+        hypotheses (past_acceptance_peak); built when a check asks, off the UI thread."""
+        trainer = match_trainer(self.scalars.tags())
+        return acceptance_history(self.scalars, trainer, self.info.artifacts.checkpoints, self.loss_tag)
 
     def to_json(self) -> dict[str, Any]:
         """The per-run object of docs/contracts.md's `scan --json`."""

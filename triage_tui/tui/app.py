@@ -526,6 +526,7 @@ class TriageApp(App[None]):
                 cancel=cancel,
                 serving=serving,
                 start=status.start,
+                acceptance=status.acceptance_history(),
             )
         except BadInput as err:
             self.post_message(messages.ChecksFinished(path, None, error=err.line()))

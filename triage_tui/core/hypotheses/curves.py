@@ -20,8 +20,8 @@ from triage_tui.core.signals.values import DIVERGE_PERSIST, DIVERGE_RELATIVE
 from triage_tui.core.text import printable
 
 if TYPE_CHECKING:
+    from triage_tui.core.best_checkpoint import AcceptanceHistory
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
-    from triage_tui.core.hypotheses.scoring import AcceptanceHistory
     from triage_tui.core.signals.flags import Flag
 
 

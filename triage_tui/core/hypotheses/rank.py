@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from triage_tui.core.best_checkpoint import AcceptanceHistory
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.hypotheses.curves import (
     diverged,
@@ -32,7 +33,7 @@ from triage_tui.core.hypotheses.mapping import (
     verifier_mask_mismatch,
     vocab_mapping_mismatch,
 )
-from triage_tui.core.hypotheses.scoring import AcceptanceHistory, Hypothesis, HypothesisFunction, RunEvidence
+from triage_tui.core.hypotheses.scoring import Hypothesis, HypothesisFunction, RunEvidence
 from triage_tui.core.hypotheses.serving import (
     algorithm_flag,
     backbone_fallback,

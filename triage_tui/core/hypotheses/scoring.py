@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triage_tui.core.checks.result import CheckResult, ran_details
 
 if TYPE_CHECKING:
+    from triage_tui.core.best_checkpoint import AcceptanceHistory
     from triage_tui.core.checks.config_contract import ConfigContractDetails
     from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
     from triage_tui.core.checks.mapping_health import MappingHealthDetails
@@ -160,20 +160,6 @@ class Evidence:
 
     def lines(self) -> tuple[str, ...]:
         return tuple(line for _, line in self.items)
-
-
-@dataclass(frozen=True)
-class AcceptanceHistory:
-    """A held-out acceptance estimate over a run (SpecForge's ``eval/simulated_acc_len``, an
-    evaluator's accept length), the checkpoints the run saved, and its training loss: what
-    ``past_acceptance_peak`` weighs. Points are (step, value), steps ascending; the caller (the
-    best-checkpoint finder) passes evaluations only, never a smoothed curve."""
-
-    metric: str
-    points: tuple[tuple[int, float], ...]
-    checkpoints: tuple[tuple[int, Path], ...] = ()  # (step, directory) of each saved checkpoint
-    loss_tag: str | None = None
-    loss: tuple[tuple[int, float], ...] = ()  # the training loss, (step, value)
 
 
 @dataclass(frozen=True)

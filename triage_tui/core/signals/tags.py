@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from triage_tui.core.metric_names import match_trainer, ordered
+from triage_tui.core.metric_names import ACCEPTANCE_LENGTH_WORD, match_trainer, ordered
 from triage_tui.core.natural_sort import natural_key
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ _LOSS_WORD = re.compile(r"loss|kl_div", re.IGNORECASE)
 _NOT_LOSS = re.compile(r"scale", re.IGNORECASE)  # AMP's loss_scale is not a loss
 # acc / accuracy / full_acc_0 / cond_acc_1 / epochacc_0 / per_position_acc/0, not acceptance_rate
 _ACC_WORD = re.compile(r"(^|[/_]|epoch|avg_)acc(uracy)?([/_]|$)", re.IGNORECASE)
+# ... nor an acceptance length (``eval/simulated_acc_len`` holds "_acc_"): tokens, not a fraction
+_NOT_ACCURACY = re.compile(rf"(^|[/_]){ACCEPTANCE_LENGTH_WORD}$", re.IGNORECASE)
 _STEP_SIBLING = re.compile(r"^(?P<prefix>.*?)/?(ploss|loss|kl_div)_\d+$")
 _SUMMED_CANDIDATE = re.compile(r"^(?P<prefix>.*?)/?(avg_)?loss$")
 
@@ -99,7 +101,7 @@ def pick_metric_tags(tags: Iterable[str], manifest: Manifest | None = None) -> t
         accuracy_tags = list(manifest.accuracy_tags)
     else:
         known = ordered(tags, trainer.accuracy) if trainer else []
-        candidates = [t for t in tags if _ACC_WORD.search(t)]
+        candidates = [t for t in tags if _ACC_WORD.search(t) and not _NOT_ACCURACY.search(t)]
         accuracy_tags = known + [t for t in _ranked(candidates, _ACCURACY_RANKS, set()) if t not in known]
     return loss_tags, accuracy_tags
 
