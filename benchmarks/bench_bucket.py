@@ -351,7 +351,7 @@ def main() -> None:
             "rss_mib": max(peaks[key]),
         }
 
-    what = f"a sweep in a bucket, first `triage scan s3://…`, {args.runs} runs × {args.points:,} points"
+    what = f"a sweep in a bucket, first `triage scan s3://…`, {args.runs:,} runs × {args.points:,} points"
     rows = [
         {
             "what": what,

@@ -229,16 +229,14 @@ def summary() -> str:
             )
         else:
             lines.append(f"- {row['what']}: {seconds(row['triage']['seconds'])} ({where}).")
-    bucket = latest("bucket")
-    if bucket is not None:
-        row = bucket["rows"][0]
-        idle, grew = row["polls"]["idle poll"], row["polls"]["poll after one run grew"]
-        lines.append(
-            f"- the same sweep in a bucket, watched: a poll with nothing changed sends {idle['requests']:,} "
-            f"request(s) and fetches {idle['object_bytes']:,} object bytes; after one run grew by "
-            f"{row['appended_bytes']:,} bytes, {grew['requests']:,} requests and {grew['object_bytes']:,} object "
-            f"bytes (load {bucket['load'][0]}, {bucket['date'][:10]})."
-        )
+        if rec["benchmark"] == "bucket":
+            idle, grew = row["polls"]["idle poll"], row["polls"]["poll after one run grew"]
+            lines.append(
+                f"- that bucket, watched: a poll with nothing changed sends {idle['requests']:,} listing "
+                f"request(s) and fetches {idle['object_bytes']:,} object bytes; after one run grew by "
+                f"{row['appended_bytes']:,} bytes, {grew['requests']:,} requests and {grew['object_bytes']:,} "
+                f"object bytes ({where})."
+            )
     return "\n".join(lines)
 
 
