@@ -53,13 +53,27 @@ def machine() -> str:
     )
 
 
+def _without_note(args: list[str]) -> list[str]:
+    """The arguments but ``--note TEXT``: the note is printed under the table, not part of what ran."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            kept.append(arg)
+    return kept
+
+
 class Run:
     """Opened when a benchmark starts (the load average then), saved when it ends."""
 
     def __init__(self, benchmark: str, argv: list[str] | None = None, *, dry_run: bool = False) -> None:
         self.benchmark = benchmark
         self.dry_run = dry_run  # print the run, append nothing (checking a benchmark itself, small sizes)
-        args = sys.argv[1:] if argv is None else argv
+        args = _without_note(sys.argv[1:] if argv is None else argv)
         self.command = shlex.join([".venv/bin/python", f"benchmarks/{Path(sys.argv[0]).name}", *args])
         self.started = time.time()
         self.load_start = os.getloadavg()[0]

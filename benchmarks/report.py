@@ -39,6 +39,7 @@ USER_FACING = {
     "ab": ["benchmarks/ab.py"],
 }
 LONG = {
+    "bucket": ["benchmarks/bench_bucket.py", "--runs", "200", "--points", "2000"],
     "wandb": ["benchmarks/bench_wandb.py"],
     "checks": ["benchmarks/bench_checks.py"],
     "remap": ["benchmarks/bench_remap.py"],
@@ -91,6 +92,49 @@ def ratio(row: dict) -> str:
     if not other:
         return "–"
     return f"**{other['seconds'] / row['triage']['seconds']:.2f}**"
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n:,} bytes"
+
+
+def bucket_section() -> list[str]:
+    """The sweep in a bucket (bench_bucket.py): the first scan beside the local one and TensorBoard's
+    loader on the same bucket, and what the polls of a watched bucket fetch."""
+    rec = latest("bucket")
+    lines = ["", "## A sweep in a bucket", ""]
+    if rec is None:
+        return [*lines, "Not measured yet: `.venv/bin/python benchmarks/bench_bucket.py`."]
+    row = rec["rows"][0]
+    first, polls = row["first_scan"], row["polls"]
+    idle, grew = polls["idle poll"], polls["poll after one run grew"]
+    lines += [
+        f"Measured {measured(rec)} by `{rec['command']}`, on moto's S3 server (a Python server on the",
+        "same machine, far slower than S3: the bucket's times are an upper bound). Best of the rounds,",
+        "whole processes from exec to exit:",
+        "",
+        "| what | seconds | peak RSS, whole process | ÷ triage on the bucket |",
+        "|---|---|---|---|",
+    ]
+    for key in ("triage", "local", "other"):
+        cell = row[key]
+        lines.append(
+            f"| {cell['label']} | **{seconds(cell['seconds'])}** | {cell['rss_mib']:.0f} MiB "
+            f"| {cell['seconds'] / row['triage']['seconds']:.2f} |"
+        )
+    lines += [
+        "",
+        f"The first scan fetched {mb(first['object_bytes'])} of object bodies in {first['requests']:,} requests, for",
+        f"{mb(first['bucket_bytes'])} in the bucket. A watched bucket, polled (counted at a proxy in front of the",
+        "server):",
+        "",
+        "| poll | requests | response bytes, listings included | object-body bytes |",
+        "|---|---|---|---|",
+        f"| nothing changed | {idle['requests']:,} | {idle['response_bytes']:,} | {idle['object_bytes']:,} |",
+        f"| one run grew by {row['appended_bytes']:,} bytes | {grew['requests']:,} | {grew['response_bytes']:,} "
+        f"| {grew['object_bytes']:,} |",
+    ]
+    return lines
 
 
 def speed_page() -> str:
@@ -157,6 +201,7 @@ def speed_page() -> str:
             else:
                 verdict = f"under {KEEP_AT}× on every figure: to be deleted"
             lines.append(f"- {what}: best {gain:.2f}×, {verdict}.")
+    lines += bucket_section()
     lines += [
         "",
         "## Regenerating",
@@ -184,6 +229,14 @@ def summary() -> str:
             )
         else:
             lines.append(f"- {row['what']}: {seconds(row['triage']['seconds'])} ({where}).")
+        if rec["benchmark"] == "bucket":
+            idle, grew = row["polls"]["idle poll"], row["polls"]["poll after one run grew"]
+            lines.append(
+                f"- that bucket, watched: a poll with nothing changed sends {idle['requests']:,} listing "
+                f"request(s) and fetches {idle['object_bytes']:,} object bytes; after one run grew by "
+                f"{row['appended_bytes']:,} bytes, {grew['requests']:,} requests and {grew['object_bytes']:,} "
+                f"object bytes ({where})."
+            )
     return "\n".join(lines)
 
 
