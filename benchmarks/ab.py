@@ -185,12 +185,12 @@ def measure(figure: str, setting: str, trees: Trees, work: Path) -> tuple[float,
     out = work / "out"
     t0 = time.perf_counter()
     with open(out, "wb") as sink:
-        done = subprocess.run(
+        exported = subprocess.run(
             [python, "-c", SHIM, setting, *args], stdout=sink, stderr=subprocess.PIPE, env=env, cwd=REPO, check=False
         )
     seconds = time.perf_counter() - t0
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"{figure} failed: {done.stderr[-2000:]!r}")
+    if exported.returncode not in (0, 1):
+        raise SystemExit(f"{figure} failed: {exported.stderr[-2000:]!r}")
     produced = out.read_bytes()
     if figure.startswith("scan"):  # the points each run read (times since the last event differ)
         runs = json.loads(produced)["runs"]

@@ -286,7 +286,7 @@ def main() -> None:
     t0 = time.perf_counter()
     WORK.mkdir(parents=True, exist_ok=True)
     try:
-        run = build(WORK, args.dumps, args.tokens)
+        run_dir = build(WORK, args.dumps, args.tokens)
         sizes = {p.name: p.stat().st_size for p in WORK.rglob("*") if p.is_file()}
         print(
             f"built in {time.perf_counter() - t0:.0f} s: drafter "
@@ -297,9 +297,9 @@ def main() -> None:
         )
         manual = run_child("manual", str(WORK / "kimi-k2-eagle3"), str(WORK / "run_vocab_mapping.pt"))
         print(f"manual script: {json.dumps(manual)}", flush=True)
-        diag = run_child("diagnose", str(run))
+        diag = run_child("diagnose", str(run_dir))
         print(f"diagnose: {json.dumps(diag)}", flush=True)
-        whole = timed_check(run)
+        whole = timed_check(run_dir)
         print(f"triage check: {json.dumps(whole)}", flush=True)
     finally:
         if not args.keep:

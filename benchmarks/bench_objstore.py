@@ -212,7 +212,7 @@ def installed_bytes(names: set[str]) -> int:
     for name in names:
         dist = metadata.distribution(name)
         for file in dist.files or []:
-            path = Path(dist.locate_file(file))
+            path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 total += path.stat().st_size
     return total
@@ -301,7 +301,7 @@ def main() -> None:
         objects = populate(client, args.runs)
         upload_s = time.perf_counter() - t0
         configs = [f"sweep/run-{n:04d}/config.json" for n in range(args.runs)]
-        clients = [Obstore(), S3fs()]
+        clients: list[Obstore | S3fs] = [Obstore(), S3fs()]
         for c in clients:  # connections open, credentials resolved: the steady state of a watcher
             c.head()
         rows: dict[str, dict[str, tuple[float, float]]] = {c.name: {} for c in clients}
@@ -371,9 +371,9 @@ def main() -> None:
     print(f"\n### The sweep mirrored through core/objstore ({args.runs} runs, each client under the same layer)\n")
     print("| pass | client | wall s | CPU s | requests | object-body bytes |\n|---|---|---:|---:|---:|---:|")
     for case in next(iter(mirrored.values())):
-        for label, rows in mirrored.items():
-            w, c, n, b = rows[case]
-            print(f"| {case} | {label} | {w:.3f} | {c:.3f} | {n} | {b:,} |")
+        for label, timings in mirrored.items():
+            pass_wall, pass_cpu, requests, body_bytes = timings[case]
+            print(f"| {case} | {label} | {pass_wall:.3f} | {pass_cpu:.3f} | {requests} | {body_bytes:,} |")
 
 
 if __name__ == "__main__":

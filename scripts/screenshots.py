@@ -127,12 +127,12 @@ async def walkthrough(runs: Path, now: float, out: Path, run_name: str) -> None:
         await settle(pilot)
         save(app, out, "remap-dialog.svg", "triage: m asks before writing")
         await pilot.press("y")
-        await until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, RemapScreen) and (app.screen.report is not None or app.screen.error is not None)
-            ),
-        )
+
+        def remap_done() -> bool:
+            screen = app.screen_stack[-1]  # Screen[Any]: isinstance narrows it to the RemapScreen itself
+            return isinstance(screen, RemapScreen) and (screen.report is not None or screen.error is not None)
+
+        await until(pilot, remap_done)
         await settle(pilot)
         save(app, out, "remap-result.svg", "triage: y wrote and verified the remapped checkpoint")
 

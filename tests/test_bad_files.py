@@ -74,8 +74,8 @@ def triage_as_nobody(*args: str | Path) -> subprocess.CompletedProcess:
             os._exit(code)
     os.close(out_w)
     os.close(err_w)
-    with open(out_r) as out, open(err_r) as err:
-        stdout, stderr = out.read(), err.read()
+    with open(out_r) as out, open(err_r) as errors:
+        stdout, stderr = out.read(), errors.read()
     _, status = os.waitpid(pid, 0)
     return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), stdout, stderr)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from builders.check_run import details_of
 from triage_tui.core.checks.dump_values import NAME, DumpValuesDetails, check_dump_values, target_dtype
 from triage_tui.core.formats.hidden_states import read_dumps
 
@@ -51,7 +52,7 @@ def _target(root: Path, extra: dict):
 def test_finite_bf16_dumps_of_a_bf16_target_pass(tmp_path):
     result = check_dump_values(read_dumps(_write(tmp_path)), _target(tmp_path / "target", {"torch_dtype": "bfloat16"}))
     assert result.name == NAME and result.status == "pass", result.summary
-    details = result.details
+    details = details_of(result, DumpValuesDetails)
     assert isinstance(details, DumpValuesDetails)
     assert details.values == 4 * TOKENS * 4 * HIDDEN and details.files_with_non_finite == 0
     assert details.stored_dtypes == ("bfloat16",) and details.expected_dtype == "bfloat16"
@@ -63,11 +64,12 @@ def test_finite_bf16_dumps_of_a_bf16_target_pass(tmp_path):
 def test_one_non_finite_value_names_its_file_chunk_and_token(tmp_path, value, nan, inf):
     dumps = read_dumps(_write(tmp_path, poison=(2, 7, HIDDEN + 3, value)))  # chunk 1, token 7
     result = check_dump_values(dumps)
+    details = details_of(result, DumpValuesDetails)
     assert result.status == "fail"
-    (hit,) = result.details.non_finite
+    (hit,) = details.non_finite
     assert (hit.file, hit.role, hit.nan, hit.inf, hit.first_position) == ("data_2.ckpt", "aux chunk 1", nan, inf, 7)
     assert "1 of 4 sampled dumps hold NaN/inf" in result.summary and "data_2.ckpt" in result.summary
-    report = result.details.to_json()
+    report = details.to_json()
     assert (report["nan"], report["inf"], report["files_with_non_finite"]) == (nan, inf, 1)
     json.dumps(report, allow_nan=False)
 
@@ -76,25 +78,28 @@ def test_float16_dumps_of_a_bf16_target_overflow_to_inf(tmp_path):
     # Activations of 1e5 are ordinary in bfloat16 and past float16's 65 504: the cast makes them inf.
     dumps = read_dumps(_write(tmp_path, dtype=torch.float16, scale=3e4))
     result = check_dump_values(dumps, _target(tmp_path / "target", {"dtype": "bfloat16"}))
-    assert result.status == "fail" and result.details.stored_dtypes == ("float16",)
-    assert sum(n.inf for n in result.details.non_finite) > 0
-    (finding,) = result.details.dtype_findings
+    details = details_of(result, DumpValuesDetails)
+    assert result.status == "fail" and details.stored_dtypes == ("float16",)
+    assert sum(n.inf for n in details.non_finite) > 0
+    (finding,) = details.dtype_findings
     assert "values above 65504 become inf" in finding and "the cast overflowed" in finding
 
 
 def test_float16_near_its_limit_is_a_warning_not_a_failure(tmp_path):
     dumps = read_dumps(_write(tmp_path, dtype=torch.float16, scale=9e3))
     result = check_dump_values(dumps, _target(tmp_path / "target", {"torch_dtype": "bfloat16"}))
-    assert result.status == "pass" and result.details.max_abs > 0.5 * 65504
-    assert "within 2x of it" in result.details.dtype_findings[0]
+    details = details_of(result, DumpValuesDetails)
+    assert result.status == "pass" and details.max_abs > 0.5 * 65504
+    assert "within 2x of it" in details.dtype_findings[0]
 
 
 def test_float8_dumps_lose_precision(tmp_path):
     result = check_dump_values(
         read_dumps(_write(tmp_path, dtype=torch.float8_e4m3fn)), _target(tmp_path / "target", {})
     )
-    assert result.status == "pass" and result.details.expected_dtype is None
-    assert "float8_e4m3fn" in result.details.dtype_findings[0] and "448" in result.details.dtype_findings[0]
+    details = details_of(result, DumpValuesDetails)
+    assert result.status == "pass" and details.expected_dtype is None
+    assert "float8_e4m3fn" in details.dtype_findings[0] and "448" in details.dtype_findings[0]
 
 
 def test_target_dtype_reads_both_transformers_spellings(tmp_path):

@@ -12,9 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from builders.check_run import details_of
 from builders.target import save_target
-from triage_tui.core.checks.config_contract import check_config_contract
-from triage_tui.core.checks.hidden_state import check_hidden_state
+from triage_tui.core.checks.config_contract import ConfigContractDetails, check_config_contract
+from triage_tui.core.checks.hidden_state import HiddenStateDetails, check_hidden_state
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
@@ -96,44 +97,48 @@ def world(tmp_path):
 
 
 def _kinds(result):
-    return {issue.kind for issue in result.details.issues}
+    return {issue.kind for issue in details_of(result, HiddenStateDetails).issues}
 
 
 def test_healthy_dumps_pass_with_a_growing_profile(world):
     checkpoint, dumps, target = world
     result = check_hidden_state(checkpoint, dumps, target)
-    assert result.status == "pass", result.details.issues
-    assert all(row.ok for row in result.details.shapes)
-    rms = result.details.rms_by_chunk
+    details = details_of(result, HiddenStateDetails)
+    assert result.status == "pass", details.issues
+    assert all(row.ok for row in details.shapes)
+    rms = details.rms_by_chunk
     assert len(rms) == 3 and rms[0] < rms[1] < rms[2]
     assert rms[2] / rms[0] == pytest.approx(LAYER_SCALE[2] / LAYER_SCALE[0], rel=0.1)
-    assert result.details.fc_in_features == 3 * HT
+    assert details.fc_in_features == 3 * HT
     json.dumps(result.to_json())
     # The checkpoint against its own config and the target is the config contract's, which agrees.
     contract = check_config_contract(checkpoint, target)
-    fc_row = next(r for r in contract.details.rows if r.what == "fc.weight in-features")
+    contract_details = details_of(contract, ConfigContractDetails)
+    fc_row = next(r for r in contract_details.rows if r.what == "fc.weight in-features")
     assert contract.status == "pass" and (fc_row.expected, fc_row.actual) == (3 * HT, 3 * HT)
 
 
 def test_dumps_with_only_the_last_hidden_state_fail(world, tmp_path):
     checkpoint, _, target = world
     result = check_hidden_state(checkpoint, write_dumps(tmp_path / "last", only_last=True), target)
+    details = details_of(result, HiddenStateDetails)
     assert result.status == "fail"
     assert {"aux_width", "only_last_layer"} <= _kinds(result)
-    width = next(r for r in result.details.shapes if r.what == "dumps aux_hidden width")
+    width = next(r for r in details.shapes if r.what == "dumps aux_hidden width")
     assert (width.expected, width.actual) == (3 * HT, HT)
-    assert result.details.aux_chunks_present == 1
+    assert details.aux_chunks_present == 1
 
 
 def test_swapped_aux_chunks_are_caught_by_the_profile(world, tmp_path):
     checkpoint, _, target = world
     result = check_hidden_state(checkpoint, write_dumps(tmp_path / "swapped", order=(2, 1, 0)), target)
+    details = details_of(result, HiddenStateDetails)
     assert result.status == "fail"
     assert _kinds(result) == {"aux_chunk_order"}
-    rms = result.details.rms_by_chunk
+    rms = details.rms_by_chunk
     assert rms[0] > rms[1] > rms[2]
     # Shapes are all fine: only the profile can see this.
-    assert all(row.ok for row in result.details.shapes)
+    assert all(row.ok for row in details.shapes)
 
 
 def test_a_repeated_chunk_is_caught(world, tmp_path):
@@ -156,7 +161,7 @@ def test_aux_layer_ids_off_by_one_between_conventions(world):
     shifted = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(2, 6, 9))
     result = check_hidden_state(checkpoint, shifted, target)
     assert result.status == "fail" and "aux_layer_off_by_one" in _kinds(result)
-    row = next(r for r in result.details.shapes if r.what.startswith("aux layers"))
+    row = next(r for r in details_of(result, HiddenStateDetails).shapes if r.what.startswith("aux layers"))
     assert (row.expected, row.actual) == ([1, 5, 8], [2, 6, 9])
     unrelated = dataclasses.replace(dumps, format="specforge", aux_layer_ids=(3, 6, 10))
     assert "aux_layer_mismatch" in _kinds(check_hidden_state(checkpoint, unrelated, target))
@@ -167,7 +172,7 @@ def test_aux_layer_ids_off_by_one_between_conventions(world):
 
 
 def _contract_kinds(checkpoint, target):
-    return {f.kind for f in check_config_contract(checkpoint, target).details.findings}
+    return {f.kind for f in details_of(check_config_contract(checkpoint, target), ConfigContractDetails).findings}
 
 
 def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
@@ -176,7 +181,8 @@ def test_missing_config_ids_fall_back_to_the_engines_defaults(tmp_path, world):
     result = check_hidden_state(checkpoint, dumps, target)
     assert result.status == "pass" and "aux_layer_ids_missing" not in _kinds(result)
     contract = check_config_contract(checkpoint, target)
-    warning = next(f for f in contract.details.findings if f.kind == "aux_layer_ids_missing")
+    contract_details = details_of(contract, ConfigContractDetails)
+    warning = next(f for f in contract_details.findings if f.kind == "aux_layer_ids_missing")
     assert warning.severity == "warning" and "[1, 5, 8]" in warning.message
 
 
@@ -222,5 +228,6 @@ def test_aux_layer_ids_beyond_the_targets_depth(tmp_path, world):
     deep = write_checkpoint(tmp_path / "deep", aux_ids=(1, 29, 57))  # a 61-layer sibling's ids
     assert "aux_layer_out_of_range" not in _kinds(check_hidden_state(deep, dumps, target))
     contract = check_config_contract(deep, target)
-    issue = next(f for f in contract.details.findings if f.kind == "aux_layer_out_of_range")
+    contract_details = details_of(contract, ConfigContractDetails)
+    issue = next(f for f in contract_details.findings if f.kind == "aux_layer_out_of_range")
     assert contract.status == "fail" and "[29, 57]" in issue.message and f"{LAYERS} layers" in issue.message

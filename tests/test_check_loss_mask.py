@@ -17,6 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders.check_run import details_of
 from builders.target_dumps import HIDDEN, char_tokenizer, conversations
 from triage_tui.core.checks.loss_mask import MAJORITY, NAME, LossMaskDetails, SampleMask, check_loss_mask
 from triage_tui.core.formats.hidden_states import read_dumps
@@ -55,7 +56,7 @@ def _write(root: Path, samples: list[tuple[torch.Tensor, torch.Tensor]]) -> Path
 def test_the_template_s_mask_passes_with_its_fractions(tmp_path):
     parsed = _parse("qwen")
     result = check_loss_mask(read_dumps(_write(tmp_path, parsed)))
-    details = result.details
+    details = details_of(result, LossMaskDetails)
     assert result.name == NAME and result.status == "pass", result.summary
     assert isinstance(details, LossMaskDetails)
     expected = sum(int(m.sum()) for _, m in parsed) / sum(m.numel() for _, m in parsed)
@@ -69,16 +70,18 @@ def test_the_template_s_mask_passes_with_its_fractions(tmp_path):
 
 def test_a_template_that_does_not_match_the_text_gives_empty_masks(tmp_path):
     result = check_loss_mask(read_dumps(_write(tmp_path, _parse("llama3"))))
+    details = details_of(result, LossMaskDetails)
     assert result.status == "fail"
-    assert result.details.empty == 4 and result.details.fraction == 0.0
+    assert details.empty == 4 and details.fraction == 0.0
     assert "4 of 4 sampled dumps have an all-zero loss_mask" in result.summary
 
 
 def test_a_mask_of_ones_covers_the_prompt(tmp_path):
     ones = [(ids, torch.ones_like(mask)) for ids, mask in _parse("qwen")]
     result = check_loss_mask(read_dumps(_write(tmp_path, ones)))
-    assert result.status == "fail" and result.details.covering_prompt == 4
-    assert result.details.fraction == 1.0
+    details = details_of(result, LossMaskDetails)
+    assert result.status == "fail" and details.covering_prompt == 4
+    assert details.fraction == 1.0
     assert "supervise position 0" in result.summary and "100.0% of all positions" in result.summary
 
 
@@ -92,7 +95,8 @@ def test_isolated_supervised_tokens_starve_the_sample(tmp_path):
         only[last] = 1
         starved.append((ids, only))
     result = check_loss_mask(read_dumps(_write(tmp_path, starved)))
-    assert result.status == "fail" and result.details.starved == 4
+    details = details_of(result, LossMaskDetails)
+    assert result.status == "fail" and details.starved == 4
     assert "no two adjacent tokens" in result.summary
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
-from triage_tui.core.checks.verifier_mask import check_verifier_mask
+from triage_tui.core.checks.verifier_mask import VerifierMaskDetails, check_verifier_mask
 from triage_tui.core.vocab import VocabMapping
 
 
@@ -29,18 +30,19 @@ def _frequency_ordered(seed: int = 0) -> VocabMapping:
 
 
 def _by_name(result, name):
-    return next(i for i in result.details.invariants if i.name == name)
+    return next(i for i in details_of(result, VerifierMaskDetails).invariants if i.name == name)
 
 
 def test_story_masks_hold_their_invariants_and_differ_from_each_other(story):
     checkpoint, run = story
     sorted_run = VocabMapping(run.hot_ids, TARGET_VOCAB, stored_t2d=run.t2d())
     result = check_verifier_mask(checkpoint, sorted_run)
+    details = details_of(result, VerifierMaskDetails)
     assert result.status == "pass"
     differ = _by_name(result, "checkpoint t2d == run t2d")
     # 6 250 tokens only in each vocab: 12 500 target ids change membership.
     assert not differ.ok and not differ.required
-    assert result.details.t2d_differing_target_ids == 12_500
+    assert details.t2d_differing_target_ids == 12_500
     assert _by_name(result, "run: t2d.sum() == draft_vocab_size").ok
     assert _by_name(result, "run: hot ids strictly ascending").ok
     json.dumps(result.to_json())
@@ -99,8 +101,9 @@ def test_duplicate_and_out_of_range_hot_ids_fail(story):
     broken[-1] = TARGET_VOCAB + 7
     # Without a run mapping the trainer keeps the checkpoint's buffers: those are checked.
     result = check_verifier_mask(VocabMapping(broken, TARGET_VOCAB), None)
+    details = details_of(result, VerifierMaskDetails)
     assert result.status == "fail"
-    names = {i.name for i in result.details.invariants if not i.ok}
+    names = {i.name for i in details.invariants if not i.ok}
     prefix = "checkpoint (no run mapping): "
     assert {
         prefix + "hot ids unique",
@@ -156,7 +159,8 @@ def test_share_of_verifier_argmaxes_outside_the_draft_vocab(story, tmp_path):
     target, dumps = read_target(target_dir), read_dumps(tmp_path / "dumps")
     seen = []
     result = check_verifier_mask(checkpoint, run, dumps=dumps, target=target, progress=lambda f, m: seen.append((f, m)))
-    outside = result.details.target_argmax_outside_draft_vocab
+    details = details_of(result, VerifierMaskDetails)
+    outside = details.target_argmax_outside_draft_vocab
     trained = labels[40:]
     assert (head @ states[40:].T).argmax(0).numpy().tolist() == trained.tolist()  # the construction holds
     assert outside.tokens == tokens - 40

@@ -5,8 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, ONLY_IN_CHECKPOINT, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
-from triage_tui.core.checks.vocab import MIN_POSITIONAL_MATCH_FRACTION, Mismatch, check_vocab_mapping
+from triage_tui.core.checks.vocab import MIN_POSITIONAL_MATCH_FRACTION, Mismatch, VocabDetails, check_vocab_mapping
 from triage_tui.core.vocab import VocabMapping
 
 
@@ -18,7 +19,7 @@ def story():
 def test_story_mappings_report_the_story_numbers(story):
     checkpoint, run = story
     result = check_vocab_mapping(checkpoint, run)
-    d = result.details
+    d = details_of(result, VocabDetails)
     assert result.status == "fail"
     assert (d.positional_match, d.draft_vocab_size) == (POSITIONAL_MATCH, DRAFT_VOCAB)
     assert d.target_vocab_size == TARGET_VOCAB
@@ -51,10 +52,11 @@ def test_identical_mappings_pass(story):
     checkpoint, _ = story
     same = VocabMapping(checkpoint.hot_ids.copy(), TARGET_VOCAB, source="copy")
     result = check_vocab_mapping(checkpoint, same)
+    details = details_of(result, VocabDetails)
     assert result.status == "pass"
-    assert result.details.positional_match == DRAFT_VOCAB
-    assert result.details.only_in_checkpoint == result.details.only_in_run == 0
-    assert result.details.first_mismatches == ()
+    assert details.positional_match == DRAFT_VOCAB
+    assert details.only_in_checkpoint == details.only_in_run == 0
+    assert details.first_mismatches == ()
 
 
 def test_threshold_separates_a_few_differing_rows_from_a_different_mapping():
@@ -63,8 +65,9 @@ def test_threshold_separates_a_few_differing_rows_from_a_different_mapping():
     few = base.copy()
     few[-allowed:] += 1  # the rarest tokens swapped for their neighbours: still ascending
     result = check_vocab_mapping(VocabMapping(base, TARGET_VOCAB), VocabMapping(few, TARGET_VOCAB))
+    details = details_of(result, VocabDetails)
     assert result.status == "pass"
-    assert result.details.positional_match == DRAFT_VOCAB - allowed
+    assert details.positional_match == DRAFT_VOCAB - allowed
     assert f"{allowed} differ" in result.summary
     many = base.copy()
     many[-(allowed + 1) :] += 1
@@ -84,7 +87,7 @@ def test_missing_mappings_are_skipped_with_the_reason(story):
 def test_token_strings_label_the_mismatches(story):
     checkpoint, run = story
     strings = {int(t): f"tok{int(t)}" for t in np.concatenate([checkpoint.hot_ids, run.hot_ids])}
-    first = check_vocab_mapping(checkpoint, run, token_strings=strings).details.first_mismatches[0]
+    first = details_of(check_vocab_mapping(checkpoint, run, token_strings=strings), VocabDetails).first_mismatches[0]
     assert first.checkpoint_token == f"tok{first.checkpoint_target_id}"
     assert first.run_token == f"tok{first.run_target_id}"
 
@@ -93,11 +96,12 @@ def test_different_draft_vocab_sizes_fail_and_name_both(story):
     checkpoint, _ = story
     smaller = VocabMapping(checkpoint.hot_ids[:16000], TARGET_VOCAB)
     result = check_vocab_mapping(checkpoint, smaller)
+    details = details_of(result, VocabDetails)
     assert result.status == "fail"
     assert "checkpoint 32000, run 16000" in result.summary
     # Rows past the shorter vocab disagree too: there is no row there on the run's side.
-    assert result.details.positional_match == 16000
-    assert result.details.first_mismatches[0] == Mismatch(
+    assert details.positional_match == 16000
+    assert details.first_mismatches[0] == Mismatch(
         draft_id=16000,
         checkpoint_target_id=int(checkpoint.hot_ids[16000]),
         run_target_id=None,

@@ -22,6 +22,7 @@ from builders.tensorboard import write_drafter_checkpoint
 from builders.trainers import specforge_log
 from triage_tui.core import curve_shapes
 from triage_tui.core.curve_shapes import checkpoint_step
+from triage_tui.core.signals.flags import Flag
 from triage_tui.core.watch import Watcher
 
 V = 32_000
@@ -45,7 +46,7 @@ def status_of(path: Path):
     return status
 
 
-def kinds(status) -> dict[str, object]:
+def kinds(status) -> dict[str, Flag]:
     return {flag.kind: flag for flag in status.flags}
 
 

@@ -176,9 +176,9 @@ def test_trainer_exits_when_its_parent_dies(layout):
         stdout=subprocess.PIPE,
         text=True,
     )
-    started, pid = parent.stdout.readline().split()
+    started, pid_text = parent.stdout.readline().split()
     assert started == "True"
-    pid = int(pid)
+    pid = int(pid_text)
     assert pid in processes_mentioning(str(layout.root))
     parent.kill()
     parent.wait()
@@ -202,7 +202,7 @@ async def test_demo_in_the_tui_check_key_remap_key_and_recovery(layout):
                 """Give the trainer steps up to ``due_step``; ``predicate`` must hold before the app has
                 shown that step with the trainer waiting there. Only a hang (no new step) times out."""
                 trainer.allow(due_step)
-                last, moved = None, trainer.step
+                last, moved = None, time.monotonic()
                 while not predicate():
                     shown = app.rows[0].last_step if app.rows else None
                     assert not (trainer.waiting == due_step and shown == due_step), f"{what}: not by step {due_step}"

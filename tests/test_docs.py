@@ -184,6 +184,8 @@ def test_every_speed_figure_names_its_run():
 def test_the_readme_keys_table_names_every_key_the_tui_binds():
     """Every key bound by the app and its screens is in the README's keys table, and every key the
     table names is bound (or is Textual's own: the tables' arrows and enter, the command palette)."""
+    from textual.binding import Binding
+
     from triage_tui.tui.app import TriageApp
     from triage_tui.tui.screens import console, drilldown, help, main, metric_picker, node, remap
 
@@ -199,8 +201,9 @@ def test_the_readme_keys_table_names_every_key_the_tui_binds():
         metric_picker.MetricPickerScreen,
     )
     for owner in owners:
-        for binding in owner.BINDINGS:
-            bound |= {shown.get(key, key) for key in binding.key.split(",")}
+        for binding in owner.BINDINGS:  # a Binding, or Textual's tuple shorthand (key, action[, description])
+            keys = binding.key if isinstance(binding, Binding) else binding[0]
+            bound |= {shown.get(key, key) for key in keys.split(",")}
     for name in dir(remap):
         owner = getattr(remap, name)
         if isinstance(owner, type) and owner.__module__ == remap.__name__ and hasattr(owner, "BINDINGS"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ V, VD, H = 512, 96, 32
 
 
 def small_config(**overrides) -> DrafterConfig:
-    base = dict(
+    base: dict[str, Any] = dict(
         hidden_size=H,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -211,7 +212,9 @@ def _specforge_reference_ttt(
 
     hidden = model.fc(aux)
     ids = torch.cat((input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])), 1)
-    cache_k, cache_v, out_logits = [], [], []
+    cache_k: list[torch.Tensor] = []
+    cache_v: list[torch.Tensor] = []
+    out_logits: list[torch.Tensor] = []
     for idx in range(steps):
         residual = hidden
         x = torch.cat((layer.input_layernorm(_embedding(embed, ids)), layer.hidden_norm(hidden)), -1)
@@ -237,10 +240,6 @@ def _specforge_reference_ttt(
         ind = torch.arange(t)
         mask[:, :, ind[idx:], ind[: t - idx]] = torch.finfo(torch.float32).min
     return out_logits
-
-
-def _embedding(embed, ids):
-    return torch.nn.functional.embedding(ids, embed)
 
 
 def test_ttt_unroll_matches_a_literal_transcription_of_specforge():

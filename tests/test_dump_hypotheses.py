@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders.check_run import details_of
 from builders.target_dumps import write_run, write_specforge_dumps, write_target
 from triage_tui.core.checks.dump_target import (
     MIN_NEXT_TOKEN_AGREEMENT,
@@ -55,7 +56,7 @@ def built(tmp_path_factory):
 def test_the_target_s_own_dumps_keep_thenorm_identity_and_its_top_1(built):
     _, target, dumps = built
     result = check_dump_target(read_dumps(dumps["own"]), read_target(target))
-    details = result.details
+    details = details_of(result, DumpTargetDetails)
     assert result.status == "pass", result.summary
     assert isinstance(details, DumpTargetDetails) and details.norm_form == "w" and details.post_norm
     # Measured: 0.23 % (the eps of a tiny model's small states, and bfloat16 rounding).
@@ -70,7 +71,7 @@ def test_the_target_s_own_dumps_keep_thenorm_identity_and_its_top_1(built):
 def test_dumps_from_another_verifier_fail_both_measurements(built, verifier):
     _, target, dumps = built
     result = check_dump_target(read_dumps(dumps[verifier]), read_target(target))
-    details = result.details
+    details = details_of(result, DumpTargetDetails)
     assert result.status == "fail", result.summary
     # Measured: another model's states deviate by 19.9 % from the identity, its top-1 agrees 0 %. The
     # fine-tune (10 Adam steps at 1e-2, norms included) keeps the identity (0.03 %: its updates
@@ -103,11 +104,12 @@ def test_pre_norm_dumps_are_normed_before_the_head(built):
         layers = torch.stack([states[2][0], states[4][0], states[5][0], captured[-1][0]], dim=1)
         save_file({"token_ids": ids, "hidden_states": layers.bfloat16().contiguous()}, str(pre / f"hs_{i}.safetensors"))
     result = check_dump_target(read_dumps(pre), read_target(target))
+    details = details_of(result, DumpTargetDetails)
     assert result.status == "pass", result.summary
-    assert result.details.norm_deviation is None and result.details.post_norm is False
+    assert details.norm_deviation is None and details.post_norm is False
     # No loss mask in these files: every position counts, the random user text too. Measured 33.5 %
     # at 4 x 24 answer tokens, the share of positions whose next token the target generated.
-    assert result.details.next_token_agreement > MIN_NEXT_TOKEN_AGREEMENT
+    assert details.next_token_agreement > MIN_NEXT_TOKEN_AGREEMENT
 
 
 def test_no_target_or_no_dumps_is_skipped(built):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ SPECFORGE_TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for 
 
 def _write_torch(logdir, steps, *, tags=SPECFORGE_TAGS, seed=0, **scalar_kwargs):
     rng = np.random.default_rng(seed)
-    logged = {tag: [] for tag in tags}
+    logged: dict[str, list[tuple[int, float]]] = {tag: [] for tag in tags}
     with SummaryWriter(log_dir=str(logdir)) as writer:
         for step in steps:
             for tag in tags:
@@ -83,6 +84,7 @@ def test_torch_new_style_tensors(tmp_path, double_precision):
 
 def _tf2_value(tag, dtype, x, *, first, form):
     """tf.summary.scalar-style values; `form` picks tensor_content or the dtype's *_val field."""
+    vals: dict[str, Any]  # the TensorProto field for the dtype (float_val, ...) and its one value
     if dtype == types_pb2.DT_FLOAT:
         raw = np.float32(x)
         vals = {"float_val": [float(raw)]}
@@ -122,7 +124,7 @@ def test_tf2_style_tensor_scalars_every_dtype(tmp_path, form):
     }
     rng = np.random.default_rng(1)
     writer = EventFileWriter(str(tmp_path))
-    expected = {name: [] for name in dtypes}
+    expected: dict[str, list[float]] = {name: [] for name in dtypes}
     for step in range(150):
         for name, dtype in dtypes.items():
             x = float(rng.uniform(-3, 3))

@@ -281,9 +281,11 @@ def _mutate(data: bytes, mutations) -> tuple[bytes, int]:
             out[at : at + len(blob)] = bytes(len(blob))
         else:
             del out[at:]
-    out = bytes(out)
-    first = next((i for i, (a, b) in enumerate(zip(out, data, strict=False)) if a != b), min(len(out), len(data)))
-    return out, first
+    damaged = bytes(out)
+    first = next(
+        (i for i, (a, b) in enumerate(zip(damaged, data, strict=False)) if a != b), min(len(damaged), len(data))
+    )
+    return damaged, first
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

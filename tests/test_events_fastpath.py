@@ -4,6 +4,7 @@ arbitrary mixes of scalar encodings, step/wall edge values and non-scalar record
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -78,7 +79,8 @@ def _value(spec, index, bits, x):
         if form == "content":
             value = tensor_value(tag, dtype, content=np.array([raw]).tobytes())
         else:
-            value = tensor_value(tag, dtype, **{DTYPES[dtype][1]: [val]})
+            values: dict[str, Any] = {DTYPES[dtype][1]: [val]}
+            value = tensor_value(tag, dtype, **values)
     if metadata == "always" or (metadata == "first" and index == 0):
         value.metadata.plugin_data.plugin_name = "scalars"
     elif metadata == "other_plugin" and index == 0:

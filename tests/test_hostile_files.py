@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def save_evil(path: Path, payload: object, how: str) -> None:
         path.write_bytes(pickle.dumps(payload, protocol=2))
     elif how == "gzip":
         with gzip.open(path, "wb") as f:
-            torch.save(payload, f)
+            torch.save(payload, f)  # type: ignore[arg-type]  # a GzipFile is a binary file; typeshed does not call it IO[bytes]
     else:
         raise ValueError(how)
 
@@ -322,7 +323,8 @@ def test_gzip_bomb_is_refused_by_its_ratio_not_at_8_gib(tmp_path):
     torch.save({"hidden_states": torch.randn(64, 1024, dtype=torch.bfloat16)}, buffer)
     with gzip.open(tmp_path / "data_1.ckpt.gz", "wb") as f:
         f.write(buffer.read_bytes())
-    assert safe_torch_load(tmp_path / "data_1.ckpt.gz")["hidden_states"].shape == (64, 1024)
+    loaded = safe_torch_load(tmp_path / "data_1.ckpt.gz")
+    assert isinstance(loaded, dict) and loaded["hidden_states"].shape == (64, 1024)
 
 
 def test_zip_bomb_pt_is_refused_before_anything_is_inflated(tmp_path):
@@ -351,6 +353,7 @@ def test_deeply_nested_json_is_one_line_naming_the_file(tmp_path, kind):
     from triage_tui.core.formats.tokenizer import read_token_strings
 
     deep = "[" * 100_000 + "]" * 100_000
+    call: Callable[[], object]
     if kind == "config.json":
         (tmp_path / "config.json").write_text(deep)
         call, path = (lambda: weights.read_config(tmp_path)), tmp_path / "config.json"

@@ -11,7 +11,7 @@ from triage_tui.core.checks.config_contract import ConfigContractDetails
 from triage_tui.core.checks.config_contract import Finding as ContractFinding
 from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
 from triage_tui.core.checks.replay import ReplayDetails
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.checks.result import CheckResult, CheckStatus
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
@@ -71,7 +71,7 @@ def _replay(own: float, run: float, orders: dict[str, float] | None = None) -> C
 
 
 def _hidden(issues: list[HiddenIssue]) -> CheckResult:
-    status = "fail" if any(i.severity == "error" for i in issues) else "pass"
+    status: CheckStatus = "fail" if any(i.severity == "error" for i in issues) else "pass"
     details = HiddenStateDetails(
         target_hidden_size=64,
         target_hidden_size_source="target config",
@@ -167,8 +167,8 @@ def test_hidden_state_issues_raise_the_format_hypothesis():
     assert ranked[0].id == "hidden_state_format" and ranked[0].score >= 0.9
     assert only_last.message in ranked[0].evidence
     # A replay where another chunk order wins is evidence of the same cause on its own.
-    ranked = _by_id(rank_hypotheses({"replay": _replay(0.1, 0.1, {"0,1,2": 0.1, "2,1,0": 0.6})}, []))
-    assert 0.5 <= ranked["hidden_state_format"].score < 0.9
+    by_id = _by_id(rank_hypotheses({"replay": _replay(0.1, 0.1, {"0,1,2": 0.1, "2,1,0": 0.6})}, []))
+    assert 0.5 <= by_id["hidden_state_format"].score < 0.9
 
 
 def _contract(*findings: ContractFinding) -> CheckResult:
@@ -187,7 +187,7 @@ def _contract(*findings: ContractFinding) -> CheckResult:
         rows=(),
         findings=findings,
     )
-    status = "fail" if any(f.severity == "error" for f in findings) else "pass"
+    status: CheckStatus = "fail" if any(f.severity == "error" for f in findings) else "pass"
     return CheckResult("config_contract", status, "contract", details)
 
 

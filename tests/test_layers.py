@@ -55,7 +55,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "triage_tui"
 
 # Top to bottom; each entry is one layer, a tuple of rooms (module-name prefixes, without
 # "triage_tui."). The root package (``__version__``) may be imported from anywhere.
-ROOMS = [
+ROOMS: list[tuple[str, ...]] = [
     ("__main__",),
     ("cli",),
     ("commands",),
@@ -348,6 +348,8 @@ def test_no_test_module_imports_another():
     found = []
     for path in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from builders.pilot import SIZE, loaded, make_app, on_screen
+from builders.pilot import SIZE, loaded, make_app, on_screen, screen_as
 from builders.tensorboard import write_scalars
 from builders.tui import node_samples
 from builders.waiting import wait_for
@@ -127,6 +127,5 @@ async def test_help_lists_the_node_key(runs_root):
         await loaded(pilot)
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "the help screen")
-        assert isinstance(app.screen, HelpScreen)
-        rows = {(key, what) for _, key, what, _ in app.screen.rows}
+        rows = {(key, what) for _, key, what, _ in screen_as(app, HelpScreen).rows}
         assert ("n", "The node: GPUs, CPU, memory, the runs' disks") in rows

@@ -39,7 +39,7 @@ SAMPLE_RUNS = Path(os.environ.get("TRIAGE_SAMPLE_RUNS", REPO / "sample_runs"))
 
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every entry under root (root included): kind, size, mtime, ctime, and a sha256 of each file."""
-    entries = {}
+    entries: dict[str, tuple] = {}
     for directory, dirs, files in os.walk(root, followlinks=False):
         for name in [".", *dirs, *files]:
             path = Path(directory) / name if name != "." else Path(directory)

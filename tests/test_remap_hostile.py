@@ -295,7 +295,7 @@ def test_a_source_changed_in_place_during_the_remap_writes_nothing(world):
         key=lambda name: plan.checkpoint.tensors[name].data[0],
     )
     begin, _ = plan.checkpoint.tensors[last].data
-    flipped = []
+    flipped: list[str] = []
 
     def progress(fraction: float, phase: str) -> None:
         if phase.startswith("verifying") and not flipped:  # every byte is copied by now
@@ -319,7 +319,7 @@ def test_a_dropped_lm_head_row_changed_during_the_remap_writes_nothing(world):
     dropped = next(row for row in range(old_rows) if row not in kept)
     begin, end = plan.checkpoint.tensors[plan.lm_head_name].data
     row_bytes = (end - begin) // old_rows
-    flipped = []
+    flipped: list[str] = []
 
     def progress(fraction: float, phase: str) -> None:
         if phase.startswith("verifying") and not flipped:

@@ -13,9 +13,10 @@ import json
 
 import pytest
 
+from builders.check_run import details_of
 from builders.remap import run_cli, tree_digest
 from builders.replay import World, train_drafter, write_specforge_checkpoint, write_specforge_dumps, write_target
-from triage_tui.core.checks.replay import replay_accuracy, run_replay
+from triage_tui.core.checks.replay import ReplayDetails, replay_accuracy, run_replay
 from triage_tui.core.drafter import load_drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
@@ -71,9 +72,10 @@ def test_accuracy_restored_by_the_remap(story_run, capsys):
     # The same numbers from the replay check itself, on the files as written.
     dumps, target = read_dumps(s["dumps"]), read_target(s["target"])
     source = read_checkpoint(s["checkpoint"])
-    check = run_replay(
-        source, dumps, target, source.mapping, s["world"].run_mapping, device="cpu", max_tokens=TOKENS
-    ).details
+    check = details_of(
+        run_replay(source, dumps, target, source.mapping, s["world"].run_mapping, device="cpu", max_tokens=TOKENS),
+        ReplayDetails,
+    )
     assert check.accuracy_run_mapping == pytest.approx(report["accuracy_before"], abs=1e-9)
     remapped = load_drafter(read_checkpoint(report["output"]))
     after = replay_accuracy(remapped, dumps, target, s["world"].run_mapping, device="cpu", max_tokens=TOKENS)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from builders.replay import (
     World,
@@ -31,7 +32,7 @@ from builders.replay import (
     write_speculators_dumps,
     write_target,
 )
-from triage_tui.core.checks.replay import CHUNK_ORDERS, replay_accuracy, run_replay
+from triage_tui.core.checks.replay import CHUNK_ORDERS, ReplayDetails, replay_accuracy, run_replay
 from triage_tui.core.drafter import (
     Eagle3Drafter,
     load_drafter,
@@ -89,7 +90,7 @@ def test_drafter_learned_its_task(files):
 
 def test_story_case_high_under_own_mapping_zero_under_the_runs(story):
     _, result = story
-    d = result.details
+    d = details_of(result, ReplayDetails)
     assert result.name == "replay" and result.status == "fail", result.summary
     assert d.tokens == 400 and d.device == "cpu" and d.label_source == "target"
     assert d.accuracy_checkpoint_mapping >= 0.8
@@ -102,18 +103,20 @@ def test_story_case_high_under_own_mapping_zero_under_the_runs(story):
 
 
 def test_identity_chunk_order_is_best(story):
-    inputs, stored_only = story
+    inputs, stored_result = story
+    stored_only = details_of(stored_result, ReplayDetails)
     # By default only the order the dumps store is replayed (one drafter pass, not six).
-    assert stored_only.details.accuracy_by_chunk_order == {"0,1,2": stored_only.details.accuracy_checkpoint_mapping}
+    assert stored_only.accuracy_by_chunk_order == {"0,1,2": stored_only.accuracy_checkpoint_mapping}
     result = run_replay(*inputs, device="cpu", max_tokens=400, all_chunk_orders=True)
-    assert result.details.accuracy_checkpoint_mapping == stored_only.details.accuracy_checkpoint_mapping
-    assert result.details.loss_run_mapping == stored_only.details.loss_run_mapping
-    by_order = result.details.accuracy_by_chunk_order
+    details = details_of(result, ReplayDetails)
+    assert details.accuracy_checkpoint_mapping == stored_only.accuracy_checkpoint_mapping
+    assert details.loss_run_mapping == stored_only.loss_run_mapping
+    by_order = details.accuracy_by_chunk_order
     assert set(by_order) == {",".join(map(str, o)) for o in CHUNK_ORDERS}
-    assert by_order["0,1,2"] == result.details.accuracy_checkpoint_mapping
+    assert by_order["0,1,2"] == details.accuracy_checkpoint_mapping
     assert all(by_order["0,1,2"] > acc for order, acc in by_order.items() if order != "0,1,2")
     assert min(by_order.values()) < by_order["0,1,2"] - 0.1
-    assert result.details.best_chunk_order == "0,1,2"
+    assert details.best_chunk_order == "0,1,2"
 
 
 def test_same_numbers_on_a_repeated_run(story):
@@ -125,7 +128,7 @@ def test_same_numbers_on_a_repeated_run(story):
 def test_same_mapping_both_sides_passes_with_equal_accuracy(story):
     (checkpoint, dumps, target, ckpt_mapping, _), first = story
     result = run_replay(checkpoint, dumps, target, ckpt_mapping, ckpt_mapping, device="cpu", max_tokens=200)
-    d = result.details
+    d = details_of(result, ReplayDetails)
     assert result.status == "pass"
     assert d.accuracy_run_mapping == d.accuracy_checkpoint_mapping >= 0.8
     assert d.loss_run_mapping == d.loss_checkpoint_mapping
@@ -147,7 +150,7 @@ def test_untrained_drafter_sits_at_chance_under_both_mappings(files, world, tmp_
         device="cpu",
         max_tokens=200,
     )
-    d = result.details
+    d = details_of(result, ReplayDetails)
     assert result.status == "pass" and "poorly" in result.summary
     assert d.accuracy_checkpoint_mapping < 0.02 and d.accuracy_run_mapping < 0.02
     assert abs(d.loss_checkpoint_mapping - CHANCE) < 1.0 and abs(d.loss_run_mapping - CHANCE) < 1.0
@@ -186,7 +189,7 @@ def test_speculators_checkpoint_without_target_labels_with_next_tokens(files, wo
         device="cpu",
         max_tokens=200,
     )
-    d = result.details
+    d = details_of(result, ReplayDetails)
     assert d.label_source == "input_ids" and d.loss_checkpoint_mapping is None
     # the drafter predicts the target's successor; the text follows it 90 % of the time
     assert d.accuracy_checkpoint_mapping >= 0.6 and d.accuracy_run_mapping <= 0.02
@@ -207,8 +210,9 @@ def test_prenorm_speculators_dumps_get_the_targets_final_norm(files, world, stor
         device="cpu",
         max_tokens=200,
     )
-    assert result.details.label_source == "target"
-    assert result.details.accuracy_checkpoint_mapping >= 0.8, result.summary
+    details = details_of(result, ReplayDetails)
+    assert details.label_source == "target"
+    assert details.accuracy_checkpoint_mapping >= 0.8, result.summary
 
 
 def test_skipped_and_error_cases(files, world, tmp_path):

@@ -466,7 +466,9 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
         watcher = Watcher([tmp_path], use_watchdog=False, clock=lambda: now[0])
         watcher.poll_once()
         for tracked in watcher._runs.values():
-            scrape = tracked.serving.followers[0].pending
+            follower = tracked.serving.followers[0]
+            assert isinstance(follower, MetricsUrl)
+            scrape = follower.pending
             assert scrape is not None and scrape is not threading.current_thread()  # on its own thread
             scrape.join(timeout=30)
         statuses = {s.info.name: s for s in watcher.poll_once()}

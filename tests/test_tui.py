@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors import safe_open
-from textual.widgets import TabbedContent
+from textual.widgets import Input, Label, Static, TabbedContent
 
+from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, POSITIONAL_MATCH, story_mappings
-from builders.pilot import SIZE, checked, loaded, make_app, on_screen, polled, screen_text
+from builders.pilot import SIZE, checked, loaded, make_app, on_screen, polled, screen_as, screen_text
 from builders.samples import copy_samples
 from builders.tui import (
     ACC_TAG,
@@ -29,7 +30,9 @@ from builders.tui import (
     story_run,
 )
 from builders.waiting import wait_for
-from triage_tui.tui.screens.drilldown import DrillDownScreen, command_text
+from triage_tui.core.checks.replay import ReplayDetails
+from triage_tui.core.checks.vocab import VocabDetails
+from triage_tui.tui.screens.drilldown import CommandLines, DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
@@ -107,7 +110,7 @@ async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
         story = app.rows[0].path
         diagnosis = app.diagnoses[story]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
-        assert diagnosis.checks["vocab_mapping"].details.positional_match == POSITIONAL_MATCH
+        assert details_of(diagnosis.checks["vocab_mapping"], VocabDetails).positional_match == POSITIONAL_MATCH
         shown = app.main.query_one(HypothesesList)
         assert shown.option_count == len(diagnosis.hypotheses)
         assert shown.get_option_at_index(0).id == "vocab_mapping_mismatch"
@@ -149,7 +152,7 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         inputs = app.diagnoses[app.rows[0].path].inputs
         # Each fix is the CLI's own command, an option a line continued with "\": copied from tmux it
         # still runs. A line wider than the pane keeps its tail, "…" where its middle was; `c` copies it whole.
-        widgets = list(screen.query(".command"))
+        widgets = list(screen.query(".command").results(CommandLines))
         commands = [widget.command for widget in widgets]
         assert commands == list(inputs.fix_commands())
         assert commands[0] == f"triage remap {inputs.checkpoint} --mapping {inputs.mapping}"  # no target known
@@ -172,11 +175,11 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         ids = [h.id for h in app.diagnoses[app.rows[0].path].hypotheses]
         await pilot.press(*["down"] * ids.index("verifier_mask_mismatch"), "enter")
         await on_screen(pilot, DrillDownScreen, "mask drill-down")
-        assert app.screen.hypothesis.id == "verifier_mask_mismatch"
+        assert screen_as(app, DrillDownScreen).hypothesis.id == "verifier_mask_mismatch"
         assert "m" not in app.screen.active_bindings  # remap belongs to the mapping hypothesis
-        rows = [" ".join(line.split()) for line in _plain(app.screen.query_one("#details-body")).splitlines()]
-        assert any(r.startswith("✖ checkpoint t2d == run t2d 12500 target ids differ") for r in rows)
-        assert any(r.startswith("✔ run: hot ids strictly ascending") for r in rows)
+        lines = [" ".join(line.split()) for line in _plain(app.screen.query_one("#details-body")).splitlines()]
+        assert any(r.startswith("✖ checkpoint t2d == run t2d 12500 target ids differ") for r in lines)
+        assert any(r.startswith("✔ run: hot ids strictly ascending") for r in lines)
 
 
 def _plain(static) -> str:
@@ -200,7 +203,7 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         inputs = app.diagnoses[app.rows[0].path].inputs
         expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
-        assert app.screen.plan.output == expected.output
+        assert screen_as(app, ConfirmRemapScreen).plan.output == expected.output
         # Each path and count on one line as drawn, never wrapped; a path wider than the dialog keeps its
         # tail (the directory's name), "…" where its middle was, and no line runs past the dialog's edge.
         plan_text = app.screen.query_one("#plan-text")
@@ -230,12 +233,12 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         inputs = app.diagnoses[story].inputs
         await pilot.press("m")
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
-        output = app.screen.plan.output
+        output = screen_as(app, ConfirmRemapScreen).plan.output
         await pilot.press("y")
         await wait_for(pilot, lambda: story in app.remap_reports, timeout=60, what="remap")
         report = app.remap_reports[story]
         assert report.verified and Path(report.output) == output
-        assert isinstance(app.screen, RemapScreen) and app.screen.report is report
+        assert screen_as(app, RemapScreen).report is report
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
         await pilot.pause()
         assert_paths_shown(screen_text(app), (report.output, report.source, report.mapping))
@@ -272,7 +275,7 @@ async def test_readonly_has_no_remap(runs_root):
         assert "read-only" in _plain(app.screen.query_one("#action-body"))
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
-        assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in app.screen.rows)
+        assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in screen_as(app, HelpScreen).rows)
 
 
 def assert_paths_shown(drawn: list[str], paths) -> None:
@@ -348,11 +351,11 @@ async def test_help_lists_every_key_in_context(runs_root):
         await loaded(pilot)
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
-        keys = {key for _, key, _, _ in app.screen.rows}
+        keys = {key for _, key, _, _ in screen_as(app, HelpScreen).rows}
         assert {"c", "m", "x", "/", "l", "q", "?"} <= keys
-        assert any(where == "in the focused RunsTable" for where, _, _, _ in app.screen.rows)
+        assert any(where == "in the focused RunsTable" for where, _, _, _ in screen_as(app, HelpScreen).rows)
         # ctrl+c copies a selection, and with none (the usual case) quits: the help says what it does.
-        (ctrl_c,) = [what for _, key, what, _ in app.screen.rows if key == "^c"]
+        (ctrl_c,) = [what for _, key, what, _ in screen_as(app, HelpScreen).rows if key == "^c"]
         assert ctrl_c == "Copy selected text; with none selected, quit", ctrl_c
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
@@ -367,7 +370,7 @@ async def test_help_headings_are_whole(runs_root, size):
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
         shown = "\n".join(screen_text(app))
-        for where in dict.fromkeys(where for where, _, _, _ in app.screen.rows):
+        for where in dict.fromkeys(where for where, _, _, _ in screen_as(app, HelpScreen).rows):
             assert f" {where} " in shown, (where, shown)
 
 
@@ -383,7 +386,7 @@ async def test_a_healthy_runs_action_tab_offers_no_remap(tmp_path):
         assert diagnosis.checks["vocab_mapping"].status == "pass"
         await pilot.press("h", "enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
-        assert app.screen.hypothesis.id == "vocab_mapping_mismatch"
+        assert screen_as(app, DrillDownScreen).hypothesis.id == "vocab_mapping_mismatch"
         await pilot.press("3")
         await pilot.pause()
         assert "Nothing to remap" in _plain(app.screen.query_one("#action-body"))
@@ -392,7 +395,7 @@ async def test_a_healthy_runs_action_tab_offers_no_remap(tmp_path):
         assert "Remap" not in screen_text(app)[-1]  # the footer
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
-        assert not any("lm_head" in what for _, _, what, _ in app.screen.rows)
+        assert not any("lm_head" in what for _, _, what, _ in screen_as(app, HelpScreen).rows)
 
 
 async def test_slash_filters_runs(runs_root):
@@ -417,7 +420,7 @@ async def test_the_run_count_is_drawn_by_the_table_with_its_rows(runs_root):
         table = app.main.query_one(RunsTable)
         header = table_lines(table)[0]
         assert table.row_count == 2 and "2 runs  ✖ 1" in header, header
-        topbar = str(app.main.query_one("#topbar").content)
+        topbar = str(app.main.query_one("#topbar", Static).content)
         assert not re.search(r"\d+ runs?\b|critical", topbar), topbar
         await pilot.press("slash", *"scratch", "enter")
         await pilot.pause()
@@ -536,7 +539,7 @@ async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_r
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.polls == 0
-        assert "scanning" in str(app.main.query_one("#topbar").content)
+        assert "scanning" in str(app.main.query_one("#topbar", Static).content)
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help while scanning")
         await pilot.press("escape")
@@ -570,7 +573,7 @@ async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monk
             returned.set()  # queued: the next pause handles it
         return posted
 
-    app.post_message = post_message
+    monkeypatch.setattr(app, "post_message", post_message)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         story = app.rows[0].path
@@ -579,7 +582,7 @@ async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monk
         assert list(bars) == list(CHECK_NAMES)  # one bar each, in the registry's order
         await wait_for(
             pilot,
-            lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note").content),
+            lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note", Label).content),
             what="vocab_mapping bar",
         )
         assert app.checks_running_for == story and app.screen.active_bindings["x"].enabled
@@ -700,7 +703,7 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         await checked(pilot)
         diagnosis = app.diagnoses[app.rows[0].path]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
-        replay = diagnosis.checks["replay"].details
+        replay = details_of(diagnosis.checks["replay"], ReplayDetails)
         assert replay.accuracy_checkpoint_mapping > 4 * replay.accuracy_run_mapping
         await pilot.press("h", "enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
@@ -883,7 +886,7 @@ async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filte
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         burst(app, "/vocab")
-        filter_input = app.main.query_one("#filter")
+        filter_input = app.main.query_one("#filter", Input)
         await wait_for(pilot, lambda: filter_input.value == "vocab", timeout=10, what="the filter text")
         assert app.checks_running_for is None and not app.diagnoses
         burst(app, "/x")  # a slash inside the filter is text: run names hold slashes
@@ -1001,11 +1004,11 @@ async def test_in_log_y_the_chance_line_is_labelled_on_its_own_row(tmp_path, siz
         chart = app.main.query_one(LossChart)
         for index in range(2):
             app.main.query_one(RunsTable).move_cursor(row=index)
-            await wait_for(
-                pilot,
-                lambda i=index: chart.series is not None and chart.series.path == app.rows[i].path,
-                what="the run's chart",
-            )
+
+            def charted(i: int = index) -> bool:
+                return chart.series is not None and chart.series.path == app.rows[i].path
+
+            await wait_for(pilot, charted, what="the run's chart")
             await pilot.pause()
             assert chart.log_y
             # The chart's row: the label is drawn on the line, at its left end (the flags pane says it too).
@@ -1034,10 +1037,10 @@ async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_
         await wait_for(pilot, lambda: story in app.diagnoses, what="checks")
         await pilot.pause()
         assert notifications(app) == []
-        topbar = str(app.main.query_one("#topbar").content)
+        topbar = str(app.main.query_one("#topbar", Static).content)
         assert "checks done on k2-finetune: vocab_mapping_mismatch" in topbar
         await pilot.press("up")
-        assert "checks done" not in str(app.main.query_one("#topbar").content)
+        assert "checks done" not in str(app.main.query_one("#topbar", Static).content)
         await pilot.press("c")
         await wait_for(pilot, lambda: app.checks_running_for is None, what="checks again")
         assert notifications(app) == []  # the pane beside it shows the answer

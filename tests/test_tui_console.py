@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 
+from textual.widgets import Static
+
 from builders.console_pane import OOM, TRAIN_LOG, write_console
-from builders.pilot import SIZE, checked, loaded, make_app, on_screen
+from builders.pilot import SIZE, checked, loaded, make_app, on_screen, screen_as
 from builders.tui import healthy_run, story_run
 from builders.waiting import wait_for
 from triage_tui.core.console.view import ERROR, TRACEBACK
@@ -75,7 +77,7 @@ async def test_o_shows_the_tail_marks_the_crash_and_follows_new_lines(tmp_path):
         with log.open("a") as handle:
             handle.write("resumed from checkpoint-500\nEpoch 1:  10%|#         | 1/10 [00:01<00:09]")
         await wait_for(pilot, lambda: "resumed from checkpoint-500" in shown_lines(screen), what="the new line")
-        live = screen.query_one("#console-live")
+        live = screen.query_one("#console-live", Static)
         await wait_for(pilot, lambda: live.display, what="the live bar")
         assert "Epoch 1:  10%" in str(live.content)
         with log.open("a") as handle:
@@ -101,7 +103,7 @@ async def test_slash_searches_and_n_moves_between_matches(tmp_path):
         index = shown_lines(screen).index(f"[rank0]: {OOM}")
         assert lines.current == lines.first + index
         assert lines.scroll_y <= index < lines.scroll_y + lines.size.height  # scrolled to it
-        note = str(screen.query_one("#console-note").content)
+        note = str(screen.query_one("#console-note", Static).content)
         assert "match 1 of 1" in note
         await pilot.press("slash", *"loss 2.1", "enter")
         found = [i for i, text in enumerate(shown_lines(screen)) if "loss 2.1" in text]
@@ -111,11 +113,11 @@ async def test_slash_searches_and_n_moves_between_matches(tmp_path):
         assert lines.current == lines.first + found[-2]
         await pilot.press("n", "n")
         assert lines.current == lines.first + found[0]  # wraps
-        assert "match 1 of 11" in str(screen.query_one("#console-note").content)
-        row = lines.current - lines.first - lines.scroll_y
+        assert "match 1 of 11" in str(screen.query_one("#console-note", Static).content)
+        row = lines.current - lines.first - int(lines.scroll_y)
         assert "step 1 loss 2.1" in drawn(lines)[row]
         await pilot.press("slash", *"no such text", "enter")
-        assert "no line holds it" in str(screen.query_one("#console-note").content)
+        assert "no line holds it" in str(screen.query_one("#console-note", Static).content)
         assert isinstance(app.screen, ConsoleScreen)  # `n` was the console's, not the node pane's
 
 
@@ -144,7 +146,7 @@ async def test_the_drilldown_shows_the_consoles_last_error_line(tmp_path):
         await checked(pilot)
         await pilot.press("enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
-        screen = app.screen
+        screen = screen_as(app, DrillDownScreen)
         await wait_for(pilot, lambda: screen.console_line is not None, what="the console's last error line")
         assert screen.console_line.plain == f"console: last error line ✖ {OOM}  (train.log)\n"
         assert screen.query_one("#details-console").display
@@ -181,11 +183,11 @@ async def test_the_console_keys_are_in_the_help_and_the_palette_and_f_goes_to_th
         assert {"Search (/)", "Next (n)", "Previous (N)", "Next file (f)"} <= set(commands)
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
-        rows = {(key, what) for where, key, what, _ in app.screen.rows if where == "this screen"}
+        rows = {(key, what) for where, key, what, _ in screen_as(app, HelpScreen).rows if where == "this screen"}
         assert {("/", "Search the console's lines"), ("n", "The next line the search matches")} <= rows
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen, what="help closed")
         assert screen.path.name == "train.log"  # the newest first
         await pilot.press("f")
         await wait_for(pilot, lambda: shown_lines(screen) == ["srun: job 7 queued"], what="the next file")
-        assert "slurm-7.out  · 2 of 2" in str(screen.query_one("#console-title").content)
+        assert "slurm-7.out  · 2 of 2" in str(screen.query_one("#console-title", Static).content)

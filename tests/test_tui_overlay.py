@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.pilot import SIZE, loaded, make_app, on_screen, screen_text
+from builders.pilot import SIZE, loaded, make_app, on_screen, screen_as, screen_text
 from builders.tui import ACC_TAG, LOSS_TAG, SECONDS_PER_POINT, WALLTIME0, healthy_run, story_run, write_scalars
 from builders.waiting import wait_for
 from triage_tui.tui.screens.metric_picker import MetricPickerScreen
@@ -115,8 +115,7 @@ async def test_t_filter_and_enter_put_that_series_on_the_chart_without_a_chance_
         await loaded(pilot)
         await pilot.press("t")
         await on_screen(pilot, MetricPickerScreen, "the series picker")
-        picker = app.screen
-        assert isinstance(picker, MetricPickerScreen)
+        picker = screen_as(app, MetricPickerScreen)
         assert ACC_TAG in picker.names and LOSS_TAG in picker.names
         await pilot.press(*"acc_0", "enter")
         await drawn(pilot, lambda c: c.metric == ACC_TAG and c.series is not None, "the accuracy")
@@ -138,7 +137,7 @@ async def test_a_bad_regex_says_so_in_one_line_and_esc_leaves_the_chart_as_it_wa
         await loaded(pilot)
         await pilot.press("t")
         await on_screen(pilot, MetricPickerScreen, "the series picker")
-        picker = app.screen
+        picker = screen_as(app, MetricPickerScreen)
         await pilot.press(*"/acc_[/")
         error = picker.query_one("#metric-error")
         assert error.display and str(error.render()).startswith("not a regex:"), str(error.render())
@@ -159,7 +158,7 @@ async def test_series_names_with_markup_are_shown_as_text(runs_root):
         await wait_for(pilot, lambda: app.main.query_one(RunsTable).row_count == 3, what="three runs")
         await pilot.press("down", "down", "t")
         await on_screen(pilot, MetricPickerScreen, "the series picker")
-        assert HOSTILE_TAG in app.screen.names
+        assert HOSTILE_TAG in screen_as(app, MetricPickerScreen).names
         await pilot.press(*"click")
         await pilot.pause()
         assert any(f"● {HOSTILE_TAG}" in line or f"  {HOSTILE_TAG}" in line for line in screen_text(app))
@@ -198,7 +197,7 @@ async def test_the_help_and_the_command_palette_offer_the_new_keys(runs_root):
             assert expected in titles, titles
         await pilot.press("question_mark")
         await on_screen(pilot, HelpScreen, "help")
-        rows = {key: what for _, key, what, _ in app.screen.rows}
+        rows = {key: what for _, key, what, _ in screen_as(app, HelpScreen).rows}
         assert {"space", "p", "t", "w"} <= set(rows), sorted(rows)
         assert "side by side" in rows["space"] and "wall time" in rows["w"]
         await pilot.press("escape")

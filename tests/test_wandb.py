@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,7 +64,7 @@ def story_run(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("story")
     rows, steps = [], []
     for n in range(40):
-        row = {f"train/ploss_{i}": 18.0 + 0.05 * ((n * 7 + i) % 11) + 0.3 * i for i in range(7)}
+        row: dict[str, Any] = {f"train/ploss_{i}": 18.0 + 0.05 * ((n * 7 + i) % 11) + 0.3 * i for i in range(7)}
         row.update({f"train/acc_{i}": 0.02 + 0.001 * ((n + i) % 5) for i in range(7)})
         row["train/loss"] = sum(0.8**i * row[f"train/ploss_{i}"] for i in range(7))
         row["train/lr"] = 1e-4

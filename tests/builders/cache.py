@@ -90,11 +90,13 @@ def held_while_used(directory: Path, build: Callable[[Path], object]) -> Iterato
     key = builders_key()
     with open(directory.with_name(directory.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)
-        if _read(directory.with_name(directory.name + ".key")) != key:
+        while _read(directory.with_name(directory.name + ".key")) != key:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(lock, fcntl.LOCK_EX)  # the last reader of the old build is done
             _build_unless(directory, key, build)
-            fcntl.flock(lock, fcntl.LOCK_SH)  # a conversion: no other build can slip in between
+            # flock(2) converts a lock by releasing it first: a build for another key (another
+            # checkout's run) may slip in between, so the key is read again under the shared lock.
+            fcntl.flock(lock, fcntl.LOCK_SH)
         yield directory
 
 

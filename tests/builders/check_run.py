@@ -3,6 +3,7 @@ event files, the story's (labels through another mapping than the drafter's) or 
 """
 
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -11,6 +12,9 @@ from torch.utils.tensorboard import SummaryWriter
 from builders.drafter import write_eagle3_drafter
 from builders.mappings import TARGET_VOCAB, story_mappings, write_specforge_mapping
 from builders.target import save_target
+from triage_tui.core.checks.result import CheckResult
+
+D = TypeVar("D")
 
 HIDDEN = 64
 
@@ -100,3 +104,11 @@ def build_run(tmp: Path, *, story: bool) -> Path:
         accuracies = 0.7 - 0.4 * np.exp(-np.arange(points) / 8)
     write_events(run / "runs", losses, accuracies)
     return run
+
+
+def details_of(result: CheckResult, kind: type[D]) -> D:
+    """``result``'s details, which must be a ``kind`` (a check's own dataclass, e.g. VocabDetails):
+    what a test reads its typed fields through, failing with the check's summary when they are not."""
+    details = result.details
+    assert isinstance(details, kind), f"{result.name} {result.status}: {result.summary} (details {details!r})"
+    return details

@@ -16,6 +16,6 @@ def story_series(seed: int = 252) -> dict[str, np.ndarray]:
     plosses = [rng.uniform(18.0, 20.0, n) + i * 0.3 for i in range(7)]
     series = {f"train/ploss_{i}": p for i, p in enumerate(plosses)}
     series.update({f"train/acc_{i}": rng.uniform(0.02, 0.07, n) / (i + 1) for i in range(7)})
-    series["train/loss"] = sum(0.8**i * p for i, p in enumerate(plosses))  # SpecForge main's total
+    series["train/loss"] = np.sum([0.8**i * p for i, p in enumerate(plosses)], axis=0)  # SpecForge main's total
     series["train/lr"] = np.full(n, 1e-4)
     return series

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -107,7 +108,7 @@ def drafter_config(
                 "verifier": {"name_or_path": "target", "architectures": ["LlamaForCausalLM"]},
             },
         }
-    config = {
+    config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLMEagle3"],
         **llama,
         "torch_dtype": "float32",

@@ -38,7 +38,7 @@ def write_specforge(root: Path, count: int, *, group: int = 4, gz: bool = False)
         folder.mkdir(parents=True, exist_ok=True)
         if gz:
             with gzip.open(folder / f"data_{idx}.ckpt.gz", "wb") as f:
-                torch.save(data, f)
+                torch.save(data, f)  # type: ignore[arg-type]  # a GzipFile is a binary file; typeshed does not call it IO[bytes]
         else:
             torch.save(data, folder / f"data_{idx}.ckpt")
         written[idx] = (ids, loss_mask, last, aux)

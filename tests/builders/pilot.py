@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TypeVar
+
+from textual.screen import Screen
 
 from builders.waiting import wait_for
 from triage_tui.tui.app import TriageApp
@@ -23,7 +26,18 @@ def make_app(root: Path, **kwargs) -> TriageApp:
     return app
 
 
-async def on_screen(pilot, screen_type: type, what: str) -> None:
+S = TypeVar("S", bound=Screen)
+
+
+def screen_as(app, kind: type[S]) -> S:
+    """The app's top screen, which must be a ``kind``: what a test reads that screen's own attributes
+    through (``app.screen`` is typed as any Screen)."""
+    screen = app.screen
+    assert isinstance(screen, kind), f"{type(screen).__name__} is on top, not {kind.__name__}"
+    return screen
+
+
+async def on_screen(pilot, screen_type: type[Screen], what: str) -> None:
     """Wait until a pushed screen is on top and composed (pushing comes before its widgets exist)."""
     app = pilot.app
     await wait_for(

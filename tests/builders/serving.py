@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -246,7 +247,7 @@ def acceptance_rate_out(lengths_per_request: list[list[int]]) -> dict[str, objec
 
 def speculation_profile(
     out: dict[str, object], num_speculative_tokens: int, *, method: str | None = "eagle3", **extra: object
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """build_profile: marginal = P(length >= i + 2) for draft position i (a length never seen takes
     the value of the next longer one seen, 0 past the longest), conditional = ratios of successive
     marginals, the per-step mean from the histogram, and ModelOpt's own two validations."""

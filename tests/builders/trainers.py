@@ -544,7 +544,7 @@ def specforge_train_output(root: Path, *, tracker: bool = False) -> SpecForgeOut
         required_features = {"x", "y"}
         ploss_decay = 0.8
 
-        def __init__(self, model: torch.nn.Module) -> None:
+        def __init__(self, model: LinearDrafter) -> None:
             self.model = model
 
         def trainable_module(self) -> torch.nn.Module:

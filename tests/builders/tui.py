@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
@@ -95,7 +96,9 @@ def node_samples():
         DiskSample("/scratch", 180 * gib, 1800 * gib, 2),
         DiskSample("/home", 812 * gib, 2048 * gib, 1),
     )
-    host = dict(hostname="gpu-node-07", cpu_percent=41.0, cpu_count=64, memory_used=310 * gib, memory_total=1024 * gib)
+    host: dict[str, Any] = dict(
+        hostname="gpu-node-07", cpu_percent=41.0, cpu_count=64, memory_used=310 * gib, memory_total=1024 * gib
+    )
     no_driver = NodeSample(**host, gpu_error=f"{NO_DRIVER} (NVML Shared Library Not Found)", disks=disks)
     h200 = 143_771 * (1 << 20)  # NVML's memory total of an H200 (141 GB)
     gpus = (

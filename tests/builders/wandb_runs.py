@@ -15,8 +15,9 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,7 +88,7 @@ def write_run(
     *,
     config: dict | None = None,
     steps: list[int] | None = None,
-    define: list[tuple] = (),
+    define: Sequence[tuple] = (),
 ) -> Path:
     """An offline run logging `rows` (at `steps` if given); its .wandb file.
 
@@ -238,8 +239,16 @@ def records_of(path: Path) -> list[bytes]:
     return records
 
 
+def _protos() -> Any:
+    """wandb's internal protos (Record and the rest): ``wandb_internal_pb2`` star-imports the module
+    of the installed protobuf's major version, which mypy cannot follow, so their names are Any here."""
+    from wandb.proto import wandb_internal_pb2
+
+    return wandb_internal_pb2
+
+
 def record_type(payload: bytes) -> str:
-    from wandb.proto import wandb_internal_pb2 as pb
+    pb = _protos()
 
     return pb.Record.FromString(payload).WhichOneof("record_type")
 
@@ -250,7 +259,7 @@ def _deep(levels: int) -> str:
 
 def history_record(*items: tuple[str, str], step: int = 3) -> bytes:
     """A history record of (key, value_json) items, ``step.num`` set as wandb-core sets it."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    pb = _protos()
 
     record = pb.Record()
     record.history.step.num = step
@@ -266,7 +275,7 @@ def _history(*items: tuple[str, str]) -> bytes:
 
 def _typed_step(number: float) -> bytes:
     """A history record whose ``_step`` is a typed double (the protos' ``value`` oneof), not value_json."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    pb = _protos()
 
     record = pb.Record.FromString(_history())
     item = record.history.item.add()
@@ -277,7 +286,7 @@ def _typed_step(number: float) -> bytes:
 
 def config_record(key: str, value_json: str, *, in_run: bool = False) -> bytes:
     """A config record (or a run record carrying config) with one update item."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    pb = _protos()
 
     record = pb.Record()
     update = record.run.config.update if in_run else record.config.update

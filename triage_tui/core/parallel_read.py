@@ -72,7 +72,7 @@ def worth_a_helper(runs: Sequence[RunEvents], min_bytes: int = MIN_PARALLEL_BYTE
 
 def read_runs(
     runs: list[RunEvents],
-    on_read: Callable[[int, RunEvents], None],
+    on_read: Callable[[int, RunEvents], object],
     helper_command: Sequence[str] | None = None,
     *,
     here: bool = True,

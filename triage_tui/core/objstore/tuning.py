@@ -12,7 +12,7 @@ from pathlib import Path
 # The schemes read through obstore (a Rust client: ~6x less CPU a request than s3fs, 23x less a
 # listing page, 0.04 s to import against 1.35 s: benchmarks/RESULTS-objstore.md); any other scheme
 # goes through fsspec. Tests empty it to run the fsspec path against the same server.
-NATIVE_SCHEMES = ("s3", "gs")
+NATIVE_SCHEMES: tuple[str, ...] = ("s3", "gs")
 # docs/contracts.md "Bounds": every fetch has a total deadline, retries included.
 DEADLINE_SECS = 15.0
 # One request that has not answered in this long is abandoned and tried again (within the deadline).
