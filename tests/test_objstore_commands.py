@@ -149,3 +149,32 @@ def test_without_the_extra_one_line_exit_2(monkeypatch, capsys):
                 "s3://bkt/runs", argv[1]
             )
         )
+
+
+async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, samples):
+    """`triage s3://…` as commands/tui.py starts it: the mirror synced on the watcher's thread, the
+    runs listed, the top bar naming the URL (not the local mirror), the remap key gone (read-only),
+    and a prefix that can no longer be listed said in one line while the runs stay."""
+    from builders.pilot import make_app, screen_text
+    from builders.waiting import wait_for
+    from triage_tui.core.watch import tui_watcher
+
+    name, client, _ = bucket
+    upload_tree(client, name, "tui/healthy", samples / "healthy")
+    url = f"s3://{name}/tui"
+    mirrors = Mirrors()
+    root = mirrors.local(url)
+    watcher = tui_watcher([root], poll_interval=0.2, rescan_interval=0.2, use_watchdog=False, mirrors=mirrors)
+    app = make_app(root, readonly=True, watcher=watcher, rescan_interval=0.2)
+    async with app.run_test(size=(120, 32)) as pilot:
+        await wait_for(pilot, lambda: app.polls > 0 and bool(app.rows), what="the bucket's run listed")
+        assert [row.name for row in app.rows] == ["healthy"]
+        text = "\n".join(screen_text(app))
+        assert f"watching {url}" in text and str(root) not in text
+        assert not app.main.check_action("remap", ())
+        for found in client.list_objects_v2(Bucket=name)["Contents"]:
+            client.delete_object(Bucket=name, Key=found["Key"])
+        client.delete_bucket(Bucket=name)  # the prefix can no longer be listed
+        await wait_for(pilot, lambda: bool(watcher.unplaced_errors), what="the failed listing")
+        await wait_for(pilot, lambda: app._unplaced_errors_shown is not None, what="the failed listing said")
+        assert [row.name for row in app.rows] == ["healthy"]

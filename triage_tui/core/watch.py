@@ -327,6 +327,7 @@ class Watcher:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
         observer = None
         previous: list[RunStatus] | None = None
+        previous_notes: tuple = ((), ())
         first, self._first_poll = self._first_poll, None
         try:
             while not stop.is_set():
@@ -340,14 +341,18 @@ class Watcher:
                     statuses = taken
                 else:
                     statuses = self.poll_once(on_progress=on_update if previous is None else None)
+                # What is said beside the runs (links not followed, a bucket not listed) changes alone too.
+                notes = (self.unplaced_errors, tuple(self.skipped_links.items()))
                 if (
                     previous is None
                     or len(statuses) != len(previous)
                     or any(a is not b for a, b in zip(statuses, previous, strict=True))
+                    or notes != previous_notes
                 ):
                     on_update(statuses)
                     self.updated = self.polls
                 self.reported = self.polls
+                previous_notes = notes
                 if previous is None and self.use_watchdog:
                     # After the first update: adding inotify watches to a big tree takes a while
                     # and must not delay the first screenful.

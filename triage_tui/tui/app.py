@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.screens.console import ConsoleScreen
@@ -114,6 +115,7 @@ class TriageApp(App[None]):
         self.rows: list[RunRow] = []
         self.polls = 0  # RunsUpdated messages taken in
         self._skipped_links_shown: str | None = None
+        self._unplaced_errors_shown: str | None = None
         self.watcher_poll = 0  # the Watcher poll the last of them came from
         self.diagnoses: dict[Path, Diagnosis] = {}
         self.check_outcomes: dict[Path, str] = {}
@@ -212,6 +214,8 @@ class TriageApp(App[None]):
                     [rows.row(s) for s in statuses],
                     watcher.polls,
                     skipped_links_note(watcher.skipped_links),
+                    # A bucket prefix that could not be listed, an object under no run: said, not lost.
+                    "\n".join(error.line() for error in watcher.unplaced_errors) or None,
                 )
             )
 
@@ -226,6 +230,10 @@ class TriageApp(App[None]):
             self._skipped_links_shown = message.skipped_links
             if message.skipped_links is not None:
                 self.notify(message.skipped_links, severity="warning", timeout=10)
+        if message.unplaced_errors != self._unplaced_errors_shown:
+            self._unplaced_errors_shown = message.unplaced_errors
+            if message.unplaced_errors is not None:
+                self.notify(message.unplaced_errors, severity="error", timeout=30)
         previous = self.statuses
         self.statuses = {status.info.path: status for status in message.statuses}
         self._marked = [path for path in self._marked if path in self.statuses]
@@ -277,7 +285,7 @@ class TriageApp(App[None]):
             return Text.assemble(
                 ("no run name contains ", "dim"), (self._filter, "bold"), ("  (esc clears the filter)", "dim")
             )
-        where = ", ".join(str(path) for path in self.paths)
+        where = ", ".join(printable(shown_path(path)) for path in self.paths)
         return Text.assemble(
             ("No runs under ", ""),
             (where, "bold"),
@@ -286,7 +294,13 @@ class TriageApp(App[None]):
             ("*tfevents*", "bold"),
             ("), W&B run files (", "dim"),
             ("run-*.wandb", "bold"),
-            (") and ", "dim"),
+            ("), training consoles beside checkpoints (", "dim"),
+            ("*.log", "bold"),
+            (", ", "dim"),
+            ("*.out", "bold"),
+            ("), HF Trainer's ", "dim"),
+            ("trainer_state.json", "bold"),
+            (" and ", "dim"),
             ("triage.toml", "bold"),
             (" files, and is watching: a run shows here as soon as its trainer writes its first event.", "dim"),
         )
@@ -297,15 +311,23 @@ class TriageApp(App[None]):
         self._show_rows()
         self._show_topbar()
 
+    def _shown_paths(self) -> list[str]:
+        """The watched paths as the top bar names them: a directory by its name, a bucket prefix by its URL."""
+        names = []
+        for path in self.paths:
+            shown = shown_path(path)
+            names.append(printable(shown if shown != str(path) else (path.name or shown)))
+        return names
+
     def _show_topbar(self) -> None:
         text = Text()
         text.append(" triage ", style="bold reverse")
         if self.polls == 0:
-            text.append("  scanning " + ", ".join(printable(p.name or p) for p in self.paths) + " …", style="dim")
+            text.append("  scanning " + ", ".join(self._shown_paths()) + " …", style="dim")
         else:
             # The runs and their counts are in the table's own header row (RunsTable.count_label), drawn
             # with the rows: counted here, a frame apart, it read "2 runs" over 5 rows while a poll came in.
-            text.append("  watching " + ", ".join(printable(p.name or p) for p in self.paths), style="dim")
+            text.append("  watching " + ", ".join(self._shown_paths()), style="dim")
             if self._filter:
                 text.append(f"  filter: {self._filter}", style="cyan")
         if self._news is not None:

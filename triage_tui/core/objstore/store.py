@@ -352,7 +352,9 @@ class Store:
         try:
             return self._call(prefix, once), []
         except ObjectMissing:
-            return [], []
+            # A prefix with no object under it lists empty; a listing answered "not found" is the
+            # bucket's absence (S3's NoSuchBucket): the runs mirrored from it are not gone, unseen.
+            raise BadInput(self.url(prefix), "no such bucket: its listing answered not found") from None
         except UnlistableKey as err:
             try:
                 objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
