@@ -67,8 +67,9 @@ HISTORY = re.compile(
     re.IGNORECASE,
 )
 HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
-# sgl-project/SpecForge, the "classic" layout; NVIDIA/Model-Optimizer, the speculation profile (docs/formats.md)
-UPSTREAM_COMMITS = {"886ab9cf", "edf879d3"}
+# sgl-project/SpecForge, the "classic" layout and `specforge train`; NVIDIA/Model-Optimizer, the speculation profile
+# (docs/formats.md)
+UPSTREAM_COMMITS = {"886ab9cf", "edf879d3", "a6b6b023"}
 
 
 def user_docs() -> list[Path]:
