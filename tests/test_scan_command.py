@@ -59,9 +59,11 @@ def test_json_shape_and_exit_1_for_the_story_run(tmp_path):
     assert story["last_step"] == 2000
     assert story["metrics"]["loss"]["tag"] == "train/ploss_0" and story["metrics"]["loss"]["count"] == 41
     assert {f["kind"] for f in story["flags"]} >= {"loss_above_chance", "accuracy_at_chance"}
-    # Written "in 2023": stalled, but only as info (a post-mortem), so the run is ok.
+    # Written "in 2023" by a writer that has exited: ended, no stall flag (a post-mortem), so the run is ok.
     assert runs["healthy"]["status"] == "ok"
-    assert {(f["kind"], f["severity"]) for f in runs["healthy"]["flags"]} <= {("stalled", "info"), ("plateau", "info")}
+    assert runs["healthy"]["state"] == "ended" and runs["healthy"]["writer"] is None
+    assert runs["healthy"]["state_reason"] == "no process of this node writes it"
+    assert {(f["kind"], f["severity"]) for f in runs["healthy"]["flags"]} <= {("plateau", "info")}
 
 
 def test_exit_0_when_no_run_is_critical_and_one_line_per_run(tmp_path):
@@ -73,7 +75,7 @@ def test_exit_0_when_no_run_is_critical_and_one_line_per_run(tmp_path):
     assert len(lines) == 2
     assert lines[0].split()[1] == "a" and "step 2000" in lines[0]
     assert re.search(r"train/ploss_0 3\.0\d* vs ln 32000 = 10\.37", lines[0])
-    assert lines[0].endswith("(stalled)")  # ended long ago: info, in parentheses
+    assert "stalled" not in lines[0]  # its writer ended long ago: nothing to warn about
 
 
 def test_human_line_names_the_flags(tmp_path):
@@ -256,3 +258,83 @@ def test_a_run_inside_the_warm_up_says_so_and_until_when(tmp_path):
     assert "warming up until step 100 (and 5 points); 3 points to step 20 so far" in warming["message"]
     line = scan(tmp_path).stdout
     assert line.startswith("◌ fresh") and "(warming_up)" in line, line
+
+
+# ----------------------------------------------------------------- the run's state (its writer process)
+
+# torch's SummaryWriter logging 20 points of a learning run, dated `sys.argv[2]` seconds back by the
+# writer's own `walltime` (the silence a trainer stopped that long ago leaves, without waiting for
+# it), then staying alive ("stay": until its stdin closes) or ending, crashed or not ("crash": a
+# traceback, as a trainer's `> train.log 2>&1` holds it).
+LOGGED_BACK = """
+import sys, time
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter(log_dir=sys.argv[1], flush_secs=1)
+start = time.time() - float(sys.argv[2])
+for step in range(20):
+    writer.add_scalar("train/ploss_0", 3.0 - step * 0.01, global_step=step * 10, walltime=start + step)
+    print(f"step {step * 10} loss {3.0 - step * 0.01}", flush=True)
+writer.flush()
+if sys.argv[3] == "stay":
+    sys.stdin.read()
+elif sys.argv[3] == "crash":
+    def optimizer_step():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    optimizer_step()
+"""
+
+
+def test_scan_says_whether_each_runs_writer_is_alive_here(tmp_path):
+    """`triage scan --json` beside real writers: one writing now (live), one that exited ten minutes
+    after its last point (ended: no warning, where the silence alone used to be one), one stopped
+    with SIGSTOP ten minutes after its last point (stalled: critical, exit 1) and one that died with
+    a traceback in its console log (crashed: critical, the line said)."""
+    import signal
+
+    from builders.children import SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+    from triage_tui.core.events.reader import RunEvents, find_event_files
+
+    def points(run: Path) -> int:
+        events = RunEvents()
+        events.set_files(find_event_files(run) if run.is_dir() else [])
+        events.poll()
+        series = events.scalars.get("train/ploss_0")
+        return len(series) if series is not None else 0
+
+    live, finished, stalled, crashed = (tmp_path / name for name in ("live", "ended", "stalled", "crashed"))
+    assert start(LOGGED_BACK, str(finished), "600", "end").wait(timeout=120) == 0
+    crashed.mkdir()
+    with open(crashed / "train.log", "w") as log:
+        assert start(LOGGED_BACK, str(crashed), "600", "crash", stdout=log, stderr=subprocess.STDOUT).wait(120) == 1
+    with (
+        ended(start(SUMMARY_WRITER_LOOP, str(live))) as writing,
+        ended(start(LOGGED_BACK, str(stalled), "600", "stay")) as stopped,
+    ):
+        wait_until(lambda: points(live) >= 3 and points(stalled) == 20, "both writers' points")
+        stopped.send_signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(stopped.pid) == "T", "the kernel to stop the writer")
+        result = scan(tmp_path, "--json")
+        line = scan(tmp_path).stdout
+    assert result.returncode == 1, result.stderr
+    runs = {run["name"]: run for run in json.loads(result.stdout)["runs"]}
+    kinds = {name: {flag["kind"]: flag for flag in run["flags"]} for name, run in runs.items()}
+
+    assert runs["live"]["state"] == "live"
+    assert runs["live"]["writer"]["pid"] == writing.pid and runs["live"]["writer"]["evidence"] == "event file name"
+    assert f"pid {writing.pid} named in events.out.tfevents." in runs["live"]["writer"]["detail"]
+    assert not {"stalled", "crashed"} & set(kinds["live"])
+
+    assert runs["ended"]["state"] == "ended" and runs["ended"]["writer"] is None
+    assert "stalled" not in kinds["ended"] and runs["ended"]["status"] == "ok", kinds["ended"]
+
+    assert runs["stalled"]["state"] == "stalled" and runs["stalled"]["status"] == "critical"
+    assert runs["stalled"]["writer"]["pid"] == stopped.pid
+    flag = kinds["stalled"]["stalled"]
+    assert flag["severity"] == "critical" and flag["step"] == 190 and flag["value"] is None
+    assert f"writer pid {stopped.pid} (python" in flag["message"] and "stopped (SIGSTOP or ctrl-Z)" in flag["message"]
+    assert flag["message"] == runs["stalled"]["state_reason"]
+
+    error = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert runs["crashed"]["state"] == "crashed" and runs["crashed"]["crash_line"] == error
+    assert kinds["crashed"]["crashed"]["severity"] == "critical" and error in kinds["crashed"]["crashed"]["message"]
+    assert "stalled" not in kinds["crashed"] and "crashed" in line and "stalled" in line

@@ -675,7 +675,8 @@ async def test_a_new_run_appears_once_and_rings_once_whatever_order_its_files_la
         assert table.selected_path == watched / selected
 
 
-async def test_age_column_follows_the_clock(runs_root):
+async def test_state_column_follows_the_clock(runs_root):
+    """The runs' writers exited (builders.children.finished): "ended", and since when, by the app's clock."""
     from builders.tui import FROZEN_NOW
 
     clock = [FROZEN_NOW]
@@ -683,10 +684,62 @@ async def test_age_column_follows_the_clock(runs_root):
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         table = app.main.query_one(RunsTable)
-        assert [str(table.get_row_at(i)[7]) for i in range(2)] == ["1m", "1m"]
+        assert [str(table.get_row_at(i)[7]) for i in range(2)] == ["ended 1m", "ended 1m"]
         clock[0] += 3 * 3600
-        await wait_for(pilot, lambda: str(table.get_row_at(0)[7]) == "3h", what="age to tick")
-        assert str(table.get_row_at(1)[7]) == "3h"
+        await wait_for(pilot, lambda: str(table.get_row_at(0)[7]) == "ended 3h", what="age to tick")
+        assert str(table.get_row_at(1)[7]) == "ended 3h"
+        # No stall flag on an ended run, however long ago it stopped; the flags pane says why it ended.
+        assert all(flag.kind != "stalled" for status in app.statuses.values() for flag in status.flags)
+        assert app.flags_state.state == ("ended", "no process of this node writes it")
+
+
+# A trainer learning as SpecForge logs it, a point every 50 ms, each flushed.
+LEARNING_LOOP = """
+import sys, time
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter(log_dir=sys.argv[1], flush_secs=1)
+step = 0
+while True:
+    writer.add_scalar("train/ploss_0", 2.0 + 8.0 / (1 + step), global_step=step)
+    writer.add_scalar("train/acc_0", 0.7 - 0.6 / (1 + step), global_step=step)
+    writer.flush()
+    step += 1
+    time.sleep(0.05)
+"""
+
+
+async def test_a_stopped_writer_turns_its_row_stalled_and_rings_the_bell(tmp_path):
+    """A SummaryWriter child writing: its row says live, the flags pane which process. Stopped with
+    SIGSTOP and the app's clock ten minutes on (past the threshold, without waiting for it): the row
+    says stalled, the run is critical, the bell rings once, and the stalled flag names the process."""
+    import signal
+    import time
+
+    from builders.children import ended, process_state, start
+
+    offset = [0.0]
+    app = make_app(tmp_path, now=lambda: time.time() + offset[0])
+    with ended(start(LEARNING_LOOP, str(tmp_path / "live"))) as child:
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.main.query_one(RunsTable)
+
+            def state_cell() -> str:
+                return str(table.get_row_at(0)[7]) if table.row_count else ""
+
+            await wait_for(pilot, lambda: state_cell().startswith("live "), what="the row to say live", timeout=120)
+            assert app.flags_state.state is not None and app.flags_state.state[0] == "live"
+            assert f"writer pid {child.pid} (python" in app.flags_state.state[1]
+            assert app.bells == 0
+            child.send_signal(signal.SIGSTOP)
+            await wait_for(pilot, lambda: process_state(child.pid) == "T", what="the kernel to stop the child")
+            offset[0] = 600.0
+            await wait_for(pilot, lambda: state_cell().startswith("stalled "), what="the row to say stalled")
+            await polled(pilot)
+            assert app.rows[0].status == "critical" and app.bells == 1
+            (flag,) = [f for f in app.flags_state.flags if f.kind == "stalled"]
+            assert flag.severity == "critical" and f"writer pid {child.pid}" in flag.message
+            assert "stopped (SIGSTOP or ctrl-Z)" in flag.message
+            assert app.flags_state.state is None  # the flag says it
 
 
 async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):

@@ -7,12 +7,14 @@ import math
 import queue
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from builders.tensorboard import open_writer, write_drafter_checkpoint, write_scalars
 from builders.waiting import out_of_patience
+from triage_tui.core.run_state import ProcessScanner
 from triage_tui.core.watch import RunStatus, Watcher
 
 LN_32000 = math.log(32_000)
@@ -167,10 +169,25 @@ def test_an_idle_tree_is_polled_once_per_interval_with_the_observer_on(tmp_path,
     assert span >= 2.0, f"7 polls of an idle tree within {span:.2f} s (poll interval 0.5 s)"
 
 
+def nfs_proc(tmp_path: Path, shared: Path) -> Path:
+    """A /proc of no processes whose mounts say ``shared`` is an NFS mount, as the kernel writes it:
+    no writer of a run there can be seen from this node (core.run_state: unknown)."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mounts").write_text(
+        f"/dev/sda1 / ext4 rw,relatime 0 0\nfs1:/export {shared} nfs4 rw,vers=4.2,proto=tcp 0 0\n"
+    )
+    return proc
+
+
 def test_stall_severity_depends_on_whether_the_run_stopped_while_watched(tmp_path):
-    writer = open_writer(tmp_path / "live")
-    write_scalars(tmp_path / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]}, wall_time=1_600_000_000.0)
-    watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600)
+    """Where the writer cannot be seen (runs on NFS: its state is unknown), the silence rule of
+    core.signals.stall decides, and its severity depends on whether the run stopped while watched."""
+    shared = tmp_path / "shared"
+    writer = open_writer(shared / "live")
+    write_scalars(shared / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]}, wall_time=1_600_000_000.0)
+    scanner = ProcessScanner(nfs_proc(tmp_path, shared))
+    watcher = Watcher([shared], use_watchdog=False, rescan_interval=3600, scanner=scanner)
     try:
         watcher.poll_once()
         writer.add_scalar("train/ploss_0", 4.0, global_step=200)
@@ -185,6 +202,8 @@ def test_stall_severity_depends_on_whether_the_run_stopped_while_watched(tmp_pat
     assert [f.severity for f in live_flag] == ["warning"] and statuses["live"].status == "warning"
     assert [f.severity for f in old_flag] == ["info"] and statuses["old"].status == "ok"
     assert "finished or stopped" in old_flag[0].message
+    for status in statuses.values():
+        assert status.state is not None and status.state.state == "unknown" and "nfs4" in status.state.reason
 
 
 def test_vocab_size_source_config_manifest_flag(tmp_path):
@@ -252,6 +271,10 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
         "trainer",
         "errors",
         "best",
+        "state",
+        "state_reason",
+        "writer",
+        "crash_line",
     ]
     assert document["chance_basis"] == "ln V" and document["valid_fraction"] is None  # no dumps: said, not guessed
     assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"
@@ -302,9 +325,9 @@ def test_progress_reports_come_at_growing_intervals_and_not_just_before_the_end(
     monkeypatch.setattr(watch, "PROGRESS_MAX_SECS", 2.0)
     real_update = Watcher._update
 
-    def slow_update(self, tracked, now):
+    def slow_update(self, tracked, now, *rest):
         clock[0] += 0.3
-        return real_update(self, tracked, now)
+        return real_update(self, tracked, now, *rest)
 
     monkeypatch.setattr(Watcher, "_update", slow_update)
     reports: list[int] = []
@@ -380,10 +403,10 @@ def test_a_first_poll_begun_early_is_taken_over_by_run(tmp_path, monkeypatch):
     gate = threading.Event()
     real_update = Watcher._update
 
-    def slow_after_two(self, tracked, now):  # the first two runs are read before run() listens
+    def slow_after_two(self, tracked, now, *rest):  # the first two runs are read before run() listens
         if tracked.info.name in ("c", "d"):
             assert gate.wait(30)
-        return real_update(self, tracked, now)
+        return real_update(self, tracked, now, *rest)
 
     monkeypatch.setattr(Watcher, "_update", slow_after_two)
     early = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05, clock=lambda: 1.7e9)
@@ -458,3 +481,53 @@ def test_run_stopped_while_an_early_first_poll_reads_returns(tmp_path, monkeypat
     watcher.run(lambda statuses: None, stop)
     assert time.monotonic() - started < 5  # did not wait for the poll
     gate.set()
+
+
+def test_every_run_is_judged_from_one_scan_of_proc_a_poll(tmp_path):
+    """A SummaryWriter child writing (live), a run whose writer exited (ended), the child stopped with
+    SIGSTOP past the threshold (stalled, critical: flush_secs=1 and the poll's clock, so nothing
+    waits minutes), then killed (ended). One /proc scan a poll for all the runs; a poll that judges
+    every run as the last did hands on the same reports (the TUI redraws nothing)."""
+    import signal
+
+    from builders.children import SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+
+    class CountingScanner(ProcessScanner):
+        scans = 0
+
+        def scan(self, roots, pids=()):
+            self.scans += 1
+            return super().scan(roots, pids)
+
+    write_scalars(tmp_path / "done", {"train/ploss_0": [(s, 3.0 - s / 1000) for s in range(0, 200, 10)]})
+    scanner = CountingScanner()
+    with ended(start(SUMMARY_WRITER_LOOP, str(tmp_path / "live"))) as child:
+        wait_until(lambda: list((tmp_path / "live").glob("events.out.tfevents.*")), "the child's event file")
+        watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600, flush_secs=1.0, scanner=scanner)
+        wait_until(lambda: {s.info.name: s for s in watcher.poll_once()}["live"].last_step, "the child's first points")
+        statuses = {s.info.name: s for s in watcher.poll_once()}
+        assert scanner.scans == watcher.polls
+        live, done = statuses["live"].state, statuses["done"].state
+        assert live is not None and live.state == "live" and live.writer is not None and live.writer.pid == child.pid
+        assert done is not None and done.state == "ended" and done.writer is None
+
+        child.send_signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(child.pid) == "T", "the kernel to stop the child")
+        watcher.poll_once()  # whatever the child flushed before it stopped
+        later = {s.info.name: s for s in watcher.poll_once()}["live"].last_update or 0.0
+        statuses = {s.info.name: s for s in watcher.poll_once(now=later + 600)}
+        stalled = statuses["live"]
+        assert stalled.state is not None and stalled.state.state == "stalled" and stalled.status == "critical"
+        flag = next(f for f in stalled.flags if f.kind == "stalled")
+        assert flag.severity == "critical" and "is stopped (SIGSTOP or ctrl-Z)" in flag.message
+        # Ten minutes after its last point a silent run used to be a `stalled` warning: ended, it is none.
+        assert statuses["done"].state.state == "ended" and not any(f.kind == "stalled" for f in statuses["done"].flags)
+        again = {s.info.name: s for s in watcher.poll_once(now=later + 600)}
+        assert again["live"] is stalled and again["done"] is statuses["done"]
+
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait()
+    statuses = {s.info.name: s for s in watcher.poll_once(now=later + 600)}
+    assert statuses["live"].state.state == "ended" and statuses["live"].status != "critical"
+    assert scanner.scans == watcher.polls

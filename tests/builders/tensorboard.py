@@ -13,12 +13,21 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.tensorboard import SummaryWriter
 
+from builders.children import finished
+
 DRAFT_VOCAB = 32_000
 TARGET_VOCAB = 163_840
 
 
 def write_scalars(log_dir: Path, series: dict[str, list[tuple[int, float]]], *, wall_time: float | None = None) -> Path:
-    """Write scalars with torch's SummaryWriter; the new event file."""
+    """Write scalars with torch's SummaryWriter, in a child process that has ended when this returns
+    (a finished run: builders.children.finished); the new event file."""
+    # The child works in the fork server's directory, not the test's: it is given an absolute path.
+    written = finished(_write_scalars, Path(log_dir).absolute(), series, wall_time=wall_time)
+    return log_dir / written.name
+
+
+def _write_scalars(log_dir: Path, series: dict[str, list[tuple[int, float]]], *, wall_time: float | None) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
     before = set(log_dir.glob("*tfevents*"))
     writer = SummaryWriter(log_dir=str(log_dir))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
+from builders.children import finished
 from builders.drafter import write_eagle3_drafter
 from builders.mappings import DRAFT_VOCAB, story_mappings, write_specforge_mapping
 
@@ -31,7 +32,15 @@ HIDDEN = 64
 
 
 def write_scalars(log_dir: Path, losses, accuracies, *, first_point: int = 0) -> None:
-    """SpecForge tags, one point every STEP_EVERY steps, fixed wall times."""
+    """SpecForge tags, one point every STEP_EVERY steps, fixed wall times; written by a child process
+    that has ended when this returns (a finished run, whoever looks: builders.children.finished)."""
+    # The child works in the fork server's directory, not the test's: it is given an absolute path.
+    finished(
+        _write_scalars, Path(log_dir).absolute(), np.asarray(losses), np.asarray(accuracies), first_point=first_point
+    )
+
+
+def _write_scalars(log_dir: Path, losses, accuracies, *, first_point: int) -> None:
     writer = SummaryWriter(log_dir=str(log_dir), flush_secs=1)
     for index, (loss, acc) in enumerate(zip(losses, accuracies, strict=True), start=first_point):
         step = index * STEP_EVERY

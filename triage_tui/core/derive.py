@@ -2,10 +2,11 @@
 derivation the watcher (core/watch.py) runs, and the one the tests call.
 
 Nothing here reads a file or the clock: what is read (the scalars, the vocab size, the manifest,
-the dumps' loss-mask fraction, the damaged records, the run's errors, the serving evidence) and
-the time are handed in. Two steps, so an idle poll stays cheap: ``derive`` holds everything that
-depends on the values and the settings (the watcher recomputes it only when a run's scalars or
-settings changed), ``flags_at`` adds what depends on the clock and on the run's files (`stalled`,
+the dumps' loss-mask fraction, the damaged records, the run's errors, the serving evidence, the
+run's state from the processes: core.run_state) and the time are handed in. Two steps, so an idle
+poll stays cheap: ``derive`` holds everything that depends on the values and the settings (the
+watcher recomputes it only when a run's scalars or settings changed), ``flags_at`` adds what
+depends on the clock, on the run's files and on its writer's process (`stalled`, `crashed`,
 damaged records, unreadable files) and the serving flags, every poll.
 """
 
@@ -21,6 +22,7 @@ from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import SourceError
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import TrainerNames, match_trainer, ordered, per_position
+from triage_tui.core.run_state import RunState
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
@@ -127,17 +129,25 @@ def flags_at(
     damaged: Mapping[Path, int] | None = None,
     errors: Iterable[SourceError] = (),
     serving: Sequence[Flag] = (),
+    state: RunState | None = None,
 ) -> tuple[Flag, ...]:
     """All of the run's flags at ``now``, most severe first.
 
-    ``seen_live``: the watcher saw the run grow in this session (a stall is then a warning however
-    old). ``damaged``: records skipped per file; ``errors``: what of the run could not be read, one
-    `unreadable_file` flag each; ``serving``: the serving flags (``serving_flags_of``).
+    ``state``: whether the run's writer is alive here (core.run_state, judged at ``now``). A
+    stalled or crashed run carries a critical flag of that kind; a live or ended one no silence
+    flag at all; an unknown one (or None: not judged) the silence rule of core.signals.stall.
+    ``seen_live``: the watcher saw the run grow in this session (that rule's stall is then a warning
+    however old). ``damaged``: records skipped per file; ``errors``: what of the run could not be
+    read, one `unreadable_file` flag each; ``serving``: the serving flags (``serving_flags_of``).
     """
-    stalled = stall_flag(
-        derived.activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=derived.last_step
-    )
-    # A run that stopped inside the warm-up is not warming up: it will never be judged (stalled says so).
+    if state is None or state.state == "unknown":
+        stalled = stall_flag(
+            derived.activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=derived.last_step
+        )
+    else:
+        stalled = state.flag(derived.last_step)
+    # A run that stopped inside the warm-up is not warming up: it will never be judged (the stalled
+    # or crashed flag says so). One that ended there keeps it: its health was never judged.
     values = tuple(f for f in derived.value_flags if stalled is None or f.kind != "warming_up")
     flags = (
         values

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.console.lines import TRACEBACK, is_exception, is_fatal, plain, split_rank
@@ -404,11 +405,16 @@ def console_error(text: str) -> str | None:
 
 
 def read_console_tail(path: Path, limit: int = CONSOLE_TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of a console log, as text (undecodable bytes replaced)."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        handle.seek(max(0, size - limit))
-        return handle.read().decode("utf-8", "replace")
+    """The last ``limit`` bytes of a console log, as text (undecodable bytes replaced); nothing of a
+    path that is not a regular file (a FIFO named like a log must not hang the poll)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode):
+            return ""
+        return os.pread(fd, limit, max(0, st.st_size - limit)).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- the writer
@@ -538,22 +544,26 @@ class RunState:
     reason: str  # one line: the evidence
     writer: Writer | None = None
     last_update: float | None = None  # unix time of the run's newest point ("ended 3 h ago")
-    silence: float | None = None  # seconds since then, at the moment judged
+    # Seconds since then, at the moment judged. Not compared: two polls that judge a run alike are
+    # the same state (the watcher then hands on the same report, and the TUI redraws nothing).
+    silence: float | None = field(default=None, compare=False)
     line: str | None = None  # crashed: the console's error line or the W&B exit code
 
     def label(self, now: float) -> str:
-        """A few words for the runs table: "live", "stalled 12 min", "ended 3.0 h ago", "crashed"."""
+        """A few words at ``now``: "live", "stalled 12 min", "ended 3.0 h ago", "crashed" (the TUI's runs
+        table writes the state and the age in its own short form: "ended 3h")."""
         if self.state == "ended" and self.last_update is not None:
             return f"ended {fmt_duration(now - self.last_update)} ago"
-        if self.state == "stalled" and self.silence is not None:
-            return f"stalled {fmt_duration(self.silence)}"
+        if self.state == "stalled" and self.last_update is not None:
+            return f"stalled {fmt_duration(now - self.last_update)}"
         return self.state
 
-    def flag(self) -> Flag | None:
-        """A critical flag for a stalled or crashed run (both ring the bell); none otherwise: an
-        ended run is no warning, and an unknown one keeps core.signals.stall's rule."""
+    def flag(self, step: int | None = None) -> Flag | None:
+        """A critical flag for a stalled or crashed run (both ring the bell) at ``step``, the run's
+        last; none otherwise: an ended run is no warning, and an unknown one keeps
+        core.signals.stall's rule. No value: the silence grows every poll, and the reason says it."""
         if self.state in ("stalled", "crashed"):
-            return Flag(self.state, "critical", None, None, self.silence, self.reason)
+            return Flag(self.state, "critical", None, step, None, self.reason)
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -576,6 +586,7 @@ def run_state(
     event_files: Sequence[Path] = (),
     wandb_exit_code: int | None = None,
     console_error_line: str | None = None,
+    console_error_of: Callable[[], str | None] | None = None,
     final_save: bool = False,
     flush_secs: float = 120.0,
 ) -> RunState:
@@ -583,16 +594,27 @@ def run_state(
 
     ``wandb_exit_code``: the code of the W&B ``exit`` record (core.wandb.history), None without one.
     ``console_error_line``: ``console_error`` of the tail of the run's console log, None when it
-    does not end in a crash. ``final_save``: the trainer saved its last checkpoint (its own marker).
+    does not end in a crash; or, without it, ``console_error_of``: a function that reads it, called
+    at most once and only where the line can matter (no live writer here, a stalled one, a W&B exit
+    code), so a live run's console is never read for it. ``final_save``: the trainer saved its last
+    checkpoint (its own marker).
     ``activity``: the run's points' rhythm (core.signals.stall); a live writer silent past
     ``activity.stall_after(flush_secs)`` (the flush interval, 3 median gaps, 1.5 x the longest gap) is stalled.
     """
     last = activity.last_wall_time
     silence = now - last if last is not None else None
+
+    def console() -> str | None:
+        nonlocal console_error_line, console_error_of
+        if console_error_line is None and console_error_of is not None:
+            console_error_line, console_error_of = console_error_of(), None
+        return console_error_line
+
     if wandb_exit_code is not None and wandb_exit_code != 0:
         line = f"W&B recorded exit code {wandb_exit_code}"
-        reason = line + (f"; the console ends in: {console_error_line}" if console_error_line else "")
-        return RunState("crashed", reason, None, last, silence, console_error_line or line)
+        error = console()
+        reason = line + (f"; the console ends in: {error}" if error else "")
+        return RunState("crashed", reason, None, last, silence, error or line)
     writer, elsewhere = find_writer(run_dir, processes, event_files)
     finished = wandb_exit_code == 0 or final_save
     how_finished = "W&B recorded exit code 0" if wandb_exit_code == 0 else "the trainer saved its final checkpoint"
@@ -602,21 +624,23 @@ def run_state(
         limit = activity.stall_after(flush_secs)
         if silence is not None and silence > limit:
             stopped = " and is stopped (SIGSTOP or ctrl-Z)" if writer.stopped else ""
-            cause = f"; the console ends in: {console_error_line}" if console_error_line else ""
+            error = console()
+            cause = f"; the console ends in: {error}" if error else ""
             reason = (
                 f"writer pid {writer.pid} ({printable(writer.comm)}) is alive{stopped} but nothing was written for "
                 f"{fmt_duration(silence)} (expected within {fmt_duration(limit)}: writers flush every "
                 f"{flush_secs:.0f} s, longest gap so far {fmt_duration(activity.longest_gap)}){cause}"
             )
-            return RunState("stalled", reason, writer, last, silence, console_error_line)
+            return RunState("stalled", reason, writer, last, silence, error)
         return RunState(
             "live", f"writer pid {writer.pid} ({printable(writer.comm)}): {writer.detail}", writer, last, silence
         )
     if finished:  # the trainer's own word beats reading its console
         return RunState("ended", how_finished, None, last, silence)
-    if console_error_line is not None:
-        reason = f"no writer alive; the console ends in: {console_error_line}"
-        return RunState("crashed", reason, None, last, silence, console_error_line)
+    error = console()
+    if error is not None:
+        reason = f"no writer alive; the console ends in: {error}"
+        return RunState("crashed", reason, None, last, silence, error)
     if elsewhere:
         return RunState("unknown", "its event file was written on another host", None, last, silence)
     if not processes.readable:
@@ -637,6 +661,18 @@ def hf_final_save(checkpoints: Sequence[Path]) -> bool:
             continue
         if not isinstance(state, dict):
             return False
-        step, total = state.get("global_step"), state.get("max_steps")
-        return isinstance(step, int) and isinstance(total, int) and total > 0 and step >= total
+        return final_step(state.get("global_step"), state.get("max_steps"))
     return False
+
+
+def final_step(global_step: object, max_steps: object) -> bool:
+    """A trainer state at its last step: ``global_step`` at ``max_steps`` (both integers, a positive
+    total). The watcher asks it of the newest ``trainer_state.json`` it already read (core.sources)."""
+    return (
+        isinstance(global_step, int)
+        and isinstance(max_steps, int)
+        and not isinstance(global_step, bool)
+        and not isinstance(max_steps, bool)
+        and max_steps > 0
+        and global_step >= max_steps
+    )

@@ -13,6 +13,7 @@ from triage_tui.core.best_checkpoint import AcceptanceHistory, BestCheckpoint, a
 from triage_tui.core.curve_shapes import RunStart
 from triage_tui.core.errors import SourceError
 from triage_tui.core.metric_names import match_trainer
+from triage_tui.core.run_state import RunState
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.names import MANIFEST_NAME
 from triage_tui.core.runs.remote import shown_path
@@ -52,6 +53,9 @@ class RunStatus:
     errors: tuple[SourceError, ...] = ()
     # The peak of the run's acceptance estimate and the checkpoint nearest it (core.best_checkpoint)
     best: BestCheckpoint | None = None
+    # Whether the run's writer is alive here (live, stalled, ended, crashed, unknown) and the
+    # evidence (core.run_state); None where it was not judged (a run whose update failed).
+    state: RunState | None = None
 
     @property
     def shown_status(self) -> str:
@@ -92,6 +96,12 @@ class RunStatus:
             "errors": [error.to_json() for error in self.errors],
             "best": self.best.to_json() if self.best is not None else None,
         }
+        # core.run_state's keys; null where the run was not judged.
+        state = self.state.to_json() if self.state is not None else {}
+        document["state"] = state.get("state")
+        document["state_reason"] = state.get("state_reason")
+        document["writer"] = state.get("writer")
+        document["crash_line"] = state.get("crash_line")
         if self.source_errors:
             document["source_errors"] = list(self.source_errors)
         if self.info.manifest_error:

@@ -10,10 +10,12 @@ at once instead of within a poll interval; ``use_watchdog=False`` (``--poll``) l
 alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread.
-An idle ``poll_once`` (nothing appended) costs one stat per event file plus a clock
-comparison per run: what depends on the values (core.derive ``derive``) is recomputed only when
-a run's scalars or settings changed (``RunScalars.version``); the flags of the clock and the run's
-files (``flags_at``: ``stalled`` among them) are cheap and made every poll.
+An idle ``poll_once`` (nothing appended) costs one stat per event file, one scan of /proc for
+all runs (core.run_state: whether each run's writer is alive here; what a process holds open is
+read again only every ``REFRESH_SECS``) plus a few lookups per run: what depends on the values
+(core.derive ``derive``) is recomputed only when a run's scalars or settings changed
+(``RunScalars.version``); the run's state and the flags of the clock and the run's files
+(``flags_at``: ``stalled`` and ``crashed`` among them) are cheap and made every poll.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.formats.specforge_output import BestMeta, read_best_meta
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
+from triage_tui.core.run_state import (
+    ProcessScanner,
+    ProcessTable,
+    RunState,
+    console_error,
+    event_file_pids,
+    final_step,
+    read_console_tail,
+    run_state,
+)
 from triage_tui.core.run_status import RunStatus, failed_status, manifest_error
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.discover import discover_runs
@@ -99,6 +111,10 @@ class _Tracked:
     serving_sources: tuple[str, ...] = ()
     serving_flags: tuple[Flag, ...] = ()
     serving_flags_for: tuple[ServingEvidence | None, int | None] = (None, None)  # (evidence, scalars.version)
+    # The crash line the run's newest console ends in (core.run_state.console_error), and the
+    # console's read mark it was found at (ConsoleLogs.newest): read again only when that moves.
+    console_key: tuple | None = None
+    console_error: str | None = None
 
 
 def tui_watcher(
@@ -195,6 +211,7 @@ class Watcher:
         follow_serving: bool = True,
         split_files: bool = False,
         mirrors: Mirrors | None = None,
+        scanner: ProcessScanner | None = None,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
@@ -224,6 +241,8 @@ class Watcher:
         self.clock = clock
         # triage.toml [serving] followed with the runs; `check` reads it itself, to the end, once.
         self.follow_serving = follow_serving
+        # Scans /proc once a poll for every run's writer (core.run_state); a test gives one over a made-up /proc.
+        self.scanner = scanner if scanner is not None else ProcessScanner()
         self.watchdog_active = False  # True while an Observer delivers wake-ups
         self.skipped_links: dict[str, str] = {}  # symlinks out of the watched paths, not followed: link -> target
         self._cache = ListingCache()
@@ -262,6 +281,7 @@ class Watcher:
             self._rescan_if_due()
             now = self.clock() if now is None else now
             runs = list(self._runs.values())
+            processes = self._scan_processes(runs)
             statuses: list[RunStatus | None] = [None] * len(runs)
             started = reported = time.monotonic()
             interval = PROGRESS_SECS
@@ -271,7 +291,7 @@ class Watcher:
             def update(i: int) -> None:
                 nonlocal reported, interval, done, reports
                 try:
-                    statuses[i] = self._update(runs[i], now)
+                    statuses[i] = self._update(runs[i], now, processes)
                 except Exception as err:  # noqa: BLE001 - the fault boundary: one run's failure stays on it
                     statuses[i] = failed_status(runs[i].info, self.vocab_size, err)
                 done += 1
@@ -514,7 +534,50 @@ class Watcher:
 
     # ------------------------------------------------------------------ per-run update
 
-    def _update(self, tracked: _Tracked, now: float) -> RunStatus:
+    def _scan_processes(self, runs: list[_Tracked]) -> ProcessTable:
+        """One scan of /proc for every run (core.run_state), on this thread, never the UI's."""
+        scanner = self.scanner
+        if not runs:
+            return ProcessTable({}, scanner.hostname, False)
+        pids = event_file_pids((path for tracked in runs for path in tracked.info.event_files), scanner.hostname)
+        try:
+            return scanner.scan(self.paths, pids)
+        except Exception:  # noqa: BLE001 - the processes unseen: every run keeps the silence rule (unknown)
+            return ProcessTable({}, scanner.hostname, False)
+
+    def _run_state(self, tracked: _Tracked, derived: Derived, now: float, processes: ProcessTable) -> RunState:
+        """Whether the run's writer is alive here, from the poll's process table and what the run's
+        files already read say (the W&B exit record, the newest trainer_state.json, the console's end)."""
+        wandb = tracked.events.wandb
+        trainer = tracked.events.trainer_state
+        return run_state(
+            tracked.info.path,
+            processes=processes,
+            activity=derived.activity,
+            now=now,
+            event_files=tracked.info.event_files,
+            wandb_exit_code=wandb.exit_code if wandb is not None else None,
+            console_error_of=lambda: self._console_error(tracked),
+            final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
+            flush_secs=self.flush_secs,
+        )
+
+    def _console_error(self, tracked: _Tracked) -> str | None:
+        """The crash line the run's newest console ends in, its tail read again only when the
+        console reader read more of it (an idle ended run's console is not read every poll)."""
+        console = tracked.events.console
+        newest = console.newest() if console is not None else None
+        if newest != tracked.console_key:
+            line = None
+            if newest is not None:
+                try:
+                    line = console_error(read_console_tail(newest[0]))
+                except OSError:
+                    line = None  # the console's own reader says why it cannot be read (the run's errors)
+            tracked.console_key, tracked.console_error = newest, line
+        return tracked.console_error
+
+    def _update(self, tracked: _Tracked, now: float, processes: ProcessTable) -> RunStatus:
         tracked.events.poll(split_files=self.split_files)  # what fails is on tracked.events.errors
         scalars = tracked.events.scalars
         wandb = tracked.events.wandb
@@ -543,6 +606,7 @@ class Watcher:
             if e is not None
         )
         serving, serving_errors, serving_failures = self._poll_serving(tracked)
+        state = self._run_state(tracked, derived, now, processes)
         flags = flags_at(
             derived,
             now=now,
@@ -551,12 +615,14 @@ class Watcher:
             damaged=tracked.events.damaged,
             errors=errors,
             serving=self._serving_flags(tracked, serving, scalars),
+            state=state,
         )
         errors += serving_failures
         if (
             not recompute
             and tracked.status is not None
             and flags == tracked.status.flags
+            and state == tracked.status.state
             and serving is tracked.status.serving
             and serving_errors == tracked.status.serving_errors
             and errors + serving_failures == tracked.status.errors
@@ -586,6 +652,7 @@ class Watcher:
             start=derived.start,
             errors=errors,
             best=derived.best,
+            state=state,
         )
         return tracked.status
 

@@ -47,6 +47,7 @@ from triage_tui.tui.view_data import (
     overlay_colour,
     series_names,
     serving_series,
+    state_line,
 )
 from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
 from triage_tui.tui.widgets.fitted_lines import fit_line
@@ -357,7 +358,10 @@ class TriageApp(App[None]):
     def _show_selected_flags(self) -> None:
         status = self.statuses.get(self._selected) if self._selected else None
         self.flags_state = FlagsState(
-            tuple(status.flags) if status else (), self.polls == 0, (metrics_line(status) or "") if status else ""
+            tuple(status.flags) if status else (),
+            self.polls == 0,
+            (metrics_line(status) or "") if status else "",
+            state_line(status) if status else None,
         )
 
     def _show_analysis(self) -> None:

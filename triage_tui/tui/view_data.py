@@ -63,6 +63,8 @@ class RunRow:
     loss_flagged: bool
     version: int
     shown_status: str  # RunStatus.shown_status: what the glyph says ("warming" inside the warm-up)
+    # core.run_state: "live" | "stalled" | "ended" | "crashed" | "unknown"; None where not judged
+    state: str | None = None
 
     def sort_key(self) -> tuple[int, str]:
         """Worst first, then by name so the order is stable between polls."""
@@ -144,6 +146,7 @@ class RowCache:
             loss_flagged=loss_flagged,
             version=version,
             shown_status=status.shown_status,
+            state=status.state.state if status.state is not None else None,
         )
 
 
@@ -273,6 +276,20 @@ def log_ticks(low: float, high: float, count: int = 5) -> list[float]:
         return [float(f"{t:.3g}") for t in np.geomspace(low, high, max(count, 2))]
     stride = max(1, math.ceil(len(found) / count))
     return found[::stride]
+
+
+# The colour of each run state's word in the runs table (core.run_state STATES).
+STATE_STYLE = {"live": "green", "stalled": "bold red", "crashed": "bold red", "ended": "dim", "unknown": "dim"}
+
+
+def state_line(status: RunStatus) -> tuple[str, str] | None:
+    """The run's state and the evidence for it, for the flags pane: ("live", "writer pid 4242
+    (python): pid 4242 named in events.out.tfevents..."); None where the run was not judged, or
+    where its stalled or crashed flag already says it. (The table's state column says since when.)"""
+    state = status.state
+    if state is None or any(flag.kind == state.state for flag in status.flags):
+        return None
+    return state.state, state.reason
 
 
 def format_age(seconds: float | None) -> str:

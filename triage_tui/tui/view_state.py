@@ -39,6 +39,7 @@ class FlagsState:
     flags: tuple[Flag, ...] = ()
     scanning: bool = True  # before the first poll: "scanning…", not "no flags"
     subtitle: str = ""  # trainer, accuracy by position, acceptance length
+    state: tuple[str, str] | None = None  # the run's state and its evidence (view_data.state_line)
 
 
 @dataclass(frozen=True, eq=False)

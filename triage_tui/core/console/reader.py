@@ -163,6 +163,18 @@ class ConsoleLogs:
         """Files the last poll could not read (missing, unreadable, not a regular file), and why."""
         return {path: file.console.problem for path in self._paths if (file := self._files[path]).console.problem}
 
+    def newest(self) -> tuple[Path, tuple[int, int, float]] | None:
+        """The run's console file written last (its modification time at the last poll), with a mark
+        that changes whenever the last poll read more of it, found it rewritten or touched: whoever
+        reads its tail again (core.run_state's crash line) does so only then. None before a poll
+        found one."""
+        found = [(mtime, path) for path in self._paths if (mtime := self._files[path].console.tail.mtime)]
+        if not found:
+            return None
+        _, path = max(found, key=lambda item: (item[0], natural_key(os.fspath(item[1]))))
+        tail = self._files[path].console.tail
+        return path, (tail.offset, tail.restarts, tail.mtime or 0.0)
+
     def inferred(self) -> dict[str, int]:
         """Per series, the points whose step was inferred (HF Trainer's dicts no checkpoint or
         progress bar placed): a marker the chart and scan show with the series."""

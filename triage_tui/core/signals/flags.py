@@ -23,7 +23,8 @@ class Flag:
 
     kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
     #           | damaged_records | unreadable_file (core.derive) | starts_at_chance | ttt_position_collapse
-    #           | resume_discontinuity | eval_peaked (core.curve_shapes)
+    #           | resume_discontinuity | eval_peaked (core.curve_shapes) | crashed, and stalled when its
+    #           writer is alive here (core.run_state)
     severity: FlagSeverity
     tag: str | None
     step: int | None

@@ -8,19 +8,19 @@ from rich.text import Text
 from textual.widgets import Static
 
 from triage_tui.core.text import STATUS_GLYPHS, printable
-from triage_tui.tui.view_data import SEVERITY_STYLE
+from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE
 
 
 class FlagsView(Static):
-    """One line per flag: severity glyph, kind, and the core's message."""
+    """One line per flag: severity glyph, kind, and the core's message; under them, the run's state
+    and its evidence where no flag says it (a live, ended or unknown run)."""
 
-    HELP = "Flags the core raised for the selected run (same as `triage scan`)."
+    HELP = "Flags the core raised for the selected run (same as `triage scan`), and the run's state."
 
-    def show(self, flags: Sequence, *, scanning: bool = False) -> None:
-        if not flags:
-            self.update(Text("scanning…" if scanning else "no flags", style="dim"))
-            return
+    def show(self, flags: Sequence, *, scanning: bool = False, state: tuple[str, str] | None = None) -> None:
         text = Text()
+        if not flags:
+            text.append("scanning…" if scanning else "no flags", style="dim")
         for index, flag in enumerate(flags):
             shown = "warming" if flag.kind == "warming_up" else flag.severity
             glyph, style = STATUS_GLYPHS.get(shown, "?"), SEVERITY_STYLE.get(shown, "")
@@ -29,4 +29,9 @@ class FlagsView(Static):
             text.append(f"{glyph} ", style=style)
             text.append(printable(flag.kind), style=style)
             text.append(f"  {printable(flag.message)}")
+        if state is not None:
+            name, reason = state
+            text.append("\n  ")
+            text.append(printable(name), style=STATE_STYLE.get(name, ""))
+            text.append(f"  {printable(reason)}", style="dim")
         self.update(text)

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
-from triage_tui.tui.view_data import SEVERITY_STYLE, RunRow, format_age, format_loss, format_step
+from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE, RunRow, format_age, format_loss, format_step
 from triage_tui.tui.widgets.fitted_lines import fit_line
 
 # The name column fills what the numbers leave, between these bounds.
@@ -29,7 +29,9 @@ COLUMNS = (
     # averages over masked positions too (the chart's label and `scan` say which).
     ("chance", "chance", 6),  # 10.37
     ("acc", "acc", 6),  # 100.0%
-    ("age", "age", 4),  # 59s, 12m, 23h, 365d
+    # Whether the run's writer is alive here (core.run_state) and the time since its last event:
+    # live 4s, ended 3h, stalled 12m, crashed 2d, unknown 365d; the age alone where not judged.
+    ("state", "state", 12),
 )
 FIXED_WIDTH = sum(width for _, _, width in COLUMNS if width is not None)
 
@@ -51,9 +53,15 @@ def _loss_cell(value: float | None, flagged: bool) -> Text:
     return Text(format_loss(value), style="bold red" if flagged else "", justify="right")
 
 
-def _age_cell(row: RunRow, now: float) -> Text:
-    age = None if row.last_update is None else now - row.last_update
-    return Text(format_age(age), style="dim", justify="right")
+def _state_cell(row: RunRow, now: float) -> Text:
+    """The run's state word, then the time since its last event (one column: "ended 3h")."""
+    age = format_age(None if row.last_update is None else now - row.last_update)
+    if row.state is None:
+        return Text(age, style="dim")
+    text = Text()
+    text.append(row.state, style=STATE_STYLE.get(row.state, ""))
+    text.append(f" {age}", style="dim")
+    return text
 
 
 def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tuple[Text, ...]:
@@ -66,7 +74,7 @@ def row_cells(row: RunRow, now: float, name_width: int = MAX_NAME_WIDTH) -> tupl
         _loss_cell(row.loss_smoothed, row.loss_flagged),
         Text(format_loss(row.chance_loss), style="dim", justify="right"),
         Text(format_accuracy(row.accuracy_last), justify="right"),
-        _age_cell(row, now),
+        _state_cell(row, now),
     )
 
 
@@ -214,11 +222,11 @@ class RunsTable(DataTable):
         self._moved[old] = new
 
     def refresh_ages(self, now: float) -> None:
-        """The clock moved: redo only the age column, and only the cells whose text changed."""
+        """The clock moved: redo only the state column (its age), and only the cells whose text changed."""
         age_index = len(COLUMNS) - 1
         for path, row in self._rows.items():
-            cell = _age_cell(row, now)
+            cell = _state_cell(row, now)
             old = self._cells[path]
             if cell.plain != old[age_index].plain:
-                self.update_cell(str(path), "age", cell)
+                self.update_cell(str(path), "state", cell)
                 self._cells[path] = (*old[:age_index], cell)
