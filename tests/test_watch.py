@@ -438,7 +438,7 @@ def test_an_early_first_poll_finds_the_runs_before_textual_is_imported(tmp_path,
         write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
     gate = threading.Event()
     real_update = Watcher._update
-    monkeypatch.setattr(Watcher, "_update", lambda self, t, now: gate.wait(30) and real_update(self, t, now))
+    monkeypatch.setattr(Watcher, "_update", lambda self, t, *rest: gate.wait(30) and real_update(self, t, *rest))
     found = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
     found.start_first_poll(wait_for_discovery=30)
     assert sorted(path.name for path in found._runs) == ["a", "b", "c"]  # found; none read yet
@@ -472,7 +472,7 @@ def test_run_stopped_while_an_early_first_poll_reads_returns(tmp_path, monkeypat
     write_scalars(tmp_path / "a", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
     gate = threading.Event()
     real_update = Watcher._update
-    monkeypatch.setattr(Watcher, "_update", lambda self, t, now: gate.wait(30) and real_update(self, t, now))
+    monkeypatch.setattr(Watcher, "_update", lambda self, t, *rest: gate.wait(30) and real_update(self, t, *rest))
     watcher = Watcher([tmp_path], use_watchdog=False, poll_interval=0.05)
     watcher.start_first_poll()
     stop = threading.Event()
