@@ -15,6 +15,7 @@ from a sibling room of its own layer (siblings are independent):
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
+    watched_run               one watched run: its settings from its files, its update into a RunStatus
     run_status | derive       what the watcher reports about one run (scan --json's object) / the one
                               derivation of a run's flags, chance line, tags and metrics from its scalars
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
@@ -67,6 +68,7 @@ CORE = [
     ("core.diagnose", "core.remap"),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
+    ("core.watched_run",),
     ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
