@@ -8,8 +8,7 @@ process before triage runs (PLAIN below), the same switches the tests use to che
 paths give the same answer:
 
 - text: the export's numpy column formatter (core/decimal_text.py) against csv.writer + repr
-  and json.dumps (commands/scalars.py PLAIN_TEXT), both formatting in one process;
-- formatters: the export's forked formatters (one a free core, a ring of pipes) against one;
+  and json.dumps (commands/scalars.py PLAIN_TEXT);
 - split_read: a big file's first read on two cores (core/events/split_read.py) against one;
 - parallel_read: a sweep's first load in helper processes (core/parallel_read.py) against one;
 - templates: the decoder's templates (core/events/decode.py) against Event.FromString per record
@@ -52,8 +51,6 @@ KEEP_AT = 1.3
 # would change nothing and the two paths would time the same (a false "delete").
 PLAIN = {
     "text": "import triage_tui.commands.scalars as m; assert hasattr(m, 'PLAIN_TEXT'); m.PLAIN_TEXT = True",
-    "formatters": "import triage_tui.commands.scalars as m; assert hasattr(m, '_processes'); "
-    "m._processes = lambda floats, out, ticks: 1",
     "split_read": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'SPLIT_MIN_BYTES'); "
     "t.SPLIT_MIN_BYTES = 1 << 62",
     "parallel_read": "import triage_tui.core.parallel_read as p; assert hasattr(p, '_cores'); p._cores = lambda: 1",
@@ -65,18 +62,9 @@ FAST_PATHS = {
     "text": (
         "the export's numpy column formatter",
         "csv.writer + repr, json.dumps",
-        PLAIN["formatters"],  # both sides format in one process: the text alone is compared
-        ["export_csv", "export_json"],
-        ["triage_tui/core/decimal_text.py"],
-    ),
-    "formatters": (
-        "the export's forked formatters",
-        "one formatting process",
         "",
         ["export_csv", "export_json"],
-        [
-            "triage_tui/commands/scalars.py::_write_pieces,_processes,_cpu_ticks,_chunks,_keep_ends,_take_turns,_formatter"
-        ],
+        ["triage_tui/core/decimal_text.py"],
     ),
     "split_read": (
         "a big file's first read on two cores",
