@@ -209,7 +209,6 @@ class Watcher:
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
         parse_in_helpers: bool = False,
         follow_serving: bool = True,
-        split_files: bool = False,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
     ) -> None:
@@ -227,9 +226,6 @@ class Watcher:
         # True (the TUI): those runs are parsed only in helper processes, one per core, never in
         # this process, whose UI thread would otherwise wait for the GIL while a run is decoded.
         self.parse_in_helpers = parse_in_helpers
-        # True (`scan`, one pass in a process with one thread): a big file this process reads is
-        # read on two cores, its second half by a forked child (core/events/split_read.py).
-        self.split_files = split_files
         self.vocab_size = vocab_size
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
@@ -578,7 +574,7 @@ class Watcher:
         return tracked.console_error
 
     def _update(self, tracked: _Tracked, now: float, processes: ProcessTable) -> RunStatus:
-        tracked.events.poll(split_files=self.split_files)  # what fails is on tracked.events.errors
+        tracked.events.poll()  # what fails is on tracked.events.errors
         scalars = tracked.events.scalars
         wandb = tracked.events.wandb
         if wandb is not None and wandb.config_version != tracked.wandb_config_version:
