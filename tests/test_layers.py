@@ -114,7 +114,6 @@ WANDB = [
 ]
 EVENTS = [
     ("core.events.reader",),
-    ("core.events.split_read",),
     ("core.events.decode", "core.events.event_file"),
     ("core.events.templates", "core.events.columns"),
     ("core.events.wire", "core.events.framing"),

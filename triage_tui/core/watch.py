@@ -150,7 +150,6 @@ class Watcher:
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
         parse_in_helpers: bool = False,
         follow_serving: bool = True,
-        split_files: bool = False,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
     ) -> None:
@@ -175,14 +174,13 @@ class Watcher:
         # Either way a run's own bad file is an error of that run (RunStatus.errors), never BadInput.
         self.strict = strict
         self.clock = clock
-        # What every run is read and judged with (core.watched_run): `scan` reads a big file on two
-        # cores (split_files) and waits for a metrics URL once (strict); `check` reads [serving] itself.
+        # What every run is read and judged with (core.watched_run): `scan` waits for a metrics URL
+        # once (strict); `check` reads [serving] itself (follow_serving=False).
         self.settings = WatchSettings(
             vocab_size=vocab_size,
             flush_secs=flush_secs,
             strict=strict,
             follow_serving=follow_serving,
-            split_files=split_files,
             clock=clock,
         )
         # Scans /proc once a poll for every run's writer (core.run_state); a test gives one over a made-up /proc.

@@ -51,8 +51,6 @@ class WatchSettings:
     # `scan` (True): a [serving] metrics URL is scraped once and waited for; the TUI scrapes on a thread.
     strict: bool = False
     follow_serving: bool = True  # triage.toml [serving] followed with the run (`check` reads it itself)
-    # True (`scan`, one pass in a process with one thread): a big file is read on two cores.
-    split_files: bool = False
     clock: Callable[[], float] = time.time
 
 
@@ -235,7 +233,7 @@ class WatchedRun:
         """Read what the run's sources appended and report the run; the same RunStatus object as
         the last poll's when nothing in it changed. ``mirror_errors``: the objects of a bucket
         that failed, by the run (its URL) they belong to."""
-        self.events.poll(split_files=watch.split_files)  # what fails is on self.events.errors
+        self.events.poll()  # what fails is on self.events.errors
         scalars = self.events.scalars
         wandb = self.events.wandb
         if wandb is not None and wandb.config_version != self.wandb_config_version:
