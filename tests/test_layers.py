@@ -6,7 +6,8 @@ too). The rooms, top to bottom (CONTRIBUTING.md draws the same map):
 
     cli, commands             parse arguments, print, exit codes
     samples                   the playground runs and the scripted demo (it starts the TUI)
-    tui                       the Textual app: app over screens over widgets; screens never import the app
+    tui                       the Textual app: app over its check and remap flows over screens over widgets;
+                              screens and flows never import the app
     core                      headless: never imports the three above, textual or rich
 
 and within core, top to bottom; a module may import only from layers below its own, never
@@ -185,11 +186,15 @@ SEAM_MODULES = (
     "core.bounds",
     "core.console.tuning",
 )
-# Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
-# (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the
-# state it is bound to (tui/view_state.py); the app answers by setting that state.
+# Inside tui: the app over its two workflows (the remap over the checks it follows from), over the
+# screens, over the widgets. A screen never imports the app (not even for a type): it posts a message
+# of tui/messages.py for what the user asks and shows the state it is bound to (tui/view_state.py);
+# the app answers by setting that state. A workflow never imports the app either: it is handed it,
+# typed by what it needs of it (CheckHost, RemapHost).
 TUI = [
     ("tui.app",),
+    ("tui.remap_flow",),
+    ("tui.check_flow",),
     ("tui.screens",),
     ("tui.widgets",),
     ("tui.messages", "tui.view_state"),
