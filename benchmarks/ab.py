@@ -8,9 +8,7 @@ process before triage runs (PLAIN below), the same switches the tests use to che
 paths give the same answer:
 
 - text: the export's numpy column formatter (core/decimal_text.py) against csv.writer + repr
-  and json.dumps (commands/scalars.py PLAIN_TEXT), both formatting in one process;
-- formatters: the export's forked formatters (one a free core, a ring of pipes) against one;
-- split_read: a big file's first read on two cores (core/events/split_read.py) against one;
+  and json.dumps (commands/scalars.py PLAIN_TEXT);
 - parallel_read: a sweep's first load in helper processes (core/parallel_read.py) against one;
 - templates: the decoder's templates (core/events/decode.py) against Event.FromString per record
   (events/tuning.py TEMPLATES).
@@ -52,10 +50,6 @@ KEEP_AT = 1.3
 # would change nothing and the two paths would time the same (a false "delete").
 PLAIN = {
     "text": "import triage_tui.commands.scalars as m; assert hasattr(m, 'PLAIN_TEXT'); m.PLAIN_TEXT = True",
-    "formatters": "import triage_tui.commands.scalars as m; assert hasattr(m, '_processes'); "
-    "m._processes = lambda floats, out, ticks: 1",
-    "split_read": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'SPLIT_MIN_BYTES'); "
-    "t.SPLIT_MIN_BYTES = 1 << 62",
     "parallel_read": "import triage_tui.core.parallel_read as p; assert hasattr(p, '_cores'); p._cores = lambda: 1",
     "templates": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'TEMPLATES'); t.TEMPLATES = False",
 }
@@ -65,25 +59,9 @@ FAST_PATHS = {
     "text": (
         "the export's numpy column formatter",
         "csv.writer + repr, json.dumps",
-        PLAIN["formatters"],  # both sides format in one process: the text alone is compared
+        "",
         ["export_csv", "export_json"],
         ["triage_tui/core/decimal_text.py"],
-    ),
-    "formatters": (
-        "the export's forked formatters",
-        "one formatting process",
-        "",
-        ["export_csv", "export_json"],
-        [
-            "triage_tui/commands/scalars.py::_write_pieces,_processes,_cpu_ticks,_chunks,_keep_ends,_take_turns,_formatter"
-        ],
-    ),
-    "split_read": (
-        "a big file's first read on two cores",
-        "read in one process",
-        "",
-        ["export_csv", "scan_big"],
-        ["triage_tui/core/events/split_read.py"],
     ),
     "parallel_read": (
         "a sweep's first load in helper processes",
@@ -277,7 +255,7 @@ def main() -> None:
         lines_of_code = f"{code_lines(files)} lines: {', '.join(files)}"
         busy = run.load_start > (os.cpu_count() or 1)
         if args.small:
-            verdict = "no verdict at small sizes (a sweep under parallel_read's threshold, a file under split_read's)"
+            verdict = "no verdict at small sizes (a sweep under parallel_read's threshold)"
         elif busy and max(ratios) < KEEP_AT:
             verdict = (
                 f"under {KEEP_AT}× here, but at load {run.load_start:.0f} on {os.cpu_count()} cores the forks find no "

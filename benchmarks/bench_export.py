@@ -47,7 +47,7 @@ import record  # noqa: E402
 
 def timed(cmd: list[str], out: Path) -> tuple[float, float, float]:
     """Wall seconds from exec to exit, CPU seconds and whole-process peak RSS in MiB (the process and
-    the helpers it forked and waited for)."""
+    any children it waited for)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.perf_counter()
     with open(out, "wb") as sink:

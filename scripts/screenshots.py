@@ -85,7 +85,7 @@ async def select(pilot, run_name: str) -> None:
 async def check(pilot) -> None:
     app = pilot.app
     await pilot.press("c")
-    await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+    await until(pilot, lambda: app.checks.running_for is None and bool(app.checks.diagnoses))
 
 
 async def main_screen(runs: Path, now: float, out: Path) -> None:

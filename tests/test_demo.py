@@ -218,13 +218,13 @@ async def test_demo_in_the_tui_check_key_remap_key_and_recovery(layout):
             trainer.allow(trainer.step)  # held while the check and the remap run in the app
             await pilot.press("c")
             run = app.rows[0].path
-            await wait_for(pilot, lambda: app.checks_running_for is None and run in app.diagnoses, STALL_SECONDS)
-            assert app.diagnoses[run].hypotheses[0].id == "vocab_mapping_mismatch"
+            await wait_for(pilot, lambda: app.checks.running_for is None and run in app.checks.diagnoses, STALL_SECONDS)
+            assert app.checks.diagnoses[run].hypotheses[0].id == "vocab_mapping_mismatch"
             await pilot.press("m")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), STALL_SECONDS)
             await pilot.press("y")
-            await wait_for(pilot, lambda: run in app.remap_reports, STALL_SECONDS)
-            assert app.remap_reports[run].verified
+            await wait_for(pilot, lambda: run in app.remap.reports, STALL_SECONDS)
+            assert app.remap.reports[run].verified
             reloaded = trainer.wait_until(lambda t: t.reloads[-1] if t.reloads else None, STALL_SECONDS)
             assert reloaded is not None and "drafter-a-remapped-" in reloaded["checkpoint"]
             reload_step = int(reloaded["step"])

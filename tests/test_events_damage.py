@@ -221,6 +221,51 @@ def test_garbage_tail_waits_then_resyncs_when_records_follow(tmp_path, torch_byt
     assert events.problems == {}
 
 
+@pytest.mark.parametrize("tail", ["half a record", "zeros", "garbage"])
+def test_a_tail_still_being_written_is_pending_and_only_a_damaged_one_is_said(tmp_path, torch_bytes, tail):
+    last_start = records(torch_bytes)[-1][0]
+    data, whole = {
+        "half a record": (torch_bytes[: last_start + 9], torch_bytes[:last_start]),
+        "zeros": (torch_bytes + bytes(4096), torch_bytes),
+        "garbage": (torch_bytes + b"\x07" * 333, torch_bytes),
+    }[tail]
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(data)
+    events = _reader(path)
+    stats = events.poll()
+    assert stats.pending_bytes == len(data) - len(whole) and stats.corrupt_records == 0
+    assert same_points(as_points(events.scalars), reference_points([whole]))
+    # A whole header that fails its length check is no write in progress: said; a cut record or zeros wait.
+    message = f"no TFRecord from byte {len(torch_bytes)} on (333 bytes fail the length check and no whole record "
+    said = {path: message + "follows): damaged, or not an event file"}
+    assert events.problems == (said if tail == "garbage" else {})
+
+
+@pytest.mark.parametrize("where", [0.2, 0.5, 0.8])
+def test_damage_reads_the_same_in_read_windows_smaller_than_the_file(tmp_path, monkeypatch, torch_bytes, where):
+    """A resync past damage that meets a window's end reads on as one window over the whole file does."""
+    from triage_tui.core.events import tuning
+
+    starts = [pos for pos, _ in records(torch_bytes)]
+    at = starts[int(len(starts) * where)] + 20
+    data = bytearray(torch_bytes)
+    data[at : at + 7] = b"\xff" * 7
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(bytes(data))
+
+    def read() -> tuple:
+        events = _reader(path)
+        stats = events.poll()
+        counts = (stats.corrupt_records, stats.skipped_bytes, stats.pending_bytes)
+        return as_points(events.scalars), counts, events.damaged
+
+    one_window = read()
+    assert one_window[1][0] > 0
+    for window in (1 << 10, 4 << 10):
+        monkeypatch.setattr(tuning, "READ_WINDOW", window)
+        assert read() == one_window
+
+
 def test_a_file_of_random_bytes_is_an_error_of_its_run_not_a_run_waiting(tmp_path, torch_bytes, capsys):
     from triage_tui import cli
 

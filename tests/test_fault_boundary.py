@@ -127,14 +127,16 @@ def test_an_update_that_fails_outright_is_listed_as_an_error(tmp_path, monkeypat
     good = _healthy(tmp_path / "good")
     expected = _alone(good)
     _healthy(tmp_path / "bad")
-    recompute = Watcher._recompute
+    from triage_tui.core.watched_run import WatchedRun
 
-    def failing_recompute(self, tracked, scalars):
-        if tracked.info.name == "bad":
+    recompute = WatchedRun.recompute
+
+    def failing_recompute(self, scalars, vocab_flag):
+        if self.info.name == "bad":
             raise ZeroDivisionError("float division by zero")
-        return recompute(self, tracked, scalars)
+        return recompute(self, scalars, vocab_flag)
 
-    monkeypatch.setattr(Watcher, "_recompute", failing_recompute)
+    monkeypatch.setattr(WatchedRun, "recompute", failing_recompute)
     code, document = _scan(tmp_path)
     runs = _runs(document)
     assert code == 1 and runs["good"] == expected

@@ -258,8 +258,10 @@ async def test_tui_shows_hostile_run_and_tag_names_as_text(tmp_path):
 def _elides(cell: str, name: str) -> bool:
     if "…" not in cell or cell == name:
         return cell == name
-    head, tail = cell.split("…", 1)
-    return name.startswith(head) and name.endswith(tail) and len(cell) < len(name)
+    # The elision mark is one of the cell's "…": the name may hold some of its own.
+    return len(cell) < len(name) and any(
+        name.startswith(cell[:at]) and name.endswith(cell[at + 1 :]) for at, char in enumerate(cell) if char == "…"
+    )
 
 
 def _unmarkup(markup: str) -> str:

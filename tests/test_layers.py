@@ -6,7 +6,8 @@ too). The rooms, top to bottom (CONTRIBUTING.md draws the same map):
 
     cli, commands             parse arguments, print, exit codes
     samples                   the playground runs and the scripted demo (it starts the TUI)
-    tui                       the Textual app: app over screens over widgets; screens never import the app
+    tui                       the Textual app: app over its check and remap flows over screens over widgets;
+                              screens and flows never import the app
     core                      headless: never imports the three above, textual or rich
 
 and within core, top to bottom; a module may import only from layers below its own, never
@@ -15,6 +16,7 @@ from a sibling room of its own layer (siblings are independent):
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
+    watched_run               one watched run: its settings from its files, its update into a RunStatus
     run_status | derive       what the watcher reports about one run (scan --json's object) / the one
                               derivation of a run's flags, chance line, tags and metrics from its scalars
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
@@ -67,6 +69,7 @@ CORE = [
     ("core.diagnose", "core.remap"),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
+    ("core.watched_run",),
     ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
@@ -112,7 +115,6 @@ WANDB = [
 ]
 EVENTS = [
     ("core.events.reader",),
-    ("core.events.split_read",),
     ("core.events.decode", "core.events.event_file"),
     ("core.events.templates", "core.events.columns"),
     ("core.events.wire", "core.events.framing"),
@@ -184,11 +186,15 @@ SEAM_MODULES = (
     "core.bounds",
     "core.console.tuning",
 )
-# Inside tui: the app over the screens, the screens over the widgets. A screen never imports the app
-# (not even for a type): it posts a message of tui/messages.py for what the user asks and shows the
-# state it is bound to (tui/view_state.py); the app answers by setting that state.
+# Inside tui: the app over its two workflows (the remap over the checks it follows from), over the
+# screens, over the widgets. A screen never imports the app (not even for a type): it posts a message
+# of tui/messages.py for what the user asks and shows the state it is bound to (tui/view_state.py);
+# the app answers by setting that state. A workflow never imports the app either: it is handed it,
+# typed by what it needs of it (CheckHost, RemapHost).
 TUI = [
     ("tui.app",),
+    ("tui.remap_flow",),
+    ("tui.check_flow",),
     ("tui.screens",),
     ("tui.widgets",),
     ("tui.messages", "tui.view_state"),

@@ -182,7 +182,7 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
         await loaded(pilot)
         assert app.rows[0].name == "k2-finetune"
         await checked(pilot)
-        assert app.diagnoses[app.rows[0].path].hypotheses[0].id == "vocab_mapping_mismatch"
+        assert app.checks.diagnoses[app.rows[0].path].hypotheses[0].id == "vocab_mapping_mismatch"
         await pilot.press("h", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, DrillDownScreen), what="drill-down")
         await pilot.press("2", "3")
@@ -190,7 +190,7 @@ async def test_a_scripted_tui_session_leaves_the_tree_as_it_was(watched, tmp_pat
         await pilot.press("m")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRemapScreen), what="remap dialog")
         await pilot.press("n")
-        await wait_for(pilot, lambda: not app.remap_running, what="remap declined")
+        await wait_for(pilot, lambda: not app.remap.running, what="remap declined")
         await pilot.press("escape")
         watcher = app.watcher
         assert watcher is not None

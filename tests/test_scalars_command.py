@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -137,44 +136,16 @@ def test_end_to_end_through_python_m(run_dir, tmp_path):
     assert missing.returncode == 2 and missing.stderr == f"triage: {tmp_path / 'nope'}: no such file or directory\n"
 
 
-def test_formatters_are_forked_for_cores_that_were_idle_or_ours_during_the_read(monkeypatch, tmp_path):
-    from triage_tui.commands import scalars
-
-    monkeypatch.setattr(scalars, "_CORES", 4)
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    big = 64 * scalars._MIN_FLOATS_PER_PROCESS
-    # A thread an earlier test left in this pytest worker would make it (rightly) never fork.
-    monkeypatch.setattr(threading, "active_count", lambda: 2)
-    with open(os.devnull, "w") as devnull:
-        assert scalars._processes(big, devnull, None) == 1
-    monkeypatch.setattr(threading, "active_count", lambda: 1)
-    with open(tmp_path / "out", "w") as out:
-        # Ticks idle or spent by this process (and the child its read forked), of 400 on 4 cores.
-        for free_ticks, processes in ((0, 1), (100, 1), (150, 2), (300, 3), (400, 4)):
-            monkeypatch.setattr(scalars, "_cpu_ticks", lambda free=free_ticks: (1000 + free, 2400))
-            assert scalars._processes(big, out, (1000, 2000)) == processes
-        assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS, out, (1000, 2000)) == 2
-        assert scalars._processes(2 * scalars._MIN_FLOATS_PER_PROCESS - 1, out, (1000, 2000)) == 1
-        monkeypatch.setattr(scalars, "_cpu_ticks", lambda: None)  # no /proc/stat: the cores count as free
-        assert scalars._processes(big, out, None) == 4
-    assert scalars._processes(big, io.StringIO(), None) == 1  # no file descriptor to write to
-
-
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, monkeypatch, run_dir, tmp_path, fmt):
+def test_output_is_the_same_in_small_pieces(capsys, monkeypatch, run_dir, tmp_path, fmt):
     from triage_tui.commands import scalars
 
     code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
-    monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
-    monkeypatch.setattr(scalars, "_CHUNK_FLOATS", 20)  # many chunks: each process takes several turns
-    monkeypatch.setattr(scalars, "_processes", lambda floats, out, ticks: 3)
-    forks = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)  # many pieces: a series' rows cut in several
     with open(tmp_path / "out", "w", encoding="utf-8") as out:
         monkeypatch.setattr(sys, "stdout", out)
-        code_forked = main(["scalars", str(run_dir), "--format", fmt])
-    assert code == code_forked == 0 and len(forks) == 2
+        code_pieces = main(["scalars", str(run_dir), "--format", fmt])
+    assert code == code_pieces == 0
     assert (tmp_path / "out").read_text(encoding="utf-8") == whole
     if fmt == "json":
         first = json.loads(whole)["tags"]["train/acc_0"]["values"][:3]
@@ -183,8 +154,8 @@ def test_output_is_the_same_in_small_pieces_and_from_forked_formatters(capsys, m
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_the_plain_path_writes_the_same_bytes(capsys, monkeypatch, run_dir, fmt):
-    """csv.writer + repr and json.dumps, one process (the plain path benchmarks/ab.py measures the numpy
-    formatter and the forked formatters against), write what the fast path writes, byte for byte."""
+    """csv.writer + repr and json.dumps (the plain path benchmarks/ab.py measures the numpy formatter
+    against) write what the fast path writes, byte for byte."""
     from triage_tui.commands import scalars
 
     with SummaryWriter(log_dir=str(run_dir / "runs")) as writer:  # a tag csv must quote, one JSON escapes
@@ -193,7 +164,7 @@ def test_the_plain_path_writes_the_same_bytes(capsys, monkeypatch, run_dir, fmt)
             writer.add_scalar("lösung/ä", -value, step, walltime=1.9e9 + step / 7)
     code, fast, _ = _cli(capsys, run_dir, "--format", fmt)
     monkeypatch.setattr(scalars, "PLAIN_TEXT", True)
-    monkeypatch.setattr(scalars, "_write_pieces", lambda *a: pytest.fail("the plain path formats with numpy"))
+    monkeypatch.setattr(scalars, "join_rows", lambda *a: pytest.fail("the plain path formats with numpy"))
     code_plain, plain, _ = _cli(capsys, run_dir, "--format", fmt)
     assert code == code_plain == 0
     assert plain == fast
@@ -201,50 +172,8 @@ def test_the_plain_path_writes_the_same_bytes(capsys, monkeypatch, run_dir, fmt)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_a_big_file_read_on_two_cores_exports_the_same_bytes(capsys, monkeypatch, run_dir, tmp_path, fmt):
-    from triage_tui.core.events import split_read, tuning
-
-    code, whole, _ = _cli(capsys, run_dir, "--format", fmt)
-    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 4096)  # the real threshold is 16 MB
-    # A thread an earlier test left in this pytest worker would make it (rightly) never fork.
-    monkeypatch.setattr(threading, "active_count", lambda: 1)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    answers = []
-    real = split_read.read_split
-    monkeypatch.setattr(
-        "triage_tui.core.events.reader.read_split", lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-    )
-    code_split, split, _ = _cli(capsys, run_dir, "--format", fmt)
-    assert code == code_split == 0
-    assert answers == [split_read.Split.WHOLE]  # the first writer's file; the second is too small
-    assert split == whole
-
-
-def test_a_failing_formatter_process_fails_the_export(monkeypatch, run_dir, tmp_path):
-    from triage_tui.commands import scalars
-
-    monkeypatch.setattr(scalars, "_PIECE_ROWS", 7)
-    monkeypatch.setattr(scalars, "_CHUNK_FLOATS", 20)
-    monkeypatch.setattr(scalars, "_processes", lambda floats, out, ticks: 2)
-    parent, real_rows = os.getpid(), scalars._csv_rows
-
-    def rows_failing_in_the_child(*args):
-        if os.getpid() != parent:
-            raise MemoryError("the child ran out")
-        return real_rows(*args)
-
-    monkeypatch.setattr(scalars, "_csv_rows", rows_failing_in_the_child)
-    with open(tmp_path / "out", "w", encoding="utf-8") as out:
-        monkeypatch.setattr(sys, "stdout", out)
-        with pytest.raises(RuntimeError, match="a forked formatter failed"):
-            main(["scalars", str(run_dir)])
-
-
-@pytest.mark.parametrize("fmt", ["csv", "json"])
-@pytest.mark.parametrize("processes", [1, 3])
-def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt, processes):
-    """`triage scalars RUN | head -c 20`: the pipe closes early; triage ends quietly with 141 (128 + SIGPIPE),
-    forked formatters included."""
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt):
+    """`triage scalars RUN | head -c 20`: the pipe closes early; triage ends quietly with 141 (128 + SIGPIPE)."""
     logdir = tmp_path / "run" / "runs"
     with SummaryWriter(log_dir=str(logdir)) as writer:
         for step in range(20_000):  # far more than a pipe buffer holds
@@ -252,7 +181,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, fmt, processes):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     script = (
         "import sys; import triage_tui.commands.scalars as s; from triage_tui.cli import main; "
-        f"s._PIECE_ROWS = 1000; s._CHUNK_FLOATS = 2000; s._processes = lambda floats, out, ticks: {processes}; "
+        "s._PIECE_ROWS = 1000; "
         "sys.exit(main(sys.argv[1:]))"
     )
     process = subprocess.Popen(

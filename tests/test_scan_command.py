@@ -184,37 +184,6 @@ def test_a_damaged_record_is_skipped_and_reported_not_read_as_a_wrong_number(tmp
     assert len(values) == len(steps) - 1 and max(values) < 1e-3
 
 
-def test_a_big_file_read_on_two_cores_scans_the_same(tmp_path, monkeypatch, capsys):
-    import threading
-
-    from triage_tui.cli import main
-    from triage_tui.core.events import split_read, tuning
-
-    steps = np.arange(0, 20_000, 10)
-    write_scalars(
-        tmp_path / "k2-finetune" / "runs",
-        {
-            "train/ploss_0": [(int(s), 10.4 + 0.01 * math.sin(s)) for s in steps],
-            "train/acc_0": [(int(s), 0.0) for s in steps],
-        },
-        wall_time=T0,
-    )
-    assert main(["scan", str(tmp_path), "--json"]) == 1
-    alone = capsys.readouterr().out
-    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 4096)  # the real threshold is 16 MB
-    monkeypatch.setattr(threading, "active_count", lambda: 1)  # a thread another test left in this worker
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    answers = []
-    real = split_read.read_split
-    monkeypatch.setattr(
-        "triage_tui.core.events.reader.read_split", lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-    )
-    assert main(["scan", str(tmp_path), "--json"]) == 1
-    assert answers == [split_read.Split.WHOLE]
-    assert capsys.readouterr().out == alone
-    assert json.loads(alone)["runs"][0]["metrics"]["loss"]["count"] == len(steps)
-
-
 # ----------------------------------------------------------------- the warm-up
 
 

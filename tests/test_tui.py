@@ -108,7 +108,7 @@ async def test_check_key_ranks_the_mapping_hypothesis_first(runs_root):
         await loaded(pilot)
         await checked(pilot)
         story = app.rows[0].path
-        diagnosis = app.diagnoses[story]
+        diagnosis = app.checks.diagnoses[story]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
         assert details_of(diagnosis.checks["vocab_mapping"], VocabDetails).positional_match == POSITIONAL_MATCH
         shown = app.main.query_one(HypothesesList)
@@ -149,7 +149,7 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         assert ["252", str(checkpoint_hot[252]), "–", str(run_hot[252]), "–"] in rows
         await pilot.press("3")
         assert tabs.active == "action"
-        inputs = app.diagnoses[app.rows[0].path].inputs
+        inputs = app.checks.diagnoses[app.rows[0].path].inputs
         # Each fix is the CLI's own command, an option a line continued with "\": copied from tmux it
         # still runs. A line wider than the pane keeps its tail, "…" where its middle was; `c` copies it whole.
         widgets = list(screen.query(".command").results(CommandLines))
@@ -172,7 +172,7 @@ async def test_drilldown_tabs_hold_the_numbers(runs_root):
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DrillDownScreen), what="back")
         # The mask hypothesis: every invariant with its result; 2 x 6 250 ids differ in membership.
-        ids = [h.id for h in app.diagnoses[app.rows[0].path].hypotheses]
+        ids = [h.id for h in app.checks.diagnoses[app.rows[0].path].hypotheses]
         await pilot.press(*["down"] * ids.index("verifier_mask_mismatch"), "enter")
         await on_screen(pilot, DrillDownScreen, "mask drill-down")
         assert screen_as(app, DrillDownScreen).hypothesis.id == "verifier_mask_mismatch"
@@ -201,7 +201,7 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         before = all_files(fresh_root)
         await pilot.press("m")
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
-        inputs = app.diagnoses[app.rows[0].path].inputs
+        inputs = app.checks.diagnoses[app.rows[0].path].inputs
         expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
         assert screen_as(app, ConfirmRemapScreen).plan.output == expected.output
         # Each path and count on one line as drawn, never wrapped; a path wider than the dialog keeps its
@@ -217,7 +217,7 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         assert len(str(expected.output)) > 60  # at 80 columns it would have wrapped after a label
         assert app.screen.focused.id == "no"  # default No: Enter alone writes nothing
         await pilot.press("n")
-        await wait_for(pilot, lambda: not app.remap_running, what="dialog closed")
+        await wait_for(pilot, lambda: not app.remap.running, what="dialog closed")
         assert not isinstance(app.screen, ConfirmRemapScreen)
         await polled(pilot)
         assert not any(worker.group == "remap" and not worker.is_finished for worker in app.workers)
@@ -230,13 +230,13 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         await loaded(pilot)
         await checked(pilot)
         story = app.rows[0].path
-        inputs = app.diagnoses[story].inputs
+        inputs = app.checks.diagnoses[story].inputs
         await pilot.press("m")
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         output = screen_as(app, ConfirmRemapScreen).plan.output
         await pilot.press("y")
-        await wait_for(pilot, lambda: story in app.remap_reports, timeout=60, what="remap")
-        report = app.remap_reports[story]
+        await wait_for(pilot, lambda: story in app.remap.reports, timeout=60, what="remap")
+        report = app.remap.reports[story]
         assert report.verified and Path(report.output) == output
         assert screen_as(app, RemapScreen).report is report
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
@@ -268,7 +268,7 @@ async def test_readonly_has_no_remap(runs_root):
         assert not any(c.title.startswith("Remap") for c in app.get_system_commands(app.screen))
         await pilot.press("m")
         await pilot.pause()
-        assert not isinstance(app.screen, ConfirmRemapScreen) and not app.remap_running
+        assert not isinstance(app.screen, ConfirmRemapScreen) and not app.remap.running
         await pilot.press("h", "enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
         assert "m" not in app.screen.active_bindings
@@ -321,7 +321,7 @@ async def test_keys_that_cannot_act_say_why(runs_root):
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.press("m")
-        assert not app.remap_running
+        assert not app.remap.running
         assert any("run the checks first (c)" in note for note in notifications(app))
         await pilot.press("enter")
         assert not isinstance(app.screen, DrillDownScreen)
@@ -330,7 +330,7 @@ async def test_keys_that_cannot_act_say_why(runs_root):
         await checked(pilot)
         app.clear_notifications()
         await pilot.press("m")
-        assert not app.remap_running
+        assert not app.remap.running
         assert [note for note in notifications(app) if note.startswith("m: no remap: the vocab check")]
 
 
@@ -382,7 +382,7 @@ async def test_a_healthy_runs_action_tab_offers_no_remap(tmp_path):
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
         await checked(pilot)
-        diagnosis = app.diagnoses[app.rows[0].path]
+        diagnosis = app.checks.diagnoses[app.rows[0].path]
         assert diagnosis.checks["vocab_mapping"].status == "pass"
         await pilot.press("h", "enter")
         await on_screen(pilot, DrillDownScreen, "drill-down")
@@ -585,15 +585,15 @@ async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monk
             lambda: "running" in str(bars["vocab_mapping"].query_one(".check-note", Label).content),
             what="vocab_mapping bar",
         )
-        assert app.checks_running_for == story and app.screen.active_bindings["x"].enabled
+        assert app.checks.running_for == story and app.screen.active_bindings["x"].enabled
         await pilot.press("x")
-        await wait_for(pilot, lambda: app.checks_running_for is None, what="cancel")
-        assert app.check_outcomes[story] == "checks cancelled" and story not in app.diagnoses
+        await wait_for(pilot, lambda: app.checks.running_for is None, what="cancel")
+        assert app.checks.outcomes[story] == "checks cancelled" and story not in app.checks.diagnoses
         gate.set()
         # The held thread finishes late, and its result must be dropped.
         await wait_for(pilot, returned.is_set, what="the cancelled checks' thread to report")
         await pilot.pause()
-        assert story not in app.diagnoses
+        assert story not in app.checks.diagnoses
 
 
 async def test_command_palette_reaches_the_actions(runs_root):
@@ -754,7 +754,7 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         await loaded(pilot)
         assert [row.name for row in app.rows] == ["vocab-mismatch"] and app.rows[0].status == "critical"
         await checked(pilot)
-        diagnosis = app.diagnoses[app.rows[0].path]
+        diagnosis = app.checks.diagnoses[app.rows[0].path]
         assert diagnosis.hypotheses[0].id == "vocab_mapping_mismatch"
         replay = details_of(diagnosis.checks["replay"], ReplayDetails)
         assert replay.accuracy_checkpoint_mapping > 4 * replay.accuracy_run_mapping
@@ -763,8 +763,8 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         await pilot.press("m")
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.rows[0].path in app.remap_reports, timeout=120, what="remap")
-        report = app.remap_reports[app.rows[0].path]
+        await wait_for(pilot, lambda: app.rows[0].path in app.remap.reports, timeout=120, what="remap")
+        report = app.remap.reports[app.rows[0].path]
         assert report.verified and report.accuracy_before is not None
         assert report.accuracy_after > 4 * report.accuracy_before
         shown = _plain(app.screen.query_one("#remap-result"))
@@ -776,7 +776,7 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         pane = app.main.query_one("#analysis-pane")
         assert pane.has_class("-stale") and "BEFORE the remap" in str(pane.border_title)
         await checked(pilot)
-        after = app.diagnoses[app.rows[0].path]
+        after = app.checks.diagnoses[app.rows[0].path]
         assert after.inputs.checkpoint == Path(report.output)
         assert after.checks["vocab_mapping"].status == "pass"
         # No cause rises after the fix: the run's start is still judged against drafter-a, not the repair.
@@ -941,16 +941,16 @@ async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filte
         burst(app, "/vocab")
         filter_input = app.main.query_one("#filter", Input)
         await wait_for(pilot, lambda: filter_input.value == "vocab", timeout=10, what="the filter text")
-        assert app.checks_running_for is None and not app.diagnoses
+        assert app.checks.running_for is None and not app.checks.diagnoses
         burst(app, "/x")  # a slash inside the filter is text: run names hold slashes
         await wait_for(pilot, lambda: filter_input.value == "vocab/x", timeout=10, what="a slash in the filter")
         await pilot.press("escape")
-        assert not filter_input.display and app.checks_running_for is None
+        assert not filter_input.display and app.checks.running_for is None
         # With checks running and the filter open, esc closes the filter; a second esc cancels.
         await pilot.press("c", "slash", "k", "escape")
-        assert not filter_input.display and app.checks_running_for is not None
+        assert not filter_input.display and app.checks.running_for is not None
         await pilot.press("escape")
-        await wait_for(pilot, lambda: app.checks_running_for is None, what="cancel")
+        await wait_for(pilot, lambda: app.checks.running_for is None, what="cancel")
         gate.set()
 
 
@@ -1087,7 +1087,7 @@ async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_
         story = app.rows[0].path
         await pilot.press("c", "down")  # checks on the story run; the user moves on to the healthy one
         gate.set()
-        await wait_for(pilot, lambda: story in app.diagnoses, what="checks")
+        await wait_for(pilot, lambda: story in app.checks.diagnoses, what="checks")
         await pilot.pause()
         assert notifications(app) == []
         topbar = str(app.main.query_one("#topbar", Static).content)
@@ -1095,7 +1095,7 @@ async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_
         await pilot.press("up")
         assert "checks done" not in str(app.main.query_one("#topbar", Static).content)
         await pilot.press("c")
-        await wait_for(pilot, lambda: app.checks_running_for is None, what="checks again")
+        await wait_for(pilot, lambda: app.checks.running_for is None, what="checks again")
         assert notifications(app) == []  # the pane beside it shows the answer
 
 

@@ -56,8 +56,8 @@ async def test_serving_chart_follows_the_log_beside_the_loss_and_feeds_the_check
         assert chart.series.acceptance_length == 1.005
         # The checks take the serving evidence: the mapping first, with the collapse as evidence.
         await pilot.press("c")
-        await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
-        diagnosis = app.diagnoses[run]
+        await wait_for(pilot, lambda: app.checks.running_for is None and app.checks.diagnoses, what="checks")
+        diagnosis = app.checks.diagnoses[run]
         assert diagnosis.serving is not None and diagnosis.serving.finding("acceptance_collapsed")
         top = diagnosis.hypotheses[0]
         assert top.id == "vocab_mapping_mismatch"

@@ -61,7 +61,7 @@ async def checked(pilot) -> None:
     app = pilot.app
     await loaded(pilot)
     await pilot.press("c")
-    await until(pilot, lambda: app.checks_running_for is None and bool(app.diagnoses))
+    await until(pilot, lambda: app.checks.running_for is None and bool(app.checks.diagnoses))
     app.clear_notifications()
     await pilot.pause()  # the screen has taken in every message
 

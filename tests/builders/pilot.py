@@ -78,7 +78,7 @@ async def polled(pilot, *, rescan: bool = False, timeout: float = 60.0) -> None:
 async def checked(pilot) -> None:
     app = pilot.app
     await pilot.press("c")
-    await wait_for(pilot, lambda: app.checks_running_for is None and app.diagnoses, what="checks")
+    await wait_for(pilot, lambda: app.checks.running_for is None and app.checks.diagnoses, what="checks")
 
 
 def screen_text(app) -> list[str]:

@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import errno
 import fnmatch
 import io
 import itertools
 import json
 import math
-import os
-import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-from triage_tui.core import processes
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
 from triage_tui.core.events.reader import find_event_files
@@ -100,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(shown_path(path), "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
     events.set_files(files, wandb_files, consoles, trainer_state)
-    ticks = _cpu_ticks()  # what the machine's cores do while this process reads: see _processes
-    stats = events.poll(split_files=True)  # nothing else to do meanwhile: a big file on two cores
+    stats = events.poll()
     problems = events.problems
     if path.is_file() and problems:
         raise BadInput(shown_path(path), problems[path])
@@ -136,15 +130,15 @@ def run(args: argparse.Namespace) -> int:
     if PLAIN_TEXT:
         (_write_json_plain if args.format == "json" else _write_csv_plain)(series, sys.stdout)
     elif args.format == "json":
-        _write_json(series, sys.stdout, ticks)
+        _write_json(series, sys.stdout)
     else:
-        _write_csv(series, sys.stdout, ticks)
+        _write_csv(series, sys.stdout)
     return 0
 
 
-# The plain path: csv.writer and repr, json.dumps, one process. The fast one below (numpy columns,
-# core/decimal_text.py, and forked formatters) writes the same bytes (tests/test_scalars_command.py);
-# benchmarks/ab.py sets this to measure what the fast one buys on the export of a big run.
+# The plain path: csv.writer and repr, json.dumps. The fast one below (numpy columns,
+# core/decimal_text.py) writes the same bytes (tests/test_scalars_command.py); benchmarks/ab.py
+# sets this to measure what the fast one buys on the export of a big run.
 PLAIN_TEXT = False
 
 
@@ -179,16 +173,12 @@ def _wanted(tag: str, globs: list[str] | None) -> bool:
 # pieces stay in the caches (1 << 14 took ~10 % less CPU than 1 << 16); much smaller ones pay
 # numpy's per-call cost.
 _PIECE_ROWS = 1 << 14
-# Forked formatters (see _write_pieces) take turns by chunks of pieces: a chunk is at most this many
-# floats (~6 MB of CSV, what each process holds at a time), and a process is forked only for at
-# least _MIN_FLOATS_PER_PROCESS floats (~30 ms of formatting).
-_CHUNK_FLOATS = 1 << 18
-_MIN_FLOATS_PER_PROCESS = 1 << 17
 
 
-def _write_csv(series: list[ScalarSeries], out, ticks: tuple[float, int] | None = None) -> None:
-    pieces: list = [b"tag,step,wall_time,value\n"]
+def _write_csv(series: list[ScalarSeries], out) -> None:
+    write = _bytes_writer(out)
     encoding, errors = _encoding(out)
+    write(b"tag,step,wall_time,value\n")
     # Piped, the CSV is data and stays exact (as JSON does); on a terminal a person reads it, and a
     # tag holding an escape sequence (an OSC 52 clipboard write) is shown as `cat -v` would.
     on_terminal = getattr(out, "isatty", lambda: False)()
@@ -197,8 +187,8 @@ def _write_csv(series: list[ScalarSeries], out, ticks: tuple[float, int] | None 
         field = _csv_field(printable(s.tag) if on_terminal else s.tag).encode(encoding, errors) + b","
         for lo in range(0, len(steps), _PIECE_ROWS):
             hi = lo + _PIECE_ROWS
-            pieces.append((2 * len(steps[lo:hi]), _csv_rows, field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
-    _write_pieces(pieces, out, ticks)
+            write(_csv_rows(field, steps[lo:hi], walls[lo:hi], values[lo:hi]))
+    out.flush()
 
 
 def _csv_rows(field: bytes, steps, walls, values) -> bytes:
@@ -218,213 +208,48 @@ def _csv_field(tag: str) -> str:
 _JSON_NON_FINITE = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 
 
-def _write_json(series: list[ScalarSeries], out, ticks: tuple[float, int] | None = None) -> None:
+def _write_json(series: list[ScalarSeries], out) -> None:
     """What json.dump({"tags": ...}) writes (default separators), non-finite values as strings."""
+    write = _bytes_writer(out)
     encoding, errors = _encoding(out)
-    pieces: list = [b'{"tags": {']
+    write(b'{"tags": {')
     for i, s in enumerate(series):
         steps, walls, values = s.columns()
-        pieces.append((b", " if i else b"") + json.dumps(s.tag).encode(encoding, errors) + b': {"steps": ')
-        pieces += _json_list(int_texts, steps, floats=False)
-        pieces.append(b', "wall_times": ')
-        pieces += _json_list(_json_floats, walls, floats=True)
-        pieces.append(b', "values": ')
-        pieces += _json_list(_json_floats, values, floats=True)
-        pieces.append(b"}")
-    pieces.append(b"}}\n")
-    _write_pieces(pieces, out, ticks)
+        write((b", " if i else b"") + json.dumps(s.tag).encode(encoding, errors) + b': {"steps": ')
+        _json_list(write, int_texts, steps)
+        write(b', "wall_times": ')
+        _json_list(write, _json_floats, walls)
+        write(b', "values": ')
+        _json_list(write, _json_floats, values)
+        write(b"}")
+    write(b"}}\n")
+    out.flush()
 
 
 def _json_floats(values):
     return float_reprs(values, non_finite=_JSON_NON_FINITE)
 
 
-def _json_list(texts, column, *, floats: bool) -> list:
+def _json_list(write, texts, column) -> None:
     if not len(column):
-        return [b"[]"]
-    pieces: list = [b"["]
+        write(b"[]")
+        return
+    write(b"[")
     for lo in range(0, len(column), _PIECE_ROWS):
-        last = lo + _PIECE_ROWS >= len(column)
-        part = column[lo : lo + _PIECE_ROWS]
-        # Integers cost a tenth of what floats do: a piece's weight counts its floats only.
-        pieces.append((len(part) if floats else 0, _json_items, texts, part, last))
-    pieces.append(b"]")
-    return pieces
-
-
-def _json_items(texts, column, last: bool) -> bytes:
-    text = join_rows([texts(column), b", "])
-    return text[:-2] if last else text
+        text = join_rows([texts(column[lo : lo + _PIECE_ROWS]), b", "])
+        write(text[:-2] if lo + _PIECE_ROWS >= len(column) else text)
+    write(b"]")
 
 
 def _encoding(out) -> tuple[str, str]:
     return getattr(out, "encoding", None) or "utf-8", getattr(out, "errors", None) or "strict"
 
 
-def _text(piece) -> bytes:
-    """A piece's bytes: constant ones as they are, a (floats, function, *args) one formatted."""
-    if isinstance(piece, bytes):
-        return piece
-    _, function, *args = piece
-    return function(*args)
-
-
-def _write_pieces(pieces: list, out, ticks: tuple[float, int] | None) -> None:
-    """Write constant pieces and formatted ones, in order, formatting in one process a core.
-
-    With N processes the pieces are cut into chunks; process i formats chunks i, i + N, ... and
-    writes each straight to the output's file descriptor when its turn comes, passes the turn on
-    through a pipe (a ring: 0 -> 1 -> ... -> N-1 -> 0), and formats its next chunk meanwhile.
-    Nothing goes back between processes (a pool pickling each formatted piece back to the parent
-    cost ~30 % more CPU), so the forks cost little CPU even where no core is idle.
-    """
-    out.flush()
-    processes = _processes(sum(0 if isinstance(p, bytes) else p[0] for p in pieces), out, ticks)
-    chunks = _chunks(pieces, processes) if processes > 1 else [pieces]
-    processes = min(processes, len(chunks))
-    if processes == 1:
-        binary = getattr(out, "buffer", None)
-        for piece in pieces:
-            if binary is not None:
-                binary.write(_text(piece))
-            else:  # a text stream with no bytes below it
-                out.write(_text(piece).decode(_encoding(out)[0]))
-        out.flush()
-        return
-    fd = out.fileno()
-    sys.stderr.flush()  # or a child's traceback would repeat what is still buffered
-    turns = [os.pipe() for _ in range(processes)]  # turns[i]: from process i - 1 to process i
-    ends = [end for pair in turns for end in pair]
-    children: list[int] = []
-    try:
-        for i in range(1, processes):
-            pid = os.fork()
-            if pid == 0:
-                _formatter(chunks, i, processes, fd, turns)
-            children.append(pid)
-        ends = _keep_ends(turns, 0)
-        broken = not _take_turns(chunks, 0, processes, fd, *ends)
-    except BaseException:
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
-        raise
-    finally:
-        for end in ends:  # closed before waiting: a child waiting for its turn then sees EOF and exits
-            os.close(end)
-        codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
-    if 128 + signal.SIGPIPE in codes:
-        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))  # `| head`: quietly, as cli.py does
-    if broken or any(codes):
-        raise RuntimeError(f"a forked formatter failed (exit statuses {codes})")
-
-
-def _processes(floats: int, out, ticks: tuple[float, int] | None) -> int:
-    """How many processes format: one a core that was idle or ran this process (or the child its
-    read forked) while it read (since ``ticks``), each with at least _MIN_FLOATS_PER_PROCESS floats.
-
-    Only such cores: the kernel shares the CPU between sessions (autogroup), not processes, so on a
-    busy machine a fork gets no more CPU, only its cost (at load 7: up to 8 % more CPU, 4-16 % more
-    wall time). The one-minute load average is no guide: it lags, and stays above 1 for a minute
-    after any earlier command (a quiet machine then formatted in one process). One process also
-    where the output has no file descriptor or forking is unsafe (another thread may hold a lock
-    the child would wait on forever)."""
-    if not processes.can_fork():
-        return 1
-    try:
-        out.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation: a stream in memory
-        return 1
-    now = _cpu_ticks()
-    if ticks is None or now is None or now[1] <= ticks[1]:
-        free = float(_CORES)  # no /proc/stat, or no time passed: take the cores as free
-    else:
-        # Cores idle or used by this process (and the child its read forked: core/events/split_read).
-        free = (os.cpu_count() or _CORES) * (now[0] - ticks[0]) / (now[1] - ticks[1])  # /proc/stat: every core
-    return max(1, min(_CORES, round(free), floats // _MIN_FLOATS_PER_PROCESS))
-
-
-_CORES = processes.cores()
-
-
-def _cpu_ticks() -> tuple[float, int] | None:
-    """CPU ticks since boot (Linux's /proc/stat): (the machine's cores idle or running this process
-    and its waited-for children, every core's), or None."""
-    try:
-        with open("/proc/stat", "rb") as stat:
-            ticks = [int(field) for field in stat.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    own = os.times()
-    mine = (own.user + own.system + own.children_user + own.children_system) * os.sysconf("SC_CLK_TCK")
-    return ticks[3] + ticks[4] + mine, sum(ticks)  # idle + iowait + this process's, out of user .. steal
-
-
-def _chunks(pieces: list, processes: int) -> list[list]:
-    """The pieces in consecutive runs of about equal floats, at most _CHUNK_FLOATS each: one run per
-    process, or more when the output is large."""
-    total = sum(0 if isinstance(p, bytes) else p[0] for p in pieces)
-    target = min(_CHUNK_FLOATS, -(-total // processes))
-    chunks: list[list] = [[]]
-    floats = 0
-    for piece in pieces:
-        if floats >= target:
-            chunks.append([])
-            floats = 0
-        chunks[-1].append(piece)
-        floats += 0 if isinstance(piece, bytes) else piece[0]
-    return chunks
-
-
-def _keep_ends(turns: list[tuple[int, int]], i: int) -> list[int]:
-    """Close every pipe end process i does not use; return the two it does: [its turn, the next's]."""
-    keep = [turns[i][0], turns[(i + 1) % len(turns)][1]]
-    for end in (end for pair in turns for end in pair):
-        if end not in keep:
-            os.close(end)
-    return keep
-
-
-def _take_turns(chunks: list[list], first: int, processes: int, fd: int, mine: int, pass_on: int) -> bool:
-    """Format and write chunks first, first + processes, ..., each in its turn; False if the ring broke
-    (the process before or after this one stopped: its exit status says why)."""
-    for c in range(first, len(chunks), processes):
-        if c == 0:  # the first turn is the parent's from the start: write as each piece is formatted
-            for piece in chunks[0]:
-                _write_all(fd, _text(piece))
-        else:
-            texts = [_text(piece) for piece in chunks[c]]
-            if not os.read(mine, 1):
-                return False
-            for text in texts:
-                _write_all(fd, text)
-        if c + 1 < len(chunks):
-            try:
-                os.write(pass_on, b"t")
-            except BrokenPipeError:
-                return False
-    return True
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _formatter(chunks: list[list], i: int, processes: int, fd: int, turns: list[tuple[int, int]]) -> NoReturn:
-    """A forked formatter: takes its turns, then exits without running anything of the parent's."""
-    code = 1
-    try:
-        _take_turns(chunks, i, processes, fd, *_keep_ends(turns, i))
-        code = 0  # or the ring broke: the process that broke it reports why
-    except BrokenPipeError:  # the output's reader is gone (`| head`)
-        code = 128 + signal.SIGPIPE
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException:  # noqa: BLE001 - any other failure: its traceback, then a status the parent sees
-        import traceback  # only here: not imported on every export
-
-        traceback.print_exc()
-    finally:
-        sys.stderr.flush()
-        os._exit(code)
+def _bytes_writer(out):
+    """Writes bytes to ``out``: to the binary stream below it, else (a text stream in memory) decoded."""
+    out.flush()  # what was written as text goes first
+    binary = getattr(out, "buffer", None)
+    if binary is not None:
+        return binary.write
+    encoding = _encoding(out)[0]
+    return lambda data: out.write(data.decode(encoding))

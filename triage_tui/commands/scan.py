@@ -60,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         use_watchdog=not args.poll,
         strict=True,
-        split_files=True,
         mirrors=mirrors if mirrors.mirrors else None,
     )
     statuses = watcher.poll_once()

@@ -1,5 +1,5 @@
 """Whether this process may fork now, and on how many cores it may run: the one answer for every
-piece that forks (the split read, the read helpers, the export's formatters)."""
+piece that forks (the read helpers of core/parallel_read.py)."""
 
 from __future__ import annotations
 

@@ -431,13 +431,9 @@ class ReadStats:
 
     def add(self, other: ReadStats) -> None:
         """Another poll's stats after these (RunEvents.totals): counts add up, the state is the latest."""
-        self.add_counts(other)
-        self.files = other.files
-        self.pending_bytes = other.pending_bytes
-        self.unreadable_files = other.unreadable_files
-
-    def add_counts(self, other: ReadStats) -> None:
-        """What another read of the same poll counted (a split read's second half), added."""
         for f in fields(self):
             if f.name not in ("files", "pending_bytes", "unreadable_files"):
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        self.files = other.files
+        self.pending_bytes = other.pending_bytes
+        self.unreadable_files = other.unreadable_files

@@ -256,18 +256,16 @@ class RunSources:
         # dict(...) first: the reader's thread may add to them
         return {path: count for source in self.sources for path, count in dict(source.damaged).items()}
 
-    def poll(self, *, split_files: bool = False) -> ReadStats:
+    def poll(self) -> ReadStats:
         """Read what was appended to every source's files since the last poll; refresh ``scalars``.
-        Each source fails alone: its failure is kept in ``failures``, the others are read.
-
-        ``split_files``: as RunEvents.poll (a one-thread process reading once: ``triage scalars``)."""
+        Each source fails alone: its failure is kept in ``failures``, the others are read."""
         stats = ReadStats()
         self.failures = {}
         for source in self.sources:
             if source is self.console:
                 self.console.set_trainer_state(self.trainer_state)  # HF console dicts at their logged steps
             try:
-                polled = self.events.poll(split_files=split_files) if source is self.events else source.poll()
+                polled = source.poll()
             except BadInput as err:
                 self.failures.setdefault(source.kind, SourceError.of(source.kind, err))
             except Exception as err:  # noqa: BLE001 - the fault boundary: a reader's failure is this run's error

@@ -7,7 +7,10 @@ into its reactives (view_state.py). The screens are bound to those (``data_bind`
 them; what the user asks comes back as the Messages of messages.py. The app never reaches into
 a screen's widgets, and the screens never import the app.
 
-Over 600 lines on purpose: it is the one place every screen's message is answered and every worker started.
+It is the one place every screen's message is answered. The two workflows a key starts, the
+checks (`c`) and the remap (`m`), live in check_flow.py and remap_flow.py, each with its state
+and its workers; the app's handlers hand them their messages, and they call back only through
+what they need of the app (CheckHost, RemapHost).
 """
 
 from __future__ import annotations
@@ -26,18 +29,16 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.text import printable
-from triage_tui.tui import messages
+from triage_tui.tui import check_flow, messages
+from triage_tui.tui.check_flow import CheckFlow
+from triage_tui.tui.remap_flow import RemapFlow
 from triage_tui.tui.screens.console import ConsoleScreen
-from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.metric_picker import MetricPickerScreen
 from triage_tui.tui.screens.node import NodeScreen
-from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
 from triage_tui.tui.view_data import (
     SMOOTHING_WEIGHT,
     RowCache,
@@ -53,10 +54,6 @@ from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView
 from triage_tui.tui.widgets.fitted_lines import fit_line
 
 if TYPE_CHECKING:
-    from triage_tui.core.check_inputs import CheckInputs
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.run_status import RunStatus
     from triage_tui.core.watch import Watcher
 
@@ -118,11 +115,8 @@ class TriageApp(App[None]):
         self._skipped_links_shown: str | None = None
         self._unplaced_errors_shown: str | None = None
         self.watcher_poll = 0  # the Watcher poll the last of them came from
-        self.diagnoses: dict[Path, Diagnosis] = {}
-        self.check_outcomes: dict[Path, str] = {}
-        self.checks_running_for: Path | None = None
-        self.remap_running = False
-        self.remap_reports: dict[Path, RemapReport] = {}
+        self.checks = CheckFlow(self)  # `c`: diagnose() in a worker, its results per run
+        self.remap = RemapFlow(self)  # `m`: plan, confirm, write, in workers; each run's last report
         self.bells = 0
         # The event files of the runs that were critical at the last update. A run is known by
         # its files, not its path: `out/runs` becoming `out` when out/triage.toml lands is the
@@ -352,7 +346,7 @@ class TriageApp(App[None]):
             self._show_topbar()
         if changed:
             self._show_selected_flags()
-            self._show_analysis()
+            self.show_analysis()
             self._refresh_chart_if_stale()
 
     def _show_selected_flags(self) -> None:
@@ -364,14 +358,14 @@ class TriageApp(App[None]):
             state_line(status) if status else None,
         )
 
-    def _show_analysis(self) -> None:
+    def show_analysis(self) -> None:
         path = self._selected
         self.analysis = AnalysisView(
             path,
-            self.checks_running_for,
-            self.diagnoses.get(path) if path is not None else None,
-            self.check_outcomes.get(path) if path is not None else None,
-            self.remap_reports.get(path) if path is not None else None,
+            self.checks.running_for,
+            self.checks.diagnoses.get(path) if path is not None else None,
+            self.checks.outcomes.get(path) if path is not None else None,
+            self.remap.reports.get(path) if path is not None else None,
         )
 
     @on(messages.ChartResized)
@@ -499,258 +493,71 @@ class TriageApp(App[None]):
         )
         self.chart_view = ChartView(message.lines, message.serving, title, overlay=overlay, wall=wall, metric=metric)
 
-    # -- checks ---------------------------------------------------------------------------
+    # -- checks and remap: each workflow is a module of its own; these handlers hand it its messages --
 
     @on(messages.ChecksRequested)
     def _checks_requested(self, message: messages.ChecksRequested) -> None:
-        self.start_checks(message.path)
-
-    def start_checks(self, path: Path) -> None:
-        status = self.statuses.get(path)
-        if status is None:
-            return
-        self.checks_running_for = path
-        self.check_outcomes.pop(path, None)
-        self.diagnoses.pop(path, None)
-        self.check_progress = CheckProgressView(start=True)
-        self._show_analysis()
-        self._run_checks(status)
+        self.checks.start(message.path)
 
     @on(messages.CancelChecks)
-    def cancel_checks(self) -> None:
-        for worker in self.workers:
-            if worker.group == "check" and not worker.is_finished:
-                worker.cancel()
-
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False, description="checks")
-    def _run_checks(self, status: RunStatus) -> None:
-        from triage_tui.core.check_inputs import resolve_inputs
-        from triage_tui.core.diagnose import diagnose
-        from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
-
-        path = status.info.path
-        cancel = get_current_worker().cancelled_event
-
-        def progress(fraction: float, text: str) -> None:
-            check = text.split(":", 1)[0].strip()
-            self.post_message(messages.CheckProgress(path, check, fraction, text))
-
-        try:
-            # After a remap the question is whether the remapped checkpoint fixes the run: check it,
-            # not the drafter the run's triage.toml still names.
-            remapped = self.remap_reports.get(path)
-            inputs = resolve_inputs(path, checkpoint=remapped.output if remapped is not None else None)
-            serving = None
-            if status.serving is not None:
-                serving = compare_serving(status.serving, training_estimate_from_scalars(status.scalars))
-            diagnosis = diagnose(
-                inputs,
-                device=self.device,
-                flags=status.flags,
-                metrics=status.metrics,
-                progress=progress,
-                cancel=cancel,
-                serving=serving,
-                start=status.start,
-                acceptance=status.acceptance_history(),
-            )
-        except BadInput as err:
-            self.post_message(messages.ChecksFinished(path, None, error=err.line()))
-            return
-        except Exception as err:  # noqa: BLE001 - a bug in a check must not take the screen down
-            self.post_message(messages.ChecksFinished(path, None, error=f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(messages.ChecksFinished(path, diagnosis, cancelled=cancel.is_set()))
+    def _cancel_checks(self) -> None:
+        self.checks.cancel()
 
     @on(messages.CheckProgress)
     def _check_progress(self, message: messages.CheckProgress) -> None:
-        if message.path == self.checks_running_for:
-            self.check_progress = CheckProgressView(message.check, message.fraction, message.text)
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        worker = event.worker
-        if worker.group == "check" and event.state == WorkerState.CANCELLED and self.checks_running_for:
-            # The thread still finishes its current batch; the UI is released now.
-            self._finish_checks(self.checks_running_for, None, "checks cancelled")
-        elif worker.group == "watch" and event.state == WorkerState.ERROR:
-            self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
+        self.checks.progress(message)
 
     @on(messages.ChecksFinished)
     def _checks_finished(self, message: messages.ChecksFinished) -> None:
-        if message.path != self.checks_running_for:
-            return  # a cancelled run reporting late
-        if message.cancelled:
-            self._finish_checks(message.path, None, "checks cancelled")
-        elif message.error:
-            self._finish_checks(message.path, None, f"checks failed: {message.error}")
-        else:
-            self._finish_checks(message.path, message.diagnosis, None)
+        self.checks.finished(message)
 
-    def _finish_checks(self, path: Path, diagnosis: Diagnosis | None, outcome: str | None) -> None:
-        self.checks_running_for = None
-        if diagnosis is not None:
-            self.diagnoses[path] = diagnosis
-            top = diagnosis.hypotheses[0] if diagnosis.hypotheses else None
-            if path != self._selected:
-                # The user moved on: a toast would sit over the run they are looking at now. The
-                # top bar says it instead, until they go back to the run.
-                status = self.statuses.get(path)
-                name = status.info.name if status else path.name
-                cause = f"{top.id} {top.score:.2f}" if top is not None and top.score >= LIKELY else "nothing stands out"
-                self._news = (path, f"checks done on {printable(name)}: {cause}")
-                self._show_topbar()
-            # On the selected run the hypotheses pane shows the answer; no toast over its evidence.
-        else:
-            self.check_outcomes[path] = outcome or ""
-            self.notify(outcome or "", severity="warning", timeout=6)
-        self._show_analysis()
-
-    # -- drill-down ---------------------------------------------------------------------
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group == check_flow.GROUP and event.state == WorkerState.CANCELLED:
+            self.checks.worker_cancelled()
+        elif worker.group == "watch" and event.state == WorkerState.ERROR:
+            self.notify(f"watching stopped: {worker.error}", severity="error", timeout=30)
 
     @on(messages.HypothesisOpened)
     def _hypothesis_opened(self, message: messages.HypothesisOpened) -> None:
-        self.open_hypothesis(message.path, message.hypothesis_id)
-
-    def open_hypothesis(self, path: Path, hypothesis_id: str) -> None:
-        diagnosis = self.diagnoses.get(path)
-        if diagnosis is None:
-            return
-        hypothesis = next((h for h in diagnosis.hypotheses if h.id == hypothesis_id), None)
-        if hypothesis is None:
-            return
-        status = self.statuses.get(path)
-        name = status.info.name if status else path.name
-        consoles = status.info.console_files if status else ()
-        self.push_screen(
-            DrillDownScreen(path, name, diagnosis, hypothesis, readonly=self.readonly, console_files=consoles)
-        )
-
-    # -- remap ----------------------------------------------------------------------------
-
-    def remap_blocker(self, path: Path | None) -> str | None:
-        """Why `m` cannot remap this run now, in a sentence; None when it can."""
-        if self.readonly:
-            return "read-only (--readonly): triage writes nothing"
-        if self.remap_running:
-            return "a remap is already being planned or written"
-        if path is None:
-            return "no run selected"
-        if self.checks_running_for == path:
-            return "the checks are still running; m works once they say the rows are out of order"
-        diagnosis = self.diagnoses.get(path)
-        if diagnosis is None:
-            return "run the checks first (c): the remap follows from what the vocab check finds"
-        return diagnosis.remap_blocker()
+        self.checks.open_hypothesis(message.path, message.hypothesis_id)
 
     @on(messages.RemapRequested)
     def _remap_requested(self, message: messages.RemapRequested) -> None:
-        """`m`: remap, or say why not."""
-        if self.readonly:
-            return
-        reason = self.remap_blocker(message.path)
-        if reason is not None or message.path is None:
-            self.notify(reason or "no run selected", title="m: no remap", severity="warning", timeout=6)
-            return
-        self.remap_running = True
-        self._plan_remap(message.path, self.diagnoses[message.path].inputs)
-
-    @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="plan remap")
-    def _plan_remap(self, path: Path, inputs: CheckInputs) -> None:
-        from triage_tui.core.remap.plan import plan_remap
-
-        if inputs.checkpoint is None or inputs.mapping is None:  # remap_blocker() let none of these through
-            self.post_message(messages.RemapPlanned(path, None, error="no checkpoint and mapping to remap"))
-            return
-        try:
-            plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
-            if plan.output.exists():
-                # Refuse before asking: a dialog whose "yes" can only fail would be a lie.
-                raise BadInput(
-                    plan.output,
-                    "already exists (an earlier remap?): nothing was written; remove it or use `triage remap --force`",
-                )
-        except BadInput as err:
-            self.post_message(messages.RemapPlanned(path, None, error=err.line()))
-            return
-        except Exception as err:  # noqa: BLE001 - a bug in planning is shown in the dialog, not a crash
-            self.post_message(messages.RemapPlanned(path, None, error=f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(messages.RemapPlanned(path, plan))
+        self.remap.request(message.path)
 
     @on(messages.RemapPlanned)
     def _remap_planned(self, message: messages.RemapPlanned) -> None:
-        if message.plan is None:
-            self.remap_running = False
-            self.notify(f"cannot remap: {message.error}", severity="error", timeout=10)
-            return
-        plan = message.plan
-
-        def confirmed(yes: bool | None) -> None:
-            if yes:
-                self.push_screen(RemapScreen(plan))
-                self._run_remap(message.path, self.diagnoses[message.path].inputs, plan)
-            else:
-                self.remap_running = False
-                self.notify("remap cancelled: nothing was written", timeout=4)
-
-        self.push_screen(ConfirmRemapScreen(plan), confirmed)
-
-    @work(thread=True, exclusive=True, group="remap", exit_on_error=False, description="remap")
-    def _run_remap(self, path: Path, inputs: CheckInputs, plan: RemapPlan) -> None:
-        from triage_tui.core.remap.execute import execute_remap
-        from triage_tui.core.remap.job import Cancelled
-
-        def progress(fraction: float, text: str) -> None:
-            self.post_message(messages.RemapProgress(fraction, text))
-
-        try:
-            # The plan the user confirmed is the plan executed: the dialog's text is the truth.
-            report = execute_remap(
-                plan,
-                data=inputs.data,
-                device=self.device,
-                progress=progress,
-                cancel=get_current_worker().cancelled_event,
-            )
-        except Cancelled:
-            self.post_message(messages.RemapFinished(path, None, error="cancelled: nothing was written"))
-            return
-        except BadInput as err:
-            self.post_message(messages.RemapFinished(path, None, error=err.line()))
-            return
-        except Exception as err:  # noqa: BLE001 - a failed remap is shown in the dialog, not a crash
-            self.post_message(messages.RemapFinished(path, None, error=f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(messages.RemapFinished(path, report))
+        self.remap.planned(message)
 
     @on(messages.CancelRemap)
-    def cancel_remap(self) -> None:
-        for worker in self.workers:
-            if worker.group == "remap" and not worker.is_finished:
-                worker.cancel()
+    def _cancel_remap(self) -> None:
+        self.remap.cancel()
 
     @on(messages.RemapProgress)
     def _remap_progress(self, message: messages.RemapProgress) -> None:
-        for screen in self.screen_stack:
-            if isinstance(screen, RemapScreen):
-                screen.progress = (message.fraction, message.text)
+        self.remap.progress(message)
 
     @on(messages.RemapFinished)
     def _remap_finished(self, message: messages.RemapFinished) -> None:
-        self.remap_running = False
-        if message.report is not None:
-            self.remap_reports[message.path] = message.report
-            self._show_analysis()  # the checks shown are now from before the remap
-        shown = False
-        for screen in self.screen_stack:
-            if isinstance(screen, RemapScreen):
-                screen.outcome = (message.report, message.error)
-                shown = True
-        if not shown:  # the user closed the progress dialog; say it here
-            if message.report is not None:
-                self.notify(f"remapped checkpoint written to {message.report.output}", timeout=10)
-            else:
-                self.notify(f"remap failed: {message.error}", severity="error", timeout=10)
+        self.remap.finished(message)
+
+    # What the flows need of the app (check_flow.CheckHost, remap_flow.RemapHost).
+
+    @property
+    def selected(self) -> Path | None:
+        """The run the main screen's cursor is on."""
+        return self._selected
+
+    def remapped_checkpoint(self, path: Path) -> Path | None:
+        return self.remap.checkpoint(path)
+
+    def show_check_progress(self, view: CheckProgressView) -> None:
+        self.check_progress = view
+
+    def show_news(self, path: Path, text: str) -> None:
+        self._news = (path, text)
+        self._show_topbar()
 
     # -- help and palette ----------------------------------------------------------------
 

@@ -69,7 +69,7 @@ class Chunk:
 
     def group(self) -> None:
         """The points as one array each, a tag's points together (ascending tag id) in record order:
-        what storing them takes (split_read's child does it before sending)."""
+        what storing them takes."""
         if self.grouped or not self.keys:
             return
         keys = np.concatenate(self.keys)
@@ -159,15 +159,6 @@ class Decoder:
             found = self.tag_index[tag] = len(self.tags)
             self.tags.append(tag)
         return found
-
-    def adopt(self, chunk: Chunk, new_tags: list[str], known: int) -> None:
-        """Give a chunk another decoder decoded this decoder's tag ids: that decoder was a copy of
-        this one when it had ``known`` tags, and learned ``new_tags`` after (split_read's child)."""
-        if not new_tags:
-            return
-        ids = np.array(list(range(known)) + [self.tag_id(tag) for tag in new_tags], np.int64)
-        chunk.tag_ids = [ids[part] for part in chunk.tag_ids]
-        chunk.first_plugin = {int(ids[tag_id]): first for tag_id, first in chunk.first_plugin.items()}
 
     def decode(self, buf, frames: Frames) -> Chunk:
         chunk = Chunk()

@@ -116,23 +116,6 @@ def _header_ok(buf, pos: int) -> bool:
     return masked_crc32c(memoryview(buf)[pos : pos + 8]) == int.from_bytes(buf[pos + 8 : pos + 12], "little")
 
 
-def chain_start(buf, n: int, records: int, at_end: bool) -> int | None:
-    """The first offset in buf[:n] from which ``records`` whole records follow one another with
-    valid length and data CRCs (fewer when the chain ends exactly at ``n`` and ``at_end``: the
-    file ends there), or None. Where a read that starts mid-file may begin (``split_read``)."""
-    for start in _all_headers(buf, 0, n).tolist():
-        pos, chained = start, 0
-        while chained < records and pos + 16 <= n:
-            length = u64_at(buf, pos)
-            if not _header_ok(buf, pos) or pos + 16 + length > n or not data_crc_ok(buf, pos, length):
-                break
-            pos += 16 + length
-            chained += 1
-        if chained == records or (at_end and chained and pos == n):
-            return start
-    return None
-
-
 def frame(buf, n: int, more: int = 0) -> Frames:
     """Split buf[:n] (bytes from a record boundary on) into whole records; step over damage.
 

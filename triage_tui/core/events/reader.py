@@ -24,7 +24,6 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.events.decode import Chunk, Decoder
 from triage_tui.core.events.event_file import FileState, read_appended
 from triage_tui.core.events.framing import Frames
-from triage_tui.core.events.split_read import Split, read_split, worth_splitting
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.listing import RACY_MTIME_SECS
 from triage_tui.core.runs.names import is_event_file_name
@@ -53,10 +52,6 @@ def any_file_replaced(states: Iterable) -> bool:
 # heap, so RSS ends ~38 B/point while the series hold 24 (benchmarks/RESULTS-scale.md; 24.4 B/point
 # after malloc_trim). Trimming after reads of this size costs a few ms and gives them back.
 _TRIM_AFTER_BYTES = 16 << 20
-
-
-class _ReadAgain(Exception):
-    """A split read met damage in its first half (split_read.Split.UNCLEAN)."""
 
 
 class RunEvents:
@@ -123,30 +118,17 @@ class RunEvents:
                     state.prefix = prefixes[state.path]
                 self._forget_all()
 
-    def poll(self, *, return_memory: bool = True, split_files: bool = False) -> ReadStats:
+    def poll(self, *, return_memory: bool = True) -> ReadStats:
         """Stat every file and read only the bytes appended since the last poll.
 
         ``return_memory=False``: a big read does not hand its freed heap back to the OS (a helper
-        process reading run after run reuses it at once; core/parallel_read.py).
-        ``split_files``: a big unread file is read on two cores, its second half decoded by a
-        forked child (split_read; only in a process with one thread, which this caller is)."""
+        process reading run after run reuses it at once; core/parallel_read.py)."""
         with self._lock:
             stats = ReadStats(files=len(self._files))
             if self._any_replaced():
                 self._forget_all()
                 stats.resets += 1
-            damaged = dict(self.damaged)
-            try:
-                self._read_files(stats, split_files)
-            except _ReadAgain:
-                # Damage in the first half of a split file: read the run again front to back, as
-                # if for the first time (what the decoder learned would change which records take
-                # the slow path, a figure the statistics give).
-                self.damaged = damaged
-                self._forget_all()
-                self._decoder = Decoder()
-                stats = ReadStats(files=len(self._files), resets=stats.resets)
-                self._read_files(stats, split_files=False)
+            self._read_files(stats)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             if return_memory and stats.bytes_read >= _TRIM_AFTER_BYTES:
@@ -154,19 +136,17 @@ class RunEvents:
             self.totals.add(stats)
             return stats
 
-    def _read_files(self, stats: ReadStats, split_files: bool) -> None:
+    def _read_files(self, stats: ReadStats) -> None:
         for state in self._files.values():
             self.problems.pop(state.path, None)
             try:
-                self._read(state, stats, split_files)
+                self._read(state, stats)
             except OSError as err:
                 # EIO from a failing disk, ...: this file named, its points so far kept, the
                 # run's other files read on; the next poll tries it again.
                 stats.unreadable_files += 1
                 self.problems[state.path] = f"cannot read it: {err.strerror or err}"
                 continue
-            except _ReadAgain:
-                raise
             except Exception as err:  # a reader bug: said of the file that caused it
                 raise BadInput(state.path, f"cannot read it: {type(err).__name__}: {err}") from err
 
@@ -179,7 +159,7 @@ class RunEvents:
         self._plugins = {}
         self._files = {p: FileState(p, prefix=state.prefix) for p, state in self._files.items()}
 
-    def _read(self, state: FileState, stats: ReadStats, split_files: bool = False) -> None:
+    def _read(self, state: FileState, stats: ReadStats) -> None:
         corrupt_before = stats.corrupt_records
         try:
             # Reopened every poll: NFS close-to-open revalidation. Unbuffered: the hole probes move
@@ -210,22 +190,7 @@ class RunEvents:
                 stats.pending_bytes += size - state.offset
                 self._say_damaged_tail(state, size)
                 return
-            split = Split.NONE
-            if split_files and worth_splitting(state, size):
-                split = read_split(
-                    handle,
-                    state,
-                    size,
-                    stats,
-                    take=self._take,
-                    decode=self._decode,
-                    store=self._store,
-                    decoder=self._decoder,
-                )
-                if split is Split.UNCLEAN:
-                    raise _ReadAgain
-            if split is not Split.WHOLE:
-                read_appended(handle, state, size, stats, self._take)
+            read_appended(handle, state, size, stats, self._take)
             # Remembered only when the mtime is old enough to change with the next write (git's
             # racy-index rule, as core.runs' listing cache): a write in the same tick keeps it.
             racy = time.time() - st.st_mtime <= RACY_MTIME_SECS

@@ -10,11 +10,6 @@ from __future__ import annotations
 READ_WINDOW = 64 << 20  # bytes read per step; a longer record is read whole
 SCAN_WORDS = 1 << 19  # 4 MiB of the buffer per step of the header scan
 GROUP_ROWS = 1 << 16  # records of one length decoded together (bounds the temporaries)
-# A first read of at least this many unread bytes in a one-thread process that asks for it
-# (`triage scalars`) is split in two at a record boundary, the second half decoded by a forked
-# child (split_read): ~20 ms of fork and transfer against ~3 ms a MB of decoding saved.
-SPLIT_MIN_BYTES = 16 << 20
-SPLIT_PROBE = 1 << 20  # bytes looked at for the boundary near the middle
 # False: every record through Event.FromString (upb), the plain path the templates are measured
 # against (benchmarks/ab.py) and checked against (tests/test_events_fastpath.py).
 TEMPLATES = True

@@ -35,7 +35,7 @@ class Activity:
         series = scalars.get(tag) if tag else None
         if series is None or len(series) < 2:
             # The longest series, the first by name among equals: the order series were met in
-            # depends on how the files were read (windows, polls, a split read).
+            # depends on how the files were read (windows, polls, helper processes).
             lengths = [(len(s), s) for _, s in sorted(scalars.series.items())]
             series = max(lengths, key=lambda pair: pair[0])[1] if lengths else None
         gaps = np.diff(np.asarray(series.wall_times)) if series is not None and len(series) > 1 else np.zeros(0)
