@@ -1,4 +1,8 @@
-"""The main screen: runs, the selected run's loss chart and flags, checks and hypotheses."""
+"""The main screen: runs, the selected run's loss chart and flags, checks and hypotheses.
+
+Size: its bindings and one ``watch_`` per pane it shows, each a few lines: the panes' drawing is
+their widgets' (widgets/), what it shows is the app's (view_state.py).
+"""
 
 from __future__ import annotations
 
