@@ -359,6 +359,7 @@ class TriageApp(App[None]):
             self.polls == 0,
             (metrics_line(status) or "") if status else "",
             state_line(status) if status else None,
+            status.best.describe() if status is not None and status.best is not None else None,
         )
 
     def show_analysis(self) -> None:
