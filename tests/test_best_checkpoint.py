@@ -264,3 +264,18 @@ def test_an_acceptance_length_is_never_taken_for_an_accuracy(tmp_path, capsys):
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["metrics"]["accuracy"] is None
     assert run["metrics"]["acceptance_length"]["tag"] == "eval/simulated_acc_len"
+
+
+async def test_the_tui_shows_where_the_acceptance_peaked_and_the_checkpoint_nearest_it(tmp_path):
+    from builders.pilot import loaded, make_app, screen_text
+
+    specforge_eval_run(tmp_path / "out")
+    app = make_app(tmp_path / "out", readonly=True)
+    async with app.run_test(size=(200, 48)) as pilot:
+        await loaded(pilot)
+        text = "\n".join(screen_text(app))
+    # The flags pane wraps the line: its start on screen, the whole of it in what the pane was given.
+    assert "acceptance  best 3.34 at step 11960 (eval/simulated_acc_len)" in text
+    best = app.flags_state.best
+    assert best is not None and "nearest checkpoint epoch_4_step_12000 (step 12000)" in best
+    assert "the last checkpoint, epoch_7_step_20000, is past the peak" in best

@@ -421,3 +421,30 @@ def test_the_contract_sees_a_violation(tmp_path, monkeypatch):
     assert any("core.events (line 2) imports core.signals: a sibling" in v for v in found), found
     with pytest.raises(AssertionError, match="core.errors -> core.runs -> core.errors"):
         test_core_has_no_import_cycle()
+
+
+# The house's size rule: a module over MODULE_LINES or a class over CLASS_LINES says why at the top
+# of its module, in a paragraph starting "Size:"; a big file is then a decision, not a drift.
+MODULE_LINES = 600
+CLASS_LINES = 350  # ~300, with the slack of a docstring and a few handlers
+
+
+def test_no_big_module_or_class_without_a_reason_at_its_top():
+    import ast
+
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        reason = "\nSize:" in (ast.get_docstring(tree, clean=False) or "")
+        big = [f"{len(source.splitlines())} lines"] if len(source.splitlines()) > MODULE_LINES else []
+        big += [
+            f"class {node.name}: {node.end_lineno - node.lineno + 1} lines"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef)
+            and node.end_lineno is not None
+            and node.end_lineno - node.lineno + 1 > CLASS_LINES
+        ]
+        if big and not reason:
+            unexplained.append(f"{path.relative_to(PACKAGE.parent)}: {', '.join(big)}")
+    assert unexplained == []

@@ -29,6 +29,9 @@ Only the user's own processes are looked at (root sees all). Where no writer can
 run's directory is on a network filesystem (``/proc/mounts``: NFS, Lustre, ...), or its event file
 was written on another host, the writer may be alive elsewhere: the state is ``unknown`` and the
 silence rule of core.signals.stall stays in force.
+
+Size: the process table, the evidence a writer leaves and the decision are one rule set, read
+together when a state is questioned; each rule cites where its fact comes from.
 """
 
 from __future__ import annotations

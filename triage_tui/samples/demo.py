@@ -10,6 +10,9 @@ The trainer is ``python -m triage_tui.samples.demo train ROOT``; it prints one J
 per line (``started``, ``step``, ``waiting``, ``reloaded``, ``stopped``) and reads orders on its
 stdin: ``run N`` (with ``--paced``: step up to step N, then wait). It stops when its stdin
 closes (the parent stopped it or died), when its parent is gone, or after ``--max-steps``.
+
+Size: the demo's trainer process and the driver that paces it speak the line protocol defined
+here; both halves are read together.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Each run holds what a SpecForge output directory holds: ``runs/`` (TensorBoard e
 dumps), checkpoints ``epoch_0_step_{s}/`` where the run saved one, plus a ``triage.toml``.
 
 Over 600 lines on purpose: the five runs' recipes sit side by side with the one build that trains them.
+
+Size: one builder of the five runs and the world they share, step by step in the order the
+runs depend on each other (target, drafters, fine-tunes); the committed samples' digest covers it.
 """
 
 from __future__ import annotations

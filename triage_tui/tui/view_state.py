@@ -40,6 +40,7 @@ class FlagsState:
     scanning: bool = True  # before the first poll: "scanning…", not "no flags"
     subtitle: str = ""  # trainer, accuracy by position, acceptance length
     state: tuple[str, str] | None = None  # the run's state and its evidence (view_data.state_line)
+    best: str | None = None  # where the run's acceptance estimate peaked (core.best_checkpoint describe())
 
 
 @dataclass(frozen=True, eq=False)

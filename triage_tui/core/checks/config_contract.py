@@ -18,6 +18,9 @@ What is compared, and the public issue each rule comes from:
   ``fc_norm`` -> ``fc_norm.{i}.weight`` (https://github.com/vllm-project/vllm/pull/38111,
   https://github.com/vllm-project/speculators/pull/610), ``use_aux_hidden_state`` -> ``fc``;
 - ``target_hidden_size``, ``draft_vocab_size`` and ``vocab_size`` against the tensors and the target.
+
+Size: one rule per clause of the contract, each with the public issue it comes from; the rules
+share the engines' readings of the config (which ids, which layer), so they stay in one module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The main screen: runs, the selected run's loss chart and flags, checks and hypotheses."""
+"""The main screen: runs, the selected run's loss chart and flags, checks and hypotheses.
+
+Size: its bindings and one ``watch_`` per pane it shows, each a few lines: the panes' drawing is
+their widgets' (widgets/), what it shows is the app's (view_state.py).
+"""
 
 from __future__ import annotations
 
@@ -179,7 +183,7 @@ class MainScreen(Screen):
         if not self._ready:
             return
         state = self.flags_state
-        self.query_one(FlagsView).show(state.flags, scanning=state.scanning, state=state.state)
+        self.query_one(FlagsView).show(state.flags, scanning=state.scanning, state=state.state, best=state.best)
         # On the pane's border: no line taken from the chart (80x24 has none to spare).
         self.query_one("#flags-pane").border_subtitle = Text(printable(state.subtitle)) if state.subtitle else ""
 

@@ -13,11 +13,19 @@ from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE
 
 class FlagsView(Static):
     """One line per flag: severity glyph, kind, and the core's message; under them, the run's state
-    and its evidence where no flag says it (a live, ended or unknown run)."""
+    and its evidence where no flag says it (a live, ended or unknown run), and where the run's
+    acceptance estimate peaked, with the checkpoint saved nearest it."""
 
     HELP = "Flags the core raised for the selected run (same as `triage scan`), and the run's state."
 
-    def show(self, flags: Sequence, *, scanning: bool = False, state: tuple[str, str] | None = None) -> None:
+    def show(
+        self,
+        flags: Sequence,
+        *,
+        scanning: bool = False,
+        state: tuple[str, str] | None = None,
+        best: str | None = None,
+    ) -> None:
         text = Text()
         if not flags:
             text.append("scanning…" if scanning else "no flags", style="dim")
@@ -34,4 +42,8 @@ class FlagsView(Static):
             text.append("\n  ")
             text.append(printable(name), style=STATE_STYLE.get(name, ""))
             text.append(f"  {printable(reason)}", style="dim")
+        if best is not None:
+            text.append("\n  ")
+            text.append("acceptance", style="bold")
+            text.append(f"  {printable(best)}")
         self.update(text)
