@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -100,30 +99,6 @@ def by_kind(counts) -> dict[str, int]:
 
 def kinds_text(kinds: dict[str, int]) -> str:
     return ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items()))
-
-
-def timed(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, float, str]:
-    """(seconds from exec to exit, CPU seconds and whole-process peak RSS in MiB of it and the
-    helpers it waited for, stdout)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO)
-        deadline = t0 + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                proc.wait()
-                raise SystemExit(f"{cmd} ran past {timeout:.0f} s")
-            time.sleep(0.01)
-        seconds = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        if os.waitstatus_to_exitcode(status) not in (0, 1):
-            raise SystemExit(f"{cmd} failed: {err.read().decode()[-2000:]}")
-        return seconds, usage.ru_utime + usage.ru_stime, record.whole_process_peak_mib(usage), out.read().decode()
 
 
 # --------------------------------------------------------------------------- TensorBoard's loader
@@ -265,7 +240,9 @@ def main() -> None:
         for turn in range(args.repeat):
             for key in KEYS if turn % 2 == 0 else KEYS[::-1]:
                 with tempfile.TemporaryDirectory() as cache:
-                    seconds, cpu, peak, stdout = timed(cmds[key], s3_env(server.endpoint, cache), args.timeout)
+                    seconds, cpu, peak, stdout = bench_sweep.timed(
+                        cmds[key], s3_env(server.endpoint, cache), args.timeout
+                    )
                 if key == "tensorboard":
                     got = json.loads(stdout.strip().splitlines()[-1])
                     assert got == {"runs": args.runs, "points": expected}, got
@@ -278,7 +255,7 @@ def main() -> None:
         # The first scan once more, untimed, through a counting proxy: what it fetched.
         proxy = S3Proxy(server.port)
         with tempfile.TemporaryDirectory() as cache:
-            _, _, _, stdout = timed(cmds["bucket"], s3_env(proxy.endpoint, cache), args.timeout)
+            _, _, _, stdout = bench_sweep.timed(cmds["bucket"], s3_env(proxy.endpoint, cache), args.timeout)
         counted = proxy.reset_counts()
         proxy.stop()
         assert bench_sweep.scan_points(stdout) == scan_expected
@@ -287,7 +264,9 @@ def main() -> None:
             f"bench_bucket.child_polls({server.port}, {str(root)!r}, {args.points // len(bench_scale.TAGS)}, "
             f"{args.flush_steps})))"
         )
-        _, _, polls_peak, stdout = timed([sys.executable, "-c", code], s3_env(server.endpoint), args.timeout)
+        _, _, polls_peak, stdout = bench_sweep.timed(
+            [sys.executable, "-c", code], s3_env(server.endpoint), args.timeout
+        )
         polls = json.loads(stdout.strip().splitlines()[-1])
     finally:
         server.stop()

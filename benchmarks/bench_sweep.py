@@ -54,14 +54,27 @@ def write_tree(root: Path, runs: int, points: int) -> int:
     return int((root / ".complete").read_text())
 
 
-def timed(cmd: list[str]) -> tuple[float, float, float, str]:
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+) -> tuple[float, float, float, str]:
     """(seconds from exec to exit, CPU seconds and whole-process peak RSS in MiB of the process and
-    the helpers it waited for, stdout)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    the helpers it waited for, stdout). ``env``: the child's environment (this one, with the
+    checkout on PYTHONPATH, by default); ``timeout``: a child running past it is killed and the
+    benchmark stops."""
+    env = env if env is not None else {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
+        deadline = None if timeout is None else t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG if deadline is not None else 0)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                proc.kill()
+                proc.wait()
+                raise SystemExit(f"{cmd} ran past {timeout:.0f} s")
+            time.sleep(0.01)
         seconds = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
