@@ -8,8 +8,9 @@ layers or fewer, [1, 3, 4] for eight), the draft vocab by ``calibrate_frequent_v
 ``model.get_exporter().export(dir)`` (``EagleExporter``: ``model.safetensors`` with ``layers.0.*``,
 ``d2t`` and no ``t2d``; ``config.json`` from the export template).
 
-Importing modelopt takes ~20 s and patches transformers, so the export runs in a child process
-(``python -m builders.modelopt``); the parent only reads what it wrote.
+Importing modelopt takes ~20 s and patches transformers, so the exports run in one child process
+(``python -m builders.modelopt``), once per test run whichever xdist worker asks first
+(builders.cache); the tests only read what it wrote.
 """
 
 from __future__ import annotations
@@ -22,15 +23,21 @@ from pathlib import Path
 
 import pytest
 
+from builders.cache import builders_key, built_once_per_run
+
 TARGET_VOCAB = 8192  # builders.target_dumps.VOCAB: the char tokenizer's size
 HIDDEN = 64
 
 
-def modelopt_export(root: Path, *, target_layers: int, draft_vocab: int = 1000, timeout: int = 900) -> Path:
-    """``root/target`` (transformers save_pretrained) and ``root/drafter`` (ModelOpt's export); returns root."""
+TARGET_LAYERS = (2, 8)  # ModelOpt's two aux-layer defaults: [0, 1] up to four layers, [1, 3, 4] above
+
+
+def modelopt_exports_into(out: Path, *, draft_vocab: int = 1000, timeout: int = 900) -> dict[int, Path]:
+    """``out/<layers>/target`` (transformers save_pretrained) and ``out/<layers>/drafter`` (ModelOpt's
+    export) for each of TARGET_LAYERS, all in one child process; returns the roots by target depth."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), *sys.path]))
     done = subprocess.run(
-        [sys.executable, "-m", "builders.modelopt", str(root), str(target_layers), str(draft_vocab)],
+        [sys.executable, "-m", "builders.modelopt", str(out), str(draft_vocab), *map(str, TARGET_LAYERS)],
         capture_output=True,
         text=True,
         env=env,
@@ -38,17 +45,17 @@ def modelopt_export(root: Path, *, target_layers: int, draft_vocab: int = 1000, 
     )
     if done.returncode != 0:
         raise RuntimeError(f"modelopt export failed:\n{done.stderr[-4000:]}")
-    return root
+    return {layers: out / str(layers) for layers in TARGET_LAYERS}
 
 
 @pytest.fixture(scope="session")
 def modelopt_exports(tmp_path_factory) -> dict[int, Path]:
     """ModelOpt's own exports on a 2-layer and an 8-layer target, by target depth (registered by
-    tests/conftest.py; skipped where nvidia-modelopt is not installed)."""
+    tests/conftest.py; skipped where nvidia-modelopt is not installed). Shared by the run's workers:
+    read them, write beside them in tmp_path."""
     pytest.importorskip("modelopt", reason="nvidia-modelopt (installed with --no-deps by .ci/run)")
-    return {
-        layers: modelopt_export(tmp_path_factory.mktemp(f"modelopt{layers}"), target_layers=layers) for layers in (2, 8)
-    }
+    out = built_once_per_run(tmp_path_factory, "modelopt", builders_key(), modelopt_exports_into)
+    return {layers: out / str(layers) for layers in TARGET_LAYERS}
 
 
 def _chat(seed: int, distinct: int) -> list[dict]:
@@ -78,6 +85,7 @@ def _export(root: Path, target_layers: int, draft_vocab: int) -> None:
 
     from builders.target_dumps import char_tokenizer
 
+    root.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     config = LlamaConfig(
         hidden_size=HIDDEN,
@@ -114,4 +122,6 @@ def _export(root: Path, target_layers: int, draft_vocab: int) -> None:
 
 
 if __name__ == "__main__":
-    _export(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    _out, _draft_vocab, *_layers = sys.argv[1:]
+    for _target_layers in map(int, _layers):
+        _export(Path(_out) / str(_target_layers), _target_layers, int(_draft_vocab))
