@@ -4,14 +4,17 @@ run's exit record. The clock is the test's: ``now`` is passed in, nothing waits 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from builders.children import IDLE, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import RunEvents, find_event_files
 from triage_tui.core.run_state import (
     ProcessScanner,
@@ -19,6 +22,7 @@ from triage_tui.core.run_state import (
     console_error,
     find_writer,
     hf_final_save,
+    interactive_interpreter,
     read_console_tail,
     run_state,
 )
@@ -176,6 +180,105 @@ def test_command_line_and_working_directory_evidence(tmp_path):
     with ended(start(IDLE, cwd=tmp_path)):  # above the output directory: not the run's
         writer, _ = find_writer(run_dir, ProcessScanner().scan([tmp_path]))
         assert writer is None
+
+
+# A Jupyter kernel as ipykernel's kernel spec starts it (`python -m ipykernel_launcher -f
+# {connection_file}`): here a module of that name that runs a notebook's training cell (a
+# SummaryWriter, its points, close) and then waits, as a kernel does, for the next cell (stdin).
+KERNEL_CELL = """
+import sys
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter(log_dir=sys.argv[sys.argv.index("--run") + 1])
+for step in range(20):
+    writer.add_scalar("train/ploss_0", 10.0 - step * 0.1, global_step=step)
+writer.close()
+sys.stdin.read()
+"""
+
+
+def start_kernel(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.Popen:
+    modules = tmp_path / "kernel-modules"
+    modules.mkdir(exist_ok=True)
+    (modules / "ipykernel_launcher.py").write_text(textwrap.dedent(KERNEL_CELL))
+    connection = tmp_path / "kernel-4f1c.json"
+    return subprocess.Popen(
+        [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection), *args],
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(modules), str(REPO)])},
+    )
+
+
+def test_a_process_working_beside_a_finished_run_is_not_its_writer(tmp_path):
+    """An editor's helper or a kernel that sits in the project for days is not the writer of the runs
+    under it: the event file names its writer, which has exited. The run ended; nothing stalled."""
+    project = tmp_path / "project"
+    run_dir = project / "runs" / "exp1"  # HF Trainer: <output_dir>/runs/<date_host>
+    project.mkdir()
+    with ended(start(IDLE, cwd=project)) as beside:
+        write_scalars(run_dir, {"train/ploss_0": [(step, 3.0) for step in range(20)]})
+        with ended(start_kernel(tmp_path, "--run", str(tmp_path / "elsewhere"), cwd=project)) as kernel:
+            wait_until(lambda: points(tmp_path / "elsewhere") >= 20, "the kernel's cell")
+            state, _ = judge(run_dir, after=3 * 3600.0)
+            assert state.state == "ended", state
+            assert state.writer is None and state.flag() is None
+            assert beside.poll() is None and kernel.poll() is None  # both alive all along
+
+
+def test_a_trainer_resuming_before_its_first_event_file_is_its_writer(tmp_path):
+    """A process started since the newest event file was created, its command line naming the
+    output directory, may be the trainer resuming (loading weights, no event file yet): live."""
+    out = tmp_path / "out"
+    written = write_scalars(out / "runs", {"train/ploss_0": [(step, 3.0) for step in range(20)]})
+    # The file was created a minute ago (tensorboard's name: events.out.tfevents.<time>.<host>.<pid>.<n>).
+    created = written.name.split(".")[3]
+    written.rename(written.with_name(written.name.replace(f".{created}.", f".{int(created) - 60:010d}.", 1)))
+    with ended(start(IDLE, "--output-dir", "out", cwd=tmp_path)) as trainer:
+        state, _ = judge(out / "runs", after=1.0)
+        assert state.state == "live", state
+        assert state.writer is not None and state.writer.pid == trainer.pid and state.writer.evidence == "command line"
+
+
+def test_a_notebook_kernels_writer_is_silent_without_being_stalled(tmp_path):
+    """A notebook's SummaryWriter: the kernel is the pid in the event file's name, and lives on after
+    its training cell ended. Silent, the run is unknown (the silence rule: no critical flag, no
+    bell); a stopped kernel is still stalled."""
+    run_dir = tmp_path / "run"
+    with ended(start_kernel(tmp_path, "--run", str(run_dir))) as kernel:
+        wait_until(lambda: points(run_dir) >= 20, "the kernel's training cell")
+        state, _ = judge(run_dir, after=0.5)
+        assert state.state == "live" and state.writer is not None and state.writer.pid == kernel.pid
+        assert state.writer.interactive == "a Jupyter kernel"
+        state, activity = judge(run_dir, after=3600.0)
+        assert state.state == "unknown", state
+        assert f"writer pid {kernel.pid}" in state.reason and "is a Jupyter kernel" in state.reason
+        assert state.flag() is None
+        kernel.send_signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(kernel.pid) == "T", "the kernel to stop")
+        state, _ = judge(run_dir, after=3600.0)
+        assert state.state == "stalled" and "stopped (SIGSTOP" in state.reason
+
+
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        (("/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/run/kernel-1.json"), "a Jupyter kernel"),
+        (("python", "/opt/lib/python3.11/site-packages/ipykernel_launcher.py", "--f=/k.json"), "a Jupyter kernel"),
+        (("/usr/bin/python3", "-m", "colab_kernel_launcher", "-f", "/k.json"), "a Jupyter kernel"),
+        (("/usr/bin/python3", "/usr/local/bin/ipython"), "IPython"),
+        (("ipython3",), "IPython"),
+        (("python3",), "an interactive Python"),
+        (("python3", "-i", "train.py"), "an interactive Python"),
+        (("python3", "train.py", "--output-dir", "out"), None),
+        (("torchrun", "--nproc-per-node", "8", "-m", "specforge.train"), None),
+        (("python", "-c", "import sys; sys.stdin.read()"), None),
+        ((), None),
+    ],
+)
+def test_interactive_interpreters(argv, what):
+    assert interactive_interpreter(argv) == what
 
 
 def test_a_child_that_crashes_with_a_traceback_in_its_console_log(tmp_path):

@@ -23,7 +23,19 @@ Which process writes a run, strongest evidence first:
 - **working directory**: the process runs in the run's directory (or that output directory).
 
 Viewers and this program are never writers (``tensorboard --logdir``, ``tail -f train.log``,
-``triage out``), and a shell sitting in a directory is a person, not a trainer.
+``triage out``, a Jupyter server), and a shell sitting in a directory is a person, not a trainer.
+
+Where the event files name their writer, the name wins over the weaker evidence: a process that was
+already running when the newest of them was created, and is not the pid it names, did not write it
+(a notebook kernel or an editor's helper that sits in the project directory for days), so a
+finished run whose writer is gone is ``ended`` whoever works beside it. A process started since
+may be the run's trainer resuming, before its first event file, and still counts.
+
+An interactive interpreter (a Jupyter kernel, IPython, ``python -i``) outlives what it ran: it is
+never a writer by its working directory, and where it is the writer (its pid in the event file's
+name: a notebook's SummaryWriter), silence is no sign of a hang, since a notebook's training cell
+ends, or its writer closes, and the kernel lives on. Its run is ``unknown`` once silent, and the
+silence rule decides, as for a writer that cannot be seen; stopped (SIGSTOP) it is still ``stalled``.
 
 Only the user's own processes are looked at (root sees all). Where no writer can be seen and the
 run's directory is on a network filesystem (``/proc/mounts``: NFS, Lustre, ...), or its event file
@@ -72,6 +84,12 @@ _READER_NAMES = (
     "triage tensorboard tail less more cat head watch grep rg find ls du rsync scp cp tar vi vim nvim emacs nano"
 )
 READERS = frozenset(_READER_NAMES.split())
+# Jupyter's servers (``comm``: the script's name, cut at 15 characters) host kernels and write no run.
+_SERVERS = frozenset({"jupyter", "jupyter-lab", "jupyter-noteboo", "jupyter-server", "jupyterhub-sing"})
+# The modules a Jupyter kernel is started as: ipykernel's kernel spec runs ``python -m
+# ipykernel_launcher -f {connection_file}`` (ipykernel 6, ipykernel/kernelspec.py
+# ``make_ipkernel_cmd``), which VS Code's and JupyterLab's kernels use too; Colab's is its own.
+_KERNEL_MODULES = frozenset({"ipykernel_launcher", "ipykernel", "colab_kernel_launcher"})
 # A shell's working directory is where a person stands; its command line (`bash train.sh out/run`) still counts.
 SHELLS = frozenset({"bash", "sh", "zsh", "fish", "dash", "ksh", "tcsh", "csh", "tmux", "screen"})
 
@@ -106,6 +124,29 @@ class Process:
     @property
     def stopped(self) -> bool:
         return self.state in ("T", "t")
+
+    @cached_property
+    def interactive(self) -> str | None:
+        """What interactive interpreter this is ("a Jupyter kernel", "IPython", "an interactive
+        Python"), None for a program that ends when its work does."""
+        return interactive_interpreter(self.argv)
+
+
+def interactive_interpreter(argv: Sequence[str]) -> str | None:
+    """ "a Jupyter kernel" for ``python -m ipykernel_launcher -f …`` (or its script's path), "IPython"
+    for ``ipython``, "an interactive Python" for a bare ``python`` or ``python -i``; else None."""
+    if not argv:
+        return None
+    names = [os.path.basename(arg) for arg in argv[:3]]
+    for i, name in enumerate(names):
+        module = argv[i + 1] if name == "-m" and i + 1 < len(argv) else name.removesuffix(".py")
+        if module in _KERNEL_MODULES or module.startswith("ipykernel."):
+            return "a Jupyter kernel"
+    if any(name.startswith("ipython") for name in names[:2]):
+        return "IPython"
+    if names[0].startswith("python") and (len(argv) == 1 or argv[1] == "-i"):
+        return "an interactive Python"
+    return None
 
 
 @dataclass(frozen=True)
@@ -150,7 +191,7 @@ class ProcessTable:
         cwd: dict[str, _Evidence] = {}  # dir -> a process working in exactly it
         for pid in sorted(self.processes):
             process = self.processes[pid]
-            if pid == self.own_pid or process.comm in READERS:
+            if pid == self.own_pid or process.comm in READERS or process.comm in _SERVERS:
                 continue
             for path in process.writing:
                 for directory in _ancestors(os.path.dirname(path)):
@@ -159,7 +200,7 @@ class ProcessTable:
                 named.setdefault(path, _Evidence(process, arg))
                 for directory in _ancestors(path):
                     named_within.setdefault(directory, _Evidence(process, arg))
-            if process.cwd is not None and process.comm not in SHELLS:
+            if process.cwd is not None and process.comm not in SHELLS and process.interactive is None:
                 cwd.setdefault(process.cwd, _Evidence(process, process.cwd))
                 for directory in _ancestors(process.cwd):
                     cwd_within.setdefault(directory, _Evidence(process, process.cwd))
@@ -432,6 +473,7 @@ class Writer:
     evidence: str  # "event file name" | "open file" | "command line" | "working directory"
     detail: str  # what the evidence was, in words
     stopped: bool  # SIGSTOP or ctrl-Z: alive but cannot write
+    interactive: str | None = None  # Process.interactive: it outlives its writing (module doc)
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.comm, "evidence": self.evidence, "detail": self.detail}
@@ -486,9 +528,11 @@ def event_file_pids(event_files: Iterable[Path], hostname: str) -> set[int]:
     return {found[2] for path in event_files if (found := event_file_writer(path.name)) and found[1] == hostname}
 
 
-def _event_file_writer(event_files: Sequence[Path], table: ProcessTable) -> tuple[Writer | None, bool]:
-    """(the live writer named in an event file's name, whether any name says another host wrote it)."""
+def _event_file_writer(event_files: Sequence[Path], table: ProcessTable) -> tuple[Writer | None, bool, float | None]:
+    """(the live writer named in an event file's name, whether any name says another host wrote it,
+    when the newest file of this host naming its writer was created: None without one)."""
     elsewhere = False
+    named_at: float | None = None
     for path in reversed(event_files):  # the newest file (natural order) first
         found = event_file_writer(path.name)
         if found is None:
@@ -497,18 +541,20 @@ def _event_file_writer(event_files: Sequence[Path], table: ProcessTable) -> tupl
         if host != table.hostname:
             elsewhere = True
             continue
+        named_at = created if named_at is None else named_at
         process = table.processes.get(pid)
         if process is None or process.started > created + PID_REUSE_SLACK_SECS:
             continue
         detail = f"pid {process.pid} named in {path.name}"
-        return Writer(process.pid, process.comm, "event file name", printable(detail), process.stopped), elsewhere
-    return None, elsewhere
+        writer = Writer(process.pid, process.comm, "event file name", printable(detail), process.stopped)
+        return replace(writer, interactive=process.interactive), elsewhere, named_at
+    return None, elsewhere, named_at
 
 
 def find_writer(run_dir: Path, table: ProcessTable, event_files: Sequence[Path] = ()) -> tuple[Writer | None, bool]:
     """The run's live writer on this node, by the strongest evidence (module doc); and whether an
     event file was written on another host."""
-    writer, elsewhere = _event_file_writer(event_files, table)
+    writer, elsewhere, named_at = _event_file_writer(event_files, table)
     if writer is not None:
         return writer, elsewhere
     # /proc shows resolved paths (a cwd, an fd's target); a run watched through a symlink is matched
@@ -518,13 +564,23 @@ def find_writer(run_dir: Path, table: ProcessTable, event_files: Sequence[Path] 
     found = next((held[d] for d in spellings if d in held), None)
     if found is not None:
         return _writer(found, "open file", f"holds {found.what} open for writing"), elsewhere
-    found = next((named_within[d] for d in spellings if d in named_within), None) or next(
-        (named[d] for d in above if d in named), None
+
+    def since_named(evidence: _Evidence | None) -> _Evidence | None:
+        """The weaker evidence, unless the event files name another writer that this process was
+        already running beside when the newest of them was created (module doc)."""
+        if evidence is None or named_at is None or evidence.process.started > named_at + PID_REUSE_SLACK_SECS:
+            return evidence
+        return None
+
+    found = since_named(
+        next((named_within[d] for d in spellings if d in named_within), None)
+        or next((named[d] for d in above if d in named), None)
     )
     if found is not None:
         return _writer(found, "command line", f"its command line names {found.what}"), elsewhere
-    found = next((cwd_within[d] for d in spellings if d in cwd_within), None) or next(
-        (cwd[d] for d in above if d in cwd), None
+    found = since_named(
+        next((cwd_within[d] for d in spellings if d in cwd_within), None)
+        or next((cwd[d] for d in above if d in cwd), None)
     )
     if found is not None:
         return _writer(found, "working directory", f"runs in {found.what}"), elsewhere
@@ -533,7 +589,7 @@ def find_writer(run_dir: Path, table: ProcessTable, event_files: Sequence[Path] 
 
 def _writer(evidence: _Evidence, kind: str, detail: str) -> Writer:
     process = evidence.process
-    return Writer(process.pid, process.comm, kind, printable(detail), process.stopped)
+    return Writer(process.pid, process.comm, kind, printable(detail), process.stopped, process.interactive)
 
 
 # --------------------------------------------------------------------------- the state
@@ -625,6 +681,13 @@ def run_state(
         if finished:
             return RunState("ended", f"{how_finished} (pid {writer.pid} still exiting)", writer, last, silence)
         limit = activity.stall_after(flush_secs)
+        if silence is not None and silence > limit and writer.interactive is not None and not writer.stopped:
+            reason = (
+                f"writer pid {writer.pid} ({printable(writer.comm)}) is {writer.interactive}, alive, and nothing was "
+                f"written for {fmt_duration(silence)}: an interpreter outlives the cell that trained, so the "
+                "silence alone decides"
+            )
+            return RunState("unknown", reason, writer, last, silence)
         if silence is not None and silence > limit:
             stopped = " and is stopped (SIGSTOP or ctrl-Z)" if writer.stopped else ""
             error = console()
