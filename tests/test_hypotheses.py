@@ -234,6 +234,18 @@ def test_a_frequency_ordered_mask_raises_the_verifier_hypothesis(story):
     assert ranked[0].id == "verifier_mask_mismatch" and ranked[0].score >= 0.9
 
 
+def test_an_unmet_mask_invariant_reads_as_not_holding_in_the_hypothesis_evidence(story):
+    """The hypotheses pane showed "checkpoint t2d == run t2d: 8444 target ids differ": the invariant's
+    name, an equality, read as met beside a detail that says it is not. The verifier-mask hypothesis
+    words its own evidence lines (beside the check's), so they are held to it too."""
+    checkpoint, run = story
+    mask = check_verifier_mask(checkpoint, VocabMapping(run.hot_ids, TARGET_VOCAB, stored_t2d=run.t2d()))
+    hypothesis = _by_id(rank_hypotheses({"verifier_mask": mask}, []))["verifier_mask_mismatch"]
+    (line,) = [line for line in hypothesis.evidence if "checkpoint t2d == run t2d" in line]
+    assert line.startswith("checkpoint t2d == run t2d does not hold: 12500 target ids differ in membership"), line
+    assert not any(": 12500 target ids differ" in line and "does not hold" not in line for line in hypothesis.evidence)
+
+
 def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
     metrics = {
         "loss": {"tag": "train/ploss_0", "last": 0.0, "min": 0.0, "count": 40},

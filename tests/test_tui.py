@@ -10,6 +10,7 @@ import asyncio
 import io
 import math
 import re
+import subprocess
 import threading
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from triage_tui.core.checks.vocab import VocabDetails
 from triage_tui.tui.screens.drilldown import CommandLines, DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.widgets.fitted_lines import FittedLines
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
@@ -784,6 +786,52 @@ async def test_sample_runs_walkthrough_remap_raises_replay_accuracy(tmp_path):
         assert not [h.id for h in after.hypotheses if h.score > before_scores.get(h.id, 0.0) + 1e-9]
         assert after.top_score < 0.5
         assert not pane.has_class("-stale") and "remapped checkpoint" in str(pane.border_title)
+
+
+async def test_the_readme_walkthrough_in_a_git_checkout_leaves_git_status_clean(tmp_path, monkeypatch):
+    """`triage sample_runs` from a checkout, then c, enter, m, y on vocab-mismatch, as the README tells
+    it: the remap wrote its drafter beside the source, into the checkout, and `git status` showed it.
+    The dialog says before `y` that the output goes under the data directory and why (the git work
+    tree), the remap writes it there, and `git status` in the checkout shows nothing afterwards."""
+    checkout = tmp_path / "checkout"
+    runs = copy_samples(checkout / "sample_runs", ("vocab-mismatch",))
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "samples"]):
+        _git(*args, cwd=checkout)
+    data_home, cache_home = tmp_path / "data", tmp_path / "cache"
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    app = make_app(runs)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert [row.name for row in app.rows] == ["vocab-mismatch"]
+        await checked(pilot)
+        await pilot.press("h", "enter")
+        await on_screen(pilot, DrillDownScreen, "drill-down")
+        await pilot.press("m")
+        await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
+        plan = screen_as(app, ConfirmRemapScreen).plan
+        assert plan.output.is_relative_to(data_home / "triage" / "remapped")
+        said = app.screen.query_one("#plan-text", FittedLines).text.plain.splitlines()
+        assert str(plan.output) in said and str(checkout) in said
+        assert any("not beside the source, which is in this git work tree:" in line for line in said), said
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.rows[0].path in app.remap.reports, timeout=120, what="remap")
+        report = app.remap.reports[app.rows[0].path]
+        assert report.verified and Path(report.output) == plan.output
+        assert (plan.output / "model.safetensors").is_file()
+    assert _git("status", "--porcelain", "--untracked-files=all", cwd=checkout) == ""
+
+
+def _git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
 
 
 def table_lines(table: RunsTable) -> list[str]:
