@@ -14,8 +14,9 @@ import atexit
 import os
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import (
@@ -103,6 +104,21 @@ _WHOLE: dict[tuple[str, str], SparseObject] = {}
 _OPENED_LOCK = threading.Lock()
 
 
+T = TypeVar("T")
+
+
+def _shared(
+    opened: dict[tuple[str, str], T], path: str | os.PathLike[str], meta: ObjectMeta, make: Callable[[], T]
+) -> T:
+    """The reader ``opened`` keeps for ``path`` at ``meta``'s ETag, made by ``make`` the first time."""
+    key = (os.path.abspath(path), meta.etag)
+    with _OPENED_LOCK:
+        found = opened.get(key)
+        if found is None:
+            found = opened[key] = make()
+        return found
+
+
 def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
     """The safetensors object a mirror left ``path`` a placeholder of, its header read by range;
     None when ``path`` is a file of its own. BadInput (naming the URL) when the object cannot be read."""
@@ -110,12 +126,7 @@ def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
     if found is None:
         return None
     store, meta = found
-    key = (os.path.abspath(path), meta.etag)
-    with _OPENED_LOCK:
-        remote = _OPENED.get(key)
-        if remote is None:
-            remote = _OPENED[key] = RemoteSafetensors(store.url(meta.key), meta=meta)
-        return remote
+    return _shared(_OPENED, path, meta, lambda: RemoteSafetensors(store.url(meta.key), meta=meta))
 
 
 def readable_path(path: Path) -> Path:
@@ -125,11 +136,7 @@ def readable_path(path: Path) -> Path:
     if found is None:
         return path
     store, meta = found
-    key = (os.path.abspath(path), meta.etag)
-    with _OPENED_LOCK:
-        sparse = _WHOLE.get(key)
-        if sparse is None:
-            sparse = _WHOLE[key] = open_sparse(store, meta.key, meta=meta)
+    sparse = _shared(_WHOLE, path, meta, lambda: open_sparse(store, meta.key, meta=meta))
     sparse.ensure([(0, meta.size)])
     return sparse.path
 
