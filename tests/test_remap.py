@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from builders.drafter import HIDDEN, drafter_config, drafter_state, write_drafter
 from builders.mappings import DRAFT_VOCAB, OVERLAP, TARGET_VOCAB
 from builders.remap import expected_source_rows, listing, run_cli, tree_digest
+from builders.samples import git
 from builders.target import save_target
 from triage_tui import __version__
 from triage_tui.commands import remap as remap_command
@@ -769,7 +770,6 @@ def test_source_rewritten_after_planning_is_refused_and_nothing_written(world):
 
 def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it():
     """`triage remap` skips the interpreter's last full collection (torch's objects, all alive)."""
-    import subprocess
     import sys
 
     code = (
@@ -786,7 +786,6 @@ def test_the_command_freezes_the_heap_at_exit_instead_of_collecting_it():
 def test_importing_remap_does_not_import_torch():
     """plan_remap hashes the source while torch (~1 s) is imported for the first tensor read;
     an import of torch at module level would put the import before the hash again."""
-    import subprocess
     import sys
 
     code = (
@@ -823,17 +822,6 @@ def test_the_mean_rounds_as_torch_does(dtype):
 # where the default output goes: never into a checkout
 
 
-def _git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
-
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a work tree")
 def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch, capsys):
     """The README's walkthrough (`m`, `y` on vocab-mismatch; the opposite fix from a shell) in a
@@ -845,9 +833,9 @@ def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch
 
     checkout = tmp_path / "checkout"
     samples = copy_samples(checkout / "sample_runs", ("vocab-mismatch",))
-    _git("init", "-q", cwd=checkout)
-    _git("add", "-A", cwd=checkout)
-    _git("commit", "-qm", "samples", cwd=checkout)
+    git("init", "-q", cwd=checkout)
+    git("add", "-A", cwd=checkout)
+    git("commit", "-qm", "samples", cwd=checkout)
     data_home = tmp_path / "data"
     monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
     home = data_home / "triage" / "remapped"
@@ -872,7 +860,7 @@ def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch
     assert code == 0 and Path(kept["output"]).parent == plan.output.parent
     assert kept["output_outside_because"].startswith(f"the source's directory is in the git work tree {checkout}")
 
-    assert _git("status", "--porcelain", "--untracked-files=all", cwd=checkout) == ""
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=checkout) == ""
     assert not [p.name for p in drafters.iterdir() if "-remapped-" in p.name or "-vocab-mapping" in p.name]
 
 
@@ -885,7 +873,7 @@ def test_the_default_output_stays_beside_the_source_outside_a_checkout_or_where_
         return
     repo = tmp_path / "repo"
     (repo / "models" / "drafter-a").mkdir(parents=True)
-    _git("init", "-q", cwd=repo)
+    git("init", "-q", cwd=repo)
     (repo / ".gitignore").write_text("models/*-remapped-*/\n")
     ignored = staging.default_output(repo / "models" / "drafter-a", "drafter-a-remapped-12345678")
     assert ignored == staging.OutputPlace(repo / "models" / "drafter-a-remapped-12345678")

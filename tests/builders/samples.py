@@ -55,3 +55,15 @@ def tracked_sample_files() -> list[str] | None:
     if listed.returncode != 0:
         return None
     return sorted(Path(p).relative_to("sample_runs").as_posix() for p in listed.stdout.decode().split("\0") if p)
+
+
+def git(*args: str, cwd: Path) -> str:
+    """``git ARGS`` in ``cwd`` (an author given, for commits on a machine without one); its stdout."""
+    done = subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
