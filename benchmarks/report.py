@@ -215,6 +215,8 @@ def speed_page() -> str:
         "less). Memory is the same figure for every tool: the whole process's peak RSS. Each row names",
         "its run: the date, the load average at its start and end, the commit measured, and the",
         "command that measured it; `benchmarks/RESULTS-<name>.md` has every run with its full table.",
+        "The other tools install with `.venv/bin/pip install -e '.[bench]'` (tbparse; tensorboard and its",
+        "Rust data server come with triage's own dependencies).",
         "",
         "## Against the tools a user would otherwise run",
         "",
