@@ -469,13 +469,20 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     (out / "healthy" / "old-run.txt").write_text("the runs a user had\n")
     before = written_files(out)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "triage_tui.cli", "samples", "--small", "--out", str(out), "--jobs", "2"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
+    # A terminal's foreground job takes Ctrl-C. Started as a shell's background job (`pytest ... &`),
+    # the tests inherit SIGINT ignored, and exec keeps an ignored signal ignored: a handler here
+    # (exec resets a handled signal to the default) gives the child what a terminal gives it.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "triage_tui.cli", "samples", "--small", "--out", str(out), "--jobs", "2"],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     stderr_lines = []
     for line in process.stderr:  # progress lines; interrupt once the workers train
         stderr_lines.append(line)
