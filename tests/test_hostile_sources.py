@@ -5,10 +5,10 @@ SummaryWriter (TensorBoard event files), the wandb package, offline (W&B run fil
 console logger (training consoles) and transformers' TrainerState (trainer_state.json). A new
 source is added to ``SOURCES`` and is attacked the day it lands. Every variant of a file (cut at
 each byte of its first records, one bit flipped at each, values that cannot be numbers, markup
-and escapes in every name) is put in run A beside a healthy run B; then:
+and escapes in every name) is a run beside a healthy run B, fifty such runs a poll; then:
 
-- nothing raises: A is listed, with its errors or damaged records said, never a traceback;
-- A's report is strict JSON (no NaN or infinity leaks as a number);
+- nothing raises: each is listed, with its errors or damaged records said, never a traceback;
+- every report is strict JSON (no NaN or infinity leaks as a number);
 - B's report is exactly what a scan of B alone gives.
 
 The serving sources have their own battery (tests/test_serving_hostile.py).
@@ -126,28 +126,46 @@ def _same_run(report: dict, alone: dict) -> bool:
     return {**report, "name": None} == {**alone, "name": None}
 
 
-def _place(tree: Path, written_file: Path, source_root: Path, data: bytes) -> None:
-    """Run A: the source's file at the place its writer put it, holding ``data``."""
-    target = tree / "A" / written_file.relative_to(source_root)
+# Variants placed as runs side by side, read in one poll: a poll's own work (the tree's listing, the
+# scan of /proc for writers) is shared, and B is read beside this many hostile runs at once.
+VARIANTS_A_POLL = 50
+
+
+def _place(tree: Path, name: str, written_file: Path, source_root: Path, data: bytes) -> None:
+    """Run ``name``: the source's file at the place its writer put it, holding ``data``."""
+    target = tree / name / written_file.relative_to(source_root)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
 
 
 def _attack(tree: Path, kind: str, data: bytes, expected: dict, variants) -> tuple[int, int]:
-    """Each variant of ``data`` as run A's file; B's report checked. Returns how many variants ran,
-    and in how many A's report said something was wrong (an error, damaged records, points missing)."""
+    """Each variant of ``data`` as a run A<n> beside B, VARIANTS_A_POLL of them a poll; B's report
+    checked after each poll. Returns how many variants ran, and in how many A<n>'s report said
+    something was wrong (an error, damaged records, points missing)."""
     source_root = tree.parent / "source"
     (written_file,) = [p for p in source_root.rglob("*") if p.is_file() and p.read_bytes() == data]
     count = noticed = 0
-    for variant in variants:
-        shutil.rmtree(tree / "A", ignore_errors=True)
-        _place(tree, written_file, source_root, variant)
+    batch: list[str] = []
+
+    def poll() -> None:
+        nonlocal noticed
         reports = _report(tree, tree)
-        assert _same_run(reports["B"], expected), f"{kind}: run A's file changed run B's report"
+        assert _same_run(reports["B"], expected), f"{kind}: one of the runs {batch[0]}..{batch[-1]} changed B's report"
+        for name in batch:
+            a = reports.get(name)
+            loss = (a or {}).get("metrics", {}).get("loss") or {"count": 0}
+            noticed += a is None or bool(a["errors"]) or loss["count"] < 10 or "damaged_records" in str(a["flags"])
+            shutil.rmtree(tree / name)
+        batch.clear()
+
+    for variant in variants:
+        batch.append(f"A{count:04d}")
+        _place(tree, batch[-1], written_file, source_root, variant)
         count += 1
-        a = reports.get("A")
-        loss = (a or {}).get("metrics", {}).get("loss") or {"count": 0}
-        noticed += a is None or bool(a["errors"]) or loss["count"] < 10 or "damaged_records" in str(a["flags"])
+        if len(batch) == VARIANTS_A_POLL:
+            poll()
+    if batch:
+        poll()
     return count, noticed
 
 
