@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -148,10 +149,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=HERE / ".work" / "export")
     parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-export.md")
     args = parser.parse_args()
-    try:
-        import tbparse  # noqa: F401 - only whether it imports: the timed runs start their own process
-    except ImportError:
-        raise SystemExit("bench_export.py: tbparse is not installed; pip install -e '.[bench]'") from None
+    if importlib.util.find_spec("tbparse") is None:  # the timed runs import it in their own process
+        raise SystemExit("bench_export.py: tbparse is not installed; pip install -e '.[bench]'")
     run = record.Run("export", dry_run=args.dry_run)
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
