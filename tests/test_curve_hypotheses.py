@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -19,24 +16,21 @@ import pytest
 from builders.samples import copy_samples
 from builders.trainers import speculators_run as speculators_layout
 
-ROOT = Path(__file__).resolve().parents[1]
 HEALTHY_MAPPING = "cache/vocab_mapping/76a493ec79f30af08f5a76e2385ee8f4.pt"
 V = 32_000
 
 
-def check(run: Path, *, text: bool = False) -> tuple[int, dict, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--device", "cpu", *([] if text else ["--json"])],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
+def check(run: Path, capsys, *, text: bool = False) -> tuple[int, dict, str]:
+    """`triage check RUN [--json] --device cpu`, in this process (the worker has torch imported)."""
+    from triage_tui import cli
+
+    capsys.readouterr()
+    code = cli.main(["check", str(run), "--device", "cpu", *([] if text else ["--json"])])
+    captured = capsys.readouterr()
     if text:
-        return result.returncode, {"text": result.stdout}, result.stderr
-    document = json.loads(result.stdout) if result.stdout.strip() else {}
-    return result.returncode, document, result.stderr
+        return code, {"text": captured.out}, captured.err
+    document = json.loads(captured.out) if captured.out.strip() else {}
+    return code, document, captured.err
 
 
 def scores(document: dict) -> dict[str, float]:
@@ -82,30 +76,30 @@ def fine_tune(samples: Path, name: str, first_accuracy: float) -> Path:
     return run
 
 
-def test_a_fine_tune_that_starts_near_zero_from_a_good_drafter_is_warm_start_broken(samples):
-    code, document, stderr = check(fine_tune(samples, "ft-cold", 0.003))
+def test_a_fine_tune_that_starts_near_zero_from_a_good_drafter_is_warm_start_broken(samples, capsys):
+    code, document, stderr = check(fine_tune(samples, "ft-cold", 0.003), capsys)
     assert code == 1, stderr
     top = document["hypotheses"][0]
     assert top["id"] == "warm_start_broken" and top["score"] >= 0.5, scores(document)
     assert "https://github.com/sgl-project/SpecForge/issues/300" in top["links"]
     assert any("starts at 0.6 %" in line and "65.8%" in line for line in top["evidence"]), top["evidence"]
-    code, output, _ = check(samples / "ft-cold", text=True)
+    code, output, _ = check(samples / "ft-cold", capsys, text=True)
     lines = output["text"].splitlines()
     first = lines.index("hypotheses (best first)") + 1
     assert code == 1 and lines[first].startswith("! 0.79  warm_start_broken"), lines[first]
     assert "        known from https://github.com/sgl-project/SpecForge/issues/300" in lines
 
 
-def test_a_fine_tune_that_starts_where_its_drafter_is_scores_nothing(samples):
-    code, document, stderr = check(fine_tune(samples, "ft-warm", 0.62))
+def test_a_fine_tune_that_starts_where_its_drafter_is_scores_nothing(samples, capsys):
+    code, document, stderr = check(fine_tune(samples, "ft-warm", 0.62), capsys)
     assert code == 0, (stderr, scores(document))
     assert scores(document)["warm_start_broken"] == 0.0
     assert all(score < 0.5 for score in scores(document).values())
 
 
-def test_the_runs_own_later_checkpoint_is_not_its_start(samples):
+def test_the_runs_own_later_checkpoint_is_not_its_start(samples, capsys):
     """healthy names its own step-200 checkpoint: a from-scratch run started near zero, correctly."""
-    code, document, stderr = check(samples / "healthy")
+    code, document, stderr = check(samples / "healthy", capsys)
     assert code == 0, (stderr, scores(document))
     warm = next(h for h in document["hypotheses"] if h["id"] == "warm_start_broken")
     assert warm["score"] == 0.0 and any("saved by this run" in line for line in warm["evidence"]), warm
@@ -145,9 +139,9 @@ def speculators_logs(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("collapsed", [True, False])
-def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(tmp_path, collapsed):
+def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(tmp_path, collapsed, capsys):
     run = speculators_run(tmp_path / "run", collapsed=collapsed)
-    code, document, stderr = check(run)
+    code, document, stderr = check(run, capsys)
     ttt = next(h for h in document["hypotheses"] if h["id"] == "ttt_position_collapse")
     assert "https://github.com/vllm-project/speculators/pull/818" in ttt["links"]
     if collapsed:
@@ -162,7 +156,7 @@ def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(
 # ----------------------------------------------------------------- NaN from the first step
 
 
-def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path):
+def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path, capsys):
     """speculators #238: num_layers 2, "loss turns to nan from the first step"."""
     from speculators.train.logger import TensorBoardHandler
 
@@ -173,7 +167,7 @@ def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path):
         record.step = step
         handler.emit(record)
     handler.close()
-    code, document, stderr = check(tmp_path)
+    code, document, stderr = check(tmp_path, capsys)
     assert code == 1, stderr
     top = document["hypotheses"][0]
     assert top["id"] == "non_finite" and top["score"] >= 0.9
