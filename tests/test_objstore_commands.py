@@ -151,7 +151,7 @@ def test_without_the_extra_one_line_exit_2(monkeypatch, capsys):
         )
 
 
-async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, samples):
+async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, samples, monkeypatch):
     """`triage s3://…` as commands/tui.py starts it: the mirror synced on the watcher's thread, the
     runs listed, the top bar naming the URL (not the local mirror), the remap key gone (read-only),
     and a prefix that can no longer be listed said in one line while the runs stay."""
@@ -159,7 +159,7 @@ async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, s
     from builders.waiting import wait_for
     from triage_tui.core.watch import tui_watcher
 
-    name, client, _ = bucket
+    name, client, proxy = bucket
     upload_tree(client, name, "tui/healthy", samples / "healthy")
     url = f"s3://{name}/tui"
     mirrors = Mirrors()
@@ -172,9 +172,15 @@ async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, s
         text = "\n".join(screen_text(app))
         assert f"watching {url}" in text and str(root) not in text
         assert not app.main.check_action("remap", ())
-        for found in client.list_objects_v2(Bucket=name)["Contents"]:
-            client.delete_object(Bucket=name, Key=found["Key"])
-        client.delete_bucket(Bucket=name)  # the prefix can no longer be listed
-        await wait_for(pilot, lambda: bool(watcher.unplaced_errors), what="the failed listing")
-        await wait_for(pilot, lambda: app._unplaced_errors_shown is not None, what="the failed listing said")
-        assert [row.name for row in app.rows] == ["healthy"]
+        # The prefix can no longer be listed (every listing answered 503) while its objects stay:
+        # emptying the bucket first would let a sync between two deletes see the run gone, as it is.
+        monkeypatch.setattr(tuning, "MAX_RETRIES", 0)
+        proxy.fail_paths("list-type=2")
+        try:
+            await wait_for(pilot, lambda: bool(watcher.unplaced_errors), what="the failed listing")
+            await wait_for(pilot, lambda: app._unplaced_errors_shown is not None, what="the failed listing said")
+            assert [row.name for row in app.rows] == ["healthy"]
+            said = app._unplaced_errors_shown
+            assert f"s3://{name}/tui" in said and "503 SlowDown" in said and "\n" not in said, said
+        finally:
+            proxy.fail_paths()
