@@ -117,7 +117,7 @@ def _export(root: Path, target_layers: int, draft_vocab: int) -> None:
     cache = root / "d2t.pt"
     calibrate_frequent_vocab(tokenizer, _chat(0, draft_vocab + 200), draft_vocab, str(cache))
     HFEagleModel.load_draft_vocab_cache(model, str(cache))
-    model.get_exporter().export(str(root / "drafter"))  # type: ignore[operator]  # convert made it an HFEagleModel
+    model.get_exporter().export(str(root / "drafter"))  # convert made it an HFEagleModel
     (root / "built.json").write_text(json.dumps({"target_layers": target_layers, "draft_vocab": draft_vocab}))
 
 

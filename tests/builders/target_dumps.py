@@ -91,8 +91,7 @@ def write_target(path: Path, *, seed: int = 0, finetune_from: Path | None = None
         model = LlamaForCausalLM(config)
         with torch.no_grad():
             model.model.norm.weight.uniform_(0.5, 2.5)
-    # transformers wraps PreTrainedModel.to in a decorator whose type hides the method's own signature
-    model.to(torch.bfloat16).save_pretrained(str(path))  # type: ignore[arg-type]
+    model.to(torch.bfloat16).save_pretrained(str(path))
     return path
 
 
