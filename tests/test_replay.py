@@ -25,6 +25,7 @@ from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from builders.replay import (
     World,
     drafter_config,
+    one_torch_thread,
     train_drafter,
     write_specforge_checkpoint,
     write_specforge_dumps,
@@ -46,13 +47,10 @@ CHANCE = math.log(DRAFT_VOCAB)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """On the project's 2 shared cores, OpenMP threads spin-waiting for each other made training
-    4x slower with 2 threads than with 1 (7.6 s vs 34 s measured under load); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread():
+    """The replays too run on one thread (builders.replay.one_torch_thread says why)."""
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
