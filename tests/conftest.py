@@ -3,10 +3,10 @@ import sys
 from pathlib import Path
 
 # One OpenMP thread per test process, and so in every child they start, unless the caller set it.
-# Two xdist workers already fill the 2 cores the suite is sized for: torch's second intra-op thread
-# finds no idle core and spin-waits for the first. Measured on an idle 2-core machine, the whole suite: 599 CPU-s
-# and 6:05 with OMP_NUM_THREADS=2 (torch's default there), 559 CPU-s and 5:53 with 1. Set before
-# anything imports torch, which reads it once.
+# Two xdist workers already fill the 2 cores the suite is sized for: torch's second intra-op
+# thread finds no idle core and spin-waits for the first. Measured on an idle 2-core machine, the
+# whole suite: 599 CPU-s and 6:05 with OMP_NUM_THREADS=2 (torch's default there), 559 CPU-s and
+# 5:53 with 1. Set before anything imports torch, which reads it once.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Lets tests import the fixture builders (`from builders.mappings import story_mappings`).
