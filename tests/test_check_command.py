@@ -7,8 +7,6 @@ a target model and TensorBoard events from ``SummaryWriter``.
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +20,6 @@ from triage_tui.core.checks.registry import CHECK_NAMES
 from triage_tui.core.diagnose import diagnose
 from triage_tui.core.errors import BadInput
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
@@ -31,13 +27,7 @@ def runs(tmp_path_factory):
     return {"story": build_run(tmp, story=True), "healthy": build_run(tmp, story=False)}
 
 
-def triage(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "triage_tui", *args], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
-
-
-def test_story_run_json_shape_and_exit_1(runs):
+def test_story_run_json_shape_and_exit_1(runs, triage):
     done = triage("check", str(runs["story"]), "--json", "--device", "cpu")
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
@@ -69,7 +59,7 @@ def test_story_run_json_shape_and_exit_1(runs):
     assert all(h["score"] <= 0.3 for h in hypotheses[1:])
 
 
-def test_healthy_run_exits_0_and_text_output_lists_hypotheses_then_checks(runs):
+def test_healthy_run_exits_0_and_text_output_lists_hypotheses_then_checks(runs, triage):
     done = triage("check", str(runs["healthy"]), "--device", "cpu")
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
@@ -118,7 +108,7 @@ def test_the_target_head_is_read_once_for_every_check_and_each_reports_what_its_
         assert result.to_json() == shared.checks[name].to_json(), name
 
 
-def test_missing_run_is_bad_input_exit_2(tmp_path):
+def test_missing_run_is_bad_input_exit_2(tmp_path, triage):
     done = triage("check", str(tmp_path / "nowhere"), "--json")
     assert done.returncode == 2
     assert done.stdout == ""
@@ -223,7 +213,7 @@ def test_an_unreadable_checkpoint_errors_its_checks_and_the_mask_check_still_run
     assert all(h.score < 0.5 for h in diagnosis.hypotheses)
 
 
-def test_a_run_without_any_checkpoint_says_so_not_that_a_d2t_is_missing(tmp_path):
+def test_a_run_without_any_checkpoint_says_so_not_that_a_d2t_is_missing(tmp_path, triage):
     run = tmp_path / "scratch"
     write_events(run / "runs", [10.0] * 10, [0.01] * 10)
     done = triage("check", str(run), "--json", "--device", "cpu")
@@ -284,7 +274,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_nothing_to_check_is_exit_2_never_healthy(tmp_path):
+def test_nothing_to_check_is_exit_2_never_healthy(tmp_path, triage):
     run = tmp_path / "scratch"
     write_events(run / "runs", [10.0] * 10, [0.01] * 10)  # a loss curve, no checkpoint, no mapping
     done = triage("check", str(run), "--json", "--device", "cpu")
@@ -295,7 +285,7 @@ def test_nothing_to_check_is_exit_2_never_healthy(tmp_path):
     assert set(document["not_run"]) == set(CHECK_NAMES)
 
 
-def test_every_check_errored_on_a_refused_pickle_is_exit_2(tmp_path):
+def test_every_check_errored_on_a_refused_pickle_is_exit_2(tmp_path, triage):
     run = tmp_path / "run"
     write_events(run / "runs", [10.0] * 10, [0.01] * 10)
     evil = tmp_path / "evil"
@@ -309,7 +299,7 @@ def test_every_check_errored_on_a_refused_pickle_is_exit_2(tmp_path):
     assert not (tmp_path / "PWNED").exists()
 
 
-def test_a_path_that_is_not_a_run_is_exit_2(tmp_path):
+def test_a_path_that_is_not_a_run_is_exit_2(tmp_path, triage):
     (tmp_path / "notes.txt").write_text("not a run")
     done = triage("check", str(tmp_path))
     assert done.returncode == 2 and done.stdout == ""

@@ -4,8 +4,6 @@ and a target written by transformers (tests/builders/contracts.py says which fun
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -232,31 +230,23 @@ def test_a_modelopt_export_for_an_eight_layer_target_keeps_the_contract(modelopt
     assert {r.engine: list(r.layers) for r in details.engines} == {"vllm": [1, 3, 4], "sglang": [1, 3, 4]}
 
 
-def test_check_on_a_modelopt_export_is_no_false_alarm(modelopt_exports, tmp_path):
+def test_check_on_a_modelopt_export_is_no_false_alarm(modelopt_exports, tmp_path, triage):
     """`triage check` on ModelOpt's export, its own d2t as the run's mapping: nothing likely, exit 0."""
     root = modelopt_exports[2]
     run = tmp_path / "run"
     run.mkdir()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "triage_tui",
-            "check",
-            str(run),
-            "--checkpoint",
-            str(root / "drafter"),
-            "--mapping",
-            str(root / "drafter"),
-            "--target",
-            str(root / "target"),
-            "--device",
-            "cpu",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    done = triage(
+        "check",
+        run,
+        "--checkpoint",
+        root / "drafter",
+        "--mapping",
+        root / "drafter",
+        "--target",
+        root / "target",
+        "--device",
+        "cpu",
+        "--json",
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

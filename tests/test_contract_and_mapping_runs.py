@@ -5,8 +5,6 @@ ranks its cause first with its numbers and its link (exit 1); the healthy run sc
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,13 +24,7 @@ NEW_IDS = ("config_contract", "identity_mapping", "mapping_not_in_checkpoint", "
 THREE_IDS = {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}  # outputs of layers 1, 3, 4 of an 8-layer target
 
 
-def triage(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "triage_tui.cli", *map(str, args)], capture_output=True, text=True, timeout=300
-    )
-
-
-def check(*args) -> tuple[int, dict]:
+def check(triage, *args) -> tuple[int, dict]:
     result = triage("check", "--json", *args)
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
@@ -53,7 +45,7 @@ def target(tmp_path_factory):
     return llama_target(tmp_path_factory.mktemp("target") / "llama")
 
 
-def test_a_healthy_run_scores_nothing_and_lists_the_new_hypotheses(tmp_path, mappings, target):
+def test_a_healthy_run_scores_nothing_and_lists_the_new_hypotheses(tmp_path, mappings, target, triage):
     a, _ = mappings
     out = tmp_path / "out"
     for step in (100, 200):
@@ -62,7 +54,7 @@ def test_a_healthy_run_scores_nothing_and_lists_the_new_hypotheses(tmp_path, map
     cache.mkdir(parents=True)
     (cache / "key.pt").write_bytes(a.read_bytes())  # the mapping the trainer labelled with
     log_curve(out, range(0, 201, 10), at_chance=False)
-    code, document = check(out, "--target", target)
+    code, document = check(triage, out, "--target", target)
     scores = {h["id"]: h["score"] for h in document["hypotheses"]}
     assert code == 0 and max(scores.values()) < 0.5, scores
     hypotheses = by_id(document)
@@ -73,7 +65,7 @@ def test_a_healthy_run_scores_nothing_and_lists_the_new_hypotheses(tmp_path, map
     assert health["status"] == "pass" and [s["changed_positions"] for s in health["drift"]] == [0]
 
 
-def test_a_resume_that_regenerated_the_mapping_ranks_mapping_drift_first(tmp_path, mappings):
+def test_a_resume_that_regenerated_the_mapping_ranks_mapping_drift_first(tmp_path, mappings, triage):
     a, b = mappings
     out = tmp_path / "out"
     specforge_drafter(out / "epoch_0_step_100", mapping=a, eagle_config=THREE_IDS)
@@ -81,7 +73,7 @@ def test_a_resume_that_regenerated_the_mapping_ranks_mapping_drift_first(tmp_pat
     specforge_drafter(out / "epoch_1_step_300", mapping=b, eagle_config=THREE_IDS)  # resumed with a rebuilt mapping
     log_curve(out, range(0, 301, 10), at_chance=True)
     changed = int(np.count_nonzero(hot_ids(a) != hot_ids(b)))
-    code, document = check(out)
+    code, document = check(triage, out)
     top = document["hypotheses"][0]
     assert code == 1 and top["id"] == "mapping_drift" and top["score"] >= 0.5
     assert any(f"{changed} of {DRAFT_VOCAB}" in line and "epoch_1_step_300" in line for line in top["evidence"])
@@ -89,7 +81,7 @@ def test_a_resume_that_regenerated_the_mapping_ranks_mapping_drift_first(tmp_pat
     assert document["checks"]["mapping_health"]["first_drift"] == str(out / "epoch_1_step_300")
 
 
-def test_a_checkpoint_without_its_mapping_ranks_mapping_not_in_checkpoint_first(tmp_path, mappings):
+def test_a_checkpoint_without_its_mapping_ranks_mapping_not_in_checkpoint_first(tmp_path, mappings, triage):
     a, _ = mappings
     out = tmp_path / "out"
     saved = specforge_drafter(out / "epoch_0_step_100", mapping=a, eagle_config=THREE_IDS)
@@ -97,7 +89,7 @@ def test_a_checkpoint_without_its_mapping_ranks_mapping_not_in_checkpoint_first(
     (out / "vocab_mapping.pt").write_bytes(a.read_bytes())  # the side file the exporter kept
     log_curve(out, range(0, 101, 10), at_chance=True)
     moved = int(np.count_nonzero(hot_ids(a) != np.arange(DRAFT_VOCAB)))
-    code, document = check(out)
+    code, document = check(triage, out)
     top = document["hypotheses"][0]
     assert code == 1 and top["id"] == "mapping_not_in_checkpoint" and top["score"] >= 0.5
     line = next(line for line in top["evidence"] if "holds no d2t" in line)
@@ -105,11 +97,11 @@ def test_a_checkpoint_without_its_mapping_ranks_mapping_not_in_checkpoint_first(
     assert top["links"] == ["https://github.com/NVIDIA-NeMo/Automodel/pull/2447"]
 
 
-def test_default_buffers_rank_identity_mapping_first(tmp_path):
+def test_default_buffers_rank_identity_mapping_first(tmp_path, triage):
     out = tmp_path / "out"
     specforge_drafter(out / "epoch_0_step_100", mapping=None, eagle_config=THREE_IDS)  # load_vocab_mapping never ran
     log_curve(out, range(0, 101, 10), at_chance=True)
-    code, document = check(out)
+    code, document = check(triage, out)
     top = document["hypotheses"][0]
     assert code == 1 and top["id"] == "identity_mapping" and top["score"] >= 0.5
     assert any(f"the first {DRAFT_VOCAB} of {TARGET_VOCAB}" in line for line in top["evidence"])
@@ -119,14 +111,14 @@ def test_default_buffers_rank_identity_mapping_first(tmp_path):
     assert mask["score"] < 0.5 and any("default buffers" in line for line in mask["evidence"])
 
 
-def test_four_aux_ids_on_a_three_layer_fc_rank_config_contract_first(tmp_path, mappings, target):
+def test_four_aux_ids_on_a_three_layer_fc_rank_config_contract_first(tmp_path, mappings, target, triage):
     a, _ = mappings
     out = tmp_path / "out"
     specforge_drafter(
         out / "epoch_0_step_100", mapping=a, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4]}
     )
     log_curve(out, range(0, 101, 10), at_chance=True)
-    code, document = check(out, "--target", target)
+    code, document = check(triage, out, "--target", target)
     top = document["hypotheses"][0]
     assert code == 1 and top["id"] == "config_contract" and top["score"] >= 0.5
     assert any("fc.weight reads 48 features, 4 aux layers" in line and "= 64" in line for line in top["evidence"])

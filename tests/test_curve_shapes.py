@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -270,15 +267,9 @@ def test_run_start_on_accuracy_then_on_loss(tmp_path):
 # ----------------------------------------------------------------- scan and the TUI
 
 
-def test_scan_json_lists_the_curve_flags_and_exits_1(tmp_path):
+def test_scan_json_lists_the_curve_flags_and_exits_1(tmp_path, triage):
     specforge_log(tmp_path / "collapsed", ttt_rows(0.03))
-    result = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "scan", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
+    result = triage("scan", tmp_path, "--json")
     assert result.returncode == 1, result.stderr
     (run,) = json.loads(result.stdout)["runs"]
     flag = next(f for f in run["flags"] if f["kind"] == "ttt_position_collapse")

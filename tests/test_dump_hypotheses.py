@@ -9,8 +9,6 @@ own forward passes over answers they generated, with loss masks from SpecForge's
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +29,6 @@ from triage_tui.core.checks.dump_target import (
 from triage_tui.core.formats.hidden_states import read_dumps
 from triage_tui.core.formats.target import read_target
 
-REPO = Path(__file__).resolve().parents[1]
 POINTS = 30
 HEALTHY_LOSS = 2.0 + 4.0 * np.exp(-np.arange(POINTS) / 8)
 HEALTHY_ACC = 0.7 - 0.4 * np.exp(-np.arange(POINTS) / 8)
@@ -140,14 +137,8 @@ def runs(built):
     }
 
 
-def _check(run: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--json", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+def _check(triage, run: Path) -> tuple[int, dict]:
+    done = triage("check", run, "--json", "--device", "cpu")
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -163,8 +154,8 @@ DUMP_HYPOTHESES = {
 }
 
 
-def test_a_healthy_run_scores_none_of_them_and_exits_0(runs):
-    status, report = _check(runs["healthy"])
+def test_a_healthy_run_scores_none_of_them_and_exits_0(runs, triage):
+    status, report = _check(triage, runs["healthy"])
     assert status == 0, report["hypotheses"][0]
     hypotheses = _by_id(report)
     for name, link in DUMP_HYPOTHESES.items():
@@ -186,8 +177,8 @@ def test_a_healthy_run_scores_none_of_them_and_exits_0(runs):
         ("finetuned", "target_mismatch", ["dumped next token at 0.0% of"]),
     ],
 )
-def test_each_cause_is_ranked_first_with_its_numbers_and_link(runs, run, cause, numbers):
-    status, report = _check(runs[run])
+def test_each_cause_is_ranked_first_with_its_numbers_and_link(runs, run, cause, numbers, triage):
+    status, report = _check(triage, runs[run])
     top = report["hypotheses"][0]
     assert status == 1 and top["id"] == cause, [(h["id"], h["score"]) for h in report["hypotheses"][:3]]
     assert top["score"] >= 0.5 and DUMP_HYPOTHESES[cause] in top["links"]

@@ -9,8 +9,6 @@ lm_head rows, plus SpecForge dumps and a target, so the replay runs too.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,6 @@ from builders.dumps import write_specforge
 from builders.mappings import POSITIONAL_MATCH
 from builders.target import layer_tensors, llama_config, target_tensors, write_sharded
 from builders.tui import story_run
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def no_nan_literals(text: str) -> dict:
@@ -50,14 +46,8 @@ def nan_run(tmp_path_factory) -> Path:
     return run
 
 
-def test_check_on_nan_weights_runs_every_check_and_prints_strict_json(nan_run):
-    done = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(nan_run), "--json", "--device", "cpu"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_check_on_nan_weights_runs_every_check_and_prints_strict_json(nan_run, triage):
+    done = triage("check", nan_run, "--json", "--device", "cpu")
     assert done.returncode == 1, done.stderr  # the mapping hypothesis still scores
     report = no_nan_literals(done.stdout)
     statuses = {name: check["status"] for name, check in report["checks"].items()}

@@ -503,11 +503,9 @@ def test_not_past_the_peak():
 # ---------------------------------------------------------------- the EAGLE flag on an EAGLE-3 drafter
 
 
-def test_an_eagle3_drafter_launched_with_sglangs_eagle_flag_ranks_first(tmp_path):
+def test_an_eagle3_drafter_launched_with_sglangs_eagle_flag_ranks_first(tmp_path, triage):
     """`triage check --serving` on an SGLang log whose start-up line says speculative_algorithm EAGLE and
     whose decode lines say accept len 1.00, with the SpecForge drafter it served (it has fc)."""
-    import subprocess
-    import sys
 
     from builders.contracts import specforge_drafter
     from builders.serving import sglang_line, sglang_server_args_line
@@ -524,13 +522,7 @@ def test_an_eagle3_drafter_launched_with_sglangs_eagle_flag_ranks_first(tmp_path
     log.write_text("\n".join([*lines, *(sglang_line(400, 400) for _ in range(3))]) + "\n")
     run = tmp_path / "run"
     run.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--checkpoint", str(drafter)]
-        + ["--serving", str(log), "--device", "cpu", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = triage("check", run, "--checkpoint", drafter, "--serving", log, "--device", "cpu", "--json")
     report = json.loads(done.stdout)
     top = report["hypotheses"][0]
     assert top["id"] == "algorithm_flag", [(h["id"], h["score"]) for h in report["hypotheses"][:4]]

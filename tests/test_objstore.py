@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -247,19 +246,13 @@ def test_credentials_come_from_an_aws_profile(bucket, tmp_path, monkeypatch):
     assert proxy.reset_counts().access_keys == {"AKIAPROFILEKEY"}
 
 
-def _scan(root: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-        check=False,
-    )
+def _scan(triage, root: Path) -> dict:
+    out = triage("scan", "--json", root)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout.replace(str(root), "<root>"))
 
 
-def test_a_mirrored_bucket_scans_as_the_local_tree(bucket, tmp_path):
+def test_a_mirrored_bucket_scans_as_the_local_tree(bucket, tmp_path, triage):
     """``scan --json`` of the sample runs uploaded to a bucket and mirrored equals the local
     tree's but for the paths; an idle pass fetches only the listing; a growing run its new bytes."""
     name, client, proxy = bucket
@@ -297,7 +290,7 @@ def test_a_mirrored_bucket_scans_as_the_local_tree(bucket, tmp_path):
     assert counts.get_body_bytes() == grown.body_bytes == appended + tuning.TAIL_CHECK_BYTES
     assert counts.total_requests() == 2  # the listing and one ranged GET
 
-    assert _scan(mirror.root) == _scan(local)
+    assert _scan(triage, mirror.root) == _scan(triage, local)
 
 
 def test_a_deleted_prefix_leaves_the_mirror(bucket, tmp_path):

@@ -16,10 +16,7 @@ import json
 import logging
 import logging.handlers
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -35,9 +32,6 @@ from triage_tui.core.serving.logs import ServingLog, parse_sglang_line, parse_vl
 from triage_tui.core.serving.metrics import MetricsUrl
 from triage_tui.core.serving.read import read_serving
 from triage_tui.core.serving.source import Following
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # --------------------------------------------------------------------------- writers
 
@@ -276,7 +270,7 @@ def _dead_url() -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def test_dead_url_is_one_line_and_exit_2(tmp_path):
+def test_dead_url_is_one_line_and_exit_2(tmp_path, triage):
     url = _dead_url()
     with pytest.raises(BadInput, match="does not answer"):
         read_serving(url)
@@ -287,13 +281,7 @@ def test_dead_url_is_one_line_and_exit_2(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "triage.toml").write_text(f'[run]\nvocab_size = 32000\n[serving]\nmetrics = "{url}"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    done = triage("check", run, "--json")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and url in done.stderr and "does not answer" in done.stderr
     assert "Traceback" not in done.stderr
@@ -379,19 +367,13 @@ def test_collapsed_serving_and_mismatched_mapping_rank_the_mapping_first(tmp_pat
     assert all(h.links for h in ranked if h.id in ("config_contract", "target_mismatch"))
 
 
-def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_pieces(tmp_path):
+def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_pieces(tmp_path, triage):
     from builders.check_run import build_run
 
     run = build_run(tmp_path, story=True)
     log = tmp_path / "vllm-serve.log"
     log.write_text("\n".join(vllm_line(drafts, [n, 0, 0]) for drafts, n in ((400, 2), (600, 3))) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--json", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    done = triage("check", run, "--serving", log, "--json", "--device", "cpu")
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     serving = report["serving"]
@@ -408,13 +390,7 @@ def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_p
     assert any(line.startswith("serving: vllm accepts almost nothing") for line in top["evidence"])
     ids = {h["id"] for h in report["hypotheses"]}
     assert {"config_contract", "target_mismatch"} <= ids
-    text = subprocess.run(
-        [sys.executable, "-m", "triage_tui", "check", str(run), "--serving", str(log), "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    ).stdout
+    text = triage("check", run, "--serving", log, "--device", "cpu").stdout
     assert "serving (vllm, " in text and "acceptance length 1.00  (5 accepted / 1000 drafts)" in text
 
 

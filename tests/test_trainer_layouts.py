@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,12 +20,6 @@ from builders.trainers import (
     vocab_numbers,
 )
 from triage_tui.core.runs.discover import discover_runs
-
-
-def triage(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "triage_tui.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +40,7 @@ def hf_output(tmp_path_factory):
 # ----------------------------------------------------------------- SpecForge 0.2.0
 
 
-def test_specforge_020_output_dir_is_one_run_with_the_drafters_chance_line(specforge_buggy):
+def test_specforge_020_output_dir_is_one_run_with_the_drafters_chance_line(specforge_buggy, triage):
     run = specforge_buggy
     for given in (run.work, run.output, run.output / "runs"):
         (info,) = discover_runs([given])
@@ -64,7 +56,7 @@ def test_specforge_020_output_dir_is_one_run_with_the_drafters_chance_line(specf
     assert scanned["last_step"] == STEPS[-1]
 
 
-def test_specforge_020_buggy_fine_tune_ranks_the_mapping_mismatch_first_with_exact_numbers(specforge_buggy):
+def test_specforge_020_buggy_fine_tune_ranks_the_mapping_mismatch_first_with_exact_numbers(specforge_buggy, triage):
     run = specforge_buggy
     result = triage("check", "--json", run.output)
     assert result.returncode == 1, result.stderr
@@ -84,7 +76,7 @@ def test_specforge_020_buggy_fine_tune_ranks_the_mapping_mismatch_first_with_exa
     assert (vocab["draft_vocab_size"], vocab["target_vocab_size"]) == (DRAFT_VOCAB, TARGET_VOCAB)
 
 
-def test_specforge_020_healthy_control_scores_nothing(specforge_healthy):
+def test_specforge_020_healthy_control_scores_nothing(specforge_healthy, triage):
     run = specforge_healthy
     assert np.array_equal(run.drafter_hot, run.run_hot)
     result = triage("check", "--json", run.output)
@@ -94,7 +86,9 @@ def test_specforge_020_healthy_control_scores_nothing(specforge_healthy):
     assert document["checks"]["vocab_mapping"]["positional_match"] == DRAFT_VOCAB
 
 
-def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_loads(specforge_buggy, tmp_path):
+def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_loads(
+    specforge_buggy, tmp_path, triage
+):
     import torch
     from safetensors.torch import load_file
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
@@ -132,7 +126,7 @@ def test_specforge_020_step_dir_is_a_checkpoint_and_remap_writes_what_specforge_
 # ----------------------------------------------------------------- HF Trainer (and ModelOpt, which uses it)
 
 
-def test_hf_trainer_output_dir_is_one_run(hf_output):
+def test_hf_trainer_output_dir_is_one_run(hf_output, triage):
     for given in (hf_output.parent, hf_output, hf_output / "runs", *sorted((hf_output / "runs").iterdir())):
         (info,) = discover_runs([given])
         assert info.path == hf_output
@@ -144,7 +138,7 @@ def test_hf_trainer_output_dir_is_one_run(hf_output):
     assert scanned["metrics"]["loss"]["tag"] == "train/loss"
 
 
-def test_check_on_a_plain_language_model_run_has_nothing_to_check(hf_output):
+def test_check_on_a_plain_language_model_run_has_nothing_to_check(hf_output, triage):
     """An HF Trainer LM run (no drafter): the drafter checks skip, saying why, and check exits 2;
     it used to exit 1 on the hidden-state check's "no fc.weight", a confident wrong answer."""
     result = triage("check", "--json", hf_output)
@@ -158,7 +152,7 @@ def test_check_on_a_plain_language_model_run_has_nothing_to_check(hf_output):
     assert all(check["status"] != "fail" for check in checks.values())
 
 
-def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
+def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output, triage):
     """HF logs train/epoch twice at its last step; EventAccumulator keeps both, and so does `scalars`."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -179,7 +173,7 @@ def test_every_point_tensorboards_accumulator_keeps_is_kept(hf_output):
         ], tag
 
 
-def test_a_runs_step_is_its_loss_series_step(tmp_path):
+def test_a_runs_step_is_its_loss_series_step(tmp_path, triage):
     """tensorboardX: one stray tag at step 2**40 does not make the run's step 1099511.6M."""
     from tensorboardX import SummaryWriter
 
@@ -194,7 +188,7 @@ def test_a_runs_step_is_its_loss_series_step(tmp_path):
 
 
 @pytest.mark.parametrize("writer_module", ["torch.utils.tensorboard", "tensorboardX"])
-def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(tmp_path, writer_module):
+def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(tmp_path, writer_module, triage):
     """add_scalars("eval", {...}) writes tag `eval` into one sub-directory per key; every
     (sub-directory, tag) survives, named `<subdir>/<tag>`, with TensorBoard's own values."""
     import importlib
@@ -234,7 +228,7 @@ def test_add_scalars_series_are_each_their_own_series_named_as_tensorboard_does(
     assert scanned["metrics"]["loss"]["tag"] == "train/ploss_0"
 
 
-def test_one_hash_for_one_mapping_file_in_check_and_remap(specforge_buggy, tmp_path):
+def test_one_hash_for_one_mapping_file_in_check_and_remap(specforge_buggy, tmp_path, triage):
     import hashlib
 
     run = specforge_buggy
@@ -247,7 +241,7 @@ def test_one_hash_for_one_mapping_file_in_check_and_remap(specforge_buggy, tmp_p
     assert json.loads(remapped.stdout)["mapping_sha256"] == file_digest
 
 
-def test_masked_averaging_chance_line_from_the_runs_loss_masks(specforge_buggy, tmp_path):
+def test_masked_averaging_chance_line_from_the_runs_loss_masks(specforge_buggy, tmp_path, triage):
     """SpecForge's ploss averages over every position, masked ones adding 0: a drafter at chance
     (uniform logits, SpecForge's own _compute_loss) reads valid_fraction x ln V, and that is the line
     drawn and compared once the run's dumps are known (triage.toml data)."""
@@ -273,7 +267,7 @@ def test_masked_averaging_chance_line_from_the_runs_loss_masks(specforge_buggy, 
     assert f"{run.valid_fraction:.3f} × ln {DRAFT_VOCAB} = " in line
 
 
-def test_trainers_that_average_over_valid_positions_keep_ln_v(hf_output):
+def test_trainers_that_average_over_valid_positions_keep_ln_v(hf_output, triage):
     (scanned,) = json.loads(triage("scan", "--json", hf_output).stdout)["runs"]
     assert scanned["chance_basis"] == "ln V" and scanned["chance_loss"] == pytest.approx(math.log(256))
     assert "valid positions only" in scanned["chance_convention"]
@@ -289,7 +283,7 @@ def speculators_output(tmp_path_factory):
     return speculators_run(tmp_path_factory.mktemp("spec") / "k25")
 
 
-def test_speculators_save_path_beside_log_dir_is_one_run_with_its_config_and_verifier(speculators_output):
+def test_speculators_save_path_beside_log_dir_is_one_run_with_its_config_and_verifier(speculators_output, triage):
     run = speculators_output
     for given in (run.root.parent, run.root, run.root / "logs", run.root / "logs" / "k25-ft"):
         (info,) = discover_runs([given])
@@ -314,7 +308,7 @@ def speculators_finetune_output(tmp_path_factory):
 
 
 def test_speculators_fine_tune_from_a_drafter_with_another_mapping_is_caught_from_its_run_yaml(
-    speculators_finetune_output,
+    speculators_finetune_output, triage
 ):
     """No flag: run.yaml (speculators' TrainConfig.save) names the starting drafter and the
     --data-path outside the run; the drafter's mapping and the run's differ, so check exits 1."""

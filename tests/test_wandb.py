@@ -433,17 +433,6 @@ def step_metric_run(tmp_path_factory) -> Path:
     return directory
 
 
-def _triage(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "triage_tui", *args],
-        capture_output=True,
-        text=True,
-        env={**offline_env(), "PYTHONPATH": str(REPO)},
-        timeout=120,
-        check=False,
-    )
-
-
 def test_the_builders_framing_is_wandbs(step_metric_run, tmp_path):
     """Hostile records are framed by the builder: its framing of a real run's records is byte for byte
     wandb-core's file, and a record spanning blocks (FIRST, MIDDLE, LAST) is read by W&B's own reader."""
@@ -460,7 +449,7 @@ def test_the_builders_framing_is_wandbs(step_metric_run, tmp_path):
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE_RECORDS))
-def test_an_impossible_record_is_damage_never_a_number(kind, step_metric_run, tmp_path):
+def test_an_impossible_record_is_damage_never_a_number(kind, step_metric_run, tmp_path, triage):
     healthy = run_file(step_metric_run)
     bad = with_record(
         healthy, tmp_path / "tree" / "bad" / healthy.relative_to(step_metric_run), HOSTILE_RECORDS[kind]()
@@ -474,20 +463,20 @@ def test_an_impossible_record_is_damage_never_a_number(kind, step_metric_run, tm
     assert points_of(history) == points_of(expected)  # every good record read, nothing from the bad one
     assert history.config == expected.config
 
-    proc = _triage("scan", "--json", str(tmp_path / "tree"))
+    proc = triage("scan", "--json", str(tmp_path / "tree"))
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     runs = {Path(r["path"]).relative_to(tmp_path / "tree").parts[0]: r for r in json.loads(proc.stdout)["runs"]}
     assert set(runs) == {"bad", "healthy"}
     (flag,) = [f for f in runs["bad"]["flags"] if f["kind"] == "damaged_records"]
     assert flag["value"] == 1
-    alone = _triage("scan", "--json", str(tmp_path / "tree" / "healthy"))
+    alone = triage("scan", "--json", str(tmp_path / "tree" / "healthy"))
     assert alone.returncode == proc.returncode or runs["bad"]["status"] == "critical"
     (alone_run,) = json.loads(alone.stdout)["runs"]
     # Identical, but for the name: a run's name is its path from the directory scanned.
     assert runs["healthy"]["name"] == "healthy/" + alone_run["name"]
     assert {**alone_run, "name": None} == {**runs["healthy"], "name": None}
 
-    scalars = _triage("scalars", str(bad))
+    scalars = triage("scalars", str(bad))
     assert scalars.returncode in (0, 1) and "Traceback" not in scalars.stderr, scalars.stderr[-2000:]
     assert "skipped 1 damaged record" in scalars.stderr
 

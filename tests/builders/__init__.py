@@ -30,4 +30,5 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     object_store  moto's real S3 server in a child process, and a counting, fault-injecting HTTP proxy before it
     modelopt      EAGLE-3 drafters exported by nvidia-modelopt's own exporter, beside their target
     hub_cache     models placed in a Hugging Face cache in huggingface_hub's layout (no network)
+    commands      the ``triage`` fixture: a command run by cli.main in the test's own process
 """
