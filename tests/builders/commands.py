@@ -3,7 +3,7 @@
 ``triage("check", run, "--json")`` calls ``cli.main`` as ``python -m triage_tui`` does and returns
 what a ``subprocess.run(..., capture_output=True, text=True)`` would: the exit status and what was
 printed to stdout and stderr. The xdist worker has imported torch once; a child process for each
-command imported it again (a second or two of CPU each, hundreds of commands a run). An exception
+command imported it again (about a second of CPU each, over a hundred commands a run). An exception
 that escapes ``cli.main`` fails the test with its traceback, where a child would have printed it.
 
 Tests about the process itself (a signal, an exit under another user, an interpreter's encoding,
