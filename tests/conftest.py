@@ -6,7 +6,8 @@ from pathlib import Path
 # Two xdist workers already fill the 2 cores the suite is sized for: torch's second intra-op
 # thread finds no idle core and spin-waits for the first. Measured on an idle 2-core machine, the
 # whole suite: 599 CPU-s and 6:05 with OMP_NUM_THREADS=2 (torch's default there), 559 CPU-s and
-# 5:53 with 1. Set before anything imports torch, which reads it once.
+# 5:53 with 1 (a drafter the replay tests train: 24 CPU-s on two threads, 6-8 on one). Set before
+# anything imports torch, which reads it once.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Lets tests import the fixture builders (`from builders.mappings import story_mappings`).

@@ -20,17 +20,13 @@ HEALTHY_MAPPING = "cache/vocab_mapping/76a493ec79f30af08f5a76e2385ee8f4.pt"
 V = 32_000
 
 
-def check(run: Path, capsys, *, text: bool = False) -> tuple[int, dict, str]:
+def check(run: Path, triage, *, text: bool = False) -> tuple[int, dict, str]:
     """`triage check RUN [--json] --device cpu`, in this process (the worker has torch imported)."""
-    from triage_tui import cli
-
-    capsys.readouterr()
-    code = cli.main(["check", str(run), "--device", "cpu", *([] if text else ["--json"])])
-    captured = capsys.readouterr()
+    done = triage("check", run, "--device", "cpu", *([] if text else ["--json"]))
     if text:
-        return code, {"text": captured.out}, captured.err
-    document = json.loads(captured.out) if captured.out.strip() else {}
-    return code, document, captured.err
+        return done.returncode, {"text": done.stdout}, done.stderr
+    document = json.loads(done.stdout) if done.stdout.strip() else {}
+    return done.returncode, document, done.stderr
 
 
 def scores(document: dict) -> dict[str, float]:
@@ -76,30 +72,30 @@ def fine_tune(samples: Path, name: str, first_accuracy: float) -> Path:
     return run
 
 
-def test_a_fine_tune_that_starts_near_zero_from_a_good_drafter_is_warm_start_broken(samples, capsys):
-    code, document, stderr = check(fine_tune(samples, "ft-cold", 0.003), capsys)
+def test_a_fine_tune_that_starts_near_zero_from_a_good_drafter_is_warm_start_broken(samples, triage):
+    code, document, stderr = check(fine_tune(samples, "ft-cold", 0.003), triage)
     assert code == 1, stderr
     top = document["hypotheses"][0]
     assert top["id"] == "warm_start_broken" and top["score"] >= 0.5, scores(document)
     assert "https://github.com/sgl-project/SpecForge/issues/300" in top["links"]
     assert any("starts at 0.6 %" in line and "65.8%" in line for line in top["evidence"]), top["evidence"]
-    code, output, _ = check(samples / "ft-cold", capsys, text=True)
+    code, output, _ = check(samples / "ft-cold", triage, text=True)
     lines = output["text"].splitlines()
     first = lines.index("hypotheses (best first)") + 1
     assert code == 1 and lines[first].startswith("! 0.79  warm_start_broken"), lines[first]
     assert "        known from https://github.com/sgl-project/SpecForge/issues/300" in lines
 
 
-def test_a_fine_tune_that_starts_where_its_drafter_is_scores_nothing(samples, capsys):
-    code, document, stderr = check(fine_tune(samples, "ft-warm", 0.62), capsys)
+def test_a_fine_tune_that_starts_where_its_drafter_is_scores_nothing(samples, triage):
+    code, document, stderr = check(fine_tune(samples, "ft-warm", 0.62), triage)
     assert code == 0, (stderr, scores(document))
     assert scores(document)["warm_start_broken"] == 0.0
     assert all(score < 0.5 for score in scores(document).values())
 
 
-def test_the_runs_own_later_checkpoint_is_not_its_start(samples, capsys):
+def test_the_runs_own_later_checkpoint_is_not_its_start(samples, triage):
     """healthy names its own step-200 checkpoint: a from-scratch run started near zero, correctly."""
-    code, document, stderr = check(samples / "healthy", capsys)
+    code, document, stderr = check(samples / "healthy", triage)
     assert code == 0, (stderr, scores(document))
     warm = next(h for h in document["hypotheses"] if h["id"] == "warm_start_broken")
     assert warm["score"] == 0.0 and any("saved by this run" in line for line in warm["evidence"]), warm
@@ -139,9 +135,9 @@ def speculators_logs(root: Path) -> Path:
 
 
 @pytest.mark.parametrize("collapsed", [True, False])
-def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(tmp_path, collapsed, capsys):
+def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(tmp_path, collapsed, triage):
     run = speculators_run(tmp_path / "run", collapsed=collapsed)
-    code, document, stderr = check(run, capsys)
+    code, document, stderr = check(run, triage)
     ttt = next(h for h in document["hypotheses"] if h["id"] == "ttt_position_collapse")
     assert "https://github.com/vllm-project/speculators/pull/818" in ttt["links"]
     if collapsed:
@@ -156,7 +152,7 @@ def test_ttt_position_collapse_is_ranked_first_only_when_the_positions_collapse(
 # ----------------------------------------------------------------- NaN from the first step
 
 
-def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path, capsys):
+def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path, triage):
     """speculators #238: num_layers 2, "loss turns to nan from the first step"."""
     from speculators.train.logger import TensorBoardHandler
 
@@ -167,7 +163,7 @@ def test_nan_from_the_first_step_is_told_apart_with_its_issue(tmp_path, capsys):
         record.step = step
         handler.emit(record)
     handler.close()
-    code, document, stderr = check(tmp_path, capsys)
+    code, document, stderr = check(tmp_path, triage)
     assert code == 1, stderr
     top = document["hypotheses"][0]
     assert top["id"] == "non_finite" and top["score"] >= 0.9

@@ -16,7 +16,6 @@ import pytest
 from builders.object_store import upload_tree
 from builders.samples import copy_samples
 from builders.tensorboard import write_scalars
-from triage_tui import cli
 from triage_tui.core.objstore import tuning
 from triage_tui.core.runs.remote import Mirrors
 from triage_tui.core.watch import Watcher
@@ -35,10 +34,9 @@ def samples(tmp_path_factory):
     return copy_samples(tmp_path_factory.mktemp("samples") / "sample_runs")
 
 
-def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+def _run(triage, *argv: str) -> tuple[int, str, str]:
+    done = triage(*argv)
+    return done.returncode, done.stdout, done.stderr
 
 
 def _without_paths(document: dict, *roots: str) -> str:
@@ -48,12 +46,12 @@ def _without_paths(document: dict, *roots: str) -> str:
     return text
 
 
-def test_scan_of_a_bucket_equals_scan_of_the_tree(bucket, samples, capsys):
+def test_scan_of_a_bucket_equals_scan_of_the_tree(bucket, samples, triage):
     name, client, _ = bucket
     upload_tree(client, name, "team/sample_runs", samples)
-    code, out, err = _run(capsys, "scan", "--json", str(samples))
+    code, out, err = _run(triage, "scan", "--json", str(samples))
     url = f"s3://{name}/team/sample_runs"
-    remote_code, remote_out, remote_err = _run(capsys, "scan", "--json", url)
+    remote_code, remote_out, remote_err = _run(triage, "scan", "--json", url)
     local, remote = json.loads(out), json.loads(remote_out)
     assert remote["runs"], remote_err
     assert [run["path"] for run in remote["runs"]] == [run["path"].replace(str(samples), url) for run in local["runs"]]
@@ -64,21 +62,21 @@ def test_scan_of_a_bucket_equals_scan_of_the_tree(bucket, samples, capsys):
     assert (remote_code, remote_err) == (code, err)
 
 
-def test_scalars_of_a_tag_equal_the_local_ones(bucket, samples, capsys):
+def test_scalars_of_a_tag_equal_the_local_ones(bucket, samples, triage):
     name, client, _ = bucket
     upload_tree(client, name, "healthy", samples / "healthy")
-    code, local, _ = _run(capsys, "scalars", str(samples / "healthy"), "--tag", "train/*")
-    remote_code, remote, err = _run(capsys, "scalars", f"s3://{name}/healthy", "--tag", "train/*")
+    code, local, _ = _run(triage, "scalars", str(samples / "healthy"), "--tag", "train/*")
+    remote_code, remote, err = _run(triage, "scalars", f"s3://{name}/healthy", "--tag", "train/*")
     assert (remote_code, remote) == (code, local) and local.count("\n") > 10, err
 
 
-def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, samples, capsys):
+def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, samples, triage):
     name, client, proxy = bucket
     upload_tree(client, name, "sample_runs", samples)
-    code, local, _ = _run(capsys, "check", "--json", "--device", "cpu", str(samples / "vocab-mismatch"))
+    code, local, _ = _run(triage, "check", "--json", "--device", "cpu", str(samples / "vocab-mismatch"))
     url = f"s3://{name}/sample_runs/vocab-mismatch"
     proxy.reset_counts()
-    remote_code, remote, err = _run(capsys, "check", "--json", "--device", "cpu", url)
+    remote_code, remote, err = _run(triage, "check", "--json", "--device", "cpu", url)
     counts = proxy.reset_counts()
     local_doc, remote_doc = json.loads(local), json.loads(remote)
     ranked = [(h["id"], h["score"], h["evidence"]) for h in local_doc["hypotheses"]]
@@ -124,11 +122,11 @@ def _wait(condition, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def test_an_object_that_fails_is_an_error_of_its_run(bucket, samples, capsys, monkeypatch):
+def test_an_object_that_fails_is_an_error_of_its_run(bucket, samples, triage, monkeypatch):
     name, client, _ = bucket
     upload_tree(client, name, "runs/healthy", samples / "healthy")
     monkeypatch.setattr(tuning, "MAX_WHOLE_BYTES", 200)  # its config.json is now too big to read whole
-    code, out, _ = _run(capsys, "scan", "--json", f"s3://{name}/runs")
+    code, out, _ = _run(triage, "scan", "--json", f"s3://{name}/runs")
     (run,) = json.loads(out)["runs"]
     assert code == 1
     assert any(
@@ -136,12 +134,12 @@ def test_an_object_that_fails_is_an_error_of_its_run(bucket, samples, capsys, mo
     ), run["errors"]
 
 
-def test_without_the_extra_one_line_exit_2(monkeypatch, capsys):
+def test_without_the_extra_one_line_exit_2(monkeypatch, triage):
     monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore raises ImportError
     monkeypatch.setitem(sys.modules, "fsspec", None)
     monkeypatch.setattr(tuning, "NATIVE_SCHEMES", ("s3", "gs", "gcs-no-cache"))  # a Store not opened yet
     for argv in (["scan", "s3://bkt/runs"], ["scalars", "s3://bkt/run"], ["check", "s3://bkt/run"]):
-        code, out, err = _run(capsys, *argv)
+        code, out, err = _run(triage, *argv)
         assert (code, out) == (2, ""), argv
         assert (
             err

@@ -25,7 +25,6 @@ from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
 from builders.replay import (
     World,
     drafter_config,
-    one_torch_thread,
     train_drafter,
     write_specforge_checkpoint,
     write_specforge_dumps,
@@ -44,13 +43,6 @@ from triage_tui.core.formats.target import read_target
 from triage_tui.core.vocab import VocabMapping
 
 CHANCE = math.log(DRAFT_VOCAB)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """The replays too run on one thread (builders.replay.one_torch_thread says why)."""
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -286,15 +286,14 @@ def assert_curve_shapes(root: Path, spec: SampleSpec) -> None:
     assert diverged[: bad[0]].min() < diverged[0] - 2.0, "it learned something before it blew up"
 
 
-def check_json(run: Path, capsys) -> tuple[int, dict]:
-    capsys.readouterr()
-    status = cli.main(["check", str(run), "--json", "--device", "cpu"])
-    return status, json.loads(capsys.readouterr().out)
+def check_json(run: Path, triage) -> tuple[int, dict]:
+    done = triage("check", run, "--json", "--device", "cpu")
+    return done.returncode, json.loads(done.stdout)
 
 
-def assert_diagnoses(root: Path, capsys) -> None:
+def assert_diagnoses(root: Path, triage) -> None:
     for name in RUN_NAMES:
-        status, report = check_json(root / name, capsys)
+        status, report = check_json(root / name, triage)
         hypotheses = report["hypotheses"]
         expected = EXPECTED_CAUSE[name]
         if expected is None:
@@ -305,7 +304,7 @@ def assert_diagnoses(root: Path, capsys) -> None:
             assert hypotheses[0]["id"] == expected, (name, [(h["id"], h["score"]) for h in hypotheses])
             assert hypotheses[0]["score"] >= 0.5
     # the story's contradiction in two numbers: the drafter predicts well under its own mapping
-    _, report = check_json(root / "vocab-mismatch", capsys)
+    _, report = check_json(root / "vocab-mismatch", triage)
     replay = report["checks"]["replay"]
     assert replay["accuracy_checkpoint_mapping"] > 0.3 > 0.1 > replay["accuracy_run_mapping"]
 
@@ -326,9 +325,9 @@ def test_small_regeneration_curve_shapes(small_runs):
 
 
 @pytest.mark.slow
-def test_small_regeneration_check_names_each_cause_first(small_runs, capsys):
+def test_small_regeneration_check_names_each_cause_first(small_runs, triage):
     out, _ = small_runs
-    assert_diagnoses(out, capsys)
+    assert_diagnoses(out, triage)
 
 
 # ------------------------------------------------------------------ the committed sample_runs/
@@ -448,8 +447,8 @@ def test_committed_readme_numbers_are_what_scan_reads(pristine, capsys):
 
 
 @pytest.mark.slow
-def test_committed_sample_runs_check_names_each_cause_first(pristine, capsys):
-    assert_diagnoses(pristine, capsys)
+def test_committed_sample_runs_check_names_each_cause_first(pristine, triage):
+    assert_diagnoses(pristine, triage)
 
 
 def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
@@ -499,10 +498,10 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     assert not list(tmp_path.glob(".triage-samples-*")), "the half-built tree is removed"
 
 
-def test_loss_above_chance_does_not_raise_the_mapping_when_the_mappings_agree(pristine, capsys):
+def test_loss_above_chance_does_not_raise_the_mapping_when_the_mappings_agree(pristine, triage):
     """verifier-mask: its loss sits above chance, but the vocab check finds 32000 / 32000 positions
     agreeing: the symptom then carries no weight for the mapping hypothesis (it is a note)."""
-    status, report = check_json(pristine / "verifier-mask", capsys)
+    status, report = check_json(pristine / "verifier-mask", triage)
     vocab = report["checks"]["vocab_mapping"]
     assert vocab["status"] == "pass" and vocab["positional_match"] == vocab["draft_vocab_size"] == 32000
     mapping = next(h for h in report["hypotheses"] if h["id"] == "vocab_mapping_mismatch")

@@ -4,10 +4,8 @@ dumps written as SpecForge and speculators write them, and a drafter really trai
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -89,26 +87,8 @@ def drafter_config() -> DrafterConfig:
     )
 
 
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """torch on one thread, restored afterwards. On the project's 2 shared cores, OpenMP threads
-    spin-waiting for each other made this training 4x slower with 2 threads than with 1: 24 CPU-s
-    against 6 in one run of the suite, and 34 s against 7.6 s of wall time under load."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def train_drafter(world: World) -> tuple[Eagle3Drafter, list[float]]:
     """SpecForge's step-0 objective under the checkpoint's mapping; returns the drafter and its acc log."""
-    with one_torch_thread():
-        return _train_drafter(world)
-
-
-def _train_drafter(world: World) -> tuple[Eagle3Drafter, list[float]]:
     torch.manual_seed(0)
     drafter = Eagle3Drafter(drafter_config())
     mapping = world.checkpoint_mapping
