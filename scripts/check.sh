@@ -10,7 +10,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, als
 # Each module is byte-compiled when first imported and the bytecode kept (the README's install
 # skips compiling the ~20 000 modules the tests never import). Where PYTHONDONTWRITEBYTECODE is set,
 # as in many container images, every test process would compile torch's modules again: measured on
-# an idle 2-core machine, the suite took 694 CPU-s (7:39) so, 563 CPU-s (5:59) writing them once.
+# an idle 2-core machine, the suite took 694 CPU-s (7:39) that way and 563 CPU-s (5:59) writing them once.
 unset PYTHONDONTWRITEBYTECODE
 "$PY" -m ruff check triage_tui tests benchmarks scripts
 "$PY" -m ruff format --check triage_tui tests benchmarks scripts
