@@ -195,6 +195,7 @@ TUI = [
     ("tui.app",),
     ("tui.remap_flow",),
     ("tui.check_flow",),
+    ("tui.watch_flow", "tui.run_list", "tui.topbar", "tui.palette"),
     ("tui.screens",),
     ("tui.widgets",),
     ("tui.messages", "tui.view_state"),
