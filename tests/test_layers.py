@@ -128,7 +128,8 @@ HYPOTHESES = [
 SIGNALS = [
     ("core.signals.values", "core.signals.stall"),
     ("core.signals.chance", "core.signals.tags"),
-    ("core.signals.flags",),
+    ("core.signals.flags", "core.signals.metrics"),
+    ("core.signals.kinds",),
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),

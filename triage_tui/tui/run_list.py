@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from triage_tui.core.runs.remote import shown_path
+from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.text import printable
 from triage_tui.tui.view_data import RunRow, overlay_colour
 from triage_tui.tui.view_state import RunsView
@@ -46,7 +47,7 @@ class RunList:
         self.statuses = {status.info.path: status for status in statuses}
         self.marked = [path for path in self.marked if path in self.statuses]
         self.rows = sorted(rows, key=RunRow.sort_key)
-        critical = [status for status in statuses if status.status == "critical"]
+        critical = [status for status in statuses if status.status == RunHealth.CRITICAL]
         ring = any(self._critical_files.isdisjoint(run_identity(status)) for status in critical)
         self._critical_files = {item for status in critical for item in run_identity(status)}
         return ring, self._moved(previous, selected)
