@@ -1,16 +1,19 @@
 """One story on every surface: `triage check --json` and the TUI's `c` rank the same causes, in the same
 order, with the same scores and evidence, on runs where each cause with an evidence path ranks first.
 
-The runs are the committed sample runs (one per failure the generator trains) and one served with the
+The runs are the committed sample runs (one per failure the generator trains), one served with the
 wrong speculative algorithm: the healthy run's drafter, an EAGLE-3 drafter, behind an SGLang log whose
 start-up line says ``--speculative-algorithm EAGLE`` and whose decode lines accept nothing, named by
-its triage.toml's [serving] (the TUI has no --serving flag: both read what the run names).
+its triage.toml's [serving] (the TUI has no --serving flag: both read what the run names), and a
+fine-tune of that drafter whose accuracy starts near zero (its warm start is broken).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,7 @@ FIRST = {
     "verifier-mask": "verifier_mask_mismatch",
     "diverged": "non_finite",
     "eagle-flag": "algorithm_flag",
+    "ft-cold": "warm_start_broken",
 }
 
 
@@ -46,21 +50,67 @@ def served_with_the_eagle_flag(root: Path) -> Path:
     return run
 
 
+def fine_tuned_from_cold(root: Path) -> Path:
+    """A fine-tune naming the healthy run's drafter (replay ~66 %) as its start, on that run's dumps
+    and mapping, whose accuracy starts at 0.3 %: SpecForge 0.2.0's own TensorboardTracker logs it."""
+    from specforge.tracker import TensorboardTracker
+
+    run = root / "ft-cold"
+    run.mkdir()
+    (run / "triage.toml").write_text(
+        "[run]\n"
+        'checkpoint = "../healthy/epoch_0_step_200"\n'
+        'mapping = "../healthy/cache/vocab_mapping/76a493ec79f30af08f5a76e2385ee8f4.pt"\n'
+        'data = "../healthy/hidden_states"\n'
+        'target = "../_target"\n'
+    )
+    tracker = TensorboardTracker(types.SimpleNamespace(), str(run))
+    for step in range(0, 400, 10):
+        accuracy = 0.003 + (0.66 - 0.003) * step / 4000
+        tracker.log({"train/acc_0": accuracy, "train/ploss_0": math.log(32_000) * (1 - accuracy)}, step=step)
+    tracker.close()
+    return run
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     root = copy_samples(tmp_path_factory.mktemp("one-story") / "sample_runs")
     served_with_the_eagle_flag(root)
+    fine_tuned_from_cold(root)
     return root
 
 
-def checked_json(triage, run: Path) -> dict:
-    done = triage("check", run, "--device", "cpu", "--json")
+def checked_json(triage, run: Path, monkeypatch) -> dict:
+    """`triage check RUN --json`, which must discover the run once and parse its triage.toml once."""
+    from triage_tui.core import watch
+    from triage_tui.core.runs import discover, listing, manifest
+
+    calls: list[str] = []
+    with monkeypatch.context() as scoped:
+        # discovery wherever it is called from, and triage.toml read by the listing cache or directly
+        for module, name in (
+            (discover, "discover_runs"),
+            (watch, "discover_runs"),
+            (listing, "load_manifest"),
+            (manifest, "load_manifest"),
+        ):
+            scoped.setattr(module, name, _counted(getattr(module, name), calls))
+        done = triage("check", run, "--device", "cpu", "--json")
     assert done.returncode == 1, (run.name, done.stderr)  # each of these runs has a likely cause
+    assert sorted(calls) == ["discover_runs", "load_manifest"], (run.name, calls)
     return json.loads(done.stdout)
 
 
-async def test_check_json_and_the_tuis_c_tell_the_same_story(root, triage):
-    expected = {name: checked_json(triage, root / name) for name in FIRST}
+def _counted(real, calls: list[str]):
+    def call(*args, **kwargs):
+        calls.append(real.__name__)
+        return real(*args, **kwargs)
+
+    return call
+
+
+async def test_check_json_and_the_tuis_c_tell_the_same_story(root, triage, monkeypatch):
+    expected = {name: checked_json(triage, root / name, monkeypatch) for name in FIRST}
     for name, cause in FIRST.items():
         top = expected[name]["hypotheses"][0]
         assert top["id"] == cause and top["score"] >= LIKELY, (name, expected[name]["hypotheses"][:3])
@@ -99,10 +149,10 @@ async def test_check_json_and_the_tuis_c_tell_the_same_story(root, triage):
             assert ids == [h["id"] for h in cli["hypotheses"]], name
 
 
-def test_a_collapse_beside_a_passing_vocab_check_is_not_the_mapping(root, triage):
+def test_a_collapse_beside_a_passing_vocab_check_is_not_the_mapping(root, triage, monkeypatch):
     """Serving collapsed while the vocab check found all 32000 positions in agreement: the collapse no
     longer lends vocab_mapping_mismatch its weight (it scored 0.30 on it alone); the launch flag does."""
-    report = checked_json(triage, root / "eagle-flag")
+    report = checked_json(triage, root / "eagle-flag", monkeypatch)
     ranked = {h["id"]: h for h in report["hypotheses"]}
     vocab = report["checks"]["vocab_mapping"]
     assert vocab["status"] == "pass" and "all 32000 draft positions" in vocab["summary"]

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from triage_tui.core import bounds
-from triage_tui.core.check_inputs import CheckInputs, resolve_run
+from triage_tui.core.check_inputs import CheckInputs, ResolvedRun, resolve_run
 from triage_tui.core.errors import SourceError
 from triage_tui.core.runs.remote import Mirrors
 
@@ -109,7 +109,7 @@ def gather_evidence(run: str | Path, overrides: Overrides = Overrides()) -> Evid
     )
 
 
-def _resolve(run_path: Path, overrides: Overrides):
+def _resolve(run_path: Path, overrides: Overrides) -> ResolvedRun:
     return resolve_run(
         run_path,
         checkpoint=overrides.checkpoint,

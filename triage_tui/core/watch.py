@@ -149,7 +149,6 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
         parse_in_helpers: bool = False,
-        follow_serving: bool = True,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
     ) -> None:
@@ -175,14 +174,8 @@ class Watcher:
         self.strict = strict
         self.clock = clock
         # What every run is read and judged with (core.watched_run): `scan` waits for a metrics URL
-        # once (strict); `check` reads [serving] itself (follow_serving=False).
-        self.settings = WatchSettings(
-            vocab_size=vocab_size,
-            flush_secs=flush_secs,
-            strict=strict,
-            follow_serving=follow_serving,
-            clock=clock,
-        )
+        # once (strict); `check` reads [serving] itself (scan_run, below).
+        self.settings = WatchSettings(vocab_size=vocab_size, flush_secs=flush_secs, strict=strict, clock=clock)
         # Scans /proc once a poll for every run's writer (core.run_state); a test gives one over a made-up /proc.
         self.scanner = scanner if scanner is not None else ProcessScanner()
         self.watchdog_active = False  # True while an Observer delivers wake-ups
