@@ -525,9 +525,9 @@ def run_headless(
 
     ``trainer`` must be paced: the story gives it its steps.
     """
-    from triage_tui.core.check_inputs import resolve_inputs
     from triage_tui.core.checks.replay import ReplayDetails
     from triage_tui.core.diagnose import diagnose
+    from triage_tui.core.evidence import gather_evidence
     from triage_tui.core.remap.execute import remap_checkpoint
 
     started = time.monotonic()
@@ -552,8 +552,8 @@ def run_headless(
     trainer.allow(trainer.step)  # hold it while the check and the remap run: the story, not the race
     stamp(f"flag {flag.kind}: {flag.message}")
 
-    inputs = resolve_inputs(layout.run)
-    diagnosis = diagnose(inputs, device="auto", flags=status.flags, metrics=status.metrics, start=status.start)
+    diagnosis = diagnose(gather_evidence(layout.run))  # what `triage check` and the TUI's `c` gather
+    inputs = diagnosis.inputs
     top = diagnosis.hypotheses[0]
     stamp(f"check: {top.id} scores {top.score:.2f}; " + "; ".join(top.evidence[:2]))
     replay_result = diagnosis.checks.get("replay")
