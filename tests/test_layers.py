@@ -106,6 +106,7 @@ FORMATS = [
         "core.formats.engine_launch",
         "core.formats.hub",
         "core.formats.remap_record",
+        "core.formats.quantization",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
@@ -123,6 +124,7 @@ EVENTS = [
 HYPOTHESES = [
     ("core.hypotheses.rank",),
     ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    ("core.hypotheses.weights",),
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [
