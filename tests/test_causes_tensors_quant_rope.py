@@ -24,14 +24,11 @@ from safetensors.torch import load_file, save_file
 
 from builders.check_run import build_run
 from builders.contracts import (
-    edit_config,
     llama_target,
     specforge_drafter,
     speculators_drafter,
     vocab_mapping_file,
 )
-from builders.samples import copy_samples
-from triage_tui.core.checks.quantization import QuantizationDetails
 from triage_tui.core.checks.registry import CheckContext, run_checks
 from triage_tui.core.hypotheses.rank import rank_hypotheses
 
@@ -161,3 +158,126 @@ def test_a_second_speculators_layer_needs_no_hidden_norm_but_its_projections(ver
     rank, score, evidence = ranked(out)["dropped_tensors"]
     assert rank == 0 and score >= 0.5
     assert "3 of the 22 tensors" in evidence[0] and "layers.1.mlp.gate_proj.weight" in evidence[0]
+
+
+# --------------------------------------------------------------------------- quantized_without_scales
+
+# ModelOpt's EAGLE exporter puts its hf_quant_config.json body into config.json (nvidia-modelopt 0.47.0
+# modelopt/torch/export/plugins/hf_spec_export.py EagleExporter.export).
+MODELOPT_FP8 = {
+    "producer": {"name": "modelopt", "version": "0.47.0"},
+    "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]},
+}
+# llm-compressor's FP8 scheme as compressed-tensors writes it into config.json.
+COMPRESSED_TENSORS_FP8 = {
+    "quant_method": "compressed-tensors",
+    "format": "float-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False},
+            "input_activations": {
+                "num_bits": 8,
+                "type": "float",
+                "symmetric": True,
+                "strategy": "token",
+                "dynamic": True,
+            },
+        }
+    },
+    "ignore": ["lm_head"],
+    "kv_cache_scheme": None,
+}
+
+
+def quantized(name: str, tensor: torch.Tensor) -> bool:
+    """The Linear layers the exporters quantize: fc and the decoder layer's projections (lm_head excluded)."""
+    return tensor.dim() == 2 and name.endswith("_proj.weight") or name == "fc.weight"
+
+
+def export_eight_bit(drafter: Path, *, per_channel: bool, scales: bool = True, config: dict | None, dtype=None):
+    """Rewrite ``drafter`` in place as a quantizing exporter leaves it: each quantized layer's weight as
+    8-bit codes (float8_e4m3fn by default) = weight / scale, the scale beside it (per tensor [] with an
+    input_scale, ModelOpt's; per channel [out, 1], compressed-tensors'), ``config`` as quantization_config.
+    ``scales=False``: a converter that copied the weights and not the scales."""
+    dtype = dtype or torch.float8_e4m3fn
+    top = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
+    state = load_file(str(drafter / "model.safetensors"))
+    out = {}
+    for name, tensor in state.items():
+        if not quantized(name, tensor):
+            out[name] = tensor
+            continue
+        weight = tensor.float()
+        amax = weight.abs().amax(dim=1, keepdim=True) if per_channel else weight.abs().amax()
+        scale = amax / top
+        codes = (weight / scale).clamp(-top, top)
+        out[name] = codes.to(dtype) if dtype.is_floating_point else codes.round().to(dtype)
+        if scales:
+            stem = name.removesuffix(".weight")
+            out[f"{stem}.weight_scale"] = scale.to(torch.bfloat16) if per_channel else scale.float()
+            if not per_channel:
+                out[f"{stem}.input_scale"] = torch.tensor(0.02)
+    save_file(out, str(drafter / "model.safetensors"), metadata={"format": "pt"})
+    if config is not None:
+        document = json.loads((drafter / "config.json").read_text())
+        document["quantization_config"] = config
+        (drafter / "config.json").write_text(json.dumps(document, indent=2))
+    return drafter
+
+
+def check_json(run: Path, triage) -> tuple[int, dict]:
+    done = triage("check", run, "--json", "--device", "cpu")
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def scores(report: dict) -> dict[str, float]:
+    return {h["id"]: h["score"] for h in report["hypotheses"]}
+
+
+@pytest.mark.parametrize(("per_channel", "config"), [(False, MODELOPT_FP8), (True, COMPRESSED_TENSORS_FP8)])
+def test_fp8_with_its_scales_is_healthy_and_the_replay_runs_on_it(tmp_path, triage, per_channel, config):
+    run = build_run(tmp_path, story=False)
+    _, before = check_json(run, triage)
+    export_eight_bit(tmp_path / "shared" / "drafters" / "k2", per_channel=per_channel, config=config)
+    status, report = check_json(run, triage)
+    quantization, replay = report["checks"]["quantization"], report["checks"]["replay"]
+    assert quantization["status"] == "pass" and quantization["eight_bit_weights"] == 8 and not quantization["unscaled"]
+    assert replay["status"] in ("pass", "fail") and replay["tokens"] > 0, replay["summary"]
+    # FP8 codes times their scales are the weights to within FP8's precision: the replay reads the same
+    assert replay["accuracy_checkpoint_mapping"] == pytest.approx(
+        before["checks"]["replay"]["accuracy_checkpoint_mapping"], abs=0.05
+    )
+    assert status == 0 and max(scores(report).values()) < 0.5, report["hypotheses"][:3]
+
+
+def test_fp8_codes_without_their_scales_are_named_first(tmp_path, triage):
+    run = build_run(tmp_path, story=False)
+    export_eight_bit(tmp_path / "shared" / "drafters" / "k2", per_channel=False, scales=False, config=MODELOPT_FP8)
+    status, report = check_json(run, triage)
+    top = report["hypotheses"][0]
+    assert status == 1 and top["id"] == "quantized_without_scales" and top["score"] >= 0.5, report["hypotheses"][:3]
+    assert top["evidence"][0].startswith("8 of 8 weights stored in 8 bits have no weight_scale")
+    assert "fc.weight (F8_E4M3)" in top["evidence"][0]
+    assert any("modelopt: FP8" in line for line in top["evidence"])
+    assert any("codes reach 448 of the F8_E4M3 range's 448 (100%)" in line for line in top["evidence"])
+    assert top["links"] and all(link.startswith("https://github.com/") for link in top["links"])
+
+
+def test_int8_codes_without_scales_and_no_config_still_fire(specforge, tmp_path):
+    drafter = resave(specforge, tmp_path / "int8")
+    export_eight_bit(drafter, per_channel=True, scales=False, config=None, dtype=torch.int8)
+    rank, score, evidence = ranked(drafter)["quantized_without_scales"]
+    assert rank == 0 and score >= 0.5 and "(I8)" in evidence[0]
+    assert any("codes reach 127 of the I8 range's 127" in line for line in evidence)
+
+
+def test_where_tensors_were_dropped_too_the_missing_scales_rank_first(specforge, tmp_path):
+    drafter = resave(specforge, tmp_path / "both", lambda n: n != "midlayer.mlp.up_proj.weight")
+    export_eight_bit(drafter, per_channel=False, scales=False, config=MODELOPT_FP8)
+    hypotheses = ranked(drafter)
+    assert hypotheses["quantized_without_scales"][0] < hypotheses["dropped_tensors"][0]
+    assert hypotheses["quantized_without_scales"][1] > hypotheses["dropped_tensors"][1] >= 0.5
+    assert "midlayer.mlp.up_proj.weight" in hypotheses["dropped_tensors"][2][0]
