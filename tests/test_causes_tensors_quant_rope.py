@@ -24,11 +24,13 @@ from safetensors.torch import load_file, save_file
 
 from builders.check_run import build_run
 from builders.contracts import (
+    edit_config,
     llama_target,
     specforge_drafter,
     speculators_drafter,
     vocab_mapping_file,
 )
+from builders.samples import copy_samples
 from triage_tui.core.checks.registry import CheckContext, run_checks
 from triage_tui.core.hypotheses.rank import rank_hypotheses
 
@@ -281,3 +283,73 @@ def test_where_tensors_were_dropped_too_the_missing_scales_rank_first(specforge,
     assert hypotheses["quantized_without_scales"][0] < hypotheses["dropped_tensors"][0]
     assert hypotheses["quantized_without_scales"][1] > hypotheses["dropped_tensors"][1] >= 0.5
     assert "midlayer.mlp.up_proj.weight" in hypotheses["dropped_tensors"][2][0]
+
+
+# --------------------------------------------------------------------------- rope_scaling_dropped
+
+
+def scaled_target(root: Path, rope: dict) -> Path:
+    """A Llama target saved by transformers 5 with RoPE scaling: config.json's ``rope_parameters``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_hidden_layers=8,
+        vocab_size=SMALL_VOCAB,
+        max_position_embeddings=131072,
+        rope_parameters={**rope, "rope_theta": 500000.0},
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).save_pretrained(str(root))
+    return root
+
+
+def test_a_speculators_drafter_that_lost_the_targets_llama3_scaling(tmp_path):
+    target = scaled_target(tmp_path / "target", LLAMA3)
+    assert json.loads((target / "config.json").read_text())["rope_parameters"]["rope_type"] == "llama3"
+    # speculators builds the drafter's layer config from the verifier's sizes; the scaling is not carried
+    drafter = speculators_drafter(tmp_path / "drafter", target, draft_vocab_size=SMALL_DRAFT, **speculators_mapping())
+    rank, score, evidence = ranked(drafter, target)["rope_scaling_dropped"]
+    assert rank == 0 and score >= 0.5
+    line = evidence[0]
+    assert "target RoPE llama3 (factor 8, high_freq_factor 4, low_freq_factor 1" in line
+    assert "drafter RoPE default" in line and "rope type: drafter default, target llama3" in line
+
+
+def test_the_same_scaling_spelled_the_transformers_4_way_is_not_evidence(specforge, tmp_path):
+    """SpecForge's configs spell it ``rope_scaling`` with ``type`` and a top-level rope_theta; the
+    target's transformers-5 config ``rope_parameters`` with ``rope_type`` and rope_theta inside."""
+    target = scaled_target(tmp_path / "target", LLAMA3)
+    drafter = resave(specforge, tmp_path / "drafter")
+    old_spelling = {("type" if k == "rope_type" else k): v for k, v in LLAMA3.items()}
+    edit_config(drafter, rope_scaling=old_spelling, rope_theta=500000.0, rope_parameters=None)
+    _, score, evidence = ranked(drafter, target)["rope_scaling_dropped"]
+    assert score < 0.5 and evidence[0].endswith("the same scaling")
+    assert "drafter RoPE llama3" in evidence[0] and "from rope_scaling" in evidence[0]
+    assert "target RoPE llama3" in evidence[0] and "from rope_parameters" in evidence[0]
+
+
+def test_yarn_with_another_factor_shows_both_sides(specforge, tmp_path):
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    target = scaled_target(tmp_path / "target", yarn)
+    drafter = resave(specforge, tmp_path / "drafter")
+    edit_config(drafter, rope_scaling={**yarn, "factor": 2.0}, rope_parameters=None)
+    rank, score, evidence = ranked(drafter, target)["rope_scaling_dropped"]
+    assert rank == 0 and score >= 0.5 and "factor: drafter 2, target 4" in evidence[0]
+
+
+# --------------------------------------------------------------------------- the committed sample runs
+
+
+@pytest.mark.slow
+def test_nothing_new_fires_on_the_sample_runs(tmp_path, triage):
+    samples = copy_samples(tmp_path / "sample_runs")
+    for run in sorted(p for p in samples.iterdir() if (p / "triage.toml").is_file()):
+        _, report = check_json(run, triage)
+        found = scores(report)
+        assert set(NEW) <= set(found), run.name
+        assert all(found[h] < 0.5 for h in NEW), (run.name, {h: found[h] for h in NEW})
