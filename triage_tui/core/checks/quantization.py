@@ -15,7 +15,6 @@ healthy: the replay builds the drafter dequantized (core/drafter.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +29,6 @@ from triage_tui.core.formats.quantization import (
 )
 
 if TYPE_CHECKING:
-    import torch
-
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
 
 NAME = "quantization"
@@ -129,7 +126,7 @@ def check_quantization(checkpoint: DrafterCheckpoint | None) -> CheckResult:
         scales = scales_beside(info.name, checkpoint.tensors)
         largest = None
         if not scales and sampled < SAMPLED_WEIGHTS:
-            largest = _largest_code(lambda n=info.name: _head_rows(checkpoint, n))
+            largest = _largest_code(checkpoint, info.name)
             sampled += 1
         weights.append(
             QuantizedWeight(
@@ -158,14 +155,11 @@ def unscaled_line(details: QuantizationDetails) -> str:
     )
 
 
-def _head_rows(checkpoint: DrafterCheckpoint, name: str) -> torch.Tensor:
-    return checkpoint.tensor_rows(name, SAMPLED_ROWS)
-
-
-def _largest_code(read: Callable[[], torch.Tensor]) -> float | None:
-    """max |code| of the sampled rows, as a float (None when it cannot be read: the header still speaks)."""
+def _largest_code(checkpoint: DrafterCheckpoint, name: str) -> float | None:
+    """max |code| over the first SAMPLED_ROWS rows, as a float (None when they cannot be read: the
+    header still speaks)."""
     try:
-        rows = read()
+        rows = checkpoint.tensor_rows(name, SAMPLED_ROWS)
     except Exception:  # noqa: BLE001 - the sample only adds a number; the names are the evidence
         return None
     if rows.numel() == 0:
