@@ -318,6 +318,11 @@ def test_a_speculators_drafter_that_lost_the_targets_llama3_scaling(tmp_path):
     line = evidence[0]
     assert "target RoPE llama3 (factor 8, high_freq_factor 4, low_freq_factor 1" in line
     assert "drafter RoPE default" in line and "rope type: drafter default, target llama3" in line
+    # speculators after PR #574 keeps the scaling in the layer's config: then nothing is dropped
+    layer = json.loads((drafter / "config.json").read_text())["transformer_layer_config"]
+    edit_config(drafter, transformer_layer_config={**layer, "rope_parameters": {**LLAMA3, "rope_theta": 500000.0}})
+    _, score, evidence = ranked(drafter, target)["rope_scaling_dropped"]
+    assert score < 0.5 and "from transformer_layer_config.rope_parameters" in evidence[0]
 
 
 def test_the_same_scaling_spelled_the_transformers_4_way_is_not_evidence(specforge, tmp_path):

@@ -48,6 +48,9 @@ _MLA_ATTENTION = (
 )
 _MLP = ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 _INDEX = "model.safetensors.index.json"
+# A bound on the layers a config may ask names for (the number is the file's, unchecked): drafters
+# have one to a few; past this the names listed would say nothing more.
+MAX_LAYERS = 64
 # How many missing names a line of evidence spells out before it counts the rest.
 SHOWN_NAMES = 12
 
@@ -115,6 +118,7 @@ def required_names(checkpoint: DrafterCheckpoint) -> tuple[int, list[str]]:
     layer_config = config.get("transformer_layer_config")
     layer_config = layer_config if isinstance(layer_config, Mapping) else config
     layers = _int(layer_config.get("num_hidden_layers")) or _int(config.get("num_hidden_layers")) or 1
+    layers = min(layers, MAX_LAYERS)
     eagle = config.get("eagle_config")
     use_aux = not (isinstance(eagle, Mapping) and eagle.get("use_aux_hidden_state") is False)
     prefix = checkpoint.layer_prefix

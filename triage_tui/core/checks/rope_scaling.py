@@ -64,7 +64,9 @@ class RopeScaling:
 
 
 def _shown(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, (list, tuple)):
+        return f"[{len(value)} values]"  # longrope's per-dimension factors: too many for a line
+    return f"{value:g}" if isinstance(value, float) else str(value)[:40]
 
 
 def normalised(config: Mapping[str, Any]) -> RopeScaling:

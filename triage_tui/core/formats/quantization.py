@@ -94,11 +94,12 @@ def quantization_promise(config: Mapping[str, Any]) -> QuantizationPromise | Non
     producer = raw.get("producer")
     if not isinstance(method, str) and isinstance(producer, Mapping) and isinstance(producer.get("name"), str):
         method = producer["name"]  # ModelOpt's hf_quant_config.json: {"producer": {"name": "modelopt"}, ...}
-    method = method if isinstance(method, str) else "unknown"
+    # Strings from the file end up in messages: a bounded length (the edges escape what they hold).
+    method = method[:40] if isinstance(method, str) else "unknown"
     nested = raw.get("quantization")
     algo = raw.get("quant_algo", nested.get("quant_algo") if isinstance(nested, Mapping) else None)
     if isinstance(algo, str):
-        return QuantizationPromise(method, algo, "FP8" in algo.upper() or "INT8" in algo.upper())
+        return QuantizationPromise(method, algo[:40], "FP8" in algo.upper() or "INT8" in algo.upper())
     if method == "compressed-tensors":
         bits = _compressed_tensors_bits(raw)
         if bits is not None:
@@ -108,7 +109,7 @@ def quantization_promise(config: Mapping[str, Any]) -> QuantizationPromise | Non
         return QuantizationPromise(method, "FP8", True)
     if method == "bitsandbytes" and raw.get("load_in_8bit") is True:
         return QuantizationPromise(method, "int8", True)
-    return QuantizationPromise(method, str(raw.get("format") or method), False)
+    return QuantizationPromise(method, str(raw.get("format") or method)[:40], False)
 
 
 def _compressed_tensors_bits(raw: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -118,7 +119,7 @@ def _compressed_tensors_bits(raw: Mapping[str, Any]) -> tuple[str, int] | None:
     for group in groups.values():
         weights = group.get("weights") if isinstance(group, Mapping) else None
         if isinstance(weights, Mapping) and isinstance(weights.get("num_bits"), int):
-            return str(weights.get("type") or "int"), int(weights["num_bits"])
+            return str(weights.get("type") or "int")[:20], int(weights["num_bits"])
     return None
 
 
