@@ -193,16 +193,22 @@ COMPRESSED_TENSORS_FP8 = {
 }
 
 
+# transformers' FineGrainedFP8 config (DeepSeek-V3's release: 128 x 128 blocks; 16 for this tiny drafter).
+BLOCK = 16
+FINE_GRAINED_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [16, 16]}
+
+
 def quantized(name: str, tensor: torch.Tensor) -> bool:
     """The Linear layers the exporters quantize: fc and the decoder layer's projections (lm_head excluded)."""
     return tensor.dim() == 2 and name.endswith("_proj.weight") or name == "fc.weight"
 
 
-def export_eight_bit(drafter: Path, *, per_channel: bool, scales: bool = True, config: dict | None, dtype=None):
+def export_eight_bit(drafter: Path, *, per: str, scales: bool = True, config: dict | None, dtype=None):
     """Rewrite ``drafter`` in place as a quantizing exporter leaves it: each quantized layer's weight as
-    8-bit codes (float8_e4m3fn by default) = weight / scale, the scale beside it (per tensor [] with an
-    input_scale, ModelOpt's; per channel [out, 1], compressed-tensors'), ``config`` as quantization_config.
-    ``scales=False``: a converter that copied the weights and not the scales."""
+    8-bit codes (float8_e4m3fn by default) = weight / scale and the scale beside it: ``per`` "tensor"
+    (ModelOpt: ``weight_scale`` [] and an ``input_scale``), "channel" (compressed-tensors: ``weight_scale``
+    [out, 1]) or "block" (FineGrainedFP8: ``weight_scale_inv`` per BLOCK x BLOCK); ``config`` as
+    quantization_config. ``scales=False``: a converter that copied the weights and not the scales."""
     dtype = dtype or torch.float8_e4m3fn
     top = torch.finfo(dtype).max if dtype.is_floating_point else torch.iinfo(dtype).max
     state = load_file(str(drafter / "model.safetensors"))
@@ -212,15 +218,23 @@ def export_eight_bit(drafter: Path, *, per_channel: bool, scales: bool = True, c
             out[name] = tensor
             continue
         weight = tensor.float()
-        amax = weight.abs().amax(dim=1, keepdim=True) if per_channel else weight.abs().amax()
-        scale = amax / top
-        codes = (weight / scale).clamp(-top, top)
+        stem = name.removesuffix(".weight")
+        if per == "block":
+            rows, cols = weight.shape
+            padded = torch.nn.functional.pad(weight.abs(), (0, -cols % BLOCK, 0, -rows % BLOCK))
+            grid = padded.reshape(padded.shape[0] // BLOCK, BLOCK, -1, BLOCK).amax(dim=(1, 3)) / top
+            scale = grid.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:rows, :cols]
+            stored = {f"{stem}.weight_scale_inv": grid}
+        else:
+            amax = weight.abs().amax(dim=1, keepdim=True) if per == "channel" else weight.abs().amax()
+            scale = amax / top
+            stored = {f"{stem}.weight_scale": scale.to(torch.bfloat16) if per == "channel" else scale}
+            if per == "tensor":
+                stored[f"{stem}.input_scale"] = torch.tensor(0.02)
+        codes = (weight / scale.clamp_min(1e-12)).clamp(-top, top)
         out[name] = codes.to(dtype) if dtype.is_floating_point else codes.round().to(dtype)
         if scales:
-            stem = name.removesuffix(".weight")
-            out[f"{stem}.weight_scale"] = scale.to(torch.bfloat16) if per_channel else scale.float()
-            if not per_channel:
-                out[f"{stem}.input_scale"] = torch.tensor(0.02)
+            out.update(stored)
     save_file(out, str(drafter / "model.safetensors"), metadata={"format": "pt"})
     if config is not None:
         document = json.loads((drafter / "config.json").read_text())
@@ -263,11 +277,13 @@ def check_json_once(run: Path) -> tuple[int, dict]:
     return status, json.loads(out.getvalue())
 
 
-@pytest.mark.parametrize(("per_channel", "config"), [(False, MODELOPT_FP8), (True, COMPRESSED_TENSORS_FP8)])
-def test_fp8_with_its_scales_is_healthy_and_the_replay_runs_on_it(trained, tmp_path, triage, per_channel, config):
+@pytest.mark.parametrize(
+    ("per", "config"), [("tensor", MODELOPT_FP8), ("channel", COMPRESSED_TENSORS_FP8), ("block", FINE_GRAINED_FP8)]
+)
+def test_fp8_with_its_scales_is_healthy_and_the_replay_runs_on_it(trained, tmp_path, triage, per, config):
     _, float_accuracy = trained
     run = copy_samples(tmp_path / "sample_runs", ("healthy",)) / "healthy"
-    export_eight_bit(run / "epoch_0_step_200", per_channel=per_channel, config=config)
+    export_eight_bit(run / "epoch_0_step_200", per=per, config=config)
     status, report = check_json(run, triage)
     quantization, replay = report["checks"]["quantization"], report["checks"]["replay"]
     assert quantization["status"] == "pass" and quantization["eight_bit_weights"] == 8 and not quantization["unscaled"]
@@ -281,7 +297,7 @@ def test_fp8_with_its_scales_is_healthy_and_the_replay_runs_on_it(trained, tmp_p
 def test_the_trained_drafter_without_its_scales_predicts_nothing_and_is_named_first(trained, tmp_path, triage):
     _, float_accuracy = trained
     run = copy_samples(tmp_path / "sample_runs", ("healthy",)) / "healthy"
-    export_eight_bit(run / "epoch_0_step_200", per_channel=False, scales=False, config=MODELOPT_FP8)
+    export_eight_bit(run / "epoch_0_step_200", per="tensor", scales=False, config=MODELOPT_FP8)
     status, report = check_json(run, triage)
     top = report["hypotheses"][0]
     assert status == 1 and top["id"] == "quantized_without_scales" and top["score"] >= 0.5
@@ -291,7 +307,7 @@ def test_the_trained_drafter_without_its_scales_predicts_nothing_and_is_named_fi
 
 def test_fp8_codes_without_their_scales_are_named_first(tmp_path, triage):
     run = build_run(tmp_path, story=False)
-    export_eight_bit(tmp_path / "shared" / "drafters" / "k2", per_channel=False, scales=False, config=MODELOPT_FP8)
+    export_eight_bit(tmp_path / "shared" / "drafters" / "k2", per="tensor", scales=False, config=MODELOPT_FP8)
     status, report = check_json(run, triage)
     top = report["hypotheses"][0]
     assert status == 1 and top["id"] == "quantized_without_scales" and top["score"] >= 0.5, report["hypotheses"][:3]
@@ -304,7 +320,7 @@ def test_fp8_codes_without_their_scales_are_named_first(tmp_path, triage):
 
 def test_int8_codes_without_scales_and_no_config_still_fire(specforge, tmp_path):
     drafter = resave(specforge, tmp_path / "int8")
-    export_eight_bit(drafter, per_channel=True, scales=False, config=None, dtype=torch.int8)
+    export_eight_bit(drafter, per="channel", scales=False, config=None, dtype=torch.int8)
     rank, score, evidence = ranked(drafter)["quantized_without_scales"]
     assert rank == 0 and score >= 0.5 and "(I8)" in evidence[0]
     assert any("codes reach 127 of the I8 range's 127" in line for line in evidence)
@@ -312,7 +328,7 @@ def test_int8_codes_without_scales_and_no_config_still_fire(specforge, tmp_path)
 
 def test_where_tensors_were_dropped_too_the_missing_scales_rank_first(specforge, tmp_path):
     drafter = resave(specforge, tmp_path / "both", lambda n: n != "midlayer.mlp.up_proj.weight")
-    export_eight_bit(drafter, per_channel=False, scales=False, config=MODELOPT_FP8)
+    export_eight_bit(drafter, per="tensor", scales=False, config=MODELOPT_FP8)
     hypotheses = ranked(drafter)
     assert hypotheses["quantized_without_scales"][0] < hypotheses["dropped_tensors"][0]
     assert hypotheses["quantized_without_scales"][1] > hypotheses["dropped_tensors"][1] >= 0.5

@@ -111,7 +111,7 @@ class DrafterTensorsDetails:
         return lines
 
 
-def required_names(checkpoint: DrafterCheckpoint) -> tuple[int, list[str]]:
+def required_names(checkpoint: DrafterCheckpoint, held: set[str]) -> tuple[int, list[str]]:
     """The number of decoder layers, and every tensor name the drafter's architecture needs, spelled
     as this checkpoint spells its layers."""
     config = checkpoint.config
@@ -121,7 +121,8 @@ def required_names(checkpoint: DrafterCheckpoint) -> tuple[int, list[str]]:
     layers = min(layers, MAX_LAYERS)
     eagle = config.get("eagle_config")
     use_aux = not (isinstance(eagle, Mapping) and eagle.get("use_aux_hidden_state") is False)
-    prefix = checkpoint.layer_prefix
+    # The names as held, ``model.`` dropped (some exports prefix every name with it).
+    prefix = "layers.0." if any(name.startswith("layers.0.") for name in held) else "midlayer."
     if prefix == "midlayer.":
         layers = 1  # SpecForge's and EAGLE's draft model has one midlayer, whatever config says
     attention = _MLA_ATTENTION if read_backbone(checkpoint.tensors, config).trained_as == "mla" else _LLAMA_ATTENTION
@@ -143,8 +144,13 @@ def check_drafter_tensors(checkpoint: DrafterCheckpoint | None) -> CheckResult:
         return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
     if checkpoint.not_eagle3 is not None:
         return CheckResult.skipped(NAME, checkpoint.not_eagle3)
+    architectures = checkpoint.config.get("architectures")
+    if "dflash_config" in checkpoint.config or (
+        isinstance(architectures, list) and any("DFlash" in str(a) for a in architectures)
+    ):
+        return CheckResult.skipped(NAME, "a DFlash drafter: its layers are not the EAGLE-3 layer this check knows")
     held = {name.removeprefix("model.") for name in checkpoint.tensors}
-    layers, required = required_names(checkpoint)
+    layers, required = required_names(checkpoint, held)
     missing = tuple(name for name in required if name not in held)
     total, stored_bytes = _index_sizes(checkpoint)
     details = DrafterTensorsDetails(

@@ -53,13 +53,15 @@ _COMPANION_ENDINGS = ("weight_format",)
 def is_companion(name: str) -> bool:
     """A scale or zero point stored beside a quantized weight (never a weight of its own)."""
     last = name.rsplit(".", 1)[-1]
-    return last in _COMPANIONS or last in _COMPANION_ENDINGS
+    return last in _COMPANIONS or last in _COMPANION_ENDINGS or ".weight." in name
 
 
 def scales_beside(name: str, names: Mapping[str, Any]) -> tuple[str, ...]:
     """The scale tensors stored beside weight ``name`` (``<layer>.weight`` -> ``<layer>.weight_scale``, ...)."""
     stem = name.removesuffix(".weight")
-    return tuple(f"{stem}.{suffix}" for suffix in SCALE_SUFFIXES if f"{stem}.{suffix}" in names)
+    beside = tuple(f"{stem}.{suffix}" for suffix in SCALE_SUFFIXES if f"{stem}.{suffix}" in names)
+    # bitsandbytes' 4-bit state hangs under the weight's own name (``<layer>.weight.absmax``, ...).
+    return beside + tuple(sorted(n for n in names if n.startswith(f"{name}.") and "absmax" in n))
 
 
 def eight_bit_weights(tensors: Mapping[str, TensorInfo]) -> list[TensorInfo]:
