@@ -408,3 +408,15 @@ def test_nothing_new_fires_on_the_sample_runs(tmp_path, triage):
         found = scores(report)
         assert set(NEW) <= set(found), run.name
         assert all(found[h] < 0.5 for h in NEW), (run.name, {h: found[h] for h in NEW})
+
+
+def test_modelopts_own_export_holds_every_required_tensor(modelopt_exports, tmp_path):
+    """nvidia-modelopt's EagleExporter (layers.0.*, d2t without t2d, no embedding) on an 8-layer target;
+    then the same export with its first layer's post-attention norm left out by a converter."""
+    root = modelopt_exports[8]
+    hypotheses = ranked(root / "drafter", root / "target")
+    assert all(hypotheses[h][1] < 0.5 for h in NEW), {h: hypotheses[h] for h in NEW}
+    out = resave(root / "drafter", tmp_path / "cut", lambda n: n != "layers.0.post_attention_layernorm.weight")
+    rank, score, evidence = ranked(out, root / "target")["dropped_tensors"]
+    assert rank == 0 and score >= 0.5 and "1 of the 13 tensors a modelopt EAGLE-3 drafter" in evidence[0]
+    assert "layers.0.post_attention_layernorm.weight" in evidence[0]
