@@ -420,3 +420,15 @@ def test_modelopts_own_export_holds_every_required_tensor(modelopt_exports, tmp_
     rank, score, evidence = ranked(out, root / "target")["dropped_tensors"]
     assert rank == 0 and score >= 0.5 and "1 of the 13 tensors a modelopt EAGLE-3 drafter" in evidence[0]
     assert "layers.0.post_attention_layernorm.weight" in evidence[0]
+
+
+def test_a_config_asking_for_a_billion_layers_is_read_in_bounds(verifier, tmp_path):
+    """num_hidden_layers is the file's number: the names asked for stop at MAX_LAYERS layers."""
+    from triage_tui.core.checks.drafter_tensors import MAX_LAYERS
+
+    drafter = speculators_drafter(tmp_path / "d", verifier, draft_vocab_size=SMALL_DRAFT, **speculators_mapping())
+    layer = json.loads((drafter / "config.json").read_text())["transformer_layer_config"]
+    edit_config(drafter, transformer_layer_config={**layer, "num_hidden_layers": 10**9})
+    _, score, evidence = ranked(drafter)["dropped_tensors"]
+    assert score >= 0.5 and f"with {MAX_LAYERS} layer(s)" in evidence[0]
+    assert f"{(MAX_LAYERS - 1) * 9} of the {13 + (MAX_LAYERS - 1) * 9} tensors" in evidence[0]
