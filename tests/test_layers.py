@@ -108,6 +108,7 @@ FORMATS = [
         "core.formats.engine_launch",
         "core.formats.hub",
         "core.formats.remap_record",
+        "core.formats.quantization",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
@@ -125,6 +126,7 @@ EVENTS = [
 HYPOTHESES = [
     ("core.hypotheses.rank",),
     ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    ("core.hypotheses.weights",),
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [
