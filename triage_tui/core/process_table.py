@@ -361,7 +361,9 @@ def _writing(base: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _argument_paths(argv: tuple[str, ...], cwd: str | None, prefixes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """The arguments that, as paths resolved against ``cwd``, lie under a watched root or above one."""
+    """The arguments that, as paths resolved against ``cwd``, lie under a watched root or above one and
+    exist (``sleep 600`` in a run's directory names no file "600" there; a path a trainer has not yet
+    made is met again at the next read)."""
     if cwd is None:
         return ()
     found = []
@@ -371,6 +373,7 @@ def _argument_paths(argv: tuple[str, ...], cwd: str | None, prefixes: tuple[str,
             continue
         path = os.path.normpath(os.path.join(cwd, value))
         slashed = path.rstrip("/") + "/"
-        if slashed.startswith(prefixes) or any(prefix.startswith(slashed) for prefix in prefixes):
+        near = slashed.startswith(prefixes) or any(prefix.startswith(slashed) for prefix in prefixes)
+        if near and os.path.lexists(path):
             found.append((path, value))
     return tuple(found)

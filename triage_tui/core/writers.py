@@ -75,7 +75,9 @@ _LOOKERS = (
     "vi vim nvim view emacs nano micro hx kak"
 )
 # Wrappers: they start the program that works and wait for it, or exec it (then they are that program).
-_WRAPPER_NAMES = "timeout time nice nohup env xargs watch ionice taskset chrt stdbuf setsid flock sudo doas strace"
+_WRAPPER_NAMES = (
+    "timeout time nice nohup env xargs watch ionice taskset chrt stdbuf setsid flock sudo doas strace unshare nsenter"
+)
 # Jupyter's servers (``comm``: the script's name, cut at 15 characters) host kernels and write no run.
 _SERVER_NAMES = "jupyter jupyter-lab jupyter-noteboo jupyter-server jupyterhub-sing"
 BYSTANDERS = frozenset(f"{_LOOKERS} {_WRAPPER_NAMES} {_SERVER_NAMES}".split())
