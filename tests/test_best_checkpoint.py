@@ -241,6 +241,36 @@ def test_an_unreadable_record_is_an_error_of_its_run_and_the_curves_best_stands(
     assert run["best"]["step"] == 20 and run["best"]["recorded"] is None and run["best"]["evaluations"] == 3
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"run_id": "../../../../x", "step": 100}, "is not 'k2-eagle3', the run its name says"),
+        ({"score": 1e308}, "score 1e+308 of eval/simulated_acc_len lies outside [0, "),
+        ({"score": -5}, "score -5 of eval/simulated_acc_len lies outside [0, "),
+        ({"step": 2**63 - 1}, "step is 9223372036854775807 (a step lies in [0, 2^53 - 1])"),
+    ],
+    ids=["checkpoint-outside-the-run", "score-1e308", "score-negative", "step-int64-max"],
+)
+def test_an_impossible_record_is_an_error_of_its_run_never_its_best(specforge_output, tmp_path, capsys, change, said):
+    """A best_meta.json whose checkpoint lies outside the run, whose score no acceptance length can
+    be, or whose step is int64's maximum: one error of its run naming the file and the number; the
+    best shown is the curves' own (step 20), and with the evaluations cut from the console, the
+    training-time estimate's, never the record's."""
+    out = _copy(specforge_output, tmp_path / "output")
+    meta_path = out / "k2-eagle3.best_meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **change}, indent=2))
+    code, run = _scan_run(out, capsys)
+    assert code == 1
+    ((source, path, error),) = [(e["source"], e["path"], e["message"]) for e in run["errors"]]
+    assert (source, path) == ("specforge", str(meta_path)) and said in error, error
+    assert run["best"]["step"] == 20 and run["best"]["recorded"] is None
+    console = out / "train.log"
+    console.write_text("".join(line for line in console.read_text().splitlines(True) if "eval/" not in line))
+    _, run = _scan_run(out, capsys)
+    assert [e["source"] for e in run["errors"]] == ["specforge"]
+    assert run["best"]["recorded"] is None and run["best"]["held_out"] is False  # the training estimate's
+
+
 def test_check_ranks_past_the_acceptance_peak_from_the_runs_own_evaluations(tmp_path, capsys):
     """The product's path: `check` hands the run's held-out acceptance history to the hypotheses."""
     from triage_tui import cli
