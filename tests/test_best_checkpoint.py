@@ -271,6 +271,42 @@ def test_an_impossible_record_is_an_error_of_its_run_never_its_best(specforge_ou
     assert run["best"]["recorded"] is None and run["best"]["held_out"] is False  # the training estimate's
 
 
+@pytest.mark.parametrize(
+    ("bad_point", "said"),
+    [
+        ((20, 50.0), "eval/simulated_acc_len is 50 at step 20: an acceptance length lies in [0, 4] (3 draft"),
+        ((20, -5.0), "eval/simulated_acc_len is -5 at step 20: an acceptance length lies in [0, 4] (3 draft"),
+        ((2**63 - 1, 2.9), "eval/simulated_acc_len is logged at step 9223372036854775807: a step lies in [0, 2^53"),
+    ],
+    ids=["50-with-3-positions", "negative", "step-int64-max"],
+)
+def test_an_impossible_acceptance_length_is_flagged_and_never_the_best(tmp_path, capsys, bad_point, said):
+    """SpecForge's evaluation series (torch's SummaryWriter) with one point no acceptance length can
+    be, beside the evaluation's three per-position accuracies: the series is not believed (a warning
+    says which number and why), and the best comes from the per-position estimate."""
+    from triage_tui import cli
+
+    run = tmp_path / "run"
+    points = [(10, 2.1), (30, 2.4), bad_point]
+    accuracies = {f"eval/per_position_acc/{i}": [(s, 0.8 - 0.1 * i) for s in (10, 20, 30)] for i in range(3)}
+    write_scalars(
+        run,
+        {
+            "train/ploss_0": [(s, 3.0 - s / 100) for s in range(0, 40, 5)],
+            "eval/simulated_acc_len": sorted(points),
+            **accuracies,
+        },
+    )
+    cli.main(["scan", str(run), "--json", "--poll"])
+    (found,) = json.loads(capsys.readouterr().out)["runs"]
+    best = found["best"]
+    assert best["metric"] == "eval/per_position_acc/{i}" and best["estimated"] is True, best
+    assert 1.0 <= best["value"] <= 4.0
+    (flag,) = [f for f in found["flags"] if f["kind"] == "impossible_values"]
+    assert flag["severity"] == "warning" and flag["tag"] == "eval/simulated_acc_len"
+    assert said in flag["message"] and flag["message"].endswith("not used for the best checkpoint")
+
+
 def test_check_ranks_past_the_acceptance_peak_from_the_runs_own_evaluations(tmp_path, capsys):
     """The product's path: `check` hands the run's held-out acceptance history to the hypotheses."""
     from triage_tui import cli
