@@ -192,6 +192,9 @@ class ProcessScanner:
         self._known: dict[int, _Known] = {}
         self._mounts_text = ""
         self._mounts: tuple[tuple[str, str], ...] = ()
+        # This program's ancestors, read again as often as a process's open files (a parent that
+        # exits has its child adopted): (when read, the pids).
+        self._ancestors_of: tuple[float, frozenset[int]] | None = None
         self._namespace = _readlink(f"{self.proc}/self/ns/pid")  # "pid:[4026531836]"; None: not to be seen
 
     def scan(self, roots: Iterable[Path | str], pids: Iterable[int] = ()) -> ProcessTable:
@@ -204,8 +207,10 @@ class ProcessScanner:
             names = os.listdir(self.proc)
         except OSError:
             return ProcessTable({}, self.hostname, False, own_pid=own)
-        ancestors = self._ancestors(own)
         now = self.clock()
+        if self._ancestors_of is None or now - self._ancestors_of[0] >= REFRESH_SECS:
+            self._ancestors_of = (now, self._ancestors(own))
+        ancestors = self._ancestors_of[1]
         watched = set(pids)
         known: dict[int, _Known] = {}
         for name in names:
