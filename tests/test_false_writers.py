@@ -90,8 +90,8 @@ def test_triage_under_wrappers_is_not_its_runs_writer(tmp_path):
     and waits for triage; none of them writes it. The run ended three hours ago; exit 0, no bell."""
     run_dir = tmp_path / "out" / "run"
     finished_run(run_dir)
-    wrappers = ["timeout", "600", shutil.which("time") or "/usr/bin/time", "-o", os.devnull]
-    wrappers += ["nice", "nohup", "env", "xargs"]
+    gnu_time = shutil.which("time")  # GNU time is a package of its own: used where installed
+    wrappers = ["timeout", "600", *([gnu_time, "-o", os.devnull] if gnu_time else []), "nice", "nohup", "env", "xargs"]
     status, run = scan_json(wrappers, run_dir, cwd=run_dir)  # the wrappers work in the run, too
     assert run["state"] == "ended", run["state_reason"]
     assert run["writer"] is None and status == 0
@@ -155,13 +155,17 @@ def test_wrappers_shells_editors_and_a_parent_directory_are_not_writers(tmp_path
     script = tmp_path / "wait.sh"
     script.write_text(WAIT_SCRIPT)
     script.chmod(0o755)
+    # GNU time, procps' watch and vim are packages of their own: each is started where installed.
+    optional = [
+        ["time", "tail", "-f", str(run_a / "train.log")],
+        ["watch", "-n", "600", "ls", str(run_a)],
+        ["vim", "-u", "NONE", "-n", "-es", "-c", "sleep 600", str(run_a / "notes.txt")],
+    ]
     bystanders = [
         background(["timeout", "600", "tail", "-f", str(run_a / "train.log")]),
-        background([shutil.which("time") or "/usr/bin/time", "tail", "-f", str(run_a / "train.log")]),
-        background(["watch", "-n", "600", "ls", str(run_a)]),
+        *(background([found, *argv[1:]]) for argv in optional if (found := shutil.which(argv[0]))),
         background(["bash", str(script), str(run_a)]),
         background([str(script), str(run_a)]),  # by its shebang: comm "wait.sh"
-        background(["vim", "-u", "NONE", "-n", "-es", "-c", "sleep 600", str(run_a / "notes.txt")]),
         background(["sleep", "600"], cwd=tmp_path),  # beside the runs, above them
         start(IDLE, "--logdir", str(runs)),  # names runs/, the directory above every run
     ]
