@@ -96,20 +96,20 @@ class WatchedRun:
     def of(cls, info: RunInfo) -> WatchedRun:
         """A run just found: its sources set to its files, nothing read yet."""
         events = RunSources()
-        events.set_files(*scalar_files(info))
+        events.set_files(info.scalar_files)
         return cls(info, events)
 
     def moved_to(self, info: RunInfo) -> None:
         """The same run under another directory (``out/runs`` became ``out``): its points kept."""
-        self.events.set_files(*scalar_files(info))
+        self.events.set_files(info.scalar_files)
         self.info = info
         self.settings_changed = True
 
     def rediscovered(self, info: RunInfo) -> None:
         """What discovery found of the run this rescan: new files followed, new settings re-derived."""
         if info != self.info:
-            if scalar_files(info) != scalar_files(self.info):
-                self.events.set_files(*scalar_files(info))
+            if info.scalar_files != self.info.scalar_files:
+                self.events.set_files(info.scalar_files)
             if info.manifest != self.info.manifest or info.artifacts != self.info.artifacts:
                 self.settings_changed = True
             self.info = info
@@ -395,15 +395,3 @@ def file_key(path: Path | None) -> FileKey | None:
     except OSError:
         return None
     return str(path), stat.st_mtime_ns, stat.st_size
-
-
-def scalar_files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...], Path | None]:
-    """A run's scalar files, as RunSources.set_files takes them: event files, W&B files, consoles,
-    the newest checkpoint's trainer_state.json."""
-    return info.event_files, info.wandb_files, info.console_files, info.artifacts.trainer_state
-
-
-def scalar_file_set(info: RunInfo) -> set[Path]:
-    """Every scalar file of a run, as one set (a run that moved is known by them)."""
-    state = info.artifacts.trainer_state
-    return {*info.event_files, *info.wandb_files, *info.console_files, *((state,) if state is not None else ())}

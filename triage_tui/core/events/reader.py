@@ -59,6 +59,7 @@ class RunEvents:
     source (core.sources.ScalarSource)."""
 
     kind = "tensorboard"
+    prefix = ""  # the first kind of a run (core/source_kinds/registry.py): its series keep their names
 
     def __init__(self) -> None:
         self.scalars = RunScalars()
