@@ -91,14 +91,13 @@ def run(args: argparse.Namespace) -> int:
     problems = events.problems
     if path.is_file() and problems:
         raise BadInput(shown_path(path), problems[path])
-    # A reader that failed outright (the fault boundary keeps it on the run): said, never silent.
+    # A reader that failed outright (the fault boundary keeps it on the run), and each file that
+    # could not be read: said, never silent.
     failures = tuple(events.failures.values())
     if failures and not events.scalars.series:
         raise BadInput(failures[0].path or path, failures[0].message)
-    for failure in failures:
-        print(f"triage scalars: {printable(failure.line())}", file=sys.stderr)
-    for problem_path, what in problems.items():
-        print(f"triage scalars: {printable(problem_path)}: {printable(what)}", file=sys.stderr)
+    for error in events.errors:
+        print(f"triage scalars: {printable(error.line())}", file=sys.stderr)
     if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and events.events is not None:
         raise BadInput(shown_path(path), "not a TensorBoard event file: no valid record in it")
     if stats.unreadable_files > len(problems):

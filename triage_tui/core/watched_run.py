@@ -246,7 +246,6 @@ class WatchedRun:
             self.recompute(scalars, watch.vocab_size)
         derived = self.derived
         assert derived is not None  # set by the first recompute, which every run's first poll does
-        source_errors = tuple(f"{path}: {what}" for path, what in self.events.problems.items())
         errors = tuple(
             e
             for e in (
@@ -260,7 +259,7 @@ class WatchedRun:
             )
             if e is not None
         )
-        serving, serving_errors, serving_failures = self._poll_serving(watch)
+        serving, serving_notices, serving_failures = self._poll_serving(watch)
         state = self._run_state(derived, now, processes, watch.flush_secs)
         flags = flags_at(
             derived,
@@ -279,8 +278,8 @@ class WatchedRun:
             and flags == self.status.flags
             and state == self.status.state
             and serving is self.status.serving
-            and serving_errors == self.status.serving_errors
-            and errors + serving_failures == self.status.errors
+            and serving_notices == self.status.serving_notices
+            and errors == self.status.errors
         ):
             return self.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
@@ -301,9 +300,8 @@ class WatchedRun:
             accuracy_tag=derived.accuracy_tag,
             scalars=scalars,
             serving=serving,
-            serving_errors=serving_errors,
+            serving_notices=serving_notices,
             trainer=derived.trainer,
-            source_errors=source_errors,
             start=derived.start,
             errors=errors,
             best=derived.best,
@@ -356,7 +354,8 @@ class WatchedRun:
     def _poll_serving(
         self, watch: WatchSettings
     ) -> tuple[ServingEvidence | None, tuple[str, ...], tuple[SourceError, ...]]:
-        """The run's [serving] sources, followed: new log lines, a scrape when due."""
+        """The run's [serving] sources, followed: new log lines, a scrape when due. Returns the
+        evidence, the notices of what an untrusted triage.toml named, and each failing source."""
         manifest = self.info.manifest
         sources = tuple(manifest.serving_sources) if manifest is not None and watch.follow_serving else ()
         if watch.follow_serving:
@@ -382,7 +381,7 @@ class WatchedRun:
         if self.serving is None:
             return None, notices, ()
         evidence, errors = self.serving.poll()
-        return evidence, notices + tuple(e.line() for e in errors), tuple(errors)
+        return evidence, notices, tuple(errors)
 
 
 def file_key(path: Path | None) -> FileKey | None:

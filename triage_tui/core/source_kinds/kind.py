@@ -24,8 +24,10 @@ class ScalarSource(Protocol):
     a series is extended in place, never replaced by a copy); ``problems`` names each file the last
     poll could not read, and why; ``damaged`` counts the records dropped from each file so far.
     ``kind`` is what ``SourceError.source`` calls the source, ``prefix`` what its series' names
-    begin with. A reader that fails outright raises: ``RunSources`` turns it into an error of the
-    run (the fault boundary), never of another run.
+    begin with. The one failure convention, a serving source's too (core/serving/source.py): a
+    reader never raises for what it reads, it says what it could not read as values (here
+    ``problems``); an exception is a bug, which ``RunSources`` (the fault boundary) turns into an
+    error of this source of this run, never of another source or run.
     """
 
     @property

@@ -27,7 +27,7 @@ class TrainerStateFile:
     points stay while a newer one cannot be read. HF Trainer rewrites the file in place
     (``TrainerState.save_to_json``: ``open(path, "w")`` then one write), so a read that races the
     save sees a cut document: one that fails while the file changed under the read is read again
-    at the next poll, not said."""
+    at the next poll, not said. What it cannot read is in ``problems`` (it never raises for it)."""
 
     kind = "trainer_state"
 
@@ -59,12 +59,14 @@ class TrainerStateFile:
         path = self.path
         if path is None:
             return ReadStats()
+        self.problems = {}
         try:
             stat = os.stat(path)
         except FileNotFoundError:
             return ReadStats()  # rotated away (save_total_limit) since discovery: the next rescan names the newest
         except OSError as err:
-            raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
+            self.problems = {path: f"cannot read it: {err.strerror or err}"}
+            return ReadStats(unreadable_files=1)
         key = (path, stat.st_mtime_ns, stat.st_size)
         stats = ReadStats()
         if key != self._key:
@@ -83,7 +85,7 @@ class TrainerStateFile:
                 self.scalars = state.scalars(self.prefix)
                 stats = ReadStats(files=1, bytes_read=stat.st_size, records=len(state.log_history))
         if self._failure is not None:
-            raise BadInput(path, self._failure)
+            self.problems = {path: self._failure}
         return stats
 
 

@@ -67,7 +67,7 @@ class WandbHistory:
     the two sources' series never merge). Files are read in the order given (discovery's natural
     order: a resumed run's later directory after the earlier one); a step going back replaces what
     came after it, as for event files. ``problems`` names what could not be read, per file.
-    A scalar source (core.sources.ScalarSource).
+    A scalar source (core.source_kinds.kind.ScalarSource).
     """
 
     kind = "wandb"
