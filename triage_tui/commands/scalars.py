@@ -2,8 +2,9 @@
 
 RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory: the files of every
 kind of scalar source of the run (or runs) discovery finds there, as `scan` lists them and the TUI
-draws them, read together as one run (core.sources: W&B series are named ``wandb/<key>`` when the
-run also has event files, ``console/...`` and ``trainer_state/...`` likewise). No sampling: every
+draws them (of a run that holds the directory, those below it), read together as one run
+(core.sources: W&B series are named ``wandb/<key>`` when the run also has event files,
+``console/...`` and ``trainer_state/...`` likewise). No sampling: every
 point the run logged and TensorBoard would keep (restart preemption and SessionLog.START purges applied).
 
 csv: ``tag,step,wall_time,value``, one row a point, tags sorted then steps ascending; floats
@@ -22,6 +23,7 @@ import io
 import itertools
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
         metavar="RUN_OR_FILE",
-        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it), "
+        help="an event file or W&B run file, or a run directory (every scalar source scan lists for it: "
+        "event files, W&B run files, consoles, trainer_state.json), "
         "local or a bucket prefix (s3://bucket/run, gs://...)",
     )
     parser.add_argument(
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         kind = file_kind(path.name) or tensorboard.KIND.name
         scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = ((kind, (path,)),)
     else:
-        scalar_files = _run_files(discover_runs([path], keep_bad_manifests=True))
+        scalar_files = _run_files(discover_runs([path], keep_bad_manifests=True), path)
     if not scalar_files:
         raise BadInput(shown_path(path), "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
@@ -127,14 +130,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_files(runs: list[RunInfo]) -> tuple[tuple[str, tuple[Path, ...]], ...]:
+def _run_files(runs: list[RunInfo], directory: Path) -> tuple[tuple[str, tuple[Path, ...]], ...]:
     """The files of each kind of scalar source of the runs found (the one run a directory usually
-    is), read together as one: what `scan` lists for them and the TUI draws."""
+    is), read together as one: what `scan` lists for them and the TUI draws. A run found above the
+    directory (`out/runs/<date_host>` of the run `out`) gives only its files below it, as
+    ``tensorboard --logdir`` of that directory reads them."""
+    directory = Path(os.path.abspath(directory))  # discovery's paths are absolute
     files: dict[str, list[Path]] = {}
     for info in runs:
+        whole = info.path.is_relative_to(directory)
         for name, paths in info.scalar_files:
-            files.setdefault(name, []).extend(paths)
-    return tuple((kind.name, tuple(files[kind.name])) for kind in registry.SCALAR_SOURCES if kind.name in files)
+            files.setdefault(name, []).extend(p for p in paths if whole or p.is_relative_to(directory))
+    return tuple((kind.name, tuple(files[kind.name])) for kind in registry.SCALAR_SOURCES if files.get(kind.name))
 
 
 # The plain path: csv.writer and repr, json.dumps. The fast one below (numpy columns,

@@ -452,7 +452,6 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     tree = RunTree(
         path=run_dir,
         dirs=tuple((node.path, node.listing.files) for node in builder.nodes),
-        manifest=manifest,
         event_files=tuple(Path(p) for p in sorted(builder.event_files, key=natural_key)),
         wandb_files=tuple(Path(p) for p in builder.wandb_files),
         console_files=_console_files(builder.node, manifest),

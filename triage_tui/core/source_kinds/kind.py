@@ -12,7 +12,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
-from triage_tui.core.runs.manifest import Manifest
 from triage_tui.core.series import ReadStats, RunScalars
 
 
@@ -59,7 +58,6 @@ class RunTree:
 
     path: Path
     dirs: tuple[tuple[str, tuple[str, ...]], ...]
-    manifest: Manifest | None = None
     event_files: tuple[Path, ...] = ()
     wandb_files: tuple[Path, ...] = ()
     console_files: tuple[Path, ...] = ()
