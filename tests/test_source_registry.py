@@ -90,6 +90,17 @@ def test_scalars_offers_every_source_and_series_scan_shows_with_their_points(thr
     assert loss["tag"] == "train/loss" and loss["count"] == len(EVENT_STEPS) and loss["last"] == EVENT_LOSSES[-1]
 
 
+def test_the_watcher_the_tui_draws_from_holds_the_same_points_scalars_exports(three_sources):
+    from triage_tui.core.watch import Watcher
+
+    (status,) = Watcher([three_sources], use_watchdog=False).poll_once()
+    exported = _scalars(three_sources)
+    assert sorted(status.scalars.series) == sorted(exported)
+    for tag, series in status.scalars.series.items():
+        steps, walls, values = series.columns()
+        assert exported[tag] == {"steps": steps.tolist(), "wall_times": walls.tolist(), "values": values.tolist()}, tag
+
+
 async def test_the_picker_offers_exactly_the_series_scalars_exports(three_sources):
     names = await _picker_names(three_sources)
     assert sorted(names) == sorted(_scalars(three_sources))
