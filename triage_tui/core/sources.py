@@ -39,8 +39,8 @@ class RunSources:
         self._kinds: tuple[ScalarSourceKind, ...] = ()  # the kinds of ``readers``, in reading order
         self.scalars = RunScalars()  # the union of the sources' series, refreshed by poll()
         self._seen: tuple = ()
-        # Why the last poll of a whole source failed, by kind: a reader's bug or a file it could
-        # not cope with stays on this run, and the other sources are still read.
+        # Why the last poll of a whole source failed, by kind: a reader raised (a bug: readers say
+        # what they cannot read in ``problems``). It stays on this run; the other sources are read.
         self.failures: dict[str, SourceError] = {}
 
     @property
@@ -88,6 +88,8 @@ class RunSources:
     @property
     def console(self) -> ConsoleLogs | None:
         """The run's console reader, when it has a console."""
+        if "console" not in self.readers:
+            return None  # its reader's modules are imported only for a run that has a console
         from triage_tui.core.console.reader import ConsoleLogs
 
         return self._reader("console", ConsoleLogs)
