@@ -25,6 +25,11 @@ HF Trainer's output dir is a run with no event files too: every ``checkpoint-N/`
 ``trainer_state.json`` whose log history is written whatever ``report_to`` says, so a directory
 with such a child is a run (``_holds_trainer_state``) and its newest one a scalar source.
 
+A run's files of each kind of scalar source (``RunInfo.scalar_files``, what ``scan --json`` lists
+as its ``sources``) are asked of each kind core/source_kinds/registry.py lists: the rules above
+place event files, W&B run files, consoles and trainer_state.json; a kind registered beside them
+takes the files of the run it claims by name, and a directory holding one is a run (``makes_run``).
+
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
 ``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
