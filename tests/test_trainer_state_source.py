@@ -170,6 +170,8 @@ def test_a_broken_trainer_state_is_an_error_of_its_run_only(runs, tmp_path, text
     (error,) = by_name["bad"]["errors"]
     assert (error["source"], error["path"]) == ("trainer_state", str(_newest(bad))) and what in error["message"]
     assert by_name["bad"]["status"] == "error" and by_name["bad"]["sources"] == ["trainer_state"]
+    # The one error, said once more as the line of its scalar source (read off `errors`, not kept twice).
+    assert by_name["bad"]["source_errors"] == [f"{error['path']}: {error['message']}"]
     assert by_name["good"]["errors"] == [] and by_name["good"]["metrics"]["loss"]["count"] == 6
 
     # In the watcher: said at every poll until the file changes, then read.
