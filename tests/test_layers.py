@@ -77,7 +77,7 @@ CORE = [
     ("core.checks", "core.watch"),
     ("core.watched_run",),
     ("core.run_status", "core.derive"),
-    ("core.sources", "core.parallel_read", "core.best_checkpoint"),
+    ("core.sources", "core.parallel_read", "core.best_checkpoint", "core.setting_files"),
     ("core.runs.discover",),
     ("core.source_kinds",),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
@@ -98,6 +98,7 @@ CORE = [
         "core.natural_sort",
         "core.bounds",
         "core.log_tail",
+        "core.changed_file",
     ),
     ("core.errors",),
 ]
