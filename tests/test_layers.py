@@ -122,7 +122,13 @@ EVENTS = [
 ]
 HYPOTHESES = [
     ("core.hypotheses.rank",),
-    ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    (
+        "core.hypotheses.mapping",
+        "core.hypotheses.dumps",
+        "core.hypotheses.curves",
+        "core.hypotheses.serving",
+        "core.hypotheses.target_weights",
+    ),
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [

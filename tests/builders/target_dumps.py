@@ -115,12 +115,16 @@ def write_specforge_dumps(
     template: str = "qwen",
     dtype: torch.dtype = torch.bfloat16,
     poison: tuple[int, float] | None = None,
+    before_final_norm: bool = False,
 ) -> Path:
     """SpecForge offline dumps of `count` conversations whose answers `verifier` generated.
 
     `template` is the SpecForge chat template the loss mask is parsed with (the text is always in
     the Qwen format: "llama3" is the mismatch of SpecForge #392). `poison` = (file index, value)
     writes that value (NaN, inf) into one aux position of that file, as a capture overflow would.
+    `before_final_norm` stores, under SpecForge's post-norm ``hidden_state`` key, the last layer's
+    output before the final norm (the input of ``model.norm``, taken by a forward hook), as an
+    extractor that captures the residual stream does (speculators #313, Model-Optimizer #1846).
     """
     from specforge.data.parse import GeneralParser
     from specforge.data.template import TEMPLATE_REGISTRY
@@ -131,6 +135,8 @@ def write_specforge_dumps(
     # stored in the target's dtype as a bfloat16 capture stores them.
     model = LlamaForCausalLM.from_pretrained(str(verifier), dtype=torch.float32).eval()
     parser = GeneralParser(tokenizer, TEMPLATE_REGISTRY.get(template))
+    norm_inputs: list[torch.Tensor] = []
+    model.model.norm.register_forward_hook(lambda module, args, out: norm_inputs.append(args[0]))
     rows = root / "rows_0-5000"
     rows.mkdir(parents=True, exist_ok=True)
     for i, question in enumerate(conversations(count)):
@@ -146,6 +152,7 @@ def write_specforge_dumps(
         with torch.no_grad():
             out = model(input_ids=input_ids[None], output_hidden_states=True)
         states = out.hidden_states
+        last = norm_inputs[-1] if before_final_norm else states[-1]
         aux = torch.cat([states[layer + 1] for layer in AUX_LAYERS], dim=-1).to(dtype)
         if poison is not None and poison[0] == i:
             aux[0, aux.shape[1] // 2, 3] = poison[1]
@@ -153,7 +160,7 @@ def write_specforge_dumps(
             {
                 "input_ids": input_ids,
                 "loss_mask": loss_mask,
-                "hidden_state": states[-1].to(dtype),
+                "hidden_state": last.to(dtype),
                 "aux_hidden_state": aux,
             },
             rows / f"data_{i}.ckpt",

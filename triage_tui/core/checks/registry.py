@@ -369,6 +369,18 @@ def _mapping_health(ctx: CheckContext) -> CheckResult:
     )
 
 
+def _drafter_embedding(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.drafter_embedding import check_drafter_embedding
+
+    return check_drafter_embedding(ctx.checkpoint(), ctx.target())
+
+
+def _target_tie(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.target_tie import check_target_tie
+
+    return check_target_tie(ctx.target())
+
+
 def _directory(path: Path) -> Path:
     """A checkpoint named by its directory or by a weights file in it, as one directory."""
     resolved = path.resolve()
@@ -417,6 +429,12 @@ CHECKS: tuple[Check, ...] = (
         "the mapping saved in each checkpoint: present, not the identity, unchanged across the run",
         _mapping_health,
     ),
+    Check(
+        "drafter_embedding",
+        "the drafter's embed_tokens against the target's, on a sample of rows",
+        _drafter_embedding,
+    ),
+    Check("target_tie", "the target's tie_word_embeddings against the lm_head its weights store", _target_tie),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
 # A column of check names is this wide, so the longest (config_contract, 15) never runs into the

@@ -65,6 +65,12 @@ class DrafterCheckpoint:
             raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
         return self._weights.load(name)
 
+    def rows(self, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Rows [start, stop) of one tensor for each span, the rest unread (a K2 embedding is 2.3 GB)."""
+        if name not in self.tensors or self._weights is None:
+            raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
+        return self._weights.load_rows(name, spans)
+
     @property
     def lm_head_name(self) -> str | None:
         return LM_HEAD if LM_HEAD in self.tensors else None

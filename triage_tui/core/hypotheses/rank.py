@@ -22,6 +22,7 @@ from triage_tui.core.hypotheses.curves import (
 from triage_tui.core.hypotheses.dumps import (
     aux_layer_off_by_one,
     empty_loss_mask,
+    hidden_before_final_norm,
     hidden_state_format,
     non_finite_dumps,
 )
@@ -42,6 +43,7 @@ from triage_tui.core.hypotheses.serving import (
     target_mismatch,
     training_metric_misread,
 )
+from triage_tui.core.hypotheses.target_weights import tied_target_head, untrained_embeddings
 
 if TYPE_CHECKING:
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
@@ -102,4 +104,7 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     backbone_fallback,
     rope_layout,
     past_acceptance_peak,
+    hidden_before_final_norm,
+    untrained_embeddings,
+    tied_target_head,
 )
