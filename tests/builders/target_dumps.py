@@ -61,9 +61,13 @@ def _decode(tokenizer, ids: list[int]) -> str:
     return "".join(inverse[i] for i in ids)
 
 
-def write_target(path: Path, *, seed: int = 0, finetune_from: Path | None = None, steps: int = 10) -> Path:
+def write_target(
+    path: Path, *, seed: int = 0, finetune_from: Path | None = None, steps: int = 10, tied: bool = False
+) -> Path:
     """A tiny Llama target saved with save_pretrained; `finetune_from`: that target after `steps` Adam
-    steps (lr 1e-2) on random text, all weights trained, norms included (a full fine-tune)."""
+    steps (lr 1e-2) on random text, all weights trained, norms included (a full fine-tune); `tied`:
+    ``tie_word_embeddings=True``, so that save_pretrained stores no ``lm_head.weight`` (Qwen3 up to
+    4B, Llama 3.2 1B/3B are saved so)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if finetune_from is not None:
@@ -86,7 +90,7 @@ def write_target(path: Path, *, seed: int = 0, finetune_from: Path | None = None
             vocab_size=VOCAB,
             max_position_embeddings=512,
             rms_norm_eps=1e-5,
-            tie_word_embeddings=False,
+            tie_word_embeddings=tied,
         )
         model = LlamaForCausalLM(config)
         with torch.no_grad():
@@ -171,9 +175,12 @@ def write_specforge_dumps(
 DRAFT_VOCAB = 1000
 
 
-def write_drafter(root: Path, dumps: Path) -> tuple[Path, Path]:
+def write_drafter(root: Path, dumps: Path, target: Path | None = None) -> tuple[Path, Path]:
     """A SpecForge drafter for this target and its vocab mapping, built from the dumps' supervised
-    tokens by SpecForge's own ``generate_vocab_mapping_file``; (drafter dir, mapping file)."""
+    tokens by SpecForge's own ``generate_vocab_mapping_file``; (drafter dir, mapping file). With
+    `target`, its embedding is the target's, loaded by SpecForge's own ``load_embedding`` as its
+    trainer does before training (the saved ``embed_tokens.weight`` is then the target's); without,
+    it stays at the module's fresh init (the export of TorchSpec #38)."""
     import datasets
     from specforge.data.preprocessing import generate_vocab_mapping_file
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
@@ -210,6 +217,9 @@ def write_drafter(root: Path, dumps: Path) -> tuple[Path, Path]:
     torch.manual_seed(0)
     drafter = LlamaForCausalLMEagle3(config)
     drafter.load_vocab_mapping(str(mapping))
+    if target is not None:
+        with torch.no_grad():
+            drafter.load_embedding(str(target))
     drafter.save_pretrained(str(root / "drafter"))
     return root / "drafter", mapping
 
@@ -221,7 +231,7 @@ def write_run(root: Path, target: Path, dumps: Path, *, losses, accuracies, draf
     root.mkdir(parents=True, exist_ok=True)
     lines = ["[run]", f"vocab_size = {DRAFT_VOCAB}", f'data = "{dumps}"', f'target = "{target}"']
     if drafter:
-        checkpoint, mapping = write_drafter(root, dumps)
+        checkpoint, mapping = write_drafter(root, dumps, target)
         lines += [f'checkpoint = "{checkpoint}"', f'mapping = "{mapping}"']
     (root / "triage.toml").write_text("\n".join(lines) + "\n")
     steps = [50 * (i + 1) for i in range(len(losses))]

@@ -35,9 +35,9 @@ class TargetTieDetails:
     def line(self) -> str:
         flag = "unset" if self.tie_word_embeddings is None else str(self.tie_word_embeddings).lower()
         stored = (
-            f"stores {self.lm_head_stored}"
+            f"store {self.lm_head_stored}"
             if self.lm_head_stored
-            else f"stores no lm_head.weight (its head is {self.embed_tokens})"
+            else f"store no lm_head.weight (its head is {self.embed_tokens})"
         )
         return f"the target's config.json says tie_word_embeddings: {flag}; its weights {stored}"
 
