@@ -33,8 +33,8 @@ from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.mappings import TARGET_VOCAB, story_mappings, write_specforge_mapping
 from builders.target import llama_config, write_sharded
 from builders.target_dumps import DRAFT_VOCAB, write_run, write_specforge_dumps, write_target
-from triage_tui.core.checks.drafter_embedding import DrafterEmbeddingDetails, check_drafter_embedding
 from triage_tui.core.checks.dump_target import DumpTargetDetails, check_dump_target
+from triage_tui.core.checks.embed_tokens import DrafterEmbeddingDetails, check_embed_tokens
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
 from triage_tui.core.formats.target import read_target
@@ -45,7 +45,7 @@ HEALTHY_LOSS = 2.0 + 4.0 * np.exp(-np.arange(POINTS) / 8)
 HEALTHY_ACC = 0.7 - 0.4 * np.exp(-np.arange(POINTS) / 8)
 NEW_IDS = ("hidden_before_final_norm", "untrained_embeddings", "tied_target_head")
 LINKS = {
-    "hidden_before_final_norm": "https://github.com/vllm-project/speculators/issues/313",
+    "hidden_before_final_norm": "https://github.com/vllm-project/speculators/pull/313",
     "untrained_embeddings": "https://github.com/lightseekorg/TorchSpec/issues/38",
     "tied_target_head": "https://github.com/sgl-project/SpecForge/issues/473",
 }
@@ -141,6 +141,32 @@ def test_speculators_pre_norm_by_contract_does_not_fire(world):
     assert ranked["hidden_before_final_norm"].score == 0.0 and ranked["target_mismatch"].score == 0.0
 
 
+@pytest.mark.parametrize("declared", [False, True])
+def test_modelopt_dumps_are_judged_by_their_pre_norm_flag(world, declared):
+    """ModelOpt's ``hidden_states`` is post-norm unless the dump declares ``base_hidden_prenorm``
+    (its vLLM extractor's capture): undeclared pre-norm states are this cause, declared ones are not."""
+    tmp, targets, dumps = world
+    out = tmp / f"d-modelopt-{declared}"
+    out.mkdir()
+    for i, file in enumerate(sorted(dumps["pre"].glob("rows_*/data_*.ckpt"))):
+        data = torch.load(file, weights_only=True)
+        dump = {
+            "input_ids": data["input_ids"],
+            "hidden_states": data["hidden_state"][0],
+            "aux_hidden_states": data["aux_hidden_state"][0],
+            "loss_mask": data["loss_mask"],
+        }
+        if declared:
+            dump["base_hidden_prenorm"] = True
+        torch.save(dump, out / f"conversation-{i}.pt")
+    result = check_dump_target(read_dumps(out), read_target(targets["target"]))
+    score = {h.id: h.score for h in rank_hypotheses({"dump_target": result})}["hidden_before_final_norm"]
+    if declared:
+        assert result.status == "pass" and score == 0.0, result.summary
+    else:
+        assert result.status == "fail" and score >= 0.5, result.summary
+
+
 # --------------------------------------------------------------------------- untrained_embeddings
 
 HIDDEN = 64
@@ -190,7 +216,7 @@ def test_a_fresh_embedding_ranks_first_with_its_share_and_cosine(embedding_world
     top = report["hypotheses"][0]
     assert status == 1 and top["id"] == "untrained_embeddings", _ranking(report)
     assert top["score"] >= 0.5 and LINKS["untrained_embeddings"] in top["links"] and top["action"]
-    checked = report["checks"]["drafter_embedding"]
+    checked = report["checks"]["embed_tokens"]
     assert checked["status"] == "fail" and checked["equal_rows"] == 0 and abs(checked["mean_cosine"]) < 0.1
     # Both embeddings have the std of a trained one: the scale told nothing.
     assert checked["drafter_std"] == pytest.approx(checked["target_std"], rel=0.05)
@@ -204,7 +230,7 @@ def test_the_target_s_own_embedding_does_not_fire(embedding_world, triage):
     status, report = _check(triage, _embedding_run(tmp / "r-copied", target, drafters["copied"], mapping))
     hypotheses = _by_id(report)
     assert hypotheses["untrained_embeddings"]["score"] == 0.0, hypotheses["untrained_embeddings"]
-    checked = report["checks"]["drafter_embedding"]
+    checked = report["checks"]["embed_tokens"]
     assert checked["status"] == "pass" and checked["equal_rows"] == checked["rows_compared"] == 1024
     assert checked["mean_cosine"] > 0.99
     assert status == 0, _ranking(report)
@@ -219,7 +245,7 @@ def test_the_check_reads_a_sample_of_rows_not_the_tensors(embedding_world, monke
         raise AssertionError(f"whole tensor {name} read")
 
     monkeypatch.setattr(weights.WeightFiles, "load", refuse)
-    result = check_drafter_embedding(read_checkpoint(drafters["fresh"]), read_target(target))
+    result = check_embed_tokens(read_checkpoint(drafters["fresh"]), read_target(target))
     assert details_of(result, DrafterEmbeddingDetails).rows_compared == 1024
 
 

@@ -133,9 +133,10 @@ class DumpTargetDetails:
         )
 
     def scale_line(self) -> str:
+        scale = self.norm_scale if self.norm_scale else float("nan")  # set whenever this line is asked for
         return (
-            f"median rms(h / {self.norm_form}) = {self.norm_scale:.3g} where the final norm's output gives 1 "
-            f"(off by a factor of {max(self.norm_scale, 1 / self.norm_scale):.0f}); per-token RMS of h varies "
+            f"median rms(h / {self.norm_form}) = {scale:.3g} where the final norm's output gives 1 "
+            f"(off by a factor of {max(scale, 1 / scale):.0f}); per-token RMS of h varies "
             f"{self.state_rms_spread:.2f}x from the 10th to the 90th percentile over {self.tokens} tokens"
         )
 

@@ -369,10 +369,10 @@ def _mapping_health(ctx: CheckContext) -> CheckResult:
     )
 
 
-def _drafter_embedding(ctx: CheckContext) -> CheckResult:
-    from triage_tui.core.checks.drafter_embedding import check_drafter_embedding
+def _embed_tokens(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.embed_tokens import check_embed_tokens
 
-    return check_drafter_embedding(ctx.checkpoint(), ctx.target())
+    return check_embed_tokens(ctx.checkpoint(), ctx.target())
 
 
 def _target_tie(ctx: CheckContext) -> CheckResult:
@@ -430,9 +430,9 @@ CHECKS: tuple[Check, ...] = (
         _mapping_health,
     ),
     Check(
-        "drafter_embedding",
+        "embed_tokens",
         "the drafter's embed_tokens against the target's, on a sample of rows",
-        _drafter_embedding,
+        _embed_tokens,
     ),
     Check("target_tie", "the target's tie_word_embeddings against the lm_head its weights store", _target_tie),
 )

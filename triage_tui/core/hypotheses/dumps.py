@@ -73,8 +73,8 @@ W_NORMED_READING_FITS = 0.8
 # it too): 0.3, which ranks the cause but never convicts alone.
 W_PRE_NORM_SCALE = 0.3
 HIDDEN_BEFORE_FINAL_NORM_LINKS = (
-    "https://github.com/vllm-project/speculators/issues/313",
-    "https://github.com/NVIDIA/Model-Optimizer/issues/1846",
+    "https://github.com/vllm-project/speculators/pull/313",
+    "https://github.com/NVIDIA/Model-Optimizer/pull/1846",
 )
 
 

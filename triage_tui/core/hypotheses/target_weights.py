@@ -12,7 +12,7 @@ from triage_tui.core.hypotheses.scoring import (
     serving_collapsed,
 )
 
-# -- untrained_embeddings (core/checks/drafter_embedding.py) -------------------------------------
+# -- untrained_embeddings (core/checks/embed_tokens.py) ------------------------------------------
 # The drafter's stored embed_tokens shares (almost) no row with the target's and its rows point
 # elsewhere (mean cosine near 0): an exporter wrote the module's fresh init (TorchSpec #38). vLLM
 # serves the drafter with it and accepts almost nothing (vLLM #50158); SGLang replaces it with the
@@ -45,14 +45,14 @@ TIED_TARGET_HEAD_LINKS = ("https://github.com/sgl-project/SpecForge/issues/473",
 def untrained_embeddings(run: RunEvidence) -> Hypothesis | None:
     """The drafter's stored embed_tokens is a fresh init, not the target's (TorchSpec #38); listed
     whenever its check is among the results (score 0 when nothing points at it)."""
-    from triage_tui.core.checks.drafter_embedding import NAME, DrafterEmbeddingDetails
+    from triage_tui.core.checks.embed_tokens import NAME, DrafterEmbeddingDetails
 
     if NAME not in run.checks:
         return None
     ev = Evidence()
     embedding = ran_details(run.checks, NAME, DrafterEmbeddingDetails)
     if embedding is None:
-        ev.note(f"drafter embedding check {run.checks[NAME].status}: {run.checks[NAME].summary}")
+        ev.note(f"embed_tokens check {run.checks[NAME].status}: {run.checks[NAME].summary}")
     elif embedding.not_the_targets:
         ev.add(
             W_EMBEDDING_NOT_TARGETS,

@@ -24,7 +24,7 @@ import torch
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.formats.checkpoint import EMBED
 
-NAME = "drafter_embedding"
+NAME = "embed_tokens"
 
 SAMPLE_SPANS = 16
 SPAN_ROWS = 64  # 16 x 64 = 1 024 rows: a share over them has a standard error under 1.6 points
@@ -104,7 +104,7 @@ def sample_spans(rows: int, spans: int = SAMPLE_SPANS, length: int = SPAN_ROWS) 
 
 
 @torch.no_grad()
-def check_drafter_embedding(checkpoint: Any, target: Any) -> CheckResult:
+def check_embed_tokens(checkpoint: Any, target: Any) -> CheckResult:
     """A sample of the drafter's ``embed_tokens`` rows against the target's ``model.embed_tokens.weight``."""
     if checkpoint is None:
         return CheckResult.skipped(NAME, "no drafter checkpoint found for this run (pass --checkpoint)")
