@@ -32,7 +32,8 @@ UNTRAINED_EMBEDDINGS_LINKS = (
 # and the curve alone says only that something is wrong: together, with the mapping and the dumps
 # checking out, 0.6.
 W_TIED_HEAD_CHANCE_FROM_START = 0.6
-# The same loss flag with too few points to say how the run started: 0.4, it ranks, it does not convict.
+# The same loss flag with too few points to say how the run started: 0.4, it ranks, it does not convict
+# (the accuracy flag corroborates only a run seen at chance from its start).
 W_TIED_HEAD_CHANCE = 0.4
 # ... and when a check found something else that sends a run to chance (the checks below failed):
 # that finding explains the curve as well, so the tie is context.
@@ -105,7 +106,7 @@ def tied_target_head(run: RunEvidence) -> Hypothesis | None:
         if failed:
             ev.note(f"the {', '.join(failed)} check failed, which puts a run at chance by itself")
         accuracy = next((f for f in run.flags if f.kind == "accuracy_at_chance"), None)
-        if accuracy is not None and not failed:
+        if accuracy is not None and weight >= W_TIED_HEAD_CHANCE_FROM_START:
             ev.add(W_SYMPTOM_CORROBORATES, f"run flag accuracy_at_chance: {accuracy.message}")
     return Hypothesis(
         "tied_target_head",
