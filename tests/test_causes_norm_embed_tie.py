@@ -309,6 +309,31 @@ def test_the_chance_line_curve_with_an_untied_target_is_not_this_cause(world, tr
     assert _by_id(report)["tied_target_head"]["score"] == 0.0
 
 
+def test_a_failed_mapping_check_explains_the_chance_line_instead(world):
+    """The tie is context when the vocab check found the story's mismatch: that alone sends a run to chance."""
+    from triage_tui.core.checks.target_tie import check_target_tie
+    from triage_tui.core.checks.vocab import check_vocab_mapping
+    from triage_tui.core.curve_shapes import RunStart
+    from triage_tui.core.signals.flags import Flag
+
+    _, targets, _ = world
+    checks = {
+        "target_tie": check_target_tie(read_target(targets["tied"])),
+        "vocab_mapping": check_vocab_mapping(*story_mappings()),
+    }
+    assert checks["vocab_mapping"].status == "fail"
+    flags = [
+        Flag("loss_at_chance", "critical", "train/ploss_0", 300, 10.37, "train/ploss_0 = 10.37 at step 300, at chance"),
+        Flag("accuracy_at_chance", "critical", "train/acc_0", 300, 0.1, "train/acc_0 = 0.1 % at step 300"),
+    ]
+    start = RunStart("train/acc_0", 50, 250, 5, 0.001, None, None)
+    ranked = {h.id: h for h in rank_hypotheses(checks, flags, start=start)}
+    assert ranked["tied_target_head"].score < 0.5 <= ranked["vocab_mapping_mismatch"].score
+    assert any("vocab_mapping check failed" in line for line in ranked["tied_target_head"].evidence)
+    del checks["vocab_mapping"]  # the same evidence with nothing else found: this cause
+    assert {h.id: h for h in rank_hypotheses(checks, flags, start=start)}["tied_target_head"].score >= 0.5
+
+
 # --------------------------------------------------------------------------- the sample runs
 
 
