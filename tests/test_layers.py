@@ -132,7 +132,13 @@ EVENTS = [
 ]
 HYPOTHESES = [
     ("core.hypotheses.rank",),
-    ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    (
+        "core.hypotheses.mapping",
+        "core.hypotheses.dumps",
+        "core.hypotheses.curves",
+        "core.hypotheses.serving",
+        "core.hypotheses.target_weights",
+    ),
     ("core.hypotheses.weights",),
     ("core.hypotheses.scoring",),
 ]
