@@ -19,7 +19,7 @@ from a sibling room of its own layer (siblings are independent):
     watched_run               one watched run: its settings from its files, its update into a RunStatus
     run_status | derive       what the watcher reports about one run (scan --json's object) / the one
                               derivation of a run's flags, chance line, tags and metrics from its scalars
-    sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
+    sources | best_checkpoint the readers of a run / the acceptance peak
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
     events | signals | drafter | console
@@ -28,7 +28,7 @@ from a sibling room of its own layer (siblings are independent):
     formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
-    series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
+    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers | natural_sort
     | bounds | log_tail       small shared helpers; bounds: every fetch's deadline and cap, numbers checked
     errors                    BadInput, the one bad-input error
 
@@ -71,7 +71,7 @@ CORE = [
     ("core.checks", "core.watch"),
     ("core.watched_run",),
     ("core.run_status", "core.derive"),
-    ("core.sources", "core.parallel_read", "core.best_checkpoint"),
+    ("core.sources", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console"),
     ("core.runs",),
@@ -85,7 +85,6 @@ CORE = [
         "core.text",
         "core.device",
         "core.fileio",
-        "core.processes",
         "core.json_numbers",
         "core.natural_sort",
         "core.bounds",

@@ -98,8 +98,8 @@ class TriageApp(App[None]):
         chart_refresh: float = 0.25,
         watcher: Watcher | None = None,
     ) -> None:
-        """``watcher``: one `triage` built from the same settings (core.watch.tui_watcher) and began
-        the first poll of (start_first_poll) before it imported Textual; else the app builds it."""
+        """``watcher``: one `triage` built from the same settings and began the first poll of
+        (start_first_poll) before it imported Textual; else the app builds it."""
         super().__init__()
         self.paths = [Path(p) for p in paths]
         self.readonly = readonly
@@ -189,13 +189,13 @@ class TriageApp(App[None]):
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
         from triage_tui.core.runs.discover import skipped_links_note
-        from triage_tui.core.watch import tui_watcher
+        from triage_tui.core.watch import Watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.
         stop = get_current_worker().cancelled_event
         rows = RowCache()
         # Built in the thread: discovery walks directories, the first poll reads whole files.
-        watcher = self._started_watcher or tui_watcher(
+        watcher = self._started_watcher or Watcher(
             self.paths,
             vocab_size=self.vocab_size,
             poll_interval=self.poll_interval,
