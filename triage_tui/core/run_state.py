@@ -509,10 +509,6 @@ def _spellings(run_dir: Path | str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return spellings, tuple(name for spelling in spellings for name in _named_dirs(spelling)[1:])
 
 
-def _inside(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
 @lru_cache(maxsize=65536)
 def event_file_writer(name: str) -> tuple[float, str, int] | None:
     """(creation time, hostname, pid) an event file's name says (tensorboard's EventFileWriter
