@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -515,12 +515,13 @@ def _no_step_twice_in_a_row(points: list[tuple[str, int]]) -> bool:
     return all(a != b for steps in by_tag.values() for a, b in pairwise(steps))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
         st.tuples(st.sampled_from(["train/ploss_0", "train/acc_0"]), st.integers(0, 30)), min_size=1, max_size=80
     ).filter(_no_step_twice_in_a_row)
 )
+@example([("train/ploss_0", 5), ("train/ploss_0", 6), ("train/acc_0", 6), ("train/ploss_0", 5), ("train/ploss_0", 7)])
 def test_steps_going_back_preempt_as_tensorboard_shows(tmp_path, points):
     """A resumed run logs steps it logged before: the reader, and the reference the other tests use,
     keep what TensorBoard's own data server shows for the same file."""
