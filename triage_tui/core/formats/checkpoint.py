@@ -86,11 +86,6 @@ class DrafterCheckpoint:
             return None
         return "not an EAGLE-3 drafter: no fc/midlayer weights"
 
-    @property
-    def layer_prefix(self) -> str:
-        """Prefix of the first decoder layer's keys: sglang/SpecForge ``midlayer.``, speculators/vLLM ``layers.0.``."""
-        return "layers.0." if any(name.startswith("layers.0.") for name in self.tensors) else "midlayer."
-
 
 def _config_int(config: dict, layer_config: dict, key: str) -> int | None:
     for source in (config, layer_config):
