@@ -75,7 +75,7 @@ CORE = [
     ("core.evidence",),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
-    ("core.watched_run",),
+    ("core.watched_run", "core.fs_wakeups"),
     ("core.run_status", "core.derive"),
     ("core.sources", "core.best_checkpoint", "core.setting_files"),
     ("core.runs.discover",),

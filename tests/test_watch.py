@@ -14,6 +14,7 @@ import pytest
 
 from builders.tensorboard import open_writer, write_drafter_checkpoint, write_scalars
 from builders.waiting import out_of_patience
+from triage_tui.core import fs_wakeups
 from triage_tui.core.process_table import ProcessScanner
 from triage_tui.core.watch import RunStatus, Watcher
 
@@ -103,7 +104,7 @@ def _count(statuses):
 
 def test_watchdog_events_suppressed_still_sees_data_within_the_poll_interval(tmp_path, monkeypatch):
     writer = open_writer(tmp_path / "run")
-    monkeypatch.setattr(Watcher, "_on_fs_event", lambda self, event: None)  # inotify goes silent
+    monkeypatch.setattr(fs_wakeups, "wake_for", lambda event: None)  # inotify goes silent
     watcher = Watcher([tmp_path], poll_interval=0.5, rescan_interval=3600, use_watchdog=True)
     updates, stop, thread = _run_in_thread(watcher)
     try:

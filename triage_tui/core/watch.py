@@ -22,7 +22,6 @@ read again only every ``REFRESH_SECS``) plus a few lookups per run: what depends
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,14 +29,13 @@ from pathlib import Path
 
 from triage_tui.core.derive import DEFAULT_FLUSH_SECS
 from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.fs_wakeups import start_observer
 from triage_tui.core.process_table import ProcessScanner, ProcessTable
 from triage_tui.core.run_status import RunStatus, failed_status
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.listing import ListingCache
-from triage_tui.core.runs.names import CONFIG_NAME, MANIFEST_NAME
 from triage_tui.core.runs.remote import Mirrors, shown_path
-from triage_tui.core.source_kinds import registry
 from triage_tui.core.watched_run import WatchedRun, WatchSettings
 from triage_tui.core.writers import event_file_pids
 
@@ -361,48 +359,10 @@ class Watcher:
                 return
 
     def _start_observer(self):
-        """A watchdog Observer on the watched paths, or None where it cannot run."""
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:
-            return None
-        watcher = self
-
-        class _Hint(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:  # runs on the observer's thread
-                watcher._on_fs_event(event)
-
-        observer = Observer()
-        try:
-            for path in self.paths:
-                if path.is_dir():
-                    observer.schedule(_Hint(), str(path), recursive=True)
-            observer.start()
-        except (OSError, RuntimeError):
-            # inotify watch/instance limits (ENOSPC / EMFILE): polling alone still works.
-            return None
-        self.watchdog_active = True
+        """A watchdog Observer on the watched paths (core.fs_wakeups), or None where it cannot run."""
+        observer = start_observer(self.paths, lambda rescan: self.wake(rescan=rescan))
+        self.watchdog_active = observer is not None
         return observer
-
-    def _on_fs_event(self, event) -> None:
-        """Wake for event files, manifests, configs and new directories; ignore the rest
-        (a hidden-state dump being written must not turn into a poll storm)."""
-        if event.event_type in ("opened", "closed_no_write"):
-            # Our own polls open and close every event file; waking on those would poll
-            # again at once, forever (measured: ~19 polls/s, 12 % of a core at 200 runs).
-            return
-        for raw in (getattr(event, "src_path", ""), getattr(event, "dest_path", "")):
-            name = os.path.basename(os.fsdecode(raw)) if raw else ""
-            if not name:
-                continue
-            created = event.event_type in ("created", "moved", "deleted")
-            if any(kind.wakes and kind.claims(name) for kind in registry.SCALAR_SOURCES):
-                self.wake(rescan=created)
-                return
-            if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
-                self.wake(rescan=True)
-                return
 
 
 def _scan_processes(scanner: ProcessScanner, roots: Sequence[Path], runs: list[WatchedRun]) -> ProcessTable:
