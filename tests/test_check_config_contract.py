@@ -17,12 +17,8 @@ from builders.contracts import (
     specforge_drafter,
     speculators_drafter,
 )
-from triage_tui.core.checks.config_contract import (
-    ConfigContractDetails,
-    check_config_contract,
-    engine_default_ids,
-    physical_layers,
-)
+from triage_tui.core.checks.aux_layers import engine_default_ids, physical_layers
+from triage_tui.core.checks.config_contract import ConfigContractDetails, check_config_contract
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.target import read_target
 

@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 import torch
 
-from triage_tui.core.checks.config_contract import (
+from triage_tui.core.checks.aux_layers import (
     CAPTURE_BEFORE,
     OUTPUT_OF,
     Convention,
-    ShapeRow,
     engine_default_ids,
     physical_layers,
 )
-from triage_tui.core.checks.config_contract import config_convention as config_convention_of
+from triage_tui.core.checks.aux_layers import config_convention as config_convention_of
+from triage_tui.core.checks.config_contract import ShapeRow
 from triage_tui.core.checks.result import CheckResult, key_value_lines, show, table_lines
 
 NAME = "hidden_state"

@@ -1,7 +1,7 @@
 """The main screen: runs, the selected run's loss chart and flags, checks and hypotheses.
 
-Size: its bindings and one ``watch_`` per pane it shows, each a few lines: the panes' drawing is
-their widgets' (widgets/), what it shows is the app's (view_state.py).
+Its bindings and one ``watch_`` per pane it shows, each a few lines: the panes' drawing is their
+widgets' (widgets/), what it shows is the app's (view_state.py).
 """
 
 from __future__ import annotations
