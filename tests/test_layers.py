@@ -73,7 +73,7 @@ CORE = [
     ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
-    ("core.events", "core.signals", "core.drafter", "core.console"),
+    ("core.events", "core.signals", "core.drafter", "core.console", "core.trackers"),
     ("core.runs",),
     ("core.formats", "core.node"),
     ("core.objstore",),
@@ -161,6 +161,20 @@ CONSOLE = [
     ("core.console.literal",),
     ("core.console.tuning",),
 ]
+TRACKERS = [
+    (
+        "core.trackers.mlflow_db",
+        "core.trackers.mlflow_files",
+        "core.trackers.trackio_db",
+        "core.trackers.csv_metrics",
+        "core.trackers.torchtune_log",
+        "core.trackers.nanogpt_log",
+        "core.trackers.nemo_jsonl",
+    ),
+    ("core.trackers.line_log", "core.trackers.sqlite_ro"),
+    ("core.trackers.points", "core.trackers.text_numbers"),
+    ("core.trackers.tuning",),
+]
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.registry",),
@@ -185,6 +199,7 @@ SEAM_MODULES = (
     "core.objstore.tuning",
     "core.bounds",
     "core.console.tuning",
+    "core.trackers.tuning",
 )
 # Inside tui: the app over its two workflows (the remap over the checks it follows from), over the
 # screens, over the widgets. A screen never imports the app (not even for a type): it posts a message
@@ -293,6 +308,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
     unplaced += [name for name in MODULES if name.startswith("core.objstore.") and _room(name, OBJSTORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.console.") and _room(name, CONSOLE) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.trackers.") and _room(name, TRACKERS) is None]
     unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
@@ -312,6 +328,7 @@ def test_every_module_has_a_room():
         (SERVING, "core.serving"),
         (OBJSTORE, "core.objstore"),
         (CONSOLE, "core.console"),
+        (TRACKERS, "core.trackers"),
         (TUI, "tui"),
     ],
     ids=[
@@ -327,6 +344,7 @@ def test_every_module_has_a_room():
         "serving",
         "objstore",
         "console",
+        "trackers",
         "tui",
     ],
 )
