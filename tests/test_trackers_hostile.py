@@ -96,7 +96,8 @@ def test_trackio_stores_of_older_releases_are_read(tmp_path):
     legacy = tmp_path / "trackio.db"
     conn = sqlite3.connect(legacy, isolation_level=None)
     conn.execute(
-        "CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, project TEXT, run_name TEXT, step INT, metrics TEXT)"
+        "CREATE TABLE metrics (id INTEGER PRIMARY KEY, timestamp TEXT, project TEXT, run_name TEXT, "
+        "step INT, metrics TEXT)"
     )
     source_rows = (
         sqlite3.connect(TRACKIO_DB).execute("SELECT timestamp, run_name, step, metrics FROM metrics").fetchall()
