@@ -162,6 +162,7 @@ CONSOLE = [
     ("core.console.tuning",),
 ]
 TRACKERS = [
+    ("core.trackers.frameworks",),
     (
         "core.trackers.mlflow_db",
         "core.trackers.mlflow_files",

@@ -38,6 +38,7 @@ from triage_tui.core.signals.chance import (
 )
 from triage_tui.core.signals.flags import Flag, worst_severity
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
+from triage_tui.core.trackers.frameworks import framework_of_run, trainer_of
 
 FileKey = tuple[str, int, int]  # (path, mtime_ns, size)
 
@@ -302,7 +303,7 @@ class WatchedRun:
             scalars=scalars,
             serving=serving,
             serving_errors=serving_errors,
-            trainer=derived.trainer,
+            trainer=trainer_of(framework_of_run(self.info), derived.trainer),
             source_errors=source_errors,
             start=derived.start,
             errors=errors,
