@@ -162,7 +162,7 @@ CONSOLE = [
     ("core.console.tuning",),
 ]
 TRACKERS = [
-    ("core.trackers.frameworks",),
+    ("core.trackers.frameworks", "core.trackers.stores"),
     (
         "core.trackers.mlflow_db",
         "core.trackers.mlflow_files",

@@ -350,3 +350,19 @@ def test_a_log_appended_while_watched_is_read_from_where_the_last_poll_stopped(t
     source.poll()
     assert _points(source.scalars, "loss") == _expected("chance", "train/loss", step_offset=1)
     assert np.all(np.diff(source.scalars.get("loss").steps) == 1)
+
+
+def test_a_store_of_several_runs_read_where_it_lies_names_each_runs_series_and_says_its_status():
+    from triage_tui.core.trackers import stores
+
+    source = stores.StoreRuns(stores.MLFLOW)
+    source.set_files([FIXTURES / "mlflow-sqlite" / "mlflow.db"])
+    source.poll()
+    assert source.states == {"tiny-lm/chance": "FAILED", "tiny-lm/healthy": "FINISHED"}
+    for run in ("chance", "healthy"):
+        assert _points(source.scalars, f"tiny-lm/{run}/train/loss") == _expected(run, "train/loss")
+    assert source.poll().records == 0
+    trackio = stores.StoreRuns(stores.TRACKIO)
+    trackio.set_files([FIXTURES / "trackio" / "tiny-lm.db"])
+    trackio.poll()
+    assert _points(trackio.scalars, "tiny-lm/healthy/val/loss") == _expected("healthy", "val/loss")
