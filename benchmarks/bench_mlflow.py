@@ -33,7 +33,6 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
-
 from triage_tui.core.trackers import mlflow_db  # noqa: E402 - after the sys.path entry
 
 
