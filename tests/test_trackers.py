@@ -366,3 +366,25 @@ def test_a_store_of_several_runs_read_where_it_lies_names_each_runs_series_and_s
     trackio.set_files([FIXTURES / "trackio" / "tiny-lm.db"])
     trackio.poll()
     assert _points(trackio.scalars, "tiny-lm/healthy/val/loss") == _expected("healthy", "val/loss")
+
+
+def test_mlflows_recorded_status_gives_the_state_where_no_writer_is_visible(tmp_path):
+    from triage_tui.core.run_state import ProcessTable, run_state
+    from triage_tui.core.signals.stall import Activity
+    from triage_tui.core.trackers import stores
+
+    source = stores.StoreRuns(stores.MLFLOW)
+    source.set_files([FIXTURES / "mlflow-sqlite" / "mlflow.db"])
+    source.poll()
+    no_writer = ProcessTable({}, "here", True)
+    activity = Activity(1000.0, 10.0, 10.0)
+    crashed = run_state(
+        tmp_path, processes=no_writer, activity=activity, now=1600.0, recorded_end=stores.recorded_end(source.states)
+    )
+    assert crashed.state == "crashed" and crashed.reason == "MLflow recorded tiny-lm/chance FAILED"
+    healthy = {"tiny-lm/healthy": source.states["tiny-lm/healthy"]}
+    ended = run_state(
+        tmp_path, processes=no_writer, activity=activity, now=1600.0, recorded_end=stores.recorded_end(healthy)
+    )
+    assert ended.state == "ended" and ended.reason == "MLflow recorded the run FINISHED"
+    assert stores.recorded_end({"a/b": "RUNNING"}) is None

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.series import ReadStats, RunScalars
+from triage_tui.core.text import printable
 from triage_tui.core.trackers import mlflow_db, sqlite_ro, trackio_db
 
 
@@ -148,3 +149,16 @@ class StoreRuns:
             merged.update(part.series)
         self.scalars.series = merged
         self.scalars.version += 1
+
+
+def recorded_end(states: dict[str, str | None]) -> tuple[str, str] | None:
+    """What a store's statuses say of the run's end, as ``run_state``'s (state, reason): a run FAILED
+    or KILLED crashed, one FINISHED ended (every run of the store finished: ended); RUNNING or
+    unknown says nothing (a writer killed with SIGKILL never sets its end)."""
+    known = {label: status for label, status in states.items() if status is not None}
+    failed = sorted(label for label, status in known.items() if status in mlflow_db.FAILED)
+    if failed:
+        return "crashed", f"MLflow recorded {printable(failed[0])} {known[failed[0]]}"
+    if known and all(status in mlflow_db.ENDED for status in known.values()):
+        return "ended", "MLflow recorded the run FINISHED" if len(known) == 1 else "MLflow recorded every run FINISHED"
+    return None
