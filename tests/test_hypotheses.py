@@ -29,6 +29,8 @@ from triage_tui.core.hypotheses.serving import (
 from triage_tui.core.serving.compare import ServingComparison, ServingFinding
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import Flag
+from triage_tui.core.signals.kinds import FlagKind, Severity
+from triage_tui.core.signals.metrics import MetricSummary, RunMetrics
 from triage_tui.core.vocab import VocabMapping
 
 ALWAYS = {
@@ -88,7 +90,7 @@ def _hidden(issues: list[HiddenIssue]) -> CheckResult:
 
 
 def _flag(kind: str, severity: str = "critical", value: float = 19.2) -> Flag:
-    return Flag(kind, severity, "train/ploss_0", 600, value, f"{kind} at step 600")
+    return Flag(FlagKind(kind), Severity(severity), "train/ploss_0", 600, value, f"{kind} at step 600")
 
 
 def _by_id(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
@@ -247,14 +249,12 @@ def test_an_unmet_mask_invariant_reads_as_not_holding_in_the_hypothesis_evidence
 
 
 def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
-    metrics = {
-        "loss": {"tag": "train/ploss_0", "last": 0.0, "min": 0.0, "count": 40},
-        "accuracy": {"tag": "train/acc_0", "last": 0.0, "min": 0.0, "count": 40},
-    }
+    accuracy = MetricSummary("train/acc_0", 0.0, 0.0, 40)
+    metrics = RunMetrics(MetricSummary("train/ploss_0", 0.0, 0.0, 40), accuracy)
     ranked = rank_hypotheses({}, [], metrics=metrics)
     assert ranked[0].id == "empty_loss_mask" and ranked[0].score >= 0.9
     assert "#392" in ranked[0].evidence[0]
-    low = dict(metrics, loss={"tag": "train/ploss_0", "last": 0.4, "min": 0.4, "count": 40})
+    low = RunMetrics(MetricSummary("train/ploss_0", 0.4, 0.4, 40), accuracy)
     assert _by_id(rank_hypotheses({}, [], metrics=low))["empty_loss_mask"].score == 0.0
 
 
@@ -389,9 +389,19 @@ def test_ttt_position_collapse_follows_its_flag():
 
 
 def test_nan_from_the_first_step_has_its_own_title_and_links():
-    broke = Flag("non_finite", "critical", "train/loss_0", 600, float("nan"), "at step 600", points=10, extent=1.0)
+    broke = Flag(
+        FlagKind.NON_FINITE, Severity.CRITICAL, "train/loss_0", 600, float("nan"), "at step 600", points=10, extent=1.0
+    )
     first = Flag(
-        "non_finite", "critical", "train/loss_0", 0, float("nan"), "from its first logged step 0", True, 10, 1.0
+        FlagKind.NON_FINITE,
+        Severity.CRITICAL,
+        "train/loss_0",
+        0,
+        float("nan"),
+        "from its first logged step 0",
+        True,
+        10,
+        1.0,
     )
     later = _by_id(rank_hypotheses({}, [broke]))["non_finite"]
     at_start = _by_id(rank_hypotheses({}, [first]))["non_finite"]

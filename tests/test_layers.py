@@ -128,7 +128,8 @@ HYPOTHESES = [
 SIGNALS = [
     ("core.signals.values", "core.signals.stall"),
     ("core.signals.chance", "core.signals.tags"),
-    ("core.signals.flags",),
+    ("core.signals.flags", "core.signals.metrics"),
+    ("core.signals.kinds",),
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),
@@ -211,6 +212,7 @@ TUI = [
     ("tui.app",),
     ("tui.remap_flow",),
     ("tui.check_flow",),
+    ("tui.watch_flow", "tui.run_list", "tui.topbar", "tui.palette"),
     ("tui.screens",),
     ("tui.widgets",),
     ("tui.messages", "tui.view_state"),

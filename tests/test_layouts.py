@@ -16,7 +16,7 @@ def test_event_files_and_wandb_runs_in_one_output_directory_are_one_run(tmp_path
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
     assert status.info.path == out and status.info.sources == ("tensorboard", "wandb")
     assert status.errors == ()
-    assert status.loss_tag == "train/loss" and status.metrics["loss"]["count"] == 10
+    assert status.loss_tag == "train/loss" and status.metrics.loss.count == 10
     assert len(status.scalars.get("wandb/train/loss")) == 10  # the W&B points, apart
 
 

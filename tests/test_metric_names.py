@@ -141,7 +141,7 @@ def test_speculators_logging_to_wandb_is_recognised(tmp_path):
     assert status.trainer == "speculators" and status.info.sources == ("wandb",)
     assert status.loss_tag == "train/loss_0" and status.accuracy_tag == "train/full_acc_0"
     assert "loss_at_chance" in {flag.kind for flag in status.flags}
-    assert [p["tag"] for p in status.metrics["per_position_accuracy"]] == [f"train/full_acc_{k}" for k in range(3)]
+    assert [p.tag for p in status.metrics.per_position_accuracy] == [f"train/full_acc_{k}" for k in range(3)]
 
 
 HF_TRAINER_RUN = """

@@ -176,9 +176,11 @@ async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, s
         proxy.fail_paths("list-type=2")
         try:
             await wait_for(pilot, lambda: bool(watcher.unplaced_errors), what="the failed listing")
-            await wait_for(pilot, lambda: app._unplaced_errors_shown is not None, what="the failed listing said")
+            await wait_for(
+                pilot, lambda: app.notices.shown["unplaced_errors"] is not None, what="the failed listing said"
+            )
             assert [row.name for row in app.rows] == ["healthy"]
-            said = app._unplaced_errors_shown
-            assert f"s3://{name}/tui" in said and "503 SlowDown" in said and "\n" not in said, said
+            line = app.notices.shown["unplaced_errors"]
+            assert f"s3://{name}/tui" in line and "503 SlowDown" in line and "\n" not in line, line
         finally:
             proxy.fail_paths()

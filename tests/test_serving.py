@@ -454,7 +454,7 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
         (error,) = statuses["dead"].serving_errors
         assert "does not answer" in error and "\n" not in error
         assert statuses["dead"].to_json()["serving"] == {"errors": [error]}
-        assert statuses["dead"].metrics["loss"]["last"] == 1.5  # the run itself is still watched
+        assert statuses["dead"].metrics.loss.last == 1.5  # the run itself is still watched
     finally:
         server.shutdown()
         server.server_close()

@@ -267,7 +267,7 @@ def test_a_malformed_float_in_a_serving_log_is_a_counted_line(tmp_path):
         (status,) = watcher.poll_once()
         assert status.serving.acceptance_length == pytest.approx((2.06 + 3.00) / 2)
         assert status.serving.notes == ("2 stats line(s) that do not parse (a format this version does not read)",)
-        assert status.serving_errors == () and status.metrics["loss"]["last"] == 1.5
+        assert status.serving_errors == () and status.metrics.loss.last == 1.5
 
 
 def test_a_nan_or_infinite_counter_is_its_runs_error_and_scan_prints_every_run(tmp_path, capsys):

@@ -36,6 +36,7 @@ from triage_tui.core.checks.vocab import VocabDetails
 from triage_tui.tui.screens.drilldown import CommandLines, DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.widgets.chart_pane import ChartPane
 from triage_tui.tui.widgets.fitted_lines import FittedLines
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
@@ -455,7 +456,8 @@ async def test_s_and_shift_s_set_the_charts_smoothing_and_say_it(runs_root):
         for key, weight in (("S", 0.8), ("S", 0.9), ("s", 0.8), ("s", 0.6), ("s", 0.3), ("s", 0.0), ("s", 0.0)):
             await pilot.press(key)
             assert f"smoothed {weight:g} bright" in subtitle(), (key, subtitle())
-        await wait_for(pilot, lambda: app._chart_drawn is not None and app._chart_drawn[0][-1] == 0.0, what="redrawn")
+        pane = app.main.query_one(ChartPane)
+        await wait_for(pilot, lambda: pane.drawn is not None and pane.drawn.subject.smoothing == 0.0, what="redrawn")
         await pilot.pause()
         drawn = chart.series
         assert np.array_equal(drawn.smoothed, drawn.values)  # weight 0: the raw curve itself

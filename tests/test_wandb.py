@@ -190,7 +190,7 @@ def test_a_live_run_is_read_as_it_grows_and_flagged(tmp_path):
             seen_counts.append(count)
         (status,) = watcher.poll_once()
         assert status.info.sources == ("wandb",) and status.last_step == 50 * 23
-        assert status.metrics["loss"]["tag"] == "train/ploss_0" and status.metrics["loss"]["count"] == 24
+        assert status.metrics.loss.tag == "train/ploss_0" and status.metrics.loss.count == 24
         assert "loss_at_chance" in {flag.kind for flag in status.flags}
         reader = watcher._runs[status.info.path].events
         assert reader.wandb.totals.corrupt_records == 0  # a tail being written is never damage
@@ -209,9 +209,9 @@ def _wait_for_points(watcher: Watcher, count: int, deadline: float = 60.0) -> in
     while not out_of_patience(start, deadline):
         statuses = watcher.poll_once()
         if statuses:
-            metric = statuses[0].metrics["loss"]
-            if metric and metric["count"] >= count:
-                return metric["count"]
+            metric = statuses[0].metrics.loss
+            if metric is not None and metric.count >= count:
+                return metric.count
         time.sleep(0.02)
     raise AssertionError(f"the run never showed {count} points")
 
@@ -369,7 +369,7 @@ def test_a_run_with_both_sources_is_one_run(tmp_path):
     assert reader.scalars.series["wandb/train/ploss_0"].values.tolist() == [10.4, 9.5]
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
     assert status.to_json()["sources"] == ["tensorboard", "wandb"]
-    assert status.metrics["loss"]["tag"] == "train/ploss_0"
+    assert status.metrics.loss.tag == "train/ploss_0"
     # Pointed at the W&B directory or one W&B run in it, triage shows the output dir's run.
     for inner in (out / "wandb", info.wandb_files[0].parent):
         (inside,) = discover_runs([inner])

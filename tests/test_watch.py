@@ -31,14 +31,14 @@ def test_polling_alone_sees_appended_data_on_the_next_poll(tmp_path):
     watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=3600)
     try:
         first = only(watcher.poll_once())
-        assert first.metrics["loss"]["count"] == 10 and first.last_step == 90
+        assert first.metrics.loss.count == 10 and first.last_step == 90
         for step in range(100, 150, 10):
             writer.add_scalar("train/ploss_0", 5.0, global_step=step)
         writer.flush()
         second = only(watcher.poll_once())
     finally:
         writer.close()
-    assert second.metrics["loss"] == {"tag": "train/ploss_0", "last": 5.0, "min": 5.0, "count": 15}
+    assert second.metrics.to_json()["loss"] == {"tag": "train/ploss_0", "last": 5.0, "min": 5.0, "count": 15}
     assert second.last_step == 140
 
 
@@ -98,7 +98,7 @@ def _until(condition, timeout: float = 5.0) -> bool:
 
 
 def _count(statuses):
-    return statuses[0].metrics["loss"]["count"] if statuses else 0
+    return statuses[0].metrics.loss.count if statuses else 0
 
 
 def test_watchdog_events_suppressed_still_sees_data_within_the_poll_interval(tmp_path, monkeypatch):
@@ -355,7 +355,7 @@ def test_a_run_whose_files_land_in_any_order_is_one_run_read_once(tmp_path, orde
     (staging / second).rename(watched / "out" / second)
     watcher.wake(rescan=True)
     after = only(watcher.poll_once())
-    assert after.info.name == "out" and after.metrics["loss"]["count"] == 10
+    assert after.info.name == "out" and after.metrics.loss.count == 10
     if order == "events first":
         assert [s.info.name for s in before] == ["out/runs"]
         assert after.scalars is before[0].scalars  # carried over, not read again

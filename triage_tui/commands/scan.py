@@ -15,6 +15,7 @@ from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs.discover import skipped_links_note
 from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
 from triage_tui.core.signals.flags import fmt
+from triage_tui.core.signals.kinds import RunHealth, Severity
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         for status in statuses:
             line = summary_line(status, glyphs, width)
             print(shown_text(line) if mirrors.mirrors else line)
-    failed = watcher.unplaced_errors or any(status.status == "critical" or status.errors for status in statuses)
+    failed = watcher.unplaced_errors or any(status.status == RunHealth.CRITICAL or status.errors for status in statuses)
     return 1 if failed else 0
 
 
@@ -96,24 +97,26 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
     """One line: glyph, name, step, loss against ln V, flag kinds; names and tags shown as `cat -v` would."""
     parts = [f"{glyphs[status.shown_status]} {printable(status.info.name).ljust(width)}"]
     parts.append(f"step {status.last_step}" if status.last_step is not None else "no scalars yet")
-    loss = status.metrics.get("loss")
+    loss = status.metrics.loss
     chance = (
         status.chance.label() if status.chance is not None else f"ln {status.vocab_size} = {status.chance_loss:.2f}"
     )
-    if loss and loss["last"] is not None:
-        parts.append(f"{printable(loss['tag'])} {fmt(loss['last'])} vs {chance}")
-    elif loss:
-        parts.append(f"{printable(loss['tag'])} (no finite value) vs {chance}")
-    accuracy = status.metrics.get("accuracy")
-    if accuracy and accuracy["last"] is not None:
-        parts.append(f"{printable(accuracy['tag'])} {format_accuracy(accuracy['last'])}")
+    if loss is not None and loss.last is not None:
+        parts.append(f"{printable(loss.tag)} {fmt(loss.last)} vs {chance}")
+    elif loss is not None:
+        parts.append(f"{printable(loss.tag)} (no finite value) vs {chance}")
+    accuracy = status.metrics.accuracy
+    if accuracy is not None and accuracy.last is not None:
+        parts.append(f"{printable(accuracy.tag)} {format_accuracy(accuracy.last)}")
     if status.errors:
         first = status.errors[0]
         more = f" (+{len(status.errors) - 1} more)" if len(status.errors) > 1 else ""
         parts.append(f"error: {printable(first.line())}{more}")
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
-        parts.append(", ".join(f"({flag.kind})" if flag.severity == "info" else flag.kind for flag in status.flags))
+        parts.append(
+            ", ".join(f"({flag.kind})" if flag.severity == Severity.INFO else flag.kind for flag in status.flags)
+        )
     return "  ".join(parts)
 
 

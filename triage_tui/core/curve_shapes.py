@@ -32,6 +32,7 @@ from triage_tui.core.metric_names import ACCEPTANCE_LENGTH_WORD, TrainerNames, o
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.signals.flags import Flag, fmt
+from triage_tui.core.signals.kinds import FlagKind, Severity
 from triage_tui.core.signals.values import CHANCE_BAND_BELOW, SIGNAL_SMOOTHING, streak_start
 
 # -- how the run started -------------------------------------------------------------------------
@@ -291,8 +292,8 @@ def ttt_position_collapse(scalars: RunScalars, trainer: TrainerNames | None) -> 
     step = int(common[start])
     tag0, tag1 = by_position[0].tag, by_position[1].tag
     return Flag(
-        "ttt_position_collapse",
-        "critical",
+        FlagKind.TTT_POSITION_COLLAPSE,
+        Severity.CRITICAL,
         tag1,
         step,
         float(values1[i1][start]),
@@ -327,8 +328,8 @@ def resume_discontinuities(scalars: RunScalars, loss_tag: str | None, accuracy_t
         also = "".join(f"; {t} {fmt(b)} -> {fmt(a)}" for t, b, a in found[1:])
         flags.append(
             Flag(
-                "resume_discontinuity",
-                "warning",
+                FlagKind.RESUME_DISCONTINUITY,
+                Severity.WARNING,
                 tag,
                 resume,
                 after - before,
@@ -408,8 +409,8 @@ def eval_peaked(
     nearest = nearest_checkpoint(checkpoints, best_step)
     keep = f"; the checkpoint saved nearest it is {nearest[1].name} (step {nearest[0]})" if nearest else ""
     return Flag(
-        "eval_peaked",
-        "warning",
+        FlagKind.EVAL_PEAKED,
+        Severity.WARNING,
         acceptance.tag,
         best_step,
         peak,

@@ -15,12 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from triage_tui.core.best_checkpoint import BestCheckpoint, best_checkpoint
 from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import SourceError
-from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import TrainerNames, match_trainer, ordered, per_position
 from triage_tui.core.run_state import RunState
 from triage_tui.core.series import RunScalars
@@ -28,6 +27,8 @@ from triage_tui.core.serving.compare import compare_serving, serving_flags, trai
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.chance import MEAN_OVER_ALL_POSITIONS, ChanceLine, chance_line
 from triage_tui.core.signals.flags import Flag, sort_flags
+from triage_tui.core.signals.kinds import FlagKind, Severity, WriterState
+from triage_tui.core.signals.metrics import MetricSummary, PositionAccuracy, RunMetrics
 from triage_tui.core.signals.stall import Activity, stall_flag
 from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
 from triage_tui.core.signals.values import value_flags
@@ -65,7 +66,7 @@ class Derived:
     loss_tag: str | None
     accuracy_tag: str | None
     chance: ChanceLine
-    metrics: dict[str, Any]  # scan --json's "metrics"
+    metrics: RunMetrics  # scan --json's "metrics"
     last_step: int | None
     start: RunStart | None
     value_flags: tuple[Flag, ...]  # from the values and the curve shapes, in that order, unsorted
@@ -140,7 +141,7 @@ def flags_at(
     however old). ``damaged``: records skipped per file; ``errors``: what of the run could not be
     read, one `unreadable_file` flag each; ``serving``: the serving flags (``serving_flags_of``).
     """
-    if state is None or state.state == "unknown":
+    if state is None or state.state == WriterState.UNKNOWN:
         stalled = stall_flag(
             derived.activity, now=now, flush_secs=flush_secs, seen_live=seen_live, last_step=derived.last_step
         )
@@ -148,11 +149,11 @@ def flags_at(
         stalled = state.flag(derived.last_step)
     # A run that stopped inside the warm-up is not warming up: it will never be judged (the stalled
     # or crashed flag says so). One that ended there keeps it: its health was never judged.
-    values = tuple(f for f in derived.value_flags if stalled is None or f.kind != "warming_up")
+    values = tuple(f for f in derived.value_flags if stalled is None or f.kind != FlagKind.WARMING_UP)
     flags = (
         values
         + tuple(f for f in (stalled, damaged_records_flag(damaged or {})) if f is not None)
-        + tuple(Flag("unreadable_file", "warning", None, None, None, error.line()) for error in errors)
+        + tuple(Flag(FlagKind.UNREADABLE_FILE, Severity.WARNING, None, None, None, error.line()) for error in errors)
     )
     return tuple(sort_flags(flags + tuple(serving)))
 
@@ -172,37 +173,31 @@ def last_step_of(scalars: RunScalars, loss_tag: str | None = None) -> int | None
     return max(steps) if steps else None
 
 
-def _metric(scalars: RunScalars, tag: str | None) -> dict[str, Any] | None:
-    if tag is None:
-        return None
+def _summary(scalars: RunScalars, tag: str) -> tuple[float | None, float | None, int]:
     series = scalars.get(tag)
     if series is None or not len(series):
-        return {"tag": tag, "last": None, "min": None, "count": 0}
+        return None, None, 0
     last = series.last()
-    return {
-        "tag": tag,
-        "last": json_number(last[2] if last else None),
-        "min": json_number(series.finite_min()),
-        "count": len(series),
-    }
+    return (last[2] if last else None), series.finite_min(), len(series)
+
+
+def _metric(scalars: RunScalars, tag: str | None) -> MetricSummary | None:
+    return MetricSummary(tag, *_summary(scalars, tag)) if tag is not None else None
 
 
 def scan_metrics(
     scalars: RunScalars, tags: list[str], trainer: TrainerNames | None, loss_tag: str | None, accuracy_tag: str | None
-) -> dict[str, Any]:
+) -> RunMetrics:
     """The scan JSON's "metrics": loss and accuracy, plus per-position accuracy and acceptance length."""
-    metrics: dict[str, Any] = {"loss": _metric(scalars, loss_tag), "accuracy": _metric(scalars, accuracy_tag)}
+    loss, accuracy = _metric(scalars, loss_tag), _metric(scalars, accuracy_tag)
     if trainer is None:
-        return metrics
-    positions = per_position(tags, trainer)
-    if positions:
-        metrics["per_position_accuracy"] = [
-            {"position": position, **(_metric(scalars, tag) or {})} for position, tag in positions
-        ]
+        return RunMetrics(loss, accuracy)
+    positions = tuple(
+        PositionAccuracy(tag, *_summary(scalars, tag), position=position)
+        for position, tag in per_position(tags, trainer)
+    )
     acceptance = ordered(tags, trainer.acceptance_length)
-    if acceptance:
-        metrics["acceptance_length"] = _metric(scalars, acceptance[0])
-    return metrics
+    return RunMetrics(loss, accuracy, positions, _metric(scalars, acceptance[0]) if acceptance else None)
 
 
 def damaged_records_flag(damaged: Mapping[Path, int]) -> Flag | None:
@@ -213,8 +208,8 @@ def damaged_records_flag(damaged: Mapping[Path, int]) -> Flag | None:
     worst = max(damaged, key=lambda path: damaged[path])
     where = worst.name + (f" and {len(damaged) - 1} other file(s)" if len(damaged) > 1 else "")
     return Flag(
-        "damaged_records",
-        "warning",
+        FlagKind.DAMAGED_RECORDS,
+        Severity.WARNING,
         None,
         None,
         float(count),

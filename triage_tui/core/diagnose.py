@@ -23,6 +23,7 @@ from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.hypotheses.scoring import LIKELY, Hypothesis
 from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
+from triage_tui.core.signals.metrics import RunMetrics
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def diagnose(
     *,
     device: str = "auto",
     flags: Sequence[Any] = (),
-    metrics: dict[str, Any] | None = None,
+    metrics: RunMetrics | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     serving: ServingComparison | None = None,

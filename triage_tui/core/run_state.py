@@ -63,10 +63,11 @@ from typing import Any
 from triage_tui.core.console.lines import TRACEBACK, is_exception, is_fatal, plain, split_rank
 from triage_tui.core.runs.names import LOG_DIR_NAMES, WANDB_DIR_NAME
 from triage_tui.core.signals.flags import Flag, fmt_duration
+from triage_tui.core.signals.kinds import FlagKind, Severity, WriterState
 from triage_tui.core.signals.stall import Activity
 from triage_tui.core.text import printable
 
-STATES = ("live", "stalled", "ended", "crashed", "unknown")
+STATES = tuple(WriterState)
 
 # tensorboard's EventFileWriter: "events.out.tfevents.%010d.%s.%s.%s" % (time, hostname, pid, uid)
 # + suffix (event_file_writer.py above). The hostname may hold dots and digits ("10.0.0.5"): pid and
@@ -599,7 +600,7 @@ def _writer(evidence: _Evidence, kind: str, detail: str) -> Writer:
 class RunState:
     """Whether the run's writer is alive here, and why the state was chosen."""
 
-    state: str  # one of STATES
+    state: WriterState
     reason: str  # one line: the evidence
     writer: Writer | None = None
     last_update: float | None = None  # unix time of the run's newest point ("ended 3 h ago")
@@ -611,9 +612,9 @@ class RunState:
     def label(self, now: float) -> str:
         """A few words at ``now``: "live", "stalled 12 min", "ended 3.0 h ago", "crashed" (the TUI's runs
         table writes the state and the age in its own short form: "ended 3h")."""
-        if self.state == "ended" and self.last_update is not None:
+        if self.state == WriterState.ENDED and self.last_update is not None:
             return f"ended {fmt_duration(now - self.last_update)} ago"
-        if self.state == "stalled" and self.last_update is not None:
+        if self.state == WriterState.STALLED and self.last_update is not None:
             return f"stalled {fmt_duration(now - self.last_update)}"
         return self.state
 
@@ -621,8 +622,8 @@ class RunState:
         """A critical flag for a stalled or crashed run (both ring the bell) at ``step``, the run's
         last; none otherwise: an ended run is no warning, and an unknown one keeps
         core.signals.stall's rule. No value: the silence grows every poll, and the reason says it."""
-        if self.state in ("stalled", "crashed"):
-            return Flag(self.state, "critical", None, step, None, self.reason)
+        if self.state in (WriterState.STALLED, WriterState.CRASHED):
+            return Flag(FlagKind(self.state), Severity.CRITICAL, None, step, None, self.reason)
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -632,7 +633,7 @@ class RunState:
             "state": self.state,
             "state_reason": self.reason,
             "writer": self.writer.to_json() if self.writer is not None else None,
-            "crash_line": self.line if self.state == "crashed" else None,
+            "crash_line": self.line if self.state == WriterState.CRASHED else None,
         }
 
 
@@ -676,13 +677,15 @@ def run_state(
         line = f"W&B recorded exit code {wandb_exit_code}"
         error = console()
         reason = line + (f"; the console ends in: {error}" if error else "")
-        return RunState("crashed", reason, None, last, silence, error or line)
+        return RunState(WriterState.CRASHED, reason, None, last, silence, error or line)
     writer, elsewhere = find_writer(run_dir, processes, event_files)
     finished = wandb_exit_code == 0 or final_save
     how_finished = "W&B recorded exit code 0" if wandb_exit_code == 0 else "the trainer saved its final checkpoint"
     if writer is not None:
         if finished:
-            return RunState("ended", f"{how_finished} (pid {writer.pid} still exiting)", writer, last, silence)
+            return RunState(
+                WriterState.ENDED, f"{how_finished} (pid {writer.pid} still exiting)", writer, last, silence
+            )
         limit = activity.stall_after(flush_secs)
         if silence is not None and silence > limit and writer.interactive is not None and not writer.stopped:
             reason = (
@@ -690,7 +693,7 @@ def run_state(
                 f"written for {fmt_duration(silence)}: an interpreter outlives the cell that trained, so the "
                 "silence alone decides"
             )
-            return RunState("unknown", reason, writer, last, silence)
+            return RunState(WriterState.UNKNOWN, reason, writer, last, silence)
         if silence is not None and silence > limit:
             stopped = " and is stopped (SIGSTOP or ctrl-Z)" if writer.stopped else ""
             error = console()
@@ -700,27 +703,33 @@ def run_state(
                 f"{fmt_duration(silence)} (expected within {fmt_duration(limit)}: writers flush every "
                 f"{flush_secs:.0f} s, longest gap so far {fmt_duration(activity.longest_gap)}){cause}"
             )
-            return RunState("stalled", reason, writer, last, silence, error)
+            return RunState(WriterState.STALLED, reason, writer, last, silence, error)
         return RunState(
-            "live", f"writer pid {writer.pid} ({printable(writer.comm)}): {writer.detail}", writer, last, silence
+            WriterState.LIVE,
+            f"writer pid {writer.pid} ({printable(writer.comm)}): {writer.detail}",
+            writer,
+            last,
+            silence,
         )
     if finished:  # the trainer's own word beats reading its console
-        return RunState("ended", how_finished, None, last, silence)
+        return RunState(WriterState.ENDED, how_finished, None, last, silence)
     if recorded_end is not None:
-        state, reason = recorded_end
-        return RunState(state, reason, None, last, silence, reason if state == "crashed" else None)
+        state = WriterState(recorded_end[0])
+        return RunState(state, recorded_end[1], None, last, silence, recorded_end[1] if state == "crashed" else None)
     error = console()
     if error is not None:
         reason = f"no writer alive; the console ends in: {error}"
-        return RunState("crashed", reason, None, last, silence, error)
+        return RunState(WriterState.CRASHED, reason, None, last, silence, error)
     if elsewhere:
-        return RunState("unknown", "its event file was written on another host", None, last, silence)
+        return RunState(WriterState.UNKNOWN, "its event file was written on another host", None, last, silence)
     if not processes.readable:
-        return RunState("unknown", "no /proc to see processes in", None, last, silence)
+        return RunState(WriterState.UNKNOWN, "no /proc to see processes in", None, last, silence)
     kind = processes.filesystem(run_dir)
     if kind in NETWORK_FILESYSTEMS:
-        return RunState("unknown", f"on a {kind} filesystem: its writer may run on another node", None, last, silence)
-    return RunState("ended", "no process of this node writes it", None, last, silence)
+        return RunState(
+            WriterState.UNKNOWN, f"on a {kind} filesystem: its writer may run on another node", None, last, silence
+        )
+    return RunState(WriterState.ENDED, "no process of this node writes it", None, last, silence)
 
 
 def hf_final_save(checkpoints: Sequence[Path]) -> bool:

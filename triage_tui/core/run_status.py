@@ -21,6 +21,8 @@ from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.chance import DEFAULT_VOCAB_SIZE, ChanceLine, chance_line
 from triage_tui.core.signals.flags import Flag
+from triage_tui.core.signals.kinds import FlagKind, RunHealth, Severity
+from triage_tui.core.signals.metrics import RunMetrics
 
 
 @dataclass(frozen=True)
@@ -28,14 +30,14 @@ class RunStatus:
     """Everything the TUI and `scan --json` show about one run at one moment."""
 
     info: RunInfo
-    status: str  # "ok" | "warning" | "critical" | "error" (errors, and nothing of the run could be read)
+    status: RunHealth  # "error": the run has errors, and nothing of it could be read
     vocab_size: int
     # "flag" | "manifest" | "config.json" | "training_state.pt" | "wandb config" | "drafter config.json" | "default"
     vocab_size_source: str
     chance_loss: float
     last_step: int | None
     last_update: float | None  # unix time of the newest event
-    metrics: dict[str, Any]
+    metrics: RunMetrics
     flags: tuple[Flag, ...]
     loss_tag: str | None
     accuracy_tag: str | None
@@ -62,7 +64,7 @@ class RunStatus:
         """What the glyph says (core/text.py STATUS_GLYPHS): the status, or "warming" for a run with
         nothing worse than info flags that is still inside the warm-up (core.signals.values), where
         "ok" would claim a health the flags have not judged yet. ``status`` and the exit codes keep "ok"."""
-        if self.status == "ok" and any(flag.kind == "warming_up" for flag in self.flags):
+        if self.status == RunHealth.OK and any(flag.kind == FlagKind.WARMING_UP for flag in self.flags):
             return "warming"
         return self.status
 
@@ -89,7 +91,7 @@ class RunStatus:
             ),
             "last_step": self.last_step,
             "last_update": self.last_update,
-            "metrics": self.metrics,
+            "metrics": self.metrics.to_json(),
             "flags": [flag.to_json() for flag in self.flags],
             "sources": list(self.info.sources),
             "trainer": self.trainer,
@@ -129,14 +131,14 @@ def failed_status(info: RunInfo, vocab_size: int | None, err: Exception) -> RunS
     error = SourceError("triage", str(info.path), f"cannot update this run: {type(err).__name__}: {err}")
     return RunStatus(
         info=info,
-        status="error",
+        status=RunHealth.ERROR,
         vocab_size=vocab,
         vocab_size_source=source,
         chance_loss=chance.value,
         last_step=None,
         last_update=None,
-        metrics={"loss": None, "accuracy": None},
-        flags=(Flag("unreadable_file", "warning", None, None, None, error.line()),),
+        metrics=RunMetrics(),
+        flags=(Flag(FlagKind.UNREADABLE_FILE, Severity.WARNING, None, None, None, error.line()),),
         loss_tag=None,
         accuracy_tag=None,
         scalars=RunScalars(),

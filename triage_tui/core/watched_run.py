@@ -37,6 +37,7 @@ from triage_tui.core.signals.chance import (
     resolve_vocab_size,
 )
 from triage_tui.core.signals.flags import Flag, worst_severity
+from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
 from triage_tui.core.trackers.frameworks import framework_of_run, trainer_of
 
@@ -286,7 +287,7 @@ class WatchedRun:
             return self.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
         if errors and not scalars.series and serving is None:
-            status = "error"  # nothing of the run could be read: no health to judge
+            status = RunHealth.ERROR  # nothing of the run could be read: no health to judge
         self.status = RunStatus(
             info=self.info,
             status=status,

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn, TypeVar
 
+from triage_tui.core.signals.kinds import FlagKind
+
 if TYPE_CHECKING:
     from triage_tui.core.run_status import RunStatus
     from triage_tui.core.signals.chance import ChanceLine
@@ -541,7 +543,7 @@ def run_headless(
     story = _Story(layout, trainer, started + timeout, stamp)
 
     def flagged(status: RunStatus) -> Flag | None:
-        return next((f for f in status.flags if f.kind == "loss_above_chance"), None)
+        return next((f for f in status.flags if f.kind == FlagKind.LOSS_ABOVE_CHANCE), None)
 
     found = story.until(flagged, FLAG_BY_STEP, "no loss_above_chance flag")
     if found is None:
@@ -593,7 +595,7 @@ def run_headless(
     def recovered(status: RunStatus) -> tuple[tuple[int, float], list[tuple[int, float]]] | None:
         after = [(s, v) for s, v in _loss_points(status) if reload_step < s <= due]
         chance = _chance(status).value
-        still_flagged = any(f.kind in ("loss_above_chance", "loss_at_chance") for f in status.flags)
+        still_flagged = any(f.kind in (FlagKind.LOSS_ABOVE_CHANCE, FlagKind.LOSS_AT_CHANCE) for f in status.flags)
         below = [point for point in after if point[1] < chance]
         if below and not still_flagged and len(after) >= 5 and sum(v for _, v in after[-5:]) / 5 < chance:
             return below[0], after

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from triage_tui.core.remap.execute import RemapReport
     from triage_tui.core.remap.plan import RemapPlan
     from triage_tui.core.run_status import RunStatus
-    from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
+    from triage_tui.tui.view_data import RunRow
 
 
 @dataclass
@@ -29,17 +29,6 @@ class RunsUpdated(Message):
     def can_replace(self, message: Message) -> bool:
         # A newer poll supersedes an older one still queued: the UI never falls behind.
         return isinstance(message, RunsUpdated)
-
-
-@dataclass
-class ChartReady(Message):
-    lines: tuple[ChartSeries, ...]  # one per run shown that has the series, in the order asked
-    path: Path | None  # the selected run (its serving chart)
-    serving: ServingSeries | None = None
-    key: tuple | None = None  # (what is shown, how fresh): runs, metric, axis; their scalars versions
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ChartReady)
 
 
 @dataclass
@@ -99,27 +88,6 @@ class RunSelected(Message):
 @dataclass
 class FilterChanged(Message):
     text: str
-
-
-@dataclass
-class ChartResized(Message):
-    """The loss chart's width in cells: the chart is thinned to two points a cell."""
-
-    width: int
-
-
-@dataclass
-class SmoothingChanged(Message):
-    """The chart's EMA weight, as `s` / `S` set it (view_data.SMOOTHING_STEPS)."""
-
-    weight: float
-
-
-@dataclass
-class XAxisChanged(Message):
-    """`w`: the chart's x axis is wall time (minutes since each run's first point), or the step."""
-
-    wall: bool
 
 
 @dataclass

@@ -19,6 +19,8 @@ from triage_tui.core.series import RunScalars, ScalarSeries, downsample, ema_smo
 from triage_tui.core.serving.compare import training_estimate_from_scalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import RUN_STATUSES
+from triage_tui.core.signals.kinds import FlagKind, Severity
+from triage_tui.core.signals.metrics import MetricSummary
 from triage_tui.core.text import format_accuracy
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
@@ -95,12 +97,8 @@ class ChartSeries:
     colour: str = ""  # its curve's colour among runs side by side (overlay_colour of its mark)
 
 
-def _metric_last(status: RunStatus, name: str) -> float | None:
-    metric = status.metrics.get(name) if status.metrics else None
-    if not metric:
-        return None
-    value = metric.get("last")
-    return None if value is None else float(value)
+def _last(metric: MetricSummary | None) -> float | None:
+    return metric.last if metric is not None else None
 
 
 def _smoothed_last(scalars: RunScalars, tag: str | None) -> float | None:
@@ -113,7 +111,9 @@ def _smoothed_last(scalars: RunScalars, tag: str | None) -> float | None:
     return float(smoothed[-1]) if len(smoothed) else None
 
 
-_LOSS_FLAG_KINDS = frozenset({"loss_at_chance", "loss_above_chance", "non_finite", "diverging"})
+_LOSS_FLAG_KINDS = frozenset(
+    {FlagKind.LOSS_AT_CHANCE, FlagKind.LOSS_ABOVE_CHANCE, FlagKind.NON_FINITE, FlagKind.DIVERGING}
+)
 
 
 class RowCache:
@@ -129,18 +129,18 @@ class RowCache:
         if cached is None or cached[0] != version:
             cached = (version, _smoothed_last(scalars, status.loss_tag))
             self._smoothed[status.info.path] = cached
-        critical = frozenset(f.kind for f in status.flags if f.severity == "critical")
-        loss_flagged = any(f.kind in _LOSS_FLAG_KINDS and f.severity != "info" for f in status.flags)
+        critical = frozenset(f.kind for f in status.flags if f.severity == Severity.CRITICAL)
+        loss_flagged = any(f.kind in _LOSS_FLAG_KINDS and f.severity != Severity.INFO for f in status.flags)
         return RunRow(
             path=status.info.path,
             name=status.info.name,
             status=status.status,
             last_step=status.last_step,
-            loss_last=_metric_last(status, "loss"),
+            loss_last=_last(status.metrics.loss),
             loss_smoothed=cached[1],
             chance_loss=status.chance_loss,
             vocab_size=status.vocab_size,
-            accuracy_last=_metric_last(status, "accuracy"),
+            accuracy_last=_last(status.metrics.accuracy),
             last_update=status.last_update,
             critical_kinds=critical,
             loss_flagged=loss_flagged,
@@ -287,7 +287,7 @@ def state_line(status: RunStatus) -> tuple[str, str] | None:
     (python): pid 4242 named in events.out.tfevents..."); None where the run was not judged, or
     where its stalled or crashed flag already says it. (The table's state column says since when.)"""
     state = status.state
-    if state is None or any(flag.kind == state.state for flag in status.flags):
+    if state is None or any(flag.kind.value == state.state.value for flag in status.flags):
         return None
     return state.state, state.reason
 
@@ -380,10 +380,10 @@ def metrics_line(status: RunStatus) -> str | None:
     parts = []
     if status.trainer:
         parts.append(status.trainer)
-    positions = status.metrics.get("per_position_accuracy") or []
+    positions = status.metrics.per_position_accuracy
     if positions:
-        parts.append("acc by position " + " ".join(format_accuracy(p.get("last")) for p in positions))
-    acceptance = status.metrics.get("acceptance_length")
-    if acceptance and acceptance.get("last") is not None:
-        parts.append(f"acceptance length {acceptance['last']:.3g}")
+        parts.append("acc by position " + " ".join(format_accuracy(p.last) for p in positions))
+    acceptance = status.metrics.acceptance_length
+    if acceptance is not None and acceptance.last is not None:
+        parts.append(f"acceptance length {acceptance.last:.3g}")
     return " · ".join(parts) or None

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from triage_tui.tui.view_data import metrics_line, state_line
+
 if TYPE_CHECKING:
     from triage_tui.core.diagnose import Diagnosis
     from triage_tui.core.remap.execute import RemapReport
+    from triage_tui.core.run_status import RunStatus
     from triage_tui.core.signals.flags import Flag
-    from triage_tui.tui.view_data import ChartSeries, RunRow, ServingSeries
+    from triage_tui.tui.view_data import RunRow
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,15 +45,29 @@ class FlagsState:
     state: tuple[str, str] | None = None  # the run's state and its evidence (view_data.state_line)
     best: str | None = None  # where the run's acceptance estimate peaked (core.best_checkpoint describe())
 
+    @classmethod
+    def of(cls, status: RunStatus | None, *, scanning: bool) -> FlagsState:
+        """The flags pane of the selected run (None: no run selected)."""
+        if status is None:
+            return cls((), scanning)
+        return cls(
+            tuple(status.flags),
+            scanning,
+            metrics_line(status) or "",
+            state_line(status),
+            status.best.describe() if status.best is not None else None,
+        )
+
 
 @dataclass(frozen=True, eq=False)
-class ChartView:
-    lines: tuple[ChartSeries, ...] = ()  # the selected run's, or each marked run's
-    serving: ServingSeries | None = None
-    title: Text = field(default_factory=lambda: Text("loss"))
+class ChartRequest:
+    """What the chart pane draws (widgets/chart_pane.py computes and draws it): the marked runs, else the
+    selected one, and the series picked with `t`."""
+
+    statuses: tuple[RunStatus, ...] = ()
+    selected: RunStatus | None = None  # its serving acceptance is drawn under the loss
     overlay: bool = False  # runs are marked: each is drawn smoothed, in its colour
-    wall: bool = False  # x is minutes since each run's first point
-    metric: str | None = None  # the series picked with `t`; None: the loss
+    metric: str | None = None  # the series picked with `t`; None: each run's loss
 
 
 @dataclass(frozen=True, eq=False)

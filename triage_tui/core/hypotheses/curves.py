@@ -16,6 +16,7 @@ from triage_tui.core.hypotheses.scoring import (
     RunEvidence,
     serving_collapsed,
 )
+from triage_tui.core.signals.kinds import FlagKind
 from triage_tui.core.signals.values import DIVERGE_PERSIST, DIVERGE_RELATIVE
 from triage_tui.core.text import printable
 
@@ -75,7 +76,7 @@ W_POSITION_COLLAPSE = 0.85
 
 
 def non_finite(run: RunEvidence) -> Hypothesis | None:
-    found = [f for f in run.flags if f.kind == "non_finite"]
+    found = [f for f in run.flags if f.kind == FlagKind.NON_FINITE]
     if not found:
         return None
     flag = found[0]
@@ -181,11 +182,11 @@ def _warm_start_evidence(ev: Evidence, run: RunEvidence, start: RunStart, checkp
 def ttt_position_collapse(run: RunEvidence) -> Hypothesis:
     """Later TTT positions far below a position 0 that learned (speculators PR #818, SpecForge #424)."""
     ev = Evidence()
-    found = [f for f in run.flags if f.kind == "ttt_position_collapse"]
+    found = [f for f in run.flags if f.kind == FlagKind.TTT_POSITION_COLLAPSE]
     if found:
         ev.add(W_POSITION_COLLAPSE, f"run flag ttt_position_collapse: {found[0].message}")
         serving_collapsed(ev, run.serving)
-    elif (run.metrics or {}).get("per_position_accuracy"):
+    elif run.metrics is not None and run.metrics.per_position_accuracy:
         ev.note("the per-position accuracies after position 0 hold up")
     else:
         ev.note("the run logs no per-position accuracy (acc_i, full_acc_i, cond_acc_i)")
@@ -201,7 +202,7 @@ def ttt_position_collapse(run: RunEvidence) -> Hypothesis:
 
 
 def diverged(run: RunEvidence) -> Hypothesis | None:
-    found = [f for f in run.flags if f.kind == "diverging"]
+    found = [f for f in run.flags if f.kind == FlagKind.DIVERGING]
     if not found:
         return None
     flag = found[0]

@@ -14,6 +14,8 @@ from triage_tui.core.hypotheses.scoring import (
     corroborate,
     serving_collapsed,
 )
+from triage_tui.core.signals.kinds import FlagKind
+from triage_tui.core.signals.metrics import RunMetrics
 
 # -- hidden_state_format ----------------------------------------------------------------------
 # Weights per issue kind the hidden-state check reports (the dumps against the drafter; the
@@ -112,12 +114,12 @@ def empty_loss_mask(run: RunEvidence) -> Hypothesis:
     from triage_tui.core.checks.loss_mask import LossMaskDetails
 
     ev = Evidence()
-    loss = (run.metrics or {}).get("loss") or {}
-    acc = (run.metrics or {}).get("accuracy") or {}
-    if loss.get("last") == 0.0 and acc.get("last") == 0.0:
+    metrics = run.metrics or RunMetrics()
+    loss, acc = metrics.loss, metrics.accuracy
+    if loss is not None and acc is not None and loss.last == 0.0 and acc.last == 0.0:
         ev.add(
             W_LOSS_AND_ACC_ZERO,
-            f"{loss.get('tag')} and {acc.get('tag')} are exactly 0 at the last step (SpecForge #392)",
+            f"{loss.tag} and {acc.tag} are exactly 0 at the last step (SpecForge #392)",
         )
     mask = ran_details(run.checks, "loss_mask", LossMaskDetails)
     if mask is not None and mask.samples:
@@ -165,7 +167,7 @@ def non_finite_dumps(run: RunEvidence) -> Hypothesis:
                 f"{values.files_with_non_finite} of {values.samples} sampled dumps hold NaN/inf hidden states; "
                 f"{values.non_finite[0].line()}",
             )
-            loss = [f for f in run.flags if f.kind == "non_finite"]
+            loss = [f for f in run.flags if f.kind == FlagKind.NON_FINITE]
             if loss:
                 ev.add(W_SYMPTOM_CORROBORATES, f"run flag non_finite: {loss[0].tag} at step {loss[0].step}")
         else:

@@ -14,6 +14,7 @@ from triage_tui.core.hypotheses.scoring import (
     corroborate,
     serving_collapsed,
 )
+from triage_tui.core.signals.kinds import FlagKind
 
 # -- vocab_mapping_mismatch -------------------------------------------------------------------
 # The vocab check measured the share of draft positions whose target token differs; weight =
@@ -113,7 +114,7 @@ def vocab_mapping_mismatch(run: RunEvidence) -> Hypothesis:
                 ev.add(W_REPLAY_GAP * (own - other) / own, line)
             else:
                 ev.note(line)
-    above = [f for f in run.flags if f.kind == "loss_above_chance"]
+    above = [f for f in run.flags if f.kind == FlagKind.LOSS_ABOVE_CHANCE]
     mappings_agree = vocab is not None and vocab_result is not None and vocab_result.status == "pass"
     if above and mappings_agree:
         ev.note(

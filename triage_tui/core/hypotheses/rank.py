@@ -8,7 +8,7 @@ one entry in ``HYPOTHESES`` below, and a row of the README's "Hypotheses" table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from triage_tui.core.best_checkpoint import AcceptanceHistory
 from triage_tui.core.checks.result import CheckResult
@@ -48,13 +48,14 @@ if TYPE_CHECKING:
     from triage_tui.core.formats.engine_launch import EngineLaunch
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals.flags import Flag
+    from triage_tui.core.signals.metrics import RunMetrics
 
 
 def rank_hypotheses(
     checks: Mapping[str, CheckResult],
     flags: Sequence[Flag] = (),
     *,
-    metrics: Mapping[str, Any] | None = None,
+    metrics: RunMetrics | None = None,
     serving: ServingComparison | None = None,
     start: RunStart | None = None,
     starting_checkpoint: StartingCheckpoint | None = None,
@@ -63,7 +64,7 @@ def rank_hypotheses(
 ) -> list[Hypothesis]:
     """Score every cause the evidence can speak to (``HYPOTHESES``), best first.
 
-    ``metrics`` is the scan's ``{"loss": {"last", ...}, "accuracy": {...}}`` (RunStatus.metrics),
+    ``metrics`` is the scan's loss, accuracy and per-position accuracy (RunStatus.metrics),
     used for what no flag states, such as a loss and accuracy of exactly zero. ``serving`` is what
     the serving engine accepted beside the training estimate (core/serving/); with it, the
     hypotheses only serving speaks to (config_contract) are listed too; target_mismatch is

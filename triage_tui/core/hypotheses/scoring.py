@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from triage_tui.core.formats.engine_launch import EngineLaunch
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals.flags import Flag
+    from triage_tui.core.signals.metrics import RunMetrics
 
 
 # A hypothesis scoring at least this is "likely": `triage check` exits 1 and marks it "!", the TUI
@@ -169,7 +170,7 @@ class RunEvidence:
 
     checks: Mapping[str, CheckResult]
     flags: Sequence[Flag] = ()
-    metrics: Mapping[str, Any] | None = None
+    metrics: RunMetrics | None = None
     serving: ServingComparison | None = None
     start: RunStart | None = None  # the run's first logged points (core/curve_shapes.py)
     starting_checkpoint: StartingCheckpoint | None = None  # the checkpoint checked, and who named it

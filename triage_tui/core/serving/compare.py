@@ -15,6 +15,7 @@ import numpy as np
 
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.serving.evidence import ServingEvidence
+from triage_tui.core.signals.kinds import FlagKind, Severity
 
 if TYPE_CHECKING:
     from triage_tui.core.signals.flags import Flag
@@ -249,9 +250,9 @@ def compare_serving(serving: ServingEvidence, training: TrainingEstimate | None)
 # Severity of each finding as a run flag (scan, the TUI): a collapsed acceptance means the drafter
 # buys nothing in production; a disagreement says one of the two numbers is not what it seems.
 FLAG_SEVERITY = {
-    "acceptance_collapsed": "critical",
-    "serving_below_training": "warning",
-    "serving_above_training": "warning",
+    "acceptance_collapsed": Severity.CRITICAL,
+    "serving_below_training": Severity.WARNING,
+    "serving_above_training": Severity.WARNING,
 }
 
 
@@ -261,7 +262,7 @@ def serving_flags(comparison: ServingComparison) -> list[Flag]:
 
     flags = []
     for finding in comparison.findings:
-        kind = finding.kind if finding.kind.startswith("serving_") else f"serving_{finding.kind}"
+        kind = FlagKind(finding.kind if finding.kind.startswith("serving_") else f"serving_{finding.kind}")
         step = comparison.training.step if comparison.training is not None and "training" in kind else None
         flags.append(Flag(kind, FLAG_SEVERITY[finding.kind], None, step, finding.value, finding.message))
     return flags

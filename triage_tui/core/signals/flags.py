@@ -9,23 +9,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from triage_tui.core.json_numbers import json_number
+from triage_tui.core.signals.kinds import FlagKind, RunHealth, Severity
 
 # The one table of severities. A flag's, least to most severe; a run's status is its worst
 # flag's, "ok" when it has none or only info flags (RUN_STATUSES[worst flag's order]).
-FlagSeverity = str  # "info" | "warning" | "critical"
-SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
-RUN_STATUSES = ("ok", "warning", "critical")
+SEVERITY_ORDER = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+RUN_STATUSES = (RunHealth.OK, RunHealth.WARNING, RunHealth.CRITICAL)
 
 
 @dataclass(frozen=True)
 class Flag:
     """One thing wrong (or worth knowing) about a run, with the step and value behind it."""
 
-    kind: str  # loss_at_chance | loss_above_chance | accuracy_at_chance | non_finite | diverging | plateau | stalled
-    #           | damaged_records | unreadable_file (core.derive) | starts_at_chance | ttt_position_collapse
-    #           | resume_discontinuity | eval_peaked (core.curve_shapes) | crashed, and stalled when its
-    #           writer is alive here (core.run_state)
-    severity: FlagSeverity
+    kind: FlagKind
+    severity: Severity
     tag: str | None
     step: int | None
     value: float | None
@@ -56,7 +53,7 @@ def sort_flags(flags: Iterable[Flag]) -> list[Flag]:
     return sorted(flags, key=lambda f: -SEVERITY_ORDER[f.severity])
 
 
-def worst_severity(flags: Iterable[Flag]) -> str:
+def worst_severity(flags: Iterable[Flag]) -> RunHealth:
     """ "ok" when no flag or only info flags, else the worst severity."""
     return RUN_STATUSES[max((SEVERITY_ORDER[f.severity] for f in flags), default=0)]
 

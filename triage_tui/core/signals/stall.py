@@ -8,6 +8,7 @@ import numpy as np
 
 from triage_tui.core.series import RunScalars
 from triage_tui.core.signals.flags import Flag, fmt_duration
+from triage_tui.core.signals.kinds import FlagKind, Severity
 
 # Stall: writers buffer up to flush_secs (torch/tensorboardX/TF2 default 120 s,
 # tensorboard `tensorboard/summary/writer/event_file_writer.py`), checkpoint saves and evals pause logging, so a run
@@ -70,12 +71,19 @@ def stall_flag(
         return None
     if seen_live or silence < STALL_WARNING_SECS:
         return Flag(
-            "stalled",
-            "warning",
+            FlagKind.STALLED,
+            Severity.WARNING,
             None,
             last_step,
             None,
             f"no new data for {fmt_duration(silence)} (expected within {fmt_duration(limit)}: "
             f"writers flush every {flush_secs:.0f} s, longest gap so far {fmt_duration(activity.longest_gap)})",
         )
-    return Flag("stalled", "info", None, last_step, None, f"last data {fmt_duration(silence)} ago: finished or stopped")
+    return Flag(
+        FlagKind.STALLED,
+        Severity.INFO,
+        None,
+        last_step,
+        None,
+        f"last data {fmt_duration(silence)} ago: finished or stopped",
+    )

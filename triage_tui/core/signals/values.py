@@ -19,6 +19,7 @@ import numpy as np
 from triage_tui.core.series import RunScalars, ScalarSeries, ema_smooth
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.signals.flags import Flag, fmt
+from triage_tui.core.signals.kinds import FlagKind, Severity
 
 # EMA weight for the signals. TensorBoard's default slider is 0.6; the flags use a heavier
 # 0.8 so one noisy batch can neither raise nor clear a flag, while a 20-point window still
@@ -193,8 +194,8 @@ def _warming_up(curve: _Curve) -> Flag | None:
         until_step = first + WARMUP_STEPS
         until = f"until step {until_step} (and {WARMUP_POINTS} points)"
     return Flag(
-        "warming_up",
-        "info",
+        FlagKind.WARMING_UP,
+        Severity.INFO,
         curve.tag,
         until_step,
         None,
@@ -234,8 +235,8 @@ def _chance_from_start(loss: _Curve | None, accuracy: ScalarSeries | None, chanc
         tag, step, value = accuracy.tag, int(accuracy.steps[-1]), float(finite[-1])
         said = f"every one of {tag}'s {len(finite)} points to step {step} is below {ACCURACY_CHANCE * 100:.0f} %"
     return Flag(
-        "chance_from_start",
-        "warning",
+        FlagKind.CHANCE_FROM_START,
+        Severity.WARNING,
         tag,
         step,
         value,
@@ -271,8 +272,8 @@ def _non_finite(candidates: Sequence[ScalarSeries | None]) -> Flag | None:
         last_finite, last_step = float(series.values[first - 1]), int(series.steps[first - 1])
         when = f"at step {step}, after {first} finite points (last {fmt(last_finite)} at step {last_step})"
     return Flag(
-        "non_finite",
-        "critical",
+        FlagKind.NON_FINITE,
+        Severity.CRITICAL,
         series.tag,
         step,
         value,
@@ -293,8 +294,8 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
     if above is not None:
         step, value = int(curve.steps[above]), float(curve.values[above])
         return Flag(
-            "loss_above_chance",
-            "critical",
+            FlagKind.LOSS_ABOVE_CHANCE,
+            Severity.CRITICAL,
             curve.tag,
             step,
             value,
@@ -309,8 +310,8 @@ def _loss_vs_chance(curve: _Curve, chance: ChanceLine) -> Flag | None:
         return None  # still descending from chance: learning, just early
     step, value = int(curve.steps[at]), float(curve.values[at])
     return Flag(
-        "loss_at_chance",
-        "critical",
+        FlagKind.LOSS_AT_CHANCE,
+        Severity.CRITICAL,
         curve.tag,
         step,
         value,
@@ -329,8 +330,8 @@ def _diverging(curve: _Curve) -> Flag | None:
     best = float(running_min[-1])
     step, value = int(curve.steps[start]), float(curve.values[start])
     return Flag(
-        "diverging",
-        "critical",
+        FlagKind.DIVERGING,
+        Severity.CRITICAL,
         curve.tag,
         step,
         value,
@@ -351,8 +352,8 @@ def _plateau(curve: _Curve) -> Flag | None:
         return None
     step = int(curve.steps[first])
     return Flag(
-        "plateau",
-        "info",
+        FlagKind.PLATEAU,
+        Severity.INFO,
         curve.tag,
         step,
         float(curve.values[first]),
@@ -376,8 +377,8 @@ def _accuracy_at_chance(series: ScalarSeries, vocab_size: int) -> Flag | None:
         return None  # climbing out of chance
     step, value = int(curve.steps[at]), float(curve.values[at])
     return Flag(
-        "accuracy_at_chance",
-        "critical",
+        FlagKind.ACCURACY_AT_CHANCE,
+        Severity.CRITICAL,
         curve.tag,
         step,
         value * (100.0 if percent else 1.0),

@@ -6,7 +6,6 @@ their widgets' (widgets/), what it shows is the app's (view_state.py).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,18 +19,15 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, OptionList, Static
 
-from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
-from triage_tui.tui.view_data import SMOOTHING_WEIGHT, next_smoothing
-from triage_tui.tui.view_state import AnalysisView, ChartView, CheckProgressView, FlagsState, RunsView
-from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
+from triage_tui.tui.view_state import AnalysisView, ChartRequest, CheckProgressView, FlagsState, RunsView
+from triage_tui.tui.widgets.analysis_pane import AnalysisPane
+from triage_tui.tui.widgets.chart_pane import ChartPane
 from triage_tui.tui.widgets.flags_view import FlagsView
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.keys_footer import KeysFooter
-from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
-from triage_tui.tui.widgets.serving_chart import ServingChart
 
 # Below this width the panes stack (nvitop's compact mode); 80x24 must stay usable. Side by
 # side, the runs pane needs ~70 columns for its eight columns and the chart ~50 to be readable.
@@ -86,18 +82,17 @@ class MainScreen(Screen):
     # change every poll; watch_runs_view refreshes them when what a key does changed.
     runs_view: reactive[RunsView] = reactive(RunsView, init=False, repaint=False)
     flags_state: reactive[FlagsState] = reactive(FlagsState, init=False, repaint=False)
-    chart_view: reactive[ChartView] = reactive(ChartView, init=False, repaint=False)
+    chart_request: reactive[ChartRequest] = reactive(ChartRequest, init=False, repaint=False)
     analysis: reactive[AnalysisView] = reactive(AnalysisView, init=False, bindings=True, repaint=False)
     check_progress: reactive[CheckProgressView] = reactive(CheckProgressView, init=False, repaint=False)
 
-    def __init__(self, *, readonly: bool = False, now: Callable[[], float]) -> None:
+    def __init__(self, *, readonly: bool = False, now: Callable[[], float], chart_refresh: float = 0.25) -> None:
         super().__init__()
         self.readonly = readonly
         self.now = now  # the app's clock (frozen in snapshot tests): the age column
+        self.chart_refresh = chart_refresh  # how often the chart pane looks whether its runs grew
         self._ready = False  # the widgets exist: bound values can be shown
         self._a_run_selected = False  # what the footer's bindings were last refreshed for
-        self._smoothing = SMOOTHING_WEIGHT  # the chart's EMA weight (s / S); the app is told of changes
-        self._wall = False  # the chart's x axis is wall time (w); the app is told of changes
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
@@ -105,25 +100,17 @@ class MainScreen(Screen):
             with Vertical(id="runs-pane", classes="pane"):
                 yield RunsTable(id="runs")
                 yield Static("", id="runs-empty")
-            with Vertical(id="chart-pane", classes="pane"):
-                yield LossChart(id="chart")
-                yield ServingChart(id="serving-chart")
+            yield ChartPane(id="chart-pane", classes="pane", refresh=self.chart_refresh)
         with Horizontal(id="lower"):
             with VerticalScroll(id="flags-pane", classes="pane"):
                 yield FlagsView(id="flags")
-            with Vertical(id="analysis-pane", classes="pane"):
-                yield Static("", id="analysis-hint")
-                yield ChecksProgress(id="checks")
-                yield HypothesesList(id="hypotheses")
+            yield AnalysisPane(id="analysis-pane", classes="pane")
         yield Input(placeholder="filter runs by name (Esc clears)", id="filter")
         yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#runs-pane").border_title = "runs"
-        self.query_one("#chart-pane").border_title = "loss"
-        self._show_chart_keys()
         self.query_one("#flags-pane").border_title = "flags"
-        self.query_one("#analysis-pane").border_title = "checks"
         self.query_one("#filter").display = False
         self._apply_layout(self.app.size.width)
         self.query_one(RunsTable).focus()
@@ -132,23 +119,17 @@ class MainScreen(Screen):
         self.watch_topbar()
         self.watch_runs_view()
         self.watch_flags_state()
-        self.watch_chart_view()
+        self.watch_chart_request()
         self.watch_analysis()
         self.set_interval(1.0, self._refresh_ages, name="ages")
-        self.call_after_refresh(self._chart_resized)
 
     # -- layout -----------------------------------------------------------------------
 
     def on_resize(self, event: Resize) -> None:
         self._apply_layout(event.size.width)
-        self.call_after_refresh(self._chart_resized)
 
     def _apply_layout(self, width: int) -> None:
         self.set_class(width < COMPACT_BELOW_COLUMNS, "compact")
-
-    def _chart_resized(self) -> None:
-        if self.is_attached:
-            self.post_message(messages.ChartResized(self.query_one(LossChart).size.width))
 
     def _refresh_ages(self) -> None:
         self.query_one(RunsTable).refresh_ages(self.now())
@@ -187,79 +168,23 @@ class MainScreen(Screen):
         # On the pane's border: no line taken from the chart (80x24 has none to spare).
         self.query_one("#flags-pane").border_subtitle = Text(printable(state.subtitle)) if state.subtitle else ""
 
-    def watch_chart_view(self) -> None:
-        if not self._ready:
-            return
-        view = self.chart_view
-        self.query_one(LossChart).show(view.lines, overlay=view.overlay, wall=view.wall, metric=view.metric)
-        self._show_chart_keys()
-        # Serving acceptance under the loss, for a run whose triage.toml names [serving].
-        self.query_one("#chart-pane").set_class(view.serving is not None, "-serving")
-        self.query_one(ServingChart).show(view.serving)
-        self.query_one("#chart-pane").border_title = view.title
+    def watch_chart_request(self) -> None:
+        if self._ready:
+            self.query_one(ChartPane).chart(self.chart_request)
 
     def watch_check_progress(self) -> None:
-        if not self._ready:
-            return
-        progress = self.check_progress
-        checks = self.query_one(ChecksProgress)
-        if progress.start:
-            checks.start()
-        else:
-            checks.progress(progress.check, progress.fraction, progress.text)
+        if self._ready:
+            self.query_one(AnalysisPane).progress(self.check_progress)
 
     def watch_analysis(self) -> None:
-        """Show the checks/hypotheses of the selected run (or the hint to run them); CSS picks what shows."""
         if not self._ready:
             return
-        view = self.analysis
-        path = view.path
-        hint = self.query_one("#analysis-hint", Static)
-        checks = self.query_one("#checks", ChecksProgress)
-        hypotheses = self.query_one("#hypotheses", HypothesesList)
-        pane = self.query_one("#analysis-pane")
-        running = view.running
-        diagnosis = None if running else view.diagnosis
-        outcome = None if running else view.outcome
-        state = "-running" if running else "-done" if diagnosis else "-outcome" if outcome is not None else ""
-        for name in ("-running", "-done", "-outcome"):
-            pane.set_class(name == state, name)
-        if self.has_class("has-analysis") != bool(state):
-            self.set_class(bool(state), "has-analysis")
+        shown = self.query_one(AnalysisPane).show(self.analysis)
+        if self.has_class("has-analysis") != shown:
+            self.set_class(shown, "has-analysis")
             # The compact layout shrinks the table: keep the selected run in view.
             table = self.query_one(RunsTable)
             self.call_after_refresh(lambda: table.move_cursor(row=table.cursor_row, animate=False))
-        if not state:
-            hint.update(
-                Text("no run selected", style="dim")
-                if path is None
-                else Text.assemble(("press ", "dim"), ("c", "bold"), (" to run the checks on this run", "dim"))
-            )
-            pane.border_title = "checks"
-            hypotheses.show(())
-        elif running:
-            pane.border_title = "checks · running (x cancels)"
-        elif diagnosis is None:
-            pane.border_title = "checks"
-            checks.finish(None, outcome or "")
-            hypotheses.show(())
-        else:
-            counts: Counter[str] = Counter(result.status for result in diagnosis.checks.values())
-            tally = " ".join(f"{STATUS_STYLE[status][0]}{counts[status]}" for status in STATUS_STYLE if counts[status])
-            pane.border_title = f"hypotheses · checks {tally} · enter opens"
-            remapped = view.remapped
-            stale = remapped is not None and diagnosis.inputs.checkpoint != Path(remapped.output)
-            # Results older than the remap must look old: they describe the drafter before the fix.
-            pane.set_class(stale, "-stale")
-            if stale:
-                pane.border_title = "hypotheses · BEFORE the remap · c checks the remapped checkpoint"
-            elif remapped is not None:
-                pane.border_title = f"hypotheses · of the remapped checkpoint · checks {tally}"
-            # Nothing stands out: the small layout shows why (skipped checks say what they need).
-            pane.set_class(max((h.score for h in diagnosis.hypotheses), default=0.0) < LIKELY, "-quiet")
-            checks.finish({name: (result.status, result.summary) for name, result in diagnosis.checks.items()})
-            if hypotheses.hypotheses != list(diagnosis.hypotheses):
-                hypotheses.show(diagnosis.hypotheses)
 
     # -- actions --------------------------------------------------------------------------
 
@@ -315,32 +240,13 @@ class MainScreen(Screen):
         self.set_focus(filter_input)
 
     def action_toggle_log_y(self) -> None:
-        chart = self.query_one(LossChart)
-        chart.log_y = not chart.log_y
-        self._show_chart_keys()
+        self.query_one(ChartPane).toggle_log_y()
 
     def action_smoothing(self, step: int) -> None:
-        self._smoothing = next_smoothing(self._smoothing, step)
-        self._show_chart_keys()
-        self.post_message(messages.SmoothingChanged(self._smoothing))
-
-    def _show_chart_keys(self) -> None:
-        # Say which scale is on (a log axis read as linear misleads) and the smoothing the bright
-        # curve has (TensorBoard's debiased EMA; the table's smoothed column keeps TensorBoard's 0.6).
-        scale = "log y (l: linear)" if self.query_one(LossChart).log_y else "l log-y"
-        # The x axis too: minutes and steps read alike on a tick label.
-        x_axis = "x min (w)" if self._wall else "w time"
-        if self.chart_view.overlay:
-            # Runs side by side are smoothed only, each in its colour: no raw, no "bright".
-            line = f"smoothed {self._smoothing:g} (s/S) · {scale} · {x_axis}"
-        else:
-            line = f"raw dim · smoothed {self._smoothing:g} bright (s/S), as TensorBoard · {scale} · {x_axis}"
-        self.query_one("#chart-pane").border_subtitle = line
+        self.query_one(ChartPane).step_smoothing(step)
 
     def action_toggle_wall(self) -> None:
-        self._wall = not self._wall
-        self._show_chart_keys()
-        self.post_message(messages.XAxisChanged(self._wall))
+        self.query_one(ChartPane).toggle_wall()
 
     def action_mark(self) -> None:
         if self.selected_path is not None:

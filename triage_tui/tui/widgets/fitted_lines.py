@@ -11,6 +11,8 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.widget import Widget
 
+from triage_tui.core.text import printable
+
 ELLIPSIS = "…"
 # The share of the room a cut line keeps for its tail.
 TAIL_SHARE = 2 / 3
@@ -48,6 +50,21 @@ def fit_line(line: Text, width: int, tail_share: float = TAIL_SHARE) -> Text:
 def fit_lines(text: Text, width: int) -> Text:
     """Every line of ``text`` fitted to ``width`` (``fit_line``)."""
     return Text("\n").join(fit_line(line, width) for line in text.split("\n", allow_blank=True))
+
+
+def toast_text(message: str, title: str, screen_width: int) -> str:
+    """A toast's one plain line: a run named "[/]" must not take the app down, nor "[@click=...]" act.
+
+    At most two lines over the keys footer and the panes' bottom border (app.tcss). The title leads;
+    a longer text ends in "…", or, when it ends in a path, keeps the path's tail (its name), "…" in
+    its middle."""
+    line = printable((f"{title}: {message}" if title else message).replace("\n", " "))
+    # Two lines of the toast's width (less its severity edge and padding), less what wrapping at
+    # spaces may leave unused at the end of the first.
+    width = max(screen_width - 3, 8)
+    room = 2 * width - width // 4
+    ends_in_path = "/" in line.rsplit(" ", 1)[-1]
+    return fit_line(Text(line), room, tail_share=2 / 3 if ends_in_path else 0.0).plain
 
 
 class FittedLines(Widget):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
+from triage_tui.core.signals.kinds import FlagKind
 from triage_tui.core.text import STATUS_GLYPHS, printable
 from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE
 
@@ -30,7 +31,7 @@ class FlagsView(Static):
         if not flags:
             text.append("scanning…" if scanning else "no flags", style="dim")
         for index, flag in enumerate(flags):
-            shown = "warming" if flag.kind == "warming_up" else flag.severity
+            shown = "warming" if flag.kind == FlagKind.WARMING_UP else flag.severity
             glyph, style = STATUS_GLYPHS.get(shown, "?"), SEVERITY_STYLE.get(shown, "")
             if index:
                 text.append("\n")

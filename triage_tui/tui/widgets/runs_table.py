@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.text import Text
 from textual.widgets import DataTable
 
+from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE, RunRow, format_age, format_loss, format_step
 from triage_tui.tui.widgets.fitted_lines import fit_line
@@ -44,7 +45,7 @@ def elide_middle(text: str, width: int) -> str:
 
 def _name_cell(row: RunRow, width: int = MAX_NAME_WIDTH) -> Text:
     name = elide_middle(printable(row.name), width)  # a Text, never markup: run names are directory names
-    if row.status == "critical":
+    if row.status == RunHealth.CRITICAL:
         return Text(name, style="bold red")
     return Text(name)
 
@@ -83,9 +84,9 @@ def count_label(rows: Sequence[RunRow], total: int) -> Text:
     are critical. Drawn by the table with its rows, so the count is always of the rows on screen."""
     shown = len(rows)
     label = Text(f"{shown} run{'s' if shown != 1 else ''}" if shown == total else f"{shown} of {total} runs")
-    critical = sum(1 for row in rows if row.status == "critical")
-    warning = sum(1 for row in rows if row.status == "warning")
-    error = sum(1 for row in rows if row.status == "error")
+    critical = sum(1 for row in rows if row.status == RunHealth.CRITICAL)
+    warning = sum(1 for row in rows if row.status == RunHealth.WARNING)
+    error = sum(1 for row in rows if row.status == RunHealth.ERROR)
     if critical:
         label.append(f"  {STATUS_GLYPHS['critical']} {critical}", style=SEVERITY_STYLE["critical"])
     if warning:
