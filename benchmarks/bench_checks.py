@@ -174,6 +174,7 @@ def child_diagnose(run: str) -> dict:
 
     from triage_tui.core.check_inputs import resolve_inputs
     from triage_tui.core.diagnose import diagnose
+    from triage_tui.core.evidence import Evidence
 
     torch.set_num_threads(os.cpu_count() or 1)
     imports = time.perf_counter() - t0
@@ -191,7 +192,7 @@ def child_diagnose(run: str) -> dict:
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     inputs = resolve_inputs(Path(run))
-    diagnosis = diagnose(inputs, device="cpu", progress=progress)
+    diagnosis = diagnose(Evidence(inputs, device="cpu"), progress=progress)
     total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     checks = {}
     for name, result in diagnosis.checks.items():

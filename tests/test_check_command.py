@@ -19,6 +19,7 @@ from triage_tui.core.check_inputs import resolve_inputs
 from triage_tui.core.checks.registry import CHECK_NAMES
 from triage_tui.core.diagnose import diagnose
 from triage_tui.core.errors import BadInput
+from triage_tui.core.evidence import Evidence
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_the_target_head_is_read_once_for_every_check_and_each_reports_what_its_
         return rows(self, start, stop)
 
     monkeypatch.setattr(TargetModel, "lm_head_rows", counted)
-    shared = diagnose(inputs, device="cpu")
+    shared = diagnose(Evidence(inputs, device="cpu"))
     blocks = -(-163840 // target_head.ROW_BLOCK)
     assert sorted(read_blocks) == sorted(set(read_blocks)) and len(read_blocks) == blocks
 
@@ -122,13 +123,14 @@ def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(ru
     inputs = resolve_inputs(story, mapping=own)
     assert inputs.mapping == own and inputs.sources["mapping"] == "flag"
     assert inputs.sources["checkpoint"] == "triage.toml"
-    diagnosis = diagnose(inputs, device="cpu")
+    diagnosis = diagnose(Evidence(inputs, device="cpu"))
     assert diagnosis.checks["vocab_mapping"].status == "pass"
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a pickle at all")
     messages = []
-    diagnosis = diagnose(resolve_inputs(story, mapping=garbage), device="cpu", progress=lambda f, m: messages.append(m))
+    garbage_inputs = Evidence(resolve_inputs(story, mapping=garbage), device="cpu")
+    diagnosis = diagnose(garbage_inputs, progress=lambda f, m: messages.append(m))
     assert diagnosis.checks["vocab_mapping"].status == "error"
     assert "garbage.pt" in diagnosis.checks["vocab_mapping"].summary
     assert "\n" not in diagnosis.checks["vocab_mapping"].summary
@@ -205,7 +207,7 @@ def test_an_unreadable_checkpoint_errors_its_checks_and_the_mask_check_still_run
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     (broken / "model.safetensors").write_bytes(b"\xff" * 64)
-    diagnosis = diagnose(resolve_inputs(runs["story"], checkpoint=broken), device="cpu")
+    diagnosis = diagnose(Evidence(resolve_inputs(runs["story"], checkpoint=broken), device="cpu"))
     for name in ("vocab_mapping", "hidden_state", "replay"):
         assert diagnosis.checks[name].status == "error", name
         assert "model.safetensors" in diagnosis.checks[name].summary

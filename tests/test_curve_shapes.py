@@ -39,7 +39,7 @@ def speculators_log(root: Path, rows: list[tuple[int, dict[str, dict[str, float]
 
 
 def status_of(path: Path):
-    (status,) = Watcher([path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
+    (status,) = Watcher([path], use_watchdog=False, strict=True).poll_once()
     return status
 
 

@@ -46,6 +46,9 @@ ALWAYS = {
     "mapping_not_in_checkpoint",
     "identity_mapping",
     "mapping_drift",
+    "dropped_tensors",
+    "quantized_without_scales",
+    "rope_scaling_dropped",
 }
 
 

@@ -14,6 +14,7 @@ and within core, top to bottom; a module may import only from layers below its o
 from a sibling room of its own layer (siblings are independent):
 
     diagnose | remap          run the registered checks and rank causes / rewrite a checkpoint
+    evidence                  everything a diagnosis weighs about one run, gathered once (check, TUI, demo)
     hypotheses | check_inputs rank causes from check results and run evidence / resolve a run's inputs
     checks | watch            one verdict each / the live monitor over runs
     watched_run               one watched run: its settings from its files, its update into a RunStatus
@@ -67,6 +68,7 @@ ROOMS: list[tuple[str, ...]] = [
 ]
 CORE = [
     ("core.diagnose", "core.remap"),
+    ("core.evidence",),
     ("core.hypotheses", "core.check_inputs"),
     ("core.checks", "core.watch"),
     ("core.watched_run",),
@@ -106,6 +108,7 @@ FORMATS = [
         "core.formats.engine_launch",
         "core.formats.hub",
         "core.formats.remap_record",
+        "core.formats.quantization",
     ),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
@@ -123,6 +126,7 @@ EVENTS = [
 HYPOTHESES = [
     ("core.hypotheses.rank",),
     ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    ("core.hypotheses.weights",),
     ("core.hypotheses.scoring",),
 ]
 SIGNALS = [

@@ -33,9 +33,10 @@ from builders.serving import (
     write_profile,
 )
 from triage_tui import cli
-from triage_tui.commands.check import _serving, _serving_lines, _serving_sources
+from triage_tui.commands.check import _serving_lines
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.errors import BadInput
+from triage_tui.core.evidence import Overrides, gather_evidence
 from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.serving.compare import compare_serving, training_estimate
 from triage_tui.core.serving.meta_info import MetaInfoFile
@@ -163,10 +164,13 @@ def test_a_profile_beside_the_drafter_a_run_names_is_discovered_and_scored(tmp_p
     assert placeholder["measured"] is False and placeholder["acceptance_length"] is None
     assert not [f for f in runs["placeholder"]["flags"] if f["kind"].startswith("serving_")]
     # check reads the profile beside the drafter it checks when no --serving names another source.
-    sources, pages = _serving_sources(tree / "collapsed", None, tree / "collapsed" / "drafter")
-    comparison = _serving(sources, pages, None)
+    comparison = gather_evidence(tree / "collapsed").serving
     assert comparison.serving.engine == "modelopt" and comparison.finding("acceptance_collapsed") is not None
-    assert _serving(*_serving_sources(tree / "collapsed", None, None), None) is None
+    # ... the drafter it checks: another one passed with --checkpoint has no profile beside it.
+    other = tmp_path / "other-drafter"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    assert gather_evidence(tree / "collapsed", Overrides(checkpoint=other)).serving is None
 
 
 # --------------------------------------------------------------------------- vLLM per-request metrics

@@ -10,16 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
-from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
+from triage_tui.core.check_inputs import INPUT_NAMES
 from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
 from triage_tui.core.diagnose import Diagnosis, diagnose
 from triage_tui.core.errors import BadInput
+from triage_tui.core.evidence import Overrides, gather_evidence
 from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.json_numbers import finite_json
-from triage_tui.core.run_status import RunStatus
-from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
+from triage_tui.core.runs.remote import shown_path, shown_text
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.core.text import printable
 
@@ -68,61 +67,32 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
-    inputs = _resolve(args)
-    status = _run_status(inputs.run)
-    flags = tuple(status.flags) if status is not None else ()
-    scalars = status.scalars if status is not None else None
-    chance = status.chance if status is not None else None
-    # Serving sources are read before the checks: a URL that does not answer is bad input (exit 2).
-    sources, pages = _serving_sources(inputs.run, args.serving, inputs.checkpoint)
-    serving = _serving(sources, pages, scalars)
-    progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
-    diagnosis = diagnose(
-        inputs,
+    # One evidence path (core/evidence.py): the TUI's `c` and the demo gather the same. Serving
+    # sources are read there, before the checks: a URL that does not answer is bad input (exit 2).
+    overrides = Overrides(
+        checkpoint=args.checkpoint,
+        mapping=args.mapping,
+        data=args.data,
+        target=args.target,
+        serving=tuple(args.serving or ()),
         device=args.device,
-        flags=flags,
-        metrics=status.metrics if status is not None else None,
-        progress=progress,
-        serving=serving,
         all_chunk_orders=args.all_chunk_orders,
-        start=status.start if status is not None else None,
-        launches=_launches(sources),
-        acceptance=status.acceptance_history() if status is not None else None,
     )
+    evidence = gather_evidence(args.run, overrides)
+    for error in evidence.unread:
+        print(f"triage check: {printable(error.line())}", file=sys.stderr)
+    progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
+    diagnosis = diagnose(evidence, progress=progress)
     if args.json:
         document = diagnosis.to_json()
-        if chance is not None:
-            document["chance"] = finite_json(chance.to_json())  # the line the flags compared the loss with
+        if evidence.chance is not None:
+            document["chance"] = finite_json(evidence.chance.to_json())  # the line the flags compared the loss with
         # A run in a bucket: every path read as its URL, not the local mirror's (runs/remote.py).
         json.dump(shown_text(document), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(str(shown_text(render_text(diagnosis, flags, chance))))
+        sys.stdout.write(str(shown_text(render_text(diagnosis, evidence.flags, evidence.chance))))
     return exit_status(diagnosis)
-
-
-def _resolve(args: argparse.Namespace):
-    """The run's inputs; a bucket prefix (s3://, gs://) is mirrored first (runs/remote.py), with the
-    directories its triage.toml names out of it in the same bucket. Its checkpoints are placeholders
-    there, which the checks read by range (formats/remote_safetensors.py), never as zeros."""
-    mirrors = Mirrors()
-    run_path = mirrors.local(args.run)
-    errors = mirrors.sync()
-
-    def resolve():
-        return resolve_inputs(
-            run_path, checkpoint=args.checkpoint, mapping=args.mapping, data=args.data, target=args.target
-        )
-
-    inputs = resolve()
-    if mirrors.mirrors:
-        before = len(mirrors.mirrors)
-        errors += mirrors.mirror_outside([inputs.checkpoint, inputs.mapping, inputs.data, inputs.target])
-        if len(mirrors.mirrors) > before:
-            inputs = resolve()
-    for error in errors:
-        print(f"triage check: {printable(error.line())}", file=sys.stderr)
-    return inputs
 
 
 def exit_status(diagnosis: Diagnosis) -> int:
@@ -136,54 +106,6 @@ def exit_status(diagnosis: Diagnosis) -> int:
         )
         return 2
     return 1 if diagnosis.top_score >= LIKELY else 0
-
-
-def _run_status(run_path) -> RunStatus | None:
-    """One scan pass of the run: its flags, metrics, scalars, start and acceptance history feed the
-    hypotheses; its chance line is the one `scan` and the TUI draw, said with its basis."""
-    from triage_tui.core.watch import Watcher
-
-    statuses = Watcher([run_path], use_watchdog=False, strict=True, follow_serving=False).poll_once()
-    return next((s for s in statuses if s.info.path == run_path), statuses[0] if statuses else None)
-
-
-def _serving_sources(
-    run_path, flag_sources: list[str] | None, checkpoint: Any = None
-) -> tuple[list[str], tuple[str, ...]]:
-    """--serving sources, else triage.toml's [serving] and the speculation profile beside the
-    drafter checked; and those named as a /metrics page (triage.toml's metrics), read as one as
-    scan and the watcher read them."""
-    from triage_tui.core.runs.manifest import load_manifest
-    from triage_tui.core.runs.names import MANIFEST_NAME
-    from triage_tui.core.serving.read import with_profile
-
-    sources, pages = list(flag_sources or []), tuple[str, ...]()
-    if not sources:
-        if (run_path / MANIFEST_NAME).is_file():
-            manifest = load_manifest(run_path / MANIFEST_NAME)
-            sources, pages = manifest.serving_sources, manifest.serving_metrics_pages
-        sources = with_profile(sources, checkpoint)
-    return sources, pages
-
-
-def _launches(sources: list[str]) -> tuple:
-    """How the engine was launched, from the serving logs among the sources (never a URL)."""
-    from triage_tui.core import bounds
-    from triage_tui.core.formats.engine_launch import read_engine_launches
-
-    return tuple(launch for source in sources if not bounds.is_url(source) for launch in read_engine_launches(source))
-
-
-def _serving(sources: list[str], pages: tuple[str, ...], scalars: Any):
-    """The serving sources read and set beside the training estimate."""
-    from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
-    from triage_tui.core.serving.read import read_serving_sources
-
-    evidence = read_serving_sources(sources, pages)
-    if evidence is None:
-        return None
-    estimate = training_estimate_from_scalars(scalars) if scalars is not None else None
-    return compare_serving(evidence, estimate)
 
 
 def _stderr_progress(fraction: float, message: str) -> None:

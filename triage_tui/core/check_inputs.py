@@ -21,6 +21,8 @@ from triage_tui.core.errors import BadInput
 
 if TYPE_CHECKING:
     from triage_tui.core.formats.hub import HubModel
+    from triage_tui.core.runs.info import RunInfo
+    from triage_tui.core.runs.manifest import Manifest
 
 INPUT_NAMES = ("checkpoint", "mapping", "data", "target")
 
@@ -80,6 +82,17 @@ class CheckInputs:
         return shlex.join(words), shlex.join(["triage", "remap", str(self.checkpoint), "--keep-checkpoint-mapping"])
 
 
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A run's inputs and the run as discovery found it: its ``RunInfo`` (None where only flags name
+    inputs) and its triage.toml as read once, for whoever reads the run's other evidence next
+    (core/evidence.py), so neither is discovered or parsed again."""
+
+    inputs: CheckInputs
+    info: RunInfo | None
+    manifest: Manifest | None
+
+
 def resolve_inputs(
     run: str | Path,
     *,
@@ -89,6 +102,18 @@ def resolve_inputs(
     target: str | Path | None = None,
 ) -> CheckInputs:
     """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
+    return resolve_run(run, checkpoint=checkpoint, mapping=mapping, data=data, target=target).inputs
+
+
+def resolve_run(
+    run: str | Path,
+    *,
+    checkpoint: str | Path | None = None,
+    mapping: str | Path | None = None,
+    data: str | Path | None = None,
+    target: str | Path | None = None,
+) -> ResolvedRun:
+    """``resolve_inputs``, keeping the run's discovery and manifest (``ResolvedRun``)."""
     from triage_tui.core.runs.discover import discover_runs
     from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
     from triage_tui.core.runs.names import MANIFEST_NAME
@@ -177,7 +202,7 @@ def resolve_inputs(
     start, start_source, remapped_from = _start(
         chosen["checkpoint"], sources.get("checkpoint"), run_path, manifest, artifacts, notes
     )
-    return CheckInputs(
+    inputs = CheckInputs(
         run=run_path,
         sources=sources,
         notes=tuple(notes),
@@ -187,6 +212,7 @@ def resolve_inputs(
         remapped_from=remapped_from,
         **chosen,
     )
+    return ResolvedRun(inputs, info, manifest)
 
 
 def _start(

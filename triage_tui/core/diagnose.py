@@ -1,6 +1,7 @@
 """What `triage check` and the TUI's check key call: run every registered check on a run's inputs, rank causes.
 
-The inputs come resolved (``core/check_inputs.py`` ``resolve_inputs``); the checks are those of
+The inputs and the rest of the run's evidence come gathered (``core/evidence.py`` ``gather_evidence``,
+or an ``Evidence`` of inputs alone from ``core/check_inputs.py`` ``resolve_inputs``); the checks are those of
 ``core/checks/registry.py``, in its order, each isolated: a file that is not what it claims
 (BadInput) or any other exception in one check becomes that check's ``status="error"`` with a
 one-line reason, and the others still run.
@@ -9,21 +10,18 @@ one-line reason, and the others still run.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from triage_tui.core.best_checkpoint import AcceptanceHistory
 from triage_tui.core.check_inputs import CheckInputs
 from triage_tui.core.checks.registry import CHECK_NAMES, COUNTING_CHECKS, CheckContext, Progress, run_checks
 from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
-from triage_tui.core.formats.engine_launch import EngineLaunch
+from triage_tui.core.curve_shapes import StartingCheckpoint
+from triage_tui.core.evidence import Evidence
 from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.hypotheses.scoring import LIKELY, Hypothesis
 from triage_tui.core.json_numbers import finite_json
 from triage_tui.core.serving.compare import ServingComparison
-from triage_tui.core.signals.metrics import RunMetrics
 
 
 @dataclass(frozen=True)
@@ -97,42 +95,28 @@ class Diagnosis:
 
 
 def diagnose(
-    inputs: CheckInputs,
-    *,
-    device: str = "auto",
-    flags: Sequence[Any] = (),
-    metrics: RunMetrics | None = None,
-    progress: Progress | None = None,
-    cancel: threading.Event | None = None,
-    serving: ServingComparison | None = None,
-    all_chunk_orders: bool = False,
-    start: RunStart | None = None,
-    launches: Sequence[EngineLaunch] = (),
-    acceptance: AcceptanceHistory | None = None,
+    evidence: Evidence, *, progress: Progress | None = None, cancel: threading.Event | None = None
 ) -> Diagnosis:
-    """Run every registered check (each isolated) and rank the hypotheses.
+    """Run every registered check (each isolated) on the evidence's inputs and rank the hypotheses.
 
-    ``progress(fraction, message)`` reports per check: ``fraction`` is that check's own
-    progress and ``message`` starts with the check's name, so the TUI can show one bar each.
-    ``metrics`` is the scan's metrics of the run (RunStatus.metrics), for hypotheses no flag states.
-    ``serving`` (core/serving/compare.py compare_serving) adds what the serving engine accepted.
-    ``all_chunk_orders``: the replay tries every order of the aux chunks, not only the stored one
-    (it does anyway when the hidden-state check finds the chunks suspect).
-    ``start`` is how the run's curves started (RunStatus.start), which a fine-tune from a good drafter
-    must not do near chance (warm_start_broken, against the checkpoint the inputs name).
-    ``launches``: how the serving engine was started (core/formats/engine_launch.py, its logs);
-    ``acceptance``: a held-out acceptance estimate over the run and its checkpoints (past_acceptance_peak).
+    ``evidence`` is what ``core/evidence.py`` ``gather_evidence`` gathered of the run (its flags,
+    metrics, serving comparison and launches, how it started, its acceptance history), or an
+    ``Evidence`` of bare inputs. ``progress(fraction, message)`` reports per check: ``fraction`` is
+    that check's own progress and ``message`` starts with the check's name, so the TUI can show one
+    bar each. ``evidence.start`` is how the run's curves started, which a fine-tune from a good
+    drafter must not do near chance (warm_start_broken, against the checkpoint the inputs name).
     """
+    inputs = evidence.inputs
     context = CheckContext(
         checkpoint=inputs.checkpoint,
         mapping=inputs.mapping,
         data=inputs.data,
         target=inputs.target,
         run_checkpoints=inputs.run_checkpoints,
-        device=device,
+        device=evidence.device,
         progress=progress,
         cancel=cancel,
-        all_chunk_orders=all_chunk_orders,
+        all_chunk_orders=evidence.all_chunk_orders,
     )
     checks = run_checks(context)
     starting = (
@@ -144,12 +128,12 @@ def diagnose(
     )
     hypotheses = rank_hypotheses(
         checks,
-        flags,
-        metrics=metrics,
-        serving=serving,
-        start=start,
+        evidence.flags,
+        metrics=evidence.metrics,
+        serving=evidence.serving,
+        start=evidence.start,
         starting_checkpoint=starting,
-        launches=launches,
-        acceptance=acceptance,
+        launches=evidence.launches,
+        acceptance=evidence.acceptance,
     )
-    return Diagnosis(inputs, checks, hypotheses, serving)
+    return Diagnosis(inputs, checks, hypotheses, evidence.serving)

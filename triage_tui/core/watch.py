@@ -149,7 +149,6 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
         parse_in_helpers: bool = False,
-        follow_serving: bool = True,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
     ) -> None:
@@ -175,14 +174,8 @@ class Watcher:
         self.strict = strict
         self.clock = clock
         # What every run is read and judged with (core.watched_run): `scan` waits for a metrics URL
-        # once (strict); `check` reads [serving] itself (follow_serving=False).
-        self.settings = WatchSettings(
-            vocab_size=vocab_size,
-            flush_secs=flush_secs,
-            strict=strict,
-            follow_serving=follow_serving,
-            clock=clock,
-        )
+        # once (strict); `check` reads [serving] itself (scan_run, below).
+        self.settings = WatchSettings(vocab_size=vocab_size, flush_secs=flush_secs, strict=strict, clock=clock)
         # Scans /proc once a poll for every run's writer (core.run_state); a test gives one over a made-up /proc.
         self.scanner = scanner if scanner is not None else ProcessScanner()
         self.watchdog_active = False  # True while an Observer delivers wake-ups
@@ -400,14 +393,7 @@ class Watcher:
 
     def _scan_processes(self, runs: list[WatchedRun]) -> ProcessTable:
         """One scan of /proc for every run (core.run_state), on this thread, never the UI's."""
-        scanner = self.scanner
-        if not runs:
-            return ProcessTable({}, scanner.hostname, False)
-        pids = event_file_pids((path for tracked in runs for path in tracked.info.event_files), scanner.hostname)
-        try:
-            return scanner.scan(self.paths, pids)
-        except Exception:  # noqa: BLE001 - the processes unseen: every run keeps the silence rule (unknown)
-            return ProcessTable({}, scanner.hostname, False)
+        return _scan_processes(self.scanner, self.paths, runs)
 
     def _update(self, tracked: WatchedRun, now: float, processes: ProcessTable) -> RunStatus:
         """One run's poll (core.watched_run): its own fault boundary is poll_once's."""
@@ -469,3 +455,28 @@ class Watcher:
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):
                 self.wake(rescan=True)
                 return
+
+
+def _scan_processes(scanner: ProcessScanner, roots: Sequence[Path], runs: list[WatchedRun]) -> ProcessTable:
+    """One scan of /proc for the runs under ``roots`` (core.run_state)."""
+    if not runs:
+        return ProcessTable({}, scanner.hostname, False)
+    pids = event_file_pids((path for tracked in runs for path in tracked.info.event_files), scanner.hostname)
+    try:
+        return scanner.scan(roots, pids)
+    except Exception:  # noqa: BLE001 - the processes unseen: every run keeps the silence rule (unknown)
+        return ProcessTable({}, scanner.hostname, False)
+
+
+def scan_run(info: RunInfo, *, clock: Callable[[], float] = time.time) -> RunStatus:
+    """One run, already discovered, read once and reported as `scan` reports it (a strict watcher's
+    first poll, without the walk); its [serving] is not followed: `check` reads its serving
+    sources itself (core/evidence.py). The fault boundary is a poll's: a failure is the run's error."""
+    settings = WatchSettings(strict=True, follow_serving=False, clock=clock)
+    tracked = WatchedRun.of(info)
+    tracked.refresh_settings()
+    processes = _scan_processes(ProcessScanner(), [info.path], [tracked])
+    try:
+        return tracked.update(settings, clock(), processes)
+    except Exception as err:  # noqa: BLE001 - the fault boundary, as in poll_once
+        return failed_status(info, settings.vocab_size, err)

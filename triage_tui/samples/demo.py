@@ -122,7 +122,8 @@ class DemoLayout:
 
 def _samples_match(samples: Path) -> bool:
     """``samples`` holds the files the demo copies, written by this generator from its default spec."""
-    from triage_tui.samples.generate import SampleSpec, built_by_this_generator
+    from triage_tui.samples.provenance import built_by_this_generator
+    from triage_tui.samples.spec import SampleSpec
 
     try:
         recorded = json.loads((samples / "GENERATED.json").read_text())
@@ -139,7 +140,8 @@ def prepare_demo(
     The live run's inputs are exactly ``sample_runs/vocab-mismatch``'s (domain B's mapping under
     the same cache name, the same dumps), so with a matching sample_runs/ nothing is computed.
     """
-    from triage_tui.samples.generate import SampleSpec, mapping_cache_name, write_manifest
+    from triage_tui.samples.recipes import mapping_cache_name, write_manifest
+    from triage_tui.samples.spec import SampleSpec
 
     spec = SampleSpec()
     layout = DemoLayout(root)
@@ -176,7 +178,7 @@ def _build_inputs(layout: DemoLayout, spec, cache: Path) -> None:
     import torch
 
     from triage_tui.core.formats.mapping import write_mapping_pt
-    from triage_tui.samples.generate import build_world, pretrain_drafter, write_dumps
+    from triage_tui.samples.recipes import build_world, pretrain_drafter, write_dumps
     from triage_tui.samples.world import save_target
 
     torch.set_num_threads(1)
@@ -234,7 +236,7 @@ def train_live(root: Path, *, parent: int, max_steps: int, step_delay: float, pa
     import torch
 
     from triage_tui.core.formats.mapping import read_mapping
-    from triage_tui.samples.generate import SampleSpec
+    from triage_tui.samples.spec import SampleSpec
     from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, load_saved_drafter
     from triage_tui.samples.world import generate_corpus, load_target
 
@@ -525,9 +527,9 @@ def run_headless(
 
     ``trainer`` must be paced: the story gives it its steps.
     """
-    from triage_tui.core.check_inputs import resolve_inputs
     from triage_tui.core.checks.replay import ReplayDetails
     from triage_tui.core.diagnose import diagnose
+    from triage_tui.core.evidence import gather_evidence
     from triage_tui.core.remap.execute import remap_checkpoint
 
     started = time.monotonic()
@@ -552,8 +554,8 @@ def run_headless(
     trainer.allow(trainer.step)  # hold it while the check and the remap run: the story, not the race
     stamp(f"flag {flag.kind}: {flag.message}")
 
-    inputs = resolve_inputs(layout.run)
-    diagnosis = diagnose(inputs, device="auto", flags=status.flags, metrics=status.metrics, start=status.start)
+    diagnosis = diagnose(gather_evidence(layout.run))  # what `triage check` and the TUI's `c` gather
+    inputs = diagnosis.inputs
     top = diagnosis.hypotheses[0]
     stamp(f"check: {top.id} scores {top.score:.2f}; " + "; ".join(top.evidence[:2]))
     replay_result = diagnosis.checks.get("replay")

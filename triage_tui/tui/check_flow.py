@@ -1,9 +1,10 @@
 """CheckFlow: the checks of one run from the TUI, `c` to the hypotheses pane.
 
-ChecksRequested starts them: a thread worker resolves the run's inputs and calls core's
-diagnose(), posting CheckProgress as each check goes and ChecksFinished at the end (or on
-failure); the app hands each of those messages here. `x` (CancelChecks) cancels the worker, and
-the UI is released at once (the thread still finishes its current batch). The flow holds what the
+ChecksRequested starts them: a thread worker gathers the run's evidence as `triage check` does
+(core/evidence.py) and calls core's diagnose(), posting CheckProgress as each check goes and
+ChecksFinished at the end (or on failure); the app hands each of those messages here. `x`
+(CancelChecks) cancels the worker, and the UI is released at once (the thread still finishes its
+current batch). The flow holds what the
 checks found (diagnoses, or why there is none: outcomes) and which run they run on; the hypotheses
 pane shows those through the app's AnalysisView, and `enter` on a hypothesis opens its drill-down.
 
@@ -107,7 +108,7 @@ class CheckFlow:
         # not the drafter the run's triage.toml still names.
         checkpoint = self.app.remapped_checkpoint(path)
         self.app.run_worker(
-            partial(self._run, status, checkpoint),
+            partial(self._run, path, checkpoint),
             name="checks",
             group=GROUP,
             description="checks",
@@ -121,13 +122,11 @@ class CheckFlow:
             if worker.group == GROUP and not worker.is_finished:
                 worker.cancel()
 
-    def _run(self, status: RunStatus, checkpoint: Path | None) -> None:
-        """In the worker's thread: resolve the inputs, diagnose, post the answer."""
-        from triage_tui.core.check_inputs import resolve_inputs
+    def _run(self, path: Path, checkpoint: Path | None) -> None:
+        """In the worker's thread: gather the run's evidence as `triage check` does, diagnose, post the answer."""
         from triage_tui.core.diagnose import diagnose
-        from triage_tui.core.serving.compare import compare_serving, training_estimate_from_scalars
+        from triage_tui.core.evidence import Overrides, gather_evidence
 
-        path = status.info.path
         cancel = get_current_worker().cancelled_event
 
         def progress(fraction: float, text: str) -> None:
@@ -135,21 +134,8 @@ class CheckFlow:
             self.app.post_message(messages.CheckProgress(path, check, fraction, text))
 
         try:
-            inputs = resolve_inputs(path, checkpoint=checkpoint)
-            serving = None
-            if status.serving is not None:
-                serving = compare_serving(status.serving, training_estimate_from_scalars(status.scalars))
-            diagnosis = diagnose(
-                inputs,
-                device=self.app.device,
-                flags=status.flags,
-                metrics=status.metrics,
-                progress=progress,
-                cancel=cancel,
-                serving=serving,
-                start=status.start,
-                acceptance=status.acceptance_history(),
-            )
+            evidence = gather_evidence(path, Overrides(checkpoint=checkpoint, device=self.app.device))
+            diagnosis = diagnose(evidence, progress=progress, cancel=cancel)
         except BadInput as err:
             self.app.post_message(messages.ChecksFinished(path, None, error=err.line()))
             return

@@ -369,6 +369,24 @@ def _mapping_health(ctx: CheckContext) -> CheckResult:
     )
 
 
+def _drafter_tensors(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.drafter_tensors import check_drafter_tensors
+
+    return check_drafter_tensors(ctx.checkpoint())
+
+
+def _quantization(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.quantization import check_quantization
+
+    return check_quantization(ctx.checkpoint())
+
+
+def _rope_scaling(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.rope_scaling import check_rope_scaling
+
+    return check_rope_scaling(ctx.checkpoint(), ctx.target())
+
+
 def _directory(path: Path) -> Path:
     """A checkpoint named by its directory or by a weights file in it, as one directory."""
     resolved = path.resolve()
@@ -417,6 +435,9 @@ CHECKS: tuple[Check, ...] = (
         "the mapping saved in each checkpoint: present, not the identity, unchanged across the run",
         _mapping_health,
     ),
+    Check("drafter_tensors", "the drafter's tensor names against those its layer requires", _drafter_tensors),
+    Check("quantization", "the drafter's 8-bit weights against the scales stored beside them", _quantization),
+    Check("rope_scaling", "the drafter's RoPE scaling against the target's", _rope_scaling),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
 # A column of check names is this wide, so the longest (config_contract, 15) never runs into the

@@ -65,6 +65,12 @@ class DrafterCheckpoint:
             raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
         return self._weights.load(name)
 
+    def tensor_rows(self, name: str, stop: int) -> torch.Tensor:
+        """Rows [0, stop) of one tensor; the rest stays unread."""
+        if name not in self.tensors or self._weights is None:
+            raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
+        return self._weights.load_rows(name, [(0, min(stop, self.tensors[name].shape[0]))])[0]
+
     @property
     def lm_head_name(self) -> str | None:
         return LM_HEAD if LM_HEAD in self.tensors else None

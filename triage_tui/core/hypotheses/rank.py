@@ -42,6 +42,7 @@ from triage_tui.core.hypotheses.serving import (
     target_mismatch,
     training_metric_misread,
 )
+from triage_tui.core.hypotheses.weights import dropped_tensors, quantized_without_scales, rope_scaling_dropped
 
 if TYPE_CHECKING:
     from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
@@ -103,4 +104,7 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     backbone_fallback,
     rope_layout,
     past_acceptance_peak,
+    quantized_without_scales,
+    dropped_tensors,
+    rope_scaling_dropped,
 )

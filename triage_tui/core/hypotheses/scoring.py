@@ -230,7 +230,14 @@ def corroborate(evidence: Evidence, symptoms: Sequence[Flag]) -> None:
         evidence.add(W_SYMPTOM_CORROBORATES, f"run flag {flag.kind}: {flag.message}")
 
 
-def serving_collapsed(ev: Evidence, serving: ServingComparison | None) -> None:
+def serving_collapsed(ev: Evidence, serving: ServingComparison | None, ruled_out: str | None = None) -> None:
+    """A serving collapse weighs for each cause it may come from (W_SERVING_COLLAPSED), unless a
+    check's finding rules this cause out: ``ruled_out`` says which, and the collapse is then a note.
+    Serving alone cannot tell the causes apart; a check that looked at one can."""
     finding = serving.finding("acceptance_collapsed") if serving is not None else None
-    if finding is not None:
+    if finding is None:
+        return
+    if ruled_out is not None:
+        ev.note(f"serving: {finding.message}; {ruled_out}, so the collapse does not point here")
+    else:
         ev.add(W_SERVING_COLLAPSED, f"serving: {finding.message}")
