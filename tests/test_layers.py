@@ -23,8 +23,9 @@ from a sibling room of its own layer (siblings are independent):
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
-    events | signals | drafter | console
-                              TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles
+    events | signals | drafter | console | trackers
+                              TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles /
+                              other trackers' records
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks
