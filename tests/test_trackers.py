@@ -388,3 +388,17 @@ def test_mlflows_recorded_status_gives_the_state_where_no_writer_is_visible(tmp_
     )
     assert ended.state == "ended" and ended.reason == "MLflow recorded the run FINISHED"
     assert stores.recorded_end({"a/b": "RUNNING"}) is None
+
+
+def test_a_wal_store_whose_writer_closed_is_read_without_a_file_left_beside_it(tmp_path):
+    """trackio's stores are WAL databases: a read-only connection to one whose writer has closed
+    would create its -wal and -shm and leave them; the reader leaves the directory as it was."""
+    store = tmp_path / "tiny-lm.db"
+    shutil.copy2(FIXTURES / "trackio" / "tiny-lm.db", store)
+    assert store.read_bytes()[18] == 2  # trackio writes WAL
+    before = (store.read_bytes(), store.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir()))
+    for ref in trackio_db.list_runs(store):
+        source = trackio_db.TrackioRun(store, ref.run)
+        source.poll()
+        assert source.scalars.points
+    assert (store.read_bytes(), store.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir())) == before

@@ -3,7 +3,9 @@
 A tracker's database (MLflow's ``mlflow.db``, trackio's ``<project>.db``) belongs to the
 trainer writing it. It is opened with ``mode=ro`` (https://www.sqlite.org/uri.html): no write, and
 no journal of ours; a WAL database's ``-wal`` and ``-shm`` are the writer's, read as SQLite reads
-them (https://www.sqlite.org/wal.html, "Read-Only Databases"). ``query_only`` refuses a write even
+them (https://www.sqlite.org/wal.html, "Read-Only Databases"), and where its writer left neither
+(a clean close checkpoints and deletes them), read as immutable, since a read-only connection would
+create both and leave them behind. ``query_only`` refuses a write even
 if a statement tried one. A statement that meets the writer's lock waits ``BUSY_TIMEOUT_SECONDS``,
 then the poll gives up (``Locked``) and the next poll tries again: a poll never stalls behind a
 writer. Every connection is closed when the read is done, so nothing stays open on a store between
@@ -26,6 +28,7 @@ from triage_tui.core.trackers import tuning
 # The files whose change means the store may hold new rows: a commit in WAL mode writes the -wal
 # file; in rollback mode, the database itself.
 WAL_SUFFIX = "-wal"
+SHM_SUFFIX = "-shm"
 # SQLite's primary result codes for a lock held by another connection.
 _LOCKED_CODES = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
 
@@ -49,9 +52,24 @@ def store_key(path: Path) -> StoreKey:
     return tuple(key)
 
 
-def _uri(path: Path) -> str:
+def _uri(path: Path, *, immutable: bool) -> str:
     # Every character a URI gives meaning to (?, #, %) escaped: the path is the file's, whatever its name.
-    return "file:" + quote(str(path.absolute()), safe="/") + "?mode=ro"
+    return "file:" + quote(str(path.absolute()), safe="/") + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+
+
+def _without_live_wal(path: Path) -> bool:
+    """A WAL database (header bytes 18-19: 2, https://www.sqlite.org/fileformat2.html) whose -wal or
+    -shm is absent: its last writer closed (and checkpointed) or the files were copied without them.
+    A read-only connection would create both beside it and leave them (SQLite makes the -shm a reader
+    needs); read as immutable instead: nothing is written, and no writer has rows in a WAL then."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    if len(header) < 20 or header[18] != 2:
+        return False
+    return not (path.with_name(path.name + WAL_SUFFIX).exists() and path.with_name(path.name + SHM_SUFFIX).exists())
 
 
 @contextmanager
@@ -68,7 +86,7 @@ def reading(path: Path) -> Iterator[sqlite3.Connection]:
         raise BadInput(path, "not a regular file")  # a FIFO named like a store must not hang the poll
     try:
         conn = sqlite3.connect(
-            _uri(path),
+            _uri(path, immutable=_without_live_wal(path)),
             uri=True,
             timeout=tuning.BUSY_TIMEOUT_SECONDS,
             isolation_level=None,
