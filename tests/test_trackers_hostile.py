@@ -100,7 +100,9 @@ def test_trackio_stores_of_older_releases_are_read(tmp_path):
         "step INT, metrics TEXT)"
     )
     source_rows = (
-        sqlite3.connect(TRACKIO_DB).execute("SELECT timestamp, run_name, step, metrics FROM metrics").fetchall()
+        sqlite3.connect(f"file:{TRACKIO_DB}?mode=ro&immutable=1", uri=True)
+        .execute("SELECT timestamp, run_name, step, metrics FROM metrics")
+        .fetchall()
     )
     for project in ("a", "b"):
         conn.executemany(
