@@ -40,6 +40,7 @@ from triage_tui.core.signals.flags import Flag, worst_severity
 from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
 from triage_tui.core.trackers.frameworks import framework_of_run, trainer_of
+from triage_tui.core.trackers.stores import recorded_end_of
 
 FileKey = tuple[str, int, int]  # (path, mtime_ns, size)
 
@@ -327,6 +328,7 @@ class WatchedRun:
             wandb_exit_code=wandb.exit_code if wandb is not None else None,
             console_error_of=self._console_error,
             final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
+            recorded_end=recorded_end_of(self.events.sources),
             flush_secs=flush_secs,
         )
 

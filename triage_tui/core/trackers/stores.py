@@ -11,7 +11,7 @@ FAILED, KILLED), for where no writer process is visible.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -161,4 +161,12 @@ def recorded_end(states: dict[str, str | None]) -> tuple[str, str] | None:
         return "crashed", f"MLflow recorded {printable(failed[0])} {known[failed[0]]}"
     if known and all(status in mlflow_db.ENDED for status in known.values()):
         return "ended", "MLflow recorded the run FINISHED" if len(known) == 1 else "MLflow recorded every run FINISHED"
+    return None
+
+
+def recorded_end_of(sources: Iterable[object]) -> tuple[str, str] | None:
+    """``recorded_end`` of the first tracker store among a run's sources, None without one."""
+    for source in sources:
+        if isinstance(source, StoreRuns):
+            return recorded_end(source.states)
     return None
