@@ -402,3 +402,27 @@ def test_a_wal_store_whose_writer_closed_is_read_without_a_file_left_beside_it(t
         source.poll()
         assert source.scalars.points
     assert (store.read_bytes(), store.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir())) == before
+
+
+def test_the_batterys_tracker_files_are_byte_for_byte_what_the_trackers_wrote():
+    """tests/builders/trackers.py against the files Lightning and torchtune wrote themselves."""
+    from builders.trackers import disk_logger, lightning_csv
+
+    for run in ("chance", "healthy"):
+        logged = EXPECTED[run]
+        train = [
+            (step, {"epoch": 0, **{tag: dict(map(tuple, logged[tag]))[step] for tag in logged if tag != "val/loss"}})
+            for step in range(len(logged["train/loss"]))
+        ]
+        rows = []
+        for step, row in train:
+            rows.append((step, {k: (math.nan if v is None else v) for k, v in row.items()}))
+            if step in dict(map(tuple, logged["val/loss"])):
+                rows.append((step, {"val/loss": dict(map(tuple, logged["val/loss"]))[step], "epoch": 0}))
+        written = (FIXTURES / "lightning" / f"tiny-lm-{run}" / "version_0" / "metrics.csv").read_bytes()
+        assert lightning_csv(rows) == written
+        tune = [
+            (s + 1, {"loss": v, "lr": logged["lr"][s][1], "tokens_per_second_per_gpu": 1234.5})
+            for s, v in logged["train/loss"]
+        ]
+        assert disk_logger(tune) == (FIXTURES / "torchtune" / run / "log_1760000000.txt").read_bytes()

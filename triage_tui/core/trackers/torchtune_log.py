@@ -18,25 +18,27 @@ from triage_tui.core.trackers.text_numbers import parse_number
 KIND = "torchtune"
 FILE_NAME = re.compile(r"^log_\d+\.txt$")
 _LINE = re.compile(r"^Step (\d+) \| (.*)$")
+_PAIR = re.compile(r"(?P<name>[^:]+?):(?P<value>\S+)(?: |$)")
 _TENSOR = re.compile(r"^tensor\((.*?)(?:, [a-z_]+=.*)?\)$")
 
 
 def parse_line(line: str) -> Logged | Damaged | None:
-    match = _LINE.match(line.rstrip())
+    match = _LINE.match(line.rstrip("\n"))
     if match is None:
         return None
     step = step_of(int(match[1]))
     values: list[tuple[str, float]] = []
-    for item in match[2].split():
-        name, sep, text = item.rpartition(":")
-        tensor = _TENSOR.match(text)
-        value = parse_number(tensor[1] if tensor else text)
-        name_ok = metric_name(name)
-        if not sep or value is None or name_ok is None:
+    rest = match[2]
+    # ``{name}:{data} `` each: a name may hold spaces (the recipe's keys are its own), a value none.
+    for pair in _PAIR.finditer(rest):
+        tensor = _TENSOR.match(pair["value"])
+        value = parse_number(tensor[1] if tensor else pair["value"])
+        name = metric_name(pair["name"])
+        if value is None or name is None:
             return DAMAGED
-        values.append((name_ok, value))
-    if step is None or not values:
-        return DAMAGED
+        values.append((name, value))
+    if step is None or not values or _PAIR.sub("", rest).strip():
+        return DAMAGED  # no pair, or text no pair accounts for
     return Logged(step, tuple(values))
 
 
