@@ -241,6 +241,72 @@ def test_an_unreadable_record_is_an_error_of_its_run_and_the_curves_best_stands(
     assert run["best"]["step"] == 20 and run["best"]["recorded"] is None and run["best"]["evaluations"] == 3
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"run_id": "../../../../x", "step": 100}, "is not 'k2-eagle3', the run its name says"),
+        ({"score": 1e308}, "score 1e+308 of eval/simulated_acc_len lies outside [0, "),
+        ({"score": -5}, "score -5 of eval/simulated_acc_len lies outside [0, "),
+        ({"step": 2**63 - 1}, "step is 9223372036854775807 (a step lies in [0, 2^53 - 1])"),
+    ],
+    ids=["checkpoint-outside-the-run", "score-1e308", "score-negative", "step-int64-max"],
+)
+def test_an_impossible_record_is_an_error_of_its_run_never_its_best(specforge_output, tmp_path, capsys, change, said):
+    """A best_meta.json whose checkpoint lies outside the run, whose score no acceptance length can
+    be, or whose step is int64's maximum: one error of its run naming the file and the number; the
+    best shown is the curves' own (step 20), and with the evaluations cut from the console, the
+    training-time estimate's, never the record's."""
+    out = _copy(specforge_output, tmp_path / "output")
+    meta_path = out / "k2-eagle3.best_meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **change}, indent=2))
+    code, run = _scan_run(out, capsys)
+    assert code == 1
+    ((source, path, error),) = [(e["source"], e["path"], e["message"]) for e in run["errors"]]
+    assert (source, path) == ("specforge", str(meta_path)) and said in error, error
+    assert run["best"]["step"] == 20 and run["best"]["recorded"] is None
+    console = out / "train.log"
+    console.write_text("".join(line for line in console.read_text().splitlines(True) if "eval/" not in line))
+    _, run = _scan_run(out, capsys)
+    assert [e["source"] for e in run["errors"]] == ["specforge"]
+    assert run["best"]["recorded"] is None and run["best"]["held_out"] is False  # the training estimate's
+
+
+@pytest.mark.parametrize(
+    ("bad_point", "said"),
+    [
+        ((20, 50.0), "eval/simulated_acc_len is 50 at step 20: an acceptance length lies in [0, 4] (3 draft"),
+        ((20, -5.0), "eval/simulated_acc_len is -5 at step 20: an acceptance length lies in [0, 4] (3 draft"),
+        ((2**63 - 1, 2.9), "eval/simulated_acc_len is logged at step 9223372036854775807: a step lies in [0, 2^53"),
+    ],
+    ids=["50-with-3-positions", "negative", "step-int64-max"],
+)
+def test_an_impossible_acceptance_length_is_flagged_and_never_the_best(tmp_path, capsys, bad_point, said):
+    """SpecForge's evaluation series (torch's SummaryWriter) with one point no acceptance length can
+    be, beside the evaluation's three per-position accuracies: the series is not believed (a warning
+    says which number and why), and the best comes from the per-position estimate."""
+    from triage_tui import cli
+
+    run = tmp_path / "run"
+    points = [(10, 2.1), (30, 2.4), bad_point]
+    accuracies = {f"eval/per_position_acc/{i}": [(s, 0.8 - 0.1 * i) for s in (10, 20, 30)] for i in range(3)}
+    write_scalars(
+        run,
+        {
+            "train/ploss_0": [(s, 3.0 - s / 100) for s in range(0, 40, 5)],
+            "eval/simulated_acc_len": sorted(points),
+            **accuracies,
+        },
+    )
+    cli.main(["scan", str(run), "--json", "--poll"])
+    (found,) = json.loads(capsys.readouterr().out)["runs"]
+    best = found["best"]
+    assert best["metric"] == "eval/per_position_acc/{i}" and best["estimated"] is True, best
+    assert 1.0 <= best["value"] <= 4.0
+    (flag,) = [f for f in found["flags"] if f["kind"] == "impossible_values"]
+    assert flag["severity"] == "warning" and flag["tag"] == "eval/simulated_acc_len"
+    assert said in flag["message"] and flag["message"].endswith("not used for the best checkpoint")
+
+
 def test_check_ranks_past_the_acceptance_peak_from_the_runs_own_evaluations(tmp_path, capsys):
     """The product's path: `check` hands the run's held-out acceptance history to the hypotheses."""
     from triage_tui import cli

@@ -26,16 +26,14 @@ from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.samples.demo import (
     BATCH_SIZE,
-    DEMO_RUN,
     FLAG_BY_STEP,
     RECOVERY_STEPS,
     STALL_SECONDS,
-    DemoLayout,
     TrainerProcess,
     cpu_compute_dtype,
     demo_app,
-    prepare_demo,
 )
+from triage_tui.samples.demo_layout import DEMO_RUN, DemoLayout, prepare_demo
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -166,7 +164,8 @@ def test_trainer_exits_when_its_parent_dies(layout):
             sys.executable,
             "-c",
             "import signal, sys; from pathlib import Path; "
-            "from triage_tui.samples.demo import DemoLayout, TrainerProcess; "
+            "from triage_tui.samples.demo import TrainerProcess; "
+            "from triage_tui.samples.demo_layout import DemoLayout; "
             "t = TrainerProcess(DemoLayout(Path(sys.argv[1]))); "
             "print(t.wait_until(lambda t: t.started, float(sys.argv[2])) is not None, t.proc.pid, flush=True); "
             "signal.pause()",

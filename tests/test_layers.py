@@ -23,12 +23,13 @@ from a sibling room of its own layer (siblings are independent):
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
-    events | signals | drafter | console | trackers
+    events | signals | drafter | console | writers | trackers
                               TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles /
-                              other trackers' records
+                              which process of this node writes a run / other trackers' records
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
-    formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
-                              GPUs, CPU, memory and disks
+    formats | node | process_table
+                              files on disk (weights, mappings, dumps, JSON) into typed results / the node's
+                              GPUs, CPU, memory and disks / the user's processes, from one /proc scan
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
     series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
     | bounds | log_tail       small shared helpers; bounds: every fetch's deadline and cap, numbers checked
@@ -76,9 +77,9 @@ CORE = [
     ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
-    ("core.events", "core.signals", "core.drafter", "core.console", "core.trackers"),
+    ("core.events", "core.signals", "core.drafter", "core.console", "core.writers", "core.trackers"),
     ("core.runs",),
-    ("core.formats", "core.node"),
+    ("core.formats", "core.node", "core.process_table"),
     ("core.objstore",),
     (
         "core.series",

@@ -16,17 +16,10 @@ import pytest
 from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
 from builders.tensorboard import write_scalars
 from triage_tui.core.events.reader import RunEvents, find_event_files
-from triage_tui.core.run_state import (
-    ProcessScanner,
-    ProcessTable,
-    console_error,
-    find_writer,
-    hf_final_save,
-    interactive_interpreter,
-    read_console_tail,
-    run_state,
-)
+from triage_tui.core.process_table import ProcessScanner, ProcessTable, interactive_interpreter
+from triage_tui.core.run_state import console_error, hf_final_save, read_console_tail, run_state
 from triage_tui.core.signals.stall import Activity
+from triage_tui.core.writers import find_writer
 
 FLUSH = 1.0  # the children flush every second: the stall threshold is small
 
@@ -436,7 +429,7 @@ def test_hf_trainers_final_save(tmp_path):
 def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every_scan(tmp_path):
     """What a known process holds open is read every REFRESH_SECS (the scanner's clock); that it died
     is seen at the next scan."""
-    from triage_tui.core.run_state import REFRESH_SECS
+    from triage_tui.core.process_table import REFRESH_SECS
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -471,7 +464,7 @@ def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every
     ],
 )
 def test_event_file_names(name, found):
-    from triage_tui.core.run_state import event_file_writer
+    from triage_tui.core.writers import event_file_writer
 
     assert event_file_writer(name) == found
 

@@ -92,6 +92,18 @@ LOG = Attacks(
                 vllm_line_raw(1.5, 15, 300, ", ".join(["0.010"] * 100)),
                 "100 per-position rates",
             ),
+            (
+                "mean_above_k_plus_one",  # 3 speculative tokens: at most 4 tokens a step
+                _VLLM_GOOD[0],
+                vllm_line_raw(50.0, 270, 300, "0.900, 0.900, 0.900"),
+                "line 2: Mean acceptance length is 50 (above 4 with 3 speculative tokens",
+            ),
+            (
+                "mean_above_k_plus_one_with_nothing_accepted",
+                _VLLM_GOOD[0],
+                vllm_line_raw(5.4, 0, 300, "0.000, 0.000, 0.000"),
+                "line 2: Mean acceptance length is 5.4 (above 4 with 3 speculative tokens",
+            ),
             ("sglang_negative", _SGLANG_GOOD, sglang_line_text("-1.00"), "below 1"),
             ("sglang_below_one", _SGLANG_GOOD, sglang_line_text("0.50"), "below 1"),
             ("sglang_absurd", _SGLANG_GOOD, sglang_line_text("1e9"), "above 66"),
@@ -145,6 +157,11 @@ META_INFO = Attacks(
             ("beyond_a_float", meta_info_line(10**400, 10**401), "an integer of 401 digits"),
             ("histogram_too_long", meta_info_line(10, 20, [0] * 100), "spec_accept_histogram of 100 entries"),
             ("absurd_length", meta_info_line(1, 1000), "above 66"),
+            (
+                "length_above_its_histogram",  # 0 to 3 accepted a step: at most 4 tokens
+                meta_info_line(10, 60, [0, 0, 0, 10]),
+                "completion_tokens / spec_verify_ct is 6 (above 4 with 3 speculative tokens",
+            ),
         )
     ),
     malformed=tuple(
@@ -201,6 +218,9 @@ PROFILE = Attacks(
         ("rising_marginals", _json(_rates_only(marginal_accept_rates=[0.2, 0.5, 0.1])), "rise at position 1"),
         ("nan_mean", _json(_rates_only(mean_accept_length=float("nan"))), "not finite"),
         ("mean_below_one", _json(_rates_only(mean_accept_length=0.5)), "below 1"),
+        ("mean_above_k", _json(_rates_only(mean_accept_length=50.0)), "is 50 (above 4 with 3 speculative tokens"),
+        ("mean_5.4_above_k", _json(_rates_only(mean_accept_length=5.4)), "is 5.4 (above 4 with 3 speculative"),
+        ("more_rates_than_k", _json(_rates_only(marginal_accept_rates=[0.5] * 5)), "of 5 positions with num_specu"),
         ("measured_neither", _json(_profile(measured="yes")), "measured is neither true nor false"),
         ("not_json", b'{"schema_version": "1.0", "measured": true, "marginal_accept_rates": [0.8,', "not JSON"),
     ),

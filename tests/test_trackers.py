@@ -369,7 +369,8 @@ def test_a_store_of_several_runs_read_where_it_lies_names_each_runs_series_and_s
 
 
 def test_mlflows_recorded_status_gives_the_state_where_no_writer_is_visible(tmp_path):
-    from triage_tui.core.run_state import ProcessTable, run_state
+    from triage_tui.core.process_table import ProcessTable
+    from triage_tui.core.run_state import run_state
     from triage_tui.core.signals.stall import Activity
     from triage_tui.core.trackers import stores
 

@@ -14,7 +14,7 @@ import pytest
 
 from builders.tensorboard import open_writer, write_drafter_checkpoint, write_scalars
 from builders.waiting import out_of_patience
-from triage_tui.core.run_state import ProcessScanner
+from triage_tui.core.process_table import ProcessScanner
 from triage_tui.core.watch import RunStatus, Watcher
 
 LN_32000 = math.log(32_000)

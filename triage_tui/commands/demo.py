@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
-    from triage_tui.samples.demo import REPO_SAMPLES, TrainerProcess, prepare_demo, run_headless, run_with_tui
+    from triage_tui.samples.demo import TrainerProcess, run_headless, run_with_tui
+    from triage_tui.samples.demo_layout import REPO_SAMPLES, prepare_demo
 
     made_temp = args.workdir is None
     if not made_temp and args.workdir.exists() and (not args.workdir.is_dir() or any(args.workdir.iterdir())):

@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import sys
+import threading
+from typing import Any
 
 from triage_tui.core.text import printable
 
@@ -58,9 +60,50 @@ def skip_final_collection() -> None:
     atexit.register(gc.freeze)
 
 
-def _sigterm_as_interrupt(signum, frame) -> None:
-    # A terminated remap unwinds like Ctrl-C, so its temporary directory is removed on the way out.
-    raise KeyboardInterrupt
+# The signals that end a remap early: `kill`, `timeout`, a scheduler's preemption; Ctrl-C; the terminal closed.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Stopping:
+    """While a remap runs: the first stop signal sets ``cancel``, which the remap checks between its
+    windows (it stops there and removes its temporary directory); a second one raises
+    KeyboardInterrupt at once, unwinding the same way. The handlers before are put back on exit."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.signum: int | None = None
+        self.twice = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopping:
+        if threading.current_thread() is threading.main_thread():  # signal.signal's rule
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._stop)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.twice = self.signum is not None
+        self.signum = signum
+        self.cancel.set()
+        if self.twice:
+            raise KeyboardInterrupt
+
+    def line(self) -> str:
+        """What the user is told: by what, and that nothing partial is left where the output goes."""
+        by = signal.Signals(self.signum).name if self.signum is not None else "an interrupt"
+        if self.twice or self.signum is None:
+            return (
+                f"remap stopped by {by} at once: its temporary directory was removed; the output's "
+                "place holds an earlier output or this one whole, never a part"
+            )
+        return f"remap stopped by {by} before it finished: nothing was written, and an earlier output is as it was"
+
+    def status(self) -> int:
+        return 128 + (self.signum if self.signum is not None else signal.SIGINT)
 
 
 def _progress_line(fraction: float, text: str) -> None:
@@ -109,12 +152,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from triage_tui.core.remap.job import Cancelled
+
+    skip_final_collection()
+    with _Stopping() as stopping:
+        try:
+            return _remap(args, stopping.cancel)
+        except (Cancelled, KeyboardInterrupt):
+            try:
+                print(f"triage: {stopping.line()}", file=sys.stderr, flush=True)
+            except OSError:  # the terminal it would go to is gone (SIGHUP)
+                pass
+            return stopping.status()
+
+
+def _remap(args: argparse.Namespace, cancel: threading.Event) -> int:
     from triage_tui.core.errors import BadInput
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.remap.keep import keep_checkpoint_mapping
 
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    skip_final_collection()
     if args.keep_checkpoint_mapping:
         kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
         if args.json:
@@ -150,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
             device=args.device,
             max_tokens=args.max_tokens,
             progress=_progress_line if show_progress else None,
+            cancel=cancel,
         )
     finally:
         if show_progress:

@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from triage_tui.core import bounds
 from triage_tui.core.curve_shapes import best_index, checkpoint_step, eval_acceptance_tags, nearest_checkpoint
 from triage_tui.core.json_numbers import json_number
 from triage_tui.core.metric_names import TrainerNames, ordered
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import chained, is_held_out, position_choices
-from triage_tui.core.signals.flags import fmt
+from triage_tui.core.signals.flags import Flag, fmt
+from triage_tui.core.signals.kinds import FlagKind, Severity
 from triage_tui.core.text import printable
 
 if TYPE_CHECKING:
@@ -168,6 +170,7 @@ def acceptance_series(scalars: RunScalars, trainer: TrainerNames | None) -> Acce
     candidates += [(tag, False) for tag in training_logged]
     candidates += [(name, False) for name, _, _ in choices if not is_held_out(name)]
     families = {name: (chosen, unconditional) for name, chosen, unconditional in choices}
+    positions = _evaluated_positions(choices)
     for metric, held_out in candidates:
         if metric in families:
             found = _estimated(scalars, *families[metric])
@@ -175,8 +178,52 @@ def acceptance_series(scalars: RunScalars, trainer: TrainerNames | None) -> Acce
         else:
             found = _logged(scalars, metric)
             estimated = False
+            if found is not None and _impossible(metric, *found, positions) is not None:
+                continue  # not believed: impossible_acceptance says why
         if found is not None and len(found[0]):
             return AcceptanceSeries(metric, estimated, held_out, found[0], found[1])
+    return None
+
+
+def _evaluated_positions(choices: Sequence[tuple[str, tuple[str, ...], bool]]) -> int:
+    """The draft positions an evaluation logs an accuracy for (SpecForge's evaluator: every TTT
+    position, ``eval/per_position_acc``), 0 when none: a training family may log fewer positions
+    than the drafter drafts (ModelOpt's ``parallel_0_step_0`` alone), so it says nothing of k."""
+    return max((len(chosen) for name, chosen, _ in choices if is_held_out(name)), default=0)
+
+
+def _impossible(metric: str, steps: np.ndarray, values: np.ndarray, positions: int) -> str | None:
+    """Why a logged acceptance-length series cannot be one, None when it can: a value outside [0,
+    k + 1] (k the draft positions whose accuracies the run's evaluation logs, else at most
+    ``bounds.MAX_ACCEPTANCE_LENGTH``; 0, not 1: SpecForge's ``simulated_acc_len`` leaves out the bonus
+    token, specforge/eval/evaluator.py ``_simulated_acc_len``), or a step beyond ``bounds.MAX_STEP``."""
+    limit = positions + 1.0 if positions else bounds.MAX_ACCEPTANCE_LENGTH
+    outside = np.flatnonzero((values < 0.0) | (values > limit))
+    if len(outside):
+        at = int(outside[0])
+        where = f" ({positions} draft positions)" if positions else ""
+        return (
+            f"{printable(metric)} is {fmt(float(values[at]))} at step {int(steps[at])}: an acceptance length lies "
+            f"in [0, {limit:g}]{where}"
+        )
+    if len(steps) and int(steps[-1]) > bounds.MAX_STEP:
+        return f"{printable(metric)} is logged at step {int(steps[-1])}: a step lies in [0, 2^53 - 1]"
+    return None
+
+
+def impossible_acceptance(scalars: RunScalars, trainer: TrainerNames | None) -> Flag | None:
+    """A warning for the first logged acceptance-length series that holds a number no acceptance
+    length can be: the series is not used for the best checkpoint, and the flag says why."""
+    tags = scalars.tags()
+    logged = [*eval_acceptance_tags(tags, trainer)]
+    logged += [t for t in ordered(tags, trainer.acceptance_length) if "train" in t] if trainer else []
+    positions = _evaluated_positions(position_choices(tags))
+    for metric in logged:
+        found = _logged(scalars, metric)
+        why = _impossible(metric, *found, positions) if found is not None else None
+        if why is not None:
+            message = f"{why}; not used for the best checkpoint"
+            return Flag(FlagKind.IMPOSSIBLE_VALUES, Severity.WARNING, metric, None, None, message)
     return None
 
 

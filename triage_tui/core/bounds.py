@@ -41,6 +41,9 @@ MAX_POSITION_INDEX = 64
 MAX_ACCEPTANCE_LENGTH = float(MAX_POSITION_INDEX + 2)
 # Counts beyond 2**53 are not exact as the floats Prometheus writes: no server has drafted that much.
 MAX_COUNT = 1 << 53
+# Steps beyond 2**53 - 1 are no longer exact as JSON numbers (RFC 8259 section 6) or in the doubles
+# trackers keep; no run takes that many (2**63 - 1 is int64's maximum, a sentinel, not a step).
+MAX_STEP = (1 << 53) - 1
 # Label sets of one metric on a page: engines x models x positions, with room to spare.
 MAX_LABEL_SETS = 4096
 
@@ -77,14 +80,24 @@ def count(value: float, what: str) -> int:
     return round(value)
 
 
-def acceptance_length(value: float, what: str = "acceptance length") -> float:
-    """1 <= length <= MAX_ACCEPTANCE_LENGTH (every step yields the bonus token, at most every draft)."""
+def acceptance_length(value: float, what: str = "acceptance length", k: int | None = None) -> float:
+    """1 <= length <= k + 1 where ``k``, the tokens a step drafts, is known (every step yields the
+    bonus token and at most every drafted one), else <= MAX_ACCEPTANCE_LENGTH."""
     if not math.isfinite(value):
         raise Impossible(f"{what} is {value} (not finite)")
     if value < 1.0:
         raise Impossible(f"{what} is {value:g} (below 1: every step keeps at least the bonus token)")
+    if k is not None and value > k + 1 + 1e-9:
+        raise Impossible(f"{what} is {value:.3g} (above {k + 1} with {k} speculative tokens: k drafted and the bonus)")
     if value > MAX_ACCEPTANCE_LENGTH:
         raise Impossible(f"{what} is {value:.3g} (above {MAX_ACCEPTANCE_LENGTH:g}: more than any draft holds)")
+    return value
+
+
+def step(value: int, what: str = "step") -> int:
+    """A training step: a whole number in [0, MAX_STEP]."""
+    if not 0 <= value <= MAX_STEP:
+        raise Impossible(f"{what} is {_short(str(value))} (a step lies in [0, 2^53 - 1])")
     return value
 
 
@@ -121,7 +134,8 @@ def accepted_within(
         if value > drafts:
             raise Impossible(f"{value} accepted at position {index} of {drafts} drafts (at most one per draft)")
     if drafts:
-        acceptance_length(1.0 + accepted / drafts, f"1 + {accepted} accepted / {drafts} drafts")
+        k = len(per_position) if per_position else None
+        acceptance_length(1.0 + accepted / drafts, f"1 + {accepted} accepted / {drafts} drafts", k)
 
 
 def _short(text: str, limit: int = 40) -> str:

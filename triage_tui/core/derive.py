@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triage_tui.core.best_checkpoint import BestCheckpoint, best_checkpoint
+from triage_tui.core.best_checkpoint import BestCheckpoint, best_checkpoint, impossible_acceptance
 from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import SourceError
 from triage_tui.core.metric_names import TrainerNames, match_trainer, ordered, per_position
@@ -105,6 +105,8 @@ def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
         trainer=trainer,
         checkpoints=settings.checkpoints,
     )
+    impossible = impossible_acceptance(scalars, trainer)
+    flags += [impossible] if impossible is not None else []
     return Derived(
         vocab_size=settings.vocab_size,
         vocab_size_source=settings.vocab_size_source,

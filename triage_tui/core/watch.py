@@ -33,7 +33,7 @@ from triage_tui.core.derive import DEFAULT_FLUSH_SECS
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
-from triage_tui.core.run_state import ProcessScanner, ProcessTable, event_file_pids
+from triage_tui.core.process_table import ProcessScanner, ProcessTable
 from triage_tui.core.run_status import RunStatus, failed_status
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
@@ -47,6 +47,7 @@ from triage_tui.core.runs.names import (
 )
 from triage_tui.core.runs.remote import Mirrors, shown_path
 from triage_tui.core.watched_run import WatchedRun, WatchSettings, scalar_file_set
+from triage_tui.core.writers import event_file_pids
 
 # A burst of watchdog events (tensorboardX issues 4 writes per record) is coalesced into one
 # poll: after a wake-up the watcher waits this long before polling.

@@ -22,7 +22,8 @@ from typing import Any
 from triage_tui.core.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.formats.specforge_output import BestMeta, read_best_meta
-from triage_tui.core.run_state import ProcessTable, RunState, console_error, final_step, read_console_tail, run_state
+from triage_tui.core.process_table import ProcessTable
+from triage_tui.core.run_state import RunState, console_error, final_step, read_console_tail, run_state
 from triage_tui.core.run_status import RunStatus, manifest_error
 from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.info import RunInfo

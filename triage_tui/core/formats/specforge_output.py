@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from triage_tui.core import bounds
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
+from triage_tui.core.metric_names import ACCEPTANCE_LENGTH_WORD
 
 STATE_FILE = "training_state.pt"
 STEP_DIR = re.compile(r"^(?P<run_id>.+)-step(?P<step>\d{1,18})$")  # CheckpointManager.resolve_resume_dir's pattern
@@ -45,6 +47,10 @@ DEFAULT_BEST_METRIC = "eval/simulated_acc_len"
 # A best_meta.json is a few hundred bytes (one evaluation's metrics); its metrics nest 2 levels.
 MAX_META_BYTES = 1 << 20
 MAX_META_DEPTH = 8
+# What a score's metric measures, by its last name part: tokens per draft, or a fraction.
+_ACCEPTANCE_LENGTH = re.compile(ACCEPTANCE_LENGTH_WORD + "$")
+_ACCURACY = re.compile(r"(^|_)acc(uracy)?$")
+_POSITION = re.compile(r"^eval/per_position_acc/\d+$")  # SpecForge's evaluator: one accuracy per TTT position
 
 
 @dataclass(frozen=True)
@@ -125,22 +131,39 @@ def read_best_meta(path: str | Path) -> BestMeta:
     run_id, metric, step, score = (document.get(k) for k in ("run_id", "metric", "step", "score"))
     if not isinstance(run_id, str) or not run_id or not isinstance(metric, str) or not metric:
         raise BadInput(path, "not a SpecForge best_meta.json: no run_id or metric string")
+    named = path.name.removesuffix(BEST_META_SUFFIX)
+    if run_id != named:  # its checkpoint is <run_id>-step<N> beside it: never a path elsewhere
+        raise BadInput(path, f"run_id {_short(run_id)} is not {_short(named)}, the run its name says")
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
         raise BadInput(path, f"not a SpecForge best_meta.json: step is no whole number ({_short(step)})")
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
         raise BadInput(path, f"not a SpecForge best_meta.json: score is no finite number ({_short(score)})")
     metrics = document.get("metrics")
+    numbers = tuple(_numbers(metrics)) if isinstance(metrics, dict) else ()
+    try:
+        bounds.step(step)
+        _check_score(metric, float(score), numbers)
+    except bounds.Impossible as err:
+        raise BadInput(path, str(err)) from None
     checkpoint = path.parent / f"{run_id}-step{step}"
-    return BestMeta(
-        path,
-        run_id,
-        step,
-        float(score),
-        metric,
-        tuple(_numbers(metrics)) if isinstance(metrics, dict) else (),
-        checkpoint,
-        is_complete(checkpoint),
-    )
+    return BestMeta(path, run_id, step, float(score), metric, numbers, checkpoint, is_complete(checkpoint))
+
+
+def _check_score(metric: str, score: float, numbers: tuple[tuple[str, float], ...]) -> None:
+    """The score in its metric's range: an accuracy in [0, 1]; an acceptance length in [0, k + 1],
+    k the evaluation's positions where it lists them (SpecForge's ``simulated_acc_len`` is the sum of
+    the chained per-position accuracies, without the bonus token: specforge/eval/evaluator.py
+    ``_simulated_acc_len``; an engine's counts it), else at most ``bounds.MAX_ACCEPTANCE_LENGTH``."""
+    positions = [value for name, value in numbers if _POSITION.match(name)]
+    for index, value in enumerate(positions):
+        bounds.rate(value, f"eval/per_position_acc {index}")
+    name = metric.rsplit("/", 1)[-1]
+    if _ACCEPTANCE_LENGTH.search(name):
+        limit = len(positions) + 1 if positions else bounds.MAX_ACCEPTANCE_LENGTH
+        if not 0.0 <= score <= limit:
+            raise bounds.Impossible(f"score {score:.4g} of {metric} lies outside [0, {limit:g}]")
+    elif _ACCURACY.search(name):
+        bounds.rate(score, f"score of {metric}")
 
 
 def _numbers(metrics: dict[str, Any]) -> Iterable[tuple[str, float]]:

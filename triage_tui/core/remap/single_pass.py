@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from triage_tui.core import fileio
-from triage_tui.core.formats.safe_torch import SAFETENSORS_DTYPES
+from triage_tui.core.formats.safe_torch import MAX_SAFETENSORS_HEADER, SAFETENSORS_DTYPES
 from triage_tui.core.remap import tuning
 from triage_tui.core.remap.digest import SourceRead, dropped_rows_hasher, hash_dropped_rows
 from triage_tui.core.remap.job import WRITE_SPAN, Background, PhaseProgress, check_cancel
@@ -149,9 +149,12 @@ def stream_source(
                 try:
                     prefix = bytes(fileio.pread_into(fd, buffer, 8, 0))
                     header_length = int.from_bytes(prefix, "little")
-                    if header_length > size - 8:
+                    if header_length > min(size - 8, MAX_SAFETENSORS_HEADER):  # the plan read one within both
                         raise _SourceChanged
-                    header = bytes(fileio.pread_into(fd, buffer, header_length, 8))
+                    # a header may outgrow the window (the format allows 100 MB; the plan read it whole)
+                    header_buffer = buffer if header_length <= len(buffer) else bytearray(header_length)
+                    header = bytes(fileio.pread_into(fd, header_buffer, header_length, 8))
+                    del header_buffer
                     layout = _source_layout(plan, file, header, size)
                     for name, begin, end in layout:
                         step = window_rows * row_bytes if name == lm_head_name else tuning.WINDOW_BYTES

@@ -72,11 +72,14 @@ def parse_vllm_line(line: str, index: int = 0) -> ServingSample | None:
         raise bounds.Impossible(f"{len(rates)} per-position rates (at most {bounds.MAX_POSITION_INDEX + 1})")
     for i, value in enumerate(rates):
         bounds.rate(value, f"per-position acceptance rate {i}")
+    k = len(rates) or None  # one rate per speculative token
+    if math.isfinite(logged):  # the engine's own figure, shown or not, must be one it could log
+        bounds.acceptance_length(logged, "Mean acceptance length", k)
     drafts = _vllm_drafts(logged, accepted, drafted, rates)
     if drafts is None:
-        length = bounds.acceptance_length(logged, "Mean acceptance length")
+        length = bounds.acceptance_length(logged, "Mean acceptance length", k)
     else:
-        length = bounds.acceptance_length(1.0 + accepted / drafts)
+        length = bounds.acceptance_length(1.0 + accepted / drafts, k=k)
     stamp = _VLLM_TIME.search(line[: match.start()])
     return ServingSample(index, stamp.group(1) if stamp else None, length, rates, drafts, accepted)
 

@@ -56,7 +56,6 @@ class MetaInfoFile(JsonLinesSource):
             raise bounds.Impossible(
                 f"{tokens} completion tokens in {steps} verify steps (every step yields at least one token)"
             )
-        bounds.acceptance_length(tokens / steps, "completion_tokens / spec_verify_ct")
         counts = meta.get("spec_accept_histogram")
         if counts is not None:
             if not isinstance(counts, list):
@@ -66,11 +65,16 @@ class MetaInfoFile(JsonLinesSource):
                     f"spec_accept_histogram of {len(counts)} entries (at most {bounds.MAX_POSITION_INDEX + 2})"
                 )
             counts = [bounds.count(integer(c), "spec_accept_histogram entry") for c in counts]
-            if sum(counts) == steps:  # else this request's histogram says nothing about its steps
-                self.histogram += [0] * (len(counts) - len(self.histogram))
-                for i, c in enumerate(counts):
-                    self.histogram[i] += c
-                self.histogram_steps += steps
+        # A histogram of this request's steps counts each step at its accepted drafts (0 to k): no
+        # step accepted more than its last entry, so the mean is at most its length.
+        of_steps = counts is not None and len(counts) > 0 and sum(counts) == steps
+        k = len(counts) - 1 if counts is not None and of_steps else None
+        bounds.acceptance_length(tokens / steps, "completion_tokens / spec_verify_ct", k)
+        if counts is not None and of_steps:  # else it says nothing about this request's steps
+            self.histogram += [0] * (len(counts) - len(self.histogram))
+            for i, c in enumerate(counts):
+                self.histogram[i] += c
+            self.histogram_steps += steps
         self.verify += steps
         self.completion += tokens
         self.requests += 1

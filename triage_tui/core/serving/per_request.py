@@ -104,7 +104,7 @@ class VllmRequestMetrics(JsonLinesSource):
         reached = [sum(counts[i + 1 :]) for i in range(k)]
         bounds.accepted_within(accepted, drafts=steps, draft_tokens=drafted, per_position=reached)
         bounds.rate(rate, "draft_acceptance_rate")
-        length = bounds.acceptance_length(mean, "mean_acceptance_length")
+        length = bounds.acceptance_length(mean, "mean_acceptance_length", k)
         if steps and not math.isclose(length, 1.0 + accepted / steps, rel_tol=1e-9, abs_tol=1e-9):
             raise bounds.Impossible(
                 f"mean_acceptance_length {length:.4g} is not 1 + {accepted} accepted / {steps} steps"

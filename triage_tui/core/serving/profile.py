@@ -127,12 +127,12 @@ def profile_evidence(document: Any, location: str) -> ServingEvidence:
     notes: list[str] = []
     k = _speculative_tokens(document.get("num_speculative_tokens"))
     histogram = _histogram(document.get("acceptance_length_histogram"), k)
-    reported = _length_or_none(document.get("mean_accept_length"), "mean_accept_length")
+    reported = _length_or_none(document.get("mean_accept_length"), "mean_accept_length", k)
     if histogram:
         evidence = _from_histogram(histogram, k, location, notes, reported)
     else:
-        evidence = _from_rates(document, location, reported)
-    per_request = _length_or_none(document.get("mean_accept_length_per_request"), "mean_accept_length_per_request")
+        evidence = _from_rates(document, location, reported, k)
+    per_request = _length_or_none(document.get("mean_accept_length_per_request"), "mean_accept_length_per_request", k)
     if per_request is not None:
         notes.append(f"ModelOpt's per-request mean {per_request:.2f} (requests weighted equally) is not used")
     validation = document.get("validation")
@@ -184,9 +184,9 @@ def _from_histogram(
     return ServingEvidence(ENGINE, location, length, tuple(r / steps for r in reached), steps, accepted, convention)
 
 
-def _from_rates(document: dict[str, Any], location: str, reported: float | None) -> ServingEvidence:
-    marginal = _rates(document.get("marginal_accept_rates"), "marginal_accept_rates")
-    conditional = _rates(document.get("conditional_accept_rates"), "conditional_accept_rates")
+def _from_rates(document: dict[str, Any], location: str, reported: float | None, k: int | None) -> ServingEvidence:
+    marginal = _rates(document.get("marginal_accept_rates"), "marginal_accept_rates", k)
+    conditional = _rates(document.get("conditional_accept_rates"), "conditional_accept_rates", k)
     if marginal is not None:
         per_position, source = marginal, "its marginal_accept_rates (unconditional, as they are)"
         for i in range(1, len(marginal)):
@@ -209,7 +209,7 @@ def _from_rates(document: dict[str, Any], location: str, reported: float | None)
     if reported is not None:
         length, how = reported, "ModelOpt's per-step mean_accept_length"
     else:
-        length = bounds.acceptance_length(1.0 + sum(per_position), "1 + the sum of the per-position rates")
+        length = bounds.acceptance_length(1.0 + sum(per_position), "1 + the sum of the per-position rates", k)
         how = "1 + the sum of the per-position rates"
     convention = f"{how}, no counts (the profile has no histogram)" + (
         f"; per-position = {source}" if per_position else ""
@@ -261,23 +261,25 @@ def _histogram(value: Any, k: int | None) -> dict[int, int]:
     return histogram if sum(histogram.values()) else {}
 
 
-def _rates(value: Any, what: str) -> tuple[float, ...] | None:
+def _rates(value: Any, what: str, k: int | None) -> tuple[float, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list):
         raise NotAProfile(f"{what} is not a list")
     if len(value) > bounds.MAX_POSITION_INDEX + 1:
         raise bounds.Impossible(f"{what} of {len(value)} positions (at most {bounds.MAX_POSITION_INDEX + 1})")
+    if k is not None and len(value) > k:
+        raise bounds.Impossible(f"{what} of {len(value)} positions with num_speculative_tokens {k}")
     rates = []
     for i, rate in enumerate(value):
         rates.append(bounds.rate(_number(rate, f"{what} {i}"), f"{what} {i}"))
     return tuple(rates) if rates else None
 
 
-def _length_or_none(value: Any, what: str) -> float | None:
+def _length_or_none(value: Any, what: str, k: int | None) -> float | None:
     if value is None:
         return None
-    return bounds.acceptance_length(_number(value, what), what)
+    return bounds.acceptance_length(_number(value, what), what, k)
 
 
 def _number(value: Any, what: str) -> float:

@@ -54,6 +54,8 @@ class FlagKind(StrEnum):
     TTT_POSITION_COLLAPSE = "ttt_position_collapse"
     RESUME_DISCONTINUITY = "resume_discontinuity"
     EVAL_PEAKED = "eval_peaked"
+    # core.best_checkpoint: an acceptance estimate that cannot be (outside [0, k + 1], a step out of range)
+    IMPOSSIBLE_VALUES = "impossible_values"
     # core.serving.compare: what the serving engine accepted against the training estimate
     SERVING_ACCEPTANCE_COLLAPSED = "serving_acceptance_collapsed"
     SERVING_BELOW_TRAINING = "serving_below_training"
