@@ -104,17 +104,19 @@ def list_runs(path: Path) -> tuple[MlflowRunRef, ...]:
     return tuple(refs)
 
 
-# A poll's rows, past the last rowid read, in the order logged. SQLite types each value as stored, so
-# a damaged or foreign row may hold text where a number belongs: ``ok`` says a row is whole, and
-# its numbers are read as 0 where it is not (the row is then counted, never read).
+# A poll's rows, past the last rowid read, in the order logged: (rowid, key, value, timestamp, step).
+# SQLite types each value as stored, so a damaged or foreign row may hold text where a number
+# belongs: such a row's step is read as -1 (counted, never read). A NaN (MLflow keeps it as value 0
+# with is_nan set) is read as NULL, which numpy takes as NaN. Five columns, not eight: on a
+# million rows the Python objects the driver makes are most of the time. Every number is checked
+# here, in SQL, so the columns convert to numpy whole.
 _ROWS = """
 SELECT rowid, key,
-  CASE WHEN typeof(value) IN ('real', 'integer') THEN value ELSE 0.0 END,
+  CASE WHEN {nan} THEN NULL WHEN typeof(value) IN ('real', 'integer') THEN value ELSE 0.0 END,
   CASE WHEN typeof(timestamp) IN ('real', 'integer') THEN timestamp ELSE 0 END,
-  CASE WHEN typeof(step) = 'integer' AND step >= 0 THEN step ELSE 0 END,
-  CASE WHEN {nan} THEN 1 ELSE 0 END,
-  typeof(value) IN ('real', 'integer') AND typeof(timestamp) IN ('real', 'integer')
-    AND typeof(step) = 'integer' AND step >= 0 AND typeof(key) = 'text' AND length(key) BETWEEN 1 AND ?
+  CASE WHEN typeof(step) = 'integer' AND step >= 0 AND typeof(value) IN ('real', 'integer')
+    AND typeof(timestamp) IN ('real', 'integer') AND typeof(key) = 'text' AND length(key) BETWEEN 1 AND ?
+  THEN step ELSE -1 END
 FROM metrics WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?
 """
 
@@ -124,11 +126,11 @@ def _batch(rows: list[tuple]) -> tuple[PointBatch, int]:
     batch = PointBatch()
     if not rows:
         return batch, 0
-    _rowids, keys, values, stamps, steps, nans, whole = zip(*rows, strict=True)
-    ok = np.array(whole, bool)
-    value_column = np.array(values, np.float64)
-    value_column[np.array(nans, bool)] = np.nan  # MLflow keeps a NaN as 0 with is_nan set
-    step_column, wall_column = np.array(steps, np.int64), np.array(stamps, np.float64) / 1000.0
+    _rowids, keys, values, stamps, steps = zip(*rows, strict=True)
+    step_column = np.array(steps, np.int64)
+    ok = step_column >= 0
+    value_column = np.array(values, np.float64)  # None (a NaN row) -> NaN
+    wall_column = np.array(stamps, np.float64) / 1000.0
     codes: dict[object, int] = {}
     code_column = np.array([codes.setdefault(key, len(codes)) for key in keys], np.int64)
     for key, code in codes.items():
