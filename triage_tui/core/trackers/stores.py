@@ -102,6 +102,8 @@ class StoreRuns:
         except sqlite_ro.Locked:
             return  # listed at a later poll
         self._listed[path] = key
+        listed = {run.key for run in runs}  # a run deleted from the store (mlflow gc) is read no more
+        self._runs = {k: v for k, v in self._runs.items() if k[0] != path or k[1] in listed}
         several = len(runs) > 1 or len(self._paths) > 1
         for run in runs:
             prefix = f"{self.prefix}{run.label}/" if several else self.prefix
