@@ -122,6 +122,40 @@ def test_a_reader_that_fails_outright_is_an_error_of_its_run_in_scan_and_in_the_
     assert statuses["good"].to_json() == expected
 
 
+def test_a_serving_source_that_fails_outright_is_an_error_of_that_source_as_a_scalar_readers_is(tmp_path, monkeypatch):
+    """The one failure convention: a serving source's bug, like a scalar reader's, is caught where the
+    run's sources are pooled and said once as an error of that source; the run's curves, its other
+    serving source and every other run are read as usual. The exception's text is never echoed (it
+    may be the file's)."""
+    from builders.serving import vllm_line
+    from triage_tui.core.serving.logs import ServingLog
+
+    good = _healthy(tmp_path / "good")
+    expected = _alone(good)
+    run = _healthy(tmp_path / "served")
+    (run / "broken.log").write_text(vllm_line(100, [60, 20, 4]) + "\n")
+    (run / "fine.log").write_text(vllm_line(100, [60, 20, 4]) + "\n")
+    (run / "triage.toml").write_text('[serving]\nlogs = ["broken.log", "fine.log"]\n')
+    poll = ServingLog.poll
+
+    def failing_poll(self):
+        if self.location.endswith("broken.log"):
+            raise ValueError("text of the file")
+        return poll(self)
+
+    monkeypatch.setattr(ServingLog, "poll", failing_poll)
+    code, document = _scan(tmp_path)
+    runs = _runs(document)
+    assert code == 1 and runs["good"] == expected
+    served = runs["served"]
+    assert served["errors"] == [
+        {"source": "serving", "path": str(run / "broken.log"), "message": "cannot read it: ValueError"}
+    ]
+    assert served["serving"]["errors"] == [f"{run / 'broken.log'}: cannot read it: ValueError"]
+    assert served["serving"]["acceptance_length"] == pytest.approx(1.84)  # fine.log's
+    assert served["metrics"]["loss"]["last"] == pytest.approx(1.2) and "source_errors" not in served
+
+
 def test_an_update_that_fails_outright_is_listed_as_an_error(tmp_path, monkeypatch):
     """Past the readers (a bug deriving the flags): the run is listed, status "error", the failure said."""
     good = _healthy(tmp_path / "good")

@@ -21,6 +21,8 @@ from a sibling room of its own layer (siblings are independent):
     run_status | derive       what the watcher reports about one run (scan --json's object) / the one
                               derivation of a run's flags, chance line, tags and metrics from its scalars
     sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
+    runs.discover             run discovery: which directory is a run, its artifacts, its files of each source kind
+    source_kinds              every kind of scalar source declared once (registry over one module per kind over kind)
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
     events | signals | drafter | console | writers | trackers
@@ -76,6 +78,8 @@ CORE = [
     ("core.watched_run",),
     ("core.run_status", "core.derive"),
     ("core.sources", "core.parallel_read", "core.best_checkpoint"),
+    ("core.runs.discover",),
+    ("core.source_kinds",),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console", "core.writers", "core.trackers"),
     ("core.runs",),
@@ -136,6 +140,23 @@ SIGNALS = [
     ("core.signals.chance", "core.signals.tags"),
     ("core.signals.flags", "core.signals.metrics"),
     ("core.signals.kinds",),
+]
+SOURCE_KINDS = [
+    ("core.source_kinds.registry",),
+    ("core.source_kinds.console",),
+    (
+        "core.source_kinds.tensorboard",
+        "core.source_kinds.wandb",
+        "core.source_kinds.trainer_state",
+        "core.source_kinds.mlflow",
+        "core.source_kinds.trackio",
+        "core.source_kinds.lightning",
+        "core.source_kinds.deepspeed_csv",
+        "core.source_kinds.torchtune",
+        "core.source_kinds.nemo_automodel",
+        "core.source_kinds.nanogpt",
+    ),
+    ("core.source_kinds.kind",),
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),
@@ -318,6 +339,9 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.objstore.") and _room(name, OBJSTORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.console.") and _room(name, CONSOLE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.trackers.") and _room(name, TRACKERS) is None]
+    unplaced += [
+        name for name in MODULES if name.startswith("core.source_kinds.") and _room(name, SOURCE_KINDS) is None
+    ]
     unplaced += [name for name in MODULES if name.startswith("tui.") and _room(name, TUI) is None]
     assert not unplaced, f"modules with no layer in tests/test_layers.py: {unplaced}"
 
@@ -338,6 +362,7 @@ def test_every_module_has_a_room():
         (OBJSTORE, "core.objstore"),
         (CONSOLE, "core.console"),
         (TRACKERS, "core.trackers"),
+        (SOURCE_KINDS, "core.source_kinds"),
         (TUI, "tui"),
     ],
     ids=[
@@ -354,6 +379,7 @@ def test_every_module_has_a_room():
         "objstore",
         "console",
         "trackers",
+        "source_kinds",
         "tui",
     ],
 )

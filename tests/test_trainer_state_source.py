@@ -16,10 +16,10 @@ import pytest
 from builders.check_run import write_events
 from builders.consoles import console_runs
 from triage_tui import cli
-from triage_tui.core import sources as sources_module
 from triage_tui.core.console.steps import INFERRED, TRAINER_STATE
 from triage_tui.core.runs.discover import discover_runs
-from triage_tui.core.sources import TRAINER_STATE_PREFIX, RunSources
+from triage_tui.core.source_kinds import trainer_state as trainer_state_kind
+from triage_tui.core.sources import RunSources
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _logged(path: Path, key: str) -> list[tuple[int, float]]:
 
 def _sources(info) -> RunSources:
     sources = RunSources()
-    sources.set_files(info.event_files, info.wandb_files, info.console_files, info.artifacts.trainer_state)
+    sources.set_files(info.scalar_files)
     return sources
 
 
@@ -82,7 +82,7 @@ def test_the_console_gets_the_trainer_state_and_the_history_goes_under_trainer_s
     scalars = sources.scalars.series
     # The console's dicts at the steps the trainer logged them (inferred 1..6 without the state).
     assert scalars["loss"].steps.tolist() == [step for step, _ in _logged(_newest(out), "loss")]
-    assert scalars[TRAINER_STATE_PREFIX + "loss"].steps.tolist() == scalars["loss"].steps.tolist()
+    assert scalars[trainer_state_kind.KIND.prefix + "loss"].steps.tolist() == scalars["loss"].steps.tolist()
     assert "trainer_state/train_loss" not in scalars and scalars["train_loss"].steps.tolist() == [12]
     (note,) = sources.console.notes()
     assert f"{TRAINER_STATE}" in note and f"6 {INFERRED}" not in note
@@ -104,13 +104,13 @@ def test_beside_event_files_the_history_is_renamed_and_the_event_files_lead(runs
     (info,) = discover_runs([out])
     assert info.sources == ("tensorboard", "trainer_state")
     calls = []
-    real = sources_module.read_trainer_state
-    sources_module.read_trainer_state = lambda path: calls.append(path) or real(path)
+    real = trainer_state_kind.read_trainer_state
+    trainer_state_kind.read_trainer_state = lambda path: calls.append(path) or real(path)
     try:
-        sources.set_files(info.event_files, (), (), info.artifacts.trainer_state)
+        sources.set_files([("tensorboard", info.event_files), ("trainer_state", (info.artifacts.trainer_state,))])
         sources.poll()
     finally:
-        sources_module.read_trainer_state = real
+        trainer_state_kind.read_trainer_state = real
     assert calls == []  # renamed, not read again
     tags = set(sources.scalars.series)
     assert "loss" not in tags and {"trainer_state/loss", "trainer_state/eval_loss"} <= tags
@@ -124,8 +124,8 @@ def test_the_file_is_read_again_only_when_a_newer_one_lands_or_it_changes(runs, 
     out = tmp_path / "out"
     shutil.copytree(runs.hf_unbuffered.output, out, ignore=shutil.ignore_patterns("checkpoint-12"))
     calls: list[Path] = []
-    real = sources_module.read_trainer_state
-    monkeypatch.setattr(sources_module, "read_trainer_state", lambda path: calls.append(path) or real(path))
+    real = trainer_state_kind.read_trainer_state
+    monkeypatch.setattr(trainer_state_kind, "read_trainer_state", lambda path: calls.append(path) or real(path))
     (info,) = discover_runs([out])
     assert info.artifacts.trainer_state == out / "checkpoint-10" / "trainer_state.json"
     sources = _sources(info)
@@ -136,7 +136,7 @@ def test_the_file_is_read_again_only_when_a_newer_one_lands_or_it_changes(runs, 
 
     shutil.copytree(runs.hf_unbuffered.output / "checkpoint-12", out / "checkpoint-12")
     (info,) = discover_runs([out])
-    sources.set_files((), (), (), info.artifacts.trainer_state)
+    sources.set_files([("trainer_state", (info.artifacts.trainer_state,))])
     sources.poll()
     sources.poll()
     assert calls[1:] == [_newest(out)]
@@ -170,6 +170,8 @@ def test_a_broken_trainer_state_is_an_error_of_its_run_only(runs, tmp_path, text
     (error,) = by_name["bad"]["errors"]
     assert (error["source"], error["path"]) == ("trainer_state", str(_newest(bad))) and what in error["message"]
     assert by_name["bad"]["status"] == "error" and by_name["bad"]["sources"] == ["trainer_state"]
+    # The one error, said once more as the line of its scalar source (read off `errors`, not kept twice).
+    assert by_name["bad"]["source_errors"] == [f"{error['path']}: {error['message']}"]
     assert by_name["good"]["errors"] == [] and by_name["good"]["metrics"]["loss"]["count"] == 6
 
     # In the watcher: said at every poll until the file changes, then read.
@@ -192,7 +194,7 @@ def test_a_read_that_races_the_trainers_save_is_read_again_not_said(runs, tmp_pa
     path = _newest(out)
     whole = path.read_text()
     path.write_text(whole[: len(whole) // 2])  # the save has written half
-    real = sources_module.read_trainer_state
+    real = trainer_state_kind.read_trainer_state
 
     def read_during_the_save(at: Path):
         try:
@@ -201,11 +203,11 @@ def test_a_read_that_races_the_trainers_save_is_read_again_not_said(runs, tmp_pa
             at.write_text(whole)  # ... and finishes while the half was being parsed
             os.utime(at, ns=(1, 1))  # a different mtime, whatever the clock's resolution
 
-    monkeypatch.setattr(sources_module, "read_trainer_state", read_during_the_save)
+    monkeypatch.setattr(trainer_state_kind, "read_trainer_state", read_during_the_save)
     (info,) = discover_runs([out])
     sources = _sources(info)
     sources.poll()
     assert sources.errors == () and "loss" not in sources.scalars.series
-    monkeypatch.setattr(sources_module, "read_trainer_state", real)
+    monkeypatch.setattr(trainer_state_kind, "read_trainer_state", real)
     sources.poll()
     assert sources.errors == () and len(sources.scalars.series["loss"]) == 6

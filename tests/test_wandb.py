@@ -193,7 +193,7 @@ def test_a_live_run_is_read_as_it_grows_and_flagged(tmp_path):
         assert status.metrics.loss.tag == "train/ploss_0" and status.metrics.loss.count == 24
         assert "loss_at_chance" in {flag.kind for flag in status.flags}
         reader = watcher._runs[status.info.path].events
-        assert reader.wandb.totals.corrupt_records == 0  # a tail being written is never damage
+        assert reader.wandb.newest.totals.corrupt_records == 0  # a tail being written is never damage
         assert seen_counts == list(range(1, 25))
         proc.stdin.close()
         assert proc.wait(timeout=120) == 0
@@ -363,7 +363,7 @@ def test_a_run_with_both_sources_is_one_run(tmp_path):
     (info,) = discover_runs([tmp_path])
     assert info.path == out and info.sources == ("tensorboard", "wandb")
     reader = RunSources()
-    reader.set_files(info.event_files, info.wandb_files)
+    reader.set_files([("tensorboard", info.event_files), ("wandb", info.wandb_files)])
     reader.poll()
     assert reader.scalars.tags() == ["train/ploss_0", "wandb/train/ploss_0"]
     assert reader.scalars.series["wandb/train/ploss_0"].values.tolist() == [10.4, 9.5]

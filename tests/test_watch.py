@@ -531,3 +531,36 @@ def test_every_run_is_judged_from_one_scan_of_proc_a_poll(tmp_path):
     statuses = {s.info.name: s for s in watcher.poll_once(now=later + 600)}
     assert statuses["live"].state.state == "ended" and statuses["live"].status != "critical"
     assert scanner.scans == watcher.polls
+
+
+def test_a_failing_serving_source_is_one_error_and_ten_idle_polls_publish_nothing_new(tmp_path):
+    """A run whose serving log is missing and whose other log holds an impossible figure (accepted
+    tokens over drafted ones): each failure is one error of the status, said once in each of its
+    JSON places, and while nothing changes the subscriber hears of the run once."""
+    from builders.serving import vllm_line_raw
+
+    run = tmp_path / "run"
+    write_scalars(run, {"train/ploss_0": [(0, 3.0), (10, 2.0)]})
+    (run / "impossible.log").write_text(vllm_line_raw(2.0, 500, 100, "0.500, 0.500") + "\n")
+    (run / "triage.toml").write_text('[serving]\nlogs = ["missing.log", "impossible.log"]\n')
+    watcher = Watcher([tmp_path], use_watchdog=False, poll_interval=0.01, rescan_interval=3600.0)
+    heard: list[tuple[int, list[RunStatus]]] = []  # (polls done, the statuses) at each update
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=watcher.run, args=(lambda statuses: heard.append((watcher.polls, statuses)), stop), daemon=True
+    )
+    thread.start()
+    try:
+        assert _until(lambda: watcher.reported >= 11, timeout=60.0)
+    finally:
+        stop.set()
+        thread.join(10)
+    # The first poll's update (and, on a slow machine, its progress report); then nothing.
+    assert heard and [polls for polls, _ in heard if polls > 1] == [], [polls for polls, _ in heard]
+    (status,) = heard[-1][1]
+    serving = [error for error in status.errors if error.source == "serving"]
+    assert [error.path for error in serving] == [str(run / "missing.log"), str(run / "impossible.log")]
+    assert len(set(status.errors)) == len(status.errors)
+    document = status.to_json()
+    assert document["serving"]["errors"] == [error.line() for error in serving]
+    assert [e for e in document["errors"] if e["source"] == "serving"] == [e.to_json() for e in serving]

@@ -1,9 +1,11 @@
 """`triage scalars RUN_OR_FILE [--tag GLOB] [--format csv|json]`: every scalar point, exact.
 
-RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory whose *tfevents*
-and run-*.wandb files (hidden directories skipped) are read together as one run (core.sources: W&B
-series are named ``wandb/<key>`` when the directory also has event files). No sampling: every point
-the run logged and TensorBoard would keep (restart preemption and SessionLog.START purges applied).
+RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory: the files of every
+kind of scalar source of the run (or runs) discovery finds there, as `scan` lists them and the TUI
+draws them (of a run that holds the directory, those below it), read together as one run
+(core.sources: W&B series are named ``wandb/<key>`` when the run also has event files,
+``console/...`` and ``trainer_state/...`` likewise). No sampling: every
+point the run logged and TensorBoard would keep (restart preemption and SessionLog.START purges applied).
 
 csv: ``tag,step,wall_time,value``, one row a point, tags sorted then steps ascending; floats
 in Python's shortest round-trip form, non-finite ones as ``nan``, ``inf``, ``-inf``.
@@ -21,19 +23,19 @@ import io
 import itertools
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events.reader import find_event_files
-from triage_tui.core.runs.discover import discover_runs
-from triage_tui.core.runs.names import is_wandb_file_name
+from triage_tui.core.runs.discover import discover_runs, file_kind
+from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.remote import Mirrors, shown_path
 from triage_tui.core.series import ScalarSeries
+from triage_tui.core.source_kinds import registry, tensorboard
 from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable
-from triage_tui.core.wandb.history import find_wandb_files
 
 # Once the export is written nothing is left to do: cli.main exits without the interpreter's teardown.
 EXIT_WITHOUT_TEARDOWN = True
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
         metavar="RUN_OR_FILE",
-        help="an event file or W&B run file, or a run directory (all *tfevents* and run-*.wandb below it), "
+        help="an event file or W&B run file, or a run directory (every scalar source scan lists for it: "
+        "event files, W&B run files, consoles, trainer_state.json), "
         "local or a bucket prefix (s3://bucket/run, gs://...)",
     )
     parser.add_argument(
@@ -78,36 +81,27 @@ def run(args: argparse.Namespace) -> int:
     elif not path.is_dir():
         raise BadInput(shown_path(path), "not a regular file or a directory")
     if path.is_file():
-        wandb_files = [path] if is_wandb_file_name(path.name) else []
-        files = [] if wandb_files else [path]
+        # One file: a W&B run file, a file of a kind that makes runs, else read as an event file.
+        kind = file_kind(path.name) or tensorboard.KIND.name
+        scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = ((kind, (path,)),)
     else:
-        files = find_event_files(path)
-        wandb_files = find_wandb_files(path)
-    consoles: tuple[Path, ...] = ()
-    trainer_state: Path | None = None
-    if path.is_dir() and not files and not wandb_files:
-        # A run whose only curves are its console (SpecForge's default) or its HF checkpoint's
-        # trainer_state.json: those of the one run discovery finds there.
-        runs = discover_runs([path], keep_bad_manifests=True)
-        if len(runs) == 1:
-            consoles, trainer_state = runs[0].console_files, runs[0].artifacts.trainer_state
-    if not (files or wandb_files or consoles or trainer_state):
+        scalar_files = _run_files(discover_runs([path], keep_bad_manifests=True), path)
+    if not scalar_files:
         raise BadInput(shown_path(path), "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
-    events.set_files(files, wandb_files, consoles, trainer_state)
+    events.set_files(scalar_files)
     stats = events.poll()
     problems = events.problems
     if path.is_file() and problems:
         raise BadInput(shown_path(path), problems[path])
-    # A reader that failed outright (the fault boundary keeps it on the run): said, never silent.
+    # A reader that failed outright (the fault boundary keeps it on the run), and each file that
+    # could not be read: said, never silent.
     failures = tuple(events.failures.values())
     if failures and not events.scalars.series:
         raise BadInput(failures[0].path or path, failures[0].message)
-    for failure in failures:
-        print(f"triage scalars: {printable(failure.line())}", file=sys.stderr)
-    for problem_path, what in problems.items():
-        print(f"triage scalars: {printable(problem_path)}: {printable(what)}", file=sys.stderr)
-    if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and files:
+    for error in events.errors:
+        print(f"triage scalars: {printable(error.line())}", file=sys.stderr)
+    if path.is_file() and stats.records == 0 and path.stat().st_size > 0 and events.events is not None:
         raise BadInput(shown_path(path), "not a TensorBoard event file: no valid record in it")
     if stats.unreadable_files > len(problems):
         print(
@@ -134,6 +128,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         _write_csv(series, sys.stdout)
     return 0
+
+
+def _run_files(runs: list[RunInfo], directory: Path) -> tuple[tuple[str, tuple[Path, ...]], ...]:
+    """The files of each kind of scalar source of the runs found (the one run a directory usually
+    is), read together as one: what `scan` lists for them and the TUI draws. A run found above the
+    directory (`out/runs/<date_host>` of the run `out`) gives only its files below it, as
+    ``tensorboard --logdir`` of that directory reads them."""
+    directory = Path(os.path.abspath(directory))  # discovery's paths are absolute
+    files: dict[str, list[Path]] = {}
+    for info in runs:
+        whole = info.path.is_relative_to(directory)
+        for name, paths in info.scalar_files:
+            files.setdefault(name, []).extend(p for p in paths if whole or p.is_relative_to(directory))
+    return tuple((kind.name, tuple(files[kind.name])) for kind in registry.SCALAR_SOURCES if files.get(kind.name))
 
 
 # The plain path: csv.writer and repr, json.dumps. The fast one below (numpy columns,

@@ -18,11 +18,13 @@ from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.names import MANIFEST_NAME
 from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.series import RunScalars
+from triage_tui.core.serving import source as serving_source
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.chance import DEFAULT_VOCAB_SIZE, ChanceLine, chance_line
 from triage_tui.core.signals.flags import Flag
 from triage_tui.core.signals.kinds import FlagKind, RunHealth, Severity
 from triage_tui.core.signals.metrics import RunMetrics
+from triage_tui.core.source_kinds import registry
 
 
 @dataclass(frozen=True)
@@ -42,22 +44,35 @@ class RunStatus:
     loss_tag: str | None
     accuracy_tag: str | None
     scalars: RunScalars = field(compare=False, repr=False)  # live object, for plots
-    # What the serving engine accepts (triage.toml [serving]; core/serving/), and one line per
-    # source that failed at the last poll (a dead metrics URL never stops the watch).
+    # What the serving engine accepts (triage.toml [serving]; core/serving/); its failing sources
+    # are in ``errors`` (a dead metrics URL never stops the watch).
     serving: ServingEvidence | None = None
-    serving_errors: tuple[str, ...] = ()
+    # What an untrusted triage.toml named for serving and was not used (docs/contracts.md, Trust), one line each.
+    serving_notices: tuple[str, ...] = ()
     trainer: str | None = None  # core.metric_names: whose metric names the run's tags matched
-    source_errors: tuple[str, ...] = ()  # files of the run that could not be read, one line each
     chance: ChanceLine | None = None  # chance_loss with its basis (masked averaging), for JSON and labels
     start: RunStart | None = None  # the first logged points: near chance or not (core.curve_shapes)
     # The fault boundary (docs/contracts.md): everything of this run that could not be read, as
-    # values; one run's bad file never reaches another run's report.
+    # values, each once; one run's bad file never reaches another run's report.
     errors: tuple[SourceError, ...] = ()
     # The peak of the run's acceptance estimate and the checkpoint nearest it (core.best_checkpoint)
     best: BestCheckpoint | None = None
     # Whether the run's writer is alive here (live, stalled, ended, crashed, unknown) and the
     # evidence (core.run_state); None where it was not judged (a run whose update failed).
     state: RunState | None = None
+
+    @property
+    def source_errors(self) -> tuple[str, ...]:
+        """The errors of the run's scalar sources (core/source_kinds/registry.py), one line each."""
+        kinds = {kind.name for kind in registry.SCALAR_SOURCES}
+        return tuple(error.line() for error in self.errors if error.source in kinds)
+
+    @property
+    def serving_errors(self) -> tuple[str, ...]:
+        """What serving says went wrong, one line each: the notices of what an untrusted triage.toml
+        named, then each serving source that failed at the last poll."""
+        failed = tuple(error.line() for error in self.errors if error.source == serving_source.SOURCE_KIND)
+        return self.serving_notices + failed
 
     @property
     def shown_status(self) -> str:

@@ -414,7 +414,7 @@ def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[
 
 @dataclass
 class ReadStats:
-    """What one poll of a scalar source (core.sources.ScalarSource) did, or, as a reader's ``totals``,
+    """What one poll of a scalar source (core.source_kinds.kind.ScalarSource) did, or, as a reader's ``totals``,
     every poll so far. The counts are the event-file reader's; other sources fill those that apply."""
 
     files: int = 0  # files looked at

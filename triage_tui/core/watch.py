@@ -3,7 +3,7 @@
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
 client, and NFS attribute caching delays size changes (gorakhargosh/watchdog issue #504),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
-(core.sources.RunSources: event files, W&B run files, consoles, trainer_state.json), and every ``rescan_interval`` the
+(core.sources.RunSources: every kind core/source_kinds/registry.py lists), and every ``rescan_interval`` the
 given paths are walked again for new runs and files (core.runs, cheap thanks to its listing
 cache). A watchdog Observer, where it works, only calls ``wake()`` so a local write shows up
 at once instead of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling
@@ -38,15 +38,10 @@ from triage_tui.core.run_status import RunStatus, failed_status
 from triage_tui.core.runs.discover import discover_runs
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.listing import ListingCache
-from triage_tui.core.runs.names import (
-    CONFIG_NAME,
-    MANIFEST_NAME,
-    TRAINER_STATE_NAME,
-    is_event_file_name,
-    is_wandb_file_name,
-)
+from triage_tui.core.runs.names import CONFIG_NAME, MANIFEST_NAME
 from triage_tui.core.runs.remote import Mirrors, shown_path
-from triage_tui.core.watched_run import WatchedRun, WatchSettings, scalar_file_set
+from triage_tui.core.source_kinds import registry
+from triage_tui.core.watched_run import WatchedRun, WatchSettings
 from triage_tui.core.writers import event_file_pids
 
 # A burst of watchdog events (tensorboardX issues 4 writes per record) is coalesced into one
@@ -243,17 +238,21 @@ class Watcher:
                 # at once, then less and less often, so a long load is not spent redrawing.
                 interval = min(2 * interval, PROGRESS_MAX_SECS)
 
-            fresh = [i for i, tracked in enumerate(runs) if tracked.version is None]
-            # The helper reads event files (RunSources.events); W&B files are read here, in update().
+            # The helper reads event files (RunSources.events); the other kinds are read here, in update().
+            fresh = [
+                (i, events)
+                for i, tracked in enumerate(runs)
+                if tracked.version is None and (events := tracked.events.events)
+            ]
             if self.parallel_min_bytes is not None and worth_a_helper(
-                [runs[i].events.events for i in fresh], self.parallel_min_bytes
+                [events for _, events in fresh], self.parallel_min_bytes
             ):
 
                 def read(j: int, events: RunEvents) -> None:
-                    runs[fresh[j]].events.events = events  # the helper's copy, read; the poll below is a stat
-                    update(fresh[j])
+                    runs[fresh[j][0]].events.events = events  # the helper's copy, read; the poll below is a stat
+                    update(fresh[j][0])
 
-                read_runs([runs[i].events.events for i in fresh], read, here=not self.parse_in_helpers)
+                read_runs([events for _, events in fresh], read, here=not self.parse_in_helpers)
             release_early_helpers()  # the TUI's, started before it imported Textual, if read_runs did not take them
             for i in range(len(runs)):
                 if statuses[i] is None:
@@ -381,9 +380,9 @@ class Watcher:
         again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
         nothing. Returns None when no vanished run shares a file.
         """
-        files = scalar_file_set(info)
+        files = info.scalar_file_set()
         for old_path, old in vanished.items():
-            if not files.isdisjoint(scalar_file_set(old.info)):
+            if not files.isdisjoint(old.info.scalar_file_set()):
                 del vanished[old_path]
                 old.moved_to(info)
                 self._runs[info.path] = old
@@ -450,7 +449,7 @@ class Watcher:
             if not name:
                 continue
             created = event.event_type in ("created", "moved", "deleted")
-            if is_event_file_name(name) or is_wandb_file_name(name) or name == TRAINER_STATE_NAME:
+            if any(kind.wakes and kind.claims(name) for kind in registry.SCALAR_SOURCES):
                 self.wake(rescan=created)
                 return
             if name in (MANIFEST_NAME, CONFIG_NAME) or (event.is_directory and created):

@@ -100,20 +100,20 @@ class WatchedRun:
     def of(cls, info: RunInfo) -> WatchedRun:
         """A run just found: its sources set to its files, nothing read yet."""
         events = RunSources()
-        events.set_files(*scalar_files(info))
+        events.set_files(info.scalar_files)
         return cls(info, events)
 
     def moved_to(self, info: RunInfo) -> None:
         """The same run under another directory (``out/runs`` became ``out``): its points kept."""
-        self.events.set_files(*scalar_files(info))
+        self.events.set_files(info.scalar_files)
         self.info = info
         self.settings_changed = True
 
     def rediscovered(self, info: RunInfo) -> None:
         """What discovery found of the run this rescan: new files followed, new settings re-derived."""
         if info != self.info:
-            if scalar_files(info) != scalar_files(self.info):
-                self.events.set_files(*scalar_files(info))
+            if info.scalar_files != self.info.scalar_files:
+                self.events.set_files(info.scalar_files)
             if info.manifest != self.info.manifest or info.artifacts != self.info.artifacts:
                 self.settings_changed = True
             self.info = info
@@ -250,7 +250,6 @@ class WatchedRun:
             self.recompute(scalars, watch.vocab_size)
         derived = self.derived
         assert derived is not None  # set by the first recompute, which every run's first poll does
-        source_errors = tuple(f"{path}: {what}" for path, what in self.events.problems.items())
         errors = tuple(
             e
             for e in (
@@ -264,7 +263,7 @@ class WatchedRun:
             )
             if e is not None
         )
-        serving, serving_errors, serving_failures = self._poll_serving(watch)
+        serving, serving_notices, serving_failures = self._poll_serving(watch)
         state = self._run_state(derived, now, processes, watch.flush_secs)
         flags = flags_at(
             derived,
@@ -283,8 +282,8 @@ class WatchedRun:
             and flags == self.status.flags
             and state == self.status.state
             and serving is self.status.serving
-            and serving_errors == self.status.serving_errors
-            and errors + serving_failures == self.status.errors
+            and serving_notices == self.status.serving_notices
+            and errors == self.status.errors
         ):
             return self.status  # nothing changed: the same object, so the TUI skips a redraw
         status = worst_severity(flags)  # an unreadable file is a warning flag: the run says so, the others go on
@@ -305,9 +304,8 @@ class WatchedRun:
             accuracy_tag=derived.accuracy_tag,
             scalars=scalars,
             serving=serving,
-            serving_errors=serving_errors,
+            serving_notices=serving_notices,
             trainer=trainer_of(framework_of_run(self.info), derived.trainer),
-            source_errors=source_errors,
             start=derived.start,
             errors=errors,
             best=derived.best,
@@ -361,7 +359,8 @@ class WatchedRun:
     def _poll_serving(
         self, watch: WatchSettings
     ) -> tuple[ServingEvidence | None, tuple[str, ...], tuple[SourceError, ...]]:
-        """The run's [serving] sources, followed: new log lines, a scrape when due."""
+        """The run's [serving] sources, followed: new log lines, a scrape when due. Returns the
+        evidence, the notices of what an untrusted triage.toml named, and each failing source."""
         manifest = self.info.manifest
         sources = tuple(manifest.serving_sources) if manifest is not None and watch.follow_serving else ()
         if watch.follow_serving:
@@ -387,7 +386,7 @@ class WatchedRun:
         if self.serving is None:
             return None, notices, ()
         evidence, errors = self.serving.poll()
-        return evidence, notices + tuple(e.line() for e in errors), tuple(errors)
+        return evidence, notices, tuple(errors)
 
 
 def file_key(path: Path | None) -> FileKey | None:
@@ -400,15 +399,3 @@ def file_key(path: Path | None) -> FileKey | None:
     except OSError:
         return None
     return str(path), stat.st_mtime_ns, stat.st_size
-
-
-def scalar_files(info: RunInfo) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...], Path | None]:
-    """A run's scalar files, as RunSources.set_files takes them: event files, W&B files, consoles,
-    the newest checkpoint's trainer_state.json."""
-    return info.event_files, info.wandb_files, info.console_files, info.artifacts.trainer_state
-
-
-def scalar_file_set(info: RunInfo) -> set[Path]:
-    """Every scalar file of a run, as one set (a run that moved is known by them)."""
-    state = info.artifacts.trainer_state
-    return {*info.event_files, *info.wandb_files, *info.console_files, *((state,) if state is not None else ())}

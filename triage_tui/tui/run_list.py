@@ -56,7 +56,7 @@ class RunList:
         selected = previous.get(selected_path) if selected_path else None
         if selected_path is None or selected is None or selected_path in self.statuses:
             return ()
-        files = set(selected.info.event_files) | set(selected.info.wandb_files)
+        files = selected.info.scalar_file_set()
         moved = next(
             (path for path, status in self.statuses.items() if not files.isdisjoint(run_identity(status))), None
         )
@@ -124,6 +124,6 @@ class RunList:
 
 
 def run_identity(status: RunStatus) -> set[Path]:
-    """What makes a run the same run from one update to the next: its data files (event files, W&B
-    run files), and its path for a run that has none yet."""
-    return {status.info.path, *status.info.event_files, *status.info.wandb_files}
+    """What makes a run the same run from one update to the next: its scalar files (of every kind),
+    and its path for a run that has none yet."""
+    return {status.info.path, *status.info.scalar_file_set()}

@@ -132,7 +132,7 @@ class ConsoleLogs:
             file.rebuild(state)
         self._refresh()
 
-    kind = "console"  # a ScalarSource (core.sources)
+    kind = "console"  # a ScalarSource (core.source_kinds.kind)
 
     @property
     def files(self) -> tuple[Path, ...]:

@@ -56,9 +56,10 @@ _TRIM_AFTER_BYTES = 16 << 20
 
 class RunEvents:
     """Incremental reader for all event files of one run; `scalars` is updated in place. A scalar
-    source (core.sources.ScalarSource)."""
+    source (core.source_kinds.kind.ScalarSource)."""
 
     kind = "tensorboard"
+    prefix = ""  # the first kind of a run (core/source_kinds/registry.py): its series keep their names
 
     def __init__(self) -> None:
         self.scalars = RunScalars()

@@ -25,6 +25,11 @@ HF Trainer's output dir is a run with no event files too: every ``checkpoint-N/`
 ``trainer_state.json`` whose log history is written whatever ``report_to`` says, so a directory
 with such a child is a run (``_holds_trainer_state``) and its newest one a scalar source.
 
+A run's files of each kind of scalar source (``RunInfo.scalar_files``, what ``scan --json`` lists
+as its ``sources``) are asked of each kind core/source_kinds/registry.py lists: the rules above
+place event files, W&B run files, consoles and trainer_state.json; a kind registered beside them
+takes the files of the run it claims by name, and a directory holding one is a run (``makes_run``).
+
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
 ``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
@@ -60,6 +65,8 @@ from triage_tui.core.runs.names import (
     is_wandb_file_name,
     specforge_run_id,
 )
+from triage_tui.core.source_kinds import registry
+from triage_tui.core.source_kinds.kind import RunTree
 
 # How far up from a given path to look for the triage.toml of the run it lies in
 # (`triage out/runs` when out/triage.toml exists): manifests sit at the output dir,
@@ -222,6 +229,7 @@ def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> No
         or node.wandb_files
         or (node.console_files and _holds_output(node))
         or _holds_trainer_state(node)
+        or _holds_claimed_files(node)
     )
     if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
         run = _RunBuilder(node)
@@ -232,6 +240,12 @@ def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> No
         run.wandb_files.extend(node.wandb_files)
     for child in node.children:
         _assign(child, run, runs)
+
+
+def _holds_claimed_files(node: _Node) -> bool:
+    """A file of a kind of scalar source that makes a run (core/source_kinds/registry.py) is here."""
+    run_making = [kind.claims for kind in registry.SCALAR_SOURCES if kind.makes_run]
+    return bool(run_making) and any(claims(name) for claims in run_making for name in node.listing.files)
 
 
 def _start_dir(root: Path, cache: ListingCache) -> Path:
@@ -439,16 +453,32 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     run_dir = Path(builder.node.path)
     if builder.node.listing.has_manifest:
         manifest, manifest_error = _load_run_manifest(run_dir / MANIFEST_NAME, cache, strict)
+    artifacts = _artifacts(builder, cache)
+    tree = RunTree(
+        path=run_dir,
+        dirs=tuple((node.path, node.listing.files) for node in builder.nodes),
+        event_files=tuple(Path(p) for p in sorted(builder.event_files, key=natural_key)),
+        wandb_files=tuple(Path(p) for p in builder.wandb_files),
+        console_files=_console_files(builder.node, manifest),
+        trainer_state=artifacts.trainer_state,
+    )
     return RunInfo(
         path=run_dir,
         name=_run_name(builder.node.path, root),
-        event_files=tuple(Path(p) for p in sorted(builder.event_files, key=natural_key)),
+        event_files=tree.event_files,
         manifest=manifest,
-        artifacts=_artifacts(builder, cache),
+        artifacts=artifacts,
         manifest_error=manifest_error,
-        wandb_files=tuple(Path(p) for p in builder.wandb_files),
-        console_files=_console_files(builder.node, manifest),
+        wandb_files=tree.wandb_files,
+        console_files=tree.console_files,
+        scalar_files=_scalar_files(tree),
     )
+
+
+def _scalar_files(tree: RunTree) -> tuple[tuple[str, tuple[Path, ...]], ...]:
+    """The run's files of each registered kind of scalar source that has any, in the registry's order."""
+    found = ((kind.name, kind.files_in(tree)) for kind in registry.SCALAR_SOURCES)
+    return tuple((name, files) for name, files in found if files)
 
 
 def _console_files(node: _Node, manifest: Manifest | None) -> tuple[Path, ...]:
@@ -461,27 +491,41 @@ def _console_files(node: _Node, manifest: Manifest | None) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(p for p in (*named, *found) if p not in serving))
 
 
+def file_kind(name: str) -> str | None:
+    """The kind of scalar source a file given alone is a run of (core/source_kinds/registry.py):
+    an event file, a W&B run file, or a file of a kind that makes runs; else None."""
+    for kind in registry.SCALAR_SOURCES:
+        if (kind.makes_run or _alone(name)) and kind.claims(name):
+            return kind.name
+    return None
+
+
+def _alone(name: str) -> bool:
+    """An event file or a W&B run file: each a run of its own when given alone (docs/contracts.md)."""
+    return is_event_file_name(name) or is_wandb_file_name(name)
+
+
 def check_watch_path(path: Path) -> None:
     """BadInput unless ``path`` is something runs can be found in: a directory, an event file, a W&B
-    run file or a triage.toml. The TUI asks before it starts, so `triage README.md` says so instead
-    of watching nothing."""
+    run file (or a file of another kind of scalar source that makes runs) or a triage.toml. The TUI
+    asks before it starts, so `triage README.md` says so instead of watching nothing."""
     if not path.exists():
         raise BadInput(path, "no such file or directory")
-    name = path.name
-    if path.is_dir() or name == MANIFEST_NAME or is_event_file_name(name) or is_wandb_file_name(name):
+    if path.is_dir() or path.name == MANIFEST_NAME or file_kind(path.name) is not None:
         return
     raise BadInput(path, "not a directory, an event file (*tfevents*), a W&B run file (run-*.wandb) or a triage.toml")
 
 
 def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
-    """A path that is a file: one event file is a run of its own; a triage.toml names its dir."""
+    """A path that is a file: one scalar file is a run of its own; a triage.toml names its dir."""
     check_watch_path(path)
     if path.name == MANIFEST_NAME:
         return discover_runs([path.parent], cache=cache, strict=strict)
-    wandb_file = is_wandb_file_name(path.name)
+    kind = file_kind(path.name)
     manifest, manifest_error = None, None
     if _is_file(path.parent / MANIFEST_NAME):
         manifest, manifest_error = _load_run_manifest(path.parent / MANIFEST_NAME, cache, strict)
-    if wandb_file:
-        return [RunInfo(path.parent, path.name, (), manifest, RunArtifacts(), manifest_error, (path,))]
-    return [RunInfo(path.parent, path.name, (path,), manifest, RunArtifacts(), manifest_error)]
+    events = (path,) if is_event_file_name(path.name) else ()
+    wandb = (path,) if is_wandb_file_name(path.name) else ()
+    files = ((kind, (path,)),) if kind is not None else ()
+    return [RunInfo(path.parent, path.name, events, manifest, RunArtifacts(), manifest_error, wandb, (), files)]

@@ -43,15 +43,16 @@ class RunInfo:
     manifest_error: str | None = None
     wandb_files: tuple[Path, ...] = ()  # W&B run files (run-<id>.wandb), natural order
     console_files: tuple[Path, ...] = ()  # training consoles (core/console/): named, then found
+    # The run's files of each kind of scalar source that has any, in the order of
+    # core/source_kinds/registry.py (discovery asks each kind): what the run's readers are given.
+    scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = ()
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Which writers' files the run has: "tensorboard", "wandb", "console", "trainer_state"
-        (docs/contracts.md, scan --json)."""
-        kinds = (
-            ("tensorboard", self.event_files),
-            ("wandb", self.wandb_files),
-            ("console", self.console_files),
-            ("trainer_state", self.artifacts.trainer_state),
-        )
-        return tuple(name for name, files in kinds if files)
+        """Which kinds of scalar source the run has files of: "tensorboard", "wandb", "console",
+        "trainer_state", ... (docs/contracts.md, scan --json)."""
+        return tuple(name for name, _ in self.scalar_files)
+
+    def scalar_file_set(self) -> set[Path]:
+        """Every scalar file of the run, as one set (a run that moved is known by them)."""
+        return {path for _, files in self.scalar_files for path in files}

@@ -194,7 +194,11 @@ class ServingWatch:
                 head = found
             cls = source_class(slot.location, head, metrics_page=slot.metrics_page)
             slot.source = cls(slot.location, self.following)
-        return slot.source.poll()
+        try:
+            return slot.source.poll()
+        except Exception as err:  # noqa: BLE001 - the fault boundary: a source's bug is an error of that source
+            failed = source_error(slot.location, f"cannot read it: {type(err).__name__}")  # its text may be the file's
+            return ServingPoll(None, (failed,))
 
     def nothing_found(self) -> str:
         """Why the first source gave no evidence (a one-shot read says it as bad input)."""

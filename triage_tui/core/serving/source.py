@@ -5,6 +5,8 @@ page, a JSONL of requests) and one entry in ``serving/registry.py`` ``SERVING_SO
 registry's order decides which class reads a location (the first whose ``claims`` is true).
 A source never raises for what it reads: what failed is a ``SourceError`` of its poll, and an
 impossible number makes the whole source an error (``core/bounds.py``), never an acceptance length.
+That is the convention of scalar sources too (core/source_kinds/kind.py): an exception is a bug,
+which ``ServingWatch`` (serving/read.py, the fault boundary) turns into an error of that source.
 """
 
 from __future__ import annotations

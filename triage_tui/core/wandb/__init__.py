@@ -12,7 +12,7 @@ The rooms, bottom up:
               definition, the exit code) with every key, value and number bounded first; a record
               whose CRC matched but whose contents are impossible is damage, like a bad CRC
     history   ``WandbHistory``: a run's files polled, rows into series (step metrics, resumes),
-              the config; ``find_wandb_files``
+              the config
 
 Importers name the module that holds what they use (``from triage_tui.core.wandb.history import
 WandbHistory``); this package re-exports nothing.

@@ -30,8 +30,6 @@ import numpy as np
 
 from triage_tui.core import fileio
 from triage_tui.core.events.reader import any_file_replaced
-from triage_tui.core.natural_sort import natural_key
-from triage_tui.core.runs.names import is_wandb_file_name
 from triage_tui.core.series import ReadStats, RunScalars
 from triage_tui.core.wandb.framing import WANDB_HEADER, frame
 from triage_tui.core.wandb.records import (
@@ -69,7 +67,7 @@ class WandbHistory:
     the two sources' series never merge). Files are read in the order given (discovery's natural
     order: a resumed run's later directory after the earlier one); a step going back replaces what
     came after it, as for event files. ``problems`` names what could not be read, per file.
-    A scalar source (core.sources.ScalarSource).
+    A scalar source (core.source_kinds.kind.ScalarSource).
     """
 
     kind = "wandb"
@@ -262,15 +260,3 @@ class WandbHistory:
         else:
             return
         self._step_of = {}
-
-
-def find_wandb_files(path: str | Path) -> list[Path]:
-    """Every W&B run file (run-*.wandb) below `path`, hidden dirs skipped, in natural order."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    found: list[Path] = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted((d for d in dirs if not d.startswith(".")), key=natural_key)
-        found.extend(Path(root) / name for name in sorted(files, key=natural_key) if is_wandb_file_name(name))
-    return found
