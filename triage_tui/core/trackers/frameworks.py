@@ -43,6 +43,8 @@ TRAINER_LAYOUTS = frozenset({LIGHTNING, TORCHTUNE, NEMO_AUTOMODEL, NANOGPT, SPEC
 # Trainers the metric names identify that run on another's layout (core/metric_names.py ids).
 EAGLE_TRAINERS = frozenset({"specforge", "specforge-classic", "speculators", "eagle", "modelopt"})
 
+# Kinds of scalar source (core/source_kinds/) whose name is the framework's.
+KIND_FRAMEWORKS = frozenset({NANOGPT, TORCHTUNE, NEMO_AUTOMODEL, LIGHTNING, MLFLOW, TRACKIO})
 _VERSION_DIR = re.compile(r"^version_\d+$")
 _SPECFORGE_STEP = re.compile(r"^(.+-step\d+|epoch_\d+_step_\d+)$")
 _HF_CHECKPOINT = re.compile(r"^checkpoint-\d+$")
@@ -75,14 +77,16 @@ def _of_file(path: PurePath, names_here: frozenset[str]) -> str | None:
     return None
 
 
-def framework_of(files: Iterable[PurePath]) -> str | None:
+def framework_of(files: Iterable[PurePath], kinds: Iterable[str] = ()) -> str | None:
     """The framework a run's files say wrote it: a trainer's own layout over HF Trainer's over a
-    tracker's; None when nothing is one's own."""
+    tracker's; None when nothing is one's own. ``kinds``: the kinds of scalar source discovery
+    found the run's files of (a console read as nanoGPT's is nanoGPT's: its ``ckpt.pt`` made the run)."""
     paths = list(files)
     by_dir: dict[PurePath, set[str]] = {}
     for path in paths:
         by_dir.setdefault(path.parent, set()).add(path.name)
     found = {_of_file(path, frozenset(by_dir[path.parent])) for path in paths} - {None}
+    found |= {kind for kind in kinds if kind in KIND_FRAMEWORKS}
     for framework in (
         LIGHTNING,
         TORCHTUNE,
@@ -110,7 +114,8 @@ def trainer_of(layout: str | None, by_names: str | None) -> str | None:
 
 
 def framework_of_run(info: RunInfo) -> str | None:
-    """``framework_of`` the files discovery found of a run."""
+    """``framework_of`` the files discovery found of a run: its scalar files of every kind and the
+    artifacts that name a trainer (a checkpoint's ``training_state.pt``, speculators' ``run.yaml``)."""
     artifacts = info.artifacts
     found = (artifacts.trainer_state, artifacts.training_state, artifacts.run_yaml)
-    return framework_of([*info.event_files, *info.wandb_files, *info.console_files, *(p for p in found if p)])
+    return framework_of([*info.scalar_file_set(), *(p for p in found if p)], info.sources)
