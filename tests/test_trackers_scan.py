@@ -76,3 +76,17 @@ def test_an_mlflow_store_is_watched_without_a_byte_of_it_changed_and_its_failed_
     assert run["metrics"]["loss"]["tag"] == "tiny-lm/chance/train/loss"
     assert {"crashed", "chance_from_start"} <= {flag["kind"] for flag in run["flags"]} and code == 1
     assert _tree_now(tmp_path) == before
+
+
+def test_a_data_sets_splits_named_like_nemos_records_make_no_run(tmp_path):
+    """``validation.jsonl`` alone is a data set's split as often as NeMo's record; a dict without a
+    step is no metrics line (OpenAI's fine-tuning format: ``{"messages": [...]}``)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    example = json.dumps({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]})
+    (data / "validation.jsonl").write_text(example + "\n")
+    code, runs = _scan(tmp_path)
+    assert runs == [] and code == 0
+    (data / "training.jsonl").write_text(example + "\n")
+    code, (run,) = _scan(tmp_path)
+    assert run["errors"] == [] and run["metrics"].get("loss") is None and not run.get("damaged_records")

@@ -38,6 +38,8 @@ def _parser(prefix: str) -> Callable[[str], Logged | Damaged | None]:
             return DAMAGED
         if not isinstance(record, dict):
             return DAMAGED
+        if "step" not in record:
+            return None  # no metrics record (a data set's example): not this format's line
         step = step_of(record.get("step"))
         items = [(key, raw) for key, raw in record.items() if key not in _NOT_METRICS]
         nested = record.get("metrics")
