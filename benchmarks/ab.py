@@ -9,14 +9,12 @@ paths give the same answer:
 
 - text: the export's numpy column formatter (core/decimal_text.py) against csv.writer + repr
   and json.dumps (commands/scalars.py PLAIN_TEXT);
-- parallel_read: a sweep's first load in helper processes (core/parallel_read.py) against one;
 - templates: the decoder's templates (core/events/decode.py) against Event.FromString per record
   (events/tuning.py TEMPLATES).
 
 The figures, each a whole process from exec to exit unless said: `triage scalars` of a
 1 000 000-event file (CSV, JSON), `triage scan` of that one run and of a sweep (100 runs x 100 000
-points), the TUI on the sweep (first rows and every run loaded, headless, from exec:
-bench_sweep.child_tui), and a live poll (1 000 events appended to the loaded 1 000 000-event run,
+points), and a live poll (1 000 events appended to the loaded 1 000 000-event run,
 one poll, median of 9, in one process).
 
     .venv/bin/python benchmarks/ab.py                      # real sizes, ~6 min on 2 quiet cores
@@ -50,7 +48,6 @@ KEEP_AT = 1.3
 # would change nothing and the two paths would time the same (a false "delete").
 PLAIN = {
     "text": "import triage_tui.commands.scalars as m; assert hasattr(m, 'PLAIN_TEXT'); m.PLAIN_TEXT = True",
-    "parallel_read": "import triage_tui.core.parallel_read as p; assert hasattr(p, '_cores'); p._cores = lambda: 1",
     "templates": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'TEMPLATES'); t.TEMPLATES = False",
 }
 
@@ -62,13 +59,6 @@ FAST_PATHS = {
         "",
         ["export_csv", "export_json"],
         ["triage_tui/core/decimal_text.py"],
-    ),
-    "parallel_read": (
-        "a sweep's first load in helper processes",
-        "read in one process",
-        "",
-        ["scan_sweep", "tui_first_rows", "tui_all_rows"],
-        ["triage_tui/core/parallel_read.py"],
     ),
     "templates": (
         "the decoder's templates",
@@ -84,8 +74,6 @@ FIGURES = {
     "export_json": "`triage scalars` of the big file, JSON",
     "scan_big": "`triage scan` of the big file's run",
     "scan_sweep": "`triage scan` of the sweep",
-    "tui_first_rows": "TUI on the sweep: first rows (from exec)",
-    "tui_all_rows": "TUI on the sweep: every run loaded (from exec)",
     "live_poll": "live poll: 1 000 events appended to the big run",
 }
 
@@ -137,15 +125,6 @@ def measure(figure: str, setting: str, trees: Trees, work: Path) -> tuple[float,
     """Seconds of one figure with ``setting`` run first; and what it produced, to compare the two paths."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     python = sys.executable
-    if figure in ("tui_first_rows", "tui_all_rows"):
-        code = (
-            f"{setting}\nimport sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_sweep; "
-            f"print(json.dumps(bench_sweep.child_tui({str(trees.sweep)!r}, {trees.runs}, {time.time()!r})))"
-        )
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True)
-        shown = json.loads(done.stdout.strip().splitlines()[-1])
-        assert shown["points"] == trees.sweep_points, shown
-        return shown["first_rows_s" if figure == "tui_first_rows" else "all_rows_s"], shown["points"]
     if figure == "live_poll":
         shutil.copyfile(trees.big, trees.live)  # a fresh copy each time: every measurement appends the same
         code = (
@@ -255,7 +234,7 @@ def main() -> None:
         lines_of_code = f"{code_lines(files)} lines: {', '.join(files)}"
         busy = run.load_start > (os.cpu_count() or 1)
         if args.small:
-            verdict = "no verdict at small sizes (a sweep under parallel_read's threshold)"
+            verdict = "no verdict at small sizes"
         elif busy and max(ratios) < KEEP_AT:
             verdict = (
                 f"under {KEEP_AT}× here, but at load {run.load_start:.0f} on {os.cpu_count()} cores the forks find no "

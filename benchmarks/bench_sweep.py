@@ -6,14 +6,12 @@ round runs, one after another so they see the same machine, as whole processes:
 - rustboard: tensorboard's Rust data server ``--reload once --samples-per-plugin scalars=all``,
   exec to its "Finished load cycle" log line (bench_scale.rustboard_load; it reads runs on
   several threads);
-- ``triage scan TREE`` from exec to exit (the first poll reads runs here and in a helper process,
-  core/parallel_read.py);
-- the TUI (``TriageApp`` under ``App.run_test``, headless, its helpers forked and its first poll
-  begun before Textual is imported, as ``triage`` does: commands/tui.py ``start_reading``): from
-  exec to the first rows on screen and to every run's row with every point loaded.
+- ``triage scan TREE`` from exec to exit;
+- the TUI (``TriageApp`` under ``App.run_test``, headless, its first poll begun before Textual is
+  imported, as ``triage`` does: commands/tui.py ``start_reading``): from exec to the first rows on
+  screen and to every run's row with every point loaded.
 
-What the helper processes buy against one process is benchmarks/ab.py's to measure; first rows
-on a real terminal are bench_paint.py's. Memory is every tool's whole-process peak RSS.
+First rows on a real terminal are bench_paint.py's. Memory is every tool's whole-process peak RSS.
 
     .venv/bin/python benchmarks/bench_sweep.py                 # ~3 min + writing the tree (~10 s)
     .venv/bin/python benchmarks/bench_sweep.py --runs 20 --points 20000 --rounds 2 --dry-run

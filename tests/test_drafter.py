@@ -1,4 +1,4 @@
-"""The EAGLE-3 drafter: config, key names, SpecForge's TTT attention, loss and accuracy arithmetic."""
+"""The EAGLE-3 drafter: config, key names, its TTT unroll, loss and accuracy against SpecForge's own modules."""
 
 from __future__ import annotations
 
@@ -189,69 +189,70 @@ def test_first_step_is_causal():
     assert not torch.allclose(logits[:, 6:], logits2[:, 6:], atol=1e-3)
 
 
-def _embedding(embed, ids):
-    return torch.nn.functional.embedding(ids, embed)
+def specforge_drafter(model: Eagle3Drafter, embed: torch.Tensor) -> Any:
+    """SpecForge's own ``LlamaForCausalLMEagle3`` (specforge/modeling/draft/llama3_eagle.py, SpecForge
+    0.2.0, installed by the test extra's CI step) holding ``model``'s weights and the target embedding
+    ``embed``: every key of our state dict loads strictly into SpecForge's module."""
+    from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    from transformers import LlamaConfig
+
+    c = model.config
+    llama = LlamaConfig(
+        hidden_size=c.hidden_size,
+        num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads,
+        head_dim=c.head_dim,
+        intermediate_size=c.intermediate_size,
+        rms_norm_eps=c.rms_norm_eps,
+        rope_theta=c.rope_theta,
+        max_position_embeddings=c.max_position_embeddings,
+        vocab_size=c.target_vocab_size,
+        hidden_act="silu",
+        num_hidden_layers=1,
+    )
+    llama.draft_vocab_size = c.draft_vocab_size
+    theirs = LlamaForCausalLMEagle3(llama).eval()
+    theirs.load_state_dict({**model.state_dict(), "embed_tokens.weight": embed}, strict=True)
+    return theirs
 
 
-def _specforge_reference_ttt(
-    model: Eagle3Drafter, embed: torch.Tensor, input_ids: torch.Tensor, aux: torch.Tensor, steps: int
-) -> list[torch.Tensor]:
-    """A literal transcription of SpecForge's cache-branch attention loop (llama3_eagle.py,
-    core/eagle3.py): additive float causal mask whose diagonals are masked in place after each
-    step, keys from later steps only through ``(q * k_i).sum(-1)``. Shares only the weights."""
-    layer, attn = model.midlayer, model.midlayer.self_attn
-    nh, nkv, hd = attn.num_heads, attn.num_kv_heads, attn.head_dim
+def specforge_ttt_logits(theirs: Any, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """SpecForge's TTT unroll through its own modules: ``project_hidden_states``, its decoder mask,
+    ``backbone`` with ``cache_hidden`` (the attention's cache branch), ``compute_logits`` and its
+    ``padding`` shift of the ids, as ``OnlineEagle3Model.forward`` (specforge/algorithms/eagle3/model.py)
+    drives them. One step of the loop is SpecForge classic's and not 0.2.0's: after step k the
+    causal mask's k-th diagonal is closed (classic specforge/core/eagle3.py, ``attention_mask[:, :,
+    ind0, ind1] = finfo.min``), the unroll the replay reproduces for the runs it checks."""
+    from specforge.utils import padding
+
     b, t = input_ids.shape
-    mask = torch.full((t, t), torch.finfo(torch.float32).min)
-    mask = mask.masked_fill(torch.arange(t) < (torch.arange(t) + 1).view(t, 1), 0)[None, None].repeat(b, 1, 1, 1)
-    inv = 1.0 / (attn.rope_theta ** (torch.arange(0, hd, 2).float() / hd))
-
-    def rope(x, pos):
-        emb = torch.cat([pos[:, None].float() * inv] * 2, -1)
-        return x * emb.cos() + torch.cat((-x[..., hd // 2 :], x[..., : hd // 2]), -1) * emb.sin()
-
-    hidden = model.fc(aux)
-    ids = torch.cat((input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])), 1)
-    cache_k: list[torch.Tensor] = []
-    cache_v: list[torch.Tensor] = []
-    out_logits: list[torch.Tensor] = []
-    for idx in range(steps):
-        residual = hidden
-        x = torch.cat((layer.input_layernorm(_embedding(embed, ids)), layer.hidden_norm(hidden)), -1)
-        q = attn.q_proj(x).view(b, t, nh, hd).transpose(1, 2)
-        k = attn.k_proj(x).view(b, t, nkv, hd).transpose(1, 2)
-        v = attn.v_proj(x).view(b, t, nkv, hd).transpose(1, 2)
-        pos = torch.arange(t) + len(cache_k)
-        q, k = rope(q, pos), rope(k, pos)
-        k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
-        cache_k.append(k)
-        cache_v.append(v)
-        w = torch.matmul(q, cache_k[0].transpose(2, 3)) / math.sqrt(hd) + mask
-        for i in range(1, len(cache_k)):
-            w = torch.cat((w, ((q * cache_k[i]).sum(-1) / math.sqrt(hd))[..., None]), -1)
-        w = torch.softmax(w, -1, dtype=torch.float32)
-        o = torch.matmul(w[..., :t], cache_v[0])
-        for i in range(1, len(cache_k)):
-            o = o + w[..., t + i - 1][..., None] * cache_v[i]
-        h = residual + attn.o_proj(o.transpose(1, 2).reshape(b, t, nh * hd))
-        hidden = h + layer.mlp(layer.post_attention_layernorm(h))
-        out_logits.append(model.lm_head(model.norm(hidden)))
-        ids = torch.cat((ids[:, 1:], torch.zeros_like(ids[:, :1])), 1)
-        ind = torch.arange(t)
-        mask[:, :, ind[idx:], ind[: t - idx]] = torch.finfo(torch.float32).min
-    return out_logits
+    # SpecForge wraps its RMSNorm and RoPE in torch.compile; run them eagerly (no compiler on CPU).
+    with torch.no_grad(), torch._dynamo.config.patch(disable=True):
+        hidden = theirs.project_hidden_states(aux)
+        mask = theirs.prepare_decoder_attention_mask(torch.ones(b, t, dtype=torch.bool), hidden, b, t, 0)
+        positions = torch.arange(t).unsqueeze(0)
+        cache: list[list[torch.Tensor]] = [[], []]
+        ids = padding(input_ids, left=False)
+        logits = []
+        for k in range(steps):
+            hidden = theirs.backbone(theirs.embed_input_ids(ids), hidden, cache, mask, positions)
+            logits.append(theirs.compute_logits(hidden))
+            ids = padding(ids, left=False)
+            rows = torch.arange(t)
+            mask[:, :, rows[k:], rows[: t - k]] = torch.finfo(mask.dtype).min
+    return logits
 
 
-def test_ttt_unroll_matches_a_literal_transcription_of_specforge():
+def test_ttt_unroll_matches_specforges_own_modules():
     model = seeded_drafter(small_config())
     torch.manual_seed(3)
     embed = torch.randn(V, H)
     ids = torch.randint(0, V, (2, 12))
     aux = torch.randn(2, 12, 3 * H)
     ours = ttt_forward(model, embed, ids, aux, steps=4)
-    ref = _specforge_reference_ttt(model, embed, ids, aux, steps=4)
+    theirs = specforge_ttt_logits(specforge_drafter(model, embed), ids, aux, steps=4)
     assert len(ours) == 4
-    for step, (a, b) in enumerate(zip(ours, ref, strict=True)):
+    for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=f"step {step}")
     # step 0 of the unroll is the plain forward on the shifted ids
     first, _ = model(embed_ids(embed, shift_left(ids)), aux)

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.events import as_points, frame, records, reference_points, same_points, scalar_event
+from builders.events import as_points, frame, records, same_points, scalar_event
+from builders.rustboard import tensorboard_shows
 from triage_tui.core.events.crc import masked_crc32c
 from triage_tui.core.events.reader import RunEvents
 
@@ -70,9 +71,9 @@ def test_live_tail_a_few_records_at_a_time_with_records_cut_in_half(tmp_path, to
         whole = _complete_prefix(torch_bytes, written)
         assert stats.pending_bytes == written - whole
         assert stats.corrupt_records == 0 and stats.skipped_bytes == 0
-        assert same_points(as_points(events.scalars), reference_points([torch_bytes[:whole]]))
+        assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes[:whole]]))
     assert polls > 20
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
 
 
 def test_appended_events_read_only_the_new_bytes(tmp_path, torch_bytes):
@@ -90,7 +91,7 @@ def test_appended_events_read_only_the_new_bytes(tmp_path, torch_bytes):
     assert stats.bytes_read == len(extra) and stats.records == 1000 and stats.slow_records < 50
     assert events.scalars.version > version
     assert events.poll().bytes_read == 0  # nothing new, nothing read
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes + extra]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes + extra]))
 
 
 def test_zero_filled_tail_is_pending_then_read_when_the_data_lands(tmp_path, torch_bytes):
@@ -100,13 +101,13 @@ def test_zero_filled_tail_is_pending_then_read_when_the_data_lands(tmp_path, tor
     events = _reader(path)
     stats = events.poll()
     assert stats.pending_bytes == 4096 and stats.corrupt_records == 0 and stats.skipped_bytes == 0
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes[:cut]]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes[:cut]]))
     with open(path, "r+b") as f:  # the writer's bytes arrive over the zeros, and more after
         f.seek(cut)
         f.write(torch_bytes[cut:])
     stats = events.poll()
     assert stats.corrupt_records == 0 and stats.skipped_bytes == 0 and stats.resets == 0
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
 
 
 def test_zero_hole_followed_by_data_is_skipped(tmp_path, torch_bytes):
@@ -133,7 +134,7 @@ def test_flipped_byte_in_the_middle_loses_only_that_record(tmp_path, torch_bytes
     if where in ("length", "length_crc"):
         assert stats.skipped_bytes == 16 + length  # resync at the next record
     wanted = torch_bytes[:pos] + torch_bytes[pos + 16 + length :]  # the file without that record
-    assert same_points(as_points(events.scalars), reference_points([wanted]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([wanted]))
 
 
 def test_truncated_file_is_read_again_from_the_start(tmp_path, torch_bytes):
@@ -148,7 +149,7 @@ def test_truncated_file_is_read_again_from_the_start(tmp_path, torch_bytes):
     assert stats.resets == 1
     whole = _complete_prefix(torch_bytes, cut)
     assert stats.pending_bytes == cut - whole
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes[:whole]]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes[:whole]]))
 
 
 def test_rsync_style_replaced_file_new_inode_is_read_again(tmp_path, tmp_path_factory, torch_bytes):
@@ -162,7 +163,7 @@ def test_rsync_style_replaced_file_new_inode_is_read_again(tmp_path, tmp_path_fa
     os.replace(staging, path)  # rsync without --inplace: new inode, same name
     stats = events.poll()
     assert stats.resets == 1
-    assert same_points(as_points(events.scalars), reference_points([other]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([other]))
 
 
 def test_vanished_file_keeps_its_points(tmp_path, torch_bytes):
@@ -173,7 +174,7 @@ def test_vanished_file_keeps_its_points(tmp_path, torch_bytes):
     path.unlink()
     stats = events.poll()
     assert stats.resets == 0 and stats.bytes_read == 0
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
 
 
 def _absurd_header(length: int) -> bytes:
@@ -196,7 +197,7 @@ def test_record_claiming_length_2_63_does_not_allocate_and_is_stepped_over(tmp_p
         f.write(torch_bytes[cut:])
     stats = events.poll()
     assert stats.corrupt_records == 1 and stats.skipped_bytes == 12
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
 
 
 def test_garbage_tail_waits_then_resyncs_when_records_follow(tmp_path, torch_bytes):
@@ -217,7 +218,7 @@ def test_garbage_tail_waits_then_resyncs_when_records_follow(tmp_path, torch_byt
         f.write(torch_bytes[cut:])
     stats = events.poll()
     assert stats.skipped_bytes == 300 and stats.corrupt_records == 1
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
     assert events.problems == {}
 
 
@@ -234,7 +235,7 @@ def test_a_tail_still_being_written_is_pending_and_only_a_damaged_one_is_said(tm
     events = _reader(path)
     stats = events.poll()
     assert stats.pending_bytes == len(data) - len(whole) and stats.corrupt_records == 0
-    assert same_points(as_points(events.scalars), reference_points([whole]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([whole]))
     # A whole header that fails its length check is no write in progress: said; a cut record or zeros wait.
     message = f"no TFRecord from byte {len(torch_bytes)} on (333 bytes fail the length check and no whole record "
     said = {path: message + "follows): damaged, or not an event file"}
@@ -342,7 +343,7 @@ def test_mutated_real_files_keep_every_record_before_the_damage(tmp_path, torch_
     events = _reader(path)
     events.poll()
     intact = _complete_prefix(torch_bytes, first_damage)
-    before = reference_points([torch_bytes[:intact]])
+    before = tensorboard_shows([torch_bytes[:intact]])
     got = as_points(events.scalars)
     for tag, points in before.items():
         assert tag in got
@@ -361,7 +362,7 @@ def test_unreadable_and_special_files_are_counted_not_fatal(tmp_path, torch_byte
     events.set_files([good, fifo, folder, tmp_path / "events.out.tfevents.4.not-yet"])
     stats = events.poll()  # would hang on the FIFO with a blocking open
     assert stats.unreadable_files == 2 and stats.files == 4
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
 
 
 def test_sparse_zero_tail_costs_nothing_per_poll_and_data_after_it_is_found(tmp_path, torch_bytes):
@@ -384,7 +385,7 @@ def test_sparse_zero_tail_costs_nothing_per_poll_and_data_after_it_is_found(tmp_
         tracemalloc.stop()
     assert stats.pending_bytes == hole and stats.corrupt_records == 0
     assert stats.bytes_read <= len(torch_bytes) + (16 << 20) and peak < 256 << 20, (stats, peak)
-    assert same_points(as_points(events.scalars), reference_points([torch_bytes]))
+    assert same_points(as_points(events.scalars), tensorboard_shows([torch_bytes]))
     again = events.poll()
     assert again.bytes_read == 0 and again.pending_bytes == hole
     extra = b"".join(

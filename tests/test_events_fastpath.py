@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
 from builders.events import as_points, frame, reference_points, same_points, tensor_value
+from builders.rustboard import tensorboard_shows
 from triage_tui.core.events.reader import RunEvents
 
 # dtype -> (numpy dtype of tensor_content, TensorProto *_val field)
@@ -293,5 +294,5 @@ def test_the_plain_upb_path_reads_the_same_points(tmp_path, monkeypatch):
     fast, fast_slow = read()
     monkeypatch.setattr(tuning, "TEMPLATES", False)
     plain, plain_slow = read()
-    assert same_points(plain, fast) and same_points(fast, reference_points(files))
+    assert same_points(plain, fast) and same_points(fast, tensorboard_shows(files))
     assert fast_slow < 10 and plain_slow == 602  # 601 scalar records and the file_version one

@@ -39,7 +39,7 @@ def test_specforge_layout_sizes_and_mapping(specforge_dir, story):
     assert (ckpt.hidden_size, ckpt.draft_vocab_size, ckpt.target_vocab_size) == (HIDDEN, DRAFT_VOCAB, TARGET_VOCAB)
     assert ckpt.target_hidden_size == HIDDEN
     assert ckpt.aux_layer_ids == tuple(SPECFORGE_AUX)
-    assert ckpt.lm_head_name == "lm_head.weight" and ckpt.layer_prefix == "midlayer."
+    assert ckpt.lm_head_name == "lm_head.weight"
     assert ckpt.tensors["lm_head.weight"].shape == (DRAFT_VOCAB, HIDDEN)
     assert ckpt.tensors["t2d"].dtype == "bool" and ckpt.tensors["d2t"].dtype == "int64"
     assert ckpt.notes == ()
@@ -75,7 +75,7 @@ def test_speculators_layout(tmp_path, story):
     state = drafter_state("speculators", story[1])
     write_drafter(tmp_path, state, drafter_config("speculators"))
     ckpt = read_checkpoint(tmp_path)
-    assert ckpt.layout == "speculators" and ckpt.layer_prefix == "layers.0."
+    assert ckpt.layout == "speculators"
     assert ckpt.hidden_size == HIDDEN  # config keeps it in transformer_layer_config
     assert ckpt.aux_layer_ids == tuple(SPECULATORS_AUX)  # top-level key
     assert ckpt.target_vocab_size == TARGET_VOCAB and ckpt.target_hidden_size == HIDDEN

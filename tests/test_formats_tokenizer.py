@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+import tokenizers
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.tokenizer import read_token_strings
@@ -19,7 +20,6 @@ CORPUS = [
 
 
 def test_byte_level_bpe_tokenizer_json_matches_the_library(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = tokenizers.Tokenizer(models.BPE())
@@ -54,7 +54,6 @@ def test_byte_level_bpe_tokenizer_json_matches_the_library(tmp_path):
 
 
 def test_unigram_metaspace_tokenizer_json(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = tokenizers.Tokenizer(models.Unigram())

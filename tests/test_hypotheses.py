@@ -1,4 +1,8 @@
-"""Ranked hypotheses: the story's evidence separates the mapping cause; a healthy run raises nothing."""
+"""Ranked hypotheses: the story's evidence separates the mapping cause; a healthy run raises nothing.
+
+Every expectation is what a user reads in the list: which cause comes first, which stay under one
+half (the line under which a cause is not called likely), and which numbers the evidence names;
+never a score recomputed from the weights the product ranks with."""
 
 import json
 from pathlib import Path
@@ -15,17 +19,8 @@ from triage_tui.core.checks.result import CheckResult, CheckStatus
 from triage_tui.core.checks.verifier_mask import check_verifier_mask
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
-from triage_tui.core.hypotheses.curves import W_NAMED_START_COLD
-from triage_tui.core.hypotheses.mapping import W_ABOVE_CHANCE_ALONE
 from triage_tui.core.hypotheses.rank import rank_hypotheses
-from triage_tui.core.hypotheses.scoring import LIKELY, W_SERVING_COLLAPSED, Hypothesis
-from triage_tui.core.hypotheses.serving import (
-    ONE_ENGINE_UNKNOWN_SERVER,
-    W_AUX_IDS_MISSING_WITH_COLLAPSE,
-    W_CONTRACT_FINDING,
-    W_SERVING_BELOW_TRAINING,
-    W_SERVING_BELOW_TRAINING_COLLAPSED,
-)
+from triage_tui.core.hypotheses.scoring import Hypothesis
 from triage_tui.core.serving.compare import ServingComparison, ServingFinding
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.signals.flags import Flag
@@ -100,6 +95,9 @@ def _by_id(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
     return {h.id: h for h in hypotheses}
 
 
+LIKELY = 0.5  # the hypotheses pane and `check` call a cause likely from one half up (docs/hypotheses.md)
+
+
 def test_story_evidence_puts_the_mapping_first_and_everything_else_low(story):
     checkpoint, run = story
     checks = {
@@ -129,7 +127,7 @@ def test_loss_above_chance_alone_points_at_the_mapping_only_until_the_vocab_chec
     checkpoint, _ = story
     above = [_flag("loss_above_chance")]
     unchecked = _by_id(rank_hypotheses({}, above))["vocab_mapping_mismatch"]
-    assert unchecked.score == pytest.approx(W_ABOVE_CHANCE_ALONE) and unchecked.score < LIKELY
+    assert 0 < unchecked.score < LIKELY  # a hint, listed, never called likely
     # The vocab check ran and the mappings agree: the rows mean their tokens, the symptom is only a note.
     same = VocabMapping(checkpoint.hot_ids.copy(), TARGET_VOCAB)
     cleared = _by_id(rank_hypotheses({"vocab_mapping": check_vocab_mapping(checkpoint, same)}, above))
@@ -137,9 +135,7 @@ def test_loss_above_chance_alone_points_at_the_mapping_only_until_the_vocab_chec
     assert any("loss_above_chance" in line for line in cleared["vocab_mapping_mismatch"].evidence)
     # A vocab check that could not run clears nothing.
     errored = {"vocab_mapping": CheckResult.error("vocab_mapping", "x.pt: not a mapping")}
-    assert _by_id(rank_hypotheses(errored, above))["vocab_mapping_mismatch"].score == pytest.approx(
-        W_ABOVE_CHANCE_ALONE
-    )
+    assert _by_id(rank_hypotheses(errored, above))["vocab_mapping_mismatch"].score == unchecked.score
 
 
 def test_a_healthy_run_scores_everything_below_one_half(story):
@@ -200,8 +196,9 @@ def test_off_by_one_and_missing_head_are_added_only_with_evidence():
     issues = [HiddenIssue("aux_layer_off_by_one", "error", "dumps hold outputs of [2, 16, 29]")]
     no_head = ContractFinding("missing_lm_head", "error", "checkpoint has no lm_head.weight")
     ranked = _by_id(rank_hypotheses({"hidden_state": _hidden(issues), "config_contract": _contract(no_head)}, []))
-    assert ranked["aux_layer_off_by_one"].score == pytest.approx(0.6)
+    assert LIKELY <= ranked["aux_layer_off_by_one"].score < ranked["missing_lm_head"].score
     assert ranked["missing_lm_head"].score >= 0.9
+    assert "dumps hold outputs of [2, 16, 29]" in ranked["aux_layer_off_by_one"].evidence
     assert ranked["config_contract"].score == 0.0  # the head has its own hypothesis
     plain = _by_id(rank_hypotheses({"hidden_state": _hidden([]), "config_contract": _contract()}, []))
     assert "aux_layer_off_by_one" not in plain and "missing_lm_head" not in plain
@@ -214,7 +211,7 @@ def test_one_engine_reading_the_layers_otherwise_convicts_only_when_it_serves(st
     one = _by_id(rank_hypotheses({"config_contract": _contract(vllm)}, []))["config_contract"]
     both = _by_id(rank_hypotheses({"config_contract": _contract(vllm, sglang)}, []))["config_contract"]
     assert one.score < LIKELY <= both.score
-    assert one.score == pytest.approx(W_CONTRACT_FINDING["aux_layers_engine_mismatch"] * ONE_ENGINE_UNKNOWN_SERVER)
+    assert one.score > 0 and any("vllm feeds [2, 31, 58]" in line for line in one.evidence)
     # Missing ids alone are context (every trainer's default is the engines' default) ...
     missing = ContractFinding(
         "aux_layer_ids_missing", "warning", "no ids", "https://github.com/vllm-project/vllm/pull/50170"
@@ -225,9 +222,9 @@ def test_one_engine_reading_the_layers_otherwise_convicts_only_when_it_serves(st
     # ... and beside a collapsed serving acceptance they are vLLM PR #50170's case, likely.
     served = ServingEvidence("vllm", "vllm.log", 1.036, (0.036, 0.0006, 0.0), 28281, 1018, "unconditional")
     collapsed = ServingComparison(served, None, (ServingFinding("acceptance_collapsed", 1.036, "accepts nothing"),))
-    ranked = _by_id(rank_hypotheses({"config_contract": _contract(missing)}, [], serving=collapsed))
-    expected = 1 - (1 - W_AUX_IDS_MISSING_WITH_COLLAPSE) * (1 - W_SERVING_COLLAPSED)
-    assert ranked["config_contract"].score == pytest.approx(expected) and expected >= LIKELY
+    order = rank_hypotheses({"config_contract": _contract(missing)}, [], serving=collapsed)
+    assert order[0].id == "config_contract" and order[0].score >= LIKELY, [(h.id, h.score) for h in order[:3]]
+    assert any("no ids" in line for line in order[0].evidence)
 
 
 def test_a_frequency_ordered_mask_raises_the_verifier_hypothesis(story):
@@ -286,9 +283,10 @@ def test_non_finite_grows_with_the_points_that_are_not_finite(tmp_path):
         _score(_curve_flags(tmp_path / name, curve), "non_finite")
         for name, curve in (("one", one_spike), ("three", three), ("broken", broken))
     ]
-    assert scores[0] < LIKELY <= scores[1] < scores[2]
-    assert scores[2] == pytest.approx(0.9)  # W_NON_FINITE_MAX: a check that finds the NaN's source ranks above
-    evidence = _by_id(rank_hypotheses({}, _curve_flags(tmp_path / "again", broken)))["non_finite"].evidence
+    assert scores[0] < LIKELY <= scores[1] < scores[2] < 1  # below 1: a check that finds the NaN's source ranks above
+    ranked = rank_hypotheses({}, _curve_flags(tmp_path / "again", broken))
+    assert ranked[0].id == "non_finite"
+    evidence = ranked[0].evidence
     assert any("100% of the points from step 900 on are not finite: it never came back" in line for line in evidence)
 
 
@@ -300,8 +298,8 @@ def test_diverged_grows_with_how_far_and_how_long(tmp_path):
     flags = [_curve_flags(tmp_path / name, curve) for name, curve in (("spike", spike), ("far", far_long))]
     assert all(any(f.kind == "diverging" for f in found) for found in flags)
     low, high = (_score(found, "diverged") for found in flags)
-    assert low < 0.5 < high
-    assert high == pytest.approx(0.9)
+    assert low < LIKELY < high
+    assert rank_hypotheses({}, flags[1])[0].id == "diverged"
 
 
 def test_errored_and_skipped_checks_carry_no_weight(story):
@@ -342,22 +340,28 @@ def _start(source: str, path: str = "/runs/drafters/k2", run: str = "/runs/ft") 
 
 
 @pytest.mark.parametrize(
-    ("start", "checkpoint", "replay", "expected"),
+    ("start", "checkpoint", "replay", "verdict"),
     [
-        (COLD, _start("triage.toml"), None, W_NAMED_START_COLD),  # named, no replay: below LIKELY
-        (COLD, _start("discovery"), None, 0.0),  # discovery picks the run's own save: not a start
-        (COLD, _start("triage.toml", "/runs/ft/epoch_0_step_200"), None, 0.0),  # its own later save
-        (COLD, _start("triage.toml", "/runs/ft/cache/model/epoch_0"), None, W_NAMED_START_COLD),  # SpecForge #300
-        (WARM, _start("triage.toml"), None, 0.0),
-        (COLD, _start("flag"), (0.62, 0.62), 0.8 * (0.62 - 0.004) / 0.62),  # the replay: a good drafter
-        (COLD, _start("flag"), (0.02, 0.02), 0.0),  # the checkpoint is no good drafter either
+        (COLD, _start("triage.toml"), None, "hint"),  # named, no replay: listed, not likely
+        (COLD, _start("discovery"), None, "none"),  # discovery picks the run's own save: not a start
+        (COLD, _start("triage.toml", "/runs/ft/epoch_0_step_200"), None, "none"),  # its own later save
+        (COLD, _start("triage.toml", "/runs/ft/cache/model/epoch_0"), None, "hint"),  # SpecForge #300
+        (WARM, _start("triage.toml"), None, "none"),
+        (COLD, _start("flag"), (0.62, 0.62), "first"),  # the replay: a good drafter started cold
+        (COLD, _start("flag"), (0.02, 0.02), "none"),  # the checkpoint is no good drafter either
     ],
 )
-def test_warm_start_broken_scores(start, checkpoint, replay, expected):
+def test_warm_start_broken_scores(start, checkpoint, replay, verdict):
     checks = {"replay": _replay(*replay)} if replay is not None else {}
-    ranked = _by_id(rank_hypotheses(checks, [], start=start, starting_checkpoint=checkpoint))
-    warm = ranked["warm_start_broken"]
-    assert warm.score == pytest.approx(expected)
+    order = rank_hypotheses(checks, [], start=start, starting_checkpoint=checkpoint)
+    warm = _by_id(order)["warm_start_broken"]
+    if verdict == "none":
+        assert warm.score == 0.0
+    elif verdict == "hint":
+        assert 0 < warm.score < LIKELY
+    else:
+        assert order[0] is warm and warm.score >= LIKELY
+        assert "starts at 0.4 %" in warm.evidence[0] and "at 62.0% top-1" in warm.evidence[0]
     assert warm.links == ("https://github.com/sgl-project/SpecForge/issues/300",)
 
 
@@ -385,8 +389,9 @@ def test_a_failed_check_explains_a_cold_start_instead():
 
 
 def test_ttt_position_collapse_follows_its_flag():
-    ranked = _by_id(rank_hypotheses({}, [_flag("ttt_position_collapse")]))
-    assert ranked["ttt_position_collapse"].score == pytest.approx(0.85)
+    order = rank_hypotheses({}, [_flag("ttt_position_collapse")])
+    ranked = _by_id(order)
+    assert order[0].id == "ttt_position_collapse" and order[0].score >= LIKELY
     assert "https://github.com/vllm-project/speculators/pull/818" in ranked["ttt_position_collapse"].links
     assert _by_id(rank_hypotheses({}, []))["ttt_position_collapse"].score == 0.0
 
@@ -442,8 +447,9 @@ def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path)
     ranked = rank_hypotheses(checks, serving=serving)
     scores = {h.id: h.score for h in ranked}
     structural = ("vocab_mapping_mismatch", "config_contract", "mapping_not_in_checkpoint")
-    assert all(scores[cause] == pytest.approx(W_SERVING_COLLAPSED) for cause in structural)
-    assert scores["target_mismatch"] == pytest.approx(W_SERVING_BELOW_TRAINING_COLLAPSED)
+    # Each structural cause is raised alike (no check could tell them apart), none called likely on serving alone.
+    assert len({scores[cause] for cause in structural}) == 1 and 0 < scores["vocab_mapping_mismatch"] < LIKELY
+    assert 0 < scores["target_mismatch"] < scores["vocab_mapping_mismatch"]
     order = [h.id for h in ranked]
     assert max(order.index(cause) for cause in structural) < order.index("target_mismatch")
     # Without the collapse the same gap keeps its weight: serving at 1.9 against 2.8.
@@ -455,9 +461,8 @@ def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path)
     log.write_text(vllm_line(1000, [600, 250, 50]) + "\n")
     partial = compare_serving(read_serving(str(log)), serving.training)
     assert [f.kind for f in partial.findings] == ["serving_below_training"]
-    assert _by_id(rank_hypotheses(checks, serving=partial))["target_mismatch"].score == pytest.approx(
-        W_SERVING_BELOW_TRAINING
-    )
+    again = rank_hypotheses(checks, serving=partial)
+    assert again[0].id == "target_mismatch" and again[0].score > scores["target_mismatch"]
 
 
 # ------------------------------------------------------------------ past the acceptance peak
@@ -481,12 +486,10 @@ DEEPSPEC_84_LOSS = [(800, 2.69), (2300, 1.97), (4600, 1.73), (7600, 1.59), (1000
 
 
 def test_deepspec_84_is_past_its_peak_and_names_the_checkpoint_nearest_it():
-    from triage_tui.core.hypotheses.curves import W_PAST_PEAK
-
     checkpoints = [(step, Path(f"/out/run-step{step}")) for step in (2000, 4200, 5000, 8000, 10000)]
     ranked = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84, DEEPSPEC_84_LOSS, checkpoints)))
     peak = ranked["past_acceptance_peak"]
-    assert peak.score == pytest.approx(W_PAST_PEAK) and peak.score >= LIKELY
+    assert peak.score >= LIKELY and max(ranked.values(), key=lambda h: h.score) is peak
     evidence = " | ".join(peak.evidence)
     assert "peaked at 3.34 (step 4600) and is 3.18 at step 10000 (-4.8%)" in evidence
     assert "train/loss kept falling (1.73 -> 1.5)" in evidence
@@ -496,8 +499,6 @@ def test_deepspec_84_is_past_its_peak_and_names_the_checkpoint_nearest_it():
 
 
 def test_not_past_the_peak():
-    from triage_tui.core.hypotheses.curves import W_PAST_PEAK_LOSS_UNKNOWN
-
     rising = [(1000, 2.0), (2000, 2.5), (3000, 2.9), (4000, 3.1)]
     assert _by_id(rank_hypotheses({}, acceptance=_history(rising)))["past_acceptance_peak"].score == 0.0
     # One evaluation after the peak, or a dip within 3 %, is not enough; a loss rising too is divergence.
@@ -508,7 +509,8 @@ def test_not_past_the_peak():
     hypothesis = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84, rising_loss)))["past_acceptance_peak"]
     assert hypothesis.score == 0.0 and "rose too" in hypothesis.evidence[0]
     no_loss = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84)))["past_acceptance_peak"]
-    assert no_loss.score == pytest.approx(W_PAST_PEAK_LOSS_UNKNOWN)
+    with_loss = _by_id(rank_hypotheses({}, acceptance=_history(DEEPSPEC_84, DEEPSPEC_84_LOSS)))
+    assert 0 < no_loss.score < LIKELY <= with_loss["past_acceptance_peak"].score  # without a loss, only a hint
     # Non-finite evaluations are left out; too few points says nothing.
     assert "past_acceptance_peak" not in _by_id(rank_hypotheses({}, acceptance=_history([(1, 3.0), (2, float("nan"))])))
 
@@ -562,9 +564,7 @@ def test_the_eagle3_flag_or_an_eagle2_drafter_is_no_evidence(tmp_path):
     log.write_text(
         sglang_server_args_line(speculative_algorithm="EAGLE", speculative_draft_model_path="/m/k2-eagle3") + "\n"
     )
-    from triage_tui.core.hypotheses.serving import W_EAGLE_FLAG_NAMED_EAGLE3
-
     named = _by_id(rank_hypotheses({}, launches=read_engine_launches(log)))["algorithm_flag"]
-    assert named.score == pytest.approx(W_EAGLE_FLAG_NAMED_EAGLE3)
+    assert 0 < named.score < LIKELY
     # No launch line: the cause is not listed.
     assert "algorithm_flag" not in _by_id(rank_hypotheses({}))

@@ -20,7 +20,7 @@ from a sibling room of its own layer (siblings are independent):
     watched_run               one watched run: its settings from its files, its update into a RunStatus
     run_status | derive       what the watcher reports about one run (scan --json's object) / the one
                               derivation of a run's flags, chance line, tags and metrics from its scalars
-    sources | parallel_read | best_checkpoint   the readers of a run, one process or two / the acceptance peak
+    sources | best_checkpoint the readers of a run / the acceptance peak
     runs.discover             run discovery: which directory is a run, its artifacts, its files of each source kind
     source_kinds              every kind of scalar source declared once (registry over one module per kind over kind)
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
@@ -33,7 +33,7 @@ from a sibling room of its own layer (siblings are independent):
                               files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks / the user's processes, from one /proc scan
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
-    series | vocab | metric_names | decimal_text | text | device | fileio | processes | json_numbers | natural_sort
+    series | vocab | metric_names | decimal_text | text | device | fileio | json_numbers | natural_sort
     | bounds | log_tail       small shared helpers; bounds: every fetch's deadline and cap, numbers checked
     errors                    BadInput, the one bad-input error
 
@@ -77,7 +77,7 @@ CORE = [
     ("core.checks", "core.watch"),
     ("core.watched_run",),
     ("core.run_status", "core.derive"),
-    ("core.sources", "core.parallel_read", "core.best_checkpoint"),
+    ("core.sources", "core.best_checkpoint", "core.setting_files"),
     ("core.runs.discover",),
     ("core.source_kinds",),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
@@ -93,11 +93,11 @@ CORE = [
         "core.text",
         "core.device",
         "core.fileio",
-        "core.processes",
         "core.json_numbers",
         "core.natural_sort",
         "core.bounds",
         "core.log_tail",
+        "core.changed_file",
     ),
     ("core.errors",),
 ]
@@ -131,7 +131,13 @@ EVENTS = [
 ]
 HYPOTHESES = [
     ("core.hypotheses.rank",),
-    ("core.hypotheses.mapping", "core.hypotheses.dumps", "core.hypotheses.curves", "core.hypotheses.serving"),
+    (
+        "core.hypotheses.mapping",
+        "core.hypotheses.dumps",
+        "core.hypotheses.curves",
+        "core.hypotheses.serving",
+        "core.hypotheses.target_weights",
+    ),
     ("core.hypotheses.weights",),
     ("core.hypotheses.scoring",),
 ]

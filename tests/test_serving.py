@@ -442,7 +442,7 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
         watcher = Watcher([tmp_path], use_watchdog=False, clock=lambda: now[0])
         watcher.poll_once()
         for tracked in watcher._runs.values():
-            follower = tracked.serving.followers[0]
+            follower = tracked.serving.slots[0].source
             assert isinstance(follower, MetricsUrl)
             scrape = follower.pending
             assert scrape is not None and scrape is not threading.current_thread()  # on its own thread

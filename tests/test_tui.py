@@ -90,7 +90,7 @@ async def test_flagged_run_is_sorted_first_with_the_chance_line(runs_root):
 
 
 async def test_a_watcher_begun_before_textual_is_the_one_the_app_shows(runs_root):
-    # `triage` forks its helpers and begins the first poll before it imports Textual (start_reading).
+    # `triage` begins the first poll before it imports Textual (start_reading).
     from triage_tui.commands.tui import start_reading
 
     watcher = start_reading([runs_root], poll_interval=0.2, use_watchdog=False)

@@ -4,7 +4,10 @@ Test modules import from here (``from builders.tensorboard import write_scalars`
 one another (tests/test_layers.py checks it): a helper a second test needs moves here.
 
     tensorboard   event files through torch's and tensorboardX's SummaryWriter
-    events        event files byte by byte (TFRecord framing), and the reference reader
+    events        event files byte by byte (TFRecord framing), and the reference reader for what
+                  TensorBoard's data server does not show
+    rustboard     what TensorBoard's own data server shows for event files: the event reader's oracle
+    tensorboard_web  TensorBoard's own shipped smoothing, run with Node.js: the EMA's oracle
     curves        scalar curves whose flags are known (the story's)
     wandb_runs    W&B offline runs through wandb itself; single records (hostile ones too) framed as
                   wandb's writer frames them

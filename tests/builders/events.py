@@ -1,9 +1,13 @@
-"""Event files byte by byte, and an independent reference reader to hold the fast one to.
+"""Event files byte by byte, and a reference reader for what TensorBoard's data server does not show.
 
-TFRecord framing with struct; the reference reader is deliberately the slow, obvious one: frame
-with struct, parse every record with ``Event.FromString``, turn tensors into numbers with
-tensorboard's own ``tensor_util.make_ndarray``, and apply rustboard's per-tag preemption point by
-point.
+The oracle of the event reader is TensorBoard itself: its data server's view of the same files
+(builders/rustboard.py ``tensorboard_shows``). It shows no scalar stored as a tensor other than
+DT_FLOAT (torch's ``double_precision``, TF2's half, bfloat16, int64 scalars), which triage reads;
+for those, and for synthetic streams of every value kind, ``reference_points`` decodes with
+tensorboard's own code: ``Event.FromString`` per record and ``tensor_util.make_ndarray`` for
+tensors (bfloat16 and the unsigned types by hand, which its make_ndarray lacks). Its one rule, a
+step below the one logged just before it preempting the points at or past it, is held to the data
+server's by test_events.py ``test_steps_going_back_preempt_as_tensorboard_shows``.
 """
 
 from __future__ import annotations
@@ -96,7 +100,8 @@ def reference_scalar(value: summary_pb2.Summary.Value) -> float | None:
 
 def reference_points(paths: list[Path] | list[bytes]) -> dict[str, list[tuple[int, float, float]]]:
     """Per tag (step, wall_time, value), files in name order, no purge; a step below the one
-    logged just before it preempts (rustboard), the same step again keeps both (EventAccumulator)."""
+    logged just before it preempts (as TensorBoard's data server shows), the same step again keeps
+    both (as EventAccumulator does)."""
     series: dict[str, list[tuple[int, float, float]]] = {}
     previous: dict[str, int] = {}
     for item in paths:

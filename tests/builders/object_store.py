@@ -274,7 +274,6 @@ _BUCKETS = itertools.count()
 @pytest.fixture(scope="module")
 def server():
     """moto's server and the counting proxy in front of it, the AWS variables pointing at the proxy."""
-    pytest.importorskip("moto")
     with S3Server() as running:
         proxy = S3Proxy(running.port)
         with s3_environment(proxy.endpoint):

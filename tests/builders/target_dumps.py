@@ -61,9 +61,13 @@ def _decode(tokenizer, ids: list[int]) -> str:
     return "".join(inverse[i] for i in ids)
 
 
-def write_target(path: Path, *, seed: int = 0, finetune_from: Path | None = None, steps: int = 10) -> Path:
+def write_target(
+    path: Path, *, seed: int = 0, finetune_from: Path | None = None, steps: int = 10, tied: bool = False
+) -> Path:
     """A tiny Llama target saved with save_pretrained; `finetune_from`: that target after `steps` Adam
-    steps (lr 1e-2) on random text, all weights trained, norms included (a full fine-tune)."""
+    steps (lr 1e-2) on random text, all weights trained, norms included (a full fine-tune); `tied`:
+    ``tie_word_embeddings=True``, so that save_pretrained stores no ``lm_head.weight`` (Qwen3 up to
+    4B, Llama 3.2 1B/3B are saved so)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if finetune_from is not None:
@@ -86,7 +90,7 @@ def write_target(path: Path, *, seed: int = 0, finetune_from: Path | None = None
             vocab_size=VOCAB,
             max_position_embeddings=512,
             rms_norm_eps=1e-5,
-            tie_word_embeddings=False,
+            tie_word_embeddings=tied,
         )
         model = LlamaForCausalLM(config)
         with torch.no_grad():
@@ -115,12 +119,16 @@ def write_specforge_dumps(
     template: str = "qwen",
     dtype: torch.dtype = torch.bfloat16,
     poison: tuple[int, float] | None = None,
+    before_final_norm: bool = False,
 ) -> Path:
     """SpecForge offline dumps of `count` conversations whose answers `verifier` generated.
 
     `template` is the SpecForge chat template the loss mask is parsed with (the text is always in
     the Qwen format: "llama3" is the mismatch of SpecForge #392). `poison` = (file index, value)
     writes that value (NaN, inf) into one aux position of that file, as a capture overflow would.
+    `before_final_norm` stores, under SpecForge's post-norm ``hidden_state`` key, the last layer's
+    output before the final norm (the input of ``model.norm``, taken by a forward hook), as an
+    extractor that captures the residual stream does (speculators #313, Model-Optimizer #1846).
     """
     from specforge.data.parse import GeneralParser
     from specforge.data.template import TEMPLATE_REGISTRY
@@ -131,6 +139,8 @@ def write_specforge_dumps(
     # stored in the target's dtype as a bfloat16 capture stores them.
     model = LlamaForCausalLM.from_pretrained(str(verifier), dtype=torch.float32).eval()
     parser = GeneralParser(tokenizer, TEMPLATE_REGISTRY.get(template))
+    norm_inputs: list[torch.Tensor] = []
+    model.model.norm.register_forward_hook(lambda module, args, out: norm_inputs.append(args[0]))
     rows = root / "rows_0-5000"
     rows.mkdir(parents=True, exist_ok=True)
     for i, question in enumerate(conversations(count)):
@@ -146,6 +156,7 @@ def write_specforge_dumps(
         with torch.no_grad():
             out = model(input_ids=input_ids[None], output_hidden_states=True)
         states = out.hidden_states
+        last = norm_inputs[-1] if before_final_norm else states[-1]
         aux = torch.cat([states[layer + 1] for layer in AUX_LAYERS], dim=-1).to(dtype)
         if poison is not None and poison[0] == i:
             aux[0, aux.shape[1] // 2, 3] = poison[1]
@@ -153,7 +164,7 @@ def write_specforge_dumps(
             {
                 "input_ids": input_ids,
                 "loss_mask": loss_mask,
-                "hidden_state": states[-1].to(dtype),
+                "hidden_state": last.to(dtype),
                 "aux_hidden_state": aux,
             },
             rows / f"data_{i}.ckpt",
@@ -164,9 +175,12 @@ def write_specforge_dumps(
 DRAFT_VOCAB = 1000
 
 
-def write_drafter(root: Path, dumps: Path) -> tuple[Path, Path]:
+def write_drafter(root: Path, dumps: Path, target: Path | None = None) -> tuple[Path, Path]:
     """A SpecForge drafter for this target and its vocab mapping, built from the dumps' supervised
-    tokens by SpecForge's own ``generate_vocab_mapping_file``; (drafter dir, mapping file)."""
+    tokens by SpecForge's own ``generate_vocab_mapping_file``; (drafter dir, mapping file). With
+    `target`, its embedding is the target's, loaded by SpecForge's own ``load_embedding`` as its
+    trainer does before training (the saved ``embed_tokens.weight`` is then the target's); without,
+    it stays at the module's fresh init (the export of TorchSpec #38)."""
     import datasets
     from specforge.data.preprocessing import generate_vocab_mapping_file
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
@@ -203,6 +217,9 @@ def write_drafter(root: Path, dumps: Path) -> tuple[Path, Path]:
     torch.manual_seed(0)
     drafter = LlamaForCausalLMEagle3(config)
     drafter.load_vocab_mapping(str(mapping))
+    if target is not None:
+        with torch.no_grad():
+            drafter.load_embedding(str(target))
     drafter.save_pretrained(str(root / "drafter"))
     return root / "drafter", mapping
 
@@ -214,7 +231,7 @@ def write_run(root: Path, target: Path, dumps: Path, *, losses, accuracies, draf
     root.mkdir(parents=True, exist_ok=True)
     lines = ["[run]", f"vocab_size = {DRAFT_VOCAB}", f'data = "{dumps}"', f'target = "{target}"']
     if drafter:
-        checkpoint, mapping = write_drafter(root, dumps)
+        checkpoint, mapping = write_drafter(root, dumps, target)
         lines += [f'checkpoint = "{checkpoint}"', f'mapping = "{mapping}"']
     (root / "triage.toml").write_text("\n".join(lines) + "\n")
     steps = [50 * (i + 1) for i in range(len(losses))]

@@ -19,9 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-wandb = pytest.importorskip("wandb", reason="the optional extra triage-tui[wandb] is not installed")
+import wandb  # noqa: F401 - the runs' writer, imported here so that a broken install fails as such
 
 REPO = Path(__file__).resolve().parents[2]
 WANDB_CLI = Path(sys.executable).parent / "wandb"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,9 +16,9 @@ if TYPE_CHECKING:
     from triage_tui.tui.app import TriageApp
 
 
-# How long `triage` lets discovery run alone before it imports Textual: the helpers get their first
-# runs as soon as it ends (a 100-run sweep: ~35 ms alone, ~0.2 s beside the import), and the first
-# screen of a tree too big to discover by then waits no longer than this.
+# How long `triage` lets discovery run alone before it imports Textual (a 100-run sweep: ~35 ms
+# alone, ~0.2 s beside the import): the first screen of a tree too big to discover by then waits
+# no longer than this.
 DISCOVERY_WAIT_SECS = 0.15
 
 
@@ -96,15 +95,12 @@ def start_reading(
     use_watchdog: bool = True,
     mirrors: Mirrors | None = None,
 ) -> Watcher:
-    """What `triage` does before it imports Textual: a sweep's first load is read by helper
-    processes, forked now, and the first poll (discovery, then the runs handed to them) begins at
-    once, so both go on while Textual is imported and the UI starts (benchmarks/bench_sweep.py
-    times the TUI this way)."""
-    from triage_tui.core.parallel_read import start_helpers_early
-    from triage_tui.core.watch import tui_watcher
+    """What `triage` does before it imports Textual: the first poll (discovery, then the runs) begins
+    on a thread of its own, so it goes on while Textual is imported and the UI starts
+    (benchmarks/bench_sweep.py times the TUI this way)."""
+    from triage_tui.core.watch import Watcher
 
-    start_helpers_early(paths)
-    watcher = tui_watcher(
+    watcher = Watcher(
         paths, vocab_size=vocab_size, poll_interval=poll_interval, use_watchdog=use_watchdog, mirrors=mirrors
     )
     watcher.start_first_poll(wait_for_discovery=DISCOVERY_WAIT_SECS)
@@ -112,10 +108,7 @@ def start_reading(
 
 
 def import_app() -> type[TriageApp]:
-    """Textual and the app, imported once the reading has begun (``start_reading``), and then out of
-    the collector's sight: what is imported lives as long as the process, and a full collection
-    (two while a 100-run sweep loads, 30 ms each) no longer walks every module, class and function."""
+    """Textual and the app, imported once the reading has begun (``start_reading``)."""
     from triage_tui.tui.app import TriageApp
 
-    gc.freeze()
     return TriageApp

@@ -26,7 +26,6 @@ __all__ = ["Texts", "float_reprs", "int_texts", "join_rows"]
 _U64 = np.uint64
 _M32 = _U64(0xFFFFFFFF)
 _FLOAT_WIDTH = 24  # "-2.2250738585072014e-308"
-_INT_WIDTH = 20  # "-9223372036854775808" (even: digits are made in pairs)
 
 
 @dataclass(frozen=True)

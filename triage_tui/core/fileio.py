@@ -53,16 +53,6 @@ def libc_function(name: str, argtypes: tuple, restype=ctypes.c_int) -> Callable[
     return function
 
 
-def keep_freed_heap(mmap_threshold: int, trim_threshold: int, top_pad: int) -> None:
-    """glibc's malloc told to keep freed memory in its heap (``mallopt``; a no-op elsewhere): blocks
-    below ``mmap_threshold`` come from the heap, which is trimmed only past ``trim_threshold`` and
-    grows by ``top_pad`` more than asked."""
-    mallopt = libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
-    if mallopt is not None:
-        for param, value in ((-3, mmap_threshold), (-1, trim_threshold), (-2, top_pad)):  # M_MMAP_THRESHOLD, ...
-            mallopt(param, value)
-
-
 def return_freed_heap() -> None:
     """Hand freed heap pages back to the OS (glibc's ``malloc_trim``; a no-op elsewhere)."""
     trim = libc_function("malloc_trim", (ctypes.c_size_t,))

@@ -72,7 +72,7 @@ class RunSources:
 
     @property
     def events(self) -> RunEvents | None:
-        """The run's event-file reader, when it has event files (core/parallel_read.py reads it apart)."""
+        """The run's event-file reader, when it has event files."""
         return self._reader("tensorboard", RunEvents)
 
     @events.setter

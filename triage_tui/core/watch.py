@@ -11,8 +11,7 @@ alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread. Each run's
 own state, the files its settings come from and its update into a RunStatus are core.watched_run's;
-here are the runs found, the processes scanned once a poll, the helpers that read a sweep's first
-load, and the loop.
+here are the runs found, the processes scanned once a poll, and the loop.
 An idle ``poll_once`` (nothing appended) costs one stat per event file, one scan of /proc for
 all runs (core.run_state: whether each run's writer is alive here; what a process holds open is
 read again only every ``REFRESH_SECS``) plus a few lookups per run: what depends on the values
@@ -31,8 +30,6 @@ from pathlib import Path
 
 from triage_tui.core.derive import DEFAULT_FLUSH_SECS
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.parallel_read import MIN_PARALLEL_BYTES, read_runs, release_early_helpers, worth_a_helper
 from triage_tui.core.process_table import ProcessScanner, ProcessTable
 from triage_tui.core.run_status import RunStatus, failed_status
 from triage_tui.core.runs.discover import discover_runs
@@ -52,30 +49,6 @@ STOP_CHECK_SECS = 0.25
 # How often a long first poll reports the runs read so far (a few redraws a second at most).
 PROGRESS_SECS = 0.25
 PROGRESS_MAX_SECS = 2.0  # the interval doubles after each report, up to this
-
-
-def tui_watcher(
-    paths: Sequence[str | Path],
-    *,
-    vocab_size: int | None = None,
-    poll_interval: float = 1.0,
-    rescan_interval: float = 5.0,
-    use_watchdog: bool = True,
-    clock: Callable[[], float] = time.time,
-    mirrors: Mirrors | None = None,
-) -> Watcher:
-    """The TUI's watcher (the app builds it, or `triage` before it imports Textual): a sweep's first
-    load is decoded off this process, so the UI thread keeps the GIL."""
-    return Watcher(
-        paths,
-        vocab_size=vocab_size,
-        poll_interval=poll_interval,
-        rescan_interval=rescan_interval,
-        use_watchdog=use_watchdog,
-        clock=clock,
-        parse_in_helpers=True,
-        mirrors=mirrors,
-    )
 
 
 class _FirstPoll:
@@ -143,8 +116,6 @@ class Watcher:
         strict: bool = False,
         flush_secs: float = DEFAULT_FLUSH_SECS,
         clock: Callable[[], float] = time.time,
-        parallel_min_bytes: int | None = MIN_PARALLEL_BYTES,
-        parse_in_helpers: bool = False,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
     ) -> None:
@@ -156,12 +127,6 @@ class Watcher:
         # URL); ``unplaced_errors``: those under no run (a prefix that could not be listed).
         self._mirror_errors: dict[str, tuple[SourceError, ...]] = {}
         self.unplaced_errors: tuple[SourceError, ...] = ()
-        # Runs never read, holding at least this many bytes together, are read on two cores
-        # (core/parallel_read.py); None: always in this process.
-        self.parallel_min_bytes = parallel_min_bytes
-        # True (the TUI): those runs are parsed only in helper processes, one per core, never in
-        # this process, whose UI thread would otherwise wait for the GIL while a run is decoded.
-        self.parse_in_helpers = parse_in_helpers
         self.poll_interval = poll_interval
         self.rescan_interval = rescan_interval
         self.use_watchdog = use_watchdog
@@ -238,36 +203,19 @@ class Watcher:
                 # at once, then less and less often, so a long load is not spent redrawing.
                 interval = min(2 * interval, PROGRESS_MAX_SECS)
 
-            # The helper reads event files (RunSources.events); the other kinds are read here, in update().
-            fresh = [
-                (i, events)
-                for i, tracked in enumerate(runs)
-                if tracked.version is None and (events := tracked.events.events)
-            ]
-            if self.parallel_min_bytes is not None and worth_a_helper(
-                [events for _, events in fresh], self.parallel_min_bytes
-            ):
-
-                def read(j: int, events: RunEvents) -> None:
-                    runs[fresh[j][0]].events.events = events  # the helper's copy, read; the poll below is a stat
-                    update(fresh[j][0])
-
-                read_runs([events for _, events in fresh], read, here=not self.parse_in_helpers)
-            release_early_helpers()  # the TUI's, started before it imported Textual, if read_runs did not take them
             for i in range(len(runs)):
-                if statuses[i] is None:
-                    update(i)
+                update(i)
             self.polls += 1
             return [status for status in statuses if status is not None]
 
     def start_first_poll(self, wait_for_discovery: float = 0.0) -> None:
         """Begin the first poll now, on a thread of its own; ``run`` takes it over, with the runs it
-        read so far. The TUI calls this before it imports Textual: the helpers' reading then overlaps
-        the UI's start-up (~0.45 s on a 100-run sweep) instead of following it.
+        read so far. The TUI calls this before it imports Textual: the reading then begins during
+        the UI's start-up instead of after it.
 
         ``wait_for_discovery``: return once the runs are found, or after this many seconds if that
         is sooner. Beside Textual's import, which holds the GIL, a 100-run sweep's discovery (~35 ms
-        alone) took ~0.2 s while both helpers waited for their first runs; a tree so big that its
+        alone) took ~0.2 s; a tree so big that its
         discovery takes longer goes on being discovered while the UI starts."""
         self._first_poll = _FirstPoll(self)
         self._first_poll.discovered.wait(wait_for_discovery)

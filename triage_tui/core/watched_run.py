@@ -12,29 +12,24 @@ so the TUI skips a redraw. Everything here runs on the watcher's thread, never t
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triage_tui.core.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.formats.specforge_output import BestMeta, read_best_meta
 from triage_tui.core.process_table import ProcessTable
 from triage_tui.core.run_state import RunState, console_error, final_step, read_console_tail, run_state
 from triage_tui.core.run_status import RunStatus, manifest_error
-from triage_tui.core.runs.config import read_config
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.read import ServingWatch, with_profile
+from triage_tui.core.setting_files import SettingFiles
 from triage_tui.core.signals.chance import (
-    config_vocab_problems,
-    named_drafter_config,
-    named_drafter_config_path,
     resolve_vocab_size,
 )
 from triage_tui.core.signals.flags import Flag, worst_severity
@@ -42,8 +37,6 @@ from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
 from triage_tui.core.trackers.frameworks import framework_of_run, trainer_of
 from triage_tui.core.trackers.stores import recorded_end_of
-
-FileKey = tuple[str, int, int]  # (path, mtime_ns, size)
 
 
 @dataclass(frozen=True)
@@ -64,26 +57,12 @@ class WatchedRun:
 
     info: RunInfo
     events: RunSources
-    config_key: FileKey | None = None
-    config: dict | None = None
-    state_key: FileKey | None = None
-    state_vocab: int | None = None  # SpecForge 0.2.0: draft vocab of the newest training_state.pt
+    files: SettingFiles = field(default_factory=SettingFiles)  # config.json, training_state.pt, ...
     valid_key: Path | None = None  # the dumps directory `valid` was measured from
     valid: Any = None  # formats.hidden_states.LossMaskFraction of the run's dumps, or None
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
     wandb_config_version: int = -1  # the W&B config the settings were computed from
-    config_problems: tuple[SourceError, ...] = ()  # why config.json (or its vocab size) was not used
-    state_problem: SourceError | None = None  # why the newest training_state.pt could not be read
-    # The config.json of the drafter triage.toml names: its draft vocab is the run's when nothing
-    # closer says it (a fine-tune keeps its starting drafter's head). Re-read when it changes.
-    drafter_key: FileKey | None = None
-    drafter_config: dict | None = None
-    drafter_problems: tuple[SourceError, ...] = ()
-    # SpecForge's <run_id>.best_meta.json: the step its trainer chose as best. Re-read when it changes.
-    best_meta_key: FileKey | None = None
-    best_meta: BestMeta | None = None
-    best_meta_problem: SourceError | None = None
     seen_live: bool = False  # new data arrived after the first read, in this session
     derived: Derived | None = None  # core.derive of the scalars at `version` and the settings
     status: RunStatus | None = None
@@ -122,73 +101,8 @@ class WatchedRun:
 
     def refresh_settings(self) -> None:
         """Re-read each file the run's settings come from, where it changed."""
-        self._refresh_config()
-        self._refresh_drafter_config()
-        self._refresh_training_state()
-        self._refresh_best_meta()
-
-    def _refresh_config(self) -> None:
-        path = self.info.artifacts.config_json
-        key = file_key(path)
-        if key != self.config_key:
-            self.config_key = key
-            problems: list[str] = []
-            self.config = read_config(path, problems) if key is not None else None
-            problems += config_vocab_problems(self.config)
-            self.config_problems = tuple(SourceError("config", str(path), problem) for problem in problems)
+        if self.files.refresh(self.info):
             self.settings_changed = True
-
-    def _refresh_drafter_config(self) -> None:
-        path = named_drafter_config_path(self.info.manifest)
-        key = file_key(path)
-        if key == self.drafter_key:
-            return
-        problems: list[str] = []
-        self.drafter_key = key
-        self.drafter_config = named_drafter_config(self.info.manifest, problems) if key is not None else None
-        self.drafter_problems = tuple(SourceError("config", str(path), problem) for problem in problems)
-        self.settings_changed = True
-
-    def _refresh_training_state(self) -> None:
-        """A run without config.json (SpecForge 0.2.0): the draft vocab from its newest
-        training_state.pt, read (weights-only) once per new file."""
-        path = self.info.artifacts.training_state
-        if path is None or self.config is not None:
-            if self.state_key is not None:
-                self.state_key, self.state_vocab, self.settings_changed = None, None, True
-                self.state_problem = None
-            return
-        key = file_key(path)
-        if key is None or key == self.state_key:
-            return
-        from triage_tui.core.formats.training_state import read_training_state
-
-        problem = None
-        try:
-            vocab = read_training_state(path).draft_vocab_size  # None: a classic state holds no drafter
-        except BadInput as err:
-            what = f"{err.what}; the chance line does not use it"
-            vocab, problem = None, SourceError("training_state", err.path or str(path), what)
-        except Exception as err:  # noqa: BLE001 - a reader bug on one run's file must not stop the watch
-            what = f"cannot read it: {type(err).__name__}: {err}"
-            vocab, problem = None, SourceError("training_state", str(path), what)
-        self.state_key, self.state_vocab, self.settings_changed = key, vocab, True
-        self.state_problem = problem
-
-    def _refresh_best_meta(self) -> None:
-        """SpecForge replaces its best_meta.json (atomically) each time an evaluation beats the best."""
-        path = self.info.artifacts.best_meta
-        key = file_key(path)
-        if key == self.best_meta_key:
-            return
-        self.best_meta_key, self.best_meta, self.best_meta_problem = key, None, None
-        self.settings_changed = True
-        if path is None or key is None:
-            return
-        try:
-            self.best_meta = read_best_meta(path)
-        except BadInput as err:
-            self.best_meta_problem = SourceError("specforge", err.path or str(path), err.what)
 
     def valid_fraction(self):
         """The loss-mask fraction of the run's dumps (triage.toml data, else discovered), read once
@@ -212,17 +126,17 @@ class WatchedRun:
         vocab_size, source = resolve_vocab_size(
             vocab_flag,
             manifest,
-            self.config,
-            self.state_vocab,
+            self.files.config.value[0],
+            self.files.training_state.value[0],
             wandb_vocab=draft_vocab_from_config(self.events.config),
-            drafter_config=self.drafter_config,
+            drafter_config=self.files.drafter.value[0],
         )
         settings = RunSettings(
             vocab_size=vocab_size,
             vocab_size_source=source,
             manifest=manifest,
             checkpoints=self.info.artifacts.checkpoints,
-            best_meta=self.best_meta,
+            best_meta=self.files.best_meta.value[0],
             valid_fraction=self.valid_fraction,
         )
         self.derived = derive(scalars, settings)
@@ -254,10 +168,7 @@ class WatchedRun:
             e
             for e in (
                 manifest_error(self.info),
-                *self.config_problems,
-                *self.drafter_problems,
-                self.state_problem,
-                self.best_meta_problem,
+                *self.files.problems,
                 *self.events.errors,
                 *(mirror_errors.get(shown_path(self.info.path), ()) if mirror_errors else ()),
             )
@@ -387,15 +298,3 @@ class WatchedRun:
             return None, notices, ()
         evidence, errors = self.serving.poll()
         return evidence, notices, tuple(errors)
-
-
-def file_key(path: Path | None) -> FileKey | None:
-    """(path, mtime, size) of a file a run's settings are read from, to re-read it only when it
-    changed; None when there is none or it cannot be looked at."""
-    if path is None:
-        return None
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return str(path), stat.st_mtime_ns, stat.st_size

@@ -92,8 +92,8 @@ class TriageApp(App[None]):
         chart_refresh: float = 0.25,
         watcher: Watcher | None = None,
     ) -> None:
-        """``watcher``: one `triage` built from the same settings (core.watch.tui_watcher) and began
-        the first poll of (start_first_poll) before it imported Textual; else the app builds it."""
+        """``watcher``: one `triage` built from the same settings and began the first poll of
+        (start_first_poll) before it imported Textual; else the app builds it."""
         super().__init__()
         self.paths = [Path(p) for p in paths]
         self.readonly = readonly
@@ -163,10 +163,10 @@ class TriageApp(App[None]):
     # -- watching -----------------------------------------------------------------------
 
     def _watch_runs(self) -> None:
-        from triage_tui.core.watch import tui_watcher
+        from triage_tui.core.watch import Watcher
 
         build = partial(
-            tui_watcher,
+            Watcher,
             self.paths,
             vocab_size=self.vocab_size,
             poll_interval=self.poll_interval,

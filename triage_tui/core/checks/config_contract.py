@@ -84,7 +84,6 @@ SGLANG_LAST_BOUNDARY_RULE = frozenset({"GptOssForCausalLM"})
 LINK_VLLM_MISSING_IDS = "https://github.com/vllm-project/vllm/pull/50170"
 LINK_SGLANG_FIRST_ID = "https://github.com/sgl-project/sglang/pull/25454"
 LINK_VLLM_OFF_BY_ONE = "https://github.com/vllm-project/vllm/pull/43671"
-LINK_SGLANG_GPT_OSS = "https://github.com/sgl-project/sglang/issues/32226"
 LINK_VLLM_NORM_BEFORE_FC = "https://github.com/vllm-project/vllm/pull/38111"
 LINK_VLLM_NESTED_NORM_FLAG = "https://github.com/vllm-project/vllm/pull/42143"
 LINK_VLLM_FC_NORM = "https://github.com/vllm-project/vllm/pull/46488"
@@ -97,7 +96,6 @@ LINK_EAGLE_HEAD_SIZE = "https://github.com/SafeAILab/EAGLE/issues/249"
 LINK_EAGLE_ALL_LAYERS = "https://github.com/SafeAILab/EAGLE/issues/294"
 
 FC = "fc.weight"
-INPUT_NORM = "input_norm.weight"
 
 
 @dataclass(frozen=True)

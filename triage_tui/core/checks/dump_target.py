@@ -17,6 +17,13 @@ and through it the aux states of the same pass:
   its own states agrees at its top-1 accuracy on the text, near 1 on responses it generated itself
   (the regenerated data EAGLE-3 trains on); states from another model are noise to this head.
 
+- **which reading fits** (post-norm dumps whose identity fails). A state captured before the
+  final norm (the residual stream, as vLLM-based extractors capture it: speculators #313,
+  Model-Optimizer #1846) under a key that promises the normed one fails the identity by its
+  residual-stream scale, and the target's head reads it far better after the target's own norm
+  than raw; another model's states stay noise either way. Both agreements are measured then, at
+  the same positions, in the same head pass.
+
 What it cannot see: a verifier that keeps the target's final norm and hidden basis (a
 weight-quantized copy, a LoRA fine-tune) passes both. The serving comparison (core/serving.py)
 speaks to those (https://github.com/sgl-project/SpecForge/issues/533).
@@ -49,6 +56,17 @@ NORM_TOLERANCE = 0.01
 # well above a tenth. States from another model read through this head agree at about chance
 # (measured: under 1 % for the tests' models over an 8 192-token vocab).
 MIN_NEXT_TOKEN_AGREEMENT = 0.1
+# A state stored before the final norm is off the identity by the residual stream's scale, which
+# is no property of the norm weights: rms(h / w) a factor of 10 or more from 1 (measured 0.036 on
+# the tests' target, whose residual stream is small) is reported as orders of magnitude, past the
+# tens of percent another model's normed states give (measured 1.2).
+PRE_NORM_SCALE_FACTOR = 10.0
+# The normed reading fits when the head's top-1 after the target's final norm agrees with the
+# dumped next token at the target's own rate (MIN_NEXT_TOKEN_AGREEMENT) and by this much more than
+# on the raw states: the norm's per-channel weight is what moves the argmax (raw, only the scale
+# differs). Measured on the tests' target: 88.9 % normed against 48.1 % raw; another model's
+# states stay at 0 % both ways.
+MIN_READING_GAP = 0.1
 # Positions measured: bounds the lm_head pass (one block-wise scan, core/checks/target_head.py)
 # the way the verifier-mask check bounds its own; a share over 2 048 positions has a standard
 # error under 1.1 points.
@@ -68,6 +86,13 @@ class DumpTargetDetails:
     next_token_agreement: float | None  # share of positions whose target top-1 is the dumped next token
     device: str
     notes: tuple[str, ...]
+    # Post-norm dumps whose identity fails: the same agreement after the target's final norm (the
+    # reading a pre-norm capture needs), the median rms(h / w) itself (how far off, as a factor),
+    # and the 90th over the 10th percentile of the states' per-token RMS (a residual stream's varies
+    # by token; a normed state's hardly does).
+    normed_agreement: float | None = None
+    norm_scale: float | None = None
+    state_rms_spread: float | None = None
 
     @property
     def norm_mismatch(self) -> bool:
@@ -78,6 +103,42 @@ class DumpTargetDetails:
     def head_noise(self) -> bool:
         """This target's lm_head does not read the states as its own."""
         return self.next_token_agreement is not None and self.next_token_agreement < MIN_NEXT_TOKEN_AGREEMENT
+
+    @property
+    def pre_norm_reading_fits(self) -> bool:
+        """The states were captured before the final norm: the target reads them as its own once normed."""
+        raw, normed = self.next_token_agreement, self.normed_agreement
+        return (
+            self.post_norm is True
+            and self.norm_mismatch
+            and raw is not None
+            and normed is not None
+            and normed >= MIN_NEXT_TOKEN_AGREEMENT
+            and normed - raw >= MIN_READING_GAP
+        )
+
+    @property
+    def scale_off_by_orders(self) -> bool:
+        scale = self.norm_scale
+        return scale is not None and scale > 0 and max(scale, 1.0 / scale) >= PRE_NORM_SCALE_FACTOR
+
+    def reading_line(self) -> str:
+        """Which reading of the dumped "last" state fits, with both agreements."""
+        which = "normed" if self.pre_norm_reading_fits else "neither"
+        return (
+            f"reading that fits: {which}; the target's top-1 after its final norm (rms_norm(h), its weight and "
+            f"eps) is the dumped next token at {self.normed_agreement:.1%} of {self.agreement_positions} "
+            f"positions, on the raw states at {self.next_token_agreement:.1%} (its own states: at least "
+            f"{MIN_NEXT_TOKEN_AGREEMENT:.0%})"
+        )
+
+    def scale_line(self) -> str:
+        scale = self.norm_scale if self.norm_scale else float("nan")  # set whenever this line is asked for
+        return (
+            f"median rms(h / {self.norm_form}) = {scale:.3g} where the final norm's output gives 1 "
+            f"(off by a factor of {max(scale, 1 / scale):.0f}); per-token RMS of h varies "
+            f"{self.state_rms_spread:.2f}x from the 10th to the 90th percentile over {self.tokens} tokens"
+        )
 
     def norm_line(self) -> str:
         return (
@@ -111,6 +172,10 @@ class DumpTargetDetails:
             "agreement_positions": self.agreement_positions,
             "next_token_agreement": self.next_token_agreement,
             "min_next_token_agreement": MIN_NEXT_TOKEN_AGREEMENT,
+            "normed_agreement": self.normed_agreement,
+            "norm_scale": self.norm_scale,
+            "state_rms_spread": self.state_rms_spread,
+            "pre_norm_reading_fits": self.pre_norm_reading_fits,
             "device": self.device,
             "findings": list(self.findings),
             "notes": list(self.notes),
@@ -129,6 +194,10 @@ class DumpTargetDetails:
                 f"the target's top-1 is the dumped next token at {self.next_token_agreement:.1%} of "
                 f"{self.agreement_positions} positions (its own states: at least {MIN_NEXT_TOKEN_AGREEMENT:.0%})"
             )
+        if self.normed_agreement is not None:
+            lines.append(self.reading_line())
+        if self.norm_scale is not None and self.state_rms_spread is not None:
+            lines.append(self.scale_line())
         return lines + list(self.findings) + list(self.notes)
 
 
@@ -152,6 +221,18 @@ def norm_identity(states: torch.Tensor, weight: torch.Tensor) -> tuple[str, np.n
             best = (form, deviation)
     assert best is not None  # "1 + w" of an all-zero w is all ones
     return best
+
+
+def _scale_and_spread(states: torch.Tensor, norm: torch.Tensor, form: str) -> tuple[float, float]:
+    """Median per-token rms(h / norm) under the identity's form, and the p90 / p10 of rms(h) per token."""
+    weight = norm.to(states.device).float()
+    scale = weight if form == "w" else 1.0 + weight
+    keep = scale != 0
+    ratio = states[:, keep] / scale[keep]
+    unit = ratio.pow(2).mean(-1).sqrt().cpu().numpy()
+    rms = states.pow(2).mean(-1).sqrt().cpu().numpy()
+    low = float(np.percentile(rms, 10))
+    return float(np.median(unit)), float(np.percentile(rms, 90)) / low if low > 0 else float("inf")
 
 
 def _states(dumps: Any, max_tokens: int) -> tuple[torch.Tensor, list[tuple[Any, int]]]:
@@ -181,6 +262,10 @@ class _Prepared:
     states: torch.Tensor  # [n, H] float32 on the device, as dumped
     request: HeadRequest | None  # None when the head cannot be applied (pre-norm states, no norm weight)
     labels: np.ndarray  # the dumped next token of each requested row
+    # Post-norm dumps with a final norm: the identity's best form and per-token deviation.
+    identity: tuple[str, np.ndarray] | None = None
+    # The request's second half is the same rows after the target's final norm (the identity failed).
+    both_readings: bool = False
 
 
 def _prepare(dumps: Any, target: Any, device: str, max_tokens: int) -> _Prepared | CheckResult:
@@ -202,9 +287,13 @@ def _prepare(dumps: Any, target: Any, device: str, max_tokens: int) -> _Prepared
     post_norm = dumps.target_hidden_is_post_norm
     norm = target.final_norm()
     eps = float(target.config.get("rms_norm_eps", 1e-6))
+    identity = norm_identity(states, norm.to(device)) if post_norm and norm is not None else None
     head_in = states if post_norm else (rms_norm(states, norm, eps) if norm is not None else None)
     if head_in is None:
         return _Prepared(states, None, np.empty(0, dtype=np.int64))
+    # A post-norm key whose states break the identity: read them normed too, to tell a capture
+    # before the final norm (normed fits) from another verifier (noise either way).
+    both = identity is not None and float(np.median(identity[1])) > NORM_TOLERANCE
     rows, labels, start = [], [], 0
     for sample, taken in used:
         keep = _agreement_positions(sample, taken)
@@ -212,8 +301,11 @@ def _prepare(dumps: Any, target: Any, device: str, max_tokens: int) -> _Prepared
         labels.append(sample.input_ids[keep + 1])
         start += taken
     index = torch.cat(rows).to(states.device)
-    request = HeadRequest(head_in[index]) if index.numel() else None
-    return _Prepared(states, request, np.concatenate(labels))
+    asked = head_in[index]
+    if both and norm is not None:
+        asked = torch.cat([asked, rms_norm(asked, norm, eps)])
+    request = HeadRequest(asked) if index.numel() else None
+    return _Prepared(states, request, np.concatenate(labels), identity, both and request is not None)
 
 
 @torch.no_grad()
@@ -244,15 +336,18 @@ def check_dump_target(
     notes: list[str] = []
 
     form, deviation, p90, measured = None, None, None, 0
-    if post_norm and norm is not None:
-        form, per_token = norm_identity(states, norm.to(device))
+    scale, spread = None, None
+    if prepared.identity is not None:
+        form, per_token = prepared.identity
         deviation, p90, measured = float(np.median(per_token)), float(np.percentile(per_token, 90)), per_token.size
+        if prepared.both_readings:
+            scale, spread = _scale_and_spread(states, norm, form)
     elif norm is None:
         notes.append("the target's weights hold no final norm (model.norm.weight): identity not measured")
     else:
         notes.append("the dumps hold the pre-norm last hidden state: the final-norm identity does not apply")
 
-    agreement, positions = None, 0
+    agreement, positions, normed = None, 0, None
     if prepared.request is not None:
         scan = head(
             target,
@@ -263,7 +358,11 @@ def check_dump_target(
         )
         if scan is None:
             return CheckResult.skipped(NAME, "cancelled")
-        hits = scan.argmax.cpu().numpy() == prepared.labels
+        top = scan.argmax.cpu().numpy()
+        if prepared.both_readings:
+            top, normed_top = np.split(top, 2)
+            normed = float((normed_top == prepared.labels).mean())
+        hits = top == prepared.labels
         agreement, positions = float(hits.mean()), int(hits.size)
     details = DumpTargetDetails(
         target=str(getattr(target, "path", "")),
@@ -277,8 +376,19 @@ def check_dump_target(
         next_token_agreement=agreement,
         device=str(device),
         notes=tuple(notes),
+        normed_agreement=normed,
+        norm_scale=scale,
+        state_rms_spread=spread,
     )
     findings = details.findings
+    if details.pre_norm_reading_fits:
+        return CheckResult(
+            NAME,
+            "fail",
+            "the dumped last hidden states were captured before the target's final norm: " + details.reading_line(),
+            details,
+            (details.reading_line(), *findings),
+        )
     if findings:
         return CheckResult(
             NAME,

@@ -38,9 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LINK_BACKBONE = "https://github.com/vllm-project/speculators/issues/796"
-LINK_VLLM_QWEN3_DRAFT = "https://github.com/vllm-project/vllm/pull/43132"
 LINK_ROPE_LAYOUT = "https://github.com/vllm-project/vllm/issues/53063"
-LINK_ROPE_OWN_CONFIG = "https://github.com/vllm-project/vllm/pull/54373"
 
 _QWEN3_NORMS = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
 _MLA_WEIGHTS = ("self_attn.kv_a_proj_with_mqa.weight", "self_attn.q_a_proj.weight")

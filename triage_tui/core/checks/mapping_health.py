@@ -50,7 +50,6 @@ NAME = "mapping_health"
 
 LINK_NOT_IN_CHECKPOINT = "https://github.com/NVIDIA-NeMo/Automodel/pull/2447"
 LINK_IDENTITY = "https://github.com/verl-project/verl-SpeCo/pull/66"
-LINK_FULL_VOCAB_IDENTITY = "https://github.com/SafeAILab/EAGLE/issues/222"
 LINK_DRIFT = (
     "https://github.com/sgl-project/SpecForge/pull/534",
     "https://github.com/vllm-project/speculators/pull/1081",

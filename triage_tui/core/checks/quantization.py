@@ -159,7 +159,7 @@ def _largest_code(checkpoint: DrafterCheckpoint, name: str) -> float | None:
     """max |code| over the first SAMPLED_ROWS rows, as a float (None when they cannot be read: the
     header still speaks)."""
     try:
-        rows = checkpoint.tensor_rows(name, SAMPLED_ROWS)
+        (rows,) = checkpoint.rows(name, [(0, min(SAMPLED_ROWS, checkpoint.tensors[name].shape[0]))])
     except Exception:  # noqa: BLE001 - the sample only adds a number; the names are the evidence
         return None
     if rows.numel() == 0:

@@ -387,6 +387,18 @@ def _rope_scaling(ctx: CheckContext) -> CheckResult:
     return check_rope_scaling(ctx.checkpoint(), ctx.target())
 
 
+def _embed_tokens(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.embed_tokens import check_embed_tokens
+
+    return check_embed_tokens(ctx.checkpoint(), ctx.target())
+
+
+def _target_tie(ctx: CheckContext) -> CheckResult:
+    from triage_tui.core.checks.target_tie import check_target_tie
+
+    return check_target_tie(ctx.target())
+
+
 def _directory(path: Path) -> Path:
     """A checkpoint named by its directory or by a weights file in it, as one directory."""
     resolved = path.resolve()
@@ -438,6 +450,12 @@ CHECKS: tuple[Check, ...] = (
     Check("drafter_tensors", "the drafter's tensor names against those its layer requires", _drafter_tensors),
     Check("quantization", "the drafter's 8-bit weights against the scales stored beside them", _quantization),
     Check("rope_scaling", "the drafter's RoPE scaling against the target's", _rope_scaling),
+    Check(
+        "embed_tokens",
+        "the drafter's embed_tokens against the target's, on a sample of rows",
+        _embed_tokens,
+    ),
+    Check("target_tie", "the target's tie_word_embeddings against the lm_head its weights store", _target_tie),
 )
 CHECK_NAMES = tuple(check.name for check in CHECKS)
 # A column of check names is this wide, so the longest (config_contract, 15) never runs into the

@@ -33,7 +33,6 @@ PRINTED = "printed"
 TRAINER_STATE = "trainer_state.json"
 PROGRESS_BAR = "progress bar"
 INFERRED = "inferred"
-STEP_BASES = (PRINTED, TRAINER_STATE, PROGRESS_BAR, INFERRED)
 
 # HF's log_history keys that never reach the console (``ProgressCallback.on_log`` pops
 # ``total_flos``; ``step`` is added to the history only).

@@ -33,9 +33,8 @@ VALUE_BITS = 16  # ordering key of a point: record index << 16 | index of the va
 
 # Skeletons this process walked and upb agreed with: (layout, skeleton words) -> (tag, plugin). A
 # template is a function of its skeleton's bytes, so a decoder meeting one again takes it without
-# the walk and the cross-check: a sweep's runs log the same tags, and a read helper
-# (core/parallel_read.py) reading run after run had learned each anew (0.7 ms of a 100k-point
-# run's ~24). Bounded: past it, new skeletons are learned the usual way.
+# the walk and the cross-check: a sweep's runs log the same tags, and each run's decoder had
+# learned each anew (0.7 ms of a 100k-point run's ~24). Bounded: past it, new skeletons are learned the usual way.
 _VERIFIED: dict[tuple[Layout, bytes], tuple[str, str | None]] = {}
 _MAX_VERIFIED = 1 << 14  # ~7.5 MB when each entry has a layout of its own (tracemalloc: 65 536 took 30 MB)
 

@@ -71,29 +71,6 @@ class RunEvents:
         self.problems: dict[Path, str] = {}  # file -> why the last poll could not read it
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
-        # A run read in another process comes back pickled (core/parallel_read.py); the lock stays.
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def unread_bytes(self) -> int:
-        """Bytes past what was read in the run's files (a stat per file; a replaced file counts whole)."""
-        total = 0
-        with self._lock:
-            for state in self._files.values():
-                try:
-                    st = os.stat(state.path)
-                except OSError:
-                    continue
-                same = (st.st_dev, st.st_ino) == (state.dev, state.ino)
-                total += max(st.st_size - (state.offset if same else 0), 0)
-        return total
-
     @property
     def files(self) -> tuple[Path, ...]:
         return tuple(self._files)
@@ -119,11 +96,8 @@ class RunEvents:
                     state.prefix = prefixes[state.path]
                 self._forget_all()
 
-    def poll(self, *, return_memory: bool = True) -> ReadStats:
-        """Stat every file and read only the bytes appended since the last poll.
-
-        ``return_memory=False``: a big read does not hand its freed heap back to the OS (a helper
-        process reading run after run reuses it at once; core/parallel_read.py)."""
+    def poll(self) -> ReadStats:
+        """Stat every file and read only the bytes appended since the last poll."""
         with self._lock:
             stats = ReadStats(files=len(self._files))
             if self._any_replaced():
@@ -132,7 +106,7 @@ class RunEvents:
             self._read_files(stats)
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
-            if return_memory and stats.bytes_read >= _TRIM_AFTER_BYTES:
+            if stats.bytes_read >= _TRIM_AFTER_BYTES:
                 fileio.return_freed_heap()
             self.totals.add(stats)
             return stats

@@ -51,8 +51,7 @@ class LayoutTemplates:
         # The variable bytes two by two where they are adjacent (the wall time's 8, the value's 4,
         # a two-byte step's): one lookup in a 65 536-entry table for both, which halved the casts,
         # gathers and xors of data_crcs (100k records: 4.8 -> 2.9 ms). The tables are looked up
-        # where they are used (crc.py caches them), not held here: a run's templates travel
-        # pickled from the read helpers.
+        # where they are used (crc.py caches them), not held here.
         self._crc_parts: list[tuple[int, int, bool]] = []  # (offset, bytes after it, two bytes)
         i = 0
         while i < len(variable):

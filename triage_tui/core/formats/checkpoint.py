@@ -65,11 +65,11 @@ class DrafterCheckpoint:
             raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
         return self._weights.load(name)
 
-    def tensor_rows(self, name: str, stop: int) -> torch.Tensor:
-        """Rows [0, stop) of one tensor; the rest stays unread."""
+    def rows(self, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Rows [start, stop) of one tensor for each span, the rest unread (a K2 embedding is 2.3 GB)."""
         if name not in self.tensors or self._weights is None:
             raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
-        return self._weights.load_rows(name, [(0, min(stop, self.tensors[name].shape[0]))])[0]
+        return self._weights.load_rows(name, spans)
 
     @property
     def lm_head_name(self) -> str | None:
@@ -85,11 +85,6 @@ class DrafterCheckpoint:
         if FC in self.tensors or any(name.startswith(("midlayer.", "layers.0.")) for name in self.tensors):
             return None
         return "not an EAGLE-3 drafter: no fc/midlayer weights"
-
-    @property
-    def layer_prefix(self) -> str:
-        """Prefix of the first decoder layer's keys: sglang/SpecForge ``midlayer.``, speculators/vLLM ``layers.0.``."""
-        return "layers.0." if any(name.startswith("layers.0.") for name in self.tensors) else "midlayer."
 
 
 def _config_int(config: dict, layer_config: dict, key: str) -> int | None:

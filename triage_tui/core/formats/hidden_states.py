@@ -7,7 +7,8 @@
 - speculators ``data_generation/offline.py``: ``hs_{i}.safetensors`` with ``token_ids [T]`` and
   ``hidden_states [T,k,H]``; the last slot is the verifier's last layer (pre-norm), the rest are aux.
 - modelopt ``compute_hidden_states_hf.py``: ``<conversation_id>.pt`` with ``input_ids [T]``,
-  ``hidden_states [T,H]`` (post-norm), ``aux_hidden_states [T,3H]``.
+  ``hidden_states [T,H]`` (post-norm), ``aux_hidden_states [T,3H]``; a capture that declares
+  ``base_hidden_prenorm`` true (vLLM's extractor, NVIDIA/Model-Optimizer PR #1846) holds it pre-norm.
 Every form becomes ``HiddenStateSample`` with aux states as float32 ``[T, k*Ht]``.
 """
 
@@ -26,6 +27,8 @@ from triage_tui.core.natural_sort import natural_key
 _SPECFORGE_PATTERNS = ("data_*.ckpt", "data_*.ckpt.gz", "rows_*/data_*.ckpt", "rows_*/data_*.ckpt.gz")
 _SPECULATORS_PATTERNS = ("hs_*.safetensors", "*/hs_*.safetensors")
 _MODELOPT_PATTERNS = ("*.pt",)
+# A ModelOpt dump whose last hidden state was captured before the final norm says so under this key.
+_MODELOPT_PRENORM_KEY = "base_hidden_prenorm"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class HiddenStateSample:
     # The stored dtype of each hidden-state tensor ("aux", "target"), before the float32 widening
     # above: what the trainer will be fed (checks/dump_values.py says why it matters).
     stored_dtypes: dict[str, str] = field(default_factory=dict)
+    # The dump's own word that its last hidden state is pre-norm (ModelOpt's ``base_hidden_prenorm``).
+    declares_pre_norm: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def read_dumps(path: str | Path, *, max_files: int = 8) -> HiddenStateDumps:
         files_total=len(files),
         samples=samples,
         aux_layer_ids=None,
-        target_hidden_is_post_norm=kind != "speculators",
+        target_hidden_is_post_norm=kind != "speculators" and not any(s.declares_pre_norm for s in samples),
     )
 
 
@@ -252,6 +257,9 @@ def _read_modelopt(path: Path) -> HiddenStateSample:
     loss_mask = _loss_mask(path, data)
     for key, value in (("aux_hidden_states", aux), ("hidden_states", target), ("loss_mask", loss_mask)):
         _check_length(path, tokens, key, value)
+    prenorm = data.get(_MODELOPT_PRENORM_KEY)
+    if isinstance(prenorm, torch.Tensor) and prenorm.numel() == 1:
+        prenorm = bool(prenorm.item())
     return HiddenStateSample(
         path,
         input_ids,
@@ -260,6 +268,7 @@ def _read_modelopt(path: Path) -> HiddenStateSample:
         target.float(),
         _chunks(aux.shape[1], target.shape[1]),
         {"aux": _dtype_name(aux), "target": _dtype_name(target)},
+        declares_pre_norm=prenorm is True,
     )
 
 

@@ -42,8 +42,6 @@ STEP_DIR = re.compile(r"^(?P<run_id>.+)-step(?P<step>\d{1,18})$")  # CheckpointM
 LATEST_SUFFIX = "-latest"
 BEST_SUFFIX = "-best"
 BEST_META_SUFFIX = ".best_meta.json"
-DEFAULT_RUN_ID = "specforge-run"
-DEFAULT_BEST_METRIC = "eval/simulated_acc_len"
 # A best_meta.json is a few hundred bytes (one evaluation's metrics); its metrics nest 2 levels.
 MAX_META_BYTES = 1 << 20
 MAX_META_DEPTH = 8

@@ -35,6 +35,9 @@ class TargetModel:
     # config.json's ``architectures`` (the top level's for a multimodal model): which model file an
     # engine builds, and with it how it reads a drafter's aux layer ids (core/checks/config_contract.py).
     architectures: tuple[str, ...] = ()
+    # config.json's own tie_word_embeddings (None when it says nothing; ``tied`` then follows
+    # transformers' default): what a trainer reading the config sees.
+    tie_word_embeddings: bool | None = None
 
     def _name(self, role: str) -> str:
         name = self.tensor_names.get(role)
@@ -74,6 +77,11 @@ class TargetModel:
         if rows is None:
             return torch.empty((*ids.shape, self.hidden_size))
         return rows[inverse].reshape(*ids.shape, rows.shape[-1])
+
+    def embed_dtype(self) -> str:
+        """The stored dtype of ``embed_tokens`` ("bfloat16", ...), from its header."""
+        info = self._weights.info(self._name("embed_tokens"))
+        return info.dtype if info is not None else "unknown"
 
     def final_norm(self) -> torch.Tensor | None:
         """The final RMSNorm weight ``[hidden_size]``, None when the weights hold none."""
@@ -152,6 +160,7 @@ def read_target(path: str | Path) -> TargetModel:
         tensor_names=found,
         _weights=weights,
         architectures=_architectures(full_config, config),
+        tie_word_embeddings=tie if isinstance(tie, bool) else None,
     )
 
 

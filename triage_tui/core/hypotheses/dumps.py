@@ -62,6 +62,64 @@ W_MASK_OFF_TEMPLATE = 0.4
 W_NON_FINITE_DUMPS = 0.9
 
 
+# -- hidden_before_final_norm (core/checks/dump_target.py) ------------------------------------
+# The dumps' "last" hidden state, under a key that promises it after the final norm (SpecForge
+# ``hidden_state``, ModelOpt ``hidden_states``), breaks the target's final-norm identity while the
+# target's own lm_head, applied to rms_norm(h) with its weight and eps, predicts the dumped next
+# token at its normal rate and far better than on h raw: the state was captured before the norm
+# (a vLLM-based extractor: speculators #313, Model-Optimizer #1846) and the trainer feeds it to
+# lm_head as if normed. Two measurements on the target's own weights agree on it: 0.8.
+W_NORMED_READING_FITS = 0.8
+# rms(h / w) off by an order of magnitude or more: the scale of a residual stream, not of other
+# norm weights. Alone it does not say whose states these are (another model's pre-norm states do
+# it too): 0.3, which ranks the cause but never convicts alone.
+W_PRE_NORM_SCALE = 0.3
+HIDDEN_BEFORE_FINAL_NORM_LINKS = (
+    "https://github.com/vllm-project/speculators/pull/313",
+    "https://github.com/NVIDIA/Model-Optimizer/pull/1846",
+)
+
+
+def hidden_before_final_norm(run: RunEvidence) -> Hypothesis | None:
+    """The dumped "last" hidden state was captured before the target's final norm (its key says after);
+    listed whenever the dump-target check is among the results."""
+    from triage_tui.core.checks.dump_target import NAME, DumpTargetDetails
+
+    if NAME not in run.checks:
+        return None
+    ev = Evidence()
+    dumps = ran_details(run.checks, NAME, DumpTargetDetails)
+    if dumps is None:
+        ev.note(f"dump-target check {run.checks[NAME].status}: {run.checks[NAME].summary}")
+    elif dumps.post_norm is not True:
+        ev.note(f"the {dumps.dumps_format} dumps store the last layer before the final norm by contract: not this")
+    elif dumps.normed_agreement is None:
+        ev.note(f"dumps against the target: {run.checks[NAME].summary}")
+    else:
+        if dumps.pre_norm_reading_fits:
+            ev.add(W_NORMED_READING_FITS, dumps.reading_line())
+        else:
+            ev.note(dumps.reading_line())
+        if dumps.norm_scale is not None and dumps.state_rms_spread is not None:
+            if dumps.scale_off_by_orders:
+                ev.add(W_PRE_NORM_SCALE, dumps.scale_line())
+            else:
+                ev.note(dumps.scale_line())
+    if any(w >= W_NORMED_READING_FITS for w, _ in ev.items):
+        corroborate(ev, run.symptoms)
+    return Hypothesis(
+        "hidden_before_final_norm",
+        "The dumped last hidden state was captured before the target's final norm, though its format "
+        "says after: the trainer feeds it to lm_head as if normed",
+        ev.score(),
+        ev.lines(),
+        "capture the last hidden state after the target's final norm (the model's output, not the last "
+        "decoder layer's) and regenerate the dumps, or have the trainer apply the target's norm first",
+        HIDDEN_BEFORE_FINAL_NORM_LINKS,
+        checks=(NAME,),
+    )
+
+
 def hidden_state_format(run: RunEvidence) -> Hypothesis:
     ev = Evidence()
     hidden = run.hidden()

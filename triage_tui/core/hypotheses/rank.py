@@ -22,6 +22,7 @@ from triage_tui.core.hypotheses.curves import (
 from triage_tui.core.hypotheses.dumps import (
     aux_layer_off_by_one,
     empty_loss_mask,
+    hidden_before_final_norm,
     hidden_state_format,
     non_finite_dumps,
 )
@@ -42,6 +43,7 @@ from triage_tui.core.hypotheses.serving import (
     target_mismatch,
     training_metric_misread,
 )
+from triage_tui.core.hypotheses.target_weights import tied_target_head, untrained_embeddings
 from triage_tui.core.hypotheses.weights import dropped_tensors, quantized_without_scales, rope_scaling_dropped
 
 if TYPE_CHECKING:
@@ -107,4 +109,7 @@ HYPOTHESES: tuple[HypothesisFunction, ...] = (
     quantized_without_scales,
     dropped_tensors,
     rope_scaling_dropped,
+    hidden_before_final_norm,
+    untrained_embeddings,
+    tied_target_head,
 )

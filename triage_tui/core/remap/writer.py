@@ -83,9 +83,6 @@ class SafetensorsWriter:
         self.header = header
         fileio.write_at(self.fd, len(header).to_bytes(8, "little") + header, 0)
 
-    def start_of(self, name: str) -> int:
-        return self.data_start + self.offsets[name]
-
     def write(self, name: str, offset: int, data: np.ndarray) -> None:
         start = self.data_start + self.offsets[name] + offset
         fileio.write_at(self.fd, data, start)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from triage_tui.core import bounds
+from triage_tui.core.changed_file import FileStamp, stamp_of
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
@@ -282,7 +283,7 @@ class MetricsFile:
     def __init__(self, location: str, following: Following | None = None) -> None:
         self.location = location
         self._counters = _Counters(location)
-        self._ident: tuple[int, ...] | None = None
+        self._ident: FileStamp | None = None
 
     def poll(self) -> ServingPoll:
         try:
@@ -291,7 +292,7 @@ class MetricsFile:
             return ServingPoll(self._counters.evidence, (source_error(self.location, _os_reason(err)),))
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
-            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            ident = stamp_of(st)
             if ident == self._ident:
                 return self._counters.poll()
             self._ident = ident

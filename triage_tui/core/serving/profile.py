@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from triage_tui.core import bounds
+from triage_tui.core.changed_file import FileStamp, stamp_of
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
@@ -63,7 +64,7 @@ class SpeculationProfile:
 
     def __init__(self, location: str, following: Following | None = None) -> None:
         self.location = location
-        self._ident: tuple[int, ...] | None = None
+        self._ident: FileStamp | None = None
         self._result = ServingPoll(None)
 
     def poll(self) -> ServingPoll:
@@ -74,7 +75,7 @@ class SpeculationProfile:
             return ServingPoll(None, (source_error(self.location, why),))
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
-            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            ident = stamp_of(st)
             if ident == self._ident:
                 return self._result
             self._ident = ident

@@ -155,11 +155,6 @@ class ServingWatch:
         self._parts: tuple[ServingEvidence, ...] = ()
         self._combined: ServingEvidence | None = None
 
-    @property
-    def followers(self) -> list[ServingSource | None]:
-        """The source reading each location (None until its kind is known)."""
-        return [slot.source for slot in self.slots]
-
     def poll(self) -> tuple[ServingEvidence | None, tuple[SourceError, ...]]:
         """(the pooled evidence so far, what failed this time: one SourceError per failing source).
 

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from triage_tui.core.changed_file import FileStamp, file_stamp, stamp_of
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.trainer_state import TrainerState, read_trainer_state
 from triage_tui.core.runs.names import TRAINER_STATE_NAME
@@ -38,7 +39,7 @@ class TrainerStateFile:
         self.scalars = RunScalars()
         self.problems: dict[Path, str] = {}
         self.damaged: dict[Path, int] = {}
-        self._key: tuple[Path, int, int] | None = None
+        self._key: FileStamp | None = None
         self._failure: str | None = None  # why the version at _key could not be read
 
     @property
@@ -67,14 +68,14 @@ class TrainerStateFile:
         except OSError as err:
             self.problems = {path: f"cannot read it: {err.strerror or err}"}
             return ReadStats(unreadable_files=1)
-        key = (path, stat.st_mtime_ns, stat.st_size)
+        key = stamp_of(stat)
         stats = ReadStats()
         if key != self._key:
             self._key, self._failure = key, None
             try:
                 state = read_trainer_state(path)
             except BadInput as err:
-                if _stat_key(path) != key:
+                if file_stamp(path) != key:
                     self._key = None  # written while it was read: a save in progress, read again next poll
                 else:
                     self._failure = err.what
@@ -87,14 +88,6 @@ class TrainerStateFile:
         if self._failure is not None:
             self.problems = {path: self._failure}
         return stats
-
-
-def _stat_key(path: Path) -> tuple[Path, int, int] | None:
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    return path, stat.st_mtime_ns, stat.st_size
 
 
 def _reader(prefix: str, current: ScalarSource | None) -> ScalarSource:
