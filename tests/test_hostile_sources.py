@@ -2,7 +2,9 @@
 
 Each source is a file kind a run's scalars come from, written here by its real writer: torch's
 SummaryWriter (TensorBoard event files), the wandb package, offline (W&B run files), SpecForge's
-console logger (training consoles) and transformers' TrainerState (trainer_state.json). A new
+console logger (training consoles), transformers' TrainerState (trainer_state.json), and Lightning's
+CSVLogger and torchtune's DiskLogger as they write (tests/builders/trackers.py, held byte for byte
+to the files they wrote themselves; a flipped digit there is another number, as in a JSON file). A new
 source is added to ``SOURCES`` and is attacked the day it lands. Every variant of a file (cut at
 each byte of its first records, one bit flipped at each, values that cannot be numbers, markup
 and escapes in every name) is a run beside a healthy run B, fifty such runs a poll; then:
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from builders.tensorboard import write_scalars
+from builders.trackers import write_lightning_run, write_torchtune_run
 from triage_tui.core.watch import Watcher
 
 # Every byte of this many leading bytes is cut at and flipped: the file's header and first records,
@@ -83,7 +86,7 @@ def _trainer_state(run: Path, series: dict[str, list[tuple[int, float]]]) -> Pat
 # a flipped digit is another number no reader can tell from the written one (913 of its first
 # 1 200 flips are caught: broken JSON, a key renamed). There the battery holds the boundary (run B
 # unchanged) and that some flips are said; everywhere else every flip is caught.
-FLIPS_CAN_PASS = frozenset({"trainer_state"})
+FLIPS_CAN_PASS = frozenset({"trainer_state", "lightning", "torchtune"})
 
 # kind -> the real writer of a file of that source, into a run directory
 SOURCES: dict[str, Callable[[Path, dict[str, list[tuple[int, float]]]], Path]] = {
@@ -91,6 +94,8 @@ SOURCES: dict[str, Callable[[Path, dict[str, list[tuple[int, float]]]], Path]] =
     "wandb": _wandb,
     "console": _console,
     "trainer_state": _trainer_state,
+    "lightning": write_lightning_run,
+    "torchtune": write_torchtune_run,
 }
 
 HEALTHY = {

@@ -25,9 +25,9 @@ from a sibling room of its own layer (siblings are independent):
     source_kinds              every kind of scalar source declared once (registry over one module per kind over kind)
     wandb | serving | curve_shapes | run_state   W&B run files / vLLM and SGLang acceptance / curve-shape
                               flags / whether a run's writer is alive on this node
-    events | signals | drafter | console | writers
+    events | signals | drafter | console | writers | trackers
                               TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles /
-                              which process of this node writes a run
+                              which process of this node writes a run / other trackers' records
     runs                      run discovery (names over manifest over listing over discover) and triage.toml
     formats | node | process_table
                               files on disk (weights, mappings, dumps, JSON) into typed results / the node's
@@ -81,7 +81,7 @@ CORE = [
     ("core.runs.discover",),
     ("core.source_kinds",),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
-    ("core.events", "core.signals", "core.drafter", "core.console", "core.writers"),
+    ("core.events", "core.signals", "core.drafter", "core.console", "core.writers", "core.trackers"),
     ("core.runs",),
     ("core.formats", "core.node", "core.process_table"),
     ("core.objstore",),
@@ -150,7 +150,18 @@ SIGNALS = [
 SOURCE_KINDS = [
     ("core.source_kinds.registry",),
     ("core.source_kinds.console",),
-    ("core.source_kinds.tensorboard", "core.source_kinds.wandb", "core.source_kinds.trainer_state"),
+    (
+        "core.source_kinds.tensorboard",
+        "core.source_kinds.wandb",
+        "core.source_kinds.trainer_state",
+        "core.source_kinds.mlflow",
+        "core.source_kinds.trackio",
+        "core.source_kinds.lightning",
+        "core.source_kinds.deepspeed_csv",
+        "core.source_kinds.torchtune",
+        "core.source_kinds.nemo_automodel",
+        "core.source_kinds.nanogpt",
+    ),
     ("core.source_kinds.kind",),
 ]
 RUNS = [
@@ -184,6 +195,21 @@ CONSOLE = [
     ("core.console.literal",),
     ("core.console.tuning",),
 ]
+TRACKERS = [
+    ("core.trackers.frameworks", "core.trackers.stores"),
+    (
+        "core.trackers.mlflow_db",
+        "core.trackers.mlflow_files",
+        "core.trackers.trackio_db",
+        "core.trackers.csv_metrics",
+        "core.trackers.torchtune_log",
+        "core.trackers.nanogpt_log",
+        "core.trackers.nemo_jsonl",
+    ),
+    ("core.trackers.line_log", "core.trackers.sqlite_ro"),
+    ("core.trackers.points", "core.trackers.text_numbers"),
+    ("core.trackers.tuning",),
+]
 SERVING = [
     ("core.serving.read", "core.serving.compare"),
     ("core.serving.registry",),
@@ -208,6 +234,7 @@ SEAM_MODULES = (
     "core.objstore.tuning",
     "core.bounds",
     "core.console.tuning",
+    "core.trackers.tuning",
 )
 # Inside tui: the app over its two workflows (the remap over the checks it follows from), over the
 # screens, over the widgets. A screen never imports the app (not even for a type): it posts a message
@@ -317,6 +344,7 @@ def test_every_module_has_a_room():
     unplaced += [name for name in MODULES if name.startswith("core.serving.") and _room(name, SERVING) is None]
     unplaced += [name for name in MODULES if name.startswith("core.objstore.") and _room(name, OBJSTORE) is None]
     unplaced += [name for name in MODULES if name.startswith("core.console.") and _room(name, CONSOLE) is None]
+    unplaced += [name for name in MODULES if name.startswith("core.trackers.") and _room(name, TRACKERS) is None]
     unplaced += [
         name for name in MODULES if name.startswith("core.source_kinds.") and _room(name, SOURCE_KINDS) is None
     ]
@@ -339,6 +367,7 @@ def test_every_module_has_a_room():
         (SERVING, "core.serving"),
         (OBJSTORE, "core.objstore"),
         (CONSOLE, "core.console"),
+        (TRACKERS, "core.trackers"),
         (SOURCE_KINDS, "core.source_kinds"),
         (TUI, "tui"),
     ],
@@ -355,6 +384,7 @@ def test_every_module_has_a_room():
         "serving",
         "objstore",
         "console",
+        "trackers",
         "source_kinds",
         "tui",
     ],

@@ -34,4 +34,6 @@ one another (tests/test_layers.py checks it): a helper a second test needs moves
     modelopt      EAGLE-3 drafters exported by nvidia-modelopt's own exporter, beside their target
     hub_cache     models placed in a Hugging Face cache in huggingface_hub's layout (no network)
     commands      the ``triage`` fixture: a command run by cli.main in the test's own process
+    trackers      Lightning CSVLogger and torchtune DiskLogger files byte for byte as they write them
+                  (held to the committed files their own code wrote)
 """

@@ -142,6 +142,7 @@ def run_state(
     console_error_line: str | None = None,
     console_error_of: Callable[[], str | None] | None = None,
     final_save: bool = False,
+    recorded_end: tuple[str, str] | None = None,
     flush_secs: float = 120.0,
 ) -> RunState:
     """The run's state at ``now`` (the caller's clock).
@@ -151,7 +152,9 @@ def run_state(
     does not end in a crash; or, without it, ``console_error_of``: a function that reads it, called
     at most once and only where the line can matter (no live writer here, a stalled one, a W&B exit
     code), so a live run's console is never read for it. ``final_save``: the trainer saved its last
-    checkpoint (its own marker).
+    checkpoint (its own marker). ``recorded_end``: what a tracker's store recorded of the run's end,
+    as (state, reason) (MLflow's FINISHED an end, FAILED or KILLED a crash: core/trackers/stores.py),
+    taken where no writer is visible.
     ``activity``: the run's points' rhythm (core.signals.stall); a live writer silent past
     ``activity.stall_after(flush_secs)`` (the flush interval, 3 median gaps, 1.5 x the longest gap) is stalled.
     """
@@ -211,6 +214,9 @@ def run_state(
         )
     if finished:  # the trainer's own word beats reading its console
         return RunState(WriterState.ENDED, how_finished, None, last, silence)
+    if recorded_end is not None:
+        state = WriterState(recorded_end[0])
+        return RunState(state, recorded_end[1], None, last, silence, recorded_end[1] if state == "crashed" else None)
     error = console()
     if error is not None:
         reason = f"no writer alive; the console ends in: {error}"

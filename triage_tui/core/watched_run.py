@@ -35,6 +35,8 @@ from triage_tui.core.signals.chance import (
 from triage_tui.core.signals.flags import Flag, worst_severity
 from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.sources import RunSources, draft_vocab_from_config
+from triage_tui.core.trackers.frameworks import framework_of_run, trainer_of
+from triage_tui.core.trackers.stores import recorded_end_of
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ class WatchedRun:
             scalars=scalars,
             serving=serving,
             serving_notices=serving_notices,
-            trainer=derived.trainer,
+            trainer=trainer_of(framework_of_run(self.info), derived.trainer),
             start=derived.start,
             errors=errors,
             best=derived.best,
@@ -236,6 +238,7 @@ class WatchedRun:
             wandb_exit_code=wandb.exit_code if wandb is not None else None,
             console_error_of=self._console_error,
             final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
+            recorded_end=recorded_end_of(self.events.sources),
             flush_secs=flush_secs,
         )
 

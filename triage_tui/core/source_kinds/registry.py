@@ -9,7 +9,33 @@ module beside these and one entry here (CONTRIBUTING.md, "A new scalar log forma
 
 from __future__ import annotations
 
-from triage_tui.core.source_kinds import console, tensorboard, trainer_state, wandb
+from triage_tui.core.source_kinds import (
+    console,
+    deepspeed_csv,
+    lightning,
+    mlflow,
+    nanogpt,
+    nemo_automodel,
+    tensorboard,
+    torchtune,
+    trackio,
+    trainer_state,
+    wandb,
+)
 from triage_tui.core.source_kinds.kind import ScalarSourceKind
 
-SCALAR_SOURCES: tuple[ScalarSourceKind, ...] = (tensorboard.KIND, wandb.KIND, console.KIND, trainer_state.KIND)
+# nanoGPT's consoles before the training consoles' kind, which reads the same *.log for other
+# trainers' lines: its series keep their printed names.
+SCALAR_SOURCES: tuple[ScalarSourceKind, ...] = (
+    tensorboard.KIND,
+    wandb.KIND,
+    nanogpt.KIND,
+    console.KIND,
+    trainer_state.KIND,
+    mlflow.KIND,
+    trackio.KIND,
+    lightning.KIND,
+    deepspeed_csv.KIND,
+    torchtune.KIND,
+    nemo_automodel.KIND,
+)
