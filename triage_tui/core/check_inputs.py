@@ -89,7 +89,7 @@ def resolve_inputs(
     target: str | Path | None = None,
 ) -> CheckInputs:
     """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
-    from triage_tui.core.runs.discover import discover_runs
+    from triage_tui.core.runs.discover import LOOKED_FOR, discover_runs
     from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
     from triage_tui.core.runs.names import MANIFEST_NAME
 
@@ -120,8 +120,7 @@ def resolve_inputs(
     if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
         raise BadInput(
             run_path,
-            "not a run: no triage.toml, event files or W&B run here or below, and no "
-            "--checkpoint/--mapping/--data/--target to check",
+            f"not a run: nothing here or below ({LOOKED_FOR}), and no --checkpoint/--mapping/--data/--target to check",
         )
     if info is not None and info.path != run_path:
         notes.append(f"the run is {info.path} (found from {run_path})")

@@ -116,6 +116,7 @@ class TriageApp(App[None]):
         self.rows: list[RunRow] = []
         self.polls = 0  # RunsUpdated messages taken in
         self._skipped_links_shown: str | None = None
+        self._walk_limits_shown: str | None = None
         self._unplaced_errors_shown: str | None = None
         self.watcher_poll = 0  # the Watcher poll the last of them came from
         self.checks = CheckFlow(self)  # `c`: diagnose() in a worker, its results per run
@@ -188,7 +189,7 @@ class TriageApp(App[None]):
 
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
-        from triage_tui.core.runs.discover import skipped_links_note
+        from triage_tui.core.runs.discover import skipped_links_note, walk_limits_note
         from triage_tui.core.watch import tui_watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.
@@ -214,6 +215,7 @@ class TriageApp(App[None]):
                     skipped_links_note(watcher.skipped_links),
                     # A bucket prefix that could not be listed, an object under no run: said, not lost.
                     "\n".join(error.line() for error in watcher.unplaced_errors) or None,
+                    walk_limits_note(watcher.walk_limits),
                 )
             )
 
@@ -228,6 +230,11 @@ class TriageApp(App[None]):
             self._skipped_links_shown = message.skipped_links
             if message.skipped_links is not None:
                 self.notify(message.skipped_links, severity="warning", timeout=10)
+        if message.walk_limits != self._walk_limits_shown:
+            # Once per change: runs below the bounds are not missing by accident.
+            self._walk_limits_shown = message.walk_limits
+            if message.walk_limits is not None:
+                self.notify(message.walk_limits, severity="warning", timeout=10)
         if message.unplaced_errors != self._unplaced_errors_shown:
             self._unplaced_errors_shown = message.unplaced_errors
             if message.unplaced_errors is not None:

@@ -65,6 +65,11 @@ from triage_tui.core.runs.names import (
 # (`triage out/runs` when out/triage.toml exists): manifests sit at the output dir,
 # event files one or two levels below it.
 MANIFEST_SEARCH_LEVELS = 3
+# The walk's bounds (read as ``discover.NAME``: tests turn them small). Trainers write a run within a
+# few levels of its output directory and a sweep within a few more; a watched tree deeper or wider
+# than this is walked as far as these say, and the rest is reported (``walk_limits_note``).
+MAX_WALK_DEPTH = 64
+MAX_WALK_DIRECTORIES = 200_000
 
 
 def _is_file(path: Path) -> bool:
@@ -102,6 +107,31 @@ def skipped_links_note(links: dict[str, str]) -> str | None:
     return f"not following {len(items)} symlink(s) to directories outside the given paths: {shown}{more}"
 
 
+# What discovery looks for, said whenever it finds nothing (``scan``, ``check``, the TUI's empty table).
+LOOKED_FOR = (
+    "looked for TensorBoard event files (*tfevents*), W&B run files (run-*.wandb), training consoles "
+    "(*.log, *.out beside checkpoints or holding a trainer's metrics lines), HF Trainer's "
+    "checkpoint-N/trainer_state.json and triage.toml (its [logs] console names a console anywhere)"
+)
+
+
+def walk_limits_note(limits: dict[str, str]) -> str | None:
+    """The one line that says where discovery stopped walking (``scan`` on stderr, the TUI as a
+    notice), or None; paths shown as ``cat -v`` would, the deepest cut short from the left."""
+    if not limits:
+        return None
+    from triage_tui.core.text import printable
+
+    items = sorted(limits.items())
+    shown = "; ".join(f"{_shortened(printable(path))}: {why}" for path, why in items[:2])
+    more = f" and {len(items) - 2} more" if len(items) > 2 else ""
+    return f"not every directory was walked: {shown}{more}"
+
+
+def _shortened(text: str, keep: int = 120) -> str:
+    return text if len(text) <= keep else "…" + text[-keep:]
+
+
 def _walk(
     path: str,
     cache: ListingCache,
@@ -109,19 +139,68 @@ def _walk(
     depth: int | None = None,
     within: tuple[str, ...] = (),
 ) -> _Node | None:
-    """The tree below `path`; `depth` levels of children at most (None: all).
+    """The tree below `path`; `depth` levels of children at most (None: the walk's bounds).
 
     A symlink to a directory is followed only when its target lies within one of the real paths
     `within` (the watched paths): a link to / or /proc must not walk the machine, nor a
     triage.toml in some process's working directory decide a scan. Those not followed are
     recorded in ``cache.skipped_links``.
+
+    The walk keeps its own stack, never Python's: a directory nested thousands of levels deep
+    (anyone who can write into a shared tree can make one) must not end discovery in a
+    RecursionError. It goes ``MAX_WALK_DEPTH`` levels below `path` and lists at most
+    ``MAX_WALK_DIRECTORIES`` directories; what it left out is recorded in ``cache.walk_limits``
+    (``walk_limits_note``), never silently.
     """
+    bound = MAX_WALK_DEPTH if depth is None else min(depth, MAX_WALK_DEPTH)
+    root = _visit(path, cache, visited)
+    if root is None:
+        return None
+    listed = 1
+    # (directory, its node, the depth of its children): children are pushed in reverse so that
+    # they are visited, and appended to their parent, in listing order, as a recursion would.
+    stack: list[tuple[_Node, int]] = [(root, 1)]
+    while stack:
+        parent, level = stack.pop()
+        if not parent.listing.dirs:
+            continue
+        if level > bound:
+            if depth is None:
+                cache.walk_limits[parent.path] = f"deeper than {MAX_WALK_DEPTH} levels: not walked below it"
+            continue
+        pending: list[tuple[_Node, int]] = []
+        for name in parent.listing.dirs:
+            child_path = os.path.join(parent.path, name)
+            if name in parent.listing.links:
+                target = os.path.realpath(child_path)
+                if not any(_is_under(target, root_path) for root_path in within):
+                    cache.skipped_links[child_path] = target
+                    continue
+            if listed >= MAX_WALK_DIRECTORIES:
+                cache.walk_limits[parent.path] = (
+                    f"{MAX_WALK_DIRECTORIES} directories listed: the rest of this tree was not walked"
+                )
+                stack.clear()
+                pending.clear()
+                break
+            child = _visit(child_path, cache, visited)
+            listed += 1
+            if child is not None:
+                parent.children.append(child)
+                pending.append((child, level + 1))
+        stack.extend(reversed(pending))
+    return root
+
+
+def _visit(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
+    """One directory's node, its children not yet walked; None when it cannot be listed or was
+    walked already (a symlink loop, a second link to one directory)."""
     try:
         stat = os.stat(path)
     except OSError:
         return None
     inode = (stat.st_dev, stat.st_ino)
-    if inode in visited:  # a symlink loop, or a second link to a directory already walked
+    if inode in visited:
         return None
     visited.add(inode)
     listing = cache.listing(path, stat)
@@ -137,21 +216,20 @@ def _walk(
                 event_files.append(file_path)
         except OSError:
             continue
-    children = []
-    if depth is None or depth > 0:
-        for name in listing.dirs:
-            child_path = os.path.join(path, name)
-            if name in listing.links:
-                target = os.path.realpath(child_path)
-                if not any(_is_under(target, root) for root in within):
-                    cache.skipped_links[child_path] = target
-                    continue
-            child = _walk(child_path, cache, visited, None if depth is None else depth - 1, within)
-            if child is not None:
-                children.append(child)
     wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
     console_files = tuple(os.path.join(path, name) for name in listing.console_names)
-    return _Node(path, listing, children, tuple(event_files), wandb_files, console_files)
+    return _Node(path, listing, [], tuple(event_files), wandb_files, console_files)
+
+
+def _preorder(root: _Node) -> list[_Node]:
+    """Every node of the tree, each before its children, children in listing order (no recursion)."""
+    order: list[_Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(node.children))
+    return order
 
 
 def _holds_checkpoint(node: _Node) -> bool:
@@ -213,25 +291,50 @@ class _RunBuilder:
     wandb_files: list[str] = field(default_factory=list)
 
 
-def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
-    # A console beside a trainer's checkpoints is a run too: SpecForge's default (tracking off) and
-    # any trainer whose output was only redirected to a file. A *.log elsewhere makes no run. So is
-    # an HF Trainer's output dir: its checkpoints' trainer_state.json hold the logged history.
-    has_logs = (
-        node.event_files
-        or node.wandb_files
-        or (node.console_files and _holds_output(node))
-        or _holds_trainer_state(node)
-    )
-    if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
-        run = _RunBuilder(node)
-        runs.append(run)
-    if run is not None:
-        run.nodes.append(node)
-        run.event_files.extend(node.event_files)
-        run.wandb_files.extend(node.wandb_files)
-    for child in node.children:
-        _assign(child, run, runs)
+def _assign(tree: _Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
+    """Which directories are runs, and which directories each run holds (walk order, no recursion).
+
+    A run holds every directory below it until one that has a triage.toml. A directory that is a
+    run only by its consoles (a ``*.log`` or ``*.out`` beside a trainer's checkpoints, or one that
+    holds a trainer's lines: SpecForge's default with tracking off, any trainer redirected to a
+    file) is one only when no run lies below it: at a sweep's root, ``nohup.out`` or the launcher's
+    log beside a ``config.json`` is the sweep's own, and must not swallow the runs below. An HF
+    Trainer's output dir is a run too: its checkpoints' trainer_state.json hold the logged history.
+    """
+    order = _preorder(tree)
+    below: dict[int, bool] = {}  # id(node) -> some directory under it is a run of its own
+    own: dict[int, bool] = {}  # id(node) -> it is a run by its own files, whatever is above it
+    for node in reversed(order):  # children before their parents
+        below[id(node)] = any(own[id(child)] or below[id(child)] for child in node.children)
+        strong = bool(
+            node.listing.has_manifest
+            or node.event_files
+            or node.wandb_files
+            or _holds_trainer_state(node)
+            or _promotes_parent(node)
+        )
+        own[id(node)] = strong or (not below[id(node)] and _console_run(node, cache))
+    owner: dict[int, _RunBuilder | None] = {id(tree): None}
+    for node in order:
+        run = owner.pop(id(node))
+        if node.listing.has_manifest or (run is None and own[id(node)]):
+            run = _RunBuilder(node)
+            runs.append(run)
+        if run is not None:
+            run.nodes.append(node)
+            run.event_files.extend(node.event_files)
+            run.wandb_files.extend(node.wandb_files)
+        for child in node.children:
+            owner[id(child)] = run
+
+
+def _console_run(node: _Node, cache: ListingCache) -> bool:
+    """A directory that is a run by its training consoles: one beside a trainer's checkpoints, or
+    one whose head or tail holds a trainer's metrics line (``ListingCache.holds_trainer_lines``:
+    a ``*.log`` of anything else makes no run)."""
+    if not node.console_files:
+        return False
+    return _holds_output(node) or any(cache.holds_trainer_lines(path) for path in node.console_files)
 
 
 def _start_dir(root: Path, cache: ListingCache) -> Path:
@@ -383,6 +486,7 @@ def discover_runs(
     manifests_strict = strict and not keep_bad_manifests
     cache = cache if cache is not None else ListingCache()
     cache.skipped_links = {}
+    cache.walk_limits = {}
     found: dict[str, RunInfo] = {}
     roots = [Path(os.path.abspath(expand_user(raw))) for raw in (*paths, *watched)]
     within = tuple(os.path.realpath(root) for root in roots)
@@ -399,7 +503,7 @@ def discover_runs(
                 _raise_unlistable(Path(start))
             continue  # unreadable directory: nothing to show, nothing to crash on
         builders: list[_RunBuilder] = []
-        _assign(tree, None, builders)
+        _assign(tree, builders, cache)
         for builder in sorted(builders, key=lambda b: natural_key(b.node.path)):
             run_dir = builder.node.path
             if not (_is_under(run_dir, str(root)) or run_dir == start):
