@@ -35,11 +35,13 @@ def _specforge_output(out: Path) -> Path:
     return log
 
 
-def _scan(path: Path) -> tuple[int, list[dict]]:
+def _scan(path: Path, errors: list[str] | None = None) -> tuple[int, list[dict]]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         code = cli.main(["scan", str(path), "--json", "--poll"])
     assert "Traceback" not in err.getvalue()
+    if errors is not None:
+        errors += err.getvalue().splitlines()
     return code, json.loads(out.getvalue())["runs"]
 
 
@@ -71,7 +73,24 @@ def test_a_console_beside_event_files_is_read_under_console_and_the_event_files_
 def test_a_log_file_with_no_checkpoints_beside_it_makes_no_run(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "build.log").write_text("gcc -O2 ...\n")
-    assert _scan(tmp_path) == (0, [])
+    said: list[str] = []
+    assert _scan(tmp_path, said) == (2, [])  # nothing found is no pass: a CI gate must not take it for one
+    (line,) = said
+    assert line.startswith(f"triage scan: {tmp_path}: no run here or below")
+    for looked_for in ("*tfevents*", "run-*.wandb", "*.log", "trainer_state.json", "triage.toml"):
+        assert looked_for in line
+
+
+def test_a_directory_holding_only_a_specforge_console_is_a_run(tmp_path):
+    # SpecForge with tracking off (its default), before its first checkpoint: train.log is all there is.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.log").write_text(specforge_lines([(step, _chance_metrics(step)) for step in STEPS]))
+    code, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["path"] == str(out) and run["sources"] == ["console"]
+    assert run["last_step"] == STEPS[-1] and run["metrics"]["loss"]["count"] == len(STEPS)
+    assert code == 1  # at chance: critical
 
 
 def test_the_serving_log_a_triage_toml_names_is_not_read_as_the_trainers_console(tmp_path):
