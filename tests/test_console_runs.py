@@ -14,8 +14,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from builders.check_run import write_events
-from builders.consoles import specforge_lines
-from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint
+from builders.consoles import rank0_traceback_console, specforge_lines
+from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint, write_scalars
 from triage_tui import cli
 
 STEPS = list(range(5, 605, 5))  # 120 records: past the warm-up, so the chance rule judges them
@@ -102,3 +102,29 @@ def test_the_serving_log_a_triage_toml_names_is_not_read_as_the_trainers_console
     (run,) = runs
     assert run["sources"] == ["console"] and run["metrics"]["loss"]["count"] == len(STEPS)
     assert run["errors"] == [] and not any("serve.log" in flag["message"] for flag in run["flags"])
+
+
+def test_specforge_usual_layout_takes_the_console_as_the_runs_and_check_names_its_crash_first(tmp_path, triage):
+    # `specforge train` with tracking on tensorboard, before its first checkpoint: events in out/runs/,
+    # the console the user redirected in out/train.log. The worker died with a CUDA error.
+    out = tmp_path / "out"
+    write_scalars(out / "runs", {"train/loss": [(step, 2.0 - step / 1000) for step in range(0, 30, 3)]})
+    log = rank0_traceback_console(out, specforge_lines([(3, {"loss": 1.9}), (27, {"loss": 1.7})]))
+    log.rename(out / "train.log")
+    (out / "store").unlink(missing_ok=True)  # the process group's rendezvous file, not the trainer's
+    cause = "CUDA error: an illegal memory access was encountered"
+
+    code, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["path"] == str(out) and run["sources"] == ["tensorboard", "console"]
+    assert run["state"] == "crashed" and cause in run["crash_line"]
+    assert code == 1
+
+    text = triage("check", out)
+    first = text.stdout.splitlines()[0]
+    assert first.startswith(f"crashed: {run['crash_line']}  (last logged step 27, ")
+    document = json.loads(triage("check", out, "--json").stdout)
+    assert list(document)[0] == "crash"
+    crash = document["crash"]
+    assert crash["line"] == run["crash_line"] and crash["step"] == 27
+    assert abs(crash["time"] - (out / "runs").stat().st_mtime) < 3600

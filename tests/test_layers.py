@@ -24,7 +24,7 @@ from a sibling room of its own layer (siblings are independent):
                               flags / whether a run's writer is alive on this node
     events | signals | drafter | console
                               TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles
-    runs                      run discovery (names over manifest over listing over discover) and triage.toml
+    runs                      run discovery (names over manifest over listing over walk over discover) and triage.toml
     formats | node            files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks
     objstore                  object-store URLs: listing, ranged and incremental reads, sparse files, mirrors
@@ -132,6 +132,7 @@ SIGNALS = [
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),
+    ("core.runs.walk",),
     ("core.runs.listing",),
     ("core.runs.info", "core.runs.config"),
     ("core.runs.manifest", "core.runs.names"),

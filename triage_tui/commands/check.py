@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from triage_tui.core.check_inputs import INPUT_NAMES, resolve_inputs
@@ -89,16 +90,34 @@ def run(args: argparse.Namespace) -> int:
         launches=_launches(sources),
         acceptance=status.acceptance_history() if status is not None else None,
     )
+    crash = crash_of(status)
     if args.json:
-        document = diagnosis.to_json()
+        # A crashed run's crash comes first (docs/contracts.md): what a reader must see before any cause.
+        document = {"crash": crash, **diagnosis.to_json()}
         if chance is not None:
             document["chance"] = finite_json(chance.to_json())  # the line the flags compared the loss with
         # A run in a bucket: every path read as its URL, not the local mirror's (runs/remote.py).
         json.dump(shown_text(document), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(str(shown_text(render_text(diagnosis, flags, chance))))
+        sys.stdout.write(str(shown_text(render_text(diagnosis, flags, chance, crash))))
     return exit_status(diagnosis)
+
+
+def crash_of(status: RunStatus | None) -> dict[str, Any] | None:
+    """A crashed run's crash: the console's error line (or W&B's exit code), the last step logged and
+    when (unix time), as `scan` judged it (core.run_state); None for any other run."""
+    if status is None or status.state is None or status.state.state != "crashed":
+        return None
+    state = status.state
+    return {"line": state.line, "step": status.last_step, "time": state.last_update}
+
+
+def _crash_line(crash: dict[str, Any]) -> str:
+    when = crash["time"]
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when is not None else "an unknown time"
+    step = f"step {crash['step']}" if crash["step"] is not None else "no step logged"
+    return f"crashed: {crash['line']}  (last logged {step}, {at})"
 
 
 def _resolve(args: argparse.Namespace):
@@ -191,11 +210,14 @@ def _stderr_progress(fraction: float, message: str) -> None:
         print(f"  {printable(message)}", file=sys.stderr)
 
 
-def render_text(diagnosis: Diagnosis, flags, chance: ChanceLine | None = None) -> str:
-    """Ranked hypotheses with their evidence, then one line per check; every line as `cat -v` would
-    show it (paths, tags and notes come from files)."""
+def render_text(
+    diagnosis: Diagnosis, flags, chance: ChanceLine | None = None, crash: dict[str, Any] | None = None
+) -> str:
+    """A crashed run's crash first, then ranked hypotheses with their evidence, then one line per
+    check; every line as `cat -v` would show it (paths, tags and notes come from files)."""
     inputs = diagnosis.inputs
-    lines = [f"run  {inputs.run}"]
+    lines = [_crash_line(crash)] if crash is not None else []
+    lines.append(f"run  {inputs.run}")
     for name in INPUT_NAMES:
         path = getattr(inputs, name)
         source = inputs.sources.get(name)

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from triage_tui.core.run_status import RunStatus
-from triage_tui.core.runs.discover import LOOKED_FOR, skipped_links_note, walk_limits_note
+from triage_tui.core.runs.discover import LOOKED_FOR, skipped_links_note
 from triage_tui.core.runs.manifest import expand_user
 from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
+from triage_tui.core.runs.walk import walk_limits_note
 from triage_tui.core.signals.flags import fmt
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
 from triage_tui.core.watch import Watcher

@@ -189,7 +189,8 @@ class TriageApp(App[None]):
 
     @work(thread=True, group="watch", exit_on_error=False, description="watch runs")
     def _watch_runs(self) -> None:
-        from triage_tui.core.runs.discover import skipped_links_note, walk_limits_note
+        from triage_tui.core.runs.discover import skipped_links_note
+        from triage_tui.core.runs.walk import walk_limits_note
         from triage_tui.core.watch import tui_watcher
 
         # Set when the app exits (Textual cancels every worker) or the worker is cancelled.

@@ -42,7 +42,7 @@ from stat import S_ISREG
 from triage_tui.core.errors import BadInput
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.info import RunArtifacts, RunInfo
-from triage_tui.core.runs.listing import Listing, ListingCache
+from triage_tui.core.runs.listing import ListingCache
 from triage_tui.core.runs.manifest import Manifest, expand_user, stat_or_bad_input
 from triage_tui.core.runs.names import (
     CONFIG_NAME,
@@ -60,16 +60,12 @@ from triage_tui.core.runs.names import (
     is_wandb_file_name,
     specforge_run_id,
 )
+from triage_tui.core.runs.walk import Node, is_under, preorder, walk
 
 # How far up from a given path to look for the triage.toml of the run it lies in
 # (`triage out/runs` when out/triage.toml exists): manifests sit at the output dir,
 # event files one or two levels below it.
 MANIFEST_SEARCH_LEVELS = 3
-# The walk's bounds (read as ``discover.NAME``: tests turn them small). Trainers write a run within a
-# few levels of its output directory and a sweep within a few more; a watched tree deeper or wider
-# than this is walked as far as these say, and the rest is reported (``walk_limits_note``).
-MAX_WALK_DEPTH = 64
-MAX_WALK_DIRECTORIES = 200_000
 
 
 def _is_file(path: Path) -> bool:
@@ -78,20 +74,6 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
-
-
-@dataclass
-class _Node:
-    path: str  # plain strings in the walk: pathlib costs more than the stat calls here
-    listing: Listing
-    children: list[_Node]
-    event_files: tuple[str, ...]  # non-empty event files
-    wandb_files: tuple[str, ...] = ()  # W&B run files (even empty: wandb.init creates it at once)
-    console_files: tuple[str, ...] = ()  # training consoles by name (*.log, *.out) in this directory
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
 
 
 def skipped_links_note(links: dict[str, str]) -> str | None:
@@ -115,128 +97,11 @@ LOOKED_FOR = (
 )
 
 
-def walk_limits_note(limits: dict[str, str]) -> str | None:
-    """The one line that says where discovery stopped walking (``scan`` on stderr, the TUI as a
-    notice), or None; paths shown as ``cat -v`` would, the deepest cut short from the left."""
-    if not limits:
-        return None
-    from triage_tui.core.text import printable
-
-    items = sorted(limits.items())
-    shown = "; ".join(f"{_shortened(printable(path))}: {why}" for path, why in items[:2])
-    more = f" and {len(items) - 2} more" if len(items) > 2 else ""
-    return f"not every directory was walked: {shown}{more}"
-
-
-def _shortened(text: str, keep: int = 120) -> str:
-    return text if len(text) <= keep else "…" + text[-keep:]
-
-
-def _walk(
-    path: str,
-    cache: ListingCache,
-    visited: set[tuple[int, int]],
-    depth: int | None = None,
-    within: tuple[str, ...] = (),
-) -> _Node | None:
-    """The tree below `path`; `depth` levels of children at most (None: the walk's bounds).
-
-    A symlink to a directory is followed only when its target lies within one of the real paths
-    `within` (the watched paths): a link to / or /proc must not walk the machine, nor a
-    triage.toml in some process's working directory decide a scan. Those not followed are
-    recorded in ``cache.skipped_links``.
-
-    The walk keeps its own stack, never Python's: a directory nested thousands of levels deep
-    (anyone who can write into a shared tree can make one) must not end discovery in a
-    RecursionError. It goes ``MAX_WALK_DEPTH`` levels below `path` and lists at most
-    ``MAX_WALK_DIRECTORIES`` directories; what it left out is recorded in ``cache.walk_limits``
-    (``walk_limits_note``), never silently.
-    """
-    bound = MAX_WALK_DEPTH if depth is None else min(depth, MAX_WALK_DEPTH)
-    root = _visit(path, cache, visited)
-    if root is None:
-        return None
-    listed = 1
-    # (directory, its node, the depth of its children): children are pushed in reverse so that
-    # they are visited, and appended to their parent, in listing order, as a recursion would.
-    stack: list[tuple[_Node, int]] = [(root, 1)]
-    while stack:
-        parent, level = stack.pop()
-        if not parent.listing.dirs:
-            continue
-        if level > bound:
-            if depth is None:
-                cache.walk_limits[parent.path] = f"deeper than {MAX_WALK_DEPTH} levels: not walked below it"
-            continue
-        pending: list[tuple[_Node, int]] = []
-        for name in parent.listing.dirs:
-            child_path = os.path.join(parent.path, name)
-            if name in parent.listing.links:
-                target = os.path.realpath(child_path)
-                if not any(_is_under(target, root_path) for root_path in within):
-                    cache.skipped_links[child_path] = target
-                    continue
-            if listed >= MAX_WALK_DIRECTORIES:
-                cache.walk_limits[parent.path] = (
-                    f"{MAX_WALK_DIRECTORIES} directories listed: the rest of this tree was not walked"
-                )
-                stack.clear()
-                pending.clear()
-                break
-            child = _visit(child_path, cache, visited)
-            listed += 1
-            if child is not None:
-                parent.children.append(child)
-                pending.append((child, level + 1))
-        stack.extend(reversed(pending))
-    return root
-
-
-def _visit(path: str, cache: ListingCache, visited: set[tuple[int, int]]) -> _Node | None:
-    """One directory's node, its children not yet walked; None when it cannot be listed or was
-    walked already (a symlink loop, a second link to one directory)."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    inode = (stat.st_dev, stat.st_ino)
-    if inode in visited:
-        return None
-    visited.add(inode)
-    listing = cache.listing(path, stat)
-    if listing is None:
-        return None
-    event_files = []
-    for name in listing.event_names:
-        file_path = os.path.join(path, name)
-        try:
-            # Sizes change without the directory's mtime changing, so these few are stat'ed
-            # on every walk: a zero-size file joins once its first record lands.
-            if os.stat(file_path).st_size > 0:
-                event_files.append(file_path)
-        except OSError:
-            continue
-    wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
-    console_files = tuple(os.path.join(path, name) for name in listing.console_names)
-    return _Node(path, listing, [], tuple(event_files), wandb_files, console_files)
-
-
-def _preorder(root: _Node) -> list[_Node]:
-    """Every node of the tree, each before its children, children in listing order (no recursion)."""
-    order: list[_Node] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        stack.extend(reversed(node.children))
-    return order
-
-
-def _holds_checkpoint(node: _Node) -> bool:
+def _holds_checkpoint(node: Node) -> bool:
     return node.listing.has_weights or node.listing.has_training_state
 
 
-def _holds_output(node: _Node) -> bool:
+def _holds_output(node: Node) -> bool:
     """A trainer's output dir (module doc): a config.json, a checkpoint child, or a
     save-path child of numbered epoch checkpoints (speculators ``<save_path>/<epoch>/``)."""
     return node.listing.has_config or any(
@@ -246,19 +111,19 @@ def _holds_output(node: _Node) -> bool:
     )
 
 
-def _hf_checkpoint_step(node: _Node) -> int | None:
+def _hf_checkpoint_step(node: Node) -> int | None:
     """N of an HF ``checkpoint-<N>/`` holding its ``trainer_state.json``, else None (by name only)."""
     match = HF_CHECKPOINT_DIR.match(node.name)
     return int(match.group(1)) if match is not None and TRAINER_STATE_NAME in node.listing.files else None
 
 
-def _holds_trainer_state(node: _Node) -> bool:
+def _holds_trainer_state(node: Node) -> bool:
     """An HF Trainer's output dir: a ``checkpoint-<N>/`` child with its ``trainer_state.json``, whose
     log history is a scalar source even with every tracker off (``report_to="none"``)."""
     return any(_hf_checkpoint_step(child) is not None for child in node.children)
 
 
-def _is_log_dir(node: _Node) -> bool:
+def _is_log_dir(node: Node) -> bool:
     """runs/, logs/ or tensorboard/ with event files in it or one level below (HF's
     ``runs/<date_host>/``, speculators' ``logs/<run_name>/``), and no manifest of its own."""
     if node.name.lower() not in LOG_DIR_NAMES or node.listing.has_manifest:
@@ -268,30 +133,46 @@ def _is_log_dir(node: _Node) -> bool:
     )
 
 
-def _promotes_parent(node: _Node) -> bool:
+def _promotes_parent(node: Node) -> bool:
     """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run.
 
     So is a directory holding both a log dir (or event files of its own) and a wandb/ dir of runs,
     checkpoints or not: one trainer wrote both (HF Trainer with report_to tensorboard and wandb, or
-    a run stopped before its first save), and two runs would split one curve between them."""
+    a run stopped before its first save), and two runs would split one curve between them.
+
+    And so is a directory holding a console beside a log dir of one writer (its event files in it
+    or in one directory below it): SpecForge's usual layout before its first checkpoint, events in
+    ``out/runs/`` and the console the user redirected in ``out/train.log``, whose crash must be
+    the run's. A log dir of several writers beside a loose log is a sweep's, left apart."""
     log_dir = any(_is_log_dir(child) for child in node.children)
     wandb_dir = any(_is_wandb_dir(child) for child in node.children)
-    return (_holds_output(node) and (log_dir or wandb_dir)) or ((log_dir or bool(node.event_files)) and wandb_dir)
+    return (
+        (_holds_output(node) and (log_dir or wandb_dir))
+        or ((log_dir or bool(node.event_files)) and wandb_dir)
+        or (bool(node.console_files) and any(_is_one_writers_log_dir(child) for child in node.children))
+    )
 
 
-def _is_wandb_dir(node: _Node) -> bool:
+def _is_one_writers_log_dir(node: Node) -> bool:
+    if not _is_log_dir(node):
+        return False
+    below = [child for child in node.children if child.event_files and not child.listing.has_manifest]
+    return bool(node.event_files) + len(below) == 1
+
+
+def _is_wandb_dir(node: Node) -> bool:
     return node.name == WANDB_DIR_NAME and any(run.wandb_files for run in node.children)
 
 
 @dataclass
 class _RunBuilder:
-    node: _Node
-    nodes: list[_Node] = field(default_factory=list)
+    node: Node
+    nodes: list[Node] = field(default_factory=list)
     event_files: list[str] = field(default_factory=list)
     wandb_files: list[str] = field(default_factory=list)
 
 
-def _assign(tree: _Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
+def _assign(tree: Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
     """Which directories are runs, and which directories each run holds (walk order, no recursion).
 
     A run holds every directory below it until one that has a triage.toml. A directory that is a
@@ -301,7 +182,7 @@ def _assign(tree: _Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
     log beside a ``config.json`` is the sweep's own, and must not swallow the runs below. An HF
     Trainer's output dir is a run too: its checkpoints' trainer_state.json hold the logged history.
     """
-    order = _preorder(tree)
+    order = preorder(tree)
     below: dict[int, bool] = {}  # id(node) -> some directory under it is a run of its own
     own: dict[int, bool] = {}  # id(node) -> it is a run by its own files, whatever is above it
     for node in reversed(order):  # children before their parents
@@ -328,7 +209,7 @@ def _assign(tree: _Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
             owner[id(child)] = run
 
 
-def _console_run(node: _Node, cache: ListingCache) -> bool:
+def _console_run(node: Node, cache: ListingCache) -> bool:
     """A directory that is a run by its training consoles: one beside a trainer's checkpoints, or
     one whose head or tail holds a trainer's metrics line (``ListingCache.holds_trainer_lines``:
     a ``*.log`` of anything else makes no run)."""
@@ -352,14 +233,10 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for log_dir in (root, root.parent):
         if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
             # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
-            probe = _walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
+            probe = walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
             if probe is not None and _promotes_parent(probe):
                 return log_dir.parent
     return root
-
-
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 # --------------------------------------------------------------------------- artifacts
@@ -378,7 +255,7 @@ def _artifacts(run: _RunBuilder, cache: ListingCache) -> RunArtifacts:
 
 def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     run_dir = run.node.path
-    checkpoints: list[_Node] = []
+    checkpoints: list[Node] = []
     mappings: list[str] = []
     training_states: list[str] = []
     run_yamls: list[str] = []
@@ -390,7 +267,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config
     ]
     for node in run.nodes:
-        if any(_is_under(node.path, t) for t in targets):
+        if any(is_under(node.path, t) for t in targets):
             continue  # the target model's weights are not the run's checkpoints
         listing = node.listing
         if _holds_checkpoint(node):  # SpecForge 0.2.0 keeps the drafter inside training_state.pt
@@ -431,7 +308,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     )
 
 
-def _best_meta(node: _Node, checkpoints: Sequence[_Node]) -> Path | None:
+def _best_meta(node: Node, checkpoints: Sequence[Node]) -> Path | None:
     """The run directory's SpecForge ``<run_id>.best_meta.json``: of several run ids (two configs
     writing into one output directory), the one the newest checkpoint belongs to, else the last."""
     metas = [name for name in node.listing.files if name.endswith(SPECFORGE_BEST_META_SUFFIX)]
@@ -445,7 +322,7 @@ def _best_meta(node: _Node, checkpoints: Sequence[_Node]) -> Path | None:
     return Path(node.path, metas[-1])
 
 
-def _dump_root(node: _Node, run_dir: str) -> str | None:
+def _dump_root(node: Node, run_dir: str) -> str | None:
     """The root of a hidden-state dump this directory is part of, if it is one."""
     kind = node.listing.dump_kind
     if kind == "specforge":
@@ -457,7 +334,7 @@ def _dump_root(node: _Node, run_dir: str) -> str | None:
         return node.path
     # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
     directory = node.path
-    while directory != run_dir and _is_under(directory, run_dir):
+    while directory != run_dir and is_under(directory, run_dir):
         if HIDDEN_DIR.search(os.path.basename(directory)):
             return directory
         directory = os.path.dirname(directory)
@@ -497,7 +374,7 @@ def discover_runs(
                 found.setdefault(str(info.path), info)
             continue
         start = str(_start_dir(root, cache))
-        tree = _walk(start, cache, set(), within=(*within, os.path.realpath(start)))
+        tree = walk(start, cache, set(), within=(*within, os.path.realpath(start)))
         if tree is None:
             if strict:
                 _raise_unlistable(Path(start))
@@ -506,7 +383,7 @@ def discover_runs(
         _assign(tree, builders, cache)
         for builder in sorted(builders, key=lambda b: natural_key(b.node.path)):
             run_dir = builder.node.path
-            if not (_is_under(run_dir, str(root)) or run_dir == start):
+            if not (is_under(run_dir, str(root)) or run_dir == start):
                 continue  # a sibling of the given path, reached only because we walked from above
             if run_dir not in found:
                 found[run_dir] = _run_info(builder, str(root), cache, manifests_strict)
@@ -524,7 +401,7 @@ def _raise_unlistable(path: Path) -> None:
 
 
 def _run_name(run_dir: str, root: str) -> str:
-    if run_dir != root and _is_under(run_dir, root):
+    if run_dir != root and is_under(run_dir, root):
         return Path(os.path.relpath(run_dir, root)).as_posix()
     return os.path.basename(run_dir) or run_dir
 
@@ -555,7 +432,7 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     )
 
 
-def _console_files(node: _Node, manifest: Manifest | None) -> tuple[Path, ...]:
+def _console_files(node: Node, manifest: Manifest | None) -> tuple[Path, ...]:
     """The run's training consoles: those its triage.toml names ([logs] console), then the *.log and
     *.out in the run's own directory (not below it: a W&B directory's debug.log and output.log, a
     log dir's files), less the serving logs the triage.toml names."""
