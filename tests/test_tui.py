@@ -363,6 +363,21 @@ async def test_help_lists_every_key_in_context(runs_root):
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
 
 
+async def test_help_lists_triages_keys_not_textuals_machinery(runs_root):
+    """Focus cycling, a row table's column cursor, the macOS copy key and Textual's own quit line are
+    not keys of triage: the help lists what a user of triage presses."""
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        rows = screen_as(app, HelpScreen).rows
+        keys = {key for _, key, _, _ in rows}
+        assert not {"tab", "shift+tab", "super+c", "←", "→", "^q"} & keys, keys
+        assert not any(what in ("Focus Next", "Focus Previous", "Page Left", "Page Right") for _, _, what, _ in rows)
+        assert {"c", "m", "/", "q", "?", "↑", "↓", "⏎", "^c", "^p"} <= keys  # triage's own, and moving in the table
+
+
 @pytest.mark.parametrize("size", [(100, 50), (200, 50)])
 async def test_help_headings_are_whole(runs_root, size):
     """Each group's heading ("in the focused RunsTable") is drawn whole, not cut to the key column."""

@@ -300,7 +300,7 @@ class TriageApp(App[None]):
             ("*tfevents*", "bold"),
             ("), W&B run files (", "dim"),
             ("run-*.wandb", "bold"),
-            ("), training consoles beside checkpoints (", "dim"),
+            ("), training consoles beside checkpoints or holding a trainer's lines (", "dim"),
             ("*.log", "bold"),
             (", ", "dim"),
             ("*.out", "bold"),
