@@ -842,7 +842,7 @@ async def test_the_readme_walkthrough_in_a_git_checkout_leaves_git_status_clean(
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         plan = screen_as(app, ConfirmRemapScreen).plan
         assert plan.output.is_relative_to(data_home / "triage" / "remapped")
-        said = app.screen.query_one("#plan-text", Static).content.plain.splitlines()
+        said = str(app.screen.query_one("#plan-text", Static).content).splitlines()
         assert str(plan.output) in said and str(checkout) in said
         assert any("not beside the source, which is in this git work tree:" in line for line in said), said
         await pilot.press("y")
