@@ -27,7 +27,9 @@ with such a child is a run (``_holds_trainer_state``) and its newest one a scala
 
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
-``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
+``config.json`` changed) and, for a directory nothing else makes a run, the first and last 64 KiB
+of its consoles, once per change of theirs (``ListingCache.holds_trainer_lines``); an unchanged
+directory costs one ``stat`` (``core/runs/listing.py``). The walk itself is ``core/runs/walk.py``.
 Artifacts are recognised by name only (``core/runs/names.py``); no pickle is ever opened here.
 """
 
@@ -354,7 +356,7 @@ def discover_runs(
 ) -> list[RunInfo]:
     """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
 
-    Symlinks to directories are followed only into `paths` and `watched` (see _walk).
+    Symlinks to directories are followed only into `paths` and `watched` (see core/runs/walk.py).
 
     With ``strict`` a path that cannot be listed, or a malformed triage.toml, raises BadInput;
     without it (or with ``keep_bad_manifests``: ``scan`` of many runs) the run is kept with
