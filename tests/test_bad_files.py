@@ -401,3 +401,20 @@ def test_a_fifo_given_as_the_mapping_is_refused_not_waited_on(tmp_path, name):
     remap = triage("remap", tmp_path / "ck", "--mapping", given, "--out", tmp_path / "out")
     assert (remap.returncode, remap.stderr) == (2, f"triage: {why}\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_tui_with_stdout_not_a_terminal_refuses_in_one_line(tmp_path):
+    # `triage out/ > report.txt`, `triage | less`, a CI step: Textual would draw into the pipe forever.
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "triage_tui", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("triage: the TUI needs a terminal and stdout is not one") and "triage scan" in line

@@ -222,7 +222,7 @@ def test_a_record_that_disagrees_with_the_curves_is_said(specforge_output, tmp_p
     meta_path.write_text(json.dumps(meta))
     logs = ConsoleLogs()
     logs.set_files([out / "train.log"])
-    logs.poll(to_end=True)
+    logs.poll()
     (run,) = discover_runs([out])
     best = best_checkpoint(
         logs.scalars, match_trainer(logs.scalars.tags()), run.artifacts.checkpoints, recorded=read_best_meta(meta_path)

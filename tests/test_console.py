@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import itertools
 import logging
 import logging.handlers
 import math
@@ -39,7 +40,7 @@ def read_all(*paths: Path, state=None) -> ConsoleLogs:
     logs.set_files(list(paths))
     if state is not None:
         logs.set_trainer_state(state)
-    logs.poll(to_end=True)
+    logs.poll()
     logs.poll()  # a quiet poll: records waiting on a next line are settled
     return logs
 
@@ -315,12 +316,12 @@ def test_a_partial_line_waits_for_its_newline(tmp_path):
     line = specforge_lines([(5, metrics(5))])
     path.write_text(line[:40])
     follower = ConsoleFile(path)
-    assert follower.poll() == []
+    assert list(itertools.chain(*follower.poll())) == []
     with open(path, "a") as handle:
         handle.write(line[40:])
-    (record,) = follower.poll()
+    (record,) = itertools.chain(*follower.poll())
     assert record.trainer == SPECFORGE and record.step == 5 and dict(record.values)["ploss_0"] == metrics(5)["ploss_0"]
-    assert follower.poll() == []  # only what was appended is read
+    assert list(itertools.chain(*follower.poll())) == []  # only what was appended is read
 
 
 def test_rotation_by_a_rotating_handler_loses_no_line(tmp_path):
@@ -390,7 +391,7 @@ def test_a_missing_or_odd_console_file_is_a_problem_not_an_exception(tmp_path):
     os.mkfifo(fifo)
     (tmp_path / "dir.log").mkdir()
     logs.set_files([tmp_path / "later.log", fifo, tmp_path / "dir.log"])
-    logs.poll(to_end=True)  # a FIFO must not hang the poll
+    logs.poll()  # a FIFO must not hang the poll
     assert logs.problems == {
         tmp_path / "later.log": "no such file (yet)",
         fifo: "not a regular file",
@@ -515,7 +516,7 @@ def test_a_poll_says_what_it_read(tmp_path):
     logs = ConsoleLogs()
     logs.set_files([path, tmp_path / "missing.log"])
     points = 2 * len(metrics(5))
-    assert logs.poll(to_end=True) == ReadStats(
+    assert logs.poll() == ReadStats(
         files=2, bytes_read=len(text.encode()), records=2, scalars=points, unreadable_files=1
     )
     assert logs.poll() == ReadStats(files=2, unreadable_files=1)

@@ -14,8 +14,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from builders.check_run import write_events
-from builders.consoles import specforge_lines
-from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint
+from builders.consoles import rank0_traceback_console, specforge_lines
+from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint, write_scalars
 from triage_tui import cli
 
 STEPS = list(range(5, 605, 5))  # 120 records: past the warm-up, so the chance rule judges them
@@ -35,11 +35,13 @@ def _specforge_output(out: Path) -> Path:
     return log
 
 
-def _scan(path: Path) -> tuple[int, list[dict]]:
+def _scan(path: Path, errors: list[str] | None = None) -> tuple[int, list[dict]]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         code = cli.main(["scan", str(path), "--json", "--poll"])
     assert "Traceback" not in err.getvalue()
+    if errors is not None:
+        errors += err.getvalue().splitlines()
     return code, json.loads(out.getvalue())["runs"]
 
 
@@ -71,7 +73,24 @@ def test_a_console_beside_event_files_is_read_under_console_and_the_event_files_
 def test_a_log_file_with_no_checkpoints_beside_it_makes_no_run(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "build.log").write_text("gcc -O2 ...\n")
-    assert _scan(tmp_path) == (0, [])
+    said: list[str] = []
+    assert _scan(tmp_path, said) == (2, [])  # nothing found is no pass: a CI gate must not take it for one
+    (line,) = said
+    assert line.startswith(f"triage scan: {tmp_path}: no run here or below")
+    for looked_for in ("*tfevents*", "run-*.wandb", "*.log", "trainer_state.json", "triage.toml"):
+        assert looked_for in line
+
+
+def test_a_directory_holding_only_a_specforge_console_is_a_run(tmp_path):
+    # SpecForge with tracking off (its default), before its first checkpoint: train.log is all there is.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.log").write_text(specforge_lines([(step, _chance_metrics(step)) for step in STEPS]))
+    code, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["path"] == str(out) and run["sources"] == ["console"]
+    assert run["last_step"] == STEPS[-1] and run["metrics"]["loss"]["count"] == len(STEPS)
+    assert code == 1  # at chance: critical
 
 
 def test_the_serving_log_a_triage_toml_names_is_not_read_as_the_trainers_console(tmp_path):
@@ -83,3 +102,29 @@ def test_the_serving_log_a_triage_toml_names_is_not_read_as_the_trainers_console
     (run,) = runs
     assert run["sources"] == ["console"] and run["metrics"]["loss"]["count"] == len(STEPS)
     assert run["errors"] == [] and not any("serve.log" in flag["message"] for flag in run["flags"])
+
+
+def test_specforge_usual_layout_takes_the_console_as_the_runs_and_check_names_its_crash_first(tmp_path, triage):
+    # `specforge train` with tracking on tensorboard, before its first checkpoint: events in out/runs/,
+    # the console the user redirected in out/train.log. The worker died with a CUDA error.
+    out = tmp_path / "out"
+    write_scalars(out / "runs", {"train/loss": [(step, 2.0 - step / 1000) for step in range(0, 30, 3)]})
+    log = rank0_traceback_console(out, specforge_lines([(3, {"loss": 1.9}), (27, {"loss": 1.7})]))
+    log.rename(out / "train.log")
+    (out / "store").unlink(missing_ok=True)  # the process group's rendezvous file, not the trainer's
+    cause = "CUDA error: an illegal memory access was encountered"
+
+    code, runs = _scan(tmp_path)
+    (run,) = runs
+    assert run["path"] == str(out) and run["sources"] == ["tensorboard", "console"]
+    assert run["state"] == "crashed" and cause in run["crash_line"]
+    assert code == 1
+
+    text = triage("check", out)
+    first = text.stdout.splitlines()[0]
+    assert first.startswith(f"crashed: {run['crash_line']}  (last logged step 27, ")
+    document = json.loads(triage("check", out, "--json").stdout)
+    assert list(document)[0] == "crash"
+    crash = document["crash"]
+    assert crash["line"] == run["crash_line"] and crash["step"] == 27
+    assert abs(crash["time"] - (out / "runs").stat().st_mtime) < 3600

@@ -16,6 +16,7 @@ import os
 import queue
 import random
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -371,6 +372,7 @@ def test_triage_poll_flag_turns_the_observer_off(tmp_path, monkeypatch):
     series_points(tmp_path, "run", range(1, 11))
     built = []
     monkeypatch.setattr(TriageApp, "run", lambda self, *a, **k: built.append(self))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # as in a terminal: the TUI refuses a pipe
     assert main(["--poll", "--interval", "0.5", str(tmp_path)]) == 0
     assert main([str(tmp_path)]) == 0
     assert [(app.use_watchdog, app.poll_interval) for app in built] == [(False, 0.5), (True, 1.0)]

@@ -28,7 +28,7 @@ from a sibling room of its own layer (siblings are independent):
     events | signals | drafter | console | writers | trackers
                               TensorBoard records / flags from scalars / the EAGLE-3 module / training consoles /
                               which process of this node writes a run / other trackers' records
-    runs                      run discovery (names over manifest over listing over discover) and triage.toml
+    runs                      run discovery (names over manifest over listing over walk over discover) and triage.toml
     formats | node | process_table
                               files on disk (weights, mappings, dumps, JSON) into typed results / the node's
                               GPUs, CPU, memory and disks / the user's processes, from one /proc scan
@@ -166,6 +166,7 @@ SOURCE_KINDS = [
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),
+    ("core.runs.walk",),
     ("core.runs.listing",),
     ("core.runs.info", "core.runs.config"),
     ("core.runs.manifest", "core.runs.names"),

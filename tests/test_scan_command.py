@@ -135,9 +135,10 @@ def test_malformed_manifest_is_an_error_of_its_run_exit_1_naming_the_file(tmp_pa
     assert manifest.read_bytes() == before
 
 
-def test_empty_directory_is_exit_0_with_a_note(tmp_path):
+def test_empty_directory_is_exit_2_with_what_was_looked_for(tmp_path):
+    # A mistyped directory must not pass a CI gate: nothing found is no "all healthy".
     result = scan(tmp_path)
-    assert result.returncode == 0 and result.stdout == "" and "no runs" in result.stderr
+    assert result.returncode == 2 and result.stdout == "" and "no run here or below: looked for" in result.stderr
     assert json.loads(scan(tmp_path, "--json").stdout) == {"runs": []}
 
 

@@ -146,7 +146,7 @@ def test_specforge_best_meta_and_pointers_as_its_checkpoint_manager_wrote_them(r
 
     logs = ConsoleLogs()
     logs.set_files([sf.console])
-    logs.poll(to_end=True)
+    logs.poll()
     evals = logs.scalars.series["eval/simulated_acc_len"]
     assert int(evals.steps[int(np.argmax(evals.values))]) == best.step
     assert {specforge_run_id(name) for name in names if name != "train.log"} == {sf.run_id}

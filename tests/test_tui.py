@@ -35,9 +35,8 @@ from triage_tui.core.checks.replay import ReplayDetails
 from triage_tui.core.checks.vocab import VocabDetails
 from triage_tui.tui.screens.drilldown import CommandLines, DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
-from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapRefusedScreen, RemapScreen
 from triage_tui.tui.widgets.chart_pane import ChartPane
-from triage_tui.tui.widgets.fitted_lines import FittedLines
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.loss_chart import LossChart
 from triage_tui.tui.widgets.runs_table import RunsTable
@@ -207,11 +206,10 @@ async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root)
         inputs = app.checks.diagnoses[app.rows[0].path].inputs
         expected = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
         assert screen_as(app, ConfirmRemapScreen).plan.output == expected.output
-        # Each path and count on one line as drawn, never wrapped; a path wider than the dialog keeps its
-        # tail (the directory's name), "…" where its middle was, and no line runs past the dialog's edge.
+        # Each count on one line as drawn; each path whole, folded at the dialog's edge when it is wider.
         plan_text = app.screen.query_one("#plan-text")
         drawn = [plan_text.render_line(y).text.rstrip() for y in range(plan_text.size.height)]
-        assert_paths_shown(screen_text(app), (expected.output, expected.source, expected.mapping_path))
+        assert_paths_shown(plan_text, (expected.output, expected.source, expected.mapping_path))
         for whole in (
             f"rows     {expected.rows_copied} copied into the run's order",
             f"{expected.rows_initialized} initialised from {expected.init_from}",
@@ -244,7 +242,22 @@ async def test_remap_y_writes_a_verified_checkpoint_in_the_runs_order(fresh_root
         assert screen_as(app, RemapScreen).report is report
         assert "wrote a verified checkpoint" in str(app.screen.query_one("#remap-status").render())
         await pilot.pause()
-        assert_paths_shown(screen_text(app), (report.output, report.source, report.mapping))
+        result = app.screen.query_one("#remap-result")
+        assert len(str(report.output)) > result.size.width  # at 80 columns the output's path folds
+        assert_paths_shown(result, (report.output, report.source, report.mapping))
+        # A second remap of the same checkpoint would write where the first did: refused, the reason
+        # whole beside the path, not a toast cut to two lines.
+        while not isinstance(app.screen, type(app.main)):
+            await pilot.press("escape")
+            await pilot.pause()
+        await pilot.press("m")
+        await on_screen(pilot, RemapRefusedScreen, "second remap refused")
+        refused = app.screen.query_one("#remap-refused")
+        assert_paths_shown(refused, (report.output,))
+        said = " ".join(refused.render_line(y).text.strip() for y in range(refused.size.height))
+        reason = "already exists (an earlier remap?): nothing was written; remove it or use `triage remap --force`"
+        assert reason in said
+        assert Path(report.output).is_dir()
         # Row j of the new head is the old row of the same target token.
         checkpoint_hot, run_hot = (m.hot_ids for m in story_mappings())
         old_position = {int(t): i for i, t in enumerate(checkpoint_hot)}
@@ -281,17 +294,15 @@ async def test_readonly_has_no_remap(runs_root):
         assert not any("Remap" in what or "lm_head" in what for _, _, what, _ in screen_as(app, HelpScreen).rows)
 
 
-def assert_paths_shown(drawn: list[str], paths) -> None:
-    """Each path on screen: whole, or its head and its tail (the name whole) around "…"; never cut at
-    the dialog's edge with nothing to say so. ``drawn``: lines as the terminal shows them."""
+def assert_paths_shown(widget, paths) -> None:
+    """Each path drawn whole in ``widget``: on one line, or folded over the lines that follow at the
+    widget's edge, never cut (what a user selects and copies is the whole path)."""
+    drawn = [widget.render_line(y).text for y in range(widget.size.height)]
+    assert all(len(line.rstrip()) <= widget.size.width for line in drawn)
+    assert "…" not in "".join(drawn)
+    joined = "".join(line.strip() for line in drawn)
     for path in map(str, paths):
-        found = False
-        for token in (token for line in drawn for token in re.split(r"[\s│█▌▐┃]+", line) if token):
-            head, cut, tail = token.partition("…")
-            if token == path or (cut and head and path.startswith(head) and path.endswith(tail)):
-                found = True
-                assert Path(path).name in token, (path, token)
-        assert found, (path, drawn)
+        assert path in joined, (path, drawn)
 
 
 def notifications(app) -> list[str]:
@@ -362,6 +373,21 @@ async def test_help_lists_every_key_in_context(runs_root):
         assert ctrl_c == "Copy selected text; with none selected, quit", ctrl_c
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen), what="help closed")
+
+
+async def test_help_lists_triages_keys_not_textuals_machinery(runs_root):
+    """Focus cycling, a row table's column cursor, the macOS copy key and Textual's own quit line are
+    not keys of triage: the help lists what a user of triage presses."""
+    app = make_app(runs_root)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await on_screen(pilot, HelpScreen, "help")
+        rows = screen_as(app, HelpScreen).rows
+        keys = {key for _, key, _, _ in rows}
+        assert not {"tab", "shift+tab", "super+c", "←", "→", "^q"} & keys, keys
+        assert not any(what in ("Focus Next", "Focus Previous", "Page Left", "Page Right") for _, _, what, _ in rows)
+        assert {"c", "m", "/", "q", "?", "↑", "↓", "⏎", "^c", "^p"} <= keys  # triage's own, and moving in the table
 
 
 @pytest.mark.parametrize("size", [(100, 50), (200, 50)])
@@ -818,7 +844,7 @@ async def test_the_readme_walkthrough_in_a_git_checkout_leaves_git_status_clean(
         await on_screen(pilot, ConfirmRemapScreen, "confirm dialog")
         plan = screen_as(app, ConfirmRemapScreen).plan
         assert plan.output.is_relative_to(data_home / "triage" / "remapped")
-        said = app.screen.query_one("#plan-text", FittedLines).text.plain.splitlines()
+        said = str(app.screen.query_one("#plan-text", Static).content).splitlines()
         assert str(plan.output) in said and str(checkout) in said
         assert any("not beside the source, which is in this git work tree:" in line for line in said), said
         await pilot.press("y")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from typing import Any
 
 from triage_tui.core.check_inputs import INPUT_NAMES
 from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
@@ -83,16 +85,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"triage check: {printable(error.line())}", file=sys.stderr)
     progress = _stderr_progress if sys.stderr.isatty() and not args.json else None
     diagnosis = diagnose(evidence, progress=progress)
+    crash = evidence.crash.to_json() if evidence.crash is not None else None
     if args.json:
-        document = diagnosis.to_json()
+        # A crashed run's crash comes first (docs/contracts.md): what a reader must see before any cause.
+        document = {"crash": crash, **diagnosis.to_json()}
         if evidence.chance is not None:
             document["chance"] = finite_json(evidence.chance.to_json())  # the line the flags compared the loss with
         # A run in a bucket: every path read as its URL, not the local mirror's (runs/remote.py).
         json.dump(shown_text(document), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(str(shown_text(render_text(diagnosis, evidence.flags, evidence.chance))))
+        sys.stdout.write(str(shown_text(render_text(diagnosis, evidence.flags, evidence.chance, crash))))
     return exit_status(diagnosis)
+
+
+def _crash_line(crash: dict[str, Any]) -> str:
+    when = crash["time"]
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when is not None else "an unknown time"
+    step = f"step {crash['step']}" if crash["step"] is not None else "no step logged"
+    return f"crashed: {crash['line']}  (last logged {step}, {at})"
 
 
 def exit_status(diagnosis: Diagnosis) -> int:
@@ -113,11 +124,14 @@ def _stderr_progress(fraction: float, message: str) -> None:
         print(f"  {printable(message)}", file=sys.stderr)
 
 
-def render_text(diagnosis: Diagnosis, flags, chance: ChanceLine | None = None) -> str:
-    """Ranked hypotheses with their evidence, then one line per check; every line as `cat -v` would
-    show it (paths, tags and notes come from files)."""
+def render_text(
+    diagnosis: Diagnosis, flags, chance: ChanceLine | None = None, crash: dict[str, Any] | None = None
+) -> str:
+    """A crashed run's crash first, then ranked hypotheses with their evidence, then one line per
+    check; every line as `cat -v` would show it (paths, tags and notes come from files)."""
     inputs = diagnosis.inputs
-    lines = [f"run  {inputs.run}"]
+    lines = [_crash_line(crash)] if crash is not None else []
+    lines.append(f"run  {inputs.run}")
     for name in INPUT_NAMES:
         path = getattr(inputs, name)
         source = inputs.sources.get(name)

@@ -1,7 +1,9 @@
 """`triage scan [PATH ...] [--json] [--vocab-size N] [--poll]`: one pass over the runs.
 
-Exit status (docs/contracts.md, the fault boundary): 2 only for a bad command line or a PATH that
-does not exist or cannot be listed; otherwise 1 when some run is critical or has an error, else 0.
+Exit status (docs/contracts.md, the fault boundary): 2 for a bad command line or a PATH that does
+not exist, cannot be listed or holds no run (one line on stderr says what was looked for: a
+mistyped directory must not pass a CI gate); otherwise 1 when some run is critical or has an
+error, else 0.
 A run's own bad file is an error of that run: it is listed with it, and the JSON is always printed.
 """
 
@@ -9,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from triage_tui.core.run_status import RunStatus
-from triage_tui.core.runs.discover import skipped_links_note
+from triage_tui.core.runs.discover import LOOKED_FOR, skipped_links_note
+from triage_tui.core.runs.manifest import expand_user
 from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
+from triage_tui.core.runs.walk import walk_limits_note
 from triage_tui.core.signals.flags import fmt
 from triage_tui.core.signals.kinds import RunHealth, Severity
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
@@ -66,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
     statuses = watcher.poll_once()
     for error in watcher.unplaced_errors:  # an object of a bucket under no run: said, not lost
         print(f"triage scan: {printable(error.line())}", file=sys.stderr)
-    note = skipped_links_note(watcher.skipped_links)
-    if note is not None:
-        print(f"triage scan: {note}", file=sys.stderr)
+    for note in (skipped_links_note(watcher.skipped_links), walk_limits_note(watcher.walk_limits)):
+        if note is not None:
+            print(f"triage scan: {note}", file=sys.stderr)
+    empty = _paths_without_runs(watcher.paths, statuses)
     if args.json:
         document: dict = {"runs": [status.to_json() for status in statuses]}
         if watcher.skipped_links:
@@ -76,21 +83,41 @@ def run(args: argparse.Namespace) -> int:
             document["skipped_links"] = [
                 {"link": link, "target": target} for link, target in sorted(watcher.skipped_links.items())
             ]
+        if watcher.walk_limits:
+            # docs/contracts.md: where the walk stopped at its bounds, exact paths.
+            limits = sorted(watcher.walk_limits.items())
+            document["walk_limits"] = [{"path": path, "reason": why} for path, why in limits]
         if mirrors.mirrors:
             document = shown_text(document)  # type: ignore[assignment]  # a dict stays a dict
         json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
-    elif not statuses:
-        where = ", ".join(printable(shown_path(path)) for path in watcher.paths)
-        print(f"triage scan: no runs under {where}", file=sys.stderr)
-    else:
+    elif statuses:
         glyphs = STATUS_GLYPHS if _can_print(STATUS_GLYPHS) else ASCII_GLYPHS
         width = max(len(printable(status.info.name)) for status in statuses)
         for status in statuses:
             line = summary_line(status, glyphs, width)
             print(shown_text(line) if mirrors.mirrors else line)
+    for path in empty:
+        print(f"triage scan: {printable(shown_path(path))}: no run here or below: {LOOKED_FOR}", file=sys.stderr)
+    if empty:
+        return 2
     failed = watcher.unplaced_errors or any(status.status == RunHealth.CRITICAL or status.errors for status in statuses)
     return 1 if failed else 0
+
+
+def _paths_without_runs(paths: list[Path], statuses: list[RunStatus]) -> list[Path]:
+    """The PATHs no run was found in or above (``triage scan out/runs`` finds the run ``out``)."""
+    runs = [Path(os.path.abspath(status.info.path)) for status in statuses]
+    empty = []
+    for path in paths:
+        where = Path(os.path.abspath(expand_user(path)))
+        if not any(_within(run, where) or _within(where, run) for run in runs):
+            empty.append(path)
+    return empty
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
 
 
 def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> str:

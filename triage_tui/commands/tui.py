@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(None, f"--interval must be a positive number of seconds, got {args.interval}")
     if args.vocab_size is not None and args.vocab_size < 2:
         raise BadInput(None, f"--vocab-size must be at least 2, got {args.vocab_size}")
+    if not sys.stdout.isatty():
+        # Textual would draw its screens into a pipe or a file, forever: say so in one line instead.
+        raise BadInput(
+            None, "the TUI needs a terminal and stdout is not one: for a report use `triage scan [PATH ...]` (--json)"
+        )
 
     watcher = start_reading(
         paths,

@@ -114,7 +114,7 @@ def resolve_run(
     target: str | Path | None = None,
 ) -> ResolvedRun:
     """``resolve_inputs``, keeping the run's discovery and manifest (``ResolvedRun``)."""
-    from triage_tui.core.runs.discover import discover_runs
+    from triage_tui.core.runs.discover import LOOKED_FOR, discover_runs
     from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
     from triage_tui.core.runs.names import MANIFEST_NAME
 
@@ -145,8 +145,7 @@ def resolve_run(
     if info is None and not (run_path / MANIFEST_NAME).is_file() and not any(flags.values()):
         raise BadInput(
             run_path,
-            "not a run: no triage.toml, event files or W&B run here or below, and no "
-            "--checkpoint/--mapping/--data/--target to check",
+            f"not a run: nothing here or below ({LOOKED_FOR}), and no --checkpoint/--mapping/--data/--target to check",
         )
     if info is not None and info.path != run_path:
         notes.append(f"the run is {info.path} (found from {run_path})")

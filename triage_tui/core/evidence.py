@@ -25,11 +25,13 @@ from triage_tui.core import bounds
 from triage_tui.core.check_inputs import CheckInputs, ResolvedRun, resolve_run
 from triage_tui.core.errors import SourceError
 from triage_tui.core.runs.remote import Mirrors
+from triage_tui.core.signals.kinds import WriterState
 
 if TYPE_CHECKING:
     from triage_tui.core.best_checkpoint import AcceptanceHistory
     from triage_tui.core.curve_shapes import RunStart
     from triage_tui.core.formats.engine_launch import EngineLaunch
+    from triage_tui.core.run_status import RunStatus
     from triage_tui.core.runs.manifest import Manifest
     from triage_tui.core.serving.compare import ServingComparison
     from triage_tui.core.signals.chance import ChanceLine
@@ -68,6 +70,20 @@ class Evidence:
     launches: tuple[EngineLaunch, ...] = ()  # how the engine was started, from the serving logs
     # Objects of a bucket run that could not be mirrored (one line each on stderr; the rest is checked).
     unread: tuple[SourceError, ...] = ()
+    crash: Crash | None = None  # a crashed run's crash, which `check` names before any cause
+
+
+@dataclass(frozen=True)
+class Crash:
+    """How a crashed run ended, as `scan` judged it (core.run_state): the console's error line (or
+    W&B's exit code), the last step logged, and when (unix time)."""
+
+    line: str | None
+    step: int | None
+    time: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "step": self.step, "time": self.time}
 
 
 def gather_evidence(run: str | Path, overrides: Overrides = Overrides()) -> Evidence:
@@ -104,6 +120,7 @@ def gather_evidence(run: str | Path, overrides: Overrides = Overrides()) -> Evid
         serving=_serving(sources, pages, scalars),
         launches=_launches(sources),
         unread=tuple(unread),
+        crash=_crash(status),
     )
 
 
@@ -148,3 +165,10 @@ def _serving(sources: Sequence[str], pages: tuple[str, ...], scalars: Any) -> Se
         return None
     estimate = training_estimate_from_scalars(scalars) if scalars is not None else None
     return compare_serving(evidence, estimate)
+
+
+def _crash(status: RunStatus | None) -> Crash | None:
+    state = status.state if status is not None else None
+    if status is None or state is None or state.state != WriterState.CRASHED:
+        return None
+    return Crash(state.line, status.last_step, state.last_update)

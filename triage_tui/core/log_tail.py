@@ -46,6 +46,7 @@ class LogTail:
         self.dropped = 0  # lines longer than the limit, dropped
         self.restarts = 0  # times the file was found replaced or truncated and read from its start
         self.mtime: float | None = None  # the file's modification time at the last poll that found it
+        self.size = 0  # the file's size at the last poll that found it
         self.problem: str | None = None  # why the last poll could not read the file, or None
 
     @property
@@ -82,7 +83,7 @@ class LogTail:
             self.problem = f"cannot reach it: {err.strerror or err}"
             return lines
         self.problem = None
-        self.mtime = st.st_mtime
+        self.mtime, self.size = st.st_mtime, st.st_size
         ident = (st.st_dev, st.st_ino)
         if self._ident is not None and ident != self._ident:
             rotated = self._find_rotated()

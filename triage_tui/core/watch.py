@@ -139,6 +139,7 @@ class Watcher:
         self.scanner = scanner if scanner is not None else ProcessScanner()
         self.watchdog_active = False  # True while an Observer delivers wake-ups
         self.skipped_links: dict[str, str] = {}  # symlinks out of the watched paths, not followed: link -> target
+        self.walk_limits: dict[str, str] = {}  # where discovery stopped walking (its bounds): path -> why
         self._cache = ListingCache()
         self._runs: dict[Path, WatchedRun] = {}
         self._next_rescan = 0.0  # time.monotonic() deadline; 0 = at the first poll
@@ -228,7 +229,7 @@ class Watcher:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
         observer = None
         previous: list[RunStatus] | None = None
-        previous_notes: tuple = ((), ())
+        previous_notes: tuple = ((), (), ())
         first, self._first_poll = self._first_poll, None
         try:
             while not stop.is_set():
@@ -243,7 +244,7 @@ class Watcher:
                 else:
                     statuses = self.poll_once(on_progress=on_update if previous is None else None)
                 # What is said beside the runs (links not followed, a bucket not listed) changes alone too.
-                notes = (self.unplaced_errors, tuple(self.skipped_links.items()))
+                notes = (self.unplaced_errors, tuple(self.skipped_links.items()), tuple(self.walk_limits.items()))
                 if (
                     previous is None
                     or len(statuses) != len(previous)
@@ -272,6 +273,7 @@ class Watcher:
         mirror_errors = self.mirrors.sync(strict=self.strict) if self.mirrors is not None else []
         found: dict[Path, RunInfo] = {}
         skipped: dict[str, str] = {}
+        limits: dict[str, str] = {}
         for path in self.paths:
             try:
                 infos = discover_runs(
@@ -284,9 +286,11 @@ class Watcher:
                 continue
             finally:
                 skipped.update(self._cache.skipped_links)
+                limits.update(self._cache.walk_limits)
             for info in infos:
                 found.setdefault(info.path, info)
         self.skipped_links = skipped
+        self.walk_limits = limits
         vanished = {path: tracked for path, tracked in self._runs.items() if path not in found}
         for path in vanished:
             del self._runs[path]

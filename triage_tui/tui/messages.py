@@ -25,6 +25,7 @@ class RunsUpdated(Message):
     poll: int = 0  # the Watcher's poll count when it was sent (Watcher.updated): tests wait on it
     skipped_links: str | None = None  # core/runs/discover.py skipped_links_note: symlinks not followed
     unplaced_errors: str | None = None  # Watcher.unplaced_errors, a line each: a bucket prefix not listed
+    walk_limits: str | None = None  # core/runs/walk.py walk_limits_note: where discovery stopped walking
 
     def can_replace(self, message: Message) -> bool:
         # A newer poll supersedes an older one still queued: the UI never falls behind.

@@ -25,7 +25,7 @@ from textual.worker import get_current_worker
 from triage_tui.core.errors import BadInput
 from triage_tui.tui import messages
 from triage_tui.tui.check_flow import CheckFlow, CheckHost
-from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen
+from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapRefusedScreen, RemapScreen
 
 if TYPE_CHECKING:
     from textual.screen import Screen
@@ -120,7 +120,7 @@ class RemapFlow:
         """The plan is ready: ask, then write it; or say why there is none."""
         if message.plan is None:
             self.running = False
-            self.app.notify(f"cannot remap: {message.error}", severity="error", timeout=10)
+            self.app.push_screen(RemapRefusedScreen(message.error or "no plan"))
             return
         plan = message.plan
 

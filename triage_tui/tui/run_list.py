@@ -111,7 +111,7 @@ class RunList:
             ("*tfevents*", "bold"),
             ("), W&B run files (", "dim"),
             ("run-*.wandb", "bold"),
-            ("), training consoles beside checkpoints (", "dim"),
+            ("), training consoles beside checkpoints or holding a trainer's lines (", "dim"),
             ("*.log", "bold"),
             (", ", "dim"),
             ("*.out", "bold"),

@@ -28,6 +28,7 @@ def watch_runs(
     so never on the UI thread) unless ``started`` one is given, hand it to ``keep``, and post each poll
     until the worker is cancelled (the app exits)."""
     from triage_tui.core.runs.discover import skipped_links_note
+    from triage_tui.core.runs.walk import walk_limits_note
 
     stop = get_current_worker().cancelled_event
     rows = RowCache()
@@ -43,6 +44,7 @@ def watch_runs(
                 skipped_links_note(watcher.skipped_links),
                 # A bucket prefix that could not be listed, an object under no run: said, not lost.
                 "\n".join(error.line() for error in watcher.unplaced_errors) or None,
+                walk_limits_note(watcher.walk_limits),
             )
         )
 
@@ -51,14 +53,17 @@ def watch_runs(
 
 class PollNotices:
     """What a poll says beside its runs, each said once per change (as `scan` says it on stderr): a run
-    behind a skipped link is not missing by accident; a prefix that could not be listed is not empty."""
+    behind a skipped link, or below the walk's bounds, is not missing by accident; a prefix that could not
+    be listed is not empty."""
 
     def __init__(self) -> None:
-        self.shown: dict[str, str | None] = {"skipped_links": None, "unplaced_errors": None}  # the last said
+        # the last said of each
+        self.shown: dict[str, str | None] = {"skipped_links": None, "walk_limits": None, "unplaced_errors": None}
 
     def changed(self, update: messages.RunsUpdated) -> Iterator[tuple[str, str, int]]:
         """(text, severity, timeout) of each notice that is new since the last poll."""
-        for name, severity, timeout in (("skipped_links", "warning", 10), ("unplaced_errors", "error", 30)):
+        notices = (("skipped_links", "warning", 10), ("walk_limits", "warning", 10), ("unplaced_errors", "error", 30))
+        for name, severity, timeout in notices:
             text = getattr(update, name)
             if text != self.shown[name]:
                 self.shown[name] = text

@@ -31,6 +31,8 @@ SpecForge line repeating the step and the values of the one before it is another
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
@@ -71,24 +73,44 @@ class ConsoleFile:
         """Why the file could not be read at the last poll (missing, unreadable), or None."""
         return self.tail.problem
 
-    def poll(self, *, to_end: bool = False) -> list[ConsoleRecord]:
-        """The records appended since the last poll. One poll reads at most ``tuning.MAX_READ_BYTES``;
-        ``to_end`` reads on to the end of the file (a one-shot read)."""
-        out: list[ConsoleRecord] = []
+    def poll(self) -> Iterator[list[ConsoleRecord]]:
+        """The records appended since the last poll, a chunk of at most ``tuning.MAX_READ_BYTES`` at a
+        time (the caller places each before the next is read: memory follows the chunk, not the
+        file), up to the file's size when the poll began: a file that grows faster than it is read
+        cannot keep a poll from returning, and one poll reads all that was there.
+
+        A record that waits on what comes after it (an HF dict on the bar drawn after it, a Rich
+        record on its wrapped lines) is settled at the end of a poll that found nothing new, or
+        whose file has not been written for ``tuning.SETTLED_SECS``: the end of a finished log is
+        read by one poll, a live one's waits for its next line."""
+        tail = self.tail
+        restarts, end = tail.restarts, None
         while True:
-            for line in self.tail.poll(tuning.MAX_READ_BYTES):
+            out: list[ConsoleRecord] = []
+            for line in tail.poll(tuning.MAX_READ_BYTES):
                 self._line(line, out)
-            if not to_end or not self.tail.bytes_read:
-                break
+            if end is None:
+                end = tail.size
+            more = bool(tail.bytes_read) and tail.offset < end and tail.restarts == restarts
+            if not more:
+                self._settle(out, quiet=not tail.bytes_read or self._written_long_ago())
+            if out:
+                yield out
+            if not more:
+                return
+
+    def _written_long_ago(self) -> bool:
+        return self.tail.mtime is not None and time.time() - self.tail.mtime > tuning.SETTLED_SECS
+
+    def _settle(self, out: list[ConsoleRecord], *, quiet: bool) -> None:
         if self._waiting_hf is not None:
             bar = progress(plain(self.tail.pending()).strip())
             if bar is not None and not bar.desc:
                 self._commit_hf(out, bar.n)  # the redraw after tqdm.write, not yet ended by a \r
-            elif not self.tail.bytes_read:
+            elif quiet:
                 self._commit_hf(out, None)  # nothing more came: the writer stopped after the dict
-        if self._rich is not None and not self.tail.bytes_read:
+        if self._rich is not None and quiet:
             self._commit_rich(out)
-        return out
 
     # --- one line -------------------------------------------------------------------------------
 

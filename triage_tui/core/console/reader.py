@@ -18,6 +18,7 @@ points are then placed again, so a step once inferred becomes the logged one.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from triage_tui.core.console.follow import ConsoleFile
-from triage_tui.core.console.record import ConsoleRecord
+from triage_tui.core.console.record import HF_TRAINER, ConsoleRecord
 from triage_tui.core.console.steps import INFERRED, StepResolver
 from triage_tui.core.formats.trainer_state import TrainerState
 from triage_tui.core.natural_sort import natural_key
@@ -48,49 +49,21 @@ class PollStats:
     unreadable_files: int = 0  # files that could not be read (missing, permissions, not a file)
 
 
-class _File:
-    """One console file, its records so far (to place them again) and its series."""
+class _Placed:
+    """Points placed at their steps, and what each step was taken from."""
 
-    def __init__(self, path: Path, prefix: str, state: TrainerState | None) -> None:
-        self.console = ConsoleFile(path)
-        self.prefix = prefix
-        self.records: list[tuple[ConsoleRecord, float]] = []  # (record, wall time), in file order
-        self.rebuild(state)
-
-    def rebuild(self, state: TrainerState | None) -> None:
-        self.resolver = StepResolver(state)
+    def __init__(self) -> None:
         self.scalars = RunScalars()
         self.bases: dict[str, Counter[str]] = {}  # trainer -> step basis -> records
         self.inferred: Counter[str] = Counter()  # series -> points whose step was inferred
-        self._place(self.records)
 
-    def poll(self, *, to_end: bool) -> PollStats:
-        tail = self.console.tail
-        offset, restarts = tail.offset, tail.restarts
-        new = self.console.poll(to_end=to_end)
-        if new:
-            wall = tail.mtime or 0.0
-            placed = [(record, wall) for record in new]
-            self.records.extend(placed)
-            self._place(placed)
-        return PollStats(
-            files=1,
-            bytes_read=max(0, tail.offset - offset) if tail.restarts == restarts else tail.offset,
-            records=len(new),
-            points=sum(len(record.values) for record in new),
-            resets=tail.restarts - restarts,
-            unreadable_files=int(self.console.problem is not None),
-        )
-
-    def _place(self, records: Sequence[tuple[ConsoleRecord, float]]) -> None:
-        if not records:
-            return
+    def place(self, records: Sequence[tuple[ConsoleRecord, float]], resolver: StepResolver, prefix: str) -> None:
         columns: dict[str, tuple[list[int], list[float], list[float]]] = {}
         for record, wall in records:
-            step, basis = self.resolver.resolve(record)
+            step, basis = resolver.resolve(record)
             self.bases.setdefault(record.trainer, Counter())[basis] += 1
             for key, value in record.values:
-                tag = self.prefix + key
+                tag = prefix + key
                 steps, walls, values = columns.setdefault(tag, ([], [], []))
                 steps.append(step)
                 walls.append(wall)
@@ -101,6 +74,64 @@ class _File:
             self.scalars.series_for(tag, None).extend(
                 np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64)
             )
+
+
+class _File:
+    """One console file and its series. Its records are read a chunk at a time and placed at once
+    (a console of millions of lines is never held whole); only HF Trainer's dicts are kept, as they
+    are the records a newer ``trainer_state.json`` places again (``steps``): the others print their
+    step, or take it from the record before, whatever the trainer state says."""
+
+    def __init__(self, path: Path, prefix: str, state: TrainerState | None) -> None:
+        self.console = ConsoleFile(path)
+        self.prefix = prefix
+        self.scalars = RunScalars()
+        self.fixed = _Placed()  # the records no trainer state places again
+        self.hf_records: list[tuple[ConsoleRecord, float]] = []  # (record, wall time), in file order
+        self.rebuild(state)
+
+    def rebuild(self, state: TrainerState | None) -> None:
+        self.resolver = StepResolver(state)
+        self.hf = _Placed()
+        self.hf.place(self.hf_records, self.resolver, self.prefix)
+        self._merge()
+
+    @property
+    def bases(self) -> dict[str, Counter[str]]:
+        return {**self.fixed.bases, **self.hf.bases}
+
+    @property
+    def inferred(self) -> Counter[str]:
+        return self.fixed.inferred + self.hf.inferred
+
+    def poll(self) -> PollStats:
+        tail = self.console.tail
+        offset, restarts = tail.offset, tail.restarts
+        records = points = 0
+        for chunk in self.console.poll():
+            wall = tail.mtime or 0.0
+            placed = [(record, wall) for record in chunk]
+            self.hf_records += [item for item in placed if item[0].trainer == HF_TRAINER]
+            # In file order, each to its own: the resolver's spacing and last step follow the file.
+            for is_hf, group in itertools.groupby(placed, key=lambda item: item[0].trainer == HF_TRAINER):
+                (self.hf if is_hf else self.fixed).place(list(group), self.resolver, self.prefix)
+            records += len(chunk)
+            points += sum(len(record.values) for record in chunk)
+        if records:
+            self._merge()
+        return PollStats(
+            files=1,
+            bytes_read=max(0, tail.offset - offset) if tail.restarts == restarts else tail.offset,
+            records=records,
+            points=points,
+            resets=tail.restarts - restarts,
+            unreadable_files=int(self.console.problem is not None),
+        )
+
+    def _merge(self) -> None:
+        # One name printed by HF Trainer's dicts and by another trainer's lines in one file (two
+        # trainers appended to one log) keeps HF's, which the trainer state places.
+        self.scalars.series = {**self.fixed.scalars.series, **self.hf.scalars.series}
         self.scalars.version += 1
 
 
@@ -138,10 +169,10 @@ class ConsoleLogs:
     def files(self) -> tuple[Path, ...]:
         return self._paths
 
-    def poll(self, *, to_end: bool = False) -> ReadStats:
-        """Read what was appended to every file. ``to_end``: read each file to its end (a one-shot
-        read), else at most ``tuning.MAX_READ_BYTES`` of each a poll."""
-        polls = [self._files[path].poll(to_end=to_end) for path in self._paths]
+    def poll(self) -> ReadStats:
+        """Read what was appended to every file, each up to its size when the poll began
+        (``follow.ConsoleFile.poll``): every surface that polls once sees every line written then."""
+        polls = [self._files[path].poll() for path in self._paths]
         self._refresh()
         total = PollStats(*(sum(getattr(p, name) for p in polls) for name in PollStats.__dataclass_fields__))
         return ReadStats(

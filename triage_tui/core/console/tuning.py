@@ -11,8 +11,12 @@ from __future__ import annotations
 # per-position lists is ~1 KB; an HF dict of a hundred keys ~5 KB): dropped and counted as damage,
 # so a binary file or a runaway writer cannot grow memory.
 MAX_LINE_BYTES = 1 << 16
-# One poll reads at most this much of a console log; the next poll continues where it stopped.
-MAX_READ_BYTES = 32 << 20
+# A poll reads a console log this much at a time, each chunk's records placed before the next is read
+# (what a poll holds follows this, not the file); it reads on to the size the file had when it began.
+MAX_READ_BYTES = 1 << 20
+# A record that waits on the line after it (an HF dict on its bar, a Rich record on its wrapped lines)
+# is settled once the file has not been written for this long: the writer stopped after it.
+SETTLED_SECS = 2.0
 # A metrics literal nested deeper than this is not a trainer's (SpecForge's lists sit at depth 2,
 # a speculators dict at 3): the line is damage, and the parser's recursion stays bounded.
 MAX_DEPTH = 8

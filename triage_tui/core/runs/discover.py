@@ -32,7 +32,9 @@ takes the files of the run it claims by name, and a directory holding one is a r
 
 Discovery runs every few seconds while the TUI watches, so it reads no file but
 ``triage.toml`` (``core/runs/config.py``'s ``read_config`` is called by the watcher only when
-``config.json`` changed), and an unchanged directory costs one ``stat`` (``core/runs/listing.py``).
+``config.json`` changed) and, for a directory nothing else makes a run, the first and last 64 KiB
+of its consoles, once per change of theirs (``ListingCache.holds_trainer_lines``); an unchanged
+directory costs one ``stat`` (``core/runs/listing.py``). The walk itself is ``core/runs/walk.py``.
 Artifacts are recognised by name only (``core/runs/names.py``); no pickle is ever opened here.
 """
 
@@ -47,7 +49,7 @@ from stat import S_ISREG
 from triage_tui.core.errors import BadInput
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.info import RunArtifacts, RunInfo
-from triage_tui.core.runs.listing import Listing, ListingCache
+from triage_tui.core.runs.listing import ListingCache
 from triage_tui.core.runs.manifest import Manifest, expand_user, stat_or_bad_input
 from triage_tui.core.runs.names import (
     CONFIG_NAME,
@@ -65,6 +67,7 @@ from triage_tui.core.runs.names import (
     is_wandb_file_name,
     specforge_run_id,
 )
+from triage_tui.core.runs.walk import Node, is_under, preorder, walk
 from triage_tui.core.source_kinds import registry
 from triage_tui.core.source_kinds.kind import RunTree
 
@@ -82,20 +85,6 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-@dataclass
-class _Node:
-    path: str  # plain strings in the walk: pathlib costs more than the stat calls here
-    listing: Listing
-    children: list[_Node]
-    event_files: tuple[str, ...]  # non-empty event files
-    wandb_files: tuple[str, ...] = ()  # W&B run files (even empty: wandb.init creates it at once)
-    console_files: tuple[str, ...] = ()  # training consoles by name (*.log, *.out) in this directory
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
 def skipped_links_note(links: dict[str, str]) -> str | None:
     """The one line that says which symlinks discovery did not follow (``scan`` on stderr, the TUI
     as a notice), or None; names shown as ``cat -v`` would."""
@@ -109,63 +98,19 @@ def skipped_links_note(links: dict[str, str]) -> str | None:
     return f"not following {len(items)} symlink(s) to directories outside the given paths: {shown}{more}"
 
 
-def _walk(
-    path: str,
-    cache: ListingCache,
-    visited: set[tuple[int, int]],
-    depth: int | None = None,
-    within: tuple[str, ...] = (),
-) -> _Node | None:
-    """The tree below `path`; `depth` levels of children at most (None: all).
-
-    A symlink to a directory is followed only when its target lies within one of the real paths
-    `within` (the watched paths): a link to / or /proc must not walk the machine, nor a
-    triage.toml in some process's working directory decide a scan. Those not followed are
-    recorded in ``cache.skipped_links``.
-    """
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None
-    inode = (stat.st_dev, stat.st_ino)
-    if inode in visited:  # a symlink loop, or a second link to a directory already walked
-        return None
-    visited.add(inode)
-    listing = cache.listing(path, stat)
-    if listing is None:
-        return None
-    event_files = []
-    for name in listing.event_names:
-        file_path = os.path.join(path, name)
-        try:
-            # Sizes change without the directory's mtime changing, so these few are stat'ed
-            # on every walk: a zero-size file joins once its first record lands.
-            if os.stat(file_path).st_size > 0:
-                event_files.append(file_path)
-        except OSError:
-            continue
-    children = []
-    if depth is None or depth > 0:
-        for name in listing.dirs:
-            child_path = os.path.join(path, name)
-            if name in listing.links:
-                target = os.path.realpath(child_path)
-                if not any(_is_under(target, root) for root in within):
-                    cache.skipped_links[child_path] = target
-                    continue
-            child = _walk(child_path, cache, visited, None if depth is None else depth - 1, within)
-            if child is not None:
-                children.append(child)
-    wandb_files = tuple(os.path.join(path, name) for name in listing.wandb_names)
-    console_files = tuple(os.path.join(path, name) for name in listing.console_names)
-    return _Node(path, listing, children, tuple(event_files), wandb_files, console_files)
+# What discovery looks for, said whenever it finds nothing (``scan``, ``check``, the TUI's empty table).
+LOOKED_FOR = (
+    "looked for TensorBoard event files (*tfevents*), W&B run files (run-*.wandb), training consoles "
+    "(*.log, *.out beside checkpoints or holding a trainer's metrics lines), HF Trainer's "
+    "checkpoint-N/trainer_state.json and triage.toml (its [logs] console names a console anywhere)"
+)
 
 
-def _holds_checkpoint(node: _Node) -> bool:
+def _holds_checkpoint(node: Node) -> bool:
     return node.listing.has_weights or node.listing.has_training_state
 
 
-def _holds_output(node: _Node) -> bool:
+def _holds_output(node: Node) -> bool:
     """A trainer's output dir (module doc): a config.json, a checkpoint child, or a
     save-path child of numbered epoch checkpoints (speculators ``<save_path>/<epoch>/``)."""
     return node.listing.has_config or any(
@@ -175,19 +120,19 @@ def _holds_output(node: _Node) -> bool:
     )
 
 
-def _hf_checkpoint_step(node: _Node) -> int | None:
+def _hf_checkpoint_step(node: Node) -> int | None:
     """N of an HF ``checkpoint-<N>/`` holding its ``trainer_state.json``, else None (by name only)."""
     match = HF_CHECKPOINT_DIR.match(node.name)
     return int(match.group(1)) if match is not None and TRAINER_STATE_NAME in node.listing.files else None
 
 
-def _holds_trainer_state(node: _Node) -> bool:
+def _holds_trainer_state(node: Node) -> bool:
     """An HF Trainer's output dir: a ``checkpoint-<N>/`` child with its ``trainer_state.json``, whose
     log history is a scalar source even with every tracker off (``report_to="none"``)."""
     return any(_hf_checkpoint_step(child) is not None for child in node.children)
 
 
-def _is_log_dir(node: _Node) -> bool:
+def _is_log_dir(node: Node) -> bool:
     """runs/, logs/ or tensorboard/ with event files in it or one level below (HF's
     ``runs/<date_host>/``, speculators' ``logs/<run_name>/``), and no manifest of its own."""
     if node.name.lower() not in LOG_DIR_NAMES or node.listing.has_manifest:
@@ -197,52 +142,93 @@ def _is_log_dir(node: _Node) -> bool:
     )
 
 
-def _promotes_parent(node: _Node) -> bool:
+def _promotes_parent(node: Node) -> bool:
     """`node` is an output dir holding a log dir of event files (or a wandb/ dir of runs): it is the run.
 
     So is a directory holding both a log dir (or event files of its own) and a wandb/ dir of runs,
     checkpoints or not: one trainer wrote both (HF Trainer with report_to tensorboard and wandb, or
-    a run stopped before its first save), and two runs would split one curve between them."""
+    a run stopped before its first save), and two runs would split one curve between them.
+
+    And so is a directory holding a console beside a log dir of one writer (its event files in it
+    or in one directory below it): SpecForge's usual layout before its first checkpoint, events in
+    ``out/runs/`` and the console the user redirected in ``out/train.log``, whose crash must be
+    the run's. A log dir of several writers beside a loose log is a sweep's, left apart."""
     log_dir = any(_is_log_dir(child) for child in node.children)
     wandb_dir = any(_is_wandb_dir(child) for child in node.children)
-    return (_holds_output(node) and (log_dir or wandb_dir)) or ((log_dir or bool(node.event_files)) and wandb_dir)
+    return (
+        (_holds_output(node) and (log_dir or wandb_dir))
+        or ((log_dir or bool(node.event_files)) and wandb_dir)
+        or (bool(node.console_files) and any(_is_one_writers_log_dir(child) for child in node.children))
+    )
 
 
-def _is_wandb_dir(node: _Node) -> bool:
+def _is_one_writers_log_dir(node: Node) -> bool:
+    if not _is_log_dir(node):
+        return False
+    below = [child for child in node.children if child.event_files and not child.listing.has_manifest]
+    return bool(node.event_files) + len(below) == 1
+
+
+def _is_wandb_dir(node: Node) -> bool:
     return node.name == WANDB_DIR_NAME and any(run.wandb_files for run in node.children)
 
 
 @dataclass
 class _RunBuilder:
-    node: _Node
-    nodes: list[_Node] = field(default_factory=list)
+    node: Node
+    nodes: list[Node] = field(default_factory=list)
     event_files: list[str] = field(default_factory=list)
     wandb_files: list[str] = field(default_factory=list)
 
 
-def _assign(node: _Node, run: _RunBuilder | None, runs: list[_RunBuilder]) -> None:
-    # A console beside a trainer's checkpoints is a run too: SpecForge's default (tracking off) and
-    # any trainer whose output was only redirected to a file. A *.log elsewhere makes no run. So is
-    # an HF Trainer's output dir: its checkpoints' trainer_state.json hold the logged history.
-    has_logs = (
-        node.event_files
-        or node.wandb_files
-        or (node.console_files and _holds_output(node))
-        or _holds_trainer_state(node)
-        or _holds_claimed_files(node)
-    )
-    if node.listing.has_manifest or (run is None and (has_logs or _promotes_parent(node))):
-        run = _RunBuilder(node)
-        runs.append(run)
-    if run is not None:
-        run.nodes.append(node)
-        run.event_files.extend(node.event_files)
-        run.wandb_files.extend(node.wandb_files)
-    for child in node.children:
-        _assign(child, run, runs)
+def _assign(tree: Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
+    """Which directories are runs, and which directories each run holds (walk order, no recursion).
+
+    A run holds every directory below it until one that has a triage.toml. A directory that is a
+    run only by its consoles (a ``*.log`` or ``*.out`` beside a trainer's checkpoints, or one that
+    holds a trainer's lines: SpecForge's default with tracking off, any trainer redirected to a
+    file) is one only when no run lies below it: at a sweep's root, ``nohup.out`` or the launcher's
+    log beside a ``config.json`` is the sweep's own, and must not swallow the runs below. An HF
+    Trainer's output dir is a run too: its checkpoints' trainer_state.json hold the logged history.
+    """
+    order = preorder(tree)
+    below: dict[int, bool] = {}  # id(node) -> some directory under it is a run of its own
+    own: dict[int, bool] = {}  # id(node) -> it is a run by its own files, whatever is above it
+    for node in reversed(order):  # children before their parents
+        below[id(node)] = any(own[id(child)] or below[id(child)] for child in node.children)
+        strong = bool(
+            node.listing.has_manifest
+            or node.event_files
+            or node.wandb_files
+            or _holds_trainer_state(node)
+            or _promotes_parent(node)
+            or _holds_claimed_files(node)
+        )
+        own[id(node)] = strong or (not below[id(node)] and _console_run(node, cache))
+    owner: dict[int, _RunBuilder | None] = {id(tree): None}
+    for node in order:
+        run = owner.pop(id(node))
+        if node.listing.has_manifest or (run is None and own[id(node)]):
+            run = _RunBuilder(node)
+            runs.append(run)
+        if run is not None:
+            run.nodes.append(node)
+            run.event_files.extend(node.event_files)
+            run.wandb_files.extend(node.wandb_files)
+        for child in node.children:
+            owner[id(child)] = run
 
 
-def _holds_claimed_files(node: _Node) -> bool:
+def _console_run(node: Node, cache: ListingCache) -> bool:
+    """A directory that is a run by its training consoles: one beside a trainer's checkpoints, or
+    one whose head or tail holds a trainer's metrics line (``ListingCache.holds_trainer_lines``:
+    a ``*.log`` of anything else makes no run)."""
+    if not node.console_files:
+        return False
+    return _holds_output(node) or any(cache.holds_trainer_lines(path) for path in node.console_files)
+
+
+def _holds_claimed_files(node: Node) -> bool:
     """A file of a kind of scalar source that makes a run (core/source_kinds/registry.py) is here."""
     run_making = [kind.claims for kind in registry.SCALAR_SOURCES if kind.makes_run]
     return bool(run_making) and any(claims(name) for claims in run_making for name in node.listing.files)
@@ -263,14 +249,10 @@ def _start_dir(root: Path, cache: ListingCache) -> Path:
     for log_dir in (root, root.parent):
         if log_dir.name.lower() in LOG_DIR_NAMES or log_dir.name == WANDB_DIR_NAME:
             # Three levels are all _promotes_parent looks at (save_path/epoch/ and log_dir/run/).
-            probe = _walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
+            probe = walk(str(log_dir.parent), cache, set(), depth=3, within=(os.path.realpath(log_dir.parent),))
             if probe is not None and _promotes_parent(probe):
                 return log_dir.parent
     return root
-
-
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 # --------------------------------------------------------------------------- artifacts
@@ -289,7 +271,7 @@ def _artifacts(run: _RunBuilder, cache: ListingCache) -> RunArtifacts:
 
 def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     run_dir = run.node.path
-    checkpoints: list[_Node] = []
+    checkpoints: list[Node] = []
     mappings: list[str] = []
     training_states: list[str] = []
     run_yamls: list[str] = []
@@ -301,7 +283,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
         if node.path != run_dir and node.name.lower() in TARGET_DIR_NAMES and node.listing.has_config
     ]
     for node in run.nodes:
-        if any(_is_under(node.path, t) for t in targets):
+        if any(is_under(node.path, t) for t in targets):
             continue  # the target model's weights are not the run's checkpoints
         listing = node.listing
         if _holds_checkpoint(node):  # SpecForge 0.2.0 keeps the drafter inside training_state.pt
@@ -342,7 +324,7 @@ def _collect_artifacts(run: _RunBuilder) -> RunArtifacts:
     )
 
 
-def _best_meta(node: _Node, checkpoints: Sequence[_Node]) -> Path | None:
+def _best_meta(node: Node, checkpoints: Sequence[Node]) -> Path | None:
     """The run directory's SpecForge ``<run_id>.best_meta.json``: of several run ids (two configs
     writing into one output directory), the one the newest checkpoint belongs to, else the last."""
     metas = [name for name in node.listing.files if name.endswith(SPECFORGE_BEST_META_SUFFIX)]
@@ -356,7 +338,7 @@ def _best_meta(node: _Node, checkpoints: Sequence[_Node]) -> Path | None:
     return Path(node.path, metas[-1])
 
 
-def _dump_root(node: _Node, run_dir: str) -> str | None:
+def _dump_root(node: Node, run_dir: str) -> str | None:
     """The root of a hidden-state dump this directory is part of, if it is one."""
     kind = node.listing.dump_kind
     if kind == "specforge":
@@ -368,7 +350,7 @@ def _dump_root(node: _Node, run_dir: str) -> str | None:
         return node.path
     # modelopt writes <conversation_id>.pt; only trusted under a hidden-state-like dir.
     directory = node.path
-    while directory != run_dir and _is_under(directory, run_dir):
+    while directory != run_dir and is_under(directory, run_dir):
         if HIDDEN_DIR.search(os.path.basename(directory)):
             return directory
         directory = os.path.dirname(directory)
@@ -388,7 +370,7 @@ def discover_runs(
 ) -> list[RunInfo]:
     """Every run under `paths` (any depth), in walk order; BadInput if a path does not exist.
 
-    Symlinks to directories are followed only into `paths` and `watched` (see _walk).
+    Symlinks to directories are followed only into `paths` and `watched` (see core/runs/walk.py).
 
     With ``strict`` a path that cannot be listed, or a malformed triage.toml, raises BadInput;
     without it (or with ``keep_bad_manifests``: ``scan`` of many runs) the run is kept with
@@ -397,6 +379,7 @@ def discover_runs(
     manifests_strict = strict and not keep_bad_manifests
     cache = cache if cache is not None else ListingCache()
     cache.skipped_links = {}
+    cache.walk_limits = {}
     found: dict[str, RunInfo] = {}
     roots = [Path(os.path.abspath(expand_user(raw))) for raw in (*paths, *watched)]
     within = tuple(os.path.realpath(root) for root in roots)
@@ -407,16 +390,16 @@ def discover_runs(
                 found.setdefault(str(info.path), info)
             continue
         start = str(_start_dir(root, cache))
-        tree = _walk(start, cache, set(), within=(*within, os.path.realpath(start)))
+        tree = walk(start, cache, set(), within=(*within, os.path.realpath(start)))
         if tree is None:
             if strict:
                 _raise_unlistable(Path(start))
             continue  # unreadable directory: nothing to show, nothing to crash on
         builders: list[_RunBuilder] = []
-        _assign(tree, None, builders)
+        _assign(tree, builders, cache)
         for builder in sorted(builders, key=lambda b: natural_key(b.node.path)):
             run_dir = builder.node.path
-            if not (_is_under(run_dir, str(root)) or run_dir == start):
+            if not (is_under(run_dir, str(root)) or run_dir == start):
                 continue  # a sibling of the given path, reached only because we walked from above
             if run_dir not in found:
                 found[run_dir] = _run_info(builder, str(root), cache, manifests_strict)
@@ -434,7 +417,7 @@ def _raise_unlistable(path: Path) -> None:
 
 
 def _run_name(run_dir: str, root: str) -> str:
-    if run_dir != root and _is_under(run_dir, root):
+    if run_dir != root and is_under(run_dir, root):
         return Path(os.path.relpath(run_dir, root)).as_posix()
     return os.path.basename(run_dir) or run_dir
 
@@ -481,7 +464,7 @@ def _scalar_files(tree: RunTree) -> tuple[tuple[str, tuple[Path, ...]], ...]:
     return tuple((name, files) for name, files in found if files)
 
 
-def _console_files(node: _Node, manifest: Manifest | None) -> tuple[Path, ...]:
+def _console_files(node: Node, manifest: Manifest | None) -> tuple[Path, ...]:
     """The run's training consoles: those its triage.toml names ([logs] console), then the *.log and
     *.out in the run's own directory (not below it: a W&B directory's debug.log and output.log, a
     log dir's files), less the serving logs the triage.toml names."""

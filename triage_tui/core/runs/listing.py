@@ -11,6 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.natural_sort import natural_key
@@ -18,12 +19,14 @@ from triage_tui.core.runs.info import RunArtifacts
 from triage_tui.core.runs.manifest import Manifest, load_manifest
 from triage_tui.core.runs.names import (
     CONFIG_NAME,
+    CONSOLE_SNIFF_BYTES,
     HS_SAFETENSORS,
     MANIFEST_NAME,
     MAPPING_DIR,
     MAPPING_FILE,
     SKIPPED_DIR_NAMES,
     SPECFORGE_DUMP,
+    TRAINER_LINE,
     TRAINING_STATE_NAME,
     WEIGHT_NAMES,
     is_console_log_name,
@@ -113,6 +116,11 @@ class ListingCache:
     scandirs: int = 0  # how many real scandir calls were made (for tests and benchmarks)
     # Symlinks to directories outside the watched paths, not followed by the last walk: link -> target.
     skipped_links: dict[str, str] = field(default_factory=dict)
+    # Parts of the tree the last walk did not go into (its depth or directory bound): path -> why.
+    walk_limits: dict[str, str] = field(default_factory=dict)
+    # Consoles found to hold a trainer's lines, by (st_dev, st_ino, st_size, st_mtime_ns): once a
+    # file's head or tail said so it is not read again until it changes.
+    trainer_lines: dict[str, tuple[tuple[int, int, int, int], bool]] = field(default_factory=dict)
 
     def listing(self, path: str, stat: os.stat_result) -> Listing | None:
         key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
@@ -147,6 +155,38 @@ class ListingCache:
         listing = Listing.of(key, trusted, os.path.basename(path), tuple(files), tuple(dirs), frozenset(linked_dirs))
         self.listings[path] = listing
         return listing
+
+    def holds_trainer_lines(self, path: str) -> bool:
+        """Whether a console file's first or last ``CONSOLE_SNIFF_BYTES`` hold a trainer's metrics
+        line (``names.TRAINER_LINE``): the one file discovery reads besides triage.toml, and only for
+        a directory nothing else makes a run. Read again only when its size or mtime changed; a FIFO
+        or a device named like a log is never opened for reading."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return False
+        if not S_ISREG(stat.st_mode):
+            return False
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        cached = self.trainer_lines.get(path)
+        if cached is not None and (cached[0] == key or (cached[1] and cached[0][:2] == key[:2])):
+            return cached[1]  # once found, a file keeps its lines while it grows
+        found = False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there since the stat must not hang
+            if not S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                return False
+            with os.fdopen(fd, "rb") as handle:
+                head = handle.read(CONSOLE_SNIFF_BYTES)
+                found = TRAINER_LINE.search(head) is not None
+                if not found and stat.st_size > CONSOLE_SNIFF_BYTES:
+                    handle.seek(max(CONSOLE_SNIFF_BYTES, stat.st_size - CONSOLE_SNIFF_BYTES))
+                    found = TRAINER_LINE.search(handle.read(CONSOLE_SNIFF_BYTES)) is not None
+        except OSError:
+            return False
+        self.trainer_lines[path] = (key, found)
+        return found
 
     def manifest(self, path: Path) -> Manifest:
         """load_manifest, re-read only when the file's (mtime, size) changed."""

@@ -51,6 +51,16 @@ SPECFORGE_POINTER_SUFFIXES = (specforge_output.LATEST_SUFFIX, specforge_output.B
 SPECFORGE_BEST_META_SUFFIX = specforge_output.BEST_META_SUFFIX
 
 
+# A console is a run's by what it holds when nothing else says so (a directory with only ``train.log``:
+# SpecForge with tracking off, before its first checkpoint): one of the metrics lines the console
+# readers take (core/console/): SpecForge's ``step N: {...}`` (``specforge/training/assembly.py``
+# ``_logger``), HF Trainer's printed log dict, which always holds ``'epoch'`` (``Trainer.log``), and
+# speculators' Rich record with ``global_step=`` (``speculators/train/trainer.py``). Discovery
+# looks for them in a console's first and last ``CONSOLE_SNIFF_BYTES`` only.
+TRAINER_LINE = re.compile(rb"step \d{1,20}: \{|\{'[^\n]{0,4096}'epoch': |\bglobal_step=\d")
+CONSOLE_SNIFF_BYTES = 64 << 10
+
+
 def is_console_log_name(name: str) -> bool:
     """A training console log, by its base name: ``*.log``, ``*.out`` (``slurm-<job>.out``,
     ``nohup.out``). The caller leaves out W&B's directory and the serving logs a triage.toml names."""

@@ -39,6 +39,42 @@ def _falls_through_to(screen: Screen, key: str, binding: Binding) -> Binding | N
     return None
 
 
+# Of the keys Textual's own classes bind, those that do something a triage user asks for: moving in a
+# table or a list, opening a row, the command palette, copying. Focus cycling (tab), a table's column
+# cursor, the macOS copy key (super+c) and Textual's second quit key are its machinery, not triage's.
+TEXTUAL_KEYS_SHOWN = frozenset(
+    {
+        "cursor_up",
+        "cursor_down",
+        "page_up",
+        "page_down",
+        "scroll_home",
+        "scroll_end",
+        "scroll_top",
+        "scroll_bottom",
+        "select_cursor",
+        "command_palette",
+        "screen.copy_text",
+    }
+)
+
+
+def _is_triages(node, key: str, binding: Binding) -> bool:
+    """Whether a key is one of triage's: bound by one of its classes, or one of Textual's keys that
+    mean something here (``TEXTUAL_KEYS_SHOWN``), never a ``super+`` key."""
+    if key.startswith("super+"):
+        return False
+    for cls in type(node).__mro__:
+        for candidate in cls.__dict__.get("BINDINGS", []):
+            if (
+                isinstance(candidate, Binding)
+                and candidate.action == binding.action
+                and key in candidate.key.split(",")
+            ):
+                return cls.__module__.startswith("triage_tui.") or binding.action in TEXTUAL_KEYS_SHOWN
+    return binding.action in TEXTUAL_KEYS_SHOWN  # bound at run time (the palette's key)
+
+
 def _keys_table() -> Table:
     # Not expanded: every group's table then has the same key column, so the descriptions line up.
     table = Table(box=None, show_header=False, padding=(0, 1))
@@ -68,6 +104,8 @@ class HelpScreen(ModalScreen[None]):
         group_rank = {"this screen": 0, "everywhere": 2}
         for key, active in screen.active_bindings.items():
             binding = active.binding
+            if not _is_triages(active.node, key, binding):
+                continue
             what = _what(binding)
             fallback = _falls_through_to(screen, key, binding)
             if fallback is not None:

@@ -16,7 +16,6 @@ from textual.widgets import Button, Label, ProgressBar, Static
 
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
-from triage_tui.tui.widgets.fitted_lines import FittedLines
 
 if TYPE_CHECKING:
     from triage_tui.core.remap.execute import RemapReport
@@ -39,9 +38,9 @@ class ConfirmRemapScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             with ScrollableContainer(id="dialog-body"):
-                # One line per path and count, never wrapped (a path split across lines reads as two);
-                # wider than the dialog, a path keeps its tail and "…" marks what was cut.
-                yield FittedLines(describe_plan(self.plan), id="plan-text")
+                # Every path whole, on lines of its own, folded at the dialog's edge: what will be
+                # written is read, and copied (select it; tmux needs `set-clipboard on`), in full.
+                yield Static(describe_plan(self.plan), id="plan-text")
                 if self.plan.notes:
                     yield Static(notes_text(self.plan.notes), classes="dialog-notes")
             with Horizontal(id="dialog-buttons"):
@@ -61,11 +60,11 @@ class ConfirmRemapScreen(ModalScreen[bool]):
 
 
 def _label_lines(rows: list[tuple[str, Text | str | Path]]) -> Text:
-    """Label/value lines, never wrapped: a count must stay whole to be read. A Path is a line of its
-    own from the first column (under the line that says what it is), so that a path as long as the
-    dialog is wide is on screen whole; a longer one keeps its tail, "…" where its middle was
-    (FittedLines). Text, not markup: paths may hold brackets."""
-    text = Text(no_wrap=True, overflow="ignore")
+    """Label/value lines. A Path is a line of its own from the first column (under the line that
+    says what it is), whole: one longer than the dialog is wide folds onto the next lines, never
+    cut, so it can be read and copied in full. Prose wraps at spaces, and numbers are written
+    without spaces, so a count is never split. Text, not markup: paths may hold brackets."""
+    text = Text(overflow="fold")
     for index, (label, value) in enumerate(rows):
         if index:
             text.append("\n")
@@ -150,6 +149,26 @@ def notes_text(notes: tuple[str, ...] | list[str]) -> Text:
     return Text("\n".join(printable(note) for note in notes), style="yellow")
 
 
+class RemapRefusedScreen(ModalScreen[None]):
+    """Why there is no remap (its output exists already, the plan failed), the reason whole and the
+    paths in it folded, never cut: a toast of two lines lost the reason behind a long path."""
+
+    HELP_TITLE = "no remap"
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close", key_display="esc")]
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"), ScrollableContainer(id="dialog-body"):
+            yield Static(Text(printable(self.reason, newlines=True), overflow="fold"), id="remap-refused")
+
+    def on_mount(self) -> None:
+        self.query_one("#dialog").border_title = "cannot remap: nothing was written"
+        self.query_one("#dialog").border_subtitle = "esc closes"
+
+
 class RemapScreen(ModalScreen[None]):
     """Progress of the remap worker, then its report. x cancels; Esc closes (the work carries on)."""
 
@@ -176,7 +195,7 @@ class RemapScreen(ModalScreen[None]):
             yield Label(Text(f"writing {printable(self.plan.output)}"), id="remap-status")
             yield ProgressBar(total=1.0, show_eta=False, id="remap-progress")
             with ScrollableContainer(id="dialog-body"):
-                yield FittedLines("", id="remap-result")
+                yield Static("", id="remap-result")
                 yield Static("", id="remap-notes", classes="dialog-notes")
 
     def on_mount(self) -> None:
@@ -203,7 +222,7 @@ class RemapScreen(ModalScreen[None]):
         self.report, self.error = report, error
         self.query_one(ProgressBar).display = False
         status = self.query_one("#remap-status", Label)
-        result = self.query_one("#remap-result", FittedLines)
+        result = self.query_one("#remap-result", Static)
         if report is None:
             status.update(Text("remap failed: nothing was written", style="bold red"))
             self.query_one("#remap-notes", Static).update(Text(printable(error or "", newlines=True)))
