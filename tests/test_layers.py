@@ -155,7 +155,7 @@ OBJSTORE = [
     ("core.objstore.sparse",),
     ("core.objstore.follow", "core.objstore.cache"),
     ("core.objstore.store",),
-    ("core.objstore.url", "core.objstore.tuning"),
+    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch"),
 ]
 CONSOLE = [
     ("core.console.reader", "core.console.view"),

@@ -10,15 +10,14 @@ what the watcher opens.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.objstore import scratch
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, local_relative
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
@@ -50,24 +49,19 @@ def mirror_runs(url: str, root: Path) -> PrefixMirror:
 
 # --- the command line's URLs, as local trees --------------------------------------------------
 
-# Where URLs given on the command line are mirrored: one temporary directory a process, removed at
-# exit. Not a per-user directory kept between runs: a mirror's record of what it fetched (ETags,
-# followed offsets) lives in its process, so a tree left by an earlier one could hold objects
-# deleted from the bucket since, and nothing would know to remove them. Small objects are kept
-# between runs anyway, by ETag, in the object cache (objstore.cache, $XDG_CACHE_HOME/triage);
-# weights are sparse placeholders, so the directory costs the followed files' bytes.
-_BASE: Path | None = None
+# Where URLs given on the command line are mirrored: below this process's scratch directory
+# (objstore.scratch), removed however the process ends. Not a per-user directory kept between runs:
+# a mirror's record of what it fetched (ETags, followed offsets) lives in its process, so a tree
+# left by an earlier one could hold objects deleted from the bucket since, and nothing would know
+# to remove them. Small objects are kept between runs anyway, by ETag, in the object cache
+# (objstore.cache, $XDG_CACHE_HOME/triage, size-capped); weights are sparse placeholders, so the
+# directory costs the followed files' bytes.
 _BUCKETS: dict[str, str] = {}  # local directory of a bucket (absolute) -> "scheme://bucket/"
 _BASE_LOCK = threading.Lock()
 
 
 def _base() -> Path:
-    global _BASE
-    with _BASE_LOCK:
-        if _BASE is None:
-            _BASE = Path(os.path.abspath(tempfile.mkdtemp(prefix="triage-mirror-")))
-            atexit.register(shutil.rmtree, _BASE, ignore_errors=True)
-        return _BASE
+    return scratch.scratch_dir() / "mirror"
 
 
 def local_root(url: ObjectURL) -> Path:
