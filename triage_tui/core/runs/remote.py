@@ -108,6 +108,31 @@ def shown_text(value: object) -> object:
     return value
 
 
+NOTHING_FOUND = (
+    "nothing found: no object under this prefix nor at this key "
+    "(looked for runs: event files, W&B run files, consoles, triage.toml)"
+)
+
+
+def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | None:
+    """``mirror``'s URL as one object's key (a file's URL: ``s3://b/run/events.out.tfevents.1``),
+    mirrored alone where the local path of the URL already points; None when no such object is."""
+    key = mirror.url.key.strip("/")
+    parent = mirror.url.key.rstrip("/").rsplit("/", 1)[0] if "/" in key else ""
+    parent_url = ObjectURL(mirror.url.scheme, mirror.url.bucket, parent)
+    if mirror.root.is_dir():
+        if any(mirror.root.iterdir()):
+            return None
+        mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
+    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key)
+    done = single.sync()
+    if done.listed == 0:
+        if not mirror.root.exists():
+            mirror.root.mkdir(parents=True, exist_ok=True)
+        return None
+    return single, done
+
+
 class Mirrors:
     """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date."""
 
@@ -127,12 +152,19 @@ class Mirrors:
         return root
 
     def sync(self, *, strict: bool = True) -> list[SourceError]:
-        """One pass of every mirror; the objects that failed. A prefix that cannot be listed is
-        BadInput when ``strict`` (a one-shot command), else one more error (the TUI goes on)."""
+        """One pass of every mirror; the objects that failed. A prefix that cannot be listed, or
+        with nothing under it (and no object at its key), is BadInput when ``strict`` (a one-shot
+        command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
-        for mirror in self.mirrors:
+        for i, mirror in enumerate(list(self.mirrors)):
             try:
                 done: MirrorPass = mirror.sync()
+                if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
+                    single = _single_object(mirror)
+                    if single is not None:
+                        self.mirrors[i], (mirror, done) = single[0], single
+                if done.listed == 0:
+                    raise BadInput(mirror.url.text, NOTHING_FOUND)
             except BadInput as err:
                 if strict:
                     raise
