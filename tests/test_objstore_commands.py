@@ -102,10 +102,15 @@ def test_scalars_of_one_event_file_url_equal_the_local_file(bucket, samples, tri
 def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, samples, triage):
     name, client, proxy = bucket
     upload_tree(client, name, "sample_runs", samples)
-    code, local, _ = _run(triage, "check", "--json", "--device", "cpu", str(samples / "vocab-mismatch"))
+    # The run's triage.toml names ../_drafters and ../_target: out of the run's prefix, which a file
+    # fetched from a bucket may not lead to (test_objstore_trust.py); the user names them instead.
+    inputs = ("--checkpoint", "{}/_drafters/drafter-a", "--target", "{}/_target")
+    local_flags = [arg.format(samples) for arg in inputs]
+    code, local, _ = _run(triage, "check", "--json", "--device", "cpu", *local_flags, str(samples / "vocab-mismatch"))
     url = f"s3://{name}/sample_runs/vocab-mismatch"
+    remote_flags = [arg.format(f"s3://{name}/sample_runs") for arg in inputs]
     proxy.reset_counts()
-    remote_code, remote, err = _run(triage, "check", "--json", "--device", "cpu", url)
+    remote_code, remote, err = _run(triage, "check", "--json", "--device", "cpu", *remote_flags, url)
     counts = proxy.reset_counts()
     local_doc, remote_doc = json.loads(local), json.loads(remote)
     ranked = [(h["id"], h["score"], h["evidence"]) for h in local_doc["hypotheses"]]

@@ -36,6 +36,7 @@ shutil.rmtree(sys.argv[1], ignore_errors=True)
 _DIR: Path | None = None
 _GUARD_PROCESS: subprocess.Popen | None = None
 _LOCK = threading.Lock()
+_NAMED: set[str] = set()  # local roots of the URLs the user named (mark_named)
 
 
 def scratch_dir() -> Path:
@@ -67,6 +68,21 @@ def holds(path: str | os.PathLike[str]) -> bool:
     text = os.path.abspath(path)
     base = str(_DIR)
     return text == base or text.startswith(base + os.sep)
+
+
+def mark_named(path: str | os.PathLike[str]) -> None:
+    """Record ``path`` (in the scratch directory) as where a URL the user named is mirrored: the
+    bound of what a file fetched below it may name (``named_root``)."""
+    with _LOCK:
+        _NAMED.add(os.path.abspath(path))
+
+
+def named_root(path: str | os.PathLike[str]) -> str | None:
+    """The innermost mirror of a URL the user named that holds ``path``; None when none does."""
+    text = os.path.abspath(path)
+    with _LOCK:
+        found = [root for root in _NAMED if text == root or text.startswith(root + os.sep)]
+    return max(found, key=len) if found else None
 
 
 def remove() -> None:

@@ -139,17 +139,24 @@ class Mirrors:
     def __init__(self) -> None:
         self.mirrors: list[PrefixMirror] = []
 
-    def local(self, text: str) -> Path:
+    def local(self, text: str, *, named: bool = True) -> Path:
         """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
         directory it is mirrored into (nothing fetched yet: ``sync``), a path is itself.
+        ``named``: the user named it (what a triage.toml below it may name stays inside it).
         BadInput naming the URL when its client is not installed."""
         if not is_object_url(text):
             return Path(text)
         url = parse_url(text)
         root = local_root(url)
+        if named:
+            scratch.mark_named(root)
         if not any(m.root == root for m in self.mirrors):
             self.mirrors.append(mirror_runs(url.text, root))
         return root
+
+    def local_input(self, value: str | Path | None) -> str | Path | None:
+        """A command's flag (``--checkpoint s3://...``) as ``local`` makes it when it is a URL; else as given."""
+        return self.local(value) if isinstance(value, str) and is_object_url(value) else value
 
     def sync(self, *, strict: bool = True) -> list[SourceError]:
         """One pass of every mirror; the objects that failed. A prefix that cannot be listed, or
@@ -184,7 +191,7 @@ class Mirrors:
             shown = shown_path(path)
             if is_object_url(shown):
                 before = len(self.mirrors)
-                self.local(shown)
+                self.local(shown, named=False)
                 added += self.mirrors[before:]
         errors: list[SourceError] = []
         for mirror in added:
