@@ -61,9 +61,7 @@ def test_a_triage_toml_in_a_bucket_fetches_nothing_it_names(bucket, samples, tri
         assert server.hits["/metrics"] == 0
     (run,) = json.loads(done.stdout)["runs"]
     notices = run.get("serving", {}).get("errors", [])  # where scan --json says what a triage.toml named
-    assert any(
-        f"[serving] metrics {url} not fetched: triage.toml was fetched from a bucket" in m for m in notices
-    ), run
+    assert any(f"[serving] metrics {url} not fetched: triage.toml was fetched from a bucket" in m for m in notices), run
     assert any("[run] checkpoint" in m and "outside the prefix you named" in m for m in notices), notices
     # nothing of the bucket out of the prefix was listed or read
     assert not [path for _, path, _ in counts.paths if "elsewhere" in path], counts.paths
