@@ -76,3 +76,27 @@ def test_a_triage_toml_on_disk_still_names_what_it_likes(samples, triage, tmp_pa
         (status,) = json.loads(done.stdout)["runs"]
         assert not [m for m in status.get("serving", {}).get("errors", []) if "not fetched" in m], status
         assert server.hits["/metrics"] >= 1
+
+
+def test_an_endpoints_credentials_never_reach_an_output_line(bucket, samples, triage, monkeypatch):
+    """An endpoint written with its user and password (``http://user:password@host``) that stops
+    answering: the line that says so names the URL the client asked for, never the password; nor
+    does any line repeat the secret key of the environment."""
+    name, client, proxy = bucket
+    upload_tree(client, name, "runs/healthy", samples / "healthy")
+    password, secret = "hunter2-endpoint-password", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    endpoint = proxy.endpoint.replace("http://", f"http://alice:{password}@")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # moto takes any key; the proxy stalls anyway
+    monkeypatch.setattr(tuning, "REQUEST_TIMEOUT_SECS", 0.5)
+    monkeypatch.setattr(tuning, "DEADLINE_SECS", 1.0)
+    proxy.stall_next(100)
+    try:
+        for argv in (["scan", f"s3://{name}/runs"], ["scalars", f"s3://{name}/runs/healthy"]):
+            done = triage(*argv)
+            assert done.returncode == 2 and "127.0.0.1" in done.stderr, done.stderr  # the line names the endpoint
+            text = done.stdout + done.stderr
+            assert password not in text and secret not in text and "alice" not in text, text
+    finally:
+        proxy.stall_next(0)
+        proxy.release()

@@ -108,9 +108,28 @@ class UnlistableKey(BadInput):
     "." and ".." segments and control characters): the page fails as a whole."""
 
 
+# A URL's user information (``http://user:password@host``): what an endpoint's credentials look like
+# inside a client's error text, which names the URL it requested.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+# Environment variables whose values are secrets (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+# AZURE_STORAGE_ACCOUNT_KEY, a password): never shown, wherever a client's text repeats one.
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|_KEY$|^AZURE_STORAGE_SAS")
+_MIN_SECRET_CHARS = 12  # shorter values would blank ordinary words (an AWS secret key has 40)
+
+
+def redact(text: str) -> str:
+    """``text`` without an endpoint's user and password or any secret value of the environment."""
+    text = _USERINFO.sub(r"\1***@", text)
+    for name, value in os.environ.items():
+        if len(value) >= _MIN_SECRET_CHARS and _SECRET_NAME.search(name.upper()) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
 def _classify(err: BaseException) -> _Failure:
-    """Any client's exception as one line, retryable or not (no client type leaks past here)."""
-    text = str(err)
+    """Any client's exception as one line, retryable or not (no client type leaks past here), its
+    credentials taken out (``redact``)."""
+    text = redact(str(err))
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     if isinstance(err, FileNotFoundError):
         return _Failure("not found", missing=True)
@@ -300,7 +319,7 @@ class Store:
             else:
                 raise _missing_extra(url, err) from None
         except ValueError as err:  # an fsspec protocol nobody registered, a malformed bucket
-            raise BadInput(url.text, str(err).splitlines()[0][:200] if str(err) else "cannot open") from None
+            raise BadInput(url.text, redact(str(err)).splitlines()[0][:200] if str(err) else "cannot open") from None
 
     def url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
