@@ -100,3 +100,18 @@ def test_an_endpoints_credentials_never_reach_an_output_line(bucket, samples, tr
     finally:
         proxy.stall_next(0)
         proxy.release()
+
+
+def test_a_key_with_a_control_character_hides_no_sibling_run_and_is_shown_escaped(bucket, samples, triage):
+    """object_store refuses to parse a key holding an escape sequence, and with it the whole listing
+    page: the listing is asked again through botocore (keys URL-encoded on the wire), so the run
+    beside it is scanned as usual and the bad key is said in a line showing it as `cat -v` would."""
+    name, client, _ = bucket
+    upload_tree(client, name, "team/good", samples / "healthy")
+    upload_tree(client, name, "team/bad\x1b[2J\x07run", samples / "diverged")
+    done = triage("scan", "--json", f"s3://{name}/team")
+    runs = json.loads(done.stdout)["runs"]
+    assert "good" in [run["name"] for run in runs], done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    text = triage("scan", f"s3://{name}/team")
+    assert "good" in text.stdout and "\x1b" not in text.stdout + text.stderr, text.stderr

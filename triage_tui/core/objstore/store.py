@@ -85,6 +85,7 @@ class Listing:
 
 class _Client(Protocol):
     def list_all(self, prefix: str) -> list[ObjectMeta]: ...
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None: ...
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]: ...
     def head(self, key: str) -> ObjectMeta: ...
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]: ...
@@ -197,6 +198,7 @@ class _Obstore:
         from obstore.store import GCSStore, S3Store
 
         self._obs = obstore
+        self.scheme, self.bucket = url.scheme, url.bucket
         client_options: ClientConfig = {
             "timeout": timedelta(seconds=tuning.REQUEST_TIMEOUT_SECS),
             "connect_timeout": timedelta(seconds=tuning.CONNECT_TIMEOUT_SECS),
@@ -231,6 +233,33 @@ class _Obstore:
 
     def list_all(self, prefix: str) -> list[ObjectMeta]:
         return [self._meta(e) for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000) for e in chunk]
+
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
+        """Every key under ``prefix`` as S3 lists it, through botocore (which asks for keys
+        URL-encoded and decodes them): the keys object_store refuses to parse (a control character)
+        are listed too, so one such key hides nothing else. None off S3 or without botocore."""
+        if self.scheme != "s3":
+            return None
+        try:
+            import botocore.session
+            from botocore.config import Config
+        except ImportError:
+            return None
+        session = botocore.session.get_session()
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+        config = Config(
+            connect_timeout=tuning.CONNECT_TIMEOUT_SECS,
+            read_timeout=tuning.REQUEST_TIMEOUT_SECS,
+            retries={"max_attempts": 1},  # retried by Store._call, under its deadline
+        )
+        client = session.create_client("s3", endpoint_url=endpoint, region_name=region, config=config)
+        found = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", ()):
+                etag, mtime = str(item.get("ETag") or ""), _epoch(item.get("LastModified"))
+                found.append(ObjectMeta(str(item["Key"]), int(item.get("Size") or 0), etag, mtime))
+        return found
 
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         found = self._obs.list_with_delimiter(self.store, prefix or None)
@@ -277,6 +306,9 @@ class _Fsspec:
         path = self._path(prefix.rstrip("/")) if prefix else self.root
         found = self.fs.find(path, detail=True)
         return [self._meta(info) for info in found.values() if info.get("type", "file") == "file"]
+
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
+        return None  # fsspec lists any key: list_all never meets an unlistable one
 
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         raise NotImplementedError  # fsspec lists any key: list() never meets an unlistable one
@@ -352,9 +384,11 @@ class Store:
         """Every object whose key starts with ``prefix`` (a "directory": "" or ending in "/"), in
         one listing pass (ListObjectsV2 pages of 1 000 keys); none when there is none.
 
-        A key the client cannot represent fails its whole page; the pass is then repeated one
-        directory level at a time below ``prefix`` so that only the directory holding that key is
-        lost (``Listing.unreadable``), the other runs listed as usual."""
+        A key the client cannot represent (object_store: a control character, an empty or ".."
+        segment) fails its whole page; on S3 the pass is then asked again through botocore, which
+        lists every key as it is (the mirror reports those it cannot hold); elsewhere it is repeated
+        one directory level at a time below ``prefix`` so that only the directory holding that key
+        is lost (``Listing.unreadable``), the other runs listed as usual."""
         objects, unreadable = self._list_isolating(prefix)
         return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable))
 
@@ -375,6 +409,9 @@ class Store:
             # bucket's absence (S3's NoSuchBucket): the runs mirrored from it are not gone, unseen.
             raise BadInput(self.url(prefix), "no such bucket: its listing answered not found") from None
         except UnlistableKey as err:
+            raw = self._call(prefix, lambda: self._client.list_raw(prefix))
+            if raw is not None:
+                return raw, []
             try:
                 objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
             except UnlistableKey:
