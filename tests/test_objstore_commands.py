@@ -121,6 +121,9 @@ def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, 
     assert _without_paths(remote_doc["hypotheses"], *strip) == _without_paths(local_doc["hypotheses"], *strip)
     assert [(h["id"], h["score"]) for h in remote_doc["hypotheses"]] == [(i, s) for i, s, _ in ranked]
     assert ranked[0][1] >= 0.5
+    # Every check's numbers and digests are those of the run on disk (the mapping's SHA-256 is of
+    # the checkpoint's bytes in the bucket, not of a placeholder's zeros).
+    assert _without_paths(remote_doc["checks"], *strip) == _without_paths(local_doc["checks"], *strip)
     # The weights were read from the bucket (by range, into sparse files), not as a placeholder's zeros.
     assert sum(n for method, path, n in counts.paths if method == "GET" and ".safetensors" in path) > 0
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
+from triage_tui.core.formats.remote_safetensors import object_sha256
 from triage_tui.core.formats.safe_torch import load_plain_arrays, safe_torch_load
 from triage_tui.core.formats.training_state import TRAINING_STATE
 from triage_tui.core.vocab import VocabMapping, mapping_from_arrays, mask_array, offsets_array
@@ -38,6 +39,9 @@ def mapping_sha256(mapping: VocabMapping) -> tuple[str, str]:
     path = Path(mapping.source) if mapping.source else None
     if path is None or not path.is_file():
         return mapping.sha256(), "mapping"
+    remote = object_sha256(path)  # a checkpoint in a bucket: the object's bytes, not its placeholder's zeros
+    if remote is not None:
+        return remote, "file"
     digest = hashlib.sha256()
     try:
         with path.open("rb") as handle:

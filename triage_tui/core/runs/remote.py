@@ -170,7 +170,7 @@ class Mirrors:
                     single = _single_object(mirror)
                     if single is not None:
                         self.mirrors[i], (mirror, done) = single[0], single
-                if done.listed == 0:
+                if done.listed == 0 and not done.errors:  # a listing that failed in part is said as such
                     raise BadInput(mirror.url.text, NOTHING_FOUND)
             except BadInput as err:
                 if strict:
