@@ -1,6 +1,7 @@
 """Which objects of a run tree in a bucket are fetched, and how, when the tree is mirrored locally.
 
-By name alone (``names``), as discovery recognises files: the files a reader follows as they
+By name alone (``names``), as discovery recognises files: what no reader opens (a trainer's
+optimizer and scheduler states) is not fetched at all; the files a reader follows as they
 grow (event files, W&B run files, logs) are followed; weights (``*.safetensors``, ``*.bin``,
 ``*.pth`` that are neither hidden-state dumps nor mappings) stay placeholders of their size,
 fetched by range when a check needs them (``objstore.sparse``); everything else a run holds
@@ -31,9 +32,19 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth")
 FOLLOWED_SUFFIXES = (".log", ".jsonl")
 
 
+# What a trainer saves beside its weights that no reader of triage opens: HF Trainer's optimizer,
+# scheduler and AMP scaler states (transformers trainer.py OPTIMIZER_NAME, SCHEDULER_NAME,
+# SCALER_NAME) and DeepSpeed's per-rank states. Not mirrored at all: an optimizer.pt is twice the
+# weights (over 256 MiB for any real drafter), and a sweep holds one per checkpoint.
+NEVER_READ = frozenset({"optimizer.pt", "scheduler.pt", "scaler.pt", "optimizer.bin"})
+NEVER_READ_SUFFIXES = ("_optim_states.pt", "_model_states.pt")
+
+
 def fetch_policy(relative: str) -> How:
     """How the object at ``relative`` (a key below the mirrored prefix) is fetched."""
     name = relative.rsplit("/", 1)[-1]
+    if name in NEVER_READ or name.endswith(NEVER_READ_SUFFIXES):
+        return "skip"
     if is_event_file_name(name) or is_wandb_file_name(name) or name.endswith(FOLLOWED_SUFFIXES):
         return "follow"
     if name.endswith(WEIGHT_SUFFIXES) and not HS_SAFETENSORS.match(name) and not MAPPING_FILE.search(name):
