@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 
+from triage_tui.core.runs.remote import shown_text
 from triage_tui.core.text import printable
 
 # Same values as triage_tui.core.remap.plan.INIT_STRATEGIES (a test keeps them equal); spelled out here
@@ -73,8 +74,8 @@ def _percent(x: float) -> str:
 
 
 def _say(line: str) -> None:
-    """One line of the text report; paths and notes shown as `cat -v` would."""
-    print(printable(line))
+    """One line of the text report; paths and notes shown as `cat -v` would, a bucket's by its URL."""
+    print(printable(str(shown_text(line))))
 
 
 def _check_out(out: str | None) -> None:
@@ -112,13 +113,24 @@ def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.remap.keep import keep_checkpoint_mapping
+    from triage_tui.core.runs.remote import Mirrors
 
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     skip_final_collection()
+    # URLs (s3://, gs://) are read from their buckets: mirrored, the checkpoint's weights whole
+    # (a remap copies them); the output is written locally (beside nothing in the bucket).
+    mirrors = Mirrors()
+    args.checkpoint, args.mapping, args.target, args.data = (
+        mirrors.local_input(value) for value in (args.checkpoint, args.mapping, args.target, args.data)
+    )
+    if mirrors.mirrors:
+        for error in mirrors.sync():
+            print(f"triage remap: {printable(error.line())}", file=sys.stderr)
+        mirrors.fill_placeholders(args.checkpoint)
     if args.keep_checkpoint_mapping:
         kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
         if args.json:
-            print(json.dumps(kept.to_json(), indent=2))
+            print(json.dumps(shown_text(kept.to_json()), indent=2))
         else:
             _say(
                 f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
@@ -155,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
         if show_progress:
             sys.stderr.write("\r" + " " * 66 + "\r")
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(shown_text(report.to_json()), indent=2))
         return 0
     _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
     if report.output_outside_because:

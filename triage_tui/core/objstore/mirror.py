@@ -55,6 +55,34 @@ def _set_placeholder(path: Path, entry: tuple[Store, ObjectMeta] | None) -> None
             _PLACEHOLDERS[os.path.abspath(path)] = entry
 
 
+def fill_placeholders(root: str | os.PathLike[str]) -> int:
+    """Every placeholder at or below ``root`` given its object's bytes (by range, a chunk at a time,
+    never whole in memory), so that a reader of whole files (a remap copying a checkpoint) reads
+    the object; the bytes fetched. BadInput naming the URL when one cannot be read."""
+    base = os.path.abspath(root)
+    with _PLACEHOLDERS_LOCK:
+        found = [
+            (path, entry) for path, entry in _PLACEHOLDERS.items() if path == base or path.startswith(base + os.sep)
+        ]
+    fetched = 0
+    for path, (store, meta) in found:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for start in range(0, meta.size, tuning.RANGE_CHUNK_BYTES):
+                stop = min(meta.size, start + tuning.RANGE_CHUNK_BYTES)
+                view = memoryview(read_range(store, meta.key, start, stop, meta.etag))
+                position = start
+                while view:
+                    written = os.pwrite(fd, view, position)
+                    view, position = view[written:], position + written
+        finally:
+            os.close(fd)
+        os.utime(path, (meta.mtime, meta.mtime))
+        _set_placeholder(Path(path), None)
+        fetched += meta.size
+    return fetched
+
+
 @dataclass(frozen=True)
 class MirrorPass:
     """One pass: objects listed, requests sent and object-body bytes received in it, the relative

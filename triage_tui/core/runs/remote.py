@@ -19,7 +19,7 @@ from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import scratch
-from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, local_relative
+from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HS_SAFETENSORS,
@@ -164,6 +164,10 @@ class Mirrors:
         if not any(m.root == root for m in self.mirrors):
             self.mirrors.append(mirror_runs(url.text, root))
         return root
+
+    def fill_placeholders(self, path: str | Path) -> int:
+        """The weights mirrored at or below ``path`` fetched whole (``mirror.fill_placeholders``)."""
+        return fill_placeholders(path)
 
     def local_input(self, value: str | Path | None) -> str | Path | None:
         """A command's flag (``--checkpoint s3://...``) as ``local`` makes it when it is a URL; else as given."""
