@@ -69,3 +69,19 @@ def test_the_remap_check_suggests_for_a_bucket_run_runs_as_printed(bucket, sampl
     # nothing was written into the bucket
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=name).get("Contents", [])]
     assert not [k for k in keys if "remapped" in k], keys
+
+
+def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror(bucket, samples):
+    """The TUI's Action tab shows ``Diagnosis.fix_commands()`` of the diagnosis its `c` gathers
+    (core/evidence.py): for a bucket run they name the URLs, never the temporary mirror."""
+    from triage_tui.core.diagnose import diagnose
+    from triage_tui.core.evidence import Overrides, gather_evidence
+
+    name, client, _ = bucket
+    upload_tree(client, name, "sample_runs", samples)
+    url = f"s3://{name}/sample_runs"
+    overrides = Overrides(checkpoint=f"{url}/_drafters/drafter-a", target=f"{url}/_target", device="cpu")
+    diagnosis = diagnose(gather_evidence(f"{url}/vocab-mismatch", overrides))
+    commands = diagnosis.fix_commands()
+    assert commands and all(shlex.split(c)[2] == f"{url}/_drafters/drafter-a" for c in commands), commands
+    assert not [c for c in commands if "triage-scratch-" in c or "s3:/" + name in c], commands
