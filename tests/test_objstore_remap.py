@@ -71,7 +71,7 @@ def test_the_remap_check_suggests_for_a_bucket_run_runs_as_printed(bucket, sampl
     assert not [k for k in keys if "remapped" in k], keys
 
 
-def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror(bucket, samples):
+def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror_and_run_as_shown(bucket, samples, triage):
     """The TUI's Action tab shows ``Diagnosis.fix_commands()`` of the diagnosis its `c` gathers
     (core/evidence.py): for a bucket run they name the URLs, never the temporary mirror."""
     from triage_tui.core.diagnose import diagnose
@@ -85,3 +85,6 @@ def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror(bucket, samples):
     commands = diagnosis.fix_commands()
     assert commands and all(shlex.split(c)[2] == f"{url}/_drafters/drafter-a" for c in commands), commands
     assert not [c for c in commands if "triage-scratch-" in c or "s3:/" + name in c], commands
+    for command in commands:  # the remap and the keep-the-checkpoint's-mapping fix
+        done = triage(*shlex.split(command)[1:])
+        assert done.returncode == 0 and "triage-scratch-" not in done.stdout, (command, done.stderr)
