@@ -88,3 +88,46 @@ def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror_and_run_as_shown(b
     for command in commands:  # the remap and the keep-the-checkpoint's-mapping fix
         done = triage(*shlex.split(command)[1:])
         assert done.returncode == 0 and "triage-scratch-" not in done.stdout, (command, done.stderr)
+
+
+def test_a_remap_out_to_the_bucket_never_over_the_source(bucket, samples, triage, tmp_path):
+    name, client, _ = bucket
+    upload_tree(client, name, "sample_runs", samples)
+    url = f"s3://{name}/sample_runs"
+    source, mapping = f"{url}/_drafters/drafter-a", f"{url}/vocab-mismatch/cache/vocab_mapping"
+    (mapping_file,) = (samples / "vocab-mismatch" / "cache" / "vocab_mapping").glob("*.pt")
+    mapping = f"{mapping}/{mapping_file.name}"
+
+    def keys() -> list[str]:
+        return sorted(o["Key"] for o in client.list_objects_v2(Bucket=name).get("Contents", []))
+
+    before = keys()
+    for over in (source, f"{source}/inner", url):  # the source itself, inside it, above it
+        refused = triage("remap", source, "--mapping", mapping, "--out", over, "--force")
+        assert refused.returncode == 2 and "over the source" in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1
+    assert keys() == before  # nothing written
+
+    out = f"s3://{name}/remapped/drafter-a-run"
+    done = triage("remap", source, "--mapping", mapping, "--out", out, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["output"] == out and report["verified"] is True
+    written = [k for k in keys() if k.startswith("remapped/drafter-a-run/")]
+    assert "remapped/drafter-a-run/model.safetensors" in written, written
+    local = triage(
+        "remap", samples / "_drafters" / "drafter-a", "--mapping", mapping_file, "--out", tmp_path / "o", "--json"
+    )
+    assert local.returncode == 0, local.stderr
+    body = client.get_object(Bucket=name, Key="remapped/drafter-a-run/model.safetensors")["Body"].read()
+    (tmp_path / "from-bucket.safetensors").write_bytes(body)
+    with (
+        safe_open(tmp_path / "from-bucket.safetensors", "np") as remote,
+        safe_open(tmp_path / "o" / "model.safetensors", "np") as local_file,
+    ):
+        names = sorted(remote.keys())
+        assert names == sorted(local_file.keys())
+        assert all(remote.get_tensor(k).tobytes() == local_file.get_tensor(k).tobytes() for k in names)
+
+    again = triage("remap", source, "--mapping", mapping, "--out", out)
+    assert again.returncode == 2 and "already there" in again.stderr, again.stderr

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 
 from triage_tui.core.runs.remote import shown_text
 from triage_tui.core.text import printable
@@ -19,12 +20,15 @@ INIT_CHOICES = ("target", "mean", "zeros")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="the drafter checkpoint directory (or its weights file)")
+    parser.add_argument(
+        "checkpoint", help="the drafter checkpoint directory (or its weights file), local or in a bucket (s3://...)"
+    )
     parser.add_argument("--mapping", help="the run's vocab mapping: .pt {d2t,t2d}, d2t.npy, or a checkpoint")
     parser.add_argument(
         "--out",
-        help="output directory (default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>; "
-        "under $XDG_DATA_HOME/triage/remapped/ when that directory is in a git work tree or read-only)",
+        help="output directory, or a bucket prefix (s3://...; never over the source) "
+        "(default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>; "
+        "under $XDG_DATA_HOME/triage/remapped/ when that directory is in a git work tree, read-only or a bucket)",
     )
     parser.add_argument(
         "--init-missing",
@@ -111,9 +115,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from triage_tui.core.errors import BadInput
+    from triage_tui.core.objstore import scratch
+    from triage_tui.core.objstore.url import is_object_url, parse_url
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.remap.keep import keep_checkpoint_mapping
-    from triage_tui.core.runs.remote import Mirrors
+    from triage_tui.core.runs.remote import Mirrors, refuse_output_url, upload_output
 
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     skip_final_collection()
@@ -127,14 +133,22 @@ def _run(args: argparse.Namespace) -> int:
         for error in mirrors.sync():
             print(f"triage remap: {printable(error.line())}", file=sys.stderr)
         mirrors.fill_placeholders(args.checkpoint)
+    out_url = args.out if args.out is not None and is_object_url(args.out) else None
+    if out_url is not None:
+        # Written here first (verified as any remap), then put below the URL; never over a source.
+        sources = [args.checkpoint, args.mapping, args.target, args.data]
+        refuse_output_url(out_url, sources=sources, force=args.force)
+        staging = tempfile.mkdtemp(prefix="out-", dir=scratch.scratch_dir())
+        args.out = os.path.join(staging, parse_url(out_url).key.rstrip("/").rsplit("/", 1)[-1] or "out")
     if args.keep_checkpoint_mapping:
         kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
+        kept_output = upload_output(kept.output, out_url) if out_url is not None else str(kept.output)
         if args.json:
-            print(json.dumps(shown_text(kept.to_json()), indent=2))
+            print(json.dumps(shown_text({**kept.to_json(), "output": kept_output}), indent=2))
         else:
             _say(
                 f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
-                f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched"
+                f"{kept.target_vocab_size} target tokens) to {kept_output}; no weights were touched"
             )
             if kept.output_outside_because:
                 _say(f"  not beside the checkpoint: {kept.output_outside_because}")
@@ -166,10 +180,11 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if show_progress:
             sys.stderr.write("\r" + " " * 66 + "\r")
+    output = upload_output(report.output, out_url) if out_url is not None else str(report.output)
     if args.json:
-        print(json.dumps(shown_text(report.to_json()), indent=2))
+        print(json.dumps(shown_text({**report.to_json(), "output": output}), indent=2))
         return 0
-    _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
+    _say(f"wrote {output} ({'verified' if report.verified else 'NOT verified'})")
     if report.output_outside_because:
         _say(f"  not beside the checkpoint: {report.output_outside_because}")
     _say(

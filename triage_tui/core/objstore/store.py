@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from triage_tui.core.errors import BadInput
@@ -89,6 +90,7 @@ class _Client(Protocol):
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]: ...
     def head(self, key: str) -> ObjectMeta: ...
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]: ...
+    def put(self, key: str, path: str) -> None: ...
 
 
 class _Failure(Exception):
@@ -274,6 +276,9 @@ class _Obstore:
         result = self._obs.get(self.store, key, options=options)
         return bytes(result.bytes()), self._meta(result.meta)
 
+    def put(self, key: str, path: str) -> None:
+        self._obs.put(self.store, key, Path(path))  # multipart above obstore's chunk size
+
 
 # --- fsspec --------------------------------------------------------------------------------------
 
@@ -322,6 +327,9 @@ class _Fsspec:
 
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]:
         return bytes(self.fs.cat_file(self._path(key), start=start, end=end)), None
+
+    def put(self, key: str, path: str) -> None:
+        self.fs.put_file(path, self._path(key))
 
 
 def _missing_extra(url: ObjectURL, err: ImportError) -> BadInput:
@@ -441,6 +449,10 @@ class Store:
             return data, meta
 
         return self._call(key, once)
+
+    def put(self, key: str, path: str | os.PathLike[str]) -> None:
+        """The local file ``path`` written as the object ``key`` (replacing one of that key)."""
+        self._call(key, lambda: self._client.put(key, os.fspath(path)))
 
 
 _STORES: dict[tuple[str, str, tuple[str, ...]], Store] = {}

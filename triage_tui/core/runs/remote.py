@@ -20,6 +20,7 @@ from pathlib import Path
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import scratch
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
+from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HS_SAFETENSORS,
@@ -216,3 +217,30 @@ class Mirrors:
                 self.mirrors.remove(mirror)
                 shutil.rmtree(mirror.root, ignore_errors=True)
         return errors
+
+
+def refuse_output_url(text: str, *, sources: list[str | Path | None], force: bool) -> None:
+    """BadInput when the URL ``text`` (a remap's ``--out``) is one of ``sources``, lies in or over one
+    (never over the source), or already holds objects and ``force`` is not given."""
+    url = parse_url(text)
+    prefix = url.prefix()
+    for source in sources:
+        shown = shown_path(source) if source is not None else ""
+        if not is_object_url(shown):
+            continue
+        other = parse_url(shown)
+        theirs = other.prefix()
+        same_bucket = (other.scheme, other.bucket) == (url.scheme, url.bucket)
+        if same_bucket and (prefix.startswith(theirs) or theirs.startswith(prefix)):
+            raise BadInput(text, f"--out would write in or over the source {shown}: choose another prefix")
+    if not force and store_for(url).listing(prefix).objects:
+        raise BadInput(text, "objects are already there: choose another --out, or pass --force to replace them")
+
+
+def upload_output(local: Path, text: str) -> str:
+    """The directory ``local`` (a remap's output) written below the URL ``text``, file by file; the URL."""
+    url = parse_url(text)
+    store = store_for(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        store.put(url.prefix() + path.relative_to(local).as_posix(), path)
+    return url.text.rstrip("/")
