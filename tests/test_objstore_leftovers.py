@@ -94,8 +94,10 @@ def test_nothing_is_left_in_the_temp_dir(uploaded, temp, argv, code):
 
 
 def test_a_check_leaves_no_sparse_checkpoint_behind(uploaded, temp):
-    done = _triage(temp, "check", "--json", "--device", "cpu", f"{uploaded}/sample_runs/vocab-mismatch")
-    assert done.returncode in (0, 1), done.stderr
+    runs = f"{uploaded}/sample_runs"
+    inputs = ["--checkpoint", f"{runs}/_drafters/drafter-a", "--target", f"{runs}/_target"]
+    done = _triage(temp, "check", "--json", "--device", "cpu", *inputs, f"{runs}/vocab-mismatch")
+    assert done.returncode == 1, done.stderr  # the checkpoint was read: the mismatch found
     assert _left(temp) == []
 
 
