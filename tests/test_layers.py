@@ -102,6 +102,7 @@ CORE = [
     ("core.errors",),
 ]
 FORMATS = [
+    ("core.formats.mapping_digest",),
     ("core.formats.mapping",),
     ("core.formats.checkpoint", "core.formats.target", "core.formats.hidden_states", "core.formats.tokenizer"),
     ("core.formats.weights",),
@@ -185,7 +186,7 @@ OBJSTORE = [
     ("core.objstore.sparse",),
     ("core.objstore.follow", "core.objstore.cache"),
     ("core.objstore.store",),
-    ("core.objstore.url", "core.objstore.tuning"),
+    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch"),
 ]
 CONSOLE = [
     ("core.console.reader", "core.console.view"),

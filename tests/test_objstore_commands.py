@@ -71,13 +71,47 @@ def test_scalars_of_a_tag_equal_the_local_ones(bucket, samples, triage):
     assert (remote_code, remote) == (code, local) and local.count("\n") > 10, err
 
 
+def test_a_prefix_with_nothing_under_it_is_nothing_found_exit_2(bucket, samples, triage):
+    name, client, _ = bucket
+    upload_tree(client, name, "runs/healthy", samples / "healthy")
+    for argv in (["scan"], ["scan", "--json"], ["scalars"], ["check"]):
+        url = f"s3://{name}/no-such-prefix"
+        code, out, err = _run(triage, *argv, url)
+        # one line naming the URL and what was looked for; nothing on stdout (no empty JSON to parse)
+        assert (code, out) == (2, ""), (argv, err)
+        assert err.startswith(f"triage: {url}: nothing found: no object under this prefix") and err.count("\n") == 1
+        assert "event files" in err, err
+
+
+def test_scalars_of_one_event_file_url_equal_the_local_file(bucket, samples, triage):
+    name, client, proxy = bucket
+    upload_tree(client, name, "runs/healthy", samples / "healthy")
+    (event_file,) = (samples / "healthy" / "runs").glob("*tfevents*")
+    url = f"s3://{name}/runs/healthy/runs/{event_file.name}"
+    for fmt in ("csv", "json"):
+        code, local, _ = _run(triage, "scalars", "--format", fmt, str(event_file))
+        proxy.reset_counts()
+        remote_code, remote, err = _run(triage, "scalars", "--format", fmt, url)
+        fetched = [
+            path for method, path, _ in proxy.reset_counts().paths if method == "GET" and "list-type" not in path
+        ]
+        assert (remote_code, remote) == (code, local) == (0, local) and len(local) > 1000, err
+        # the file alone was fetched, not its run's other objects
+        assert fetched and all(event_file.name in path for path in fetched), fetched
+
+
 def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, samples, triage):
     name, client, proxy = bucket
     upload_tree(client, name, "sample_runs", samples)
-    code, local, _ = _run(triage, "check", "--json", "--device", "cpu", str(samples / "vocab-mismatch"))
+    # The run's triage.toml names ../_drafters and ../_target: out of the run's prefix, which a file
+    # fetched from a bucket may not lead to (test_objstore_trust.py); the user names them instead.
+    inputs = ("--checkpoint", "{}/_drafters/drafter-a", "--target", "{}/_target")
+    local_flags = [arg.format(samples) for arg in inputs]
+    code, local, _ = _run(triage, "check", "--json", "--device", "cpu", *local_flags, str(samples / "vocab-mismatch"))
     url = f"s3://{name}/sample_runs/vocab-mismatch"
+    remote_flags = [arg.format(f"s3://{name}/sample_runs") for arg in inputs]
     proxy.reset_counts()
-    remote_code, remote, err = _run(triage, "check", "--json", "--device", "cpu", url)
+    remote_code, remote, err = _run(triage, "check", "--json", "--device", "cpu", *remote_flags, url)
     counts = proxy.reset_counts()
     local_doc, remote_doc = json.loads(local), json.loads(remote)
     ranked = [(h["id"], h["score"], h["evidence"]) for h in local_doc["hypotheses"]]
@@ -88,6 +122,9 @@ def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(bucket, 
     assert _without_paths(remote_doc["hypotheses"], *strip) == _without_paths(local_doc["hypotheses"], *strip)
     assert [(h["id"], h["score"]) for h in remote_doc["hypotheses"]] == [(i, s) for i, s, _ in ranked]
     assert ranked[0][1] >= 0.5
+    # Every check's numbers and digests are those of the run on disk (the mapping's SHA-256 is of
+    # the checkpoint's bytes in the bucket, not of a placeholder's zeros).
+    assert _without_paths(remote_doc["checks"], *strip) == _without_paths(local_doc["checks"], *strip)
     # The weights were read from the bucket (by range, into sparse files), not as a placeholder's zeros.
     assert sum(n for method, path, n in counts.paths if method == "GET" and ".safetensors" in path) > 0
 

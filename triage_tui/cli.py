@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             # a million points' arrays) would add ~30 ms to a 0.7 s export for nobody.
             sys.stdout.flush()
             sys.stderr.flush()
+            scratch = sys.modules.get("triage_tui.core.objstore.scratch")
+            if scratch is not None:  # atexit will not run: what a bucket's run left in the temp dir goes now
+                scratch.remove()
             os._exit(code)
         return code
     except BadInput as err:

@@ -256,6 +256,8 @@ class S3Proxy:
     def stall_next(self, n: int) -> None:
         with self._lock:
             self._stall = n
+            if n:
+                self._released.clear()  # held again, after an earlier release
 
     def release(self) -> None:
         self._released.set()

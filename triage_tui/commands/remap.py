@@ -9,9 +9,11 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 from typing import Any
 
+from triage_tui.core.runs.remote import shown_text
 from triage_tui.core.text import printable
 
 # Same values as triage_tui.core.remap.plan.INIT_STRATEGIES (a test keeps them equal); spelled out here
@@ -20,12 +22,15 @@ INIT_CHOICES = ("target", "mean", "zeros")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="the drafter checkpoint directory (or its weights file)")
+    parser.add_argument(
+        "checkpoint", help="the drafter checkpoint directory (or its weights file), local or in a bucket (s3://...)"
+    )
     parser.add_argument("--mapping", help="the run's vocab mapping: .pt {d2t,t2d}, d2t.npy, or a checkpoint")
     parser.add_argument(
         "--out",
-        help="output directory (default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>; "
-        "under $XDG_DATA_HOME/triage/remapped/ when that directory is in a git work tree or read-only)",
+        help="output directory, or a bucket prefix (s3://...; never over the source) "
+        "(default: beside the checkpoint, <name>-remapped-<mapping sha256 prefix>; "
+        "under $XDG_DATA_HOME/triage/remapped/ when that directory is in a git work tree, read-only or a bucket)",
     )
     parser.add_argument(
         "--init-missing",
@@ -116,8 +121,8 @@ def _percent(x: float) -> str:
 
 
 def _say(line: str) -> None:
-    """One line of the text report; paths and notes shown as `cat -v` would."""
-    print(printable(line))
+    """One line of the text report; paths and notes shown as `cat -v` would, a bucket's by its URL."""
+    print(printable(str(shown_text(line))))
 
 
 def _check_out(out: str | None) -> None:
@@ -168,17 +173,38 @@ def _run(args: argparse.Namespace) -> int:
 
 def _remap(args: argparse.Namespace, cancel: threading.Event) -> int:
     from triage_tui.core.errors import BadInput
+    from triage_tui.core.objstore import scratch
+    from triage_tui.core.objstore.url import is_object_url, parse_url
     from triage_tui.core.remap.execute import remap_checkpoint
     from triage_tui.core.remap.keep import keep_checkpoint_mapping
+    from triage_tui.core.runs.remote import Mirrors, refuse_output_url, upload_output
 
+    # URLs (s3://, gs://) are read from their buckets: mirrored, the checkpoint's weights whole
+    # (a remap copies them); the output is written locally (beside nothing in the bucket).
+    mirrors = Mirrors()
+    args.checkpoint, args.mapping, args.target, args.data = (
+        mirrors.local_input(value) for value in (args.checkpoint, args.mapping, args.target, args.data)
+    )
+    if mirrors.mirrors:
+        for error in mirrors.sync():
+            print(f"triage remap: {printable(error.line())}", file=sys.stderr)
+        mirrors.fill_placeholders(args.checkpoint)
+    out_url = args.out if args.out is not None and is_object_url(args.out) else None
+    if out_url is not None:
+        # Written here first (verified as any remap), then put below the URL; never over a source.
+        sources = [args.checkpoint, args.mapping, args.target, args.data]
+        refuse_output_url(out_url, sources=sources, force=args.force)
+        staging = tempfile.mkdtemp(prefix="out-", dir=scratch.scratch_dir())
+        args.out = os.path.join(staging, parse_url(out_url).key.rstrip("/").rsplit("/", 1)[-1] or "out")
     if args.keep_checkpoint_mapping:
         kept = keep_checkpoint_mapping(args.checkpoint, args.out, force=args.force)
+        kept_output = upload_output(kept.output, out_url) if out_url is not None else str(kept.output)
         if args.json:
-            print(json.dumps(kept.to_json(), indent=2))
+            print(json.dumps(shown_text({**kept.to_json(), "output": kept_output}), indent=2))
         else:
             _say(
                 f"wrote the checkpoint's own mapping ({kept.draft_vocab_size} draft of "
-                f"{kept.target_vocab_size} target tokens) to {kept.output}; no weights were touched"
+                f"{kept.target_vocab_size} target tokens) to {kept_output}; no weights were touched"
             )
             if kept.output_outside_because:
                 _say(f"  not beside the checkpoint: {kept.output_outside_because}")
@@ -211,10 +237,11 @@ def _remap(args: argparse.Namespace, cancel: threading.Event) -> int:
     finally:
         if show_progress:
             sys.stderr.write("\r" + " " * 66 + "\r")
+    output = upload_output(report.output, out_url) if out_url is not None else str(report.output)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(shown_text({**report.to_json(), "output": output}), indent=2))
         return 0
-    _say(f"wrote {report.output} ({'verified' if report.verified else 'NOT verified'})")
+    _say(f"wrote {output} ({'verified' if report.verified else 'NOT verified'})")
     if report.output_outside_because:
         _say(f"  not beside the checkpoint: {report.output_outside_because}")
     _say(

@@ -74,12 +74,16 @@ class CheckInputs:
         rows a drafter never had are initialised the same way (`--target`) from either."""
         if self.checkpoint is None or self.mapping is None:
             return None
-        words = ["triage", "remap", str(self.checkpoint), "--mapping", str(self.mapping)]
+        from triage_tui.core.runs.remote import shown_path
+
+        # A bucket's input by its URL (the mirror's directory is gone when this process ends).
+        checkpoint = shown_path(self.checkpoint)
+        words = ["triage", "remap", checkpoint, "--mapping", shown_path(self.mapping)]
         if self.target is not None:
-            words += ["--target", str(self.target)]  # new rows from the target's lm_head
+            words += ["--target", shown_path(self.target)]  # new rows from the target's lm_head
             if self.data is not None:
-                words += ["--data", str(self.data)]  # replay accuracy before and after
-        return shlex.join(words), shlex.join(["triage", "remap", str(self.checkpoint), "--keep-checkpoint-mapping"])
+                words += ["--data", shown_path(self.data)]  # replay accuracy before and after
+        return shlex.join(words), shlex.join(["triage", "remap", checkpoint, "--keep-checkpoint-mapping"])
 
 
 @dataclass(frozen=True)

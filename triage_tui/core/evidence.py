@@ -17,7 +17,7 @@ in place on its own thread, where this is one consistent read, the one `check` m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +93,14 @@ def gather_evidence(run: str | Path, overrides: Overrides = Overrides()) -> Evid
 
     mirrors = Mirrors()
     run_path = mirrors.local(str(run))
+    # a flag's URL (--checkpoint s3://...) is mirrored too: the user named it, as the run
+    overrides = replace(
+        overrides,
+        checkpoint=mirrors.local_input(overrides.checkpoint),
+        mapping=mirrors.local_input(overrides.mapping),
+        data=mirrors.local_input(overrides.data),
+        target=mirrors.local_input(overrides.target),
+    )
     unread = mirrors.sync()
     resolved = _resolve(run_path, overrides)
     if mirrors.mirrors:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from triage_tui.core.checks.result import CheckResult, key_value_lines, table_lines
-from triage_tui.core.formats.mapping import mapping_sha256
+from triage_tui.core.formats.mapping_digest import mapping_digest
 from triage_tui.core.vocab import VocabMapping
 
 NAME = "vocab_mapping"
@@ -112,7 +112,7 @@ class VocabDetails:
     overlap: int
     only_in_checkpoint: int
     only_in_run: int
-    # formats/mapping.py mapping_sha256: the file's bytes, the digest remap shows too.
+    # formats/mapping_digest.py mapping_digest: the file's bytes, the digest remap shows too.
     checkpoint_sha256: str
     checkpoint_sha256_of: str
     run_sha256: str
@@ -236,7 +236,7 @@ def check_vocab_mapping(
             "SpecForge cache/vocab_mapping/<key>.pt or speculators d2t.npy): pass --mapping",
         )
 
-    checkpoint_digest, run_digest = mapping_sha256(checkpoint_mapping), mapping_sha256(run_mapping)
+    checkpoint_digest, run_digest = mapping_digest(checkpoint_mapping), mapping_digest(run_mapping)
     ckpt_hot, run_hot = checkpoint_mapping.hot_ids, run_mapping.hot_ids
     ckpt_vd, run_vd = checkpoint_mapping.draft_vocab_size, run_mapping.draft_vocab_size
     common = min(ckpt_vd, run_vd)

@@ -11,6 +11,7 @@ fetched is a hole of zeros, so a reader given ``path`` must ``ensure`` first wha
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import struct
 import threading
@@ -27,6 +28,7 @@ from triage_tui.core.formats.safe_torch import (
     read_safetensors_header,
 )
 from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore.follow import read_range
 from triage_tui.core.objstore.mirror import placeholder_of
 from triage_tui.core.objstore.sparse import SparseObject, open_sparse
 from triage_tui.core.objstore.store import ObjectMeta, store_for
@@ -139,6 +141,20 @@ def readable_path(path: Path) -> Path:
     sparse = _shared(_WHOLE, path, meta, lambda: open_sparse(store, meta.key, meta=meta))
     sparse.ensure([(0, meta.size)])
     return sparse.path
+
+
+def object_sha256(path: str | os.PathLike[str]) -> str | None:
+    """SHA-256 of the bytes of the object a mirror left ``path`` a placeholder of (read by range, a
+    chunk at a time, never whole in memory), so ``sha256sum`` of the same file on disk agrees;
+    None when ``path`` is a file of its own. BadInput (naming the URL) when it cannot be read."""
+    found = placeholder_of(path)
+    if found is None:
+        return None
+    store, meta = found
+    digest = hashlib.sha256()
+    for start in range(0, meta.size, tuning.RANGE_CHUNK_BYTES):
+        digest.update(read_range(store, meta.key, start, min(meta.size, start + tuning.RANGE_CHUNK_BYTES), meta.etag))
+    return digest.hexdigest()
 
 
 @atexit.register

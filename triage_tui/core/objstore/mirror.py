@@ -27,7 +27,7 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import tuning
 from triage_tui.core.objstore.cache import ObjectCache, default_cache
 from triage_tui.core.objstore.follow import ObjectFollower, read_range
-from triage_tui.core.objstore.store import ObjectMeta, Store, store_for
+from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, store_for
 from triage_tui.core.objstore.url import ObjectURL
 
 How = Literal["follow", "whole", "placeholder", "skip"]
@@ -53,6 +53,34 @@ def _set_placeholder(path: Path, entry: tuple[Store, ObjectMeta] | None) -> None
             _PLACEHOLDERS.pop(os.path.abspath(path), None)
         else:
             _PLACEHOLDERS[os.path.abspath(path)] = entry
+
+
+def fill_placeholders(root: str | os.PathLike[str]) -> int:
+    """Every placeholder at or below ``root`` given its object's bytes (by range, a chunk at a time,
+    never whole in memory), so that a reader of whole files (a remap copying a checkpoint) reads
+    the object; the bytes fetched. BadInput naming the URL when one cannot be read."""
+    base = os.path.abspath(root)
+    with _PLACEHOLDERS_LOCK:
+        found = [
+            (path, entry) for path, entry in _PLACEHOLDERS.items() if path == base or path.startswith(base + os.sep)
+        ]
+    fetched = 0
+    for path, (store, meta) in found:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for start in range(0, meta.size, tuning.RANGE_CHUNK_BYTES):
+                stop = min(meta.size, start + tuning.RANGE_CHUNK_BYTES)
+                view = memoryview(read_range(store, meta.key, start, stop, meta.etag))
+                position = start
+                while view:
+                    written = os.pwrite(fd, view, position)
+                    view, position = view[written:], position + written
+        finally:
+            os.close(fd)
+        os.utime(path, (meta.mtime, meta.mtime))
+        _set_placeholder(Path(path), None)
+        fetched += meta.size
+    return fetched
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,9 @@ class PrefixMirror:
     url: ObjectURL
     root: Path
     policy: Callable[[str], How]
+    # One object's key below ``url`` to mirror alone (a file's URL): asked for by its own key, the
+    # rest of the prefix neither listed nor fetched.
+    only_key: str | None = None
     store: Store = field(init=False)
     cache: ObjectCache | None = field(init=False)
     _known: dict[str, _Local] = field(default_factory=dict, init=False)
@@ -99,14 +130,15 @@ class PrefixMirror:
     def __post_init__(self) -> None:
         self.store = store_for(self.url)
         self.cache = default_cache()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.root.is_file():  # a file's URL mirrored before in this process: its object is there
+            self.root.mkdir(parents=True, exist_ok=True)
 
     def sync(self) -> MirrorPass:
         """One listing of the prefix, then each changed object fetched as the policy says.
         BadInput when the prefix itself cannot be listed."""
         requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
         prefix = self.url.prefix()
-        listing = self.store.listing(prefix)
+        listing = self.store.listing(prefix) if self.only_key is None else self._only_object()
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
         written: list[str] = []
@@ -147,6 +179,14 @@ class PrefixMirror:
             removed=tuple(sorted(removed)),
             errors=tuple(errors),
         )
+
+    def _only_object(self) -> Listing:
+        """``only_key`` as a listing (one HEAD: object_store lists a key's "directory", not the key)."""
+        assert self.only_key is not None
+        try:
+            return Listing((self.store.head(self.only_key),))
+        except ObjectMissing:
+            return Listing(())
 
     def _changed(self, rel: str, meta: ObjectMeta, how: How) -> bool:
         known = self._known.get(rel)

@@ -5,8 +5,8 @@ reads a tensor whose bytes were fetched exactly as from the whole file, and the 
 checks its offsets against the real size. What was never fetched is a hole (zeros, no disk
 blocks), so ``filled`` is the record of what may be read: ``SparseObject.ensure`` fetches what a
 range lacks before anyone reads it. Off the cache the file lives in a temporary directory removed
-by ``close``; in the cache (``tuning.CACHE_CHECKPOINTS``) its ranges are kept beside it, valid for
-the object's ETag.
+by ``close`` (below this process's ``scratch`` directory, removed however the process ends); in the
+cache (``tuning.CACHE_CHECKPOINTS``) its ranges are kept beside it, valid for the object's ETag.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore import scratch, tuning
 from triage_tui.core.objstore.cache import ObjectCache
 from triage_tui.core.objstore.follow import read_range
 from triage_tui.core.objstore.store import ObjectMeta, Store
@@ -56,7 +56,7 @@ class SparseObject:
             self._ranges_file: Path | None = self.path.with_name(self.path.name + ".ranges")
             self.filled = self._load_ranges()
         else:
-            self._tempdir = tempfile.mkdtemp(prefix="triage-object-")
+            self._tempdir = tempfile.mkdtemp(prefix="object-", dir=scratch.scratch_dir())
             self.path = Path(self._tempdir) / _name(meta.key)
             self._ranges_file = None
         if not self.filled:

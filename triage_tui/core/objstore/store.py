@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from triage_tui.core.errors import BadInput
@@ -85,9 +86,11 @@ class Listing:
 
 class _Client(Protocol):
     def list_all(self, prefix: str) -> list[ObjectMeta]: ...
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None: ...
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]: ...
     def head(self, key: str) -> ObjectMeta: ...
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]: ...
+    def put(self, key: str, path: str) -> None: ...
 
 
 class _Failure(Exception):
@@ -108,9 +111,28 @@ class UnlistableKey(BadInput):
     "." and ".." segments and control characters): the page fails as a whole."""
 
 
+# A URL's user information (``http://user:password@host``): what an endpoint's credentials look like
+# inside a client's error text, which names the URL it requested.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+# Environment variables whose values are secrets (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+# AZURE_STORAGE_ACCOUNT_KEY, a password): never shown, wherever a client's text repeats one.
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|_KEY$|^AZURE_STORAGE_SAS")
+_MIN_SECRET_CHARS = 12  # shorter values would blank ordinary words (an AWS secret key has 40)
+
+
+def redact(text: str) -> str:
+    """``text`` without an endpoint's user and password or any secret value of the environment."""
+    text = _USERINFO.sub(r"\1***@", text)
+    for name, value in os.environ.items():
+        if len(value) >= _MIN_SECRET_CHARS and _SECRET_NAME.search(name.upper()) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
 def _classify(err: BaseException) -> _Failure:
-    """Any client's exception as one line, retryable or not (no client type leaks past here)."""
-    text = str(err)
+    """Any client's exception as one line, retryable or not (no client type leaks past here), its
+    credentials taken out (``redact``)."""
+    text = redact(str(err))
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     if isinstance(err, FileNotFoundError):
         return _Failure("not found", missing=True)
@@ -178,6 +200,7 @@ class _Obstore:
         from obstore.store import GCSStore, S3Store
 
         self._obs = obstore
+        self.scheme, self.bucket = url.scheme, url.bucket
         client_options: ClientConfig = {
             "timeout": timedelta(seconds=tuning.REQUEST_TIMEOUT_SECS),
             "connect_timeout": timedelta(seconds=tuning.CONNECT_TIMEOUT_SECS),
@@ -213,6 +236,33 @@ class _Obstore:
     def list_all(self, prefix: str) -> list[ObjectMeta]:
         return [self._meta(e) for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000) for e in chunk]
 
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
+        """Every key under ``prefix`` as S3 lists it, through botocore (which asks for keys
+        URL-encoded and decodes them): the keys object_store refuses to parse (a control character)
+        are listed too, so one such key hides nothing else. None off S3 or without botocore."""
+        if self.scheme != "s3":
+            return None
+        try:
+            import botocore.session
+            from botocore.config import Config
+        except ImportError:
+            return None
+        session = botocore.session.get_session()
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+        config = Config(
+            connect_timeout=tuning.CONNECT_TIMEOUT_SECS,
+            read_timeout=tuning.REQUEST_TIMEOUT_SECS,
+            retries={"max_attempts": 1},  # retried by Store._call, under its deadline
+        )
+        client = session.create_client("s3", endpoint_url=endpoint, region_name=region, config=config)
+        found = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", ()):
+                etag, mtime = str(item.get("ETag") or ""), _epoch(item.get("LastModified"))
+                found.append(ObjectMeta(str(item["Key"]), int(item.get("Size") or 0), etag, mtime))
+        return found
+
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         found = self._obs.list_with_delimiter(self.store, prefix or None)
         subdirs = [p if p.endswith("/") else p + "/" for p in found["common_prefixes"]]
@@ -225,6 +275,9 @@ class _Obstore:
         options: GetOptions | None = {"range": (start, end)} if start is not None and end is not None else None
         result = self._obs.get(self.store, key, options=options)
         return bytes(result.bytes()), self._meta(result.meta)
+
+    def put(self, key: str, path: str) -> None:
+        self._obs.put(self.store, key, Path(path))  # multipart above obstore's chunk size
 
 
 # --- fsspec --------------------------------------------------------------------------------------
@@ -259,6 +312,9 @@ class _Fsspec:
         found = self.fs.find(path, detail=True)
         return [self._meta(info) for info in found.values() if info.get("type", "file") == "file"]
 
+    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
+        return None  # fsspec lists any key: list_all never meets an unlistable one
+
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         raise NotImplementedError  # fsspec lists any key: list() never meets an unlistable one
 
@@ -271,6 +327,9 @@ class _Fsspec:
 
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]:
         return bytes(self.fs.cat_file(self._path(key), start=start, end=end)), None
+
+    def put(self, key: str, path: str) -> None:
+        self.fs.put_file(path, self._path(key))
 
 
 def _missing_extra(url: ObjectURL, err: ImportError) -> BadInput:
@@ -300,7 +359,7 @@ class Store:
             else:
                 raise _missing_extra(url, err) from None
         except ValueError as err:  # an fsspec protocol nobody registered, a malformed bucket
-            raise BadInput(url.text, str(err).splitlines()[0][:200] if str(err) else "cannot open") from None
+            raise BadInput(url.text, redact(str(err)).splitlines()[0][:200] if str(err) else "cannot open") from None
 
     def url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
@@ -333,9 +392,11 @@ class Store:
         """Every object whose key starts with ``prefix`` (a "directory": "" or ending in "/"), in
         one listing pass (ListObjectsV2 pages of 1 000 keys); none when there is none.
 
-        A key the client cannot represent fails its whole page; the pass is then repeated one
-        directory level at a time below ``prefix`` so that only the directory holding that key is
-        lost (``Listing.unreadable``), the other runs listed as usual."""
+        A key the client cannot represent (object_store: a control character, an empty or ".."
+        segment) fails its whole page; on S3 the pass is then asked again through botocore, which
+        lists every key as it is (the mirror reports those it cannot hold); elsewhere it is repeated
+        one directory level at a time below ``prefix`` so that only the directory holding that key
+        is lost (``Listing.unreadable``), the other runs listed as usual."""
         objects, unreadable = self._list_isolating(prefix)
         return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable))
 
@@ -356,6 +417,9 @@ class Store:
             # bucket's absence (S3's NoSuchBucket): the runs mirrored from it are not gone, unseen.
             raise BadInput(self.url(prefix), "no such bucket: its listing answered not found") from None
         except UnlistableKey as err:
+            raw = self._call(prefix, lambda: self._client.list_raw(prefix))
+            if raw is not None:
+                return raw, []
             try:
                 objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
             except UnlistableKey:
@@ -385,6 +449,10 @@ class Store:
             return data, meta
 
         return self._call(key, once)
+
+    def put(self, key: str, path: str | os.PathLike[str]) -> None:
+        """The local file ``path`` written as the object ``key`` (replacing one of that key)."""
+        self._call(key, lambda: self._client.put(key, os.fspath(path)))
 
 
 _STORES: dict[tuple[str, str, tuple[str, ...]], Store] = {}

@@ -43,6 +43,7 @@ from triage_tui.core.remap.staging import (
 from triage_tui.core.remap.torch_path import write_tensors
 from triage_tui.core.remap.verify import verify, verify_metadata
 from triage_tui.core.remap.writer import Entry, SafetensorsWriter, open_writers, safetensors_metadata
+from triage_tui.core.runs.remote import shown_path
 from triage_tui.core.vocab import VocabMapping
 
 if TYPE_CHECKING:
@@ -150,11 +151,11 @@ def _provenance(plan: RemapPlan, digests: dict[str, str], notes: list[str]) -> d
         "tool": "triage",
         "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "source": str(plan.source),
+        "source": shown_path(plan.source),  # a bucket's checkpoint by its URL, not the mirror's path
         "source_file_kind": plan.checkpoint.file_kind,
         "source_layout": plan.checkpoint.layout,
         "source_blake3": dict(digests),
-        "mapping": str(plan.mapping_path),
+        "mapping": shown_path(plan.mapping_path),
         "mapping_sha256": plan.mapping_sha256,
         "mapping_sha256_of": plan.mapping_sha256_of,
         "draft_vocab_size": plan.draft_vocab_size,
@@ -182,9 +183,9 @@ def _metadata(plan: RemapPlan, source_metadata: dict[str, str], digests: dict[st
     metadata.update(
         {
             "triage.version": __version__,
-            "triage.source": _utf8(plan.source),
+            "triage.source": _utf8(shown_path(plan.source)),
             "triage.source_blake3": json.dumps(digests, sort_keys=True),
-            "triage.mapping": _utf8(plan.mapping_path),
+            "triage.mapping": _utf8(shown_path(plan.mapping_path)),
             "triage.mapping_sha256": plan.mapping_sha256,
             "triage.rows_copied": str(plan.rows_copied),
             "triage.rows_initialized": str(plan.rows_initialized),

@@ -11,7 +11,8 @@ import numpy as np
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
-from triage_tui.core.formats.mapping import mapping_sha256, read_mapping
+from triage_tui.core.formats.mapping import read_mapping
+from triage_tui.core.formats.mapping_digest import mapping_digest
 from triage_tui.core.remap.job import count
 from triage_tui.core.remap.staging import (
     OutputPlace,
@@ -219,7 +220,7 @@ def _plan(
             "(same tensor names, same layout)."
         )
 
-    mapping_sha, mapping_sha_of = mapping_sha256(run_mapping)  # the digest check shows as run_sha256
+    mapping_sha, mapping_sha_of = mapping_digest(run_mapping)  # the digest check shows as run_sha256
     place = (
         OutputPlace(Path(out).resolve())
         if out is not None

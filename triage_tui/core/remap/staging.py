@@ -21,6 +21,9 @@ from pathlib import Path
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.remap_record import REMAP_RECORD
+from triage_tui.core.objstore import scratch
+from triage_tui.core.objstore.url import parse_url
+from triage_tui.core.runs.remote import shown_path
 
 # The remap's own record, named where core/check_inputs.py reads it back.
 PROVENANCE_FILE = REMAP_RECORD
@@ -90,10 +93,13 @@ class OutputPlace:
         what, where = self.outside_of
         if what == GIT_WORK_TREE:
             return f"the source's directory is in the git work tree {where}, whose `git status` would show it"
+        if what == BUCKET:
+            return f"the source is in a bucket, {shown_path(where)}, which a remap never writes unless --out names it"
         return f"the source's directory {where} cannot be written"
 
 
 GIT_WORK_TREE = "git work tree"
+BUCKET = "bucket"
 READ_ONLY = "read-only directory"
 
 
@@ -106,6 +112,11 @@ def default_output(source: Path, name: str) -> OutputPlace:
     remapped drafter is the user's data to train from, not a cache to be cleared: the data directory.
     A path git ignores there is no change to the checkout: beside it, as anywhere else."""
     beside = source.parent
+    if scratch.holds(beside):
+        # Mirrored from a bucket (runs/remote.py): beside it is a temporary directory removed at
+        # exit. Under the data directory at the source's URL: s3/<bucket>/<key>/<name>.
+        url = parse_url(shown_path(beside))
+        return OutputPlace(remapped_home() / url.scheme / url.bucket / url.key.strip("/") / name, (BUCKET, beside))
     output = beside / name
     root = _git_work_tree(beside)
     if root is not None and not _git_ignores(root, output):

@@ -6,7 +6,8 @@ Trust (docs/contracts.md, Trust): a URL, or a path outside the run directory, na
 triage.toml is used only when the file is owned by the user running triage, the rule git applies
 to ``safe.directory``. Otherwise it is left out of the ``Manifest`` and ``Manifest.untrusted``
 says what was not used and why: ``scan`` of a shared tree never fetches what another user's
-file names, nor reads a file of yours it points at.
+file names, nor reads a file of yours it points at. A triage.toml fetched from a bucket is nobody's
+own: its URLs are never fetched and its paths are used only inside the prefix the user named.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from triage_tui.core import bounds
 from triage_tui.core.errors import BadInput, SourceError
+from triage_tui.core.objstore import scratch
 
 if TYPE_CHECKING:
     from triage_tui.core.formats.hub import HubModel
@@ -158,8 +160,14 @@ def load_manifest(path: str | Path) -> Manifest:
         values[key] = tuple(value)
     values.update(_serving_table(path, document.get("serving")))
     values.update(_logs_table(path, document.get("logs")))
-    if owner != _me():
-        values = _trusted_only(path, owner, values)
+    if scratch.holds(path):
+        # Fetched from a bucket: whoever could write there wrote it, not the user (objstore.scratch).
+        bound = scratch.named_root(path) or str(path.parent)
+        why = f"{path.name} was fetched from a bucket, nobody's own file"
+        values = _trusted_only(path, values, why, bound, "outside the prefix you named")
+    elif owner != _me():
+        why = f"{path.name} is owned by uid {owner}, not by you (uid {_me()}), as git's safe.directory rule asks"
+        values = _trusted_only(path, values, why, str(path.parent), "outside the run")
     return Manifest(path=path, notes=tuple(notes), **values)
 
 
@@ -177,11 +185,10 @@ def _me() -> int:
     return os.geteuid()
 
 
-def _trusted_only(path: Path, owner: int, values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` without the URLs and the paths outside the run that a file ``owner`` owns names;
-    ``untrusted`` says what was left out."""
-    run_dir = os.path.realpath(path.parent)
-    why = f"{path.name} is owned by uid {owner}, not by you (uid {_me()}), as git's safe.directory rule asks"
+def _trusted_only(path: Path, values: dict[str, Any], why: str, bound: str, outside: str) -> dict[str, Any]:
+    """``values`` without the URLs and the paths out of ``bound`` that a file not the user's names
+    (``why`` it is not); ``untrusted`` says what was left out, each path ``outside`` ``bound``."""
+    run_dir = os.path.realpath(bound)
 
     def inside(value: Path | str) -> bool:
         return os.path.commonpath([run_dir, os.path.realpath(value)]) == run_dir
@@ -190,19 +197,19 @@ def _trusted_only(path: Path, owner: int, values: dict[str, Any]) -> dict[str, A
     for key in _MANIFEST_PATH_KEYS:
         value = kept.get(key)
         if value is not None and not inside(value):
-            untrusted.append(f"[run] {key} {value} not used: outside the run, and {why}")
+            untrusted.append(f"[run] {key} {value} not used: {outside}, and {why}")
             del kept[key]
     for key, table in (("serving_logs", "[serving] logs"), ("console_logs", "[logs] console")):
         logs = kept.get(key, ())
         if any(not inside(p) for p in logs):
             kept[key] = tuple(p for p in logs if inside(p))
-            untrusted += [f"{table} {p} not read: outside the run, and {why}" for p in logs if not inside(p)]
+            untrusted += [f"{table} {p} not read: {outside}, and {why}" for p in logs if not inside(p)]
     metrics = kept.get("serving_metrics")
     if metrics is not None and bounds.is_url(metrics):
         untrusted.append(f"[serving] metrics {metrics} not fetched: {why} (pass it to check --serving to fetch it)")
         del kept["serving_metrics"]
     elif metrics is not None and not inside(metrics):
-        untrusted.append(f"[serving] metrics {metrics} not read: outside the run, and {why}")
+        untrusted.append(f"[serving] metrics {metrics} not read: {outside}, and {why}")
         del kept["serving_metrics"]
     return {**kept, "untrusted": tuple(untrusted)}
 

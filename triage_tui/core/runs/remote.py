@@ -1,6 +1,7 @@
 """Which objects of a run tree in a bucket are fetched, and how, when the tree is mirrored locally.
 
-By name alone (``names``), as discovery recognises files: the files a reader follows as they
+By name alone (``names``), as discovery recognises files: what no reader opens (a trainer's
+optimizer and scheduler states) is not fetched at all; the files a reader follows as they
 grow (event files, W&B run files, logs) are followed; weights (``*.safetensors``, ``*.bin``,
 ``*.pth`` that are neither hidden-state dumps nor mappings) stay placeholders of their size,
 fetched by range when a check needs them (``objstore.sparse``); everything else a run holds
@@ -10,16 +11,16 @@ what the watcher opens.
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, local_relative
+from triage_tui.core.objstore import scratch
+from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
+from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HS_SAFETENSORS,
@@ -32,9 +33,19 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth")
 FOLLOWED_SUFFIXES = (".log", ".jsonl")
 
 
+# What a trainer saves beside its weights that no reader of triage opens: HF Trainer's optimizer,
+# scheduler and AMP scaler states (transformers trainer.py OPTIMIZER_NAME, SCHEDULER_NAME,
+# SCALER_NAME) and DeepSpeed's per-rank states. Not mirrored at all: an optimizer.pt is twice the
+# weights (over 256 MiB for any real drafter), and a sweep holds one per checkpoint.
+NEVER_READ = frozenset({"optimizer.pt", "scheduler.pt", "scaler.pt", "optimizer.bin"})
+NEVER_READ_SUFFIXES = ("_optim_states.pt", "_model_states.pt")
+
+
 def fetch_policy(relative: str) -> How:
     """How the object at ``relative`` (a key below the mirrored prefix) is fetched."""
     name = relative.rsplit("/", 1)[-1]
+    if name in NEVER_READ or name.endswith(NEVER_READ_SUFFIXES):
+        return "skip"
     if is_event_file_name(name) or is_wandb_file_name(name) or name.endswith(FOLLOWED_SUFFIXES):
         return "follow"
     if name.endswith(WEIGHT_SUFFIXES) and not HS_SAFETENSORS.match(name) and not MAPPING_FILE.search(name):
@@ -50,24 +61,19 @@ def mirror_runs(url: str, root: Path) -> PrefixMirror:
 
 # --- the command line's URLs, as local trees --------------------------------------------------
 
-# Where URLs given on the command line are mirrored: one temporary directory a process, removed at
-# exit. Not a per-user directory kept between runs: a mirror's record of what it fetched (ETags,
-# followed offsets) lives in its process, so a tree left by an earlier one could hold objects
-# deleted from the bucket since, and nothing would know to remove them. Small objects are kept
-# between runs anyway, by ETag, in the object cache (objstore.cache, $XDG_CACHE_HOME/triage);
-# weights are sparse placeholders, so the directory costs the followed files' bytes.
-_BASE: Path | None = None
+# Where URLs given on the command line are mirrored: below this process's scratch directory
+# (objstore.scratch), removed however the process ends. Not a per-user directory kept between runs:
+# a mirror's record of what it fetched (ETags, followed offsets) lives in its process, so a tree
+# left by an earlier one could hold objects deleted from the bucket since, and nothing would know
+# to remove them. Small objects are kept between runs anyway, by ETag, in the object cache
+# (objstore.cache, $XDG_CACHE_HOME/triage, size-capped); weights are sparse placeholders, so the
+# directory costs the followed files' bytes.
 _BUCKETS: dict[str, str] = {}  # local directory of a bucket (absolute) -> "scheme://bucket/"
 _BASE_LOCK = threading.Lock()
 
 
 def _base() -> Path:
-    global _BASE
-    with _BASE_LOCK:
-        if _BASE is None:
-            _BASE = Path(os.path.abspath(tempfile.mkdtemp(prefix="triage-mirror-")))
-            atexit.register(shutil.rmtree, _BASE, ignore_errors=True)
-        return _BASE
+    return scratch.scratch_dir() / "mirror"
 
 
 def local_root(url: ObjectURL) -> Path:
@@ -114,31 +120,74 @@ def shown_text(value: object) -> object:
     return value
 
 
+NOTHING_FOUND = (
+    "nothing found: no object under this prefix nor at this key "
+    "(looked for runs: event files, W&B run files, consoles, triage.toml)"
+)
+
+
+def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | None:
+    """``mirror``'s URL as one object's key (a file's URL: ``s3://b/run/events.out.tfevents.1``),
+    mirrored alone where the local path of the URL already points; None when no such object is."""
+    key = mirror.url.key.strip("/")
+    parent = mirror.url.key.rstrip("/").rsplit("/", 1)[0] if "/" in key else ""
+    parent_url = ObjectURL(mirror.url.scheme, mirror.url.bucket, parent)
+    if mirror.root.is_dir():
+        if any(mirror.root.iterdir()):
+            return None
+        mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
+    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key)
+    done = single.sync()
+    if done.listed == 0:
+        if not mirror.root.exists():
+            mirror.root.mkdir(parents=True, exist_ok=True)
+        return None
+    return single, done
+
+
 class Mirrors:
     """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date."""
 
     def __init__(self) -> None:
         self.mirrors: list[PrefixMirror] = []
 
-    def local(self, text: str) -> Path:
+    def local(self, text: str, *, named: bool = True) -> Path:
         """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
         directory it is mirrored into (nothing fetched yet: ``sync``), a path is itself.
+        ``named``: the user named it (what a triage.toml below it may name stays inside it).
         BadInput naming the URL when its client is not installed."""
         if not is_object_url(text):
             return Path(text)
         url = parse_url(text)
         root = local_root(url)
+        if named:
+            scratch.mark_named(root)
         if not any(m.root == root for m in self.mirrors):
             self.mirrors.append(mirror_runs(url.text, root))
         return root
 
+    def fill_placeholders(self, path: str | Path) -> int:
+        """The weights mirrored at or below ``path`` fetched whole (``mirror.fill_placeholders``)."""
+        return fill_placeholders(path)
+
+    def local_input(self, value: str | Path | None) -> str | Path | None:
+        """A command's flag (``--checkpoint s3://...``) as ``local`` makes it when it is a URL; else as given."""
+        return self.local(value) if isinstance(value, str) and is_object_url(value) else value
+
     def sync(self, *, strict: bool = True) -> list[SourceError]:
-        """One pass of every mirror; the objects that failed. A prefix that cannot be listed is
-        BadInput when ``strict`` (a one-shot command), else one more error (the TUI goes on)."""
+        """One pass of every mirror; the objects that failed. A prefix that cannot be listed, or
+        with nothing under it (and no object at its key), is BadInput when ``strict`` (a one-shot
+        command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
-        for mirror in self.mirrors:
+        for i, mirror in enumerate(list(self.mirrors)):
             try:
                 done: MirrorPass = mirror.sync()
+                if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
+                    single = _single_object(mirror)
+                    if single is not None:
+                        self.mirrors[i], (mirror, done) = single[0], single
+                if done.listed == 0 and not done.errors:  # a listing that failed in part is said as such
+                    raise BadInput(mirror.url.text, NOTHING_FOUND)
             except BadInput as err:
                 if strict:
                     raise
@@ -158,7 +207,7 @@ class Mirrors:
             shown = shown_path(path)
             if is_object_url(shown):
                 before = len(self.mirrors)
-                self.local(shown)
+                self.local(shown, named=False)
                 added += self.mirrors[before:]
         errors: list[SourceError] = []
         for mirror in added:
@@ -168,3 +217,30 @@ class Mirrors:
                 self.mirrors.remove(mirror)
                 shutil.rmtree(mirror.root, ignore_errors=True)
         return errors
+
+
+def refuse_output_url(text: str, *, sources: list[str | Path | None], force: bool) -> None:
+    """BadInput when the URL ``text`` (a remap's ``--out``) is one of ``sources``, lies in or over one
+    (never over the source), or already holds objects and ``force`` is not given."""
+    url = parse_url(text)
+    prefix = url.prefix()
+    for source in sources:
+        shown = shown_path(source) if source is not None else ""
+        if not is_object_url(shown):
+            continue
+        other = parse_url(shown)
+        theirs = other.prefix()
+        same_bucket = (other.scheme, other.bucket) == (url.scheme, url.bucket)
+        if same_bucket and (prefix.startswith(theirs) or theirs.startswith(prefix)):
+            raise BadInput(text, f"--out would write in or over the source {shown}: choose another prefix")
+    if not force and store_for(url).listing(prefix).objects:
+        raise BadInput(text, "objects are already there: choose another --out, or pass --force to replace them")
+
+
+def upload_output(local: Path, text: str) -> str:
+    """The directory ``local`` (a remap's output) written below the URL ``text``, file by file; the URL."""
+    url = parse_url(text)
+    store = store_for(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        store.put(url.prefix() + path.relative_to(local).as_posix(), path)
+    return url.text.rstrip("/")
