@@ -393,8 +393,12 @@ def test_yarn_with_another_factor_shows_both_sides(specforge, tmp_path):
     target = scaled_target(tmp_path / "target", yarn)
     drafter = resave(specforge, tmp_path / "drafter")
     edit_config(drafter, rope_scaling={**yarn, "factor": 2.0}, rope_parameters=None)
-    rank, score, evidence = ranked(drafter, target)["rope_scaling_dropped"]
-    assert rank == 0 and score >= 0.5 and "factor: drafter 2, target 4" in evidence[0]
+    hypotheses = ranked(drafter, target)
+    rank, score, evidence = hypotheses["rope_scaling_dropped"]
+    # This target is built apart from the drafter, so untrained_embeddings (0.7) rightly names the
+    # drafter's own embedding too; of the rest, the RoPE scaling comes first.
+    assert rank <= 1 and score >= 0.5 and "factor: drafter 2, target 4" in evidence[0]
+    assert rank == 0 or hypotheses["untrained_embeddings"][0] == 0
 
 
 # --------------------------------------------------------------------------- the committed sample runs

@@ -22,8 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from triage_tui.samples.generate import generate
-    from triage_tui.samples.spec import SampleSpec
+    from triage_tui.samples.generate import SampleSpec, generate
 
     started = time.monotonic()
 

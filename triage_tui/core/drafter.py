@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.quantization import dequantizing_reader
 
 if TYPE_CHECKING:  # the checkpoint reader is another module's; only its API is used here
     from triage_tui.core.formats.checkpoint import DrafterCheckpoint
@@ -452,10 +451,8 @@ def load_drafter(
     if not raw.get("draft_vocab_size") and checkpoint.draft_vocab_size:
         raw["draft_vocab_size"] = checkpoint.draft_vocab_size
     config = DrafterConfig.from_config(raw, path=checkpoint.path)
-    # A quantized export (FP8/int8 with its scales) is built dequantized; the scales are not weights.
-    stored, read = dequantizing_reader(checkpoint.tensors, checkpoint.tensor)
-    names = {canonical_key(k): k for k in stored}
-    return _build(config, names, read, path=checkpoint.path, device=device, dtype=dtype)
+    names = {canonical_key(k): k for k in checkpoint.tensors}
+    return _build(config, names, checkpoint.tensor, path=checkpoint.path, device=device, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -441,7 +441,7 @@ def run_replay(
                 )
             embed = checkpoint.tensor("embed_tokens.weight")
             notes.append("no target model: embedding from the checkpoint's embed_tokens.weight")
-        drafter = load_drafter(checkpoint, device=dev)
+        drafter = load_drafter(checkpoint.dequantized(), device=dev)
         labels = _Labels(target, embed, dumps, dev)
         if labels.source == "input_ids":
             notes.append(

@@ -15,7 +15,8 @@ Only metadata is read up front (safetensors headers; the mmap'd pickle for ``.bi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,17 @@ class DrafterCheckpoint:
         if name not in self.tensors or self._weights is None:
             raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
         return self._weights.load_rows(name, spans)
+
+    def dequantized(self) -> DrafterCheckpoint:
+        """The checkpoint as a float model is built from it (core/drafter.py ``load_drafter``): each 8-bit
+        weight times its scale, the scales and zero points left out (formats/quantization.py); itself
+        when it stores nothing quantized."""
+        from triage_tui.core.formats.quantization import dequantizing_reader
+
+        names, read = dequantizing_reader(self.tensors, self.tensor)
+        kept = {name: self.tensors[name] for name in names}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return _Dequantized(**{**values, "tensors": kept}, read=read)
 
     @property
     def lm_head_name(self) -> str | None:
@@ -289,3 +301,15 @@ def _target_hidden_size(config, fc, aux_layer_ids, notes) -> int | None:
             f"inputs = {chunks} x {derived}"
         )
     return derived
+
+
+@dataclass(frozen=True, eq=False)
+class _Dequantized(DrafterCheckpoint):
+    """A DrafterCheckpoint whose tensors are read through a dequantizing reader (``dequantized``)."""
+
+    read: Callable[[str], torch.Tensor] | None = field(default=None, repr=False)
+
+    def tensor(self, name: str) -> torch.Tensor:
+        if name not in self.tensors or self.read is None:
+            raise BadInput(self.path, f"checkpoint has no tensor {name!r}")
+        return self.read(name)

@@ -228,7 +228,7 @@ def _replay_accuracy(
     from triage_tui.core.drafter import load_drafter
 
     try:
-        drafter = load_drafter(checkpoint, device="cpu")
+        drafter = load_drafter(checkpoint.dequantized(), device="cpu")
         return replay_accuracy(drafter, dumps, target, mapping, device=device, max_tokens=max_tokens)
     except BadInput as err:
         notes.append(f"Accuracy not measured: {err.line()}")
