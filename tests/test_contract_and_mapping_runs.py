@@ -49,7 +49,8 @@ def test_a_healthy_run_scores_nothing_and_lists_the_new_hypotheses(tmp_path, map
     a, _ = mappings
     out = tmp_path / "out"
     for step in (100, 200):
-        specforge_drafter(out / f"epoch_0_step_{step}", mapping=a, eagle_config=THREE_IDS)
+        # A healthy drafter holds its target's embedding (SpecForge loads it before training).
+        specforge_drafter(out / f"epoch_0_step_{step}", mapping=a, target=target, eagle_config=THREE_IDS)
     cache = out / "cache" / "vocab_mapping"
     cache.mkdir(parents=True)
     (cache / "key.pt").write_bytes(a.read_bytes())  # the mapping the trainer labelled with

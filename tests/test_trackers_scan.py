@@ -86,7 +86,7 @@ def test_a_data_sets_splits_named_like_nemos_records_make_no_run(tmp_path):
     example = json.dumps({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]})
     (data / "validation.jsonl").write_text(example + "\n")
     code, runs = _scan(tmp_path)
-    assert runs == [] and code == 0
+    assert runs == [] and code == 2  # nothing found: said, exit 2
     (data / "training.jsonl").write_text(example + "\n")
     code, (run,) = _scan(tmp_path)
     assert run["errors"] == [] and run["metrics"].get("loss") is None and not run.get("damaged_records")

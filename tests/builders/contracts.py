@@ -68,15 +68,21 @@ def vocab_mapping_file(path: Path, *, seed: int, vocab: int = TARGET_VOCAB, draf
     return path
 
 
-def specforge_drafter(root: Path, *, mapping: Path | None, seed: int = 0, **config_extra) -> Path:
+def specforge_drafter(
+    root: Path, *, mapping: Path | None, seed: int = 0, target: Path | None = None, **config_extra
+) -> Path:
     """``LlamaForCausalLMEagle3(config)``, the mapping loaded when given (else SpecForge's default
-    buffers: d2t zeros, t2d all True), written by ``save_pretrained``."""
+    buffers: d2t zeros, t2d all True), written by ``save_pretrained``. With ``target``, its embedding
+    is the target's, loaded by SpecForge's own ``load_embedding`` as its trainer does."""
     from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
 
     torch.manual_seed(seed)
     model = LlamaForCausalLMEagle3(specforge_config(**config_extra))
     if mapping is not None:
         model.load_vocab_mapping(str(mapping))
+    if target is not None:
+        with torch.no_grad():
+            model.load_embedding(str(target))
     model.save_pretrained(str(root))
     return root
 
