@@ -157,7 +157,7 @@ class MlflowDbRun:
         self._last_rowid = 0
         self._key: sqlite_ro.StoreKey | None = None
         self._caught_up = False
-        self._locked_polls = 0
+        self._locked = sqlite_ro.LockedPolls(store)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -181,11 +181,9 @@ class MlflowDbRun:
                     (tuning.MAX_NAME_CHARS, self.run_id, self._last_rowid, tuning.MAX_ROWS_PER_POLL),
                 ).fetchall()
         except sqlite_ro.Locked:
-            self._locked_polls += 1
-            if self._locked_polls >= tuning.LOCKED_POLLS_SAID:
-                raise BadInput(self.store, f"locked by its writer for {self._locked_polls} polls in a row") from None
+            self._locked.locked()
             return ReadStats()
-        self._locked_polls = 0
+        self._locked.read()
         if status is None:
             raise BadInput(self.store, f"holds no run {self.run_id!r} (any more)")
         self.status = status[0] if isinstance(status[0], str) else None

@@ -39,6 +39,23 @@ class Locked(Exception):
     """The store's writer held its lock past the busy timeout: read again at the next poll."""
 
 
+class LockedPolls:
+    """How many polls in a row found a store locked by its writer: a lock is waited out quietly (the
+    next poll tries again) until LOCKED_POLLS_SAID polls in a row, then said as an error of the run."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self.count = 0
+
+    def locked(self) -> None:
+        self.count += 1
+        if self.count >= tuning.LOCKED_POLLS_SAID:
+            raise BadInput(self.store, f"locked by its writer for {self.count} polls in a row")
+
+    def read(self) -> None:
+        self.count = 0
+
+
 def store_key(path: Path) -> StoreKey:
     """What changes when a store may hold new rows: inode, size and mtime of the database and its -wal."""
     key: list[tuple[int, int, int] | None] = []

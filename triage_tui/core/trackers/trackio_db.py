@@ -139,7 +139,7 @@ class TrackioRun:
         self._last_id = 0
         self._key: sqlite_ro.StoreKey | None = None
         self._caught_up = False
-        self._locked_polls = 0
+        self._locked = sqlite_ro.LockedPolls(store)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -163,11 +163,9 @@ class TrackioRun:
                     (*args, self._last_id, tuning.MAX_ROWS_PER_POLL),
                 ).fetchall()
         except sqlite_ro.Locked:
-            self._locked_polls += 1
-            if self._locked_polls >= tuning.LOCKED_POLLS_SAID:
-                raise BadInput(self.store, f"locked by its writer for {self._locked_polls} polls in a row") from None
+            self._locked.locked()
             return ReadStats()
-        self._locked_polls = 0
+        self._locked.read()
         self._key, self._caught_up = key, len(rows) < tuning.MAX_ROWS_PER_POLL
         if rows:
             self._last_id = rows[-1][0]
