@@ -3,7 +3,7 @@
 An editable install compiles nothing at install time, and under PYTHONDONTWRITEBYTECODE=1 (set
 on the machine these benchmarks ran on) Python never writes what it compiles: every timed
 `triage` process compiled each triage module that had no up-to-date .pyc, ~50 of them after a
-few commits, 0.1-0.16 s before its first poll on one core. An installed triage never pays that.
+few changes to the code, 0.1-0.16 s before its first poll on one core. An installed triage never pays that.
 """
 
 from __future__ import annotations
