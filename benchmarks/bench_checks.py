@@ -232,7 +232,7 @@ def child_diagnose(run: str) -> dict:
 
 
 def child_manual(checkpoint: str, mapping: str) -> dict:
-    """What the story's diagnostic script did (message 4980), written the way one writes it by hand."""
+    """What the story's diagnostic script did (docs/case.md), written the way one writes it by hand."""
     t0 = time.perf_counter()
     import torch
     from safetensors import safe_open
