@@ -6,7 +6,9 @@ for unknown text, and a dict ``tqdm.write`` printed between two redraws is a lin
 Each line is made plain (``lines.plain``: colours and cursor moves gone), its launcher's rank
 prefix split off and read as follows: lines of rank 0 are read; before a rank-0 line is seen, those
 of the first rank seen (a log of one worker that is not rank 0); once rank 0 is seen, no other
-rank's. Lines without a prefix are always read. Then, by its shape:
+rank's. Lines without a prefix are always read. A bar's redraw in front of a step line is counted
+and taken off (a redraw ends with no newline: what is printed next starts behind it on the same
+line). Then, by its shape:
 
 - ``step N: {...}``: SpecForge (``specforge``);
 - a dict with ``epoch``: HF Trainer (``hf_trainer``); when it follows a bar's clear (what
@@ -137,6 +139,8 @@ class ConsoleFile:
             bar = progress(text) if start != 0 else None
             self._commit_hf(out, bar.n if bar is not None and not bar.desc else None)
         after_clear, self._after_clear = self._after_clear, False
+        if not text.startswith(("step ", "{")):
+            text = self._behind_bar(text)
         if text.startswith("step "):
             found = specforge.parse(text)
             if found is not None:
@@ -164,6 +168,15 @@ class ConsoleFile:
             if directory and directory not in self.wandb_dirs:
                 self.wandb_dirs.append(directory)
         self.unknown_lines += 1
+
+    def _behind_bar(self, text: str) -> str:
+        """What was printed right behind a tqdm redraw (a redraw ends with no newline: SpecForge's
+        ``print`` after its bar's ``update``), the bar counted; else the text as it is."""
+        bar = progress(text)
+        if bar is None or not text.startswith("step ", bar.end):
+            return text
+        self.progress_lines += 1
+        return text[bar.end :]
 
     def _take(self, rank: int) -> bool:
         if rank == 0:

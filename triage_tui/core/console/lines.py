@@ -10,8 +10,11 @@ progress bar recognised, a crash's line (an exception, an out-of-memory or NCCL 
   ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` such as ``[${rank}]:`` gives ``[0]:``, and torch
   itself prefixes a worker's traceback and its C++ warnings ``[rank{r}]:``
   (``torch/distributed/distributed_c10d.py`` ``_distributed_excepthook``, ``torch/_logging``).
+  Slurm's ``srun --label`` prepends each line with the task's number, ``0: `` (srun(1), ``-l,
+  --label``), right-aligned when there are ten tasks or more.
 - Progress bars: tqdm's default format, ``{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}
-  [{elapsed}<{remaining}, {rate_fmt}{postfix}]`` (tqdm/tqdm ``tqdm/std.py`` ``format_meter``).
+  [{elapsed}<{remaining}, {rate_fmt}{postfix}]`` (tqdm/tqdm ``tqdm/std.py`` ``format_meter``). A
+  redraw ends with no newline, so a line printed after it starts right behind its ``]``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ _ESCAPES = re.compile(
     r"|\x1b[@-Z\\-_]"  # two-byte escapes
     r"|[\x00-\x08\x0b-\x1f\x7f]"  # other control characters (a tab stays)
 )
-_RANK = re.compile(r"\[([A-Za-z_]{0,32})(\d{1,6})\]:[ ]?")
-_PROGRESS = re.compile(r"(?:(?P<desc>.*?): ?)?\s*(?P<pct>\d{1,3})%\|[^|]*\| *(?P<n>\d{1,18})/(?P<total>\d{1,18}) \[")
+_RANK = re.compile(r"\[([A-Za-z_]{0,32})(\d{1,6})\]:[ ]?|[ ]{0,5}(\d{1,6}): ")
+_PROGRESS = re.compile(
+    r"(?:(?P<desc>.*?): ?)?\s*(?P<pct>\d{1,3})%\|[^|]*\| *(?P<n>\d{1,18})/(?P<total>\d{1,18}) \[(?P<meter>[^\]]*\])?"
+)
 
 
 def plain(line: str) -> str:
@@ -36,12 +41,12 @@ def plain(line: str) -> str:
 
 def split_rank(line: str) -> tuple[int | None, str]:
     """(the launcher's rank prefix, the rest) of a plain line; (None, line) when it has none."""
-    if not line.startswith("["):
+    if not line[:1].isdigit() and not line.startswith(("[", " ")):
         return None, line
     match = _RANK.match(line)
     if match is None:
         return None, line
-    return int(match.group(2)), line[match.end() :]
+    return int(match.group(2) or match.group(3)), line[match.end() :]
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class Progress:
     n: int
     total: int
     desc: str
+    end: int  # where the bar's meter (``[elapsed<remaining, rate]``) ends: what follows was printed after it
 
 
 def progress(segment: str) -> Progress | None:
@@ -60,7 +66,7 @@ def progress(segment: str) -> Progress | None:
     match = _PROGRESS.match(segment)
     if match is None:
         return None
-    return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip())
+    return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip(), match.end())
 
 
 # --------------------------------------------------------------------------- crash lines
