@@ -96,3 +96,30 @@ def is_exception(line: str) -> bool:
     """A Python exception's line (``torch.OutOfMemoryError: ...``), as a traceback ends in: not
     indented (a frame's source line may quote one)."""
     return not line[:1].isspace() and _EXCEPTION.match(line.rstrip()) is not None
+
+
+# What a console's line is to a reader looking for its crash.
+ERROR_KIND = "error"  # the crash's own line: an exception's, an out-of-memory, NCCL, CUDA or signal line
+FRAME_KIND = "traceback"  # a traceback's header and the indented frames under it
+
+
+class CrashMarks:
+    """Marks a console's plain lines (rank prefixes off), read in order: ``ERROR_KIND``,
+    ``FRAME_KIND`` or None. A frame's source line may quote the error it raises (``raise
+    RuntimeError("CUDA out of memory ...")``): it is the traceback's line, never the crash's; the
+    crash's is the exception line the traceback ends in."""
+
+    def __init__(self) -> None:
+        self._in_traceback = False
+
+    def reset(self) -> None:
+        self._in_traceback = False
+
+    def mark(self, body: str) -> str | None:
+        if body.strip() == TRACEBACK:
+            self._in_traceback = True
+            return FRAME_KIND
+        if self._in_traceback and (body[:1].isspace() or not body.strip()):
+            return FRAME_KIND
+        self._in_traceback = False
+        return ERROR_KIND if is_fatal(body) or is_exception(body) else None
