@@ -25,7 +25,8 @@ the output directory, unless ``tracking.wandb_dir`` says otherwise (sgl-project/
 ``specforge/tracker.py`` ``WandbTracker._default_wandb_dir``): the console is where a run says it.
 
 A line of a trainer's format that cannot be read (a number beyond a float, nesting past the
-bound, a cut dict) and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
+bound, a cut dict), one holding a control character no trainer prints (``lines.stray_controls``)
+and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
 SpecForge line repeating the step and the values of the one before it is another rank's copy
 (every rank prints it, the metrics are all-reduced; only the ``perf/`` timings are a rank's own,
 ``specforge/training/controller.py``): skipped and counted with the other ranks' lines.
@@ -38,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
-from triage_tui.core.console.lines import plain, progress, split_rank
+from triage_tui.core.console.lines import plain, progress, split_rank, stray_controls
 from triage_tui.core.console.record import SPECFORGE, ConsoleRecord, Damaged
 from triage_tui.core.log_tail import LogTail
 
@@ -117,6 +118,7 @@ class ConsoleFile:
     # --- one line -------------------------------------------------------------------------------
 
     def _line(self, raw: str, out: list[ConsoleRecord]) -> None:
+        stray = stray_controls(raw)  # a record read from this line is damage
         rank, line = split_rank(plain(raw))
         if rank is not None and not self._take(rank):
             self.other_rank_lines += 1
@@ -144,10 +146,10 @@ class ConsoleFile:
         if text.startswith("step "):
             found = specforge.parse(text)
             if found is not None:
-                self._take_record(found, out)
+                self._take_record(_damaged_if(stray, found), out)
                 return
         if start >= 0:
-            found = hf_trainer.parse(text, start)
+            found = _damaged_if(stray, hf_trainer.parse(text, start))
             if isinstance(found, ConsoleRecord) and start == 0 and after_clear:
                 self._waiting_hf = found
                 return
@@ -229,3 +231,10 @@ class ConsoleFile:
             self._take_record(found, out)
         else:
             self.unknown_lines += 1
+
+
+def _damaged_if(stray: bool, found: ConsoleRecord | Damaged | None) -> ConsoleRecord | Damaged | None:
+    """A record read from a line holding a stray control character is damage (``lines.stray_controls``)."""
+    if stray and isinstance(found, ConsoleRecord):
+        return Damaged(found.trainer, "a control character in the line")
+    return found

@@ -34,9 +34,24 @@ _PROGRESS = re.compile(
 )
 
 
+_SEQUENCES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"  # _ESCAPES' sequences
+)
+_STRAY = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def plain(line: str) -> str:
     """The line without terminal escapes and control characters."""
     return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
+
+
+def stray_controls(line: str) -> bool:
+    """Whether the line holds a control character that is no part of a terminal escape (a tab and the
+    line's ends aside): no trainer prints one inside a record, so a record read from such a line
+    is damage (a flipped bit turned a digit or a name's letter into one, which ``plain`` removes)."""
+    if line.isprintable():
+        return False
+    return _STRAY.search(_SEQUENCES.sub("", line.rstrip("\r\n"))) is not None
 
 
 def split_rank(line: str) -> tuple[int | None, str]:
