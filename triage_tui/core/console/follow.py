@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
 from triage_tui.core.console.lines import plain, progress, split_rank, stray_controls
@@ -233,7 +234,10 @@ class ConsoleFile:
             self.unknown_lines += 1
 
 
-def _damaged_if(stray: bool, found: ConsoleRecord | Damaged | None) -> ConsoleRecord | Damaged | None:
+_Found = TypeVar("_Found", ConsoleRecord | Damaged, ConsoleRecord | Damaged | None)
+
+
+def _damaged_if(stray: bool, found: _Found) -> _Found:
     """A record read from a line holding a stray control character is damage (``lines.stray_controls``)."""
     if stray and isinstance(found, ConsoleRecord):
         return Damaged(found.trainer, "a control character in the line")
