@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import subprocess
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -128,3 +130,34 @@ def test_specforge_usual_layout_takes_the_console_as_the_runs_and_check_names_it
     crash = document["crash"]
     assert crash["line"] == run["crash_line"] and crash["step"] == 27
     assert abs(crash["time"] - (out / "runs").stat().st_mtime) < 3600
+
+
+def test_a_crash_is_named_by_its_exception_line_not_the_raise_that_quotes_it(tmp_path, triage):
+    # A real Python traceback: the frame's source line quotes the error it raises, as a trainer's
+    # guard does; the crash is the exception line the traceback ends in (what `tail -1` shows).
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.py").write_text(
+        "from specforge.training.assembly import _logger\n"
+        "def allocate(step, gib):\n"
+        '    raise RuntimeError(f"CUDA out of memory. Tried to allocate {gib:.2f} GiB (step {step})")\n'
+        "for step in range(1, 8):\n"
+        "    _logger({'loss': 10.4, 'acc': 0.0}, step)\n"
+        "allocate(step, 2)\n"
+    )
+    with open(out / "train.log", "wb") as log:
+        done = subprocess.run([sys.executable, "train.py"], cwd=out, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    assert done.returncode == 1
+    (out / "train.py").unlink()
+    text = (out / "train.log").read_text()
+    assert '    raise RuntimeError(f"CUDA out of memory.' in text  # the frame quoting the error
+    exception = text.splitlines()[-1]
+    assert exception == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (step 7)"
+
+    code, (run,) = _scan(tmp_path)
+    assert run["state"] == "crashed" and run["crash_line"] == exception and code == 1
+    first = triage("check", out).stdout.splitlines()[0]
+    assert first.startswith(f"crashed: {exception}  (last logged step 7, ")
+    crash = json.loads(triage("check", out, "--json").stdout)["crash"]
+    assert crash["line"] == exception and crash["step"] == 7
+    assert abs(crash["time"] - (out / "train.log").stat().st_mtime) < 60

@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from builders.mappings import story_mappings
-from builders.serving import sglang_line, sglang_metrics, vllm_line, vllm_metrics
+from builders.serving import sglang_line, sglang_metrics, vllm_json_formatter, vllm_line, vllm_metrics
 from triage_tui.core.checks.result import CheckResult
 from triage_tui.core.checks.vocab import check_vocab_mapping
 from triage_tui.core.errors import BadInput, SourceError
@@ -63,6 +63,35 @@ def test_vllm_log_pools_intervals_by_counts(tmp_path):
     assert evidence.per_position == pytest.approx((70 / 150, 22 / 150, 4 / 150))
     assert [s.acceptance_length for s in evidence.samples] == pytest.approx([1.84, 1.24])
     assert "pooled counts" in evidence.convention
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [None, "%(asctime)s %(levelname)s %(name)s %(message)s"],
+    ids=["docs_example_message_only", "with_asctime"],
+)
+def test_a_vllm_log_written_by_its_json_logging_format_is_read_as_vllms(tmp_path, fmt):
+    # vLLM's stats lines through the JSON formatter of the logging config its docs give for
+    # VLLM_LOGGING_CONFIG_PATH (builders/serving.py), uvicorn's plain access lines between them.
+    json_format = vllm_json_formatter(fmt)
+    log = tmp_path / "vllm.log"
+    records = [
+        json_format.format(
+            logging.LogRecord("vllm.entrypoints", logging.INFO, "api_server.py", 1, "starting", None, None)
+        ),
+        vllm_line(100, [60, 20, 4], formatter=json_format),
+        'INFO:     127.0.0.1:50312 - "POST /v1/completions HTTP/1.1" 200 OK',
+        vllm_line(50, [10, 2, 0], formatter=json_format),
+    ]
+    assert all(json.loads(line)["message"] for line in records[:2])
+    log.write_text("\n".join(records) + "\n")
+    evidence = read_serving(str(log))
+    assert evidence.engine == "vllm"
+    assert (evidence.drafts, evidence.accepted) == (150, 96)
+    assert evidence.acceptance_length == pytest.approx(1 + 96 / 150)
+    assert [s.acceptance_length for s in evidence.samples] == pytest.approx([1.84, 1.24])
+    times = {s.time for s in evidence.samples}
+    assert times == ({None} if fmt is None else {json.loads(records[1])["asctime"]})
 
 
 def test_vllm_rates_that_do_not_add_up_to_the_counts_are_said(tmp_path):

@@ -14,6 +14,7 @@ A new source class fails ``test_every_registered_source_is_attacked`` until it h
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import time
@@ -33,6 +34,7 @@ from builders.serving import (
     spec_decode_metrics,
     speculation_profile,
     vllm_counters_page,
+    vllm_json_formatter,
     vllm_line,
     vllm_line_raw,
     vllm_metrics,
@@ -119,6 +121,37 @@ LOG = Attacks(
         HOSTILE,
         vllm_line_raw(1.84, 84, 300, "0.600, 0.200, 0.040", filename=HOSTILE, prefix=HOSTILE),
         HOSTILE + " SpecDecoding metrics: " + HOSTILE,
+    ),
+)
+
+_JSON = vllm_json_formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+_VLLM_JSON_GOOD = (vllm_line(100, [60, 20, 4], formatter=_JSON), vllm_line(50, [10, 2, 0], formatter=_JSON))
+JSON_LOG = Attacks(  # vLLM's own lines through the JSON formatter of its logging docs' example
+    good=_lines(*_VLLM_JSON_GOOD),
+    impossible=(
+        (
+            "accepted_above_drafted",
+            _lines(_VLLM_JSON_GOOD[0], vllm_line_raw(501.0, 5000, 30, "900.000, 900.000, 900.000", formatter=_JSON)),
+            "line 2: 5000 tokens accepted of 30 drafted",
+        ),
+        (
+            "negative",
+            _lines(_VLLM_JSON_GOOD[0], vllm_line_raw(-0.5, -15, 30, "0.000, 0.000, 0.000", formatter=_JSON)),
+            "cannot be negative",
+        ),
+        (
+            "mean_above_k_plus_one",
+            _lines(_VLLM_JSON_GOOD[0], vllm_line_raw(50.0, 270, 300, "0.900, 0.900, 0.900", formatter=_JSON)),
+            "line 2: Mean acceptance length is 50 (above 4 with 3 speculative tokens",
+        ),
+    ),
+    malformed=(
+        ("vllm_garbled", _lines(_VLLM_JSON_GOOD[0], _VLLM_JSON_GOOD[1].replace("Drafted: 150", "Drafted: 1x0"))),
+    ),
+    hostile_text=_lines(
+        _JSON.format(logging.LogRecord(HOSTILE, logging.INFO, HOSTILE, 1, HOSTILE, None, None)),
+        json.dumps({"asctime": HOSTILE, "message": json.loads(_VLLM_JSON_GOOD[0])["message"], HOSTILE: HOSTILE}),
+        vllm_line_raw(1.84, 84, 300, "0.600, 0.200, 0.040", filename=HOSTILE, formatter=_JSON),
     ),
 )
 
@@ -296,6 +329,7 @@ VLLM_REQUESTS = Attacks(
 
 ATTACKS = {
     "log": LOG,
+    "json_log": JSON_LOG,
     "metrics_url": PAGE,
     "metrics_file": PAGE,
     "meta_info": META_INFO,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from textual.widgets import OptionList
 from torch.utils.tensorboard import SummaryWriter
 
 from builders.consoles import console_runs
@@ -105,6 +106,79 @@ async def test_the_picker_offers_exactly_the_series_scalars_exports(three_source
     names = await _picker_names(three_sources)
     assert sorted(names) == sorted(_scalars(three_sources))
     assert {"train/loss", "console/loss", "trainer_state/loss"} <= set(names)
+
+
+# ----------------------------------------------------------------- one metric, two records
+
+
+def _history(out: Path, key: str) -> list[tuple[int, float]]:
+    """(step, value) of ``key`` in the newest checkpoint's trainer_state.json, as a user reads it."""
+    newest = max(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name[11:]))
+    return [(entry["step"], entry[key]) for entry in json.loads(newest.read_text())["log_history"] if key in entry]
+
+
+def _hf_console_run(root: Path, *, keep_checkpoints: int | None = None) -> Path:
+    """HF Trainer's output with its console in train.log (no tracker: the console and trainer_state.json
+    are the run's only records); ``keep_checkpoints``: only the first N checkpoints, as while it runs."""
+    hf = console_runs().hf_unbuffered
+    out = root / "out"
+    shutil.copytree(hf.output, out)
+    shutil.copy2(hf.log, out / "train.log")
+    if keep_checkpoints is not None:
+        ordered = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name[11:]))
+        for later in ordered[keep_checkpoints:]:
+            shutil.rmtree(later)
+    return out
+
+
+async def test_a_metric_the_console_and_trainer_state_both_log_is_shown_once_from_the_exact_one(tmp_path):
+    out = _hf_console_run(tmp_path)
+    history = _history(out, "loss")
+    run = _scan(out)
+    assert run["sources"] == ["console", "trainer_state"]
+    assert run["metrics"]["loss"] == {
+        "tag": "loss",
+        "last": history[-1][1],
+        "min": min(v for _, v in history),
+        "count": len(history),
+    }
+    code, text, err = _cli("scalars", str(out), "--format", "json")
+    assert code == 0, err
+    document = json.loads(text)
+    tags = document["tags"]
+    assert list(zip(tags["loss"]["steps"], tags["loss"]["values"], strict=True)) == history  # exact, once
+    assert "trainer_state/loss" not in tags
+    # The console's printed loss (4 significant digits) is kept, as an alternative of the loss.
+    assert document["alternatives"]["console/loss"] == "loss"
+    assert tags["console/loss"]["steps"] == [step for step, _ in history]
+    assert tags["console/loss"]["values"] != [value for _, value in history]
+    assert np.allclose(tags["console/loss"]["values"], [value for _, value in history], rtol=1e-3)
+
+    app = make_app(out)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("t")
+        await on_screen(pilot, MetricPickerScreen, "the series picker")
+        picker = screen_as(app, MetricPickerScreen)
+        assert sorted(picker.names) == sorted(tags)
+        await pilot.press(*"console/loss")
+        await pilot.pause()
+        shown = [str(option.prompt) for option in picker.query_one("#metric-options", OptionList).options]
+        assert shown == ["  console/loss · alternative of loss"], shown
+
+
+def test_the_console_goes_on_where_the_newest_checkpoint_stops(tmp_path):
+    # While the trainer runs, trainer_state.json holds what was logged up to the last save; the console
+    # has the steps logged since: the loss is the exact history, then the console's points after it.
+    out = _hf_console_run(tmp_path, keep_checkpoints=1)
+    saved = _history(out, "loss")
+    document = json.loads(_cli("scalars", str(out), "--format", "json")[1])
+    tags = document["tags"]
+    printed = list(zip(tags["console/loss"]["steps"], tags["console/loss"]["values"], strict=True))
+    after = [(step, value) for step, value in printed if step > saved[-1][0]]
+    assert after, printed  # the console is ahead of the checkpoint
+    assert list(zip(tags["loss"]["steps"], tags["loss"]["values"], strict=True)) == saved + after
+    assert _scan(out)["metrics"]["loss"]["last"] == after[-1][1]
 
 
 # ----------------------------------------------------------------- a kind registered by the test alone

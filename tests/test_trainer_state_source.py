@@ -67,7 +67,7 @@ def test_an_hf_run_without_a_tracker_is_a_run_read_from_its_newest_trainer_state
     assert run["trainer"] == "hf-trainer" and run["status"] != "error" and code in (0, 1)
 
 
-def test_the_console_gets_the_trainer_state_and_the_history_goes_under_trainer_state(runs, tmp_path):
+def test_the_console_gets_the_trainer_state_whose_history_is_the_metric_and_the_console_its_alternative(runs, tmp_path):
     hf = runs.hf_buffered  # stdout block-buffered: the console alone cannot place its dicts
     out = tmp_path / "out"
     shutil.copytree(hf.output, out)
@@ -80,9 +80,13 @@ def test_the_console_gets_the_trainer_state_and_the_history_goes_under_trainer_s
     sources.poll()
     assert sources.errors == ()
     scalars = sources.scalars.series
-    # The console's dicts at the steps the trainer logged them (inferred 1..6 without the state).
-    assert scalars["loss"].steps.tolist() == [step for step, _ in _logged(_newest(out), "loss")]
-    assert scalars[trainer_state_kind.KIND.prefix + "loss"].steps.tolist() == scalars["loss"].steps.tolist()
+    # The console's dicts at the steps the trainer logged them (inferred 1..6 without the state),
+    # kept as the alternative of the loss the saved history gives exactly.
+    logged = _logged(_newest(out), "loss")
+    assert scalars["console/loss"].steps.tolist() == [step for step, _ in logged]
+    assert list(zip(scalars["loss"].steps.tolist(), scalars["loss"].values.tolist(), strict=True)) == logged
+    assert trainer_state_kind.KIND.prefix + "loss" not in scalars
+    assert sources.scalars.alternatives["console/loss"] == "loss"
     assert "trainer_state/train_loss" not in scalars and scalars["train_loss"].steps.tolist() == [12]
     (note,) = sources.console.notes()
     assert f"{TRAINER_STATE}" in note and f"6 {INFERRED}" not in note

@@ -194,6 +194,56 @@ def specforge_lines(metrics_by_step: list[tuple[int, dict]]) -> str:
     return out.getvalue()
 
 
+def specforge_meter_console(log: Path, steps: int, *, colour: str | None = None) -> Path:
+    """SpecForge's console on a terminal (``script``, a pty under SLURM): its ``_logger`` prints each
+    step and its ``TrainerController``'s tqdm bar (built by its own ``_make_progress_bar``, shown only
+    when stderr is a terminal) is redrawn after each step, in a child whose stdout and stderr are one
+    pseudo-terminal of 120 columns; the terminal's bytes are the log. The bar is redrawn at every
+    update (``mininterval`` 0; SpecForge's 1 s redraws once a second, the same interleaving, less
+    often), optionally in ``colour`` (tqdm's own ANSI escapes)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    script = f"""
+        import types
+        from specforge.training.assembly import _logger
+        from specforge.training.controller import TrainerController
+        controller = types.SimpleNamespace(max_steps={steps}, global_step=0, total_steps={steps})
+        bar = TrainerController._make_progress_bar(controller)
+        assert bar is not None, "stderr is no terminal"
+        bar.mininterval = 0.0
+        bar.colour = {colour!r}
+        for step in range(1, {steps} + 1):
+            _logger({{"loss": 10.5 - step / 1000, "acc": step / {steps}}}, step)
+            bar.update(1)
+        bar.close()
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (log.parent / "train.py").write_text(textwrap.dedent(script))
+    main, child_side = pty.openpty()
+    fcntl.ioctl(child_side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    child = subprocess.Popen(
+        [sys.executable, "train.py"],
+        stdin=subprocess.DEVNULL,
+        stdout=child_side,
+        stderr=child_side,
+        cwd=log.parent,
+        env=_child_env(unbuffered=False, colour=False),
+    )
+    os.close(child_side)
+    written = bytearray()
+    with contextlib.suppress(OSError):  # EIO: the child's side closed
+        while chunk := os.read(main, 1 << 16):
+            written += chunk
+    os.close(main)
+    if child.wait(timeout=300) != 0:
+        raise RuntimeError(f"the SpecForge child failed:\n{bytes(written[-3000:]).decode(errors='replace')}")
+    log.write_bytes(bytes(written))
+    return log
+
+
 # --------------------------------------------------------------------------- launchers
 
 

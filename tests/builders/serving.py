@@ -24,7 +24,42 @@ VLLM_FORMAT = logging.Formatter(
 )
 
 
-def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -> str:
+# The logging config vLLM's docs give for VLLM_LOGGING_CONFIG_PATH to log JSON (vllm-project/vllm
+# examples/others/logging_configuration.md, "Example 1: Customize vLLM root logger"), verbatim.
+VLLM_JSON_LOGGING_CONFIG: dict[str, Any] = {
+    "formatters": {"json": {"class": "pythonjsonlogger.jsonlogger.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "level": "INFO",
+            "stream": "ext://sys.stdout",
+        }
+    },
+    "loggers": {"vllm": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "version": 1,
+}
+
+
+def vllm_json_formatter(fmt: str | None = None) -> logging.Formatter:
+    """The formatter ``logging.config.dictConfig`` builds from that config (python-json-logger's
+    ``JsonFormatter``), given ``fmt`` as a config's ``"format"`` when one is: built alone, so the test
+    process's own loggers are left as they are (the config would disable them)."""
+    import copy
+    import logging.config
+    import warnings
+
+    spec = copy.deepcopy(VLLM_JSON_LOGGING_CONFIG["formatters"]["json"])
+    if fmt is not None:
+        spec["format"] = fmt
+    with warnings.catch_warnings():  # python-json-logger 3 moved jsonlogger to pythonjsonlogger.json, and says so
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return logging.config.DictConfigurator({"version": 1}).configure_formatter(spec)
+
+
+def vllm_line(
+    drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0, formatter: logging.Formatter = VLLM_FORMAT
+) -> str:
     """SpecDecodingLogging.log for one interval: k = len(accepted_per_pos) tokens per draft."""
     k = len(accepted_per_pos)
     accepted, drafted = sum(accepted_per_pos), drafts * k
@@ -45,7 +80,7 @@ def vllm_line(drafts: int, accepted_per_pos: list[int], elapsed: float = 10.0) -
         accepted / drafted * 100,
     )
     message = fmt % args
-    return VLLM_FORMAT.format(_record(message))
+    return formatter.format(_record(message))
 
 
 SGLANG_FORMAT = logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
@@ -115,7 +150,14 @@ def sglang_metrics(lengths: list[float], *, rate: float = 0.25, model_name: str 
 
 
 def vllm_line_raw(
-    mean: float, accepted: int, drafted: int, rates: str, *, filename: str = "metrics.py", prefix: str = ""
+    mean: float,
+    accepted: int,
+    drafted: int,
+    rates: str,
+    *,
+    filename: str = "metrics.py",
+    prefix: str = "",
+    formatter: logging.Formatter = VLLM_FORMAT,
 ) -> str:
     """vLLM's SpecDecodingLogging format string with whatever arguments it is handed (negative,
     absurd); ``rates`` is the per-position text as vLLM joins it, ``prefix`` goes before the line."""
@@ -133,7 +175,7 @@ def vllm_line_raw(
         rates,
         100.0 * accepted / max(drafted, 1),
     )
-    return prefix + VLLM_FORMAT.format(_record(message, filename))
+    return prefix + formatter.format(_record(message, filename))
 
 
 def sglang_line_text(accept_len: str, *, prefix: str = "") -> str:

@@ -9,7 +9,9 @@ point the run logged and TensorBoard would keep (restart preemption and SessionL
 
 csv: ``tag,step,wall_time,value``, one row a point, tags sorted then steps ascending; floats
 in Python's shortest round-trip form, non-finite ones as ``nan``, ``inf``, ``-inf``.
-json: ``{"tags": {tag: {"steps": [...], "wall_times": [...], "values": [...]}}}``; a non-finite
+json: ``{"tags": {tag: {"steps": [...], "wall_times": [...], "values": [...]}}}``, and where a metric
+two sources record is shown once (HF Trainer's ``loss`` from ``trainer_state.json``, exact, over the
+console's printed ``console/loss``) ``"alternatives": {alternative tag: the tag shown}``; a non-finite
 value is the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (JSON has no such numbers;
 Python's ``float()`` reads those strings back), so the output is strict JSON.
 """
@@ -60,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("csv", "json"),
         default="csv",
         help="csv: tag,step,wall_time,value (default); "
-        'json: {"tags": {tag: {steps, wall_times, values}}}, '
+        'json: {"tags": {tag: {steps, wall_times, values}}} and, where a metric two sources record is '
+        'shown once, "alternatives": {alternative tag: tag shown}; '
         'non-finite values as the strings "NaN", "Infinity", "-Infinity"',
     )
 
@@ -121,10 +124,14 @@ def run(args: argparse.Namespace) -> int:
             f"triage scalars: {printable(shown_path(path))}: no tag matches {printable(' or '.join(args.tag))}",
             file=sys.stderr,
         )
-    if PLAIN_TEXT:
-        (_write_json_plain if args.format == "json" else _write_csv_plain)(series, sys.stdout)
+    listed = {s.tag for s in series}
+    alternatives = {alt: shown for alt, shown in sorted(events.scalars.alternatives.items()) if alt in listed}
+    if PLAIN_TEXT and args.format == "json":
+        _write_json_plain(series, sys.stdout, alternatives)
+    elif PLAIN_TEXT:
+        _write_csv_plain(series, sys.stdout)
     elif args.format == "json":
-        _write_json(series, sys.stdout)
+        _write_json(series, sys.stdout, alternatives)
     else:
         _write_csv(series, sys.stdout)
     return 0
@@ -161,7 +168,7 @@ def _write_csv_plain(series: list[ScalarSeries], out) -> None:
     out.flush()
 
 
-def _write_json_plain(series: list[ScalarSeries], out) -> None:
+def _write_json_plain(series: list[ScalarSeries], out, alternatives: dict[str, str]) -> None:
     def strict(column) -> list:
         return [v if math.isfinite(v) else ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity") for v in column]
 
@@ -169,7 +176,8 @@ def _write_json_plain(series: list[ScalarSeries], out) -> None:
     for s in series:
         steps, walls, values = s.columns()
         tags[s.tag] = {"steps": steps.tolist(), "wall_times": strict(walls.tolist()), "values": strict(values.tolist())}
-    out.write(json.dumps({"tags": tags}) + "\n")  # dumps, not dump: its C encoder
+    document: dict = {"tags": tags, "alternatives": alternatives} if alternatives else {"tags": tags}
+    out.write(json.dumps(document) + "\n")  # dumps, not dump: its C encoder
     out.flush()
 
 
@@ -216,8 +224,9 @@ def _csv_field(tag: str) -> str:
 _JSON_NON_FINITE = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
 
 
-def _write_json(series: list[ScalarSeries], out) -> None:
-    """What json.dump({"tags": ...}) writes (default separators), non-finite values as strings."""
+def _write_json(series: list[ScalarSeries], out, alternatives: dict[str, str]) -> None:
+    """What json.dump({"tags": ..., "alternatives": ...}) writes (default separators), non-finite
+    values as strings."""
     write = _bytes_writer(out)
     encoding, errors = _encoding(out)
     write(b'{"tags": {')
@@ -230,7 +239,10 @@ def _write_json(series: list[ScalarSeries], out) -> None:
         write(b', "values": ')
         _json_list(write, _json_floats, values)
         write(b"}")
-    write(b"}}\n")
+    write(b"}")
+    if alternatives:
+        write(b', "alternatives": ' + json.dumps(alternatives).encode(encoding, errors))
+    write(b"}\n")
     out.flush()
 
 

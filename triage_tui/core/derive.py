@@ -78,7 +78,7 @@ class Derived:
 def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
     """Everything of the run that depends on its values and settings, not on the clock."""
     manifest = settings.manifest
-    tags = scalars.tags()
+    tags = scalars.metric_tags()  # an alternative record of a metric is not another metric
     trainer = match_trainer(tags)
     loss_tags, accuracy_tags = pick_metric_tags(tags, manifest)
     loss_tag = loss_tags[0] if loss_tags else None

@@ -32,7 +32,7 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
-from triage_tui.core.console.lines import TRACEBACK, is_exception, is_fatal, plain, split_rank
+from triage_tui.core.console.lines import ERROR_KIND, TRACEBACK, CrashMarks, is_exception, is_fatal, plain, split_rank
 from triage_tui.core.process_table import NETWORK_FILESYSTEMS, ProcessTable
 from triage_tui.core.signals.flags import Flag, fmt_duration
 from triage_tui.core.signals.kinds import FlagKind, Severity, WriterState
@@ -58,10 +58,13 @@ def console_error(text: str) -> str | None:
     """The line a console log ends in when it ends in a crash: a Python traceback's exception line,
     or an out-of-memory or NCCL error line, among its last ``CONSOLE_TAIL_LINES`` lines; None when
     it does not. An out-of-memory or NCCL line wins (the cause; the tracebacks after it are its
-    echoes), then the last exception line that is not a wrapper of an earlier one."""
+    echoes), then the last exception line that is not a wrapper of an earlier one. A traceback's
+    frames are no crash line of their own, even one quoting the error it raises."""
     lines = [split_rank(plain(line))[1].rstrip() for line in re.split(r"[\r\n]+", text)]
     lines = [line for line in lines if line.strip()][-CONSOLE_TAIL_LINES:]
-    fatal = next((line for line in lines if is_fatal(line)), None)
+    marks = CrashMarks()
+    errors = [line for line in lines if marks.mark(line) == ERROR_KIND]  # never a frame's source line
+    fatal = next((line for line in errors if is_fatal(line)), None)
     if fatal is not None:
         return printable(fatal.strip())
     if not any(line.strip() == TRACEBACK for line in lines):

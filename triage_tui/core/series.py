@@ -198,9 +198,17 @@ class RunScalars:
         self.version = 0  # bumps on every change: the TUI redraws when it moved
         # Steps a restarted writer purged from (SessionLog.START, torch's purge_step): a resume.
         self.purges: list[int] = []
+        # Another source's record of a metric the run shows under another name (a console's rounded
+        # ``console/loss`` beside the exact ``loss``): alternative name -> the name shown.
+        self.alternatives: dict[str, str] = {}
 
     def tags(self) -> list[str]:
         return sorted(self.series)
+
+    def metric_tags(self) -> list[str]:
+        """The tags that are the run's metrics: every tag but the alternatives (each is another
+        record of one of them), so a metric is never taken twice."""
+        return [tag for tag in sorted(self.series) if tag not in self.alternatives]
 
     def get(self, tag: str) -> ScalarSeries | None:
         return self.series.get(tag)
@@ -241,10 +249,11 @@ class RunScalars:
         """Forget everything (a file was replaced or truncated: the run is re-read from scratch)."""
         self.series = {}
         self.purges = []
+        self.alternatives = {}
         self.version += 1
 
 
-def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False) -> ScalarSeries:
+def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False, tag: str | None = None) -> ScalarSeries:
     """One series of two that hold the same metric: ``top``'s points over its whole step range
     (first to last step), ``base``'s before and after it; a new series, neither input changed.
 
@@ -254,10 +263,11 @@ def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False) -> S
     ``resume``: ``top`` is a later writer of the same series (a resumed job): when ``base`` had
     points in ``top``'s range that are not ``top``'s own (same steps and values: a copy of the same
     log), ``top``'s first step is marked a restart (``restarts``, as a resumed event file's is).
+    ``tag``: the merged series' name (default ``top``'s).
     """
     if len(top) == 0 or len(base) == 0:
         source = top if len(top) else base
-        merged = ScalarSeries(top.tag, base.plugin or top.plugin)
+        merged = ScalarSeries(tag or top.tag, base.plugin or top.plugin)
         merged._append(*source.columns())
         merged._restarts = list(source.restarts)
         return merged
@@ -267,7 +277,7 @@ def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False) -> S
     before = b_steps < low
     after = b_steps > high
     inside = ~(before | after)
-    merged = ScalarSeries(top.tag, base.plugin or top.plugin)
+    merged = ScalarSeries(tag or top.tag, base.plugin or top.plugin)
     merged._append(b_steps[before], b_walls[before], b_values[before])
     merged._append(t_steps, t_walls, t_values)
     merged._append(b_steps[after], b_walls[after], b_values[after])

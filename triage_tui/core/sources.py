@@ -5,7 +5,9 @@ The watcher, `scan`, `check` and `scalars` read every run through ``RunSources``
 treated exactly like a TensorBoard run. A run that has several kinds keeps them all: a kind's
 series are named under its prefix (``wandb/<key>``, ``console/<name>``, ``trainer_state/<key>``)
 when a kind listed before it has files in the run, so two writers' points never merge into one
-series; the first kind a run has keeps its names.
+series; the first kind a run has keeps its names. One exception: a metric HF Trainer's console
+prints and its ``trainer_state.json`` saves is one series, the exact saved values first, the
+console's own kept as an alternative (``RunScalars.alternatives``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.formats.trainer_state import TrainerState
 from triage_tui.core.runs.config import read_config
-from triage_tui.core.series import ReadStats, RunScalars
+from triage_tui.core.series import ReadStats, RunScalars, ScalarSeries, overlay
+from triage_tui.core.source_kinds import console as console_kind
 from triage_tui.core.source_kinds import registry
 from triage_tui.core.source_kinds.kind import ScalarSource, ScalarSourceKind, merge_scalars, sum_stats
 from triage_tui.core.source_kinds.trainer_state import TrainerStateFile
@@ -27,6 +30,7 @@ from triage_tui.core.source_kinds.wandb import WandbRuns
 if TYPE_CHECKING:
     from triage_tui.core.console.reader import ConsoleLogs
 
+CONSOLE_PREFIX = console_kind.KIND.prefix  # "console/": an alternative's name
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
 CONFIG_SEARCH_DEPTH = 3
 
@@ -146,8 +150,33 @@ class RunSources:
                 self.failures.setdefault(kind.name, SourceError(kind.name, where, what))
             else:
                 stats = sum_stats(stats, polled)
-        self._seen = merge_scalars(self.scalars, [source.scalars for source in self.sources], self._seen)
+        parts = [source.scalars for source in self.sources]
+        self._seen = merge_scalars(self.scalars, parts, self._seen, self._exact_over_console)
         return stats
+
+    def _exact_over_console(self, merged: dict[str, ScalarSeries]) -> dict[str, str]:
+        """Each metric both HF Trainer's console and its ``trainer_state.json`` log, as one series:
+        the saved history's exact values over its steps, the console's after them (logged since the
+        last checkpoint) and before; the console's own series (values printed to 4 significant
+        digits) kept as an alternative, ``console/<key>``. The series is named as the console names
+        it when the console leads the run (``loss``), else as the trainer state does. Returns the
+        alternatives (alternative name -> the name shown)."""
+        console, state = self.readers.get("console"), self.readers.get("trainer_state")
+        if console is None or state is None:
+            return {}
+        alternatives: dict[str, str] = {}
+        for tag, exact in list(state.scalars.series.items()):
+            key = tag.removeprefix(state.prefix)
+            printed = console.scalars.series.get(console.prefix + key)
+            if printed is None or not len(exact):
+                continue
+            alternative = CONSOLE_PREFIX + key
+            shown = console.prefix + key if console.prefix + key != alternative else tag
+            merged.pop(tag, None)
+            merged[shown] = overlay(printed, exact, tag=shown)
+            merged[alternative] = overlay(ScalarSeries(alternative), printed, tag=alternative)  # a copy, renamed
+            alternatives[alternative] = shown
+        return alternatives
 
 
 def draft_vocab_from_config(config: dict[str, Any] | None) -> int | None:

@@ -268,14 +268,16 @@ class TriageApp(App[None]):
     def _metric_picker_requested(self, message: messages.MetricPickerRequested) -> None:
         """`t`: every series name of the runs shown (names only: the dict of series is in memory, and
         the series' points are read by the chart pane's worker, off this thread)."""
-        names = sorted({name for status in self.runs.charted(self._selected) for name in series_names(status)})
+        charted = self.runs.charted(self._selected)
+        names = sorted({name for status in charted for name in series_names(status)})
+        alternatives = {alt: shown for status in charted for alt, shown in status.scalars.alternatives.items()}
 
         def chosen(name: str | None) -> None:
             if name is not None:  # esc: the chart stays as it was
                 self._metric = name or None
                 self._show_chart()
 
-        self.push_screen(MetricPickerScreen(names, self._metric), chosen)
+        self.push_screen(MetricPickerScreen(names, self._metric, alternatives), chosen)
 
     # -- checks and remap: each workflow is a module of its own; this hands it its messages --
 

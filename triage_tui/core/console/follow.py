@@ -6,7 +6,9 @@ for unknown text, and a dict ``tqdm.write`` printed between two redraws is a lin
 Each line is made plain (``lines.plain``: colours and cursor moves gone), its launcher's rank
 prefix split off and read as follows: lines of rank 0 are read; before a rank-0 line is seen, those
 of the first rank seen (a log of one worker that is not rank 0); once rank 0 is seen, no other
-rank's. Lines without a prefix are always read. Then, by its shape:
+rank's. Lines without a prefix are always read. A bar's redraw in front of a step line is counted
+and taken off (a redraw ends with no newline: what is printed next starts behind it on the same
+line). Then, by its shape:
 
 - ``step N: {...}``: SpecForge (``specforge``);
 - a dict with ``epoch``: HF Trainer (``hf_trainer``); when it follows a bar's clear (what
@@ -23,7 +25,8 @@ the output directory, unless ``tracking.wandb_dir`` says otherwise (sgl-project/
 ``specforge/tracker.py`` ``WandbTracker._default_wandb_dir``): the console is where a run says it.
 
 A line of a trainer's format that cannot be read (a number beyond a float, nesting past the
-bound, a cut dict) and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
+bound, a cut dict), one holding a control character no trainer prints (``lines.stray_controls``)
+and a line longer than ``tuning.MAX_LINE_BYTES`` are counted as damage. A
 SpecForge line repeating the step and the values of the one before it is another rank's copy
 (every rank prints it, the metrics are all-reduced; only the ``perf/`` timings are a rank's own,
 ``specforge/training/controller.py``): skipped and counted with the other ranks' lines.
@@ -34,9 +37,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
-from triage_tui.core.console.lines import plain, progress, split_rank
+from triage_tui.core.console.lines import plain, progress, split_rank, stray_controls
 from triage_tui.core.console.record import SPECFORGE, ConsoleRecord, Damaged
 from triage_tui.core.log_tail import LogTail
 
@@ -115,6 +119,7 @@ class ConsoleFile:
     # --- one line -------------------------------------------------------------------------------
 
     def _line(self, raw: str, out: list[ConsoleRecord]) -> None:
+        stray = stray_controls(raw)  # a record read from this line is damage
         rank, line = split_rank(plain(raw))
         if rank is not None and not self._take(rank):
             self.other_rank_lines += 1
@@ -137,13 +142,15 @@ class ConsoleFile:
             bar = progress(text) if start != 0 else None
             self._commit_hf(out, bar.n if bar is not None and not bar.desc else None)
         after_clear, self._after_clear = self._after_clear, False
+        if not text.startswith(("step ", "{")):
+            text = self._behind_bar(text)
         if text.startswith("step "):
             found = specforge.parse(text)
             if found is not None:
-                self._take_record(found, out)
+                self._take_record(_damaged_if(stray, found), out)
                 return
         if start >= 0:
-            found = hf_trainer.parse(text, start)
+            found = _damaged_if(stray, hf_trainer.parse(text, start))
             if isinstance(found, ConsoleRecord) and start == 0 and after_clear:
                 self._waiting_hf = found
                 return
@@ -164,6 +171,15 @@ class ConsoleFile:
             if directory and directory not in self.wandb_dirs:
                 self.wandb_dirs.append(directory)
         self.unknown_lines += 1
+
+    def _behind_bar(self, text: str) -> str:
+        """What was printed right behind a tqdm redraw (a redraw ends with no newline: SpecForge's
+        ``print`` after its bar's ``update``), the bar counted; else the text as it is."""
+        bar = progress(text)
+        if bar is None or not text.startswith("step ", bar.end):
+            return text
+        self.progress_lines += 1
+        return text[bar.end :]
 
     def _take(self, rank: int) -> bool:
         if rank == 0:
@@ -216,3 +232,13 @@ class ConsoleFile:
             self._take_record(found, out)
         else:
             self.unknown_lines += 1
+
+
+_Found = TypeVar("_Found", ConsoleRecord | Damaged, ConsoleRecord | Damaged | None)
+
+
+def _damaged_if(stray: bool, found: _Found) -> _Found:
+    """A record read from a line holding a stray control character is damage (``lines.stray_controls``)."""
+    if stray and isinstance(found, ConsoleRecord):
+        return Damaged(found.trainer, "a control character in the line")
+    return found

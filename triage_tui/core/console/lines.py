@@ -10,8 +10,11 @@ progress bar recognised, a crash's line (an exception, an out-of-memory or NCCL 
   ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` such as ``[${rank}]:`` gives ``[0]:``, and torch
   itself prefixes a worker's traceback and its C++ warnings ``[rank{r}]:``
   (``torch/distributed/distributed_c10d.py`` ``_distributed_excepthook``, ``torch/_logging``).
+  Slurm's ``srun --label`` prepends each line with the task's number, ``0: `` (srun(1), ``-l,
+  --label``), right-aligned when there are ten tasks or more.
 - Progress bars: tqdm's default format, ``{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}
-  [{elapsed}<{remaining}, {rate_fmt}{postfix}]`` (tqdm/tqdm ``tqdm/std.py`` ``format_meter``).
+  [{elapsed}<{remaining}, {rate_fmt}{postfix}]`` (tqdm/tqdm ``tqdm/std.py`` ``format_meter``). A
+  redraw ends with no newline, so a line printed after it starts right behind its ``]``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,16 @@ _ESCAPES = re.compile(
     r"|\x1b[@-Z\\-_]"  # two-byte escapes
     r"|[\x00-\x08\x0b-\x1f\x7f]"  # other control characters (a tab stays)
 )
-_RANK = re.compile(r"\[([A-Za-z_]{0,32})(\d{1,6})\]:[ ]?")
-_PROGRESS = re.compile(r"(?:(?P<desc>.*?): ?)?\s*(?P<pct>\d{1,3})%\|[^|]*\| *(?P<n>\d{1,18})/(?P<total>\d{1,18}) \[")
+_RANK = re.compile(r"\[([A-Za-z_]{0,32})(\d{1,6})\]:[ ]?|[ ]{0,5}(\d{1,6}): ")
+_PROGRESS = re.compile(
+    r"(?:(?P<desc>.*?): ?)?\s*(?P<pct>\d{1,3})%\|[^|]*\| *(?P<n>\d{1,18})/(?P<total>\d{1,18}) \[(?P<meter>[^\]]*\])?"
+)
+
+
+_SEQUENCES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"  # _ESCAPES' sequences
+)
+_STRAY = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def plain(line: str) -> str:
@@ -34,14 +45,23 @@ def plain(line: str) -> str:
     return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
 
 
+def stray_controls(line: str) -> bool:
+    """Whether the line holds a control character that is no part of a terminal escape (a tab and the
+    line's ends aside): no trainer prints one inside a record, so a record read from such a line
+    is damage (a flipped bit turned a digit or a name's letter into one, which ``plain`` removes)."""
+    if line.isprintable():
+        return False
+    return _STRAY.search(_SEQUENCES.sub("", line.rstrip("\r\n"))) is not None
+
+
 def split_rank(line: str) -> tuple[int | None, str]:
     """(the launcher's rank prefix, the rest) of a plain line; (None, line) when it has none."""
-    if not line.startswith("["):
+    if not line[:1].isdigit() and not line.startswith(("[", " ")):
         return None, line
     match = _RANK.match(line)
     if match is None:
         return None, line
-    return int(match.group(2)), line[match.end() :]
+    return int(match.group(2) or match.group(3)), line[match.end() :]
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,7 @@ class Progress:
     n: int
     total: int
     desc: str
+    end: int  # where the bar's meter (``[elapsed<remaining, rate]``) ends: what follows was printed after it
 
 
 def progress(segment: str) -> Progress | None:
@@ -60,7 +81,7 @@ def progress(segment: str) -> Progress | None:
     match = _PROGRESS.match(segment)
     if match is None:
         return None
-    return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip())
+    return Progress(int(match["n"]), int(match["total"]), (match["desc"] or "").strip(), match.end())
 
 
 # --------------------------------------------------------------------------- crash lines
@@ -90,3 +111,30 @@ def is_exception(line: str) -> bool:
     """A Python exception's line (``torch.OutOfMemoryError: ...``), as a traceback ends in: not
     indented (a frame's source line may quote one)."""
     return not line[:1].isspace() and _EXCEPTION.match(line.rstrip()) is not None
+
+
+# What a console's line is to a reader looking for its crash.
+ERROR_KIND = "error"  # the crash's own line: an exception's, an out-of-memory, NCCL, CUDA or signal line
+FRAME_KIND = "traceback"  # a traceback's header and the indented frames under it
+
+
+class CrashMarks:
+    """Marks a console's plain lines (rank prefixes off), read in order: ``ERROR_KIND``,
+    ``FRAME_KIND`` or None. A frame's source line may quote the error it raises (``raise
+    RuntimeError("CUDA out of memory ...")``): it is the traceback's line, never the crash's; the
+    crash's is the exception line the traceback ends in."""
+
+    def __init__(self) -> None:
+        self._in_traceback = False
+
+    def reset(self) -> None:
+        self._in_traceback = False
+
+    def mark(self, body: str) -> str | None:
+        if body.strip() == TRACEBACK:
+            self._in_traceback = True
+            return FRAME_KIND
+        if self._in_traceback and (body[:1].isspace() or not body.strip()):
+            return FRAME_KIND
+        self._in_traceback = False
+        return ERROR_KIND if is_fatal(body) or is_exception(body) else None

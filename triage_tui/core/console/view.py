@@ -10,9 +10,9 @@ being drawn now, as its last redraw. Every line is made plain (``lines.plain``: 
 moves, titles and other control characters gone) and then ``printable`` (C1 controls, bidi
 overrides shown, not obeyed): the text is untrusted and shown as is, never as markup.
 
-A line is marked ``ERROR`` when ``lines.is_fatal`` or ``lines.is_exception`` says it (what
-``core/run_state.console_error`` finds a crash by), ``TRACEBACK`` for a traceback's header and
-the indented frames under it.
+A line is marked by ``lines.CrashMarks`` (what ``core/run_state.console_error`` finds a crash by):
+``ERROR`` when ``lines.is_fatal`` or ``lines.is_exception`` says it, ``TRACEBACK`` for a
+traceback's header and the indented frames under it (a frame's source line quoting an error too).
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triage_tui.core.console import tuning
-from triage_tui.core.console.lines import TRACEBACK as TRACEBACK_HEADER
-from triage_tui.core.console.lines import is_exception, is_fatal, plain, split_rank
+from triage_tui.core.console.lines import ERROR_KIND, FRAME_KIND, CrashMarks, plain, split_rank
 from triage_tui.core.log_tail import LogTail
 from triage_tui.core.text import printable
 
-ERROR = "error"
-TRACEBACK = "traceback"
+ERROR = ERROR_KIND
+TRACEBACK = FRAME_KIND
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ class ConsoleView:
         self.appended = 0  # lines ever appended: a reader knows what is new
         self._cut = self.tail.start_near_end(tuning.VIEW_START_BYTES)
         self.started_at = self.tail.offset  # bytes of the file before the view's first line
-        self._in_traceback = False
+        self._marks = CrashMarks()
         self._dropped = 0
 
     @property
@@ -73,7 +72,7 @@ class ConsoleView:
         lines = self.tail.poll(tuning.VIEW_READ_BYTES)
         if self.tail.restarts != before[2]:
             self.lines.clear()  # the file was replaced or truncated: what was shown is no longer in it
-            self._in_traceback = False
+            self._marks.reset()
         if self._cut and lines:
             lines, self._cut = lines[1:], False  # the end of a line begun before where the view started
         for raw in lines:
@@ -86,17 +85,7 @@ class ConsoleView:
         return (self.appended, self.live, self.tail.restarts) != before
 
     def _append(self, text: str) -> None:
-        body = split_rank(text)[1]
-        kind: str | None = None
-        if body.strip() == TRACEBACK_HEADER:
-            kind, self._in_traceback = TRACEBACK, True
-        elif is_fatal(body) or is_exception(body):
-            kind, self._in_traceback = ERROR, False
-        elif self._in_traceback and (body[:1].isspace() or not body.strip()):
-            kind = TRACEBACK
-        else:
-            self._in_traceback = False
-        self._append_line(ViewLine(text, kind))
+        self._append_line(ViewLine(text, self._marks.mark(split_rank(text)[1])))
 
     def _append_line(self, line: ViewLine) -> None:
         self.lines.append(line)

@@ -1,4 +1,5 @@
-"""Engine logs: vLLM's ``SpecDecoding metrics:`` lines and SGLang's ``Decode batch ... accept len``, tailed.
+"""Engine logs: vLLM's ``SpecDecoding metrics:`` lines and SGLang's ``Decode batch ... accept len``, tailed,
+as text or as the messages of a JSON logging formatter's records (``json_record``).
 
 Formats and the engine code that writes them: see ``serving.evidence``. A log is followed as it
 grows (``core/log_tail.LogTail``): whole lines only, a runaway line without a newline dropped, one poll's read
@@ -9,6 +10,7 @@ synthetic; a file that holds only such a setting is evidence without figures, sy
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -38,6 +40,9 @@ _SGLANG_LINE = re.compile(rf"Decode batch\b.*?\baccept len: (?P<len>{_NUMBER})")
 # SGLang's logger: "[2025-05-12 10:11:12 TP0] Decode batch ..." (the rank is optional).
 _SGLANG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _VLLM_MARK = "SpecDecoding metrics:"
+# A record's asctime, kept only when it reads as a time (digits and a time's separators: logging's
+# "2025-05-12 10:11:12,345", vLLM's "05-12 10:11:12", ISO 8601): any other text is not shown.
+_STAMP = re.compile(r"[0-9][0-9 :,.TZ+-]{0,39}")
 _SGLANG_MARK = "accept len:"
 
 
@@ -112,6 +117,28 @@ def parse_sglang_line(line: str, index: int = 0) -> ServingSample | None:
         return None
     stamp = _SGLANG_TIME.search(line[: match.start()])
     return ServingSample(index, stamp.group(1) if stamp else None, bounds.acceptance_length(length, "accept len"))
+
+
+def json_record(line: str) -> tuple[str, str | None] | None:
+    """(message, asctime or None) of a line a JSON logging formatter wrote; None for any other line.
+
+    vLLM's loggers write one JSON object a record when ``VLLM_LOGGING_CONFIG_PATH`` names a
+    dictConfig with python-json-logger's ``JsonFormatter`` (vllm-project/vllm
+    ``examples/others/logging_configuration.md``, "Example 1": ``{"message": "..."}``, the
+    formatter's default ``%(message)s``), or with vLLM's built-in ``--logging-config.formatter
+    json`` (asctime, levelname, name, processName, process, message, vllm_process_name:
+    ``examples/features/logging_configuration.md``). The engine's own text is the ``message``."""
+    text = line.strip()
+    if not text.startswith("{") or not text.endswith("}"):
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, digits past int()'s limit, nested too deep
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("message"), str):
+        return None
+    stamp = document.get("asctime")
+    return document["message"], stamp if isinstance(stamp, str) and _STAMP.fullmatch(stamp) else None
 
 
 def parse_stats_line(line: str, index: int) -> tuple[str, ServingSample | None] | None:
@@ -221,8 +248,10 @@ class ServingLog:
 
     def _take(self, lines: Sequence[str]) -> bool:
         changed = False
-        for line in lines:
+        for raw in lines:
             self.lines += 1
+            record = json_record(raw) if raw[:1] == "{" else None
+            line, stamp = record if record is not None else (raw, None)
             if self.forced is None:
                 self.forced = forced_acceptance(line, self.lines)
                 changed |= self.forced is not None
@@ -240,11 +269,12 @@ class ServingLog:
             engine, sample = found
             self.engine = self.engine or engine  # the first engine seen is the log's
             if sample is not None and engine == self.engine:
-                self.samples.append(sample)
+                self.samples.append(sample if stamp is None else replace(sample, time=stamp))
                 changed = True
         return changed
 
     def evidence(self) -> ServingEvidence | None:
+        """The log's samples pooled, None before any engine's line or setting was seen."""
         engine = self.engine or (self.forced.engine if self.forced is not None else None)
         if engine is None:
             return None
@@ -268,6 +298,22 @@ class ServingLog:
             "speculative-decoding Prometheus metric, per-request metrics, speculation profile or "
             "forced-acceptance setting"
         )
+
+
+class JsonFormattedLog(ServingLog):
+    """An engine's log written by a JSON logging formatter (``json_record``), read as ``ServingLog``
+    reads any log (each record's message). Registered before the JSON-lines sources, which would
+    take any file that starts with ``{``: it claims a file whose first complete lines hold a log
+    record."""
+
+    kind: ClassVar[str] = "json_log"
+
+    @classmethod
+    def claims(cls, location: str, head: bytes) -> bool:
+        if bounds.is_url(location):
+            return False
+        complete = head.split(b"\n")[:-1]  # the last piece may be cut by the head's size
+        return any(json_record(line.decode("utf-8", "replace")) is not None for line in complete[:8])
 
 
 # vLLM prints each per-position rate as "%.3f" of accepted at i / drafts: their sum may differ from

@@ -4,15 +4,16 @@ A new source (a format an engine or a tool writes) is one class implementing
 ``serving.source.ServingSource`` in a module of its own beside ``logs``, ``metrics``,
 ``meta_info``, ``per_request`` and ``profile``, and one entry here. The first class whose
 ``claims(location, head)`` is true reads the location: URLs first, then files told apart by their
-name or first bytes (the JSON sources before ``MetaInfoFile``, which claims any JSON-lines file),
-``ServingLog`` last (it claims any file). A file named as a saved /metrics page (triage.toml
-``[serving] metrics``) is ``MetricsFile``'s whatever its first bytes: a page that is not one is
-its error, not a log with no lines yet. ``tests/test_serving_hostile.py`` attacks every entry.
+name or first bytes (the JSON sources, and an engine's log a JSON logging formatter wrote, before
+``MetaInfoFile``, which claims any JSON-lines file), ``ServingLog`` last (it claims any file). A
+file named as a saved /metrics page (triage.toml ``[serving] metrics``) is ``MetricsFile``'s
+whatever its first bytes: a page that is not one is its error, not a log with no lines yet.
+``tests/test_serving_hostile.py`` attacks every entry.
 """
 
 from __future__ import annotations
 
-from triage_tui.core.serving.logs import ServingLog
+from triage_tui.core.serving.logs import JsonFormattedLog, ServingLog
 from triage_tui.core.serving.meta_info import MetaInfoFile
 from triage_tui.core.serving.metrics import MetricsFile, MetricsUrl
 from triage_tui.core.serving.per_request import VllmRequestMetrics
@@ -24,6 +25,7 @@ SERVING_SOURCES: tuple[type[ServingSource], ...] = (
     MetricsFile,
     SpeculationProfile,
     VllmRequestMetrics,
+    JsonFormattedLog,
     MetaInfoFile,
     ServingLog,
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Protocol
 
-from triage_tui.core.series import ReadStats, RunScalars
+from triage_tui.core.series import ReadStats, RunScalars, ScalarSeries
 
 
 class ScalarSource(Protocol):
@@ -112,16 +112,24 @@ def sum_stats(a: ReadStats, b: ReadStats) -> ReadStats:
     return ReadStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(ReadStats)})
 
 
-def merge_scalars(into: RunScalars, parts: Sequence[RunScalars], seen: tuple) -> tuple:
+def merge_scalars(
+    into: RunScalars,
+    parts: Sequence[RunScalars],
+    seen: tuple,
+    one_record: Callable[[dict[str, ScalarSeries]], dict[str, str]] | None = None,
+) -> tuple:
     """``into`` made the union of ``parts``' series (a later part's over an earlier one's of the same
     name) and their resumes, its version bumped, unless ``seen`` (what the last merge returned) says
-    none of them changed since. Returns what to pass as ``seen`` next time."""
+    none of them changed since. ``one_record``: given the union, makes each metric two sources
+    record one series and returns the alternatives it kept (``RunScalars.alternatives``). Returns
+    what to pass as ``seen`` next time."""
     now = tuple((id(part), id(part.series), part.version) for part in parts)
     if now == seen:
         return seen
     merged: dict = {}
     for part in parts:
         merged.update(part.series)
+    into.alternatives = one_record(merged) if one_record is not None else {}
     into.series = merged
     into.purges = [step for part in parts for step in part.purges]  # resumes (core.curve_shapes)
     into.version += 1

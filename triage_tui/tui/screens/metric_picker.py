@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual import on
@@ -43,9 +43,13 @@ class MetricPickerScreen(ModalScreen[str | None]):
         Binding("up", "move(-1)", "Previous", show=False, key_display="↑", tooltip="Previous series"),
     ]
 
-    def __init__(self, names: Sequence[str], current: str | None) -> None:
+    def __init__(
+        self, names: Sequence[str], current: str | None, alternatives: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__()
         self.names = list(names)
+        # Another source's record of a metric shown under another name: alternative -> that name.
+        self.alternatives = dict(alternatives or {})
         self.current = current
         self.choices: list[str] = []  # what each option dismisses with, in order ("" the loss); ids are indices
         self.error: str | None = None
@@ -84,6 +88,8 @@ class MetricPickerScreen(ModalScreen[str | None]):
                 if choice
                 else Text.assemble(mark, ("loss", "bold"), (" · each run's, with ln V", "dim"))
             )
+            if choice in self.alternatives:
+                label.append(f" · alternative of {printable(self.alternatives[choice])}", "dim")
             options.add_option(Option(label, id=str(index)))
         if self.choices:
             options.highlighted = 0
