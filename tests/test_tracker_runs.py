@@ -199,3 +199,30 @@ def test_a_stores_recorded_end_comes_before_a_process_holding_the_store_open(tmp
 )
 def test_a_runs_name_is_one_path_segment_below_its_store(name, segment):
     assert path_segment(name) == segment and "/" not in path_segment(name)
+
+
+@pytest.mark.parametrize("variable", ["TRACKIO_DIR", "HF_HOME"])
+def test_trackios_own_directory_is_read_when_named_and_said_where_a_scan_finds_nothing(tmp_path, monkeypatch, variable):
+    """trackio writes to TRACKIO_DIR, else $HF_HOME/trackio (trackio/utils.py ``_get_trackio_dir``),
+    not to the run's output directory: a scan of the output directory says where its projects are."""
+    home = tmp_path / "hf"
+    projects = home / "trackio"
+    shutil.copytree(FIXTURES / "trackio", projects, copy_function=shutil.copy2)
+    monkeypatch.delenv("TRACKIO_DIR", raising=False)
+    monkeypatch.setenv(variable, str(projects if variable == "TRACKIO_DIR" else home))
+    (tmp_path / "out").mkdir()
+    code, out, err = _run("scan", str(tmp_path / "out"), "--json")
+    assert code == 2 and json.loads(out)["runs"] == []
+    assert f"trackio keeps its projects in {projects} (1 there): `triage scan {projects}` reads them" in err
+    _code, runs = _scan(projects)
+    assert sorted(run["name"] for run in runs) == ["tiny-lm/chance", "tiny-lm/healthy"]
+    code, _out, err = _run("scan", str(tmp_path))  # watched from above: its projects are found, nothing said
+    assert "trackio keeps" not in err
+
+
+def test_a_database_without_trackios_lock_beside_it_makes_no_run(tmp_path):
+    """Many tools keep a ``.db``; trackio's project is one beside its ``<project>.lock``."""
+    (tmp_path / "cache").mkdir()
+    shutil.copy2(FIXTURES / "trackio" / "tiny-lm.db", tmp_path / "cache" / "tiny-lm.db")
+    code, runs = _scan(tmp_path)
+    assert runs == [] and code == 2

@@ -103,7 +103,9 @@ def skipped_links_note(links: dict[str, str]) -> str | None:
 LOOKED_FOR = (
     "looked for TensorBoard event files (*tfevents*), W&B run files (run-*.wandb), training consoles "
     "(*.log, *.out beside checkpoints or holding a trainer's metrics lines), HF Trainer's "
-    "checkpoint-N/trainer_state.json and triage.toml (its [logs] console names a console anywhere)"
+    "checkpoint-N/trainer_state.json, trackers' records (mlflow.db, mlruns/, trackio's <project>.db beside its "
+    ".lock, Lightning's metrics.csv, torchtune's log_*.txt, NeMo's training.jsonl) and triage.toml (its [logs] "
+    "console names a console anywhere)"
 )
 
 

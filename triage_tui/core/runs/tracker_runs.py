@@ -22,6 +22,7 @@ it fails only that run. One locked by its writer keeps its last listing.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,3 +121,24 @@ def store_runs(info: RunInfo, root: str, cache: ListingCache) -> list[RunInfo]:
             )
         )
     return found
+
+
+def trackio_elsewhere_note(paths: list[Path]) -> str | None:
+    """Where trackio keeps its projects, when that is outside every watched path and holds some: one
+    line for a scan that found nothing (trackio writes to ``TRACKIO_DIR``, else ``$HF_HOME/trackio``,
+    not to the run's output directory; it is watched only when named, as it holds every project of
+    the user's, not the run's)."""
+    watched = [os.path.realpath(path) for path in paths]
+    for directory in trackio_db.default_dirs():
+        real = os.path.realpath(directory)
+        if any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in watched):
+            continue
+        try:
+            with os.scandir(directory) as entries:
+                projects = [entry.name for entry in entries if entry.name.endswith(trackio_db.DB_SUFFIX)]
+        except OSError:
+            continue
+        if projects:
+            command = f"triage scan {shlex.quote(str(directory))}"
+            return f"trackio keeps its projects in {directory} ({len(projects)} there): `{command}` reads them"
+    return None
