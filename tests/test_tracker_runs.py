@@ -226,3 +226,40 @@ def test_a_database_without_trackios_lock_beside_it_makes_no_run(tmp_path):
     shutil.copy2(FIXTURES / "trackio" / "tiny-lm.db", tmp_path / "cache" / "tiny-lm.db")
     code, runs = _scan(tmp_path)
     assert runs == [] and code == 2
+
+
+def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_path):
+    """trackio stamps each row ``datetime.now(timezone.utc).isoformat()``; read back, a row's time is
+    what ``datetime.fromisoformat(...).timestamp()`` gives, another form of timestamp too."""
+    import random
+    from datetime import datetime, timezone
+
+    from triage_tui.core.trackers import trackio_db
+
+    store = tmp_path / "tiny-lm.db"
+    shutil.copy2(FIXTURES / "trackio" / "tiny-lm.db", store)
+    rng = random.Random(0)
+    with sqlite3.connect(store) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM metrics ORDER BY id")]
+        stamps = {}
+        for n, row_id in enumerate(ids):
+            when = datetime.fromtimestamp(rng.uniform(1e9, 4e9), timezone.utc)
+            stamp = (
+                when.isoformat()
+                if n % 5
+                else when.replace(microsecond=0).isoformat()  # a whole second
+                if n % 10
+                else when.replace(tzinfo=None).isoformat(sep=" ")  # not trackio's
+            )
+            stamps[row_id] = stamp
+            conn.execute("UPDATE metrics SET timestamp = ? WHERE id = ?", (stamp, row_id))
+        runs = dict(conn.execute("SELECT id, run_id FROM metrics"))
+    for ref in trackio_db.list_runs(store):
+        source = trackio_db.TrackioRun(store, ref.run)
+        source.poll()
+        wanted = [
+            datetime.fromisoformat(stamps[i]).replace(tzinfo=timezone.utc).timestamp()
+            for i in ids
+            if runs[i] == ref.run
+        ]
+        assert source.scalars.get("train/loss").wall_times.tolist() == wanted
