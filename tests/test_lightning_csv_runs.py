@@ -2,8 +2,8 @@
 
 ``metrics.csv`` is a common name: an evaluation's table, a notebook's export. The CSVLogger's own
 files (tests/fixtures/trackers/lightning/, written by Lightning's CSVLogger) make runs wherever they
-lie; a table of another kind, or a step column alone outside Lightning's ``version_<N>/`` beside
-its ``hparams.yaml``, makes none.
+lie; a table of another kind, or a step column alone outside Lightning's ``version_<N>/``, makes
+none.
 """
 
 from __future__ import annotations
@@ -47,11 +47,10 @@ def test_a_metrics_csv_of_another_kind_makes_no_run(tmp_path):
     assert runs == [] and code == 2 and "no run here" in err
 
 
-def test_a_version_directory_beside_its_hparams_is_lightnings_whatever_its_header(tmp_path):
-    """``version_<N>/`` with ``hparams.yaml``: Lightning's layout, a run even before ``epoch`` is logged."""
+def test_a_version_directory_is_lightnings_whatever_its_header(tmp_path):
+    """``version_<N>/``: CSVLogger's layout, a run before ``epoch`` is logged or with its header damaged."""
     version = tmp_path / "tiny" / "version_3"
     version.mkdir(parents=True)
-    (version / "hparams.yaml").write_text("lr: 0.001\n")
     (version / "metrics.csv").write_text("step,train_loss\n0,10.37\n1,10.37\n")
     _code, (run,), _err = _scan(tmp_path)
     assert run["name"] == "tiny/version_3" and run["sources"] == ["lightning"]

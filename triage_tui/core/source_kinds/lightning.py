@@ -3,10 +3,12 @@ kind of scalar source: the directory holding it is a run, as TensorBoardLogger's
 beside it make it one.
 
 ``metrics.csv`` is a common name (an evaluation's table, a notebook's export), so the name alone
-makes no run: Lightning's layout does, a ``version_<N>/`` holding it beside ``hparams.yaml``
-(CSVLogger's ``log_hyperparams``), or its header as Lightning writes it, ``step`` and ``epoch``
-among its columns (``csv_metrics.is_lightning_header``; lightning/fabric/loggers/csv_logs.py adds
-``step`` to every row, the Trainer logs ``epoch``). A metrics.csv given alone is read as asked.
+makes no run: Lightning's layout does, a ``version_<N>/`` holding it (CSVLogger's own directory,
+``hparams.yaml`` beside it where hyperparameters were logged), or its header as Lightning writes
+it, ``step`` and ``epoch`` among its columns (``csv_metrics.is_lightning_header``;
+lightning/fabric/loggers/csv_logs.py adds ``step`` to every row, the Trainer logs ``epoch``): a
+damaged header in ``version_<N>/`` still leaves the run there to say so. A metrics.csv given
+alone is read as asked.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _make(prefix: str) -> ScalarSource:
 def _is_lightnings(directory: str, names: tuple[str, ...]) -> bool:
     if csv_metrics.LIGHTNING_NAME not in names:
         return False
-    if VERSION_DIR.match(os.path.basename(directory)) and csv_metrics.LIGHTNING_HPARAMS in names:
+    if VERSION_DIR.match(os.path.basename(directory)):
         return True
     return csv_metrics.has_lightning_header(Path(directory, csv_metrics.LIGHTNING_NAME))
 

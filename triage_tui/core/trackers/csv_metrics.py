@@ -29,7 +29,6 @@ from triage_tui.core.trackers.text_numbers import parse_number
 
 LIGHTNING_KIND = "lightning"
 LIGHTNING_NAME = "metrics.csv"
-LIGHTNING_HPARAMS = "hparams.yaml"  # CSVLogger.log_hyperparams writes it beside metrics.csv
 STEP_COLUMN = "step"
 EPOCH_COLUMN = "epoch"  # the Trainer logs it with every metric (its logger connector adds it)
 # A header longer than this is no logger's: its first line is not looked at further.
