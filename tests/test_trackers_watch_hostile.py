@@ -114,7 +114,9 @@ def test_one_attacked_tracker_file_fails_only_its_own_run(tmp_path, monkeypatch,
     assert mine, f"the attacked run {owner} vanished: {sorted(runs)}"
     clean_mine = {name: run for name, run in clean.items() if name not in _others(clean, owner)}
     if mine != clean_mine:  # a change the attack made is said: an error, or its damaged records
-        said = [run for run in mine.values() if run["errors"] or any(f["kind"] == "damaged_records" for f in run["flags"])]
+        said = [
+            run for run in mine.values() if run["errors"] or any(f["kind"] == "damaged_records" for f in run["flags"])
+        ]
         changed_points = any(run["metrics"] != clean_mine.get(name, {}).get("metrics") for name, run in mine.items())
         assert said or changed_points, mine
 
