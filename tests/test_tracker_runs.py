@@ -228,7 +228,8 @@ def test_a_database_without_trackios_lock_beside_it_makes_no_run(tmp_path):
     assert runs == [] and code == 2
 
 
-def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_path):
+@pytest.mark.parametrize("forms", ["trackio's", "mixed"])
+def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_path, forms):
     """trackio stamps each row ``datetime.now(timezone.utc).isoformat()``; read back, a row's time is
     what ``datetime.fromisoformat(...).timestamp()`` gives, another form of timestamp too."""
     import random
@@ -246,7 +247,7 @@ def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_p
             when = datetime.fromtimestamp(rng.uniform(1e9, 4e9), timezone.utc)
             stamp = (
                 when.isoformat()
-                if n % 5
+                if n % 5 or forms == "trackio's"
                 else when.replace(microsecond=0).isoformat()  # a whole second
                 if n % 10
                 else when.replace(tzinfo=None).isoformat(sep=" ")  # not trackio's

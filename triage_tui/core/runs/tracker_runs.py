@@ -39,7 +39,7 @@ def _change_key(path: Path) -> tuple:
     """What changes when the store's list of runs may have: its files' (inode, size, mtime)."""
     if path.name != mlflow_files.META_NAME:
         return sqlite_ro.store_key(path)
-    stats = []
+    stats: list[tuple[int, int, int] | None] = []
     for meta in (path, path.parent.parent / mlflow_files.META_NAME):  # the run's and its experiment's
         try:
             stat = os.stat(meta)

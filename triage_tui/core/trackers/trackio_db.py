@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -123,7 +124,7 @@ _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # runs about every call: trackio's JSON (orjson's) has no whitespace around it; a text that has
 # some is decoded the usual way.
 _DECODER = json.JSONDecoder()
-_scan = _DECODER.scan_once
+_scan = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
 
 
 def _logged(text: str | None) -> dict | None:
@@ -144,19 +145,38 @@ def _logged(text: str | None) -> dict | None:
     return logged if type(logged) is dict else None
 
 
+def _walls(stamps: Sequence[object]) -> np.ndarray:
+    """Each row's time as ``_wall`` reads it, NaN where it is none. trackio's own form
+    (``datetime.now(timezone.utc).isoformat()``, ``...+00:00``) on every row is parsed by numpy whole:
+    whole microseconds over 1e6, as Python's ``timestamp()`` computes them."""
+    if all(type(stamp) is str and len(stamp) <= 64 and stamp.endswith("+00:00") for stamp in stamps):
+        try:
+            micros = np.array([str(stamp)[:-6] for stamp in stamps], "datetime64[us]").astype(np.int64)
+        except ValueError:
+            pass  # one that is no time: each read alone
+        else:
+            walls = micros / 1e6
+            walls[micros == np.iinfo(np.int64).min] = np.nan  # "NaT"
+            return walls
+    return np.array([_wall(stamp) if stamp is not None else 0.0 for stamp in stamps], np.float64)  # None -> NaN
+
+
 def _batch(rows: list[tuple]) -> tuple[PointBatch, int]:
     """The rows' points by metric name, as columns, and how many rows were not whole (no step, no
     dict, a timestamp that is none). Each value is checked as ``number`` checks it (a bool, a nested
     value, a string but trackio's three are no number); the loop is the one place a value is looked at."""
     batch = PointBatch()
-    steps: dict[str, list[int]] = {}
-    walls: dict[str, list[float]] = {}
+    if not rows:
+        return batch, 0
+    _rowids, step_values, stamps, texts = zip(*rows, strict=True)
+    wall_column = _walls(stamps)
+    walls_ok = (~np.isnan(wall_column)).tolist()
+    indices: dict[str, list[int]] = {}
     values: dict[str, list[float]] = {}
     bad = 0
-    for _rowid, step, stamp, text in rows:
+    for index, (step, text) in enumerate(zip(step_values, texts, strict=True)):
         logged = _logged(text)
-        wall = _wall(stamp) if stamp is not None else 0.0
-        if step < 0 or logged is None or wall is None:
+        if step < 0 or logged is None or not walls_ok[index]:
             bad += 1
             continue
         for key, raw in logged.items():
@@ -175,12 +195,13 @@ def _batch(rows: list[tuple]) -> tuple[PointBatch, int]:
             if column is None:
                 if metric_name(key) is None:
                     continue
-                column, steps[key], walls[key] = values.setdefault(key, []), [], []
+                column, indices[key] = values.setdefault(key, []), []
             column.append(value)
-            steps[key].append(step)
-            walls[key].append(wall)
+            indices[key].append(index)
+    step_column = np.array(step_values, np.int64)
     for key, column in values.items():
-        batch.add_columns(key, np.array(steps[key], np.int64), np.array(walls[key]), np.array(column))
+        chosen = np.array(indices[key], np.int64)
+        batch.add_columns(key, step_column[chosen], wall_column[chosen], np.array(column, np.float64))
     return batch, bad
 
 
