@@ -264,3 +264,13 @@ def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_p
             if runs[i] == ref.run
         ]
         assert source.scalars.get("train/loss").wall_times.tolist() == wanted
+
+
+def test_a_store_given_alone_is_its_runs(tmp_path):
+    shutil.copytree(FIXTURES / "mlflow-sqlite", tmp_path / "m", copy_function=shutil.copy2)
+    store = tmp_path / "m" / "mlflow.db"
+    _code, runs = _scan(store)
+    ids = {name: run_id for run_id, name in _sql(store, "SELECT run_uuid, name FROM runs")}
+    assert {run["name"]: Path(run["path"]) for run in runs} == {
+        f"tiny-lm/{name}": store / run_id for name, run_id in ids.items()
+    }

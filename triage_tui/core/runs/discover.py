@@ -518,7 +518,8 @@ def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
     events = (path,) if is_event_file_name(path.name) else ()
     wandb = (path,) if is_wandb_file_name(path.name) else ()
     files = ((kind, (path,)),) if kind is not None else ()
-    return [RunInfo(path.parent, path.name, events, manifest, RunArtifacts(), manifest_error, wandb, (), files)]
+    info = RunInfo(path.parent, path.name, events, manifest, RunArtifacts(), manifest_error, wandb, (), files)
+    return store_runs(info, str(path.parent), cache)  # a store of several runs given alone: each
 
 
 def store_run_at(path: Path) -> RunInfo | None:
