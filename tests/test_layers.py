@@ -79,6 +79,7 @@ CORE = [
     ("core.run_status", "core.derive"),
     ("core.sources", "core.best_checkpoint", "core.setting_files"),
     ("core.runs.discover",),
+    ("core.runs.tracker_runs",),
     ("core.source_kinds",),
     ("core.wandb", "core.serving", "core.curve_shapes", "core.run_state"),
     ("core.events", "core.signals", "core.drafter", "core.console", "core.writers", "core.trackers"),
@@ -167,6 +168,7 @@ SOURCE_KINDS = [
 ]
 RUNS = [
     ("core.runs.discover", "core.runs.remote"),
+    ("core.runs.tracker_runs",),
     ("core.runs.walk",),
     ("core.runs.listing",),
     ("core.runs.info", "core.runs.config"),

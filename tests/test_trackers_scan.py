@@ -68,12 +68,13 @@ def _tree_now(tmp_path: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def test_an_mlflow_store_is_watched_without_a_byte_of_it_changed_and_its_failed_run_said(tmp_path):
-    """The store holds both runs, each under its MLflow name; the chance run ended FAILED (MLflow's
-    record), and no process writes it here: the run crashed, and scan exits 1."""
+    """The store holds both runs, each a run of its own under its MLflow name; the chance run ended
+    FAILED (MLflow's record), and no process writes it here: that run crashed, and scan exits 1."""
     before = _tree(tmp_path, "mlflow-sqlite")
-    code, (run,) = _scan(tmp_path / "mlflow-sqlite")
-    assert run["sources"] == ["mlflow"] and run["trainer"] == "mlflow" and run["errors"] == []
-    assert run["metrics"]["loss"]["tag"] == "tiny-lm/chance/train/loss"
+    code, runs = _scan(tmp_path / "mlflow-sqlite")
+    run = next(run for run in runs if run["name"] == "tiny-lm/chance")
+    assert run["sources"] == ["mlflow"] and run["errors"] == []
+    assert run["metrics"]["loss"]["tag"] == "train/loss" and run["state"] == "crashed"
     assert {"crashed", "chance_from_start"} <= {flag["kind"] for flag in run["flags"]} and code == 1
     assert _tree_now(tmp_path) == before
 

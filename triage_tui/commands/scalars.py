@@ -31,7 +31,7 @@ from pathlib import Path
 
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs.discover import discover_runs, file_kind
+from triage_tui.core.runs.discover import discover_runs, file_kind, store_run_at
 from triage_tui.core.runs.info import RunInfo
 from triage_tui.core.runs.remote import Mirrors, shown_path
 from triage_tui.core.series import ScalarSeries
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     path = mirrors.local(args.path)
     for error in mirrors.sync():  # a URL: the run's prefix mirrored here first (runs/remote.py)
         print(f"triage scalars: {printable(error.line())}", file=sys.stderr)
-    if not path.exists():
+    stored = store_run_at(Path(os.path.abspath(path)))  # one of a tracker store's runs: <dir>/mlflow.db/<run id>
+    if stored is None and not path.exists():
         raise BadInput(shown_path(path), "no such file or directory")
     if path.is_file():
         try:
@@ -81,18 +82,20 @@ def run(args: argparse.Namespace) -> int:
                 pass
         except OSError as err:
             raise BadInput(shown_path(path), f"cannot read it: {err.strerror}") from None
-    elif not path.is_dir():
+    elif stored is None and not path.is_dir():
         raise BadInput(shown_path(path), "not a regular file or a directory")
-    if path.is_file():
+    if stored is not None:
+        scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = stored.scalar_files
+    elif path.is_file():
         # One file: a W&B run file, a file of a kind that makes runs, else read as an event file.
         kind = file_kind(path.name) or tensorboard.KIND.name
-        scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = ((kind, (path,)),)
+        scalar_files = ((kind, (path,)),)
     else:
         scalar_files = _run_files(discover_runs([path], keep_bad_manifests=True), path)
     if not scalar_files:
         raise BadInput(shown_path(path), "no event files (*tfevents*) or W&B run files (run-*.wandb) below it")
     events = RunSources()
-    events.set_files(scalar_files)
+    events.set_files(scalar_files, stored.store_run if stored is not None else None)
     stats = events.poll()
     problems = events.problems
     if path.is_file() and problems:
@@ -148,7 +151,10 @@ def _run_files(runs: list[RunInfo], directory: Path) -> tuple[tuple[str, tuple[P
         whole = info.path.is_relative_to(directory)
         for name, paths in info.scalar_files:
             files.setdefault(name, []).extend(p for p in paths if whole or p.is_relative_to(directory))
-    return tuple((kind.name, tuple(files[kind.name])) for kind in registry.SCALAR_SOURCES if files.get(kind.name))
+    # A store of several runs is each of its runs' file: read once, every run of it.
+    return tuple(
+        (kind.name, tuple(dict.fromkeys(files[kind.name]))) for kind in registry.SCALAR_SOURCES if files.get(kind.name)
+    )
 
 
 # The plain path: csv.writer and repr, json.dumps. The fast one below (numpy columns,

@@ -19,6 +19,7 @@ from triage_tui.core.run_status import RunStatus
 from triage_tui.core.runs.discover import LOOKED_FOR, skipped_links_note
 from triage_tui.core.runs.manifest import expand_user
 from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
+from triage_tui.core.runs.tracker_runs import trackio_elsewhere_note
 from triage_tui.core.runs.walk import walk_limits_note
 from triage_tui.core.signals.flags import fmt
 from triage_tui.core.signals.kinds import RunHealth, Severity
@@ -100,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     for path in empty:
         print(f"triage scan: {printable(shown_path(path))}: no run here or below: {LOOKED_FOR}", file=sys.stderr)
     if empty:
+        note = trackio_elsewhere_note([Path(expand_user(path)) for path in empty])
+        if note is not None:
+            print(f"triage scan: {printable(note)}", file=sys.stderr)
         return 2
     failed = watcher.unplaced_errors or any(status.status == RunHealth.CRITICAL or status.errors for status in statuses)
     return 1 if failed else 0

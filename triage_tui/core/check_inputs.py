@@ -118,12 +118,13 @@ def resolve_run(
     target: str | Path | None = None,
 ) -> ResolvedRun:
     """``resolve_inputs``, keeping the run's discovery and manifest (``ResolvedRun``)."""
-    from triage_tui.core.runs.discover import LOOKED_FOR, discover_runs
+    from triage_tui.core.runs.discover import LOOKED_FOR, discover_runs, store_run_at
     from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
     from triage_tui.core.runs.names import MANIFEST_NAME
 
     run_path = Path(os.path.abspath(expand_user(run)))
-    if S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
+    stored = store_run_at(run_path)  # one of a tracker store's runs: <dir>/mlflow.db/<run id>
+    if stored is None and S_ISREG(stat_or_bad_input(run_path, "no such run directory").st_mode):
         # An event file or a triage.toml names the run it sits in.
         run_path = run_path.parent
     flags: dict[str, str | Path | None] = {"checkpoint": checkpoint, "mapping": mapping, "data": data, "target": target}
@@ -140,7 +141,7 @@ def resolve_run(
             notes.append(hub.line(f"--{name}"))
             flags[name] = hub.path
 
-    infos = discover_runs([run_path])
+    infos = [stored] if stored is not None else discover_runs([run_path])
     info = next((i for i in infos if i.path == run_path), None)
     if info is None and len(infos) > 1:
         names = ", ".join(i.name for i in infos[:4]) + (", ..." if len(infos) > 4 else "")

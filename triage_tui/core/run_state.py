@@ -146,6 +146,7 @@ def run_state(
     console_error_of: Callable[[], str | None] | None = None,
     final_save: bool = False,
     recorded_end: tuple[str, str] | None = None,
+    recorded_end_first: bool = False,
     flush_secs: float = 120.0,
 ) -> RunState:
     """The run's state at ``now`` (the caller's clock).
@@ -157,7 +158,8 @@ def run_state(
     code), so a live run's console is never read for it. ``final_save``: the trainer saved its last
     checkpoint (its own marker). ``recorded_end``: what a tracker's store recorded of the run's end,
     as (state, reason) (MLflow's FINISHED an end, FAILED or KILLED a crash: core/trackers/stores.py),
-    taken where no writer is visible.
+    taken where no writer is visible, or before the writer with ``recorded_end_first`` (one of a store's
+    several runs: the process holding the store open may be writing another of them).
     ``activity``: the run's points' rhythm (core.signals.stall); a live writer silent past
     ``activity.stall_after(flush_secs)`` (the flush interval, 3 median gaps, 1.5 x the longest gap) is stalled.
     """
@@ -170,6 +172,9 @@ def run_state(
             console_error_line, console_error_of = console_error_of(), None
         return console_error_line
 
+    if recorded_end is not None and recorded_end_first:
+        state = WriterState(recorded_end[0])
+        return RunState(state, recorded_end[1], None, last, silence, recorded_end[1] if state == "crashed" else None)
     if wandb_exit_code is not None and wandb_exit_code != 0:
         line = f"W&B recorded exit code {wandb_exit_code}"
         error = console()

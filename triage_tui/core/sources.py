@@ -26,6 +26,7 @@ from triage_tui.core.source_kinds import registry
 from triage_tui.core.source_kinds.kind import ScalarSource, ScalarSourceKind, merge_scalars, sum_stats
 from triage_tui.core.source_kinds.trainer_state import TrainerStateFile
 from triage_tui.core.source_kinds.wandb import WandbRuns
+from triage_tui.core.trackers.stores import StoreRuns
 
 if TYPE_CHECKING:
     from triage_tui.core.console.reader import ConsoleLogs
@@ -52,10 +53,11 @@ class RunSources:
         """The run's sources, in the registry's order."""
         return tuple(self.readers.values())
 
-    def set_files(self, scalar_files: Iterable[tuple[str, Sequence[Path]]]) -> None:
+    def set_files(self, scalar_files: Iterable[tuple[str, Sequence[Path]]], store_run: str | None = None) -> None:
         """The run's files by kind (``RunInfo.scalar_files``). A kind's reader is kept while its
         prefix stays; a run that gains or loses a kind listed before another re-reads that one under
-        its new names (or renames it, where its kind says how)."""
+        its new names (or renames it, where its kind says how). ``store_run`` (``RunInfo.store_run``):
+        the key of the one run of a tracker's store to read, None for every run it holds."""
         files = {name: tuple(paths) for name, paths in scalar_files if paths}
         readers: dict[str, ScalarSource] = {}
         kinds = []
@@ -63,6 +65,8 @@ class RunSources:
             if kind.name not in files:
                 continue
             reader = kind.reader(kind.prefix if readers else "", self.readers.get(kind.name))
+            if isinstance(reader, StoreRuns):
+                reader.select(store_run)
             reader.set_files(files[kind.name])
             readers[kind.name] = reader
             kinds.append(kind)

@@ -79,20 +79,20 @@ class WatchedRun:
     def of(cls, info: RunInfo) -> WatchedRun:
         """A run just found: its sources set to its files, nothing read yet."""
         events = RunSources()
-        events.set_files(info.scalar_files)
+        events.set_files(info.scalar_files, info.store_run)
         return cls(info, events)
 
     def moved_to(self, info: RunInfo) -> None:
         """The same run under another directory (``out/runs`` became ``out``): its points kept."""
-        self.events.set_files(info.scalar_files)
+        self.events.set_files(info.scalar_files, info.store_run)
         self.info = info
         self.settings_changed = True
 
     def rediscovered(self, info: RunInfo) -> None:
         """What discovery found of the run this rescan: new files followed, new settings re-derived."""
         if info != self.info:
-            if info.scalar_files != self.info.scalar_files:
-                self.events.set_files(info.scalar_files)
+            if info.scalar_files != self.info.scalar_files or info.store_run != self.info.store_run:
+                self.events.set_files(info.scalar_files, info.store_run)
             if info.manifest != self.info.manifest or info.artifacts != self.info.artifacts:
                 self.settings_changed = True
             self.info = info
@@ -230,7 +230,7 @@ class WatchedRun:
         wandb = self.events.wandb
         trainer = self.events.trainer_state
         return run_state(
-            self.info.path,
+            self.info.directory,
             processes=processes,
             activity=derived.activity,
             now=now,
@@ -239,6 +239,9 @@ class WatchedRun:
             console_error_of=self._console_error,
             final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
             recorded_end=recorded_end_of(self.events.sources),
+            # One of a store's runs: a process writing the store may be writing another of its runs,
+            # so what the store recorded of this one's end comes first.
+            recorded_end_first=self.info.store_run is not None,
             flush_secs=flush_secs,
         )
 

@@ -330,7 +330,7 @@ class TriageApp(App[None]):
         """`n`: the node's GPUs, CPU, memory and the disks of the watched runs, sampled while shown."""
         from triage_tui.core.node import NodeSampler
 
-        sampler = NodeSampler(lambda: [status.info.path for status in list(self.statuses.values())])
+        sampler = NodeSampler(lambda: [status.info.directory for status in list(self.statuses.values())])
         self.push_screen(NodeScreen(sampler.sample, close=sampler.close))
 
     @on(messages.ConsoleRequested)

@@ -67,6 +67,7 @@ from triage_tui.core.runs.names import (
     is_wandb_file_name,
     specforge_run_id,
 )
+from triage_tui.core.runs.tracker_runs import store_runs
 from triage_tui.core.runs.walk import Node, is_under, preorder, walk
 from triage_tui.core.source_kinds import registry
 from triage_tui.core.source_kinds.kind import RunTree
@@ -102,7 +103,9 @@ def skipped_links_note(links: dict[str, str]) -> str | None:
 LOOKED_FOR = (
     "looked for TensorBoard event files (*tfevents*), W&B run files (run-*.wandb), training consoles "
     "(*.log, *.out beside checkpoints or holding a trainer's metrics lines), HF Trainer's "
-    "checkpoint-N/trainer_state.json and triage.toml (its [logs] console names a console anywhere)"
+    "checkpoint-N/trainer_state.json, trackers' records (mlflow.db, mlruns/, trackio's <project>.db beside its "
+    ".lock, Lightning's metrics.csv, torchtune's log_*.txt, NeMo's training.jsonl) and triage.toml (its [logs] "
+    "console names a console anywhere)"
 )
 
 
@@ -229,9 +232,10 @@ def _console_run(node: Node, cache: ListingCache) -> bool:
 
 
 def _holds_claimed_files(node: Node) -> bool:
-    """A file of a kind of scalar source that makes a run (core/source_kinds/registry.py) is here."""
-    run_making = [kind.claims for kind in registry.SCALAR_SOURCES if kind.makes_run]
-    return bool(run_making) and any(claims(name) for claims in run_making for name in node.listing.files)
+    """A file of a kind of scalar source that makes a run (core/source_kinds/registry.py) is here,
+    by the kind's own rule (its ``files``: trackio's database beside its lock, MLflow's run directory)."""
+    here = RunTree(Path(node.path), ((node.path, node.listing.files),), subdirs=node.listing.dirs)
+    return any(kind.files_in(here) for kind in registry.SCALAR_SOURCES if kind.makes_run)
 
 
 def _start_dir(root: Path, cache: ListingCache) -> Path:
@@ -402,7 +406,9 @@ def discover_runs(
             if not (is_under(run_dir, str(root)) or run_dir == start):
                 continue  # a sibling of the given path, reached only because we walked from above
             if run_dir not in found:
-                found[run_dir] = _run_info(builder, str(root), cache, manifests_strict)
+                # A tracker's store of several runs: one run each (core/runs/tracker_runs.py).
+                for info in store_runs(_run_info(builder, str(root), cache, manifests_strict), str(root), cache):
+                    found.setdefault(str(info.path), info)
     return list(found.values())
 
 
@@ -444,6 +450,7 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
         wandb_files=tuple(Path(p) for p in builder.wandb_files),
         console_files=_console_files(builder.node, manifest),
         trainer_state=artifacts.trainer_state,
+        subdirs=builder.node.listing.dirs,
     )
     return RunInfo(
         path=run_dir,
@@ -511,4 +518,17 @@ def _file_run(path: Path, cache: ListingCache, strict: bool) -> list[RunInfo]:
     events = (path,) if is_event_file_name(path.name) else ()
     wandb = (path,) if is_wandb_file_name(path.name) else ()
     files = ((kind, (path,)),) if kind is not None else ()
-    return [RunInfo(path.parent, path.name, events, manifest, RunArtifacts(), manifest_error, wandb, (), files)]
+    info = RunInfo(path.parent, path.name, events, manifest, RunArtifacts(), manifest_error, wandb, (), files)
+    return store_runs(info, str(path.parent), cache)  # a store of several runs given alone: each
+
+
+def store_run_at(path: Path) -> RunInfo | None:
+    """The run of a tracker's store that ``path`` names (``<dir>/mlflow.db/<run id>``, as ``scan``
+    lists it: core/runs/tracker_runs.py), None where ``path`` exists or names no such run."""
+    if os.path.lexists(path):
+        return None
+    store = next((parent for parent in path.parents if _is_file(parent)), None)
+    if store is None:
+        return None
+    runs = discover_runs([store.parent], strict=False)
+    return next((info for info in runs if info.path == path and info.store_run is not None), None)

@@ -33,6 +33,12 @@ class RunInfo:
 
     ``manifest_error`` is set, and ``manifest`` is None, when discovery ran with
     ``strict=False`` and the run's triage.toml was malformed (the watcher keeps going).
+
+    ``store_run``: the run's key in its tracker's store (an MLflow run id; a trackio project and
+    run) where the run is one of the runs a store holds (core/runs/tracker_runs.py), else None.
+    Such a run's ``path``, its identity, is the store's path joined with one segment for the run
+    (``<dir>/mlflow.db/<run id>``, ``<dir>/<project>.db/<run>``): no directory, so ``directory``
+    says where its files are; an MLflow file store's run keeps its own directory.
     """
 
     path: Path
@@ -46,6 +52,15 @@ class RunInfo:
     # The run's files of each kind of scalar source that has any, in the order of
     # core/source_kinds/registry.py (discovery asks each kind): what the run's readers are given.
     scalar_files: tuple[tuple[str, tuple[Path, ...]], ...] = ()
+    store_run: str | None = None
+
+    @property
+    def directory(self) -> Path:
+        """The directory the run's files are in: its path, or for a store's run its store's directory."""
+        if self.store_run is not None:
+            for store in (path for _, files in self.scalar_files for path in files if path in self.path.parents):
+                return store.parent
+        return self.path
 
     @property
     def sources(self) -> tuple[str, ...]:

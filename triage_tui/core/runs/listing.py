@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
+from typing import Any
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.natural_sort import natural_key
@@ -121,6 +122,9 @@ class ListingCache:
     # Consoles found to hold a trainer's lines, by (st_dev, st_ino, st_size, st_mtime_ns): once a
     # file's head or tail said so it is not read again until it changes.
     trainer_lines: dict[str, tuple[tuple[int, int, int, int], bool]] = field(default_factory=dict)
+    # Trackers' stores' runs (core/runs/tracker_runs.py), by store: (what its files were when
+    # listed, its runs or None where it could not be listed), listed again when they change.
+    store_runs: dict[str, tuple[tuple, Any]] = field(default_factory=dict)
 
     def listing(self, path: str, stat: os.stat_result) -> Listing | None:
         key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)

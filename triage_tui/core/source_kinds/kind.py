@@ -54,7 +54,7 @@ class RunTree:
     discovery's rules (docs/contracts.md "What a run is") place get what those rules found:
     ``event_files`` (non-empty), ``wandb_files``, ``console_files`` (the run's own directory and
     those its triage.toml names, less its serving logs) and ``trainer_state`` (the newest
-    ``checkpoint-<N>/trainer_state.json``)."""
+    ``checkpoint-<N>/trainer_state.json``). ``subdirs``: the names of the directories in the run's own."""
 
     path: Path
     dirs: tuple[tuple[str, tuple[str, ...]], ...]
@@ -62,6 +62,7 @@ class RunTree:
     wandb_files: tuple[Path, ...] = ()
     console_files: tuple[Path, ...] = ()
     trainer_state: Path | None = None
+    subdirs: tuple[str, ...] = ()
 
     def claimed(self, claims: Callable[[str], bool]) -> tuple[Path, ...]:
         """The files of every directory of the run whose names ``claims`` accepts, in walk order."""

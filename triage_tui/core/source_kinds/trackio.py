@@ -2,9 +2,10 @@
 as a kind of scalar source.
 
 trackio keeps its projects in ``TRACKIO_DIR`` (default ``$HF_HOME/trackio``), rarely in a run's own
-directory, and a ``.db`` file is many tools' store: a project database is read where a run's
-directory holds one beside its ``.lock`` (a ``TRACKIO_DIR`` set to the output directory), and does
-not make a run by itself. Every run of it is read, each under ``<project>/<run name>/`` when it holds several.
+directory, and a ``.db`` file is many tools' store: a project database is one beside its ``.lock``
+(trackio's writers take it), and a directory holding one is a run where it lies under a watched
+path (``triage ~/.cache/huggingface/trackio``, or a ``TRACKIO_DIR`` set to the output directory).
+A project of several runs is one run each, ``<project>/<run name>`` (core/runs/tracker_runs.py).
 """
 
 from __future__ import annotations
@@ -38,5 +39,4 @@ KIND = ScalarSourceKind(
     claims=lambda name: name.endswith(trackio_db.DB_SUFFIX),
     reader=renewed_on_rename(_make),
     files=_files,
-    makes_run=False,
 )

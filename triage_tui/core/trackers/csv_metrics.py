@@ -30,6 +30,13 @@ from triage_tui.core.trackers.text_numbers import parse_number
 LIGHTNING_KIND = "lightning"
 LIGHTNING_NAME = "metrics.csv"
 STEP_COLUMN = "step"
+EPOCH_COLUMN = "epoch"  # the Trainer logs it with every metric (its logger connector adds it)
+# A header longer than this is no logger's: its first line is not looked at further.
+MAX_HEADER_BYTES = 1 << 16
+# Headers looked at by discovery, by path: ((inode, size, mtime), is Lightning's), kept while the
+# file is unchanged; a bound on how many, past which they are forgotten.
+_HEADERS: dict[str, tuple[tuple[int, int, int], bool]] = {}
+_MAX_HEADERS = 4096
 
 
 def _first_line(path: Path, limit: int) -> bytes | None:
@@ -41,6 +48,35 @@ def _first_line(path: Path, limit: int) -> bytes | None:
         head = handle.read(limit)
     end = head.find(b"\n")
     return head[:end] if end >= 0 else None  # no whole first line yet: nothing to compare
+
+
+def is_lightning_header(line: bytes) -> bool:
+    """A first line as Lightning's CSVLogger writes it: its columns hold ``step`` (its
+    ``_ExperimentWriter.log_metrics`` adds it to every row) and ``epoch`` (the Trainer logs it)."""
+    try:
+        columns = next(csv.reader([line.decode("utf-8")]))
+    except (UnicodeDecodeError, csv.Error, StopIteration):
+        return False
+    return STEP_COLUMN in columns and EPOCH_COLUMN in columns
+
+
+def has_lightning_header(path: Path) -> bool:
+    """Whether ``path`` begins with a Lightning header (``is_lightning_header``), its first line read
+    again only when the file changed (discovery asks at every rescan)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _HEADERS.get(str(path))
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    line = _first_line(path, MAX_HEADER_BYTES)
+    found = line is not None and is_lightning_header(line)
+    if len(_HEADERS) >= _MAX_HEADERS:
+        _HEADERS.clear()
+    _HEADERS[str(path)] = (key, found)
+    return found
 
 
 class _CsvFile:

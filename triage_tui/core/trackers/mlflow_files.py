@@ -85,24 +85,28 @@ def list_file_runs(mlruns: Path) -> tuple[MlflowFileRunRef, ...]:
     """Every run of the store not deleted (``.trash`` and deleted lifecycle left out), by experiment."""
     refs = []
     for experiment_dir in sorted(p for p in mlruns.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        experiment_meta = read_meta(experiment_dir / META_NAME)
-        experiment = experiment_meta.get("name")
-        experiment = experiment if isinstance(experiment, str) else experiment_dir.name
         for run_dir in sorted(p for p in experiment_dir.iterdir() if (p / METRICS_DIR).is_dir()):
-            meta = read_meta(run_dir / META_NAME)
-            if meta.get("lifecycle_stage") == "deleted":
-                continue
-            name = meta.get("run_name")
-            refs.append(
-                MlflowFileRunRef(
-                    path=run_dir,
-                    run_id=run_dir.name,
-                    experiment=experiment,
-                    name=name if isinstance(name, str) and name else run_dir.name,
-                    status=status_name(meta.get("status")),
-                )
-            )
+            ref = file_run(run_dir)
+            if ref is not None:
+                refs.append(ref)
     return tuple(refs)
+
+
+def file_run(run_dir: Path) -> MlflowFileRunRef | None:
+    """The run of a run directory (``<experiment_id>/<run_id>``) as MLflow names it, None where it
+    was deleted; BadInput where its or its experiment's meta.yaml is not MLflow's."""
+    experiment = read_meta(run_dir.parent / META_NAME).get("name")
+    meta = read_meta(run_dir / META_NAME)
+    if meta.get("lifecycle_stage") == "deleted":
+        return None
+    name = meta.get("run_name")
+    return MlflowFileRunRef(
+        path=run_dir,
+        run_id=run_dir.name,
+        experiment=experiment if isinstance(experiment, str) else run_dir.parent.name,
+        name=name if isinstance(name, str) and name else run_dir.name,
+        status=status_name(meta.get("status")),
+    )
 
 
 def _parse(line: str) -> tuple[int, float, int] | None:

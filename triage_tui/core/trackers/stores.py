@@ -1,12 +1,16 @@
 """A tracker's store in a run's directory as one scalar source: every run the store holds, read.
 
-An MLflow ``mlflow.db`` or a trackio ``<project>.db`` holds many runs. Read where discovery found
-it, each run of it is read by its own reader (``MlflowDbRun``, ``TrackioRun``), listed again when
-the store's files change (a run started since). A store holding one run gives its series their
-logged names; one holding several names each run's series ``<label>/<metric>`` (MLflow's
-``<experiment>/<run name>``, trackio's ``<project>/<run name>``), so no run's points land on
-another's. ``states`` says what the store says of each run (MLflow's status: RUNNING, FINISHED,
-FAILED, KILLED), for where no writer process is visible.
+An MLflow ``mlflow.db`` or a trackio ``<project>.db`` holds many runs; an MLflow file store's run
+directory (``mlruns/<experiment id>/<run id>/meta.yaml``) one. Discovery makes each run of a
+store of several a triage run of its own (core/runs/tracker_runs.py): its reader is then given the
+run's key (``only``) and reads that run alone, its series under their logged names. Read where
+discovery found it without a key, each run of it is read by its own reader (``MlflowDbRun``,
+``MlflowFileRun``, ``TrackioRun``), listed again when the store's files change (a run started
+since). A store holding one run gives its series their logged names; one holding several names
+each run's series ``<label>/<metric>`` (MLflow's ``<experiment>/<run name>``, trackio's
+``<project>/<run name>``), so no run's points land on another's. ``states`` says what the store
+says of each run (MLflow's status: RUNNING, FINISHED, FAILED, KILLED), for where no writer process
+is visible.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import quote
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.series import ReadStats, RunScalars
 from triage_tui.core.text import printable
-from triage_tui.core.trackers import mlflow_db, sqlite_ro, trackio_db
+from triage_tui.core.trackers import mlflow_db, mlflow_files, sqlite_ro, trackio_db
 
 
 class _RunReader(Protocol):
@@ -31,11 +36,20 @@ class _RunReader(Protocol):
 
 @dataclass(frozen=True)
 class StoredRun:
-    """One run of a store: its label, its key in the store, and the status the store gives it."""
+    """One run of a store: its label, its key in the store, the status the store gives it, and the
+    one path segment that stands for it below the store's path (``segment``: its run id, or its
+    name quoted so that it is one segment, never ``.`` or ``..``)."""
 
     label: str
     key: str
     status: str | None
+    segment: str = ""
+
+
+def path_segment(text: str) -> str:
+    """``text`` as one path segment: ``/``, ``%``, control characters quoted, ``.`` and ``..`` too."""
+    segment = quote(text, safe=" -_.,+=@~()[]{}:!") or "%00"
+    return segment.replace(".", "%2E") if segment in (".", "..") else segment
 
 
 @dataclass(frozen=True)
@@ -46,11 +60,32 @@ class StoreFormat:
 
 
 def _mlflow_runs(path: Path) -> tuple[StoredRun, ...]:
-    return tuple(StoredRun(ref.label, ref.run_id, ref.status) for ref in mlflow_db.list_runs(path))
+    """The runs of an ``mlflow.db``, or the one run of a file store's run directory (its meta.yaml)."""
+    if path.name == mlflow_files.META_NAME:
+        ref = mlflow_files.file_run(path.parent)
+        return (StoredRun(ref.label, ref.run_id, ref.status, path_segment(ref.run_id)),) if ref is not None else ()
+    return tuple(
+        StoredRun(ref.label, ref.run_id, ref.status, path_segment(ref.run_id)) for ref in mlflow_db.list_runs(path)
+    )
+
+
+def _mlflow_reader(path: Path, run: StoredRun, prefix: str) -> _RunReader:
+    if path.name == mlflow_files.META_NAME:
+        return mlflow_files.MlflowFileRun(path.parent, prefix)
+    return mlflow_db.MlflowDbRun(path, run.key, prefix)
 
 
 def _trackio_runs(path: Path) -> tuple[StoredRun, ...]:
-    return tuple(StoredRun(ref.label, f"{ref.project}\0{ref.run}", None) for ref in trackio_db.list_runs(path))
+    legacy = path.name == trackio_db.LEGACY_DB_NAME  # every project in one file: project/run below it
+    return tuple(
+        StoredRun(
+            ref.label,
+            f"{ref.project}\0{ref.run}",
+            None,
+            f"{path_segment(ref.project)}/{path_segment(ref.run)}" if legacy else path_segment(ref.run),
+        )
+        for ref in trackio_db.list_runs(path)
+    )
 
 
 def _trackio_reader(path: Path, run: StoredRun, prefix: str) -> _RunReader:
@@ -58,9 +93,7 @@ def _trackio_reader(path: Path, run: StoredRun, prefix: str) -> _RunReader:
     return trackio_db.TrackioRun(path, key, project=project, prefix=prefix)
 
 
-MLFLOW = StoreFormat(
-    mlflow_db.KIND, _mlflow_runs, lambda path, run, prefix: mlflow_db.MlflowDbRun(path, run.key, prefix)
-)
+MLFLOW = StoreFormat(mlflow_db.KIND, _mlflow_runs, _mlflow_reader)
 TRACKIO = StoreFormat(trackio_db.KIND, _trackio_runs, _trackio_reader)
 
 
@@ -69,6 +102,9 @@ class StoreRuns:
 
     def __init__(self, store_format: StoreFormat, prefix: str = "") -> None:
         self.format, self.kind, self.prefix = store_format, store_format.kind, prefix
+        # The key of the one run to read (a store's run that discovery made a run of its own), or
+        # None: every run of the store.
+        self.only: str | None = None
         self.scalars = RunScalars()
         self.problems: dict[Path, str] = {}
         self.states: dict[str, str | None] = {}  # label -> the store's status of that run
@@ -89,6 +125,11 @@ class StoreRuns:
                 out[path] = out.get(path, 0) + count
         return out
 
+    def select(self, key: str | None) -> None:
+        """Read the run of this key alone (None: every run); its series keep their logged names."""
+        if key != self.only:
+            self.only, self._runs, self._listed, self.states = key, {}, {}, {}
+
     def set_files(self, paths: Sequence[Path]) -> None:
         self._paths = tuple(paths)
         self._runs = {key: value for key, value in self._runs.items() if key[0] in self._paths}
@@ -102,9 +143,11 @@ class StoreRuns:
         except sqlite_ro.Locked:
             return  # listed at a later poll
         self._listed[path] = key
+        if self.only is not None:
+            runs = tuple(run for run in runs if run.key == self.only)
         listed = {run.key for run in runs}  # a run deleted from the store (mlflow gc) is read no more
         self._runs = {k: v for k, v in self._runs.items() if k[0] != path or k[1] in listed}
-        several = len(runs) > 1 or len(self._paths) > 1
+        several = self.only is None and (len(runs) > 1 or len(self._paths) > 1)
         for run in runs:
             prefix = f"{self.prefix}{run.label}/" if several else self.prefix
             current = self._runs.get((path, run.key))

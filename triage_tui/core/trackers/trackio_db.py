@@ -13,22 +13,25 @@ before ``run_id`` name a run by ``run_name`` alone; the oldest kept every projec
 from __future__ import annotations
 
 import json
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from triage_tui.core.errors import BadInput
 from triage_tui.core.series import ReadStats, RunScalars
 from triage_tui.core.trackers import sqlite_ro, tuning
-from triage_tui.core.trackers.points import PointBatch, metric_name, number, step_of
+from triage_tui.core.trackers.points import PointBatch, metric_name
 
 KIND = "trackio"
 DB_SUFFIX = ".db"
 LOCK_SUFFIX = ".lock"
 LEGACY_DB_NAME = "trackio.db"  # every project in one file, a project column
 REQUIRED = frozenset({"run_name", "step", "metrics"})
-_SPECIAL = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 def default_dirs() -> tuple[Path, ...]:
@@ -106,23 +109,100 @@ def _wall(text: object) -> float | None:
     return when.timestamp()
 
 
-def logged_values(text: object) -> list[tuple[str, float]] | None:
-    """The scalar values of one logged dict (media, tables and histograms left out), or None if it is no dict."""
-    if not isinstance(text, str | bytes) or len(text) > tuning.MAX_JSON_CHARS:
+# A poll's rows, past the last id read, in the order logged: (rowid, step or -1 where it is none,
+# timestamp, the logged dict's JSON or NULL where it is no text or over MAX_JSON_CHARS). trackio
+# writes the dict as orjson's bytes, a BLOB: read as the UTF-8 text it is.
+_ROWS = """
+SELECT rowid, CASE WHEN typeof(step) = 'integer' AND step >= 0 THEN step ELSE -1 END, {timestamp},
+  CASE WHEN typeof(metrics) IN ('text', 'blob') AND length(CAST(metrics AS BLOB)) <= :longest
+    THEN CAST(metrics AS TEXT) END
+FROM metrics WHERE {where} AND rowid > :after ORDER BY rowid LIMIT :rows
+"""
+# trackio writes infinities and NaN as these strings (utils.py ``serialize_values``).
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# json's own C scanner, called as JSONDecoder.decode calls it, less the two whitespace regexes it
+# runs about every call: trackio's JSON (orjson's) has no whitespace around it; a text that has
+# some is decoded the usual way.
+_DECODER = json.JSONDecoder()
+_scan = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
+
+
+def _logged(text: str | None) -> dict | None:
+    """One row's logged dict, or None where it is no JSON object."""
+    if text is None:
         return None
     try:
-        logged = json.loads(text)
-    except (ValueError, RecursionError):
+        logged, end = _scan(text, 0)
+        if end != len(text):
+            raise ValueError
+    except (StopIteration, ValueError):
+        try:
+            logged = _DECODER.decode(text)
+        except (ValueError, RecursionError):
+            return None
+    except RecursionError:
         return None
-    if not isinstance(logged, dict):
-        return None
-    values = []
-    for key, raw in logged.items():
-        value = _SPECIAL.get(raw) if isinstance(raw, str) else number(raw)
-        name = metric_name(key)
-        if value is not None and name is not None:
-            values.append((name, value))
-    return values
+    return logged if type(logged) is dict else None
+
+
+def _walls(stamps: Sequence[object]) -> np.ndarray:
+    """Each row's time as ``_wall`` reads it, NaN where it is none. trackio's own form
+    (``datetime.now(timezone.utc).isoformat()``, ``...+00:00``) on every row is parsed by numpy whole:
+    whole microseconds over 1e6, as Python's ``timestamp()`` computes them."""
+    if all(type(stamp) is str and len(stamp) <= 64 and stamp.endswith("+00:00") for stamp in stamps):
+        try:
+            micros = np.array([str(stamp)[:-6] for stamp in stamps], "datetime64[us]").astype(np.int64)
+        except ValueError:
+            pass  # one that is no time: each read alone
+        else:
+            walls = micros / 1e6
+            walls[micros == np.iinfo(np.int64).min] = np.nan  # "NaT"
+            return walls
+    return np.array([_wall(stamp) if stamp is not None else 0.0 for stamp in stamps], np.float64)  # None -> NaN
+
+
+def _batch(rows: list[tuple]) -> tuple[PointBatch, int]:
+    """The rows' points by metric name, as columns, and how many rows were not whole (no step, no
+    dict, a timestamp that is none). Each value is checked as ``number`` checks it (a bool, a nested
+    value, a string but trackio's three are no number); the loop is the one place a value is looked at."""
+    batch = PointBatch()
+    if not rows:
+        return batch, 0
+    _rowids, step_values, stamps, texts = zip(*rows, strict=True)
+    wall_column = _walls(stamps)
+    walls_ok = (~np.isnan(wall_column)).tolist()
+    indices: dict[str, list[int]] = {}
+    values: dict[str, list[float]] = {}
+    bad = 0
+    for index, (step, text) in enumerate(zip(step_values, texts, strict=True)):
+        logged = _logged(text)
+        if step < 0 or logged is None or not walls_ok[index]:
+            bad += 1
+            continue
+        for key, raw in logged.items():
+            kind = type(raw)
+            if kind is float:
+                value = raw
+            elif kind is int:
+                if abs(raw) >= 1 << 1023:
+                    continue
+                value = float(raw)
+            elif kind is str and raw in _SPECIAL:
+                value = _SPECIAL[raw]
+            else:
+                continue  # a bool (JSON's true), media, a table, a histogram: no scalar
+            column = values.get(key)
+            if column is None:
+                if metric_name(key) is None:
+                    continue
+                column, indices[key] = values.setdefault(key, []), []
+            column.append(value)
+            indices[key].append(index)
+    step_column = np.array(step_values, np.int64)
+    for key, column in values.items():
+        chosen = np.array(indices[key], np.int64)
+        batch.add_columns(key, step_column[chosen], wall_column[chosen], np.array(column, np.float64))
+    return batch, bad
 
 
 class TrackioRun:
@@ -153,33 +233,30 @@ class TrackioRun:
             with sqlite_ro.reading(self.store) as conn:
                 columns = _columns(conn, self.store)
                 timestamp = "timestamp" if "timestamp" in columns else "NULL"
-                where = f"{_run_column(columns)} = ?"
-                args: tuple = (self.run,)
+                where = f"{_run_column(columns)} = :run"
                 if "project" in columns and self.project is not None:
-                    where, args = where + " AND project = ?", args + (self.project,)
+                    where += " AND project = :project"
                 rows = conn.execute(
-                    f"SELECT rowid, step, {timestamp}, metrics FROM metrics WHERE {where} AND rowid > ? "
-                    "ORDER BY rowid LIMIT ?",
-                    (*args, self._last_id, tuning.MAX_ROWS_PER_POLL),
+                    _ROWS.format(timestamp=timestamp, where=where),
+                    {
+                        "run": self.run,
+                        "project": self.project,
+                        "after": self._last_id,
+                        "rows": tuning.MAX_ROWS_PER_POLL,
+                        "longest": tuning.MAX_JSON_CHARS,
+                    },
                 ).fetchall()
         except sqlite_ro.Locked:
             self._locked.locked()
             return ReadStats()
         self._locked.read()
-        self._key, self._caught_up = key, len(rows) < tuning.MAX_ROWS_PER_POLL
+        records = len(rows)
+        batch, bad = _batch(rows)
+        self._key, self._caught_up = key, records < tuning.MAX_ROWS_PER_POLL
         if rows:
             self._last_id = rows[-1][0]
-        self.rows_read += len(rows)
-        batch, bad = PointBatch(), 0
-        for _rowid, step_value, timestamp_text, text in rows:
-            step, values = step_of(step_value), logged_values(text)
-            wall = _wall(timestamp_text) if timestamp_text is not None else 0.0
-            if step is None or values is None or wall is None:
-                bad += 1
-                continue
-            for name, value in values:
-                batch.add(name, step, wall, value)
+        self.rows_read += records
         if bad:
             self.damaged[self.store] = self.damaged.get(self.store, 0) + bad
         added = batch.append_to(self.scalars, self.prefix)
-        return ReadStats(files=1, records=len(rows), scalars=added, corrupt_records=bad)
+        return ReadStats(files=1, records=records, scalars=added, corrupt_records=bad)
