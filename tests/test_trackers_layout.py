@@ -39,12 +39,15 @@ def test_each_trackers_own_layout_names_it(directory, framework):
 
 
 def test_a_trainers_layout_wins_over_its_metric_names_and_an_eagle_trainers_names_over_hf_trainers_layout():
-    assert trainer_of("torchtune", "specforge") == "torchtune"  # loss and lr read as SpecForge's
-    assert trainer_of("lightning", "hf-trainer") == "lightning"
-    assert trainer_of("hf-trainer", "modelopt") == "modelopt"  # ModelOpt trains on HF Trainer
-    assert trainer_of("mlflow", "specforge") == "specforge"  # the tracker stored it; SpecForge trained
-    assert trainer_of("mlflow", None) == "mlflow"
-    assert trainer_of(None, "hf-trainer") == "hf-trainer"
+    assert trainer_of("torchtune", "specforge", identified=True) == "torchtune"  # loss and lr read as SpecForge's
+    assert trainer_of("lightning", "hf-trainer", identified=True) == "lightning"
+    assert trainer_of("hf-trainer", "modelopt", identified=True) == "modelopt"  # ModelOpt trains on HF Trainer
+    assert trainer_of("mlflow", "specforge", identified=True) == "specforge"  # the tracker stored it; SpecForge trained
+    # train/loss, lr, grad_norm: names every trainer logs say nothing of who trained over a tracker's record
+    assert trainer_of("mlflow", "specforge", identified=False) == "mlflow"
+    assert trainer_of("trackio", "speculators", identified=False) == "trackio"
+    assert trainer_of("mlflow", None, identified=False) == "mlflow"
+    assert trainer_of(None, "hf-trainer", identified=False) == "hf-trainer"
     assert framework_of([PurePath("out/checkpoint-5/trainer_state.json"), PurePath("out/run.yaml")]) == "speculators"
 
 

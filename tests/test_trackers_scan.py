@@ -73,7 +73,7 @@ def test_an_mlflow_store_is_watched_without_a_byte_of_it_changed_and_its_failed_
     before = _tree(tmp_path, "mlflow-sqlite")
     code, runs = _scan(tmp_path / "mlflow-sqlite")
     run = next(run for run in runs if run["name"] == "tiny-lm/chance")
-    assert run["sources"] == ["mlflow"] and run["errors"] == []
+    assert run["sources"] == ["mlflow"] and run["trainer"] == "mlflow" and run["errors"] == []
     assert run["metrics"]["loss"]["tag"] == "train/loss" and run["state"] == "crashed"
     assert {"crashed", "chance_from_start"} <= {flag["kind"] for flag in run["flags"]} and code == 1
     assert _tree_now(tmp_path) == before

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from triage_tui.core.best_checkpoint import BestCheckpoint, best_checkpoint, impossible_acceptance
 from triage_tui.core.curve_shapes import RunStart, curve_flags, run_start
 from triage_tui.core.errors import SourceError
-from triage_tui.core.metric_names import TrainerNames, match_trainer, ordered, per_position
+from triage_tui.core.metric_names import TrainerNames, identified_by, match_trainer, ordered, per_position
 from triage_tui.core.run_state import RunState
 from triage_tui.core.series import RunScalars
 from triage_tui.core.serving.compare import compare_serving, serving_flags, training_estimate_from_scalars
@@ -63,6 +63,7 @@ class Derived:
     vocab_size: int
     vocab_size_source: str
     trainer: str | None  # core.metric_names: whose metric names the run's tags matched
+    trainer_identified: bool  # the tags hold a name only that trainer logs (not only generic ones)
     loss_tag: str | None
     accuracy_tag: str | None
     chance: ChanceLine
@@ -111,6 +112,7 @@ def derive(scalars: RunScalars, settings: RunSettings) -> Derived:
         vocab_size=settings.vocab_size,
         vocab_size_source=settings.vocab_size_source,
         trainer=trainer_id,
+        trainer_identified=trainer is not None and identified_by(trainer, tags),
         loss_tag=loss_tag,
         accuracy_tag=accuracy_tag,
         chance=chance,

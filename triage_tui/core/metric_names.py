@@ -153,6 +153,24 @@ def match_trainer(tags: Sequence[str]) -> TrainerNames | None:
     return _match_trainer(tuple(tags))
 
 
+def identified_by(trainer: TrainerNames, tags: Sequence[str]) -> bool:
+    """Whether the tags hold a name only ``trainer`` logs (SpecForge's ``train/ploss_0``): generic
+    names (``train/loss``, ``lr``, ``grad_norm``) that several trainers log pick the loss, but do not
+    say who trained."""
+    return _identified_by(trainer.trainer, tuple(tags))
+
+
+@lru_cache(maxsize=256)
+def _identified_by(trainer_id: str, tags: tuple[str, ...]) -> bool:
+    mine = next(names for names in TRAINERS if names.trainer == trainer_id)
+    others = [pattern for names in TRAINERS if names.trainer != trainer_id for pattern in names.patterns]
+    return any(
+        pattern.match(tag) and not any(other.match(tag) for other in others)
+        for pattern in mine.patterns
+        for tag in tags
+    )
+
+
 # The runs of a sweep log the same tags: each set of names is matched once, not once a run and a
 # poll (100 runs: ~120 000 regex matches, a sixth of their flags' CPU).
 @lru_cache(maxsize=256)

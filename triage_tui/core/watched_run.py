@@ -216,7 +216,7 @@ class WatchedRun:
             scalars=scalars,
             serving=serving,
             serving_notices=serving_notices,
-            trainer=trainer_of(framework_of_run(self.info), derived.trainer),
+            trainer=trainer_of(framework_of_run(self.info), derived.trainer, identified=derived.trainer_identified),
             start=derived.start,
             errors=errors,
             best=derived.best,

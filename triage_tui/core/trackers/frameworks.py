@@ -16,8 +16,9 @@ and ``lr`` as SpecForge's. Each framework leaves files of its own, named and pla
   ``mlruns/``) and trackio (``<project>.db`` beside ``<project>.lock``).
 
 ``trainer_of`` puts the layout and the metric names together: a trainer's own layout first; then
-the EAGLE-3 trainers the names identify (ModelOpt and speculators train on HF Trainer, whose
-layout they share); then HF Trainer's layout or a tracker's; then the names alone.
+the EAGLE-3 trainers the names identify by a name only they log (ModelOpt and speculators train on
+HF Trainer, whose layout they share; SpecForge logs to MLflow); then HF Trainer's layout or a
+tracker's; then the names alone.
 """
 
 from __future__ import annotations
@@ -103,12 +104,14 @@ def framework_of(files: Iterable[PurePath], kinds: Iterable[str] = ()) -> str | 
     return None
 
 
-def trainer_of(layout: str | None, by_names: str | None) -> str | None:
+def trainer_of(layout: str | None, by_names: str | None, *, identified: bool) -> str | None:
     """``scan --json``'s ``trainer``: the layout's framework, or the trainer the metric names matched
-    (``by_names``, core/metric_names.py), whichever says more (the module docstring)."""
+    (``by_names``, core/metric_names.py), whichever says more (the module docstring). Over another's
+    layout (HF Trainer's, a tracker's) the names say who trained only when they are ``identified``:
+    they hold a name only that trainer logs, not just ``train/loss`` and ``lr``."""
     if layout in TRAINER_LAYOUTS:
         return layout
-    if by_names in EAGLE_TRAINERS:
+    if by_names in EAGLE_TRAINERS and (identified or layout is None):
         return by_names
     return layout or by_names
 
