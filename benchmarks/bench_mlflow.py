@@ -25,7 +25,6 @@ import math
 import sqlite3
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +32,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
+import store_bench  # noqa: E402 - benchmarks/, as record
 from triage_tui.core.trackers import mlflow_db  # noqa: E402 - after the sys.path entry
 
 
@@ -83,15 +83,6 @@ def read_mlflow(store: Path) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def best(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
@@ -106,39 +97,20 @@ def main() -> None:
         store = Path(directory) / "mlflow.db"
         build(store, args.runs, args.points)
         mlflow_db.list_runs(store)  # the page cache warm for both
-        ours_s, ours = best(lambda: read_triage(store), args.repeat)
-        theirs_s, theirs = best(lambda: read_mlflow(store), args.repeat)
+        ours_s, ours = store_bench.best(lambda: read_triage(store), args.repeat)
+        theirs_s, theirs = store_bench.best(lambda: read_mlflow(store), args.repeat)
         assert ours == theirs, "triage and MLflow read different points"
         sources = [mlflow_db.MlflowDbRun(store, ref.run_id) for ref in mlflow_db.list_runs(store)]
-        for source in sources:
-            source.poll()
-        read = sum(source.rows_read for source in sources)
-        start = time.perf_counter()
-        for source in sources:
-            source.poll()
-        idle_s = time.perf_counter() - start
-        idle_rows = sum(source.rows_read for source in sources) - read
+        idle = store_bench.idle_poll(sources)
     what = f"first read of an MLflow SQLite store, {args.runs} runs x {args.points:,} points"
-    table = "\n".join(
-        [
-            "| what | triage | MLflow | MLflow ÷ triage |",
-            "|---|---|---|---|",
-            f"| {what} | {ours_s:.2f} s | {theirs_s:.2f} s | **{theirs_s / ours_s:.1f}** |",
-            f"| a poll of every run of the unchanged store | {idle_s * 1000:.1f} ms, {idle_rows} rows read | – | – |",
-        ]
+    table, rows = store_bench.table_and_rows(
+        what,
+        tracker="MLflow",
+        ours=("`list_runs` + `MlflowDbRun.poll()`", ours_s),
+        theirs=(f"mlflow {mlflow.__version__}", "`MlflowClient.search_runs` + `get_metric_history`", theirs_s),
+        idle=idle,
+        unchanged="store",
     )
-    rows = [
-        {
-            "what": what,
-            "triage": {"name": "triage", "label": "`list_runs` + `MlflowDbRun.poll()`", "seconds": round(ours_s, 3)},
-            "other": {
-                "name": f"mlflow {mlflow.__version__}",
-                "label": "`MlflowClient.search_runs` + `get_metric_history`",
-                "seconds": round(theirs_s, 3),
-            },
-            "idle_poll": {"seconds": round(idle_s, 4), "rows_read": idle_rows},
-        }
-    ]
     run.save("MLflow SQLite store", table, rows)
 
 

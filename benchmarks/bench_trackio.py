@@ -24,7 +24,6 @@ import math
 import os
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,6 +32,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
+import store_bench  # noqa: E402 - benchmarks/, as record
 from triage_tui.core.trackers import trackio_db  # noqa: E402 - after the sys.path entry
 
 PROJECT = "bench"
@@ -75,15 +75,6 @@ def read_trackio() -> dict[str, dict[str, list[tuple[int, float]]]]:
     return out
 
 
-def best(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -100,39 +91,20 @@ def main() -> None:
         build(args.runs, args.points)
         store = Path(directory) / f"{PROJECT}.db"
         trackio_db.list_runs(store)  # the page cache warm for both
-        ours_s, ours = best(lambda: read_triage(store), args.repeat)
-        theirs_s, theirs = best(read_trackio, args.repeat)
+        ours_s, ours = store_bench.best(lambda: read_triage(store), args.repeat)
+        theirs_s, theirs = store_bench.best(read_trackio, args.repeat)
         assert ours == theirs, "triage and trackio read different points"
         sources = [trackio_db.TrackioRun(store, ref.run) for ref in trackio_db.list_runs(store)]
-        for source in sources:
-            source.poll()
-        read = sum(source.rows_read for source in sources)
-        start = time.perf_counter()
-        for source in sources:
-            source.poll()
-        idle_s = time.perf_counter() - start
-        idle_rows = sum(source.rows_read for source in sources) - read
+        idle = store_bench.idle_poll(sources)
     what = f"first read of a trackio project, {args.runs} runs x {args.points:,} steps x {len(TAGS)} metrics"
-    table = "\n".join(
-        [
-            "| what | triage | trackio | trackio ÷ triage |",
-            "|---|---|---|---|",
-            f"| {what} | {ours_s:.2f} s | {theirs_s:.2f} s | **{theirs_s / ours_s:.1f}** |",
-            f"| a poll of every run of the unchanged project | {idle_s * 1000:.1f} ms, {idle_rows} rows read | – | – |",
-        ]
+    table, rows = store_bench.table_and_rows(
+        what,
+        tracker="trackio",
+        ours=("`list_runs` + `TrackioRun.poll()`", ours_s),
+        theirs=(f"trackio {trackio.__version__}", "`SQLiteStorage.get_run_records` + `get_logs`", theirs_s),
+        idle=idle,
+        unchanged="project",
     )
-    rows = [
-        {
-            "what": what,
-            "triage": {"name": "triage", "label": "`list_runs` + `TrackioRun.poll()`", "seconds": round(ours_s, 3)},
-            "other": {
-                "name": f"trackio {trackio.__version__}",
-                "label": "`SQLiteStorage.get_run_records` + `get_logs`",
-                "seconds": round(theirs_s, 3),
-            },
-            "idle_poll": {"seconds": round(idle_s, 4), "rows_read": idle_rows},
-        }
-    ]
     run.save("trackio project", table, rows, args.note)
 
 
