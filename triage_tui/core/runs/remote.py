@@ -53,10 +53,11 @@ def fetch_policy(relative: str) -> How:
     return "whole"
 
 
-def mirror_runs(url: str, root: Path) -> PrefixMirror:
+def mirror_runs(url: str, root: Path, stop: threading.Event | None = None) -> PrefixMirror:
     """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says;
-    ``sync()`` it once per rescan. ValueError when ``url`` is not an object-store URL."""
-    return PrefixMirror(parse_url(url), root, fetch_policy)
+    ``sync()`` it once per rescan (each pass ends at once when ``stop`` is set). ValueError when
+    ``url`` is not an object-store URL."""
+    return PrefixMirror(parse_url(url), root, fetch_policy, stop=stop)
 
 
 # --- the command line's URLs, as local trees --------------------------------------------------
@@ -136,7 +137,7 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
         if any(mirror.root.iterdir()):
             return None
         mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
-    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key)
+    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key, stop=mirror.stop)
     done = single.sync()
     if done.listed == 0:
         if not mirror.root.exists():
@@ -150,6 +151,12 @@ class Mirrors:
 
     def __init__(self) -> None:
         self.mirrors: list[PrefixMirror] = []
+        # Set by ``stop``: every pass of these mirrors ends at once, whatever the store does.
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        """End every pass now (the TUI quits): each request in flight is abandoned, none is sent."""
+        self.stopping.set()
 
     def local(self, text: str, *, named: bool = True) -> Path:
         """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
@@ -163,7 +170,7 @@ class Mirrors:
         if named:
             scratch.mark_named(root)
         if not any(m.root == root for m in self.mirrors):
-            self.mirrors.append(mirror_runs(url.text, root))
+            self.mirrors.append(mirror_runs(url.text, root, self.stopping))
         return root
 
     def fill_placeholders(self, path: str | Path) -> int:
