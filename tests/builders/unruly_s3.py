@@ -63,6 +63,7 @@ class UnrulyS3:
         self.endless_listing = endless_listing
         self.hang_gets = hang_gets
         self.gets = 0
+        self.whole_gets = 0  # GETs of an object without a Range: a client asking it whole
         self.get_bytes = 0
         self.list_pages = 0
         self.held = 0  # requests being held unanswered now
@@ -126,6 +127,9 @@ class UnrulyS3:
             # The whole object: its length is said, and as much is sent as the client reads before
             # it gives up (a client that asks a 1 TiB object whole is what the tests catch).
             headers["Content-Length"] = str(found.size)
+            if with_body:
+                with self._lock:
+                    self.whole_gets += 1
             self._stream(handler, found, headers, with_body)
             return
         start = int(wanted.group(1))
