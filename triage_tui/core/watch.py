@@ -104,17 +104,17 @@ def place_mirror_errors(
     errors: list[SourceError], runs: list[str]
 ) -> tuple[dict[str, tuple[SourceError, ...]], tuple[SourceError, ...]]:
     """Each object that failed said on the run whose tree holds it (the deepest such run), else on
-    the one run below the object's directory (a config beside the run's ``runs/``, the run being
+    the one run in a directory beside it (a config beside the run's ``runs/``, the run being
     ``runs/`` while its config is not fetched); by run (``runs``: their shown paths), and those
-    said on no run."""
+    said on no run (a prefix that could not be listed: the runs below it are not its only ones)."""
     placed: dict[str, list[SourceError]] = {}
     unplaced: list[SourceError] = []
     deepest_first = sorted(runs, key=len, reverse=True)
     for error in errors:
         owner = next((run for run in deepest_first if error.path.startswith(run.rstrip("/") + "/")), None)
-        if owner is None:
+        if owner is None and not error.path.endswith("/"):  # an object's, not a prefix's
             directory = error.path.rsplit("/", 1)[0] + "/"
-            below = [run for run in runs if run.startswith(directory)]
+            below = [run for run in runs if run.startswith(directory) and "/" not in run[len(directory) :].strip("/")]
             owner = below[0] if len(below) == 1 else None
         if owner is None:
             unplaced.append(error)
@@ -307,6 +307,8 @@ class Watcher:
 
     def _rescan(self) -> None:
         mirror_errors = self.mirrors.sync(strict=self.strict) if self.mirrors is not None else []
+        if self.mirrors is not None and self.mirrors.behind:
+            self._rescan_requested.set()  # what a short pass left is fetched by the next poll's
         found: dict[Path, RunInfo] = {}
         skipped: dict[str, str] = {}
         limits: dict[str, str] = {}

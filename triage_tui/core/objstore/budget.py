@@ -41,9 +41,14 @@ class PassBudget:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def starting_now(cls, stop: threading.Event | None = None) -> PassBudget:
-        """A pass beginning now, with ``tuning.PASS_DEADLINE_SECS`` and ``tuning.PASS_MAX_BYTES``."""
-        return cls(time.monotonic() + tuning.PASS_DEADLINE_SECS, tuning.PASS_MAX_BYTES, stop)
+    def starting_now(cls, stop: threading.Event | None = None, secs: float | None = None) -> PassBudget:
+        """A pass beginning now, of ``secs`` (``tuning.PASS_DEADLINE_SECS``) and ``tuning.PASS_MAX_BYTES``."""
+        secs = tuning.PASS_DEADLINE_SECS if secs is None else secs
+        return cls(time.monotonic() + secs, tuning.PASS_MAX_BYTES, stop)
+
+    def cut_short(self) -> bool:
+        """Whether the pass ran into its deadline, its byte budget or its stop."""
+        return self.expired() or self.spent_bytes >= self.max_bytes or self.stopped()
 
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.is_set()

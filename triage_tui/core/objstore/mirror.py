@@ -23,11 +23,13 @@ reported. One object that cannot be read is an error of that object only; the re
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -102,6 +104,8 @@ class MirrorPass:
     written: tuple[str, ...]
     removed: tuple[str, ...]
     errors: tuple[SourceError, ...]
+    cut_short: bool = False  # it ran into its deadline or byte budget: objects are left for the next
+    running: int = 0  # fetches still under way when it returned (the TUI's passes do not wait for them)
 
 
 def local_relative(key: str) -> str | None:
@@ -135,12 +139,19 @@ class PrefixMirror:
     only_key: str | None = None
     # Set when the pass must end now (the TUI quits): every request of the pass ends at once.
     stop: threading.Event | None = None
+    # How long ``sync`` waits for its fetches (None: until they end, by the pass's deadline): the TUI
+    # waits ``tuning.LIVE_PASS_SECS`` and leaves the rest running, their results taken by a later pass.
+    wait_secs: float | None = None
     store: Store = field(init=False)
     cache: ObjectCache | None = field(init=False)
     _known: dict[str, _Local] = field(default_factory=dict, init=False)
+    # The fetches under way, by relative path: each object is fetched by one task at a time.
+    _running: dict[str, Future[tuple[str, bool, SourceError | None]]] = field(default_factory=dict, init=False)
+    _pool: budget.RequestPool = field(init=False)
 
     def __post_init__(self) -> None:
         self.store = store_for(self.url)
+        self._pool = budget.RequestPool(tuning.FETCH_THREADS)  # daemon threads: never hold an exit
         self.cache = default_cache()
         if not self.root.is_file():  # a file's URL mirrored before in this process: its object is there
             self.root.mkdir(parents=True, exist_ok=True)
@@ -150,9 +161,10 @@ class PrefixMirror:
         BadInput when the prefix itself cannot be listed."""
         requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
         prefix = self.url.prefix()
-        spending = budget.PassBudget.starting_now(self.stop)
-        with budget.spending(spending):
+        # the listing under its own deadline (tuning.LIST_DEADLINE_SECS), the fetches under the pass's
+        with budget.spending(budget.PassBudget(math.inf, 0, self.stop)):
             listing = self.store.listing(prefix) if self.only_key is None else self._only_object()
+        spending = budget.PassBudget.starting_now(self.stop)
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
         if listing.stopped:
@@ -172,29 +184,34 @@ class PrefixMirror:
                 errors.append(SourceError("objstore", url, "an object of the same name as a directory of others"))
             del seen[rel]  # an empty one is a console's folder marker: the directory says it all
         work = [(rel, meta, how) for rel, meta in seen.items() if (how := self.policy(rel)) != "skip"]
-        work = [item for item in work if self._changed(*item)]  # an idle pass stops here
-        fetched = {rel for rel, _, _ in work}
+        errors += self._finished(written)  # fetches an earlier pass left running, ended since
+        # an idle pass stops here; an object still being fetched by an earlier pass is left to it
+        work = [item for item in work if self._changed(*item) and item[0] not in self._running]
+        fetched = {rel for rel, _, _ in work} | set(self._running)
         for rel in seen:  # an object read short and unchanged since: said again, as long as it is so
             known = self._known.get(rel)
             if rel not in fetched and known is not None and known.complaint:
                 errors.append(SourceError("objstore", self.store.url(known.meta.key), known.complaint))
-        if work:
-            # The first pass of a sweep is thousands of small GETs: a pool keeps that many in
-            # flight (the clients release the GIL while they wait); each object is one task's.
-            def update(item: tuple[str, ObjectMeta, How]) -> tuple[str, bool, SourceError | None]:
-                with budget.spending(spending):
-                    return self._update_one(*item)
+        for rel, meta, how in work:
+            if how == "follow":
+                self._stand_in(rel, meta)  # its run is found now, however long its fetch takes
 
-            with ThreadPoolExecutor(max(1, min(tuning.FETCH_THREADS, len(work)))) as pool:
-                for rel, wrote, error in pool.map(update, work):
-                    if wrote:
-                        written.append(rel)
-                    if error is not None:
-                        errors.append(error)
+        # The first pass of a sweep is thousands of small GETs: a pool keeps that many in flight
+        # (the clients release the GIL while they wait); each object is one task's.
+        def update(item: tuple[str, ObjectMeta, How]) -> tuple[str, bool, SourceError | None]:
+            with budget.spending(spending):
+                return self._update_one(*item)
+
+        for item in work:
+            self._running[item[0]] = self._pool.submit(partial(update, item))
+        if work:
+            wait(list(self._running.values()), timeout=self.wait_secs)
+        errors += self._finished(written)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
         # what lies under a prefix that could not be listed, or past where a listing stopped, is
-        # unknown now, not gone: kept
-        unlisted = [] if listing.stopped else [rel for rel in self._known if rel not in seen]
+        # unknown now, not gone: kept (and what is being fetched, until its fetch ends)
+        known_now = list(self._known)
+        unlisted = [] if listing.stopped else [rel for rel in known_now if rel not in seen and rel not in self._running]
         removed = [rel for rel in unlisted if not rel.startswith(hidden)]
         for rel in removed:
             self._remove(rel)
@@ -205,7 +222,23 @@ class PrefixMirror:
             written=tuple(written),
             removed=tuple(sorted(removed)),
             errors=tuple(errors),
+            cut_short=spending.cut_short(),
+            running=len(self._running),
         )
+
+    def _finished(self, written: list[str]) -> list[SourceError]:
+        """The fetches that ended since the last look, taken off ``_running``: the paths they wrote
+        appended to ``written``, their errors returned."""
+        errors = []
+        for rel, future in list(self._running.items()):
+            if future.done():
+                del self._running[rel]
+                _, wrote, error = future.result()
+                if wrote:
+                    written.append(rel)
+                if error is not None:
+                    errors.append(error)
+        return errors
 
     def _only_object(self) -> Listing:
         """``only_key`` as a listing (one HEAD: object_store lists a key's "directory", not the key)."""

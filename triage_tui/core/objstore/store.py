@@ -441,7 +441,7 @@ class Store:
         if spending is not None and spending.stopped():
             return "not asked: stopped"
         if spending is not None and spending.expired():
-            return f"not fetched: the pass's {tuning.PASS_DEADLINE_SECS:g} s deadline passed first"
+            return "not fetched: the pass's deadline passed first; the next pass fetches it"
         with self._lock:
             silent_since = self._silent_since
         silent = time.monotonic() - silent_since if silent_since is not None else 0.0

@@ -51,6 +51,9 @@ CACHE_CHECKPOINTS = False
 # one error of that object, fetched by a later pass (the TUI's next rescan). A hanging server costs
 # a `scan` this long at most, and `STALLED_SECS` sooner where nothing answers at all.
 PASS_DEADLINE_SECS = 60.0
+# The TUI's passes wait this long for their fetches, and leave the slower ones running (a later
+# pass takes their results): no run waits on the slowest, the first screen included.
+LIVE_PASS_SECS = 1.0
 # Bytes of object bodies one pass fetches in all; the objects beyond wait for the next pass.
 PASS_MAX_BYTES = 4 << 30
 # A followed object (event file, console, W&B run file) is read this far and no further, whatever

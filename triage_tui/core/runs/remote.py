@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.objstore import scratch
+from triage_tui.core.objstore import scratch, tuning
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
 from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
@@ -153,6 +153,8 @@ class Mirrors:
         self.mirrors: list[PrefixMirror] = []
         # Set by ``stop``: every pass of these mirrors ends at once, whatever the store does.
         self.stopping = threading.Event()
+        # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget).
+        self.behind = False
 
     def stop(self) -> None:
         """End every pass now (the TUI quits): each request in flight is abandoned, none is sent."""
@@ -186,7 +188,10 @@ class Mirrors:
         with nothing under it (and no object at its key), is BadInput when ``strict`` (a one-shot
         command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
+        self.behind = False
         for i, mirror in enumerate(list(self.mirrors)):
+            # a one-shot command waits for the whole pass; the TUI's passes are short, one after another
+            mirror.wait_secs = None if strict else tuning.LIVE_PASS_SECS
             try:
                 done: MirrorPass = mirror.sync()
                 if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
@@ -195,6 +200,7 @@ class Mirrors:
                         self.mirrors[i], (mirror, done) = single[0], single
                 if done.listed == 0 and not done.errors:  # a listing that failed in part is said as such
                     raise BadInput(mirror.url.text, NOTHING_FOUND)
+                self.behind = self.behind or done.cut_short
             except BadInput as err:
                 if strict:
                     raise
