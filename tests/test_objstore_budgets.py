@@ -25,7 +25,7 @@ from builders.waiting import load_factor
 from triage_tui.core.objstore import tuning
 from triage_tui.core.objstore.mirror import PrefixMirror
 from triage_tui.core.objstore.url import parse_url
-from triage_tui.core.runs.remote import fetch_policy
+from triage_tui.core.runs.remote import Mirrors, fetch_policy
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 
@@ -185,3 +185,44 @@ def test_quitting_ends_a_pass_that_waits_on_a_silent_store_at_once(tmp_path):
         worker.join(5)
     assert done and done[0] - stopped < 0.5, done
     assert all(path.stat().st_size == 1 for path in Path(tmp_path / "mirror").rglob("*tfevents*"))
+
+
+async def test_the_tui_shows_the_runs_that_answer_first_and_q_quits_at_once_while_one_hangs(event_file, monkeypatch):
+    """`triage s3://…` as commands/tui.py starts it (the first poll begun before the app), on a bucket
+    where one run's event file is listed and never served: the others are on the first screen with
+    their points, that one listed beside them; `q` ends the app and its reading threads at once."""
+    import asyncio
+
+    from builders.pilot import make_app
+    from builders.waiting import wait_for
+    from triage_tui.commands.tui import start_reading
+
+    # the hanging request is not given up on for two minutes: nothing on screen may wait for that
+    monkeypatch.setattr(tuning, "DEADLINE_SECS", 120.0)
+    monkeypatch.setattr(tuning, "REQUEST_TIMEOUT_SECS", 120.0)
+    monkeypatch.setattr(tuning, "STALLED_SECS", 120.0)
+    served = UnrulyObject(len(event_file), event_file)
+    objects = {f"sweep/fast-{n}/runs/events.out.tfevents.{n}": served for n in range(2)}
+    objects["sweep/slow/runs/events.out.tfevents.9"] = served
+    with _serve(objects, hang_keys=("slow/",)) as server, s3_environment(server.endpoint):
+        mirrors = Mirrors()
+        root = mirrors.local(f"s3://{server.bucket}/sweep")
+        started = time.monotonic()
+        watcher = start_reading([root], poll_interval=0.2, use_watchdog=False, mirrors=mirrors)
+        app = make_app(root, readonly=True, watcher=watcher)
+        async with app.run_test(size=(120, 32)) as pilot:
+
+            def first_screen() -> bool:
+                steps = {row.name: row.last_step for row in app.rows}
+                return steps == {"fast-0/runs": 199, "fast-1/runs": 199, "slow/runs": None}
+
+            await wait_for(pilot, first_screen, what="the runs that answer, and the one that does not")
+            shown = time.monotonic() - started
+            assert server.held == 1  # the slow run's GET is still unanswered
+            pressed = time.monotonic()
+            await pilot.press("q")
+        # what asyncio.run waits for when `triage` returns from app.run(): the worker's thread
+        await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 30)
+        quit_secs = time.monotonic() - pressed
+    assert shown < 30, shown
+    assert quit_secs < 1.0, quit_secs

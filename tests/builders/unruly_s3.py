@@ -13,7 +13,7 @@ The misbehaviours a test turns on:
 - ``endless_listing``: every page after the objects says IsTruncated with a new continuation token
   and 1 000 more made-up keys, forever;
 - ``hang_gets``: every GET and HEAD of an object is held unanswered until the server stops (the
-  listing is answered as usual).
+  listing is answered as usual); ``hang_keys``: only those of the keys holding one of these.
 It counts what it answered (``gets``, ``get_bytes``, ``list_pages``), the server's view of the cost.
 """
 
@@ -57,11 +57,13 @@ class UnrulyS3:
         *,
         endless_listing: bool = False,
         hang_gets: bool = False,
+        hang_keys: tuple[str, ...] = (),
     ) -> None:
         self.bucket = bucket
         self.objects = dict(sorted(objects.items()))
         self.endless_listing = endless_listing
         self.hang_gets = hang_gets
+        self.hang_keys = hang_keys
         self.gets = 0
         self.whole_gets = 0  # GETs of an object without a Range: a client asking it whole
         self.get_bytes = 0
@@ -105,7 +107,7 @@ class UnrulyS3:
                 self._send(handler, 200, b"", {}, with_body)  # HeadBucket
             return
         key = unquote(parts[1])
-        if self.hang_gets:
+        if self.hang_gets or any(part in key for part in self.hang_keys):
             with self._lock:
                 self.held += 1
             self._stopping.wait()
