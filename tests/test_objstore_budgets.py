@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ def _scan(triage, url: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def _serve(objects: dict[str, UnrulyObject], **misbehaviour: bool) -> UnrulyS3:
+def _serve(objects: dict[str, UnrulyObject], **misbehaviour: Any) -> UnrulyS3:
     """A server of its own bucket: mirrors of one bucket share a local directory in the process."""
     return UnrulyS3(f"lab-{next(_BUCKETS)}", objects, **misbehaviour)
 
