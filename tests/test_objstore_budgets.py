@@ -188,6 +188,37 @@ def test_quitting_ends_a_pass_that_waits_on_a_silent_store_at_once(tmp_path):
     assert all(path.stat().st_size == 1 for path in Path(tmp_path / "mirror").rglob("*tfevents*"))
 
 
+def test_requests_in_flight_are_capped_and_no_caller_waits_past_its_deadline(monkeypatch):
+    """96 callers at once, each reading an object the server never answers: at most MAX_IN_FLIGHT
+    requests reach the server, and every caller has its one-line answer by its deadline, the
+    requests queued behind the cap never sent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from triage_tui.core.errors import BadInput
+    from triage_tui.core.objstore.store import Store
+
+    patience = 1.0 * load_factor()
+    monkeypatch.setattr(tuning, "DEADLINE_SECS", patience)
+    monkeypatch.setattr(tuning, "REQUEST_TIMEOUT_SECS", patience * 10)
+    with _serve({f"k{n}": UnrulyObject(10) for n in range(96)}, hang_gets=True) as server:
+        with s3_environment(server.endpoint):
+            store = Store(parse_url(f"s3://{server.bucket}"))
+
+            def read(n: int) -> tuple[str, float]:
+                started = time.monotonic()
+                try:
+                    store.read(f"k{n}")
+                except BadInput as err:
+                    return err.what, time.monotonic() - started
+                return "answered", time.monotonic() - started
+
+            with ThreadPoolExecutor(96) as pool:
+                answers = list(pool.map(read, range(96)))
+    assert 0 < server.most_held <= tuning.MAX_IN_FLIGHT, server.most_held
+    assert {what for what, _ in answers} == {f"no answer within {patience:.1f} s"}
+    assert max(took for _, took in answers) < patience + 1.0
+
+
 async def test_the_tui_shows_the_runs_that_answer_first_and_q_quits_at_once_while_one_hangs(event_file, monkeypatch):
     """`triage s3://…` as commands/tui.py starts it (the first poll begun before the app), on a bucket
     where one run's event file is listed and never served: the others are on the first screen with

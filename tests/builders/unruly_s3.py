@@ -69,6 +69,7 @@ class UnrulyS3:
         self.get_bytes = 0
         self.list_pages = 0
         self.held = 0  # requests being held unanswered now
+        self.most_held = 0  # the most held at once
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         server = self
@@ -110,6 +111,7 @@ class UnrulyS3:
         if self.hang_gets or any(part in key for part in self.hang_keys):
             with self._lock:
                 self.held += 1
+                self.most_held = max(self.most_held, self.held)
             self._stopping.wait()
             with self._lock:
                 self.held -= 1

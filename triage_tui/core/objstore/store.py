@@ -16,10 +16,15 @@ Credentials come only from each provider's standard chain, never from triage's o
   credentials (``~/.config/gcloud/application_default_credentials.json``), the metadata server.
 - fsspec URLs: whatever the scheme's fsspec package reads (s3fs: botocore; gcsfs: google-auth).
 
-Every call runs under ``tuning.DEADLINE_SECS`` in all, each try under ``REQUEST_TIMEOUT_SECS``;
-a 5xx, a 429, a timeout or a dropped connection is tried again (at most ``MAX_RETRIES`` times, with
-backoff) and anything else fails at once. A failure is ``BadInput(url, one line)``; callers turn it
-into their run's ``SourceError``. ``Store.stats`` counts requests and bytes of object bodies.
+Every call runs under ``tuning.DEADLINE_SECS`` in all (a listing under ``LIST_DEADLINE_SECS``)
+and within its pass's deadline (``budget``), each try under ``REQUEST_TIMEOUT_SECS``; every try
+goes through the one request pool (``MAX_IN_FLIGHT`` at once) and is abandoned, not waited for,
+when its deadline passes or its pass is stopped. A 5xx, a 429, a timeout or a dropped connection
+is tried again (at most ``MAX_RETRIES`` times, with backoff) and anything else fails at once. A
+store that has answered no try for ``STALLED_SECS`` is not asked again (but for a listing) until
+one is answered. A listing holds at most ``MAX_LISTED_KEYS`` keys. A failure is
+``BadInput(url, one line)``; callers turn it into their run's ``SourceError``. ``Store.stats``
+counts requests and bytes of object bodies.
 """
 
 from __future__ import annotations
