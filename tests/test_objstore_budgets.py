@@ -258,3 +258,15 @@ async def test_the_tui_shows_the_runs_that_answer_first_and_q_quits_at_once_whil
         quit_secs = time.monotonic() - pressed
     assert shown < 30, shown
     assert quit_secs < 1.0, quit_secs
+
+
+def test_a_followed_object_not_fetched_yet_stands_in_as_a_hole_and_an_empty_one_stays_empty(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "DEADLINE_SECS", 0.5 * load_factor())
+    objects = {"run/slow/runs/events.out.tfevents.1": UnrulyObject(5000), "run/train.log": UnrulyObject(0)}
+    with _serve(objects, hang_keys=("slow/",)) as server, s3_environment(server.endpoint):
+        mirror = PrefixMirror(parse_url(f"s3://{server.bucket}/run"), tmp_path / "mirror", fetch_policy)
+        done = mirror.sync()
+    stood_in = tmp_path / "mirror" / "slow" / "runs" / "events.out.tfevents.1"
+    assert stood_in.stat().st_size == 1 and stood_in.read_bytes() == b"\0"  # found by discovery, read as pending
+    assert (tmp_path / "mirror" / "train.log").stat().st_size == 0
+    assert [e.path for e in done.errors] == [f"s3://{server.bucket}/run/slow/runs/events.out.tfevents.1"]

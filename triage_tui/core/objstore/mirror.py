@@ -13,8 +13,8 @@ A pass spends within its budget (``objstore.budget``): its listing holds at most
 (``tuning.PASS_DEADLINE_SECS``) or at once when the pass is stopped, the pass fetches at most
 ``tuning.PASS_MAX_BYTES`` and a followed object is read to ``tuning.FOLLOW_MAX_BYTES`` at most, by
 ranged reads of ``tuning.MAX_POLL_BYTES``. What a pass did not reach is an error of that object
-and the next pass goes on from there. A followed object not fetched yet is there as an empty file,
-so that its run is discovered and its error said on it.
+and the next pass goes on from there. A followed object not fetched yet is there as a one-byte
+hole, so that its run is discovered at once and its error, if any, said on it.
 
 Keys are untrusted: a key that is not a plain relative path (an empty, ``.`` or ``..`` component,
 a NUL, an over-long name) or that collides with another key's directory is not mirrored and is
@@ -330,7 +330,8 @@ class PrefixMirror:
         (discovery passes over an empty event file) and its error said on it; the readers take a
         zero tail for bytes still to land, and the first fetch writes over it."""
         path = self.root / rel
-        if not path.exists() or path.stat().st_size == 0:  # (the first poll's file, created before it failed)
+        # an object listed empty is not stood in for; a file the first poll created before it failed is
+        if meta.size and (not path.exists() or path.stat().st_size == 0):
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
                 f.truncate(1)
