@@ -188,6 +188,7 @@ OBJSTORE = [
     ("core.objstore.sparse",),
     ("core.objstore.follow", "core.objstore.cache"),
     ("core.objstore.store",),
+    ("core.objstore.budget",),
     ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch"),
 ]
 CONSOLE = [

@@ -100,6 +100,40 @@ class _FirstPoll:
         return self._statuses
 
 
+def place_mirror_errors(
+    errors: list[SourceError], runs: list[str]
+) -> tuple[dict[str, tuple[SourceError, ...]], tuple[SourceError, ...]]:
+    """Each object that failed said on the run whose tree holds it (the deepest such run), else on
+    the one run in a directory beside it (a config beside the run's ``runs/``, the run being
+    ``runs/`` while its config is not fetched); by run (``runs``: their shown paths), and those
+    said on no run (a prefix that could not be listed: the runs below it are not its only ones)."""
+    placed: dict[str, list[SourceError]] = {}
+    unplaced: list[SourceError] = []
+    deepest_first = sorted(runs, key=len, reverse=True)
+    for error in errors:
+        owner = next((run for run in deepest_first if error.path.startswith(run.rstrip("/") + "/")), None)
+        if owner is None and not error.path.endswith("/"):  # an object's, not a prefix's
+            directory = error.path.rsplit("/", 1)[0] + "/"
+            below = [run for run in runs if run.startswith(directory) and "/" not in run[len(directory) :].strip("/")]
+            owner = below[0] if len(below) == 1 else None
+        if owner is None:
+            unplaced.append(error)
+        else:
+            placed.setdefault(owner, []).append(error)
+    return {run: tuple(found) for run, found in placed.items()}, tuple(unplaced)
+
+
+def _stop_mirrors_with(stop: threading.Event, mirrors: Mirrors) -> None:
+    """``mirrors`` stopped once ``stop`` is set: a pass over a bucket ends with the watcher wherever
+    it waits on the store (the first poll's thread too), so quitting never waits for a server."""
+
+    def wait_then_stop() -> None:
+        stop.wait()
+        mirrors.stop()
+
+    threading.Thread(target=wait_then_stop, name="triage-stop-mirrors", daemon=True).start()
+
+
 class Watcher:
     """Watches PATHs for runs; `poll_once` returns every run's current RunStatus."""
 
@@ -231,6 +265,8 @@ class Watcher:
         previous: list[RunStatus] | None = None
         previous_notes: tuple = ((), (), ())
         first, self._first_poll = self._first_poll, None
+        if self.mirrors is not None:
+            _stop_mirrors_with(stop, self.mirrors)
         try:
             while not stop.is_set():
                 # The first poll of a big tree takes seconds (200 runs x 100k points: ~6 s):
@@ -271,6 +307,8 @@ class Watcher:
 
     def _rescan(self) -> None:
         mirror_errors = self.mirrors.sync(strict=self.strict) if self.mirrors is not None else []
+        if self.mirrors is not None and self.mirrors.behind:
+            self._rescan_requested.set()  # what a short pass left is fetched by the next poll's
         found: dict[Path, RunInfo] = {}
         skipped: dict[str, str] = {}
         limits: dict[str, str] = {}
@@ -308,18 +346,8 @@ class Watcher:
         self._place_mirror_errors(mirror_errors)
 
     def _place_mirror_errors(self, errors: list[SourceError]) -> None:
-        """Each object that failed said on the run whose tree holds it (the deepest such run)."""
-        placed: dict[str, list[SourceError]] = {}
-        unplaced: list[SourceError] = []
-        runs = sorted((shown_path(path) for path in self._runs), key=len, reverse=True)
-        for error in errors:
-            owner = next((run for run in runs if error.path.startswith(run.rstrip("/") + "/")), None)
-            if owner is None:
-                unplaced.append(error)
-            else:
-                placed.setdefault(owner, []).append(error)
-        self._mirror_errors = {run: tuple(found) for run, found in placed.items()}
-        self.unplaced_errors = tuple(unplaced)
+        placed, self.unplaced_errors = place_mirror_errors(errors, [shown_path(path) for path in self._runs])
+        self._mirror_errors = placed
 
     def _moved_run(self, info: RunInfo, vanished: dict[Path, WatchedRun]) -> WatchedRun | None:
         """The vanished run whose event or W&B files now belong to the run at ``info.path``, carried over.

@@ -27,6 +27,8 @@ class FollowStep:
     restarted: bool
     size: int
     remaining: int = 0  # bytes the listing showed beyond ``size``: the next poll reads on
+    # ``tuning.FOLLOW_MAX_BYTES`` read: the object is read no further, whatever its listed size
+    capped: bool = False
 
 
 def read_range(store: Store, key: str, start: int, end: int, etag: str = "") -> bytes:
@@ -62,23 +64,28 @@ class ObjectFollower:
             return False
         return meta.etag == self.etag if meta.etag or self.etag else meta.mtime == self.mtime
 
-    def poll(self, meta: ObjectMeta | None = None) -> FollowStep:
-        """Read what changed since the last poll, at most ``tuning.MAX_POLL_BYTES`` of it (the
-        step's ``remaining`` says what is left for the next poll). ``meta``: the object as this
-        rescan's listing showed it (no request when unchanged); None asks the store (one HEAD)."""
+    def poll(self, meta: ObjectMeta | None = None, max_bytes: int | None = None) -> FollowStep:
+        """Read what changed since the last poll, at most ``max_bytes`` (``tuning.MAX_POLL_BYTES``)
+        of it, and never past byte ``tuning.FOLLOW_MAX_BYTES`` of the object (the step's
+        ``remaining`` says what is left for the next poll, ``capped`` that it will not be read).
+        ``meta``: the object as this rescan's listing showed it (no request when unchanged); None
+        asks the store (one HEAD)."""
         if meta is None:
             meta = self.store.head(self.key)
         if self._unchanged(meta):
-            return FollowStep(b"", False, self.size)
+            return FollowStep(b"", False, self.size, capped=self._capped(meta))
+        step = min(tuning.MAX_POLL_BYTES, tuning.MAX_POLL_BYTES if max_bytes is None else max_bytes)
+        if step <= 0 or (meta.size >= self.size >= tuning.FOLLOW_MAX_BYTES):  # no byte may be read: no request
+            return FollowStep(b"", False, self.size, max(0, meta.size - self.size), self._capped(meta))
         if self.size and meta.size >= self.size:
             start = max(0, self.size - tuning.TAIL_CHECK_BYTES)
-            end = min(meta.size, self.size + tuning.MAX_POLL_BYTES)
+            end = min(meta.size, self.size + step, tuning.FOLLOW_MAX_BYTES)
             data, answered = self.store.read(self.key, start, end)
             kept = self.size - start
             if len(data) >= kept and data[:kept] == self._tail[-kept:]:
                 return self._took(data[kept:], answered or meta, meta.size, restarted=False)
         # first read, shorter than before, or other bytes where the old end was: read it again
-        data = read_range(self.store, self.key, 0, min(meta.size, tuning.MAX_POLL_BYTES), meta.etag)
+        data = read_range(self.store, self.key, 0, min(meta.size, step, tuning.FOLLOW_MAX_BYTES), meta.etag)
         restarted = self.size > 0 or bool(self.etag)
         self.size, self._tail = 0, b""
         return self._took(data, meta, meta.size, restarted=restarted)
@@ -87,4 +94,7 @@ class ObjectFollower:
         self.size += len(data)
         self.etag, self.mtime = meta.etag, meta.mtime
         self._tail = (self._tail + data[-tuning.TAIL_CHECK_BYTES :])[-tuning.TAIL_CHECK_BYTES :]
-        return FollowStep(data, restarted, self.size, max(0, listed - self.size))
+        return FollowStep(data, restarted, self.size, max(0, listed - self.size), self._capped(meta))
+
+    def _capped(self, meta: ObjectMeta) -> bool:
+        return meta.size > self.size >= tuning.FOLLOW_MAX_BYTES

@@ -8,6 +8,14 @@ alone and the checks fetch by range, ``sparse``). A pass over an unchanged prefi
 listing's requests and nothing else. The local files carry the objects' last-modified times, so
 the clock-based flags see the upload times.
 
+A pass spends within its budget (``objstore.budget``): its listing holds at most
+``tuning.MAX_LISTED_KEYS`` keys, every request ends by the pass's deadline
+(``tuning.PASS_DEADLINE_SECS``) or at once when the pass is stopped, the pass fetches at most
+``tuning.PASS_MAX_BYTES`` and a followed object is read to ``tuning.FOLLOW_MAX_BYTES`` at most, by
+ranged reads of ``tuning.MAX_POLL_BYTES``. What a pass did not reach is an error of that object
+and the next pass goes on from there. A followed object not fetched yet is there as a one-byte
+hole, so that its run is discovered at once and its error, if any, said on it.
+
 Keys are untrusted: a key that is not a plain relative path (an empty, ``.`` or ``..`` component,
 a NUL, an over-long name) or that collides with another key's directory is not mirrored and is
 reported. One object that cannot be read is an error of that object only; the rest are mirrored.
@@ -15,16 +23,18 @@ reported. One object that cannot be read is an error of that object only; the re
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore import budget, tuning
 from triage_tui.core.objstore.cache import ObjectCache, default_cache
 from triage_tui.core.objstore.follow import ObjectFollower, read_range
 from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, store_for
@@ -94,6 +104,8 @@ class MirrorPass:
     written: tuple[str, ...]
     removed: tuple[str, ...]
     errors: tuple[SourceError, ...]
+    cut_short: bool = False  # it ran into its deadline or byte budget: objects are left for the next
+    running: int = 0  # fetches still under way when it returned (the TUI's passes do not wait for them)
 
 
 def local_relative(key: str) -> str | None:
@@ -111,6 +123,8 @@ class _Local:
     meta: ObjectMeta
     how: How
     follower: ObjectFollower | None = None
+    behind: bool = False  # a followed object read short of its listed size: the next pass reads on
+    complaint: str = ""  # why it was read short: said again by each pass until it changes
 
 
 @dataclass
@@ -123,12 +137,21 @@ class PrefixMirror:
     # One object's key below ``url`` to mirror alone (a file's URL): asked for by its own key, the
     # rest of the prefix neither listed nor fetched.
     only_key: str | None = None
+    # Set when the pass must end now (the TUI quits): every request of the pass ends at once.
+    stop: threading.Event | None = None
+    # How long ``sync`` waits for its fetches (None: until they end, by the pass's deadline): the TUI
+    # waits ``tuning.LIVE_PASS_SECS`` and leaves the rest running, their results taken by a later pass.
+    wait_secs: float | None = None
     store: Store = field(init=False)
     cache: ObjectCache | None = field(init=False)
     _known: dict[str, _Local] = field(default_factory=dict, init=False)
+    # The fetches under way, by relative path: each object is fetched by one task at a time.
+    _running: dict[str, Future[tuple[str, bool, SourceError | None]]] = field(default_factory=dict, init=False)
+    _pool: budget.RequestPool = field(init=False)
 
     def __post_init__(self) -> None:
         self.store = store_for(self.url)
+        self._pool = budget.RequestPool(tuning.FETCH_THREADS)  # daemon threads: never hold an exit
         self.cache = default_cache()
         if not self.root.is_file():  # a file's URL mirrored before in this process: its object is there
             self.root.mkdir(parents=True, exist_ok=True)
@@ -138,9 +161,14 @@ class PrefixMirror:
         BadInput when the prefix itself cannot be listed."""
         requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
         prefix = self.url.prefix()
-        listing = self.store.listing(prefix) if self.only_key is None else self._only_object()
+        # the listing under its own deadline (tuning.LIST_DEADLINE_SECS), the fetches under the pass's
+        with budget.spending(budget.PassBudget(math.inf, 0, self.stop)):
+            listing = self.store.listing(prefix) if self.only_key is None else self._only_object()
+        spending = budget.PassBudget.starting_now(self.stop)
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
+        if listing.stopped:
+            errors.append(SourceError("objstore", self.url.text, listing.stopped))
         written: list[str] = []
         for meta in listing.objects:
             rel = local_relative(meta.key[len(prefix) :].rstrip("/") if meta.size == 0 else meta.key[len(prefix) :])
@@ -156,19 +184,35 @@ class PrefixMirror:
                 errors.append(SourceError("objstore", url, "an object of the same name as a directory of others"))
             del seen[rel]  # an empty one is a console's folder marker: the directory says it all
         work = [(rel, meta, how) for rel, meta in seen.items() if (how := self.policy(rel)) != "skip"]
-        work = [item for item in work if self._changed(*item)]  # an idle pass stops here
+        errors += self._finished(written)  # fetches an earlier pass left running, ended since
+        # an idle pass stops here; an object still being fetched by an earlier pass is left to it
+        work = [item for item in work if self._changed(*item) and item[0] not in self._running]
+        fetched = {rel for rel, _, _ in work} | set(self._running)
+        for rel in seen:  # an object read short and unchanged since: said again, as long as it is so
+            known = self._known.get(rel)
+            if rel not in fetched and known is not None and known.complaint:
+                errors.append(SourceError("objstore", self.store.url(known.meta.key), known.complaint))
+        for rel, meta, how in work:
+            if how == "follow":
+                self._stand_in(rel, meta)  # its run is found now, however long its fetch takes
+
+        # The first pass of a sweep is thousands of small GETs: a pool keeps that many in flight
+        # (the clients release the GIL while they wait); each object is one task's.
+        def update(item: tuple[str, ObjectMeta, How]) -> tuple[str, bool, SourceError | None]:
+            with budget.spending(spending):
+                return self._update_one(*item)
+
+        for item in work:
+            self._running[item[0]] = self._pool.submit(partial(update, item))
         if work:
-            # The first pass of a sweep is thousands of small GETs: a pool keeps that many in
-            # flight (the clients release the GIL while they wait); each object is one task's.
-            with ThreadPoolExecutor(max(1, min(tuning.FETCH_THREADS, len(work)))) as pool:
-                for rel, wrote, error in pool.map(lambda item: self._update_one(*item), work):
-                    if wrote:
-                        written.append(rel)
-                    if error is not None:
-                        errors.append(error)
+            wait(list(self._running.values()), timeout=self.wait_secs)
+        errors += self._finished(written)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
-        # what lies under a prefix that could not be listed is unknown now, not gone: kept
-        removed = [rel for rel in self._known if rel not in seen and not rel.startswith(hidden)]
+        # what lies under a prefix that could not be listed, or past where a listing stopped, is
+        # unknown now, not gone: kept (and what is being fetched, until its fetch ends)
+        known_now = list(self._known)
+        unlisted = [] if listing.stopped else [rel for rel in known_now if rel not in seen and rel not in self._running]
+        removed = [rel for rel in unlisted if not rel.startswith(hidden)]
         for rel in removed:
             self._remove(rel)
         return MirrorPass(
@@ -178,7 +222,23 @@ class PrefixMirror:
             written=tuple(written),
             removed=tuple(sorted(removed)),
             errors=tuple(errors),
+            cut_short=spending.cut_short(),
+            running=len(self._running),
         )
+
+    def _finished(self, written: list[str]) -> list[SourceError]:
+        """The fetches that ended since the last look, taken off ``_running``: the paths they wrote
+        appended to ``written``, their errors returned."""
+        errors = []
+        for rel, future in list(self._running.items()):
+            if future.done():
+                del self._running[rel]
+                _, wrote, error = future.result()
+                if wrote:
+                    written.append(rel)
+                if error is not None:
+                    errors.append(error)
+        return errors
 
     def _only_object(self) -> Listing:
         """``only_key`` as a listing (one HEAD: object_store lists a key's "directory", not the key)."""
@@ -190,20 +250,24 @@ class PrefixMirror:
 
     def _changed(self, rel: str, meta: ObjectMeta, how: How) -> bool:
         known = self._known.get(rel)
-        if known is None or known.how != how or not (self.root / rel).exists():
+        if known is None or known.how != how or known.behind or not (self.root / rel).exists():
             return True
         return known.meta.size != meta.size or known.meta.etag != meta.etag or known.meta.mtime != meta.mtime
 
     def _update_one(self, rel: str, meta: ObjectMeta, how: How) -> tuple[str, bool, SourceError | None]:
         """(rel, whether the local file was written, the error that stopped it)."""
         try:
-            return rel, self._update(rel, meta, how), None
+            wrote, complaint = self._update(rel, meta, how)
+            return rel, wrote, SourceError("objstore", self.store.url(meta.key), complaint) if complaint else None
         except BadInput as err:
+            if how == "follow":
+                self._stand_in(rel, meta)
             return rel, False, SourceError("objstore", err.path or self.store.url(meta.key), err.what)
         except OSError as err:
             return rel, False, SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}")
 
-    def _update(self, rel: str, meta: ObjectMeta, how: How) -> bool:
+    def _update(self, rel: str, meta: ObjectMeta, how: How) -> tuple[bool, str]:
+        """Whether the local file was written, and what stopped it short ("" when nothing did)."""
         known = self._known.get(rel)
         if known is not None and known.how != how:
             known = None
@@ -212,24 +276,13 @@ class PrefixMirror:
         if how != "placeholder":
             _set_placeholder(path, None)
         if how == "follow":
-            if known is None or known.follower is None:
-                known = _Local(meta, how, ObjectFollower(self.store, meta.key))
-            assert known.follower is not None
-            step = known.follower.poll(meta)
-            self._known[rel] = _Local(meta, how, known.follower)
-            if not step.data and not step.restarted and path.exists():
-                return False
-            with open(path, "ab" if not step.restarted and path.exists() else "wb") as f:
-                f.write(step.data)
-                while step.remaining and step.data:  # a large object, one bounded poll at a time
-                    step = known.follower.poll(meta)
-                    if step.restarted:  # replaced while being read: from the start again
-                        f.seek(0)
-                        f.truncate()
-                    f.write(step.data)
+            follower = known.follower if known is not None and known.follower is not None else None
+            wrote, complaint = self._follow(rel, meta, follower or ObjectFollower(self.store, meta.key), path)
+            if not wrote:
+                return False, complaint
         else:
             if known is not None and known.meta.size == meta.size and known.meta.etag == meta.etag:
-                return False
+                return False, ""
             if how == "whole":
                 self._write_whole(path, meta)
             else:
@@ -237,8 +290,52 @@ class PrefixMirror:
                     f.truncate(meta.size)
                 _set_placeholder(path, (self.store, meta))
             self._known[rel] = _Local(meta, how)
+            complaint = ""
         os.utime(path, (meta.mtime, meta.mtime))
-        return True
+        return True, complaint
+
+    def _follow(self, rel: str, meta: ObjectMeta, follower: ObjectFollower, path: Path) -> tuple[bool, str]:
+        """The object's new bytes appended to ``path`` (all of it again when it was replaced), one
+        bounded poll at a time, as far as the pass's byte budget and ``tuning.FOLLOW_MAX_BYTES``
+        allow; whether ``path`` was written, and why it stops short of the listed size."""
+        spending = budget.current()
+        # recorded first: a poll that fails leaves the follower as far as the file is written
+        self._known[rel] = _Local(meta, "follow", follower, behind=True)
+        wrote = not path.exists()
+        with open(path, "r+b" if path.exists() else "w+b") as f:
+            while True:
+                granted = spending.grant(tuning.MAX_POLL_BYTES) if spending is not None else tuning.MAX_POLL_BYTES
+                step = follower.poll(meta, granted)
+                if spending is not None:
+                    spending.refund(granted - len(step.data))
+                if step.restarted or (step.data and step.size == len(step.data)):
+                    f.truncate(0)  # read from its start: what the file held goes (a stand-in's zero too)
+                if step.data:
+                    f.seek(step.size - len(step.data))  # where the last poll ended
+                    f.write(step.data)
+                wrote = wrote or bool(step.data) or step.restarted
+                if not step.remaining or not step.data:
+                    break
+        behind = step.remaining > 0 and not step.capped
+        complaint = ""
+        if step.capped:
+            complaint = f"listed as {meta.size} bytes: read to byte {step.size}, as far as a followed object is read"
+        elif behind:
+            complaint = f"read to byte {step.size} of {meta.size}: this pass's byte budget is spent, the next reads on"
+        self._known[rel] = _Local(meta, "follow", follower, behind, complaint)
+        return wrote, complaint
+
+    def _stand_in(self, rel: str, meta: ObjectMeta) -> None:
+        """A followed object not fetched yet as a file of one zero byte, a hole: its run is found
+        (discovery passes over an empty event file) and its error said on it; the readers take a
+        zero tail for bytes still to land, and the first fetch writes over it."""
+        path = self.root / rel
+        # an object listed empty is not stood in for; a file the first poll created before it failed is
+        if meta.size and (not path.exists() or path.stat().st_size == 0):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.truncate(1)
+            os.utime(path, (meta.mtime, meta.mtime))
 
     def _write_whole(self, path: Path, meta: ObjectMeta) -> None:
         if meta.size > tuning.MAX_WHOLE_BYTES:

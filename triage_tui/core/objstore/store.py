@@ -16,10 +16,15 @@ Credentials come only from each provider's standard chain, never from triage's o
   credentials (``~/.config/gcloud/application_default_credentials.json``), the metadata server.
 - fsspec URLs: whatever the scheme's fsspec package reads (s3fs: botocore; gcsfs: google-auth).
 
-Every call runs under ``tuning.DEADLINE_SECS`` in all, each try under ``REQUEST_TIMEOUT_SECS``;
-a 5xx, a 429, a timeout or a dropped connection is tried again (at most ``MAX_RETRIES`` times, with
-backoff) and anything else fails at once. A failure is ``BadInput(url, one line)``; callers turn it
-into their run's ``SourceError``. ``Store.stats`` counts requests and bytes of object bodies.
+Every call runs under ``tuning.DEADLINE_SECS`` in all (a listing under ``LIST_DEADLINE_SECS``)
+and within its pass's deadline (``budget``), each try under ``REQUEST_TIMEOUT_SECS``; every try
+goes through the one request pool (``MAX_IN_FLIGHT`` at once) and is abandoned, not waited for,
+when its deadline passes or its pass is stopped. A 5xx, a 429, a timeout or a dropped connection
+is tried again (at most ``MAX_RETRIES`` times, with backoff) and anything else fails at once. A
+store that has answered no try for ``STALLED_SECS`` is not asked again (but for a listing) until
+one is answered. A listing holds at most ``MAX_LISTED_KEYS`` keys. A failure is
+``BadInput(url, one line)``; callers turn it into their run's ``SourceError``. ``Store.stats``
+counts requests and bytes of object bodies.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.objstore import tuning
+from triage_tui.core.objstore import budget, tuning
+from triage_tui.core.objstore.budget import KeySink
 from triage_tui.core.objstore.url import ObjectURL, parse_url
 
 if TYPE_CHECKING:
@@ -78,15 +84,18 @@ class StoreStats:
 @dataclass(frozen=True)
 class Listing:
     """One listing pass: the objects under a prefix, and the prefixes that could not be listed
-    with why (a key there that the client cannot represent: an empty, "." or ".." segment)."""
+    with why (a key there that the client cannot represent: an empty, "." or ".." segment);
+    ``stopped``: why the listing ended before its last page ("" when it did not), its objects then
+    those of the pages read."""
 
     objects: tuple[ObjectMeta, ...]
     unreadable: tuple[tuple[str, str], ...] = ()
+    stopped: str = ""
 
 
 class _Client(Protocol):
-    def list_all(self, prefix: str) -> list[ObjectMeta]: ...
-    def list_raw(self, prefix: str) -> list[ObjectMeta] | None: ...
+    def list_all(self, prefix: str, sink: KeySink) -> None: ...
+    def list_raw(self, prefix: str, sink: KeySink) -> bool: ...
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]: ...
     def head(self, key: str) -> ObjectMeta: ...
     def get(self, key: str, start: int | None, end: int | None) -> tuple[bytes, ObjectMeta | None]: ...
@@ -97,13 +106,21 @@ class _Failure(Exception):
     """One try's failure: ``retry`` when another try may succeed, ``missing`` for a 404,
     ``bad_key`` for a listing page holding a key the client cannot represent."""
 
-    def __init__(self, line: str, *, retry: bool = False, missing: bool = False, bad_key: bool = False) -> None:
+    def __init__(
+        self, line: str, *, retry: bool = False, missing: bool = False, bad_key: bool = False, silent: bool = False
+    ) -> None:
         super().__init__(line)
         self.line, self.retry, self.missing, self.bad_key = line, retry, missing, bad_key
+        self.silent = silent  # no answer came (a timeout, a dropped connection): the server said nothing
 
 
 class ObjectMissing(BadInput):
     """The object or prefix is not in the bucket (404): a deleted run, not a broken one."""
+
+
+class Unanswered(BadInput):
+    """No answer within the deadline (the call's, or its pass's), or the pass was stopped: the
+    request is abandoned where it stands, never waited for."""
 
 
 class UnlistableKey(BadInput):
@@ -153,7 +170,7 @@ def _classify(err: BaseException) -> _Failure:
         return _Failure(f"server answered {n}", retry=n in _RETRY_STATUS)
     lowered = text.lower()
     if isinstance(err, TimeoutError) or any(word in lowered for word in _TRANSIENT_WORDS):
-        return _Failure(f"no answer: {first[:200]}", retry=True)
+        return _Failure(f"no answer: {first[:200]}", retry=True, silent=True)
     return _Failure(first[:200])
 
 
@@ -233,20 +250,22 @@ class _Obstore:
         etag = str(entry.get("e_tag") or "")
         return ObjectMeta(str(entry["path"]), int(entry["size"]), etag, _epoch(entry.get("last_modified")))
 
-    def list_all(self, prefix: str) -> list[ObjectMeta]:
-        return [self._meta(e) for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000) for e in chunk]
+    def list_all(self, prefix: str, sink: KeySink) -> None:
+        for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000):
+            if not sink.add([self._meta(e) for e in chunk]):
+                return  # the next page is never asked for
 
-    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
+    def list_raw(self, prefix: str, sink: KeySink) -> bool:
         """Every key under ``prefix`` as S3 lists it, through botocore (which asks for keys
         URL-encoded and decodes them): the keys object_store refuses to parse (a control character)
-        are listed too, so one such key hides nothing else. None off S3 or without botocore."""
+        are listed too, so one such key hides nothing else. False off S3 or without botocore."""
         if self.scheme != "s3":
-            return None
+            return False
         try:
             import botocore.session
             from botocore.config import Config
         except ImportError:
-            return None
+            return False
         session = botocore.session.get_session()
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
@@ -256,12 +275,14 @@ class _Obstore:
             retries={"max_attempts": 1},  # retried by Store._call, under its deadline
         )
         client = session.create_client("s3", endpoint_url=endpoint, region_name=region, config=config)
-        found = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            found = []
             for item in page.get("Contents", ()):
                 etag, mtime = str(item.get("ETag") or ""), _epoch(item.get("LastModified"))
                 found.append(ObjectMeta(str(item["Key"]), int(item.get("Size") or 0), etag, mtime))
-        return found
+            if not sink.add(found):
+                break
+        return True
 
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         found = self._obs.list_with_delimiter(self.store, prefix or None)
@@ -306,14 +327,16 @@ class _Fsspec:
                 mtime = None
         return ObjectMeta(key, int(info.get("size") or 0), str(etag), _epoch(mtime))
 
-    def list_all(self, prefix: str) -> list[ObjectMeta]:
+    def list_all(self, prefix: str, sink: KeySink) -> None:
+        # fsspec's find returns the whole listing at once: the cap applies after it (a listing that
+        # never ends is ended by its deadline, its pages held by the abandoned call until then)
         self.fs.invalidate_cache()
         path = self._path(prefix.rstrip("/")) if prefix else self.root
         found = self.fs.find(path, detail=True)
-        return [self._meta(info) for info in found.values() if info.get("type", "file") == "file"]
+        sink.add([self._meta(info) for info in found.values() if info.get("type", "file") == "file"])
 
-    def list_raw(self, prefix: str) -> list[ObjectMeta] | None:
-        return None  # fsspec lists any key: list_all never meets an unlistable one
+    def list_raw(self, prefix: str, sink: KeySink) -> bool:
+        return False  # fsspec lists any key: list_all never meets an unlistable one
 
     def list_dir(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
         raise NotImplementedError  # fsspec lists any key: list() never meets an unlistable one
@@ -346,6 +369,9 @@ class Store:
         self.scheme, self.bucket = url.scheme, url.bucket
         self.stats = StoreStats()
         self._lock = threading.Lock()
+        # When the oldest try still without any answer was sent (None: the last try was answered):
+        # a store silent for tuning.STALLED_SECS is not asked again in this pass.
+        self._silent_since: float | None = None
         native = url.scheme in tuning.NATIVE_SCHEMES
         try:
             self._client: _Client = _Obstore(url) if native else _Fsspec(url)
@@ -364,73 +390,151 @@ class Store:
     def url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
 
-    def _call(self, key: str, what: Callable[[], T]) -> T:
-        """``what()`` tried again after a transient failure, all tries within the deadline."""
+    def _call(self, key: str, what: Callable[[], T], *, deadline_secs: float | None = None, probe: bool = False) -> T:
+        """``what()`` sent through the request pool and tried again after a transient failure, all
+        tries within ``deadline_secs`` (``tuning.DEADLINE_SECS``) and within the pass's deadline
+        (``budget.current()``): a try not answered by then is abandoned, never waited for.
+        ``probe``: asked even of a store silent for long (a listing: its answer says it is back)."""
         started = time.monotonic()
+        spending = budget.current()
+        limit = started + (tuning.DEADLINE_SECS if deadline_secs is None else deadline_secs)
+        by_pass = spending is not None and spending.deadline < limit
+        if spending is not None and by_pass:
+            limit = spending.deadline
         backoff = tuning.BACKOFF_FIRST_SECS
         tries = 0
         while True:
+            refused = self._refused(spending, probe)
+            if refused:
+                raise Unanswered(self.url(key), refused)
             tries += 1
             with self._lock:
                 self.stats.requests += 1
+            sent = time.monotonic()
+            future = _request_pool().submit(what)
+            if not budget.answered_by(future, limit, spending):
+                self._heard(False, sent)
+                after = f" ({tries} tries)" if tries > 1 else ""
+                if spending is not None and spending.stopped():
+                    raise Unanswered(self.url(key), "stopped before it was answered") from None
+                which = " (the pass's deadline)" if by_pass else ""
+                raise Unanswered(self.url(key), f"no answer within {limit - started:.1f} s{which}{after}") from None
             try:
-                return what()
+                result = future.result()
             except Exception as err:  # noqa: BLE001 - every client error becomes one line on its URL
                 failure = _classify(err)
+            else:
+                self._heard(True, sent)
+                return result
+            self._heard(not failure.silent, sent)
             spent = time.monotonic() - started
             if failure.missing:
                 raise ObjectMissing(self.url(key), "not found") from None
             if failure.bad_key:
                 raise UnlistableKey(self.url(key), failure.line) from None
-            if not failure.retry or tries > tuning.MAX_RETRIES or spent + backoff >= tuning.DEADLINE_SECS:
+            if not failure.retry or tries > tuning.MAX_RETRIES or started + spent + backoff >= limit:
                 after = f" after {tries} tries in {spent:.1f} s" if tries > 1 else ""
                 raise BadInput(self.url(key), failure.line + after) from None
-            time.sleep(backoff)
+            if spending is not None and spending.stop is not None:
+                spending.stop.wait(backoff)
+            else:
+                time.sleep(backoff)
             backoff = min(backoff * 2, tuning.BACKOFF_MAX_SECS)
+
+    def _refused(self, spending: budget.PassBudget | None, probe: bool) -> str:
+        """Why a try is not sent at all ("" when it is sent)."""
+        if spending is not None and spending.stopped():
+            return "not asked: stopped"
+        if spending is not None and spending.expired():
+            return "not fetched: the pass's deadline passed first; the next pass fetches it"
+        with self._lock:
+            silent_since = self._silent_since
+        silent = time.monotonic() - silent_since if silent_since is not None else 0.0
+        if not probe and silent >= tuning.STALLED_SECS:
+            return f"not asked: the store has answered no request for {silent:.0f} s"
+        return ""
+
+    def _heard(self, answered: bool, sent: float) -> None:
+        with self._lock:
+            if answered:
+                self._silent_since = None
+            elif self._silent_since is None or sent < self._silent_since:
+                self._silent_since = sent
 
     def listing(self, prefix: str) -> Listing:
         """Every object whose key starts with ``prefix`` (a "directory": "" or ending in "/"), in
         one listing pass (ListObjectsV2 pages of 1 000 keys); none when there is none.
+
+        At most ``tuning.MAX_LISTED_KEYS`` keys are held and the listing ends by
+        ``tuning.LIST_DEADLINE_SECS`` (or its pass's deadline): past either, ``Listing.stopped``
+        says which and the objects are those of the pages read (a listing that never ends).
 
         A key the client cannot represent (object_store: a control character, an empty or ".."
         segment) fails its whole page; on S3 the pass is then asked again through botocore, which
         lists every key as it is (the mirror reports those it cannot hold); elsewhere it is repeated
         one directory level at a time below ``prefix`` so that only the directory holding that key
         is lost (``Listing.unreadable``), the other runs listed as usual."""
-        objects, unreadable = self._list_isolating(prefix)
-        return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable))
+        objects, unreadable, stopped = self._list_isolating(prefix)
+        return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable), stopped)
 
-    def _list_isolating(self, prefix: str) -> tuple[list[ObjectMeta], list[tuple[str, str]]]:
-        def once() -> list[ObjectMeta]:
-            found = self._client.list_all(prefix)
+    def _list_capped(self, prefix: str, lister: Callable[[str, KeySink], object]) -> tuple[list[ObjectMeta], str]:
+        """``lister``'s keys, at most ``tuning.MAX_LISTED_KEYS`` of them, by the listing's deadline;
+        with why it stopped early ("" when it did not)."""
+        sinks: list[KeySink] = []
+
+        def once() -> KeySink:
+            sink = KeySink()
+            sinks.append(sink)
+            answered = lister(prefix, sink)
+            if answered is False:
+                sink.abandoned = True  # this client has no such listing
             # a page is one request; the clients page inside, so pages are counted from the keys
-            pages = max(1, -(-len(found) // 1000))
+            pages = max(1, -(-len(sink.found) // 1000))
             with self._lock:
                 self.stats.requests += pages - 1
                 self.stats.lists += pages
-            return found
+            return sink
 
         try:
-            return self._call(prefix, once), []
+            sink = self._call(prefix, once, deadline_secs=tuning.LIST_DEADLINE_SECS, probe=True)
+        except Unanswered as err:
+            if not sinks or not sinks[-1].found:
+                raise
+            sinks[-1].abandoned = True  # its thread stops at its next page
+            found = list(sinks[-1].found)
+            return found, f"listing stopped at {len(found)} keys: {err.what}"
+        if sink.full:
+            return (
+                sink.found,
+                f"listing stopped at {len(sink.found)} keys, the most one listing holds: list a narrower prefix",
+            )
+        return sink.found, ""
+
+    def _list_isolating(self, prefix: str) -> tuple[list[ObjectMeta], list[tuple[str, str]], str]:
+        try:
+            objects, stopped = self._list_capped(prefix, self._client.list_all)
+            return objects, [], stopped
         except ObjectMissing:
             # A prefix with no object under it lists empty; a listing answered "not found" is the
             # bucket's absence (S3's NoSuchBucket): the runs mirrored from it are not gone, unseen.
             raise BadInput(self.url(prefix), "no such bucket: its listing answered not found") from None
         except UnlistableKey as err:
-            raw = self._call(prefix, lambda: self._client.list_raw(prefix))
-            if raw is not None:
-                return raw, []
+            raw, stopped = self._list_capped(prefix, self._client.list_raw)
+            if raw or stopped:
+                return raw, [], stopped
             try:
                 objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
             except UnlistableKey:
-                return [], [(prefix, err.what)]
+                return [], [(prefix, err.what)], ""
         unreadable: list[tuple[str, str]] = []
+        stopped = ""
         for subdir in subdirs:
             if subdir.startswith(prefix) and len(subdir) > len(prefix):  # strictly deeper: ends
-                found, bad = self._list_isolating(subdir)
+                found, bad, stopped_below = self._list_isolating(subdir)
                 objects += found
                 unreadable += bad
-        return objects, unreadable
+                stopped = stopped or stopped_below
+        return objects, unreadable, stopped
 
     def head(self, key: str) -> ObjectMeta:
         """The object's metadata (one HEAD); ObjectMissing when it is not there."""
@@ -453,6 +557,17 @@ class Store:
     def put(self, key: str, path: str | os.PathLike[str]) -> None:
         """The local file ``path`` written as the object ``key`` (replacing one of that key)."""
         self._call(key, lambda: self._client.put(key, os.fspath(path)))
+
+
+_POOL: list[budget.RequestPool] = []  # the process's one pool, made on first use
+
+
+def _request_pool() -> budget.RequestPool:
+    """Every store's requests go through one pool: at most ``tuning.MAX_IN_FLIGHT`` in flight."""
+    with _STORES_LOCK:
+        if not _POOL:
+            _POOL.append(budget.RequestPool(tuning.MAX_IN_FLIGHT))
+        return _POOL[0]
 
 
 _STORES: dict[tuple[str, str, tuple[str, ...]], Store] = {}

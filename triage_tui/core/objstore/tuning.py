@@ -45,3 +45,29 @@ CACHE_DIR: Path | None = None  # None: $XDG_CACHE_HOME/triage/objects (~/.cache/
 CACHE_ENABLED = True
 CACHE_MAX_BYTES = 512 << 20
 CACHE_CHECKPOINTS = False
+
+# --- budgets (objstore/budget.py): what one pass over a bucket may spend, whatever the server does ---
+# One mirror pass (its listing and every fetch) ends by this deadline; what it did not reach is
+# one error of that object, fetched by a later pass (the TUI's next rescan). A hanging server costs
+# a `scan` this long at most, and `STALLED_SECS` sooner where nothing answers at all.
+PASS_DEADLINE_SECS = 60.0
+# The TUI's passes wait this long for their fetches, and leave the slower ones running (a later
+# pass takes their results): no run waits on the slowest, the first screen included.
+LIVE_PASS_SECS = 1.0
+# Bytes of object bodies one pass fetches in all; the objects beyond wait for the next pass.
+PASS_MAX_BYTES = 4 << 30
+# A followed object (event file, console, W&B run file) is read this far and no further, whatever
+# size its listing says (an object listed as 1 TiB is never fetched whole); past it, one error.
+FOLLOW_MAX_BYTES = 4 << 30
+# Keys held from one listing: a listing that never ends (IsTruncated forever) stops here with one
+# error, and the runs among the keys listed so far are shown. 10 000 runs with 50-shard checkpoints
+# are ~540 000 keys; a held key costs ~0.5 KB.
+MAX_LISTED_KEYS = 1_000_000
+# A listing of many pages (one per 1 000 keys) runs under this deadline, not one request's.
+LIST_DEADLINE_SECS = 120.0
+# Requests in flight at once, to all buckets together (objstore/budget.py's RequestPool).
+MAX_IN_FLIGHT = 32
+# A store that has answered no request for this long while asked (every try timing out) is not
+# asked again in this pass: the rest of its objects are one error each, at once. Any answer, the
+# next pass's listing included, resets it.
+STALLED_SECS = 15.0

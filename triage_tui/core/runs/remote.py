@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.objstore import scratch
+from triage_tui.core.objstore import scratch, tuning
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
 from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
@@ -53,10 +53,11 @@ def fetch_policy(relative: str) -> How:
     return "whole"
 
 
-def mirror_runs(url: str, root: Path) -> PrefixMirror:
+def mirror_runs(url: str, root: Path, stop: threading.Event | None = None) -> PrefixMirror:
     """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says;
-    ``sync()`` it once per rescan. ValueError when ``url`` is not an object-store URL."""
-    return PrefixMirror(parse_url(url), root, fetch_policy)
+    ``sync()`` it once per rescan (each pass ends at once when ``stop`` is set). ValueError when
+    ``url`` is not an object-store URL."""
+    return PrefixMirror(parse_url(url), root, fetch_policy, stop=stop)
 
 
 # --- the command line's URLs, as local trees --------------------------------------------------
@@ -136,7 +137,7 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
         if any(mirror.root.iterdir()):
             return None
         mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
-    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key)
+    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key, stop=mirror.stop)
     done = single.sync()
     if done.listed == 0:
         if not mirror.root.exists():
@@ -150,6 +151,14 @@ class Mirrors:
 
     def __init__(self) -> None:
         self.mirrors: list[PrefixMirror] = []
+        # Set by ``stop``: every pass of these mirrors ends at once, whatever the store does.
+        self.stopping = threading.Event()
+        # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget).
+        self.behind = False
+
+    def stop(self) -> None:
+        """End every pass now (the TUI quits): each request in flight is abandoned, none is sent."""
+        self.stopping.set()
 
     def local(self, text: str, *, named: bool = True) -> Path:
         """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
@@ -163,7 +172,7 @@ class Mirrors:
         if named:
             scratch.mark_named(root)
         if not any(m.root == root for m in self.mirrors):
-            self.mirrors.append(mirror_runs(url.text, root))
+            self.mirrors.append(mirror_runs(url.text, root, self.stopping))
         return root
 
     def fill_placeholders(self, path: str | Path) -> int:
@@ -179,7 +188,10 @@ class Mirrors:
         with nothing under it (and no object at its key), is BadInput when ``strict`` (a one-shot
         command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
+        self.behind = False
         for i, mirror in enumerate(list(self.mirrors)):
+            # a one-shot command waits for the whole pass; the TUI's passes are short, one after another
+            mirror.wait_secs = None if strict else tuning.LIVE_PASS_SECS
             try:
                 done: MirrorPass = mirror.sync()
                 if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
@@ -188,6 +200,7 @@ class Mirrors:
                         self.mirrors[i], (mirror, done) = single[0], single
                 if done.listed == 0 and not done.errors:  # a listing that failed in part is said as such
                     raise BadInput(mirror.url.text, NOTHING_FOUND)
+                self.behind = self.behind or done.cut_short
             except BadInput as err:
                 if strict:
                     raise
