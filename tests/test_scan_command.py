@@ -308,3 +308,17 @@ def test_scan_says_whether_each_runs_writer_is_alive_here(tmp_path):
     assert runs["crashed"]["state"] == "crashed" and runs["crashed"]["crash_line"] == error
     assert kinds["crashed"]["crashed"]["severity"] == "critical" and error in kinds["crashed"]["crashed"]["message"]
     assert "stalled" not in kinds["crashed"] and "crashed" in line and "stalled" in line
+
+
+def test_a_flag_kind_several_files_raise_is_named_once_with_its_count(tmp_path):
+    """Two unreadable files of one run: its line names ``unreadable_file`` once, with how many, and
+    ``scan --json`` keeps one flag a file (each with its own line)."""
+    write_series(tmp_path / "r", healthy_series())
+    (tmp_path / "r" / "triage.toml").write_text("[run]\nvocab_size = [32000]\n")
+    state = tmp_path / "r" / "checkpoint-100" / "trainer_state.json"
+    state.parent.mkdir()
+    state.write_text('{"log_history": [{"step": 1, "loss": ')
+    flags = [flag["kind"] for flag in json.loads(scan(tmp_path, "--json").stdout)["runs"][0]["flags"]]
+    assert flags.count("unreadable_file") == 2
+    (line,) = [line for line in scan(tmp_path).stdout.splitlines() if "unreadable_file" in line]
+    assert line.count("unreadable_file") == 1 and "unreadable_file x2" in line

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 from triage_tui.core.run_status import RunStatus
@@ -145,8 +146,14 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
         parts.append(f"error: {printable(first.line())}{more}")
     if status.flags:
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
+        # A kind once however many flags share it (one unreadable_file a failing source); the count
+        # beside it where there are several (their lines are in check and scan --json).
+        counts = Counter(flag.kind for flag in status.flags)
+        shown = dict.fromkeys(
+            f"({flag.kind})" if flag.severity == Severity.INFO else flag.kind for flag in status.flags
+        )
         parts.append(
-            ", ".join(f"({flag.kind})" if flag.severity == Severity.INFO else flag.kind for flag in status.flags)
+            ", ".join(f"{kind} x{counts[kind.strip('()')]}" if counts[kind.strip("()")] > 1 else kind for kind in shown)
         )
     return "  ".join(parts)
 
