@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
 
-from builders.peak_memory import triage_peak
+from builders.peak_memory import REPO, triage_peak
 
 GIB = 1 << 30
 HOUR = 3600.0
@@ -61,4 +64,45 @@ def test_one_huge_value_in_a_trainer_state_is_refused_in_bounded_memory(tmp_path
     (run,) = json.loads(done.stdout)["runs"]
     (error,) = run["errors"]  # one line naming the file and what is wrong with it
     assert error["path"] == str(path) and "longer than" in error["message"], error
+    assert done.peak < 10 * size and done.peak < GIB, (done.peak, size)
+
+
+_WRITE_MANY_TENSORS = """\
+import json, sys
+import numpy as np
+from safetensors.numpy import save_file
+sys.path.insert(0, "tests")
+from builders.drafter import drafter_config, drafter_state
+directory, extra = sys.argv[1], int(sys.argv[2])
+state = {name: tensor.numpy() for name, tensor in drafter_state("specforge", None, hidden=16).items()}
+one = np.zeros(1, np.float32)
+for i in range(extra):
+    state[f"extra.layers.{i}.self_attn.q_proj.lora.weight"] = one
+save_file(state, directory + "/model.safetensors", metadata={"format": "pt"})
+open(directory + "/config.json", "w").write(json.dumps(drafter_config("specforge", hidden=16)))
+"""
+
+
+@pytest.mark.slow
+def test_a_header_of_700_000_tensors_is_checked_in_memory_under_10_times_the_file(tmp_path):
+    # safetensors' own writer, in a child (it holds every array it writes); the format allows a
+    # header of 100 MB, and 700 000 one-element tensors make one of ~78 MB.
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    subprocess.run(
+        [sys.executable, "-c", _WRITE_MANY_TENSORS, str(drafter), "700000"], check=True, cwd=REPO, timeout=600
+    )
+    path = drafter / "model.safetensors"
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        assert 64 << 20 < int.from_bytes(handle.read(8), "little") < 100_000_000
+    with safe_open(str(path), framework="numpy") as opened:
+        stored = len(opened.keys())  # the oracle: safetensors' own count
+
+    run = tmp_path / "run"
+    run.mkdir()
+    done = triage_peak("check", run, "--checkpoint", drafter, "--device", "cpu", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    drafter_tensors = json.loads(done.stdout)["checks"]["drafter_tensors"]
+    assert drafter_tensors["status"] == "pass" and drafter_tensors["stored"] == stored == 700_013
     assert done.peak < 10 * size and done.peak < GIB, (done.peak, size)
