@@ -1,7 +1,9 @@
 """Columnar, exact scalar storage per (run, tag), plus TensorBoard's smoothing and a display downsampler.
 
 Every point a run logged is kept (no reservoir sampling, unlike TensorBoard's default of 1 000
-scalars per tag). A series holds three growable numpy columns: int64 steps, float64 wall times and
+scalars per tag), but in the TUI, which holds a display series of at most ``DISPLAY_POINTS``
+(``ScalarSeries.thin``: the newest exact, older ones as each bucket's extremes). A series holds
+three growable numpy columns: int64 steps, float64 wall times and
 float64 values: 24 bytes a point, exactly, for what one read fills; later appends grow the capacity by
 1.25x (+16), so a series of more than a few hundred points stays under 32 bytes a point.
 float64 values keep `double_val` / DT_DOUBLE / int64 scalars exact, which float32 would not.
