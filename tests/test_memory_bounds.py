@@ -8,6 +8,7 @@ safetensors' ``save_file``; the oracle is what a user counts in the file."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from safetensors import safe_open
 
 from builders.peak_memory import REPO, triage_peak
+from triage_tui.core.formats.trainer_state import read_trainer_state
 
 GIB = 1 << 30
 HOUR = 3600.0
@@ -106,3 +108,33 @@ def test_a_header_of_700_000_tensors_is_checked_in_memory_under_10_times_the_fil
     drafter_tensors = json.loads(done.stdout)["checks"]["drafter_tensors"]
     assert drafter_tensors["status"] == "pass" and drafter_tensors["stored"] == stored == 700_013
     assert done.peak < 10 * size and done.peak < GIB, (done.peak, size)
+
+
+def test_a_history_read_a_value_at_a_time_is_the_one_json_reads(tmp_path):
+    # Over a few MiB, so values, numbers and multi-byte characters fall across the reader's chunks.
+    from transformers import TrainerState
+
+    history = []
+    for step in range(1, 30_001):
+        entry = {"loss": 10.0 - step / 7e3, "grad_norm": float("nan") if step % 997 == 0 else step / 3, "step": step}
+        if step % 10 == 0:
+            entry["eval_précision_ü"] = step / 1e5  # a key of non-ASCII characters, 2 bytes each
+        history.append(entry)
+    path = tmp_path / "checkpoint-30000" / "trainer_state.json"
+    path.parent.mkdir()
+    TrainerState(global_step=30_000, log_history=history, trial_params={"名前": "é" * 1000}).save_to_json(str(path))
+    assert path.stat().st_size > 2 << 20
+
+    state = read_trainer_state(path)
+    raw = json.loads(path.read_text())["log_history"]  # the oracle: the stdlib's reading of the whole file
+    assert len(state.log_history) == len(raw) and state.skipped_entries == 0
+    scalars = state.scalars()
+    for key in ("loss", "grad_norm", "eval_précision_ü"):
+        expected = [(e["step"], e[key]) for e in raw if key in e]
+        got = list(zip(scalars.series[key].steps.tolist(), scalars.series[key].values.tolist(), strict=True))
+        assert len(got) == len(expected)
+        assert all(
+            a == b and (x == y or (math.isnan(x) and math.isnan(y)))
+            for (a, x), (b, y) in zip(got, expected, strict=True)
+        )
+    assert state.log_history[-1].step == 30_000 and dict(state.log_history[9].values)["eval_précision_ü"] == 1e-4
