@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import subprocess
 import sys
 import time
 
 import numpy as np
+import pytest
 
 from builders.commands import Triage
 from builders.peak_memory import REPO
-from triage_tui.core.series import ScalarSeries
+from builders.tensorboard import write_scalars
+from triage_tui.core.series import DISPLAY_POINTS, ScalarSeries
 from triage_tui.core.watch import Watcher
 
 _FLOOD = """\
@@ -88,3 +91,19 @@ def test_a_thinned_series_keeps_each_buckets_extremes_and_a_nan():
     assert series.last() == (n, 0.0, values[-1])
     assert series.steps[-1_000:].tolist() == list(range(n - 999, n + 1))  # the newest quarter exact
     assert not series.thin(4_000)  # under the bound: left alone
+
+
+@pytest.mark.slow
+def test_the_tui_holds_a_display_series_where_scan_counts_every_point(tmp_path, triage: Triage):
+    from triage_tui.commands.tui import start_reading  # what `triage` starts before the app
+
+    n = DISPLAY_POINTS + 20_000
+    write_scalars(tmp_path / "out" / "runs", {"train/loss": [(s, 10.0 - s / n) for s in range(1, n + 1)]})
+    watcher = start_reading([tmp_path], use_watchdog=False)
+    (status,) = watcher.poll_once()
+    loss = status.scalars.series["train/loss"]
+    assert len(loss) <= DISPLAY_POINTS and loss.last()[0] == n
+    # The range drawn is the run's: its first and last values (add_scalar stores a float32).
+    assert loss.values.min() == np.float32(10.0 - n / n) and loss.values.max() == np.float32(10.0 - 1 / n)
+    scanned = triage("scan", tmp_path, "--json", "--poll")
+    assert json.loads(scanned.stdout)["runs"][0]["metrics"]["loss"]["count"] == n  # the loss metric: train/loss
