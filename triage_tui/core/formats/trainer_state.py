@@ -39,7 +39,7 @@ CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d{1,18})$")
 STEP_KEY = "step"
 # A year of logging every step of a fast run is ~3 M entries of ~150 bytes: far below this. The
 # file is read once per new checkpoint, a value at a time.
-MAX_BYTES = 2 << 30
+MAX_BYTES = 512 << 20
 # One value (a log entry, a callback's state, trial_params): HF writes none near this; a longer
 # one is a damaged or hostile file, refused rather than held.
 MAX_VALUE_CHARS = 4 << 20
@@ -60,13 +60,13 @@ class LogEntry:
 
 class LogHistory(Sequence[LogEntry]):
     """The usable ``log_history`` entries in columns (a step per entry; a key and a value per logged
-    number): ~20 bytes a number where a dict of floats costs ~10 times that, so a history of
+    number): 16 bytes a number where json's dicts of them cost several times the text, so a history of
     millions of entries fits in about the file's size. An entry is built when it is asked for."""
 
     def __init__(self) -> None:
         self._steps = array("q")
         self._starts = array("q", [0])  # entry i's numbers are [starts[i], starts[i + 1])
-        self._key_ids = array("l")
+        self._key_ids = array("q")
         self._values = array("d")
         self._ids: dict[str, int] = {}
         self.keys: list[str] = []  # by key id
@@ -120,7 +120,7 @@ class LogHistory(Sequence[LogEntry]):
         """Each key's (steps, values) in the history's order."""
         steps = np.frombuffer(self._steps, np.int64) if self._steps else np.zeros(0, np.int64)
         starts = np.frombuffer(self._starts, np.int64)
-        key_ids = np.frombuffer(self._key_ids, np.int_) if self._key_ids else np.zeros(0, np.int_)
+        key_ids = np.frombuffer(self._key_ids, np.int64) if self._key_ids else np.zeros(0, np.int64)
         values = np.frombuffer(self._values, np.float64) if self._values else np.zeros(0, np.float64)
         step_of_value = np.repeat(steps, np.diff(starts))
         columns = {}
