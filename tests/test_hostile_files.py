@@ -25,7 +25,8 @@ from builders.mappings import story_mappings
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.mapping import read_mapping
-from triage_tui.core.formats.safe_torch import read_safetensors_header, safe_torch_load
+from triage_tui.core.formats.safe_torch import safe_torch_load
+from triage_tui.core.formats.safetensors_header import read_safetensors_header
 
 
 class CreatesFile:

@@ -118,6 +118,7 @@ FORMATS = [
         "core.formats.remap_record",
         "core.formats.quantization",
     ),
+    ("core.formats.safetensors_header",),
     ("core.formats.safe_torch", "core.formats.json_file"),
 ]
 WANDB = [

@@ -104,10 +104,16 @@ def start_reading(
     """What `triage` does before it imports Textual: the first poll (discovery, then the runs) begins
     on a thread of its own, so it goes on while Textual is imported and the UI starts
     (benchmarks/bench_sweep.py times the TUI this way)."""
+    from triage_tui.core.series import DISPLAY_POINTS
     from triage_tui.core.watch import Watcher
 
     watcher = Watcher(
-        paths, vocab_size=vocab_size, poll_interval=poll_interval, use_watchdog=use_watchdog, mirrors=mirrors
+        paths,
+        vocab_size=vocab_size,
+        poll_interval=poll_interval,
+        use_watchdog=use_watchdog,
+        mirrors=mirrors,
+        max_points=DISPLAY_POINTS,  # a run that logs for weeks is shown in bounded memory
     )
     watcher.start_first_poll(wait_for_discovery=DISCOVERY_WAIT_SECS)
     return watcher

@@ -1,7 +1,9 @@
 """Columnar, exact scalar storage per (run, tag), plus TensorBoard's smoothing and a display downsampler.
 
 Every point a run logged is kept (no reservoir sampling, unlike TensorBoard's default of 1 000
-scalars per tag). A series holds three growable numpy columns: int64 steps, float64 wall times and
+scalars per tag), but in the TUI, which holds a display series of at most ``DISPLAY_POINTS``
+(``ScalarSeries.thin``: the newest exact, older ones as each bucket's extremes). A series holds
+three growable numpy columns: int64 steps, float64 wall times and
 float64 values: 24 bytes a point, exactly, for what one read fills; later appends grow the capacity by
 1.25x (+16), so a series of more than a few hundred points stays under 32 bytes a point.
 float64 values keep `double_val` / DT_DOUBLE / int64 scalars exact, which float32 would not.
@@ -24,6 +26,9 @@ _MIN_EXTRA = 16
 # Restart steps kept per series: a run resumed more often than this is rare; a tag logged at one
 # step forever (global_step=None) repeats one step, which is kept once.
 _MAX_RESTARTS = 256
+# Points a series keeps in the TUI (ScalarSeries.thin): 2.4 MB a series, hundreds of times the
+# columns of a chart, and a quarter of them (the newest) exact for the flags' windows.
+DISPLAY_POINTS = 100_000
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -109,6 +114,31 @@ class ScalarSeries:
         return self._steps.nbytes + self._walls.nbytes + self._values.nbytes
 
     # --- writer side (only the reader thread calls these) -------------------------------------
+
+    def thin(self, max_points: int) -> bool:
+        """Bound the series for display: past ``max_points`` points, the newest quarter of them stay
+        exact and the older ones become buckets of equal count, each keeping its lowest and highest
+        value (a NaN counts highest), down to half of ``max_points`` in all. Spikes, NaNs, the last
+        point and the step range survive; every point is no longer here (``scalars`` reads the
+        files). True when it thinned."""
+        n = self._n
+        if n <= max_points or max_points < 16:
+            return False
+        exact = max_points // 4
+        buckets = max_points // 8
+        head = n - exact
+        size = -(-head // buckets)  # ceil: at most `buckets` rows
+        rows = head // size
+        cut = rows * size  # the head's points past whole rows stay exact with the tail
+        values = self._values[:cut].reshape(rows, size)
+        ranked = np.where(np.isnan(values), np.inf, values)
+        lowest, highest = ranked.argmin(axis=1), ranked.argmax(axis=1)
+        picked = np.sort(np.stack([lowest, highest], axis=1), axis=1) + (np.arange(rows) * size)[:, None]
+        kept = np.concatenate([np.unique(picked.ravel()), np.arange(cut, n)])
+        # Fresh arrays, never an in-place overwrite: views already handed out stay valid.
+        self._steps, self._walls, self._values = self._steps[kept], self._walls[kept], self._values[kept]
+        self._n = len(kept)
+        return True
 
     def extend(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
         """Append points in the order they were logged, with preemption on a step that goes back.
@@ -235,6 +265,12 @@ class RunScalars:
         if found is None:
             found = self.series[tag] = ScalarSeries(tag, plugin)
         return found
+
+    def thin(self, max_points: int) -> None:
+        """Every series bounded for display (``ScalarSeries.thin``); the version bumps if one thinned."""
+        thinned = [series.thin(max_points) for series in list(self.series.values())]  # every one, not the first
+        if any(thinned):
+            self.version += 1
 
     def purge_from(self, step: int) -> bool:
         """SessionLog.START purge: every tag loses its points with step >= `step`."""

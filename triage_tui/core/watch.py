@@ -150,6 +150,7 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
+        max_points: int | None = None,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
@@ -168,7 +169,10 @@ class Watcher:
         self.clock = clock
         # What every run is read and judged with (core.watched_run): `scan` waits for a metrics URL
         # once (strict); `check` reads [serving] itself (scan_run, below).
-        self.settings = WatchSettings(vocab_size=vocab_size, flush_secs=flush_secs, strict=strict, clock=clock)
+        # ``max_points``: the TUI holds each series to that many points (a display series), `scan` all.
+        self.settings = WatchSettings(
+            vocab_size=vocab_size, flush_secs=flush_secs, strict=strict, clock=clock, max_points=max_points
+        )
         # Scans /proc once a poll for every run's writer (core.run_state); a test gives one over a made-up /proc.
         self.scanner = scanner if scanner is not None else ProcessScanner()
         self.watchdog_active = False  # True while an Observer delivers wake-ups

@@ -48,6 +48,9 @@ class WatchSettings:
     # `scan` (True): a [serving] metrics URL is scraped once and waited for; the TUI scrapes on a thread.
     strict: bool = False
     follow_serving: bool = True  # triage.toml [serving] followed with the run (`check` reads it itself)
+    # The TUI: each series held to this many points (ScalarSeries.thin), so memory stays bounded
+    # however long a run logs; None (`scan`): every point, as read.
+    max_points: int | None = None
     clock: Callable[[], float] = time.time
 
 
@@ -153,6 +156,8 @@ class WatchedRun:
         that failed, by the run (its URL) they belong to."""
         self.events.poll()  # what fails is on self.events.errors
         scalars = self.events.scalars
+        if watch.max_points is not None:
+            scalars.thin(watch.max_points)
         wandb = self.events.wandb
         if wandb is not None and wandb.config_version != self.wandb_config_version:
             self.wandb_config_version = wandb.config_version

@@ -15,7 +15,7 @@ Only metadata is read up front (safetensors headers; the mmap'd pickle for ``.bi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +50,7 @@ class DrafterCheckpoint:
     file_kind: str  # "safetensors" | "bin"
     layout: str  # "specforge" | "speculators" | "modelopt" | "unknown"
     config: dict
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]  # a safetensors file's compact table (formats/safetensors_header.py)
     hidden_size: int
     draft_vocab_size: int
     target_vocab_size: int | None

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.safe_torch import load_safetensors_tensor, read_safetensors_header, safe_torch_load
+from triage_tui.core.formats.safe_torch import load_safetensors_tensor, safe_torch_load
+from triage_tui.core.formats.safetensors_header import read_safetensors_header
 from triage_tui.core.natural_sort import natural_key
 
 _SPECFORGE_PATTERNS = ("data_*.ckpt", "data_*.ckpt.gz", "rows_*/data_*.ckpt", "rows_*/data_*.ckpt.gz")

@@ -15,7 +15,7 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,8 +25,8 @@ from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_rows,
     load_safetensors_tensor,
-    read_safetensors_header,
 )
+from triage_tui.core.formats.safetensors_header import read_safetensors_header
 from triage_tui.core.objstore import tuning
 from triage_tui.core.objstore.follow import read_range
 from triage_tui.core.objstore.mirror import placeholder_of
@@ -55,7 +55,7 @@ class RemoteSafetensors:
         if header_len <= MAX_SAFETENSORS_HEADER:  # larger: read_safetensors_header says why
             self.sparse.ensure([(8, 8 + min(header_len, size - 8))])
         try:
-            self.tensors: dict[str, TensorInfo] = read_safetensors_header(self.path)
+            self.tensors: Mapping[str, TensorInfo] = read_safetensors_header(self.path)
         except BadInput as err:
             raise BadInput(url, err.what) from None
 

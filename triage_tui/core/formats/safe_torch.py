@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import pickle
 import pickletools
 import re
@@ -352,8 +351,8 @@ def load_plain_arrays(path: str | Path) -> object | None:
 
 
 # --------------------------------------------------------------------------------------------
-# safetensors: header parsed by hand so that a hostile length or offset is caught before
-# safetensors/mmap is involved. Format: u64 little-endian header length N, N bytes of JSON
+# safetensors: header parsed by hand (formats/safetensors_header.py) so that a hostile length or
+# offset is caught before safetensors/mmap is involved. Format: u64 little-endian header length N, N bytes of JSON
 # {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data
 # (https://github.com/huggingface/safetensors, README "Format").
 
@@ -376,7 +375,7 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """Name, shape and dtype of one stored tensor, the file that holds it, and where in that file.
 
@@ -394,97 +393,6 @@ class TensorInfo:
 
 def tensor_info(name: str, tensor: torch.Tensor, file: Path) -> TensorInfo:
     return TensorInfo(name, tuple(int(d) for d in tensor.shape), str(tensor.dtype).removeprefix("torch."), file)
-
-
-def read_safetensors_header(path: str | Path) -> dict[str, TensorInfo]:
-    """Tensor names, shapes and dtypes of a safetensors file, without reading any tensor data."""
-    path = Path(path)
-    try:
-        if not path.is_file():
-            raise BadInput(path, "no such file" if not path.exists() else "not a file")
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise BadInput(path, f"file is {size} bytes long; not a safetensors file")
-            (header_len,) = struct.unpack("<Q", prefix)
-            if header_len > MAX_SAFETENSORS_HEADER:
-                raise BadInput(
-                    path,
-                    f"safetensors header claims {header_len} bytes (limit "
-                    f"{MAX_SAFETENSORS_HEADER}); not a safetensors file or corrupt",
-                )
-            if header_len > size - 8:
-                raise BadInput(
-                    path,
-                    f"safetensors header claims {header_len} bytes but the file has "
-                    f"{size - 8} after the length field (truncated?)",
-                )
-            header_bytes = f.read(header_len)
-    except OSError as err:
-        raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
-    try:
-        header = json.loads(header_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadInput(path, f"safetensors header is not valid JSON: {_first_line(err)}") from None
-    except RecursionError:
-        raise BadInput(path, "safetensors header is not valid JSON: nested too deeply") from None
-    if not isinstance(header, dict):
-        raise BadInput(path, "safetensors header is not a JSON object")
-    data_size = size - 8 - header_len
-    tensors: dict[str, TensorInfo] = {}
-    spans: list[tuple[int, int, str]] = []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        tensors[name] = _header_entry(path, name, entry, data_size, 8 + header_len)
-        spans.append((*entry["data_offsets"], name))
-    # safetensors requires the tensors to tile the data area exactly, and refuses files that don't.
-    position = 0
-    for begin, end, name in sorted(spans):
-        if begin != position:
-            raise BadInput(
-                path,
-                f"tensor {name!r} starts at byte {begin} of the data, expected {position} "
-                "(overlapping or gapped offsets)",
-            )
-        position = end
-    if position != data_size:
-        raise BadInput(path, f"tensors cover {position} data bytes but the file has {data_size}")
-    return tensors
-
-
-def _header_entry(path: Path, name: str, entry: object, data_size: int, data_start: int) -> TensorInfo:
-    if not isinstance(entry, dict):
-        raise BadInput(path, f"tensor {name!r}: header entry is not an object")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in SAFETENSORS_DTYPES:
-        raise BadInput(path, f"tensor {name!r}: unknown dtype {dtype!r}")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
-        raise BadInput(path, f"tensor {name!r}: bad shape {shape!r}")
-    if not (
-        isinstance(offsets, list)
-        and len(offsets) == 2
-        and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-    ):
-        raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
-    begin, end = offsets
-    torch_name, itemsize = SAFETENSORS_DTYPES[dtype]
-    numel = 1
-    for dim in shape:
-        numel *= dim
-    if not 0 <= begin <= end:
-        raise BadInput(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
-    if end > data_size:
-        raise BadInput(
-            path,
-            f"tensor {name!r} claims bytes {begin}..{end} but the file holds only {data_size} data bytes (truncated?)",
-        )
-    if end - begin != numel * itemsize:
-        raise BadInput(
-            path, f"tensor {name!r}: shape {shape} {dtype} needs {numel * itemsize} bytes, header gives {end - begin}"
-        )
-    return TensorInfo(name, tuple(shape), torch_name, path, (data_start + begin, data_start + end))
 
 
 def load_safetensors_rows(path: str | Path, name: str, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
@@ -505,7 +413,7 @@ def load_safetensors_rows(path: str | Path, name: str, spans: list[tuple[int, in
 
 
 def load_safetensors_tensor(path: str | Path, name: str) -> torch.Tensor:
-    """One tensor from a safetensors file, memory-mapped (call ``read_safetensors_header`` first)."""
+    """One tensor from a safetensors file, memory-mapped (read its header with ``safetensors_header`` first)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)

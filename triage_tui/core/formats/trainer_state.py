@@ -21,15 +21,16 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.json_file import read_json
+from triage_tui.core.formats.json_file import Streamed, read_json_streaming
 from triage_tui.core.series import RunScalars, ScalarSeries
 
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -37,20 +38,96 @@ TRAINER_STATE_NAME = "trainer_state.json"
 CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d{1,18})$")
 STEP_KEY = "step"
 # A year of logging every step of a fast run is ~3 M entries of ~150 bytes: far below this. The
-# file is read whole, once per new checkpoint.
+# file is read once per new checkpoint, a value at a time.
 MAX_BYTES = 512 << 20
+# One value (a log entry, a callback's state, trial_params): HF writes none near this; a longer
+# one is a damaged or hostile file, refused rather than held.
+MAX_VALUE_CHARS = 4 << 20
 # The document nests 4 levels (stateful_callbacks.<name>.args.<key>); trial_params and user
 # callbacks' state a few more.
 MAX_DEPTH = 32
 _MAX_STEP = 2**63 - 1
+_NUMBER_TYPES = (int, float)  # exactly: bool, an int subclass, is no logged number
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogEntry:
     """One ``log_history`` entry: its step and its numeric values, by the trainer's names."""
 
     step: int
     values: tuple[tuple[str, float], ...]
+
+
+class LogHistory(Sequence[LogEntry]):
+    """The usable ``log_history`` entries in columns (a step per entry; a key and a value per logged
+    number): 16 bytes a number where json's dicts of them cost several times the text, so a history of
+    millions of entries fits in about the file's size. An entry is built when it is asked for."""
+
+    def __init__(self) -> None:
+        self._steps = array("q")
+        self._starts = array("q", [0])  # entry i's numbers are [starts[i], starts[i + 1])
+        self._key_ids = array("q")
+        self._values = array("d")
+        self._ids: dict[str, int] = {}
+        self.keys: list[str] = []  # by key id
+
+    def add(self, item: Any) -> bool:
+        """A ``log_history`` item's step and numbers onto the columns; False when it is not a dict
+        with a usable step (nothing is added)."""
+        if not isinstance(item, dict):
+            return False
+        step = _int(item.get(STEP_KEY))
+        if step is None:
+            return False
+        ids, key_ids, values = self._ids, self._key_ids, self._values
+        for key, value in item.items():
+            if key == STEP_KEY or not key or value.__class__ not in _NUMBER_TYPES:
+                continue
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond a float: no trainer logs one
+                continue
+            key_id = ids.get(key)
+            if key_id is None:
+                key_id = ids[key] = len(self.keys)
+                self.keys.append(key)
+            key_ids.append(key_id)
+            values.append(number)
+        self._steps.append(step)
+        self._starts.append(len(values))
+        return True
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, index: int) -> LogEntry: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[LogEntry]: ...
+    def __getitem__(self, index: int | slice) -> LogEntry | Sequence[LogEntry]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        begin, end = self._starts[index], self._starts[index + 1]
+        keys = self.keys
+        values = tuple(zip((keys[k] for k in self._key_ids[begin:end]), self._values[begin:end], strict=True))
+        return LogEntry(self._steps[index], values)
+
+    def columns(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each key's (steps, values) in the history's order."""
+        steps = np.frombuffer(self._steps, np.int64) if self._steps else np.zeros(0, np.int64)
+        starts = np.frombuffer(self._starts, np.int64)
+        key_ids = np.frombuffer(self._key_ids, np.int64) if self._key_ids else np.zeros(0, np.int64)
+        values = np.frombuffer(self._values, np.float64) if self._values else np.zeros(0, np.float64)
+        step_of_value = np.repeat(steps, np.diff(starts))
+        columns = {}
+        for key_id, key in enumerate(self.keys):
+            chosen = key_ids == key_id
+            columns[key] = (step_of_value[chosen], values[chosen])
+        return columns
 
 
 @dataclass(frozen=True)
@@ -67,7 +144,7 @@ class TrainerState:
     best_metric: float | None
     best_global_step: int | None
     best_model_checkpoint: str | None
-    log_history: tuple[LogEntry, ...]
+    log_history: LogHistory
     skipped_entries: int  # entries without a usable step (not a dict, no int step): not read
     mtime: float  # the file's modification time: the wall time of its points (entries carry none)
 
@@ -75,19 +152,14 @@ class TrainerState:
         """The history as series named by the trainer's keys (``prefix`` before each), points at
         their logged steps, each point's wall time the file's modification time (the save: entries
         carry no time). A step logged twice keeps both points, neither marked a restart."""
-        columns: dict[str, tuple[list[int], list[float]]] = {}
-        for entry in self.log_history:
-            for key, value in entry.values:
-                steps, values = columns.setdefault(key, ([], []))
-                steps.append(entry.step)
-                values.append(value)
+        columns = self.log_history.columns()
         scalars = RunScalars()
         for key, (steps, values) in columns.items():
             # The history's own order, sorted by step (stable) in case a hand-edited file is not.
-            order = np.argsort(np.asarray(steps, np.int64), kind="stable")
+            order = np.argsort(steps, kind="stable")
             walls = np.full(len(steps), self.mtime, np.float64)
             tag = prefix + key
-            scalars.series[tag] = ScalarSeries.of(tag, np.asarray(steps)[order], walls, np.asarray(values)[order])
+            scalars.series[tag] = ScalarSeries.of(tag, steps[order], walls, values[order])
         scalars.version += 1
         return scalars
 
@@ -101,30 +173,31 @@ def newest_checkpoint(names: Iterable[str]) -> tuple[int, str] | None:
 
 def read_trainer_state(path: str | Path) -> TrainerState:
     """A ``trainer_state.json``; BadInput naming the file when it is unreadable, too large, nested
-    too deeply, not JSON, or not a trainer state (no object, no int ``global_step``, no list
-    ``log_history``). Entries that are not dicts or lack an int step are skipped and counted."""
+    too deeply, not JSON, holds one value longer than ``MAX_VALUE_CHARS``, or is not a trainer state
+    (no object, no int ``global_step``, no list ``log_history``). ``log_history`` is read an entry at
+    a time into columns, so memory follows the numbers logged, not the text. Entries that are not
+    dicts or lack an int step are skipped and counted."""
     path = Path(path)
     try:
         mtime = os.stat(path).st_mtime
     except OSError as err:
         raise BadInput(path, f"cannot read it: {err.strerror or err}") from None
-    document = read_json(path, max_bytes=MAX_BYTES, max_depth=MAX_DEPTH)
-    if not isinstance(document, dict):
-        raise BadInput(path, "not an HF Trainer state: the document is not an object")
+    history = LogHistory()
+    skipped = 0
+
+    def take(item: Any) -> None:
+        nonlocal skipped
+        if not history.add(item):
+            skipped += 1
+
+    document = read_json_streaming(
+        path, arrays={"log_history": take}, max_value_bytes=MAX_VALUE_CHARS, max_depth=MAX_DEPTH, max_bytes=MAX_BYTES
+    )
     global_step = _int(document.get("global_step"))
     if global_step is None:
         raise BadInput(path, "not an HF Trainer state: no whole, non-negative global_step")
-    history = document.get("log_history")
-    if not isinstance(history, list):
+    if not isinstance(document.get("log_history"), Streamed):
         raise BadInput(path, "not an HF Trainer state: log_history is not a list")
-    entries: list[LogEntry] = []
-    skipped = 0
-    for item in history:
-        entry = _entry(item)
-        if entry is None:
-            skipped += 1
-        else:
-            entries.append(entry)
     best = document.get("best_model_checkpoint")
     return TrainerState(
         path=path,
@@ -137,7 +210,7 @@ def read_trainer_state(path: str | Path) -> TrainerState:
         best_metric=_finite(document.get("best_metric")),
         best_global_step=_int(document.get("best_global_step")),
         best_model_checkpoint=best if isinstance(best, str) else None,
-        log_history=tuple(entries),
+        log_history=history,
         skipped_entries=skipped,
         mtime=mtime,
     )
@@ -151,23 +224,6 @@ def tracker_name(key: str) -> str:
         if key.startswith(prefix + "_"):
             return f"{prefix}/{key[len(prefix) + 1 :]}"
     return "train/" + key
-
-
-def _entry(item: Any) -> LogEntry | None:
-    if not isinstance(item, dict):
-        return None
-    step = _int(item.get(STEP_KEY))
-    if step is None:
-        return None
-    values = []
-    for key, value in item.items():
-        if key == STEP_KEY or not key or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        try:
-            values.append((key, float(value)))
-        except OverflowError:  # an integer beyond a float: no trainer logs one
-            continue
-    return LogEntry(step, tuple(values))
 
 
 def _int(value: Any) -> int | None:

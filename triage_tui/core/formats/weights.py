@@ -10,6 +10,7 @@ costs a few header reads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,10 +23,10 @@ from triage_tui.core.formats.safe_torch import (
     load_safetensors_array,
     load_safetensors_rows,
     load_safetensors_tensor,
-    read_safetensors_header,
     safe_torch_load,
     tensor_info,
 )
+from triage_tui.core.formats.safetensors_header import read_safetensors_header
 from triage_tui.core.formats.training_state import DRAFT_STATE_DICT, TRAINING_STATE
 
 if TYPE_CHECKING:
@@ -46,10 +47,10 @@ class WeightFiles:
     kind: str  # "safetensors" | "bin"
     files: tuple[Path, ...]
     weight_map: dict[str, Path] | None  # from an index file; None for a single file
-    _headers: dict[Path, dict[str, TensorInfo]] = field(default_factory=dict, repr=False)
+    _headers: dict[Path, Mapping[str, TensorInfo]] = field(default_factory=dict, repr=False)
     _bin_states: dict[Path, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
 
-    def _file_tensors(self, file: Path) -> dict[str, TensorInfo]:
+    def _file_tensors(self, file: Path) -> Mapping[str, TensorInfo]:
         if file not in self._headers:
             remote = for_placeholder(file) if self.kind == "safetensors" else None
             if remote is not None:
@@ -81,8 +82,11 @@ class WeightFiles:
             return found
         return self._file_tensors(self.files[0]).get(name)
 
-    def all_infos(self) -> dict[str, TensorInfo]:
-        """Every tensor's metadata (reads every header; for drafters, which are small)."""
+    def all_infos(self) -> Mapping[str, TensorInfo]:
+        """Every tensor's metadata (reads every header). A single safetensors file's is its header's
+        compact table (each tensor's ``TensorInfo`` built when asked for); shards' are merged."""
+        if len(self.files) == 1 and self.weight_map is None:
+            return self._file_tensors(self.files[0])
         merged: dict[str, TensorInfo] = {}
         for file in self.files:
             merged.update(self._file_tensors(file))
