@@ -11,9 +11,7 @@ largest N). ``log_history`` holds every dict ``Trainer.log`` logged, each with i
 as ``NaN``/``Infinity``, which it reads back. Every HF-based trainer writes it, whether or not a
 tracker was on: ModelOpt's EAGLE training runs on HF Trainer.
 
-The series keep the trainer's names (``loss``, ``eval_loss``); ``tracker_name`` gives the name the
-same value has in HF's TensorBoard and W&B callbacks (``train/loss``, ``eval/loss``), so a reader
-holding both can tell they are one metric.
+The series keep the trainer's names (``loss``, ``eval_loss``).
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,13 +89,6 @@ class TrainerState:
         return scalars
 
 
-def newest_checkpoint(names: Iterable[str]) -> tuple[int, str] | None:
-    """(N, name) of the ``checkpoint-N`` with the largest N among directory names, as
-    transformers' ``get_last_checkpoint`` picks it; None when there is none. Nothing is opened."""
-    found = [(int(m.group(1)), name) for name in names if (m := CHECKPOINT_DIR.match(name))]
-    return max(found) if found else None
-
-
 def read_trainer_state(path: str | Path) -> TrainerState:
     """A ``trainer_state.json``; BadInput naming the file when it is unreadable, too large, nested
     too deeply, not JSON, or not a trainer state (no object, no int ``global_step``, no list
@@ -141,16 +131,6 @@ def read_trainer_state(path: str | Path) -> TrainerState:
         skipped_entries=skipped,
         mtime=mtime,
     )
-
-
-def tracker_name(key: str) -> str:
-    """The name HF's TensorBoard and W&B callbacks give a logged key (``rewrite_logs`` in
-    transformers 5.24.0 ``src/transformers/integrations/integration_utils.py``): ``eval_x`` ->
-    ``eval/x``, ``test_x`` -> ``test/x``, anything else ``train/<key>``."""
-    for prefix in ("eval", "test"):
-        if key.startswith(prefix + "_"):
-            return f"{prefix}/{key[len(prefix) + 1 :]}"
-    return "train/" + key
 
 
 def _entry(item: Any) -> LogEntry | None:
