@@ -225,14 +225,6 @@ def test_a_trackio_project_yields_each_run_with_every_logged_value(run):
     assert source.poll().records == 0 and not source.damaged
 
 
-def test_trackio_keeps_its_projects_where_trackio_says(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "elsewhere"))
-    assert trackio_db.default_dirs() == (tmp_path / "elsewhere",)
-    monkeypatch.delenv("TRACKIO_DIR")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    assert trackio_db.default_dirs() == (tmp_path / "hf" / "trackio",)
-
-
 # --- Lightning CSVLogger -------------------------------------------------------------------
 
 
