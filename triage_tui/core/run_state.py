@@ -39,9 +39,6 @@ from triage_tui.core.signals.stall import Activity
 from triage_tui.core.text import printable
 from triage_tui.core.writers import Writer, find_writer
 
-STATES = tuple(WriterState)
-
-
 # --------------------------------------------------------------------------- the console log
 
 

@@ -25,7 +25,6 @@ from triage_tui.core.trackers.points import PointBatch, metric_name, number, ste
 KIND = "trackio"
 DB_SUFFIX = ".db"
 LOCK_SUFFIX = ".lock"
-LEGACY_DB_NAME = "trackio.db"  # every project in one file, a project column
 REQUIRED = frozenset({"run_name", "step", "metrics"})
 _SPECIAL = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
