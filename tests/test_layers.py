@@ -201,6 +201,7 @@ TRACKERS = [
     ("core.trackers.frameworks", "core.trackers.stores"),
     (
         "core.trackers.mlflow_db",
+        "core.trackers.mlflow_files",
         "core.trackers.trackio_db",
         "core.trackers.csv_metrics",
         "core.trackers.torchtune_log",

@@ -3,9 +3,9 @@
 The fixtures under tests/fixtures/trackers/ were written by the trackers' own code
 (scripts/make_tracker_fixtures.py; VERSIONS names the releases): a tiny LM with a 32 000-token
 vocab, one run at chance (ln 32 000 ≈ 10.37) and one healthy, logged through MLflow (a SQLite
-store; its file store only names the tracker, test_trackers_layout.py), trackio, Lightning's
-CSVLogger, torchtune's DiskLogger, NeMo Automodel's MetricLogger, and the nanoGPT and nanochat
-consoles. ``expected.json`` holds what the script logged: the oracle.
+store and a file store), trackio, Lightning's CSVLogger, torchtune's DiskLogger, NeMo
+Automodel's MetricLogger, and the nanoGPT and nanochat consoles. ``expected.json`` holds what the
+script logged: the oracle.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from triage_tui.core.series import RunScalars
 from triage_tui.core.trackers import (
     csv_metrics,
     mlflow_db,
+    mlflow_files,
     nanogpt_log,
     nemo_jsonl,
     torchtune_log,
@@ -191,6 +192,23 @@ def test_a_run_logged_faster_than_one_poll_reads_is_caught_up_with_over_the_next
     assert _points(source.scalars, "train/loss") == _expected("healthy", "train/loss")
 
 
+# --- MLflow, file store --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", ["chance", "healthy"])
+def test_an_mlflow_file_store_run_reads_every_logged_value_exact(run):
+    refs = mlflow_files.list_file_runs(FIXTURES / "mlflow-files" / "mlruns")
+    assert sorted(ref.label for ref in refs) == ["tiny-lm/chance", "tiny-lm/healthy"]
+    ref = next(ref for ref in refs if ref.name == run)
+    assert ref.status == ("FAILED" if run == "chance" else "FINISHED")
+    source = mlflow_files.MlflowFileRun(ref.path)
+    source.poll()
+    assert sorted(source.scalars.tags()) == sorted(EXPECTED[run])
+    for tag in EXPECTED[run]:
+        assert _points(source.scalars, tag) == _expected(run, tag)
+    assert not source.damaged and not source.problems
+
+
 # --- trackio -------------------------------------------------------------------------------
 
 
@@ -205,6 +223,14 @@ def test_a_trackio_project_yields_each_run_with_every_logged_value(run):
     for tag in EXPECTED[run]:
         assert _points(source.scalars, tag) == _expected(run, tag)
     assert source.poll().records == 0 and not source.damaged
+
+
+def test_trackio_keeps_its_projects_where_trackio_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "elsewhere"))
+    assert trackio_db.default_dirs() == (tmp_path / "elsewhere",)
+    monkeypatch.delenv("TRACKIO_DIR")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert trackio_db.default_dirs() == (tmp_path / "hf" / "trackio",)
 
 
 # --- Lightning CSVLogger -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import PurePath
 
 from triage_tui.core.runs.info import RunInfo
-from triage_tui.core.trackers import mlflow_db, nanogpt_log, nemo_jsonl, torchtune_log, trackio_db
+from triage_tui.core.trackers import mlflow_db, mlflow_files, nanogpt_log, nemo_jsonl, torchtune_log, trackio_db
 
 LIGHTNING = "lightning"
 TORCHTUNE = "torchtune"
@@ -49,10 +49,6 @@ _VERSION_DIR = re.compile(r"^version_\d+$")
 _SPECFORGE_STEP = re.compile(r"^(.+-step\d+|epoch_\d+_step_\d+)$")
 _HF_CHECKPOINT = re.compile(r"^checkpoint-\d+$")
 LIGHTNING_FILES = frozenset({"metrics.csv", "hparams.yaml"})
-# MLflow's file store (mlflow/store/tracking/file_store.py, 3.x): mlruns/<experiment_id>/meta.yaml
-# and mlruns/<experiment_id>/<run_id>/meta.yaml. It names the tracker; its metrics are not read.
-MLFLOW_FILE_STORE_DIR = "mlruns"
-MLFLOW_META_NAME = "meta.yaml"
 
 
 def _of_file(path: PurePath, names_here: frozenset[str]) -> str | None:
@@ -71,7 +67,7 @@ def _of_file(path: PurePath, names_here: frozenset[str]) -> str | None:
         return SPECULATORS
     if name == "trainer_state.json" and _HF_CHECKPOINT.match(parent):
         return HF_TRAINER
-    if name == mlflow_db.DB_NAME or (name == MLFLOW_META_NAME and MLFLOW_FILE_STORE_DIR in path.parts):
+    if name == mlflow_db.DB_NAME or (name == mlflow_files.META_NAME and mlflow_files.DIR_NAME in path.parts):
         return MLFLOW
     if (
         name.endswith(trackio_db.DB_SUFFIX)

@@ -13,6 +13,7 @@ before ``run_id`` name a run by ``run_name`` alone; the oldest kept every projec
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +28,17 @@ DB_SUFFIX = ".db"
 LOCK_SUFFIX = ".lock"
 REQUIRED = frozenset({"run_name", "step", "metrics"})
 _SPECIAL = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def default_dirs() -> tuple[Path, ...]:
+    """Where trackio keeps its projects on this machine: ``TRACKIO_DIR``, else the HF cache's ``trackio/``."""
+    named = os.environ.get("TRACKIO_DIR")
+    if named:
+        return (Path(named).expanduser(),)
+    hf_home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    return (Path(hf_home).expanduser() / "trackio",)
 
 
 @dataclass(frozen=True)
