@@ -172,7 +172,7 @@ def child_diagnose(run: str) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_run
     from triage_tui.core.diagnose import diagnose
     from triage_tui.core.evidence import Evidence
 
@@ -191,7 +191,7 @@ def child_diagnose(run: str) -> dict:
             replay_tokens.append((time.perf_counter(), int(message.split(":", 1)[1].split("/")[0])))
 
     t0, cpu0 = time.perf_counter(), time.process_time()
-    inputs = resolve_inputs(Path(run))
+    inputs = resolve_run(Path(run)).inputs
     diagnosis = diagnose(Evidence(inputs, device="cpu"), progress=progress)
     total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     checks = {}

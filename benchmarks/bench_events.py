@@ -97,7 +97,14 @@ def check_against_torch(work: Path, events: int = 3_000) -> str:
     """torch's SummaryWriter, given the same points, writes the same records; both read the same."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from triage_tui.core.events.reader import read_event_file
+    from triage_tui.core.events.reader import RunEvents
+
+    def read_event_file(path: Path):
+        """Every scalar of one event file, through the reader the watcher polls with."""
+        events = RunEvents()
+        events.set_files([path])
+        events.poll()
+        return events.scalars
 
     torch_dir = work / "torch"
     shutil.rmtree(torch_dir, ignore_errors=True)

@@ -176,11 +176,11 @@ def specforge_output(run: Path, args: argparse.Namespace) -> Path:
 
 
 def test_training_state_args_naming_no_user_are_a_note(tmp_path):
-    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_run
 
     args = argparse.Namespace(ckpt_dir="~nosuchuser/k2", target_model_path="~nosuchuser/t", cache_dir="~nosuchuser/c")
     specforge_output(tmp_path / "out", args)
-    inputs = resolve_inputs(tmp_path / "out")
+    inputs = resolve_run(tmp_path / "out").inputs
     assert inputs.run == tmp_path / "out" and inputs.target is None
     for key in ("ckpt_dir", "target_model_path", "cache_dir"):
         assert f"training_state.pt args.{key} = '~nosuchuser/" in " ".join(inputs.notes)

@@ -15,7 +15,7 @@ import torch
 from builders.check_run import build_run, write_drafter, write_events
 from builders.mappings import story_mappings, write_specforge_mapping
 from builders.samples import copy_samples
-from triage_tui.core.check_inputs import resolve_inputs
+from triage_tui.core.check_inputs import resolve_run
 from triage_tui.core.checks.registry import CHECK_NAMES
 from triage_tui.core.diagnose import diagnose
 from triage_tui.core.errors import BadInput
@@ -82,7 +82,7 @@ def test_the_target_head_is_read_once_for_every_check_and_each_reports_what_its_
     from triage_tui.core.formats.mapping import read_mapping
     from triage_tui.core.formats.target import TargetModel, read_target
 
-    inputs = resolve_inputs(runs["story"])
+    inputs = resolve_run(runs["story"]).inputs
     read_blocks: list[tuple[int, int]] = []
     rows = TargetModel.lm_head_rows
 
@@ -120,7 +120,7 @@ def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(ru
     story = runs["story"]
     own = tmp_path / "own.pt"
     write_specforge_mapping(own, story_mappings()[0].hot_ids)
-    inputs = resolve_inputs(story, mapping=own)
+    inputs = resolve_run(story, mapping=own).inputs
     assert inputs.mapping == own and inputs.sources["mapping"] == "flag"
     assert inputs.sources["checkpoint"] == "triage.toml"
     diagnosis = diagnose(Evidence(inputs, device="cpu"))
@@ -129,7 +129,7 @@ def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(ru
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a pickle at all")
     messages = []
-    garbage_inputs = Evidence(resolve_inputs(story, mapping=garbage), device="cpu")
+    garbage_inputs = Evidence(resolve_run(story, mapping=garbage).inputs, device="cpu")
     diagnosis = diagnose(garbage_inputs, progress=lambda f, m: messages.append(m))
     assert diagnosis.checks["vocab_mapping"].status == "error"
     assert "garbage.pt" in diagnosis.checks["vocab_mapping"].summary
@@ -140,7 +140,7 @@ def test_flag_overrides_the_manifest_and_a_bad_mapping_errors_only_its_checks(ru
     json.dumps(diagnosis.to_json())
 
     with pytest.raises(BadInput, match="--target"):
-        resolve_inputs(story, target=tmp_path / "absent")
+        resolve_run(story, target=tmp_path / "absent")
 
 
 def test_training_state_args_then_discovery(tmp_path, runs):
@@ -159,7 +159,7 @@ def test_training_state_args_then_discovery(tmp_path, runs):
         )
         torch.save({"epoch": 0, "global_step": step, "args": args}, saved / "training_state.pt")
     write_events(run / "runs", [19.0] * 6, [0.04] * 6)
-    inputs = resolve_inputs(run)
+    inputs = resolve_run(run).inputs
     assert inputs.checkpoint == shared / "drafters" / "k2" and inputs.sources["checkpoint"] == "training_state.pt"
     assert inputs.target == shared / "target" and inputs.sources["target"] == "training_state.pt"
     assert inputs.mapping == run / "cache" / "vocab_mapping" / "key.pt"
@@ -171,14 +171,14 @@ def test_training_state_args_then_discovery(tmp_path, runs):
             ckpt_dir="/data/elsewhere/k2", target_model_path=str(shared / "target"), cache_dir=str(run / "cache")
         )
         torch.save({"epoch": 0, "global_step": step, "args": args}, run / f"epoch_0_step_{step}" / "training_state.pt")
-    inputs = resolve_inputs(run)
+    inputs = resolve_run(run).inputs
     assert inputs.sources["checkpoint"] == "discovery" and inputs.sources["target"] == "training_state.pt"
     assert any("/data/elsewhere/k2" in note and "does not exist" in note for note in inputs.notes)
     # Paths the manifest gives win, and the training args behind them add no notes.
     (run / "triage.toml").write_text(
         f'[run]\ncheckpoint = "{shared / "drafters" / "k2"}"\ntarget = "{shared / "target"}"\n'
     )
-    inputs = resolve_inputs(run)
+    inputs = resolve_run(run).inputs
     assert inputs.sources["checkpoint"] == "triage.toml" and inputs.sources["mapping"] == "training_state.pt"
     assert not any("elsewhere" in note for note in inputs.notes)
     (run / "triage.toml").unlink()
@@ -186,7 +186,7 @@ def test_training_state_args_then_discovery(tmp_path, runs):
     # Without training_state.pt only the run's own checkpoints are left: the earliest one, said so.
     for step in (100, 200):
         (run / f"epoch_0_step_{step}" / "training_state.pt").unlink()
-    inputs = resolve_inputs(run)
+    inputs = resolve_run(run).inputs
     assert inputs.checkpoint == run / "epoch_0_step_100" and inputs.sources["checkpoint"] == "discovery"
     assert any("earliest saved checkpoint" in note for note in inputs.notes)
     assert inputs.mapping == run / "cache" / "vocab_mapping" / "key.pt" and inputs.sources["mapping"] == "discovery"
@@ -196,9 +196,9 @@ def test_training_state_args_then_discovery(tmp_path, runs):
 def test_a_directory_of_several_runs_is_bad_input(runs):
     parent = runs["story"].parent
     with pytest.raises(BadInput, match="holds 2 runs"):
-        resolve_inputs(parent)
+        resolve_run(parent)
     # `triage check out/runs` means the run `out` (the log dir's parent): resolved, and said so.
-    inputs = resolve_inputs(runs["story"] / "runs")
+    inputs = resolve_run(runs["story"] / "runs").inputs
     assert inputs.run == runs["story"]
 
 
@@ -207,7 +207,7 @@ def test_an_unreadable_checkpoint_errors_its_checks_and_the_mask_check_still_run
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     (broken / "model.safetensors").write_bytes(b"\xff" * 64)
-    diagnosis = diagnose(Evidence(resolve_inputs(runs["story"], checkpoint=broken), device="cpu"))
+    diagnosis = diagnose(Evidence(resolve_run(runs["story"], checkpoint=broken).inputs, device="cpu"))
     for name in ("vocab_mapping", "hidden_state", "replay"):
         assert diagnosis.checks[name].status == "error", name
         assert "model.safetensors" in diagnosis.checks[name].summary
@@ -232,7 +232,7 @@ def test_the_fix_line_is_the_command_the_tui_shows(tmp_path, capsys):
     run = copy / "vocab-mismatch"
     assert cli_main(["check", str(run), "--device", "cpu"]) == 1
     out = capsys.readouterr().out
-    command = resolve_inputs(run).fix_commands()[0]
+    command = resolve_run(run).inputs.fix_commands()[0]
     assert " --target " in command and " --data " in command
     assert [line.strip() for line in out.splitlines() if "fix:" in line] == [f"fix: {command}"]
 

@@ -31,7 +31,7 @@ from triage_tui.core.console.literal import LiteralError, number, parse_literal
 from triage_tui.core.console.reader import ConsoleLogs
 from triage_tui.core.console.record import SPECFORGE
 from triage_tui.core.console.steps import INFERRED, PROGRESS_BAR, TRAINER_STATE
-from triage_tui.core.formats.trainer_state import newest_checkpoint, read_trainer_state
+from triage_tui.core.formats.trainer_state import read_trainer_state
 from triage_tui.core.series import overlay
 
 
@@ -180,8 +180,7 @@ def hf_buffered(runs):
 
 
 def newest_state(run):
-    step, name = newest_checkpoint(os.listdir(run.output))
-    return read_trainer_state(run.output / name / "trainer_state.json")
+    return read_trainer_state(run.newest_trainer_state)
 
 
 def history(state, key: str) -> tuple[list[int], list[float]]:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from builders.events import read_event_file
 from builders.waiting import wait_for
 from triage_tui import cli
-from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.samples.demo import (
     BATCH_SIZE,

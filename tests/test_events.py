@@ -18,11 +18,19 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from torch.utils.tensorboard import SummaryWriter
 
-from builders.events import as_points, frame, reference_points, same_points, scalar_event, tensor_value
+from builders.events import (
+    as_points,
+    find_event_files,
+    frame,
+    read_event_file,
+    reference_points,
+    same_points,
+    scalar_event,
+    tensor_value,
+)
 from builders.rustboard import tensorboard_shows
-from triage_tui.core.errors import BadInput
 from triage_tui.core.events.crc import masked_crc32c
-from triage_tui.core.events.reader import RunEvents, find_event_files, read_event_file
+from triage_tui.core.events.reader import RunEvents
 
 SPECFORGE_TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for i in range(7)] + ["train/lr"]
 
@@ -341,25 +349,6 @@ def test_a_flipped_bit_in_a_templated_record_is_dropped_and_counted(tmp_path, fi
     series = events.scalars.get("loss")
     assert len(series) == 99 and (series.values == 2.0).all()
     assert 50 not in series.steps.tolist() and sorted(series.steps.tolist()) == series.steps.tolist()
-
-
-def test_missing_file_is_bad_input(tmp_path):
-    with pytest.raises(BadInput, match="no such event file"):
-        read_event_file(tmp_path / "nope.tfevents")
-
-
-def test_find_event_files_skips_hidden_dirs_and_profile_dummies(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / ".hidden").mkdir()
-    for name in (
-        "a/events.out.tfevents.1.h",
-        ".hidden/events.out.tfevents.2.h",
-        "x.tfevents.3.profile-empty",
-        "notes.txt",
-    ):
-        (tmp_path / name).write_bytes(b"")
-    assert find_event_files(tmp_path) == [tmp_path / "a" / "events.out.tfevents.1.h"]
-    assert find_event_files(tmp_path / "notes.txt") == [tmp_path / "notes.txt"]
 
 
 def test_header_struct_is_little_endian():

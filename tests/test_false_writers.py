@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+from builders.events import find_event_files
 from builders.tensorboard import write_scalars
-from triage_tui.core.events.reader import RunEvents, find_event_files
+from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.process_table import ProcessScanner
 from triage_tui.core.run_state import RunState, run_state
 from triage_tui.core.signals.stall import Activity

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage_tui.core.check_inputs import resolve_inputs
+from triage_tui.core.check_inputs import resolve_run
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.run_yaml import read_run_yaml
 
@@ -67,5 +67,5 @@ def test_a_broken_run_yaml_is_a_note_in_check(tmp_path):
     run = tmp_path / "run"
     write_scalars(run, {"train/loss_0": [(i, 6.9) for i in range(3)]})
     (run / "run.yaml").write_bytes(b"\xff")
-    inputs = resolve_inputs(run)
+    inputs = resolve_run(run).inputs
     assert any("run.yaml not used" in note and "not UTF-8" in note for note in inputs.notes)

@@ -1,4 +1,4 @@
-"""read_training_args on a training_state.pt saved the way SpecForge classic saves it."""
+"""read_training_state on a training_state.pt saved the way SpecForge classic saves it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.formats.training_state import read_training_args
+from triage_tui.core.formats.training_state import read_training_state
 
 
 def specforge_args(tmp_path) -> argparse.Namespace:
@@ -67,7 +67,7 @@ def test_args_of_a_specforge_training_state(tmp_path):
     folder.mkdir(parents=True)
     save_training_state(folder / "training_state.pt", args)
     for path in (folder, folder / "training_state.pt"):
-        got = read_training_args(path)
+        got = read_training_state(path).args
         assert got == vars(args)
         assert got["ckpt_dir"] == "/drafters/AQ-MedAI-K2-eagle3"
         assert got["target_model_path"] == "/models/Kimi-K2.5" and got["cache_dir"] == str(tmp_path / "cache")
@@ -86,7 +86,7 @@ def test_allow_list_grows_by_namespace_only(tmp_path):
     args.hook = Opener(marker)  # a Namespace is allowed; what it carries is still checked
     save_training_state(tmp_path / "training_state.pt", args)
     with pytest.raises(BadInput, match="refused to unpickle: posix.system"):
-        read_training_args(tmp_path / "training_state.pt")
+        read_training_state(tmp_path / "training_state.pt")
     assert not marker.exists()
 
     # Only Namespace was added: a Path inside the args (type=Path arguments) is refused too.
@@ -94,7 +94,7 @@ def test_allow_list_grows_by_namespace_only(tmp_path):
     args.output_dir = tmp_path / "outputs"
     save_training_state(tmp_path / "training_state.pt", args)
     with pytest.raises(BadInput, match="refused to unpickle: pathlib.PosixPath"):
-        read_training_args(tmp_path)
+        read_training_state(tmp_path)
 
 
 def test_state_without_args(tmp_path):
@@ -103,6 +103,6 @@ def test_state_without_args(tmp_path):
         BadInput,
         match=r"no 'args' namespace and no 'draft_state_dict' in this training state \(keys: epoch, global_step\)",
     ):
-        read_training_args(tmp_path)
+        read_training_state(tmp_path)
     with pytest.raises(BadInput, match="no such file"):
-        read_training_args(tmp_path / "elsewhere")
+        read_training_state(tmp_path / "elsewhere")

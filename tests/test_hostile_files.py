@@ -285,13 +285,13 @@ def test_malicious_hidden_state_dump(tmp_path, how):
 def test_malicious_training_state(tmp_path, how):
     import argparse
 
-    from triage_tui.core.formats.training_state import read_training_args
+    from triage_tui.core.formats.training_state import read_training_state
 
     marker = tmp_path / "PWNED"
     payload = {"epoch": 1, "global_step": 10, "args": argparse.Namespace(ckpt_dir="x", evil=RunsShell(marker))}
     save_evil(tmp_path / "training_state.pt", payload, how)
     with pytest.raises(BadInput, match=r"training_state.pt: refused to unpickle: .*posix\.system"):
-        read_training_args(tmp_path)
+        read_training_state(tmp_path)
     assert not marker.exists()
 
 

@@ -116,7 +116,7 @@ def test_specforge_provenance_references_are_looked_up_at_the_commit_the_run_loa
     from specforge.training.provenance import _compute_model_resume_provenance
     from transformers import AutoConfig
 
-    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_run
     from triage_tui.core.formats.training_state import read_training_state
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub.cache))
@@ -157,7 +157,7 @@ def test_specforge_provenance_references_are_looked_up_at_the_commit_the_run_loa
     (saved,) = output.glob("k2-step10/training_state.pt")
     args = read_training_state(saved).args
     assert (args["target_model"], args["draft_config"]) == (f"{TARGET}@{hub.target_v1.name}", DRAFTER)
-    inputs = resolve_inputs(output)
+    inputs = resolve_run(output).inputs
     assert (inputs.target, inputs.sources["target"]) == (hub.target_v1, "training_state.pt")
     assert (inputs.checkpoint, inputs.sources["checkpoint"]) == (hub.drafter, "training_state.pt")
     assert any(

@@ -260,8 +260,8 @@ def test_exact_zero_loss_and_accuracy_point_at_an_empty_loss_mask():
 
 def _curve_flags(tmp_path: Path, losses: list[float]) -> list[Flag]:
     """The watcher's value flags of a loss written by torch's SummaryWriter, one point every 10 steps."""
+    from builders.events import read_event_file
     from builders.tensorboard import write_scalars
-    from triage_tui.core.events.reader import read_event_file
     from triage_tui.core.signals.values import value_flags
 
     points = [(10 * i, value) for i, value in enumerate(losses)]

@@ -828,7 +828,7 @@ def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch
     git-initialised copy of the checkout: both outputs go under $XDG_DATA_HOME/triage/remapped/,
     the dialog and `remap --json` say where and why, and `git status --porcelain` stays empty."""
     from builders.samples import copy_samples
-    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_run
     from triage_tui.tui.screens.remap import describe_plan
 
     checkout = tmp_path / "checkout"
@@ -841,7 +841,7 @@ def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch
     home = data_home / "triage" / "remapped"
 
     # `m`: the TUI plans from the run's inputs, shows the plan, and `y` writes it (the same plan).
-    inputs = resolve_inputs(samples / "vocab-mismatch")
+    inputs = resolve_run(samples / "vocab-mismatch").inputs
     plan = plan_remap(inputs.checkpoint, inputs.mapping, target=inputs.target)
     drafters = samples / "_drafters"
     assert plan.output == home / drafters.relative_to("/") / plan.output.name

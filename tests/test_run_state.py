@@ -5,6 +5,7 @@ run's exit record. The clock is the test's: ``now`` is passed in, nothing waits 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
+from builders.events import find_event_files
 from builders.tensorboard import write_scalars
-from triage_tui.core.events.reader import RunEvents, find_event_files
+from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.process_table import ProcessScanner, ProcessTable, interactive_interpreter
-from triage_tui.core.run_state import console_error, hf_final_save, read_console_tail, run_state
+from triage_tui.core.run_state import console_error, read_console_tail, run_state
 from triage_tui.core.signals.stall import Activity
 from triage_tui.core.writers import find_writer
 
@@ -416,14 +418,21 @@ def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
     assert found["raised"][0] == 1 and found["raised"][1].state == "crashed"
 
 
-def test_hf_trainers_final_save(tmp_path):
-    """transformers.Trainer itself: max_steps=4, a save every 2 steps; checkpoint-4 is the final save."""
+def test_hf_trainers_final_save_ends_the_run_by_its_own_word(tmp_path):
+    """transformers.Trainer itself: max_steps=4, a save every 2 steps; checkpoint-4's trainer_state.json
+    is the final save, which the watcher reads as the run's end; without it, only the absent writer."""
     from builders.trainers import hf_trainer_run
+    from triage_tui.core.watch import Watcher
 
     output = hf_trainer_run(tmp_path, steps=4, save_steps=2)
-    assert hf_final_save([output / "checkpoint-2", output / "checkpoint-4"])
-    assert not hf_final_save([output / "checkpoint-2"])
-    assert not hf_final_save([])
+    (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
+    assert status.state is not None and status.info.path == output
+    assert (status.state.state, status.state.reason) == ("ended", "the trainer saved its final checkpoint")
+
+    shutil.rmtree(output / "checkpoint-4")
+    (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
+    assert status.state is not None
+    assert (status.state.state, status.state.reason) == ("ended", "no process of this node writes it")
 
 
 def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every_scan(tmp_path):

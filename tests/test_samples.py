@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from builders.cache import built_once_per_run
+from builders.events import read_event_file
 from builders.samples import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
-from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.signals.chance import ChanceLine
 from triage_tui.samples.generate import (
     RUN_NAMES,

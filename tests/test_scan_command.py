@@ -262,7 +262,8 @@ def test_scan_says_whether_each_runs_writer_is_alive_here(tmp_path):
     import signal
 
     from builders.children import SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
-    from triage_tui.core.events.reader import RunEvents, find_event_files
+    from builders.events import find_event_files
+    from triage_tui.core.events.reader import RunEvents
 
     def points(run: Path) -> int:
         events = RunEvents()

@@ -191,7 +191,7 @@ def test_scan_of_a_parent_fetches_nothing_another_users_toml_names(tmp_path, cap
 
 def test_an_untrusted_toml_names_no_path_outside_its_run(tmp_path):
     """The [run] paths of another user's triage.toml are used inside the run only (a symlink out counts as out)."""
-    from triage_tui.core.check_inputs import resolve_inputs
+    from triage_tui.core.check_inputs import resolve_run
     from triage_tui.core.runs.manifest import load_manifest
 
     run = _run(tmp_path, "run")
@@ -215,7 +215,7 @@ def test_an_untrusted_toml_names_no_path_outside_its_run(tmp_path):
     ]
     (error,) = manifest.untrusted_errors()[:1]
     assert (error.source, error.path) == ("manifest", str(run / "triage.toml"))
-    notes = resolve_inputs(run).notes
+    notes = resolve_run(run).inputs.notes
     assert all(line in notes for line in manifest.untrusted)
 
 

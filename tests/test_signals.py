@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from builders.curves import STEPS, T0, story_series
+from builders.events import read_event_file
 from builders.tensorboard import write_scalars
 from triage_tui.core.derive import RunSettings, derive, flags_at
-from triage_tui.core.events.reader import read_event_file
 from triage_tui.core.runs.manifest import Manifest, load_manifest
 from triage_tui.core.signals.chance import named_drafter_config, resolve_vocab_size
 from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags

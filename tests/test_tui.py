@@ -79,7 +79,7 @@ async def test_flagged_run_is_sorted_first_with_the_chance_line(runs_root):
         assert story_cells[6].endswith("%") and 2.0 <= float(story_cells[6][:-1]) <= 7.0
         chart = app.main.query_one(LossChart)
         assert chart.series.chance_loss == pytest.approx(math.log(DRAFT_VOCAB))
-        assert chart.series.tag == LOSS_TAG and chart.last_point[0] == 59 * STEP_EVERY
+        assert chart.series.tag == LOSS_TAG and chart.series.last_step == 59 * STEP_EVERY
         # A critical flag rings the bell once, not on every poll.
         for _ in range(3):
             await polled(pilot)  # a few more polls
@@ -528,14 +528,14 @@ async def test_live_writer_chart_follows_and_bell_rings_once(tmp_path):
             await polled(pilot)
             assert app.rows[0].last_step == latest["step"]
             await wait_for(
-                pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"], what="chart to catch up"
+                pilot, lambda: chart.series and chart.series.last_step == latest["step"], what="chart to catch up"
             )
         assert app.bells == 0 and app.rows[0].status != "critical"
         await asyncio.to_thread(write, range(30, 60), lambda i: 19.0, lambda i: 0.03)
         await polled(pilot)
         assert app.rows[0].status == "critical" and app.rows[0].last_step == latest["step"]
         await wait_for(
-            pilot, lambda: chart.last_point and chart.last_point[0] == latest["step"], what="chart to catch up"
+            pilot, lambda: chart.series and chart.series.last_step == latest["step"], what="chart to catch up"
         )
         await asyncio.to_thread(write, range(60, 70), lambda i: 19.5, lambda i: 0.02)
         for _ in range(3):

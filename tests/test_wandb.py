@@ -415,7 +415,7 @@ async def test_the_tui_shows_a_wandb_run_against_the_chance_line(story_run):
         chart = app.main.query_one(LossChart)
         # A deadline only turns a hang into a failure; the wait is on the app's own polls.
         await wait_for(
-            pilot, lambda: app.rows and chart.last_point and chart.last_point[0] == 50 * 39, what="the W&B run's chart"
+            pilot, lambda: app.rows and chart.series and chart.series.last_step == 50 * 39, what="the W&B run's chart"
         )
         assert app.rows[0].status == "critical" and app.rows[0].vocab_size == V
         assert chart.series.tag == "train/ploss_0" and chart.series.chance_loss == pytest.approx(LN_V)

@@ -4,8 +4,9 @@ Test modules import from here (``from builders.tensorboard import write_scalars`
 one another (tests/test_layers.py checks it): a helper a second test needs moves here.
 
     tensorboard   event files through torch's and tensorboardX's SummaryWriter
-    events        event files byte by byte (TFRecord framing), and the reference reader for what
-                  TensorBoard's data server does not show
+    events        event files byte by byte (TFRecord framing), the reference reader for what
+                  TensorBoard's data server does not show, and a tree's event files found and one
+                  file read by the product's reader in one poll
     rustboard     what TensorBoard's own data server shows for event files: the event reader's oracle
     tensorboard_web  TensorBoard's own shipped smoothing, run with Node.js: the EMA's oracle
     curves        scalar curves whose flags are known (the story's)

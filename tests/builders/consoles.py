@@ -79,6 +79,13 @@ class HFConsoleRun:
     save_steps: int
     eval_steps: int
 
+    @property
+    def newest_trainer_state(self) -> Path:
+        """The ``trainer_state.json`` of the ``checkpoint-N`` with the largest N (transformers'
+        ``get_last_checkpoint``): the trainer's whole logged history up to its last save."""
+        newest = max(self.output.glob("checkpoint-*"), key=lambda path: int(path.name.removeprefix("checkpoint-")))
+        return newest / "trainer_state.json"
+
 
 HF_SCHEDULE = (12, 2, 5, 6)  # max_steps, logging_steps, save_steps, eval_steps
 

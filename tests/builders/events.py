@@ -12,6 +12,7 @@ server's by test_events.py ``test_steps_going_back_preempt_as_tensorboard_shows`
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -21,6 +22,30 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.util import tensor_util
 
 from triage_tui.core.events.crc import masked_crc32c
+from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.runs.names import is_event_file_name
+from triage_tui.core.series import RunScalars
+
+
+def find_event_files(path: Path) -> list[Path]:
+    """``path`` itself if it is a file, else every event file below it (hidden directories skipped,
+    sorted): the files a test hands to ``RunEvents`` as discovery would."""
+    if path.is_file():
+        return [path]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(root) / name for name in sorted(files) if is_event_file_name(name)]
+    return found
+
+
+def read_event_file(path: Path) -> RunScalars:
+    """Every scalar of one event file, read by the product's reader (``RunEvents``) in one poll."""
+    assert path.is_file(), f"no event file at {path}"
+    events = RunEvents()
+    events.set_files([path])
+    events.poll()
+    return events.scalars
 
 
 def frame(payload: bytes) -> bytes:

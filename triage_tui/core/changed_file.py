@@ -52,7 +52,3 @@ class ChangedFile(Generic[T]):
         self._seen = seen
         self.value = self._read(path) if path is not None and seen[1] is not None else self._empty
         return True
-
-    def forget(self) -> None:
-        """Read the file again at the next refresh (a read that raced a write)."""
-        self._seen = (None, None)

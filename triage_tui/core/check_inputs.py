@@ -97,18 +97,6 @@ class ResolvedRun:
     manifest: Manifest | None
 
 
-def resolve_inputs(
-    run: str | Path,
-    *,
-    checkpoint: str | Path | None = None,
-    mapping: str | Path | None = None,
-    data: str | Path | None = None,
-    target: str | Path | None = None,
-) -> CheckInputs:
-    """Flags > triage.toml > training_state.pt args > run.yaml > discovery; BadInput for a missing run or flag path."""
-    return resolve_run(run, checkpoint=checkpoint, mapping=mapping, data=data, target=target).inputs
-
-
 def resolve_run(
     run: str | Path,
     *,
@@ -117,7 +105,8 @@ def resolve_run(
     data: str | Path | None = None,
     target: str | Path | None = None,
 ) -> ResolvedRun:
-    """``resolve_inputs``, keeping the run's discovery and manifest (``ResolvedRun``)."""
+    """The run's check inputs (flags > triage.toml > training_state.pt args > run.yaml > discovery),
+    with its discovery and manifest (``ResolvedRun``); BadInput for a missing run or flag path."""
     from triage_tui.core.runs.discover import LOOKED_FOR, discover_runs, store_run_at
     from triage_tui.core.runs.manifest import expand_user, load_manifest, stat_or_bad_input
     from triage_tui.core.runs.names import MANIFEST_NAME

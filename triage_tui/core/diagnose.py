@@ -1,7 +1,7 @@
 """What `triage check` and the TUI's check key call: run every registered check on a run's inputs, rank causes.
 
 The inputs and the rest of the run's evidence come gathered (``core/evidence.py`` ``gather_evidence``,
-or an ``Evidence`` of inputs alone from ``core/check_inputs.py`` ``resolve_inputs``); the checks are those of
+or an ``Evidence`` of inputs alone from ``core/check_inputs.py`` ``resolve_run``); the checks are those of
 ``core/checks/registry.py``, in its order, each isolated: a file that is not what it claims
 (BadInput) or any other exception in one check becomes that check's ``status="error"`` with a
 one-line reason, and the others still run.

@@ -23,7 +23,6 @@ the state is ``unknown`` and the silence rule of core.signals.stall stays in for
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -39,9 +38,6 @@ from triage_tui.core.signals.kinds import FlagKind, Severity, WriterState
 from triage_tui.core.signals.stall import Activity
 from triage_tui.core.text import printable
 from triage_tui.core.writers import Writer, find_writer
-
-STATES = tuple(WriterState)
-
 
 # --------------------------------------------------------------------------- the console log
 
@@ -239,20 +235,6 @@ def run_state(
             WriterState.UNKNOWN, f"on a {kind} filesystem: its writer may run on another node", None, last, silence
         )
     return RunState(WriterState.ENDED, "no process of this node writes it", None, last, silence)
-
-
-def hf_final_save(checkpoints: Sequence[Path]) -> bool:
-    """HF Trainer (and ModelOpt on it): the last checkpoint's ``trainer_state.json`` has
-    ``global_step`` at ``max_steps`` (transformers ``TrainerState``, trainer_callback.py)."""
-    for checkpoint in reversed(checkpoints):
-        try:
-            state = json.loads((checkpoint / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(state, dict):
-            return False
-        return final_step(state.get("global_step"), state.get("max_steps"))
-    return False
 
 
 def final_step(global_step: object, max_steps: object) -> bool:

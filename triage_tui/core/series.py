@@ -16,7 +16,6 @@ UI thread never changes under it while the reader thread polls.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -328,28 +327,6 @@ def overlay(base: ScalarSeries, top: ScalarSeries, *, resume: bool = False, tag:
         restarts.append(low)
     restarts.extend(top.restarts)
     merged._restarts = restarts[:_MAX_RESTARTS]
-    return merged
-
-
-def under_live(
-    history: dict[str, ScalarSeries], live: dict[str, ScalarSeries], names: Callable[[str], Iterable[str]]
-) -> dict[str, ScalarSeries]:
-    """A run's live series with a saved history of the same metrics filled in under them.
-
-    The history (HF Trainer's ``trainer_state.json`` of its newest checkpoint: steps up to that
-    save) goes under the first live series ``names(tag)`` names (the history's own name first, then
-    what the same metric is called in the live sources: HF's tracker names, a source's prefix), with
-    ``overlay``: the live series wins over its whole range, the history fills only before and after
-    it. A history series no live series matches stands under its own name. Nothing is marked a
-    restart: a saved history is no second writer."""
-    merged = dict(live)
-    for tag, saved in history.items():
-        target = next((name for name in names(tag) if name in live), None)
-        if target is None:
-            if tag not in merged:
-                merged[tag] = saved
-            continue
-        merged[target] = overlay(saved, merged[target])
     return merged
 
 

@@ -124,14 +124,6 @@ class VocabDetails:
     notes: tuple[str, ...]
     training_tokens: TrainingTokens | None
 
-    @property
-    def identical(self) -> bool:
-        """Both mappings put the same target token at every draft position, over the same vocabs."""
-        return (
-            self.positional_match == self.draft_vocab_size == self.run_draft_vocab_size
-            and self.target_vocab_size == self.run_target_vocab_size
-        )
-
     def to_json(self) -> dict[str, Any]:
         return {
             "draft_vocab_size": self.draft_vocab_size,

@@ -26,7 +26,6 @@ from triage_tui.core.events.event_file import FileState, read_appended
 from triage_tui.core.events.framing import Frames
 from triage_tui.core.natural_sort import natural_key
 from triage_tui.core.runs.listing import RACY_MTIME_SECS
-from triage_tui.core.runs.names import is_event_file_name
 from triage_tui.core.series import ReadStats, RunScalars
 
 
@@ -297,28 +296,3 @@ def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
         root = next((a for a in reversed(directory.parents) if a in directories), directory)
         prefixes[Path(file)] = "" if root == directory else directory.relative_to(root).as_posix() + "/"
     return prefixes
-
-
-def read_event_file(path: str | Path) -> RunScalars:
-    """Every scalar of one event file (one-shot convenience over RunEvents)."""
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(path, "no such event file")
-    events = RunEvents()
-    events.set_files([path])
-    events.poll()
-    return events.scalars
-
-
-def find_event_files(path: str | Path) -> list[Path]:
-    """`path` itself if it is a file, else every *tfevents* file below it, hidden dirs skipped."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if is_event_file_name(name):
-                found.append(Path(root) / name)
-    return found

@@ -25,7 +25,6 @@ a6b6b0230009d15ec2a97a57384e6f53f0f96946; the same file ships in the package ins
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -65,58 +64,12 @@ class BestMeta:
     complete: bool  # that checkpoint holds its training_state.pt (else the trainer ignores the meta)
 
 
-@dataclass(frozen=True)
-class CheckpointPointer:
-    """``<run_id>-latest`` or ``<run_id>-best``: the checkpoint a pointer names."""
-
-    link: Path
-    run_id: str
-    target: Path  # the checkpoint directory, in the output directory
-    step: int | None  # from the target's name (None when it is no <run_id>-step<N>)
-    complete: bool  # the target holds its training_state.pt
-
-
-def step_dirs(names: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
-    """Per run id, the (step, name) of each ``<run_id>-step<N>`` among directory names, by step.
-    Nothing is opened (whether each is complete is ``is_complete``)."""
-    found: dict[str, list[tuple[int, str]]] = {}
-    for name in names:
-        match = STEP_DIR.match(name)
-        if match is not None:
-            found.setdefault(match["run_id"], []).append((int(match["step"]), name))
-    return {run_id: sorted(items) for run_id, items in found.items()}
-
-
 def is_complete(checkpoint: Path) -> bool:
     """A finished save: the directory holds ``training_state.pt`` (CheckpointManager._all_checkpoints)."""
     try:
         return (checkpoint / STATE_FILE).is_file()
     except OSError:
         return False
-
-
-def read_pointer(output_dir: str | Path, run_id: str, suffix: str = LATEST_SUFFIX) -> CheckpointPointer | None:
-    """The checkpoint ``<run_id><suffix>`` points at; None when there is no such entry. BadInput
-    naming the link when it is not a symlink, or points outside the output directory (SpecForge
-    writes a bare directory name)."""
-    output_dir = Path(output_dir)
-    link = output_dir / f"{run_id}{suffix}"
-    try:
-        target_name = os.readlink(link)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        if not os.path.lexists(link):
-            return None
-        if os.path.islink(link):
-            raise BadInput(link, f"cannot read the link: {err.strerror or err}") from None
-        raise BadInput(link, "not a symlink: SpecForge points it at a checkpoint with os.symlink") from None
-    if os.path.isabs(target_name) or os.sep in target_name or target_name in (".", ".."):
-        raise BadInput(link, "points outside the output directory: SpecForge writes a checkpoint's directory name")
-    target = output_dir / target_name
-    match = STEP_DIR.match(target_name)
-    step = int(match["step"]) if match is not None and match["run_id"] == run_id else None
-    return CheckpointPointer(link, run_id, target, step, is_complete(target))
 
 
 def read_best_meta(path: str | Path) -> BestMeta:

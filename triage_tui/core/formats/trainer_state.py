@@ -11,9 +11,7 @@ largest N). ``log_history`` holds every dict ``Trainer.log`` logged, each with i
 as ``NaN``/``Infinity``, which it reads back. Every HF-based trainer writes it, whether or not a
 tracker was on: ModelOpt's EAGLE training runs on HF Trainer.
 
-The series keep the trainer's names (``loss``, ``eval_loss``); ``tracker_name`` gives the name the
-same value has in HF's TensorBoard and W&B callbacks (``train/loss``, ``eval/loss``), so a reader
-holding both can tell they are one metric.
+The series keep the trainer's names (``loss``, ``eval_loss``).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import math
 import os
 import re
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -164,13 +162,6 @@ class TrainerState:
         return scalars
 
 
-def newest_checkpoint(names: Iterable[str]) -> tuple[int, str] | None:
-    """(N, name) of the ``checkpoint-N`` with the largest N among directory names, as
-    transformers' ``get_last_checkpoint`` picks it; None when there is none. Nothing is opened."""
-    found = [(int(m.group(1)), name) for name in names if (m := CHECKPOINT_DIR.match(name))]
-    return max(found) if found else None
-
-
 def read_trainer_state(path: str | Path) -> TrainerState:
     """A ``trainer_state.json``; BadInput naming the file when it is unreadable, too large, nested
     too deeply, not JSON, holds one value longer than ``MAX_VALUE_CHARS``, or is not a trainer state
@@ -214,16 +205,6 @@ def read_trainer_state(path: str | Path) -> TrainerState:
         skipped_entries=skipped,
         mtime=mtime,
     )
-
-
-def tracker_name(key: str) -> str:
-    """The name HF's TensorBoard and W&B callbacks give a logged key (``rewrite_logs`` in
-    transformers 5.24.0 ``src/transformers/integrations/integration_utils.py``): ``eval_x`` ->
-    ``eval/x``, ``test_x`` -> ``test/x``, anything else ``train/<key>``."""
-    for prefix in ("eval", "test"):
-        if key.startswith(prefix + "_"):
-            return f"{prefix}/{key[len(prefix) + 1 :]}"
-    return "train/" + key
 
 
 def _int(value: Any) -> int | None:

@@ -77,11 +77,6 @@ def read_training_state(path: str | Path) -> TrainingState:
     raise BadInput(path, f"no 'args' namespace and no '{DRAFT_STATE_DICT}' in this training state (keys: {keys})")
 
 
-def read_training_args(path: str | Path) -> dict:
-    """The run's arguments: classic ``vars(args)``; 0.2.0 the paths its provenance names."""
-    return read_training_state(path).args
-
-
 def _rows(state: dict, *names: str) -> int | None:
     for name in names:
         shape = getattr(state.get(name), "shape", None)

@@ -38,7 +38,6 @@ REQUIRED = {
 # MLflow's RunStatus names (mlflow/entities/run_status.py), and what each says of the run.
 ENDED = frozenset({"FINISHED"})
 FAILED = frozenset({"FAILED", "KILLED"})
-ACTIVE = frozenset({"RUNNING", "SCHEDULED"})
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,6 @@ class LossChart(PlotextPlot):
         """The first run drawn (the selected one, or the first marked)."""
         return self.lines[0] if self.lines else None
 
-    @property
-    def last_point(self) -> tuple[int, float] | None:
-        """The newest (step, loss) drawn; tests and the pane title read it."""
-        series = self.series
-        if series is None:
-            return None
-        return series.last_step, series.last_value
-
     def show(
         self,
         lines: tuple[ChartSeries, ...],
