@@ -148,7 +148,7 @@ def summary_line(status: RunStatus, glyphs: dict[str, str], width: int = 0) -> s
         # Info flags (a plateau, a run that ended long ago) in parentheses: worth knowing, no alarm.
         # A kind once however many flags share it (one unreadable_file a failing source); the count
         # beside it where there are several (their lines are in check and scan --json).
-        counts = Counter(flag.kind for flag in status.flags)
+        counts = Counter(str(flag.kind) for flag in status.flags)
         shown = dict.fromkeys(
             f"({flag.kind})" if flag.severity == Severity.INFO else flag.kind for flag in status.flags
         )

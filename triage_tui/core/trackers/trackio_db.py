@@ -30,6 +30,7 @@ from triage_tui.core.trackers.points import PointBatch, metric_name
 KIND = "trackio"
 DB_SUFFIX = ".db"
 LOCK_SUFFIX = ".lock"
+LEGACY_DB_NAME = "trackio.db"  # every project in one file, a project column
 REQUIRED = frozenset({"run_name", "step", "metrics"})
 
 
