@@ -29,12 +29,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.cache import built_once
+from builders.cache import builders_key, built_once
 from builders.trainers import CONSOLE_DRAFT_VOCAB, SPECFORGE_TRAIN_RUN_ID, SpecForgeOutput, specforge_train_output
 
 DRAFT_VOCAB = CONSOLE_DRAFT_VOCAB  # ln 32 000 = 10.37 is the chance line
 # Built once per machine and version of the builders and writers (builders.cache): the trainers'
-# children take a minute or more each on a loaded machine.
+# children take a minute or more each on a loaded machine. The directory is named by that version,
+# so two checkouts whose builders differ never build over the runs the other's tests are reading.
 CONSOLE_RUNS = Path("/tmp/triage-tui-consoles")
 
 
@@ -163,7 +164,8 @@ class ConsoleRuns:
 
 def console_runs() -> ConsoleRuns:
     """The consoles of ``ConsoleRuns``, built at CONSOLE_RUNS unless a build by these builders is there."""
-    root = built_once(CONSOLE_RUNS, _build_console_runs)
+    key = builders_key()
+    root = built_once(CONSOLE_RUNS.with_name(f"{CONSOLE_RUNS.name}-{key[:16]}"), _build_console_runs, key)
     return _console_runs(root)
 
 
