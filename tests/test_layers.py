@@ -186,7 +186,7 @@ OBJSTORE = [
     ("core.objstore.sparse",),
     ("core.objstore.follow", "core.objstore.cache"),
     ("core.objstore.store",),
-    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch"),
+    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch", "core.objstore.deferred"),
 ]
 CONSOLE = [
     ("core.console.reader", "core.console.view"),

@@ -1,6 +1,7 @@
 """`triage scan`, `scalars`, `check` and the watcher on ``s3://`` URLs, against moto's real S3 server
 (builders/object_store.py: a child process, reached through a counting proxy, the standard AWS
-variables), the commands also on ``gs://`` against fake-gcs-server (builders/gcs_store.py). The sample runs are uploaded with boto3 and each answer is compared with the same
+variables), the commands also on ``gs://`` against fake-gcs-server (builders/gcs_store.py). The sample
+runs are uploaded with boto3 and each answer is compared with the same
 command's answer on the local tree: equal but for the paths, which read as the URL.
 """
 

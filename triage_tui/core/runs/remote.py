@@ -15,6 +15,7 @@ import hashlib
 import os
 import shutil
 import threading
+from collections.abc import Collection
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
@@ -23,6 +24,7 @@ from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_
 from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
+    HF_CHECKPOINT_DIR,
     HS_SAFETENSORS,
     MAPPING_FILE,
     is_event_file_name,
@@ -53,10 +55,38 @@ def fetch_policy(relative: str) -> How:
     return "whole"
 
 
+# What a scan reads of an HF Trainer's newest checkpoint-N/ (runs/info.py, source_kinds/trainer_state.py):
+# every other JSON of a checkpoint is fetched when a reader opens it (a check), not by the mirror.
+SCANNED_IN_CHECKPOINT = frozenset({"trainer_state.json", "config.json"})
+
+
+def fetched_when_read(relatives: Collection[str]) -> frozenset[str]:
+    """Which of a listing's ``relatives`` are fetched only when read (``objstore.deferred``): the
+    JSON files of an HF Trainer's ``checkpoint-N/`` but the newest one's that a scan reads (on disk,
+    a scan of 200 checkpoints opens the newest's two; a mirror fetching all would GET 600)."""
+    newest: dict[str, int] = {}  # the directory holding checkpoint-N/ -> the largest N
+    placed: list[tuple[str, str, int, str]] = []  # (relative, holder, N, the path below checkpoint-N/)
+    for rel in relatives:
+        if not rel.endswith(".json"):
+            continue
+        parts = rel.split("/")
+        for depth in range(len(parts) - 2, -1, -1):  # the nearest checkpoint-N/ above the file
+            match = HF_CHECKPOINT_DIR.match(parts[depth])
+            if match:
+                holder, n = "/".join(parts[:depth]), int(match.group(1))
+                newest[holder] = max(n, newest.get(holder, n))
+                placed.append((rel, holder, n, "/".join(parts[depth + 1 :])))
+                break
+    return frozenset(
+        rel for rel, holder, n, below in placed if n != newest[holder] or below not in SCANNED_IN_CHECKPOINT
+    )
+
+
 def mirror_runs(url: str, root: Path) -> PrefixMirror:
-    """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says;
-    ``sync()`` it once per rescan. ValueError when ``url`` is not an object-store URL."""
-    return PrefixMirror(parse_url(url), root, fetch_policy)
+    """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says (and
+    ``fetched_when_read``); ``sync()`` it once per rescan. ValueError when ``url`` is not an
+    object-store URL."""
+    return PrefixMirror(parse_url(url), root, fetch_policy, defer=fetched_when_read)
 
 
 # --- the command line's URLs, as local trees --------------------------------------------------
@@ -136,7 +166,7 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
         if any(mirror.root.iterdir()):
             return None
         mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
-    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key)
+    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key, defer=fetched_when_read)
     done = single.sync()
     if done.listed == 0:
         if not mirror.root.exists():
