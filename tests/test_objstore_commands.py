@@ -50,12 +50,18 @@ def _without_paths(document: dict, *roots: str) -> str:
 
 
 def test_scan_of_a_bucket_equals_scan_of_the_tree(any_bucket, samples, triage):
-    name, client, _ = any_bucket.name, any_bucket.writer, any_bucket.proxy
+    name, client, proxy = any_bucket.name, any_bucket.writer, any_bucket.proxy
     upload_tree(client, name, "team/sample_runs", samples)
     code, out, err = _run(triage, "scan", "--json", str(samples))
     url = f"{any_bucket.base}/team/sample_runs"
+    proxy.reset_counts()
     remote_code, remote_out, remote_err = _run(triage, "scan", "--json", url)
+    counts = proxy.reset_counts()
     local, remote = json.loads(out), json.loads(remote_out)
+    # What the scan cost, as the server counted it; no price on a custom endpoint unless asked
+    (bucket,) = remote.pop("buckets")
+    assert (bucket["url"], bucket["requests"]) == (url, counts.total_requests()), counts.paths
+    assert bucket["body_bytes"] == counts.get_body_bytes() > 0 and bucket["usd_per_day"] is None
     assert remote["runs"], remote_err
     assert [run["path"] for run in remote["runs"]] == [run["path"].replace(str(samples), url) for run in local["runs"]]
     for run in local["runs"]:
@@ -209,6 +215,7 @@ async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, s
         assert [row.name for row in app.rows] == ["healthy"]
         text = "\n".join(screen_text(app))
         assert f"watching {url}" in text and str(root) not in text
+        assert f"{url}: " in text and " requests, " in text  # what watching it costs
         assert not app.main.check_action("remap", ())
         # The prefix can no longer be listed (every listing answered 503) while its objects stay:
         # emptying the bucket first would let a sync between two deletes see the run gone, as it is.

@@ -185,6 +185,10 @@ class PrefixMirror:
             errors=tuple(errors),
         )
 
+    def newest_upload(self) -> float | None:
+        """The last-modified time of the newest object the last pass listed (None: none listed)."""
+        return max((known.meta.mtime for known in self._known.values()), default=None)
+
     def _how(self, rel: str, later: frozenset[str]) -> How:
         how = self.policy(rel)
         return "deferred" if how == "whole" and rel in later else how

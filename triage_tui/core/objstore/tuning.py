@@ -45,3 +45,7 @@ CACHE_DIR: Path | None = None  # None: $XDG_CACHE_HOME/triage/objects (~/.cache/
 CACHE_ENABLED = True
 CACHE_MAX_BYTES = 512 << 20
 CACHE_CHECKPOINTS = False
+# A prefix whose newest object was uploaded at least this long ago (seconds) is listed at most this
+# often (seconds), whatever the watcher's rescan: a sweep that ended days ago costs a listing every
+# 15 minutes, not every 5 seconds (objstore/cost.py says so, with what watching it costs).
+IDLE_LISTING_TIERS: tuple[tuple[float, float], ...] = ((30 * 60, 60.0), (6 * 3600, 300.0), (2 * 86_400, 900.0))

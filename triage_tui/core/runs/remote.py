@@ -16,12 +16,15 @@ import os
 import shutil
 import threading
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import scratch
+from triage_tui.core.objstore.cost import PrefixCost
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
-from triage_tui.core.objstore.store import store_for
+from triage_tui.core.objstore.polls import PollBook
+from triage_tui.core.objstore.store import StoreStats, store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HF_CHECKPOINT_DIR,
@@ -176,10 +179,12 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
 
 
 class Mirrors:
-    """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date."""
+    """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date, each
+    prefix as often as ``polls`` says (less often when idle for long), counting what it cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, price_custom_endpoints: bool = False) -> None:
         self.mirrors: list[PrefixMirror] = []
+        self.polls = PollBook(price_custom=price_custom_endpoints)
 
     def local(self, text: str, *, named: bool = True) -> Path:
         """``text`` as a local path: a URL (``s3://``, ``gs://``, any fsspec URL) is the
@@ -210,6 +215,10 @@ class Mirrors:
         command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
         for i, mirror in enumerate(list(self.mirrors)):
+            if not self.polls.due(mirror):  # idle for long: listed less often (objstore/polls.py)
+                errors.extend(self.polls.last_errors(mirror))
+                continue
+            named, before = mirror.url.text, replace(mirror.store.stats)
             try:
                 done: MirrorPass = mirror.sync()
                 if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
@@ -223,8 +232,13 @@ class Mirrors:
                     raise
                 errors.append(SourceError("objstore", err.path or mirror.url.text, err.what))
                 continue
+            self.polls.record(mirror, _spent(mirror.store.stats, before), list(done.errors), named)
             errors.extend(done.errors)
         return errors
+
+    def costs(self) -> tuple[PrefixCost, ...]:
+        """What each prefix named on the command line cost so far, and how often it is listed."""
+        return self.polls.costs()
 
     def mirror_outside(self, paths: list[Path | None]) -> list[SourceError]:
         """Mirror the directories a mirrored run's triage.toml points to out of its own prefix
@@ -247,6 +261,10 @@ class Mirrors:
                 self.mirrors.remove(mirror)
                 shutil.rmtree(mirror.root, ignore_errors=True)
         return errors
+
+
+def _spent(now: StoreStats, before: StoreStats) -> StoreStats:
+    return StoreStats(now.requests - before.requests, now.lists - before.lists, now.body_bytes - before.body_bytes)
 
 
 def refuse_output_url(text: str, *, sources: list[str | Path | None], force: bool) -> None:
