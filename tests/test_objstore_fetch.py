@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,16 +150,11 @@ def test_an_idle_poll_fetches_no_body_and_lists_once(any_bucket, many_checkpoint
     mirrors = Mirrors()
     root = mirrors.local(f"{any_bucket.base}/idle")
     watcher = Watcher([root], use_watchdog=False, rescan_interval=0.0, mirrors=mirrors)
-    stop = threading.Event()
-    per_poll: list = []
-
-    def polled(statuses) -> None:
+    per_poll = []
+    for _ in range(4):  # each poll rescans (rescan_interval 0): the prefix listed each time
+        proxy.reset_counts()
+        assert watcher.poll_once()
         per_poll.append(proxy.reset_counts())
-        if len(per_poll) >= 4:
-            stop.set()
-
-    proxy.reset_counts()
-    watcher.run(polled, stop)
     first, *idle = per_poll
     assert first.get_body_bytes() > 0
     for counts in idle:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 
 import pytest
 
@@ -47,17 +46,14 @@ def test_scan_prices_a_day_of_watching_only_when_asked_on_a_custom_endpoint(any_
 
 
 def _polls(mirrors: Mirrors, root, proxy, n: int) -> list:
+    """``n`` polls of a watcher rescanning at each (as the TUI's, every rescan interval): the
+    requests each sent, counted at the proxy."""
     watcher = Watcher([root], use_watchdog=False, rescan_interval=0.0, mirrors=mirrors)
-    stop = threading.Event()
-    seen: list = []
-
-    def polled(statuses) -> None:
+    seen = []
+    for _ in range(n):
+        proxy.reset_counts()
+        assert watcher.poll_once()
         seen.append(proxy.reset_counts())
-        if len(seen) >= n:
-            stop.set()
-
-    proxy.reset_counts()
-    watcher.run(polled, stop)
     return seen
 
 
