@@ -33,6 +33,8 @@ from stat import S_ISREG
 from typing import Any
 
 from triage_tui.core.console.lines import TRACEBACK, is_exception, is_fatal, plain, split_rank
+from triage_tui.core.errors import BadInput
+from triage_tui.core.objstore import deferred
 from triage_tui.core.process_table import NETWORK_FILESYSTEMS, ProcessTable
 from triage_tui.core.signals.flags import Flag, fmt_duration
 from triage_tui.core.signals.kinds import FlagKind, Severity, WriterState
@@ -238,8 +240,9 @@ def hf_final_save(checkpoints: Sequence[Path]) -> bool:
     ``global_step`` at ``max_steps`` (transformers ``TrainerState``, trainer_callback.py)."""
     for checkpoint in reversed(checkpoints):
         try:
+            deferred.materialize(checkpoint / "trainer_state.json")  # a mirrored one left for its reader
             state = json.loads((checkpoint / "trainer_state.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, BadInput):
             continue
         if not isinstance(state, dict):
             return False

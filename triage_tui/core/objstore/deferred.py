@@ -63,3 +63,14 @@ def materialize(path: str | os.PathLike[str]) -> None:
     with _LOCK:
         if _ENTRIES.get(key) is entry:
             del _ENTRIES[key]
+
+
+def materialize_under(root: str | os.PathLike[str]) -> int:
+    """Every deferred placeholder at or below ``root`` fetched (a remap copying a whole checkpoint
+    directory reads every file of it); how many."""
+    base = os.path.abspath(root)
+    with _LOCK:
+        found = [path for path in _ENTRIES if path == base or path.startswith(base + os.sep)]
+    for path in found:
+        materialize(path)
+    return len(found)

@@ -61,6 +61,7 @@ def fill_placeholders(root: str | os.PathLike[str]) -> int:
     never whole in memory), so that a reader of whole files (a remap copying a checkpoint) reads
     the object; the bytes fetched. BadInput naming the URL when one cannot be read."""
     base = os.path.abspath(root)
+    deferred.materialize_under(base)  # the small files left for their reader: read whole too
     with _PLACEHOLDERS_LOCK:
         found = [
             (path, entry) for path, entry in _PLACEHOLDERS.items() if path == base or path.startswith(base + os.sep)
