@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -159,3 +160,52 @@ def test_an_idle_poll_fetches_no_body_and_lists_once(any_bucket, many_checkpoint
     assert first.get_body_bytes() > 0
     for counts in idle:
         assert counts.get_body_bytes() == 0 and 1 <= counts.total_requests() <= 5, counts.paths
+
+
+def test_the_sample_runs_checkpoints_cost_what_the_scan_on_disk_opens(any_bucket, tmp_path, triage):
+    """The sample runs' checkpoints (SpecForge's ``epoch_E_step_S/``, drafters beside the runs): of
+    the objects below a checkpoint directory, the bucket's scan GETs only the files the same scan
+    opens on disk (a config or shard index is left for a check to fetch)."""
+    from builders.samples import copy_samples
+
+    local = copy_samples(tmp_path / "local")
+    upload_tree(any_bucket.writer, any_bucket.name, "s/sample_runs", local)
+    with _opened_files(local) as opened_on_disk:
+        triage("scan", "--json", str(local))
+    any_bucket.proxy.reset_counts()
+    triage("scan", "--json", f"{any_bucket.base}/s/sample_runs")
+    fetched = set(_object_gets(any_bucket.proxy.reset_counts(), "s/sample_runs/"))
+    checkpoint_dir = re.compile(r"^(epoch_\d+_step_\d+|.+-step\d+|checkpoint-\d+)$")
+    in_checkpoints = {key for key in fetched if any(checkpoint_dir.match(part) for part in key.split("/")[:-1])}
+    assert any(checkpoint_dir.match(p.name) for p in local.rglob("*") if p.is_dir()), "the samples hold checkpoints"
+    assert in_checkpoints <= opened_on_disk, sorted(in_checkpoints - opened_on_disk)
+
+
+def test_a_sharded_checkpoint_beside_a_run_costs_no_get(any_bucket, tmp_path, triage):
+    """A run with a sharded SpecForge checkpoint (``epoch_0_step_100/``: shards, their index, a
+    config): the bucket's scan GETs what the scan on disk opens (the event file, the checkpoint's
+    config for the vocab size), never the shards or their index."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from builders.tensorboard import write_scalars
+
+    local = tmp_path / "sweep" / "run_a"
+    write_scalars(local / "runs", {"train/loss": [(1, 10.4), (100, 9.0)]})
+    checkpoint = local / "epoch_0_step_100"
+    checkpoint.mkdir()
+    weight_map = {}
+    for k in range(1, 4):
+        save_file(
+            {f"layers.{k}.weight": np.ones((4, 8), np.float32)}, str(checkpoint / f"model-0000{k}-of-00003.safetensors")
+        )
+        weight_map[f"layers.{k}.weight"] = f"model-0000{k}-of-00003.safetensors"
+    (checkpoint / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (checkpoint / "config.json").write_text(json.dumps({"draft_vocab_size": 32000}))
+    upload_tree(any_bucket.writer, any_bucket.name, "sweep", local.parent)
+    with _opened_files(local.parent) as opened_on_disk:
+        triage("scan", "--json", str(local.parent))
+    any_bucket.proxy.reset_counts()
+    triage("scan", "--json", f"{any_bucket.base}/sweep")
+    fetched = _object_gets(any_bucket.proxy.reset_counts(), "sweep/")
+    assert sorted(fetched) == sorted(opened_on_disk), (fetched, opened_on_disk)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import Collection
@@ -30,6 +31,7 @@ from triage_tui.core.runs.names import (
     HF_CHECKPOINT_DIR,
     HS_SAFETENSORS,
     MAPPING_FILE,
+    SPECFORGE_STEP_DIR,
     is_event_file_name,
     is_wandb_file_name,
 )
@@ -61,27 +63,35 @@ def fetch_policy(relative: str) -> How:
 # What a scan reads of an HF Trainer's newest checkpoint-N/ (runs/info.py, source_kinds/trainer_state.py):
 # every other JSON of a checkpoint is fetched when a reader opens it (a check), not by the mirror.
 SCANNED_IN_CHECKPOINT = frozenset({"trainer_state.json", "config.json"})
+# SpecForge classic's checkpoint directories, epoch_{e}_step_{s}/ (as core/best_checkpoint.py names them).
+SPECFORGE_EPOCH_STEP_DIR = re.compile(r"^epoch_\d{1,9}_step_\d{1,18}$")
 
 
 def fetched_when_read(relatives: Collection[str]) -> frozenset[str]:
     """Which of a listing's ``relatives`` are fetched only when read (``objstore.deferred``): the
     JSON files of an HF Trainer's ``checkpoint-N/`` but the newest one's that a scan reads (on disk,
-    a scan of 200 checkpoints opens the newest's two; a mirror fetching all would GET 600)."""
+    a scan of 200 checkpoints opens the newest's two; a mirror fetching all would GET 600), and
+    those of SpecForge's checkpoints (``epoch_E_step_S/``, ``<run>-stepN/``: a config and a shard
+    index a check reads, never a scan)."""
     newest: dict[str, int] = {}  # the directory holding checkpoint-N/ -> the largest N
     placed: list[tuple[str, str, int, str]] = []  # (relative, holder, N, the path below checkpoint-N/)
+    later: set[str] = set()
     for rel in relatives:
         if not rel.endswith(".json"):
             continue
         parts = rel.split("/")
-        for depth in range(len(parts) - 2, -1, -1):  # the nearest checkpoint-N/ above the file
+        for depth in range(len(parts) - 2, -1, -1):  # the nearest checkpoint directory above the file
             match = HF_CHECKPOINT_DIR.match(parts[depth])
             if match:
                 holder, n = "/".join(parts[:depth]), int(match.group(1))
                 newest[holder] = max(n, newest.get(holder, n))
                 placed.append((rel, holder, n, "/".join(parts[depth + 1 :])))
                 break
+            if SPECFORGE_EPOCH_STEP_DIR.match(parts[depth]) or SPECFORGE_STEP_DIR.match(parts[depth]):
+                later.add(rel)
+                break
     return frozenset(
-        rel for rel, holder, n, below in placed if n != newest[holder] or below not in SCANNED_IN_CHECKPOINT
+        later | {rel for rel, holder, n, below in placed if n != newest[holder] or below not in SCANNED_IN_CHECKPOINT}
     )
 
 
