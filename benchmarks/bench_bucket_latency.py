@@ -278,6 +278,12 @@ def main() -> None:
             "scan_kinds": scan_kinds,
             "idle_requests": best_rows["idle_requests"],
             "idle_object_bytes": best_rows["idle_object_bytes"],
+            "triage": {
+                "name": "triage",
+                "label": f"`triage scan --json {URL}` at {args.latency_ms:g} ms a request",
+                "seconds": min(scans),
+                "rss_mib": max(peaks),
+            },
         }
     ]
     run.save(f"A bucket at {args.latency_ms:g} ms a request", table, rows, notes=args.note)

@@ -3,7 +3,8 @@
 A prefix is listed at every rescan while its runs are written; once its newest object is old
 (``tuning.IDLE_LISTING_TIERS``) it is listed less often, and a rescan in between sends it no
 request at all (its local tree and last errors stay as they were). The book keeps, per prefix, the
-requests, listing pages and body bytes its passes cost, for ``scan --json`` and the TUI
+requests, listing pages and body bytes its store sent for it (its passes, and the files fetched when
+a reader opened them; a bucket named twice counts its store's requests in both), for ``scan --json`` and the TUI
 (``objstore.cost``).
 """
 
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from triage_tui.core.errors import SourceError
 from triage_tui.core.objstore import cost
 from triage_tui.core.objstore.mirror import PrefixMirror
-from triage_tui.core.objstore.store import StoreStats
+from triage_tui.core.objstore.store import Store, StoreStats
 
 
 def custom_endpoint(scheme: str) -> bool:
@@ -43,6 +44,8 @@ class _Entry:
     listed_every: float = 0.0
     newest_upload: float | None = None
     errors: list[SourceError] = field(default_factory=list)
+    mark: StoreStats = field(default_factory=StoreStats)  # the store's counts when last recorded
+    store: Store | None = None
 
 
 class PollBook:
@@ -68,15 +71,21 @@ class PollBook:
         if entry is not None:
             self._entries[id(new)] = entry
 
-    def record(self, mirror: PrefixMirror, spent: StoreStats, errors: list[SourceError], url: str) -> None:
-        """One pass of ``mirror``: what it ``spent`` (requests, listing pages, body bytes) and the
-        objects that failed in it, under the URL the user named."""
-        entry = self._entries.setdefault(id(mirror), _Entry(url, mirror.url.scheme))
-        entry.requests += spent.requests
-        entry.body_bytes += spent.body_bytes
-        entry.lists += spent.lists
+    def record(self, mirror: PrefixMirror, before: StoreStats, errors: list[SourceError], url: str) -> None:
+        """One pass of ``mirror``, begun when its store's counts were ``before``, and the objects
+        that failed in it, under the URL the user named. What the store sent since the last pass
+        (files fetched when a reader opened them) is counted too."""
+        entry = self._entries.get(id(mirror))
+        if entry is None:
+            entry = self._entries[id(mirror)] = _Entry(url, mirror.url.scheme, mark=before)
+        now = replace(mirror.store.stats)
+        entry.requests += now.requests - entry.mark.requests
+        entry.body_bytes += now.body_bytes - entry.mark.body_bytes
+        entry.lists += now.lists - entry.mark.lists
+        entry.mark, entry.store = now, mirror.store
         entry.passes += 1
-        entry.last_lists, entry.last_other = spent.lists, max(0, spent.requests - spent.lists)
+        lists = now.lists - before.lists
+        entry.last_lists, entry.last_other = lists, max(0, now.requests - before.requests - lists)
         entry.newest_upload = mirror.newest_upload()
         entry.errors = list(errors)
         entry.listed_every = cost.listing_interval(self._idle(entry), self.rescan_secs)
@@ -95,7 +104,10 @@ class PollBook:
             other = entry.last_other if entry.passes > 1 else 0
             every = entry.listed_every or self.rescan_secs
             usd = cost.usd_per_day(entry.scheme, entry.last_lists, other, every) if priced else None
-            found.append(
-                cost.PrefixCost(entry.url, entry.requests, entry.lists, entry.body_bytes, self._idle(entry), every, usd)
-            )
+            # and what its store sent since the last pass (a file fetched when a reader opened it)
+            now = replace(entry.store.stats) if entry.store is not None else entry.mark
+            requests = entry.requests + now.requests - entry.mark.requests
+            body_bytes = entry.body_bytes + now.body_bytes - entry.mark.body_bytes
+            lists = entry.lists + now.lists - entry.mark.lists
+            found.append(cost.PrefixCost(entry.url, requests, lists, body_bytes, self._idle(entry), every, usd))
         return tuple(found)

@@ -25,7 +25,7 @@ from triage_tui.core.objstore import scratch
 from triage_tui.core.objstore.cost import PrefixCost
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
 from triage_tui.core.objstore.polls import PollBook
-from triage_tui.core.objstore.store import StoreStats, store_for
+from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
     HF_CHECKPOINT_DIR,
@@ -242,7 +242,7 @@ class Mirrors:
                     raise
                 errors.append(SourceError("objstore", err.path or mirror.url.text, err.what))
                 continue
-            self.polls.record(mirror, _spent(mirror.store.stats, before), list(done.errors), named)
+            self.polls.record(mirror, before, list(done.errors), named)
             errors.extend(done.errors)
         return errors
 
@@ -271,10 +271,6 @@ class Mirrors:
                 self.mirrors.remove(mirror)
                 shutil.rmtree(mirror.root, ignore_errors=True)
         return errors
-
-
-def _spent(now: StoreStats, before: StoreStats) -> StoreStats:
-    return StoreStats(now.requests - before.requests, now.lists - before.lists, now.body_bytes - before.body_bytes)
 
 
 def refuse_output_url(text: str, *, sources: list[str | Path | None], force: bool) -> None:
