@@ -40,6 +40,7 @@ USER_FACING = {
 }
 LONG = {
     "bucket": ["benchmarks/bench_bucket.py", "--runs", "200", "--points", "2000"],
+    "bucket-latency": ["benchmarks/bench_bucket_latency.py", "--runs", "200"],
     "wandb": ["benchmarks/bench_wandb.py"],
     "checks": ["benchmarks/bench_checks.py"],
     "remap": ["benchmarks/bench_remap.py"],
@@ -67,7 +68,7 @@ def headline_rows() -> list[tuple[dict, dict]]:
     rows = []
     for name in [*USER_FACING, *LONG]:
         rec = latest(name)
-        if rec is None or name == "ab":
+        if rec is None or name in ("ab", "bucket-latency"):  # each has a section of its own
             continue
         rows += [(row, rec) for row in rec["rows"]]
     return rows
@@ -133,6 +134,32 @@ def bucket_section() -> list[str]:
         f"| nothing changed | {idle['requests']:,} | {idle['response_bytes']:,} | {idle['object_bytes']:,} |",
         f"| one run grew by {row['appended_bytes']:,} bytes | {grew['requests']:,} | {grew['response_bytes']:,} "
         f"| {grew['object_bytes']:,} |",
+    ]
+    return lines
+
+
+def bucket_latency_section() -> list[str]:
+    """A bucket at a provider's latency (bench_bucket_latency.py): a proxy holding every request, runs
+    each holding a sharded checkpoint; the whole scan, the first rows and the idle poll."""
+    rec = latest("bucket-latency")
+    lines = ["", "## A bucket at a provider's latency", ""]
+    if rec is None:
+        return [*lines, "Not measured yet: `.venv/bin/python benchmarks/bench_bucket_latency.py`."]
+    row = rec["rows"][0]
+    shards = row["scan_kinds"].get("GET shard", 0)
+    lines += [
+        f"Measured {measured(rec)} by `{rec['command']}`: {row['runs']} runs, each an event file and a",
+        f"checkpoint of {row['shards']} safetensors shards ({row['objects']:,} objects), on moto's S3 server behind a",
+        f"proxy holding every request {row['latency_ms']:g} ms. Best of the rounds, from exec, empty object cache:",
+        "",
+        "| what | seconds |",
+        "|---|---|",
+        f"| the whole `triage scan --json` of the bucket | **{seconds(row['scan_s'])}** |",
+        f"| first rows (a Watcher as the TUI starts one) | **{seconds(row['first_rows_s'])}** |",
+        f"| the same scan on local disk (no proxy) | {seconds(row['local_scan_s'])} |",
+        "",
+        f"The scan sent {row['scan_requests']:,} requests and read {shards} shard objects; an idle poll sent",
+        f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes.",
     ]
     return lines
 
@@ -237,6 +264,7 @@ def speed_page() -> str:
         )
     lines += fast_paths_section()
     lines += bucket_section()
+    lines += bucket_latency_section()
     lines += [
         "",
         "## Regenerating",

@@ -15,7 +15,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 # Fixtures shared by several test modules live in builders and are registered here, so no test
 # module imports fixtures from another.
-pytest_plugins = ["builders.remap", "builders.modelopt", "builders.object_store", "builders.commands"]
+pytest_plugins = [
+    "builders.remap",
+    "builders.modelopt",
+    "builders.object_store",
+    "builders.gcs_store",
+    "builders.commands",
+]
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -185,12 +185,13 @@ REMAP = [
     ("core.remap.tuning",),
 ]
 OBJSTORE = [
+    ("core.objstore.polls",),
     ("core.objstore.mirror",),
     ("core.objstore.sparse",),
-    ("core.objstore.follow", "core.objstore.cache"),
+    ("core.objstore.follow", "core.objstore.cache", "core.objstore.cost"),
     ("core.objstore.store",),
     ("core.objstore.budget",),
-    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch"),
+    ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch", "core.objstore.deferred"),
 ]
 CONSOLE = [
     ("core.console.reader", "core.console.view"),

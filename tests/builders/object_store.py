@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -220,7 +221,8 @@ class S3Proxy:
 
     def _next_action(self, path: str) -> str:
         with self._lock:
-            if any(part in path for part in self._fail_paths):
+            # as the client wrote it or decoded (GCS's XML API escapes every "/" and "-" of a key)
+            if any(part in path or part in urllib.parse.unquote(path) for part in self._fail_paths):
                 return "fail"
             if self._fail:
                 self._fail -= 1
@@ -291,3 +293,35 @@ def bucket(server):
     client = s3_client(running.endpoint)  # the writer talks to the server directly: not counted
     client.create_bucket(Bucket=name)
     return name, client, proxy
+
+
+@dataclass(frozen=True)
+class AnyBucket:
+    """A fresh bucket on S3 (moto) or GCS (fake-gcs-server): ``base`` is its URL (``s3://name``,
+    ``gs://name``), ``writer`` writes and deletes objects directly (not counted), ``proxy`` counts
+    what the code under test sent."""
+
+    scheme: str
+    name: str
+    writer: object
+    proxy: S3Proxy
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://{self.name}"
+
+
+@pytest.fixture(params=["s3", "gs"])
+def any_bucket(request) -> AnyBucket:
+    """The same test on both servers: S3 through moto's, GCS through fake-gcs-server."""
+    name = f"bucket-{os.getpid()}-{next(_BUCKETS)}"
+    if request.param == "s3":
+        running, proxy = request.getfixturevalue("server")
+        writer: object = s3_client(running.endpoint)
+    else:
+        from builders.gcs_store import GcsWriter
+
+        running, proxy = request.getfixturevalue("gcs_server")
+        writer = GcsWriter(running.endpoint)
+    writer.create_bucket(Bucket=name)  # type: ignore[attr-defined]  # boto3's client or GcsWriter
+    return AnyBucket(request.param, name, writer, proxy)

@@ -48,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draft vocab size: the chance line is ln N (overrides triage.toml and config.json)",
     )
     parser.add_argument(
+        "--bucket-cost",
+        action="store_true",
+        help="estimate a bucket's cost a day at the provider's list prices even on a custom endpoint "
+        "(AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST), where it is off by default",
+    )
+    parser.add_argument(
         "--poll",
         action="store_true",
         help="polling only, no inotify (a single pass never uses it; accepted for symmetry with the TUI)",
@@ -62,7 +68,7 @@ def _vocab_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    mirrors = Mirrors()
+    mirrors = Mirrors(price_custom_endpoints=args.bucket_cost)
     paths = [mirrors.local(text) for text in args.paths or ["."]]
     watcher = Watcher(
         paths,
@@ -91,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             document["walk_limits"] = [{"path": path, "reason": why} for path, why in limits]
         if mirrors.mirrors:
             document = shown_text(document)  # type: ignore[assignment]  # a dict stays a dict
+            # docs/contracts.md: what each bucket prefix cost (requests, bytes, a day's estimate).
+            document["buckets"] = [found.to_json() for found in mirrors.costs()]
         json.dump(document, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     elif statuses:

@@ -156,6 +156,8 @@ class Watcher:
         # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
         # rescan, on the thread that polls, before discovery walks their trees.
         self.mirrors = mirrors
+        if mirrors is not None:  # a prefix idle for long is listed less often than this
+            mirrors.polls.rescan_secs = rescan_interval
         # The last pass's objects that failed, by the run they belong to (its shown path: the
         # URL); ``unplaced_errors``: those under no run (a prefix that could not be listed).
         self._mirror_errors: dict[str, tuple[SourceError, ...]] = {}

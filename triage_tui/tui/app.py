@@ -207,7 +207,12 @@ class TriageApp(App[None]):
             news=self._news[1] if self._news is not None else None,
             poll_interval=self.poll_interval,
             readonly=self.readonly,
+            buckets=self._bucket_lines(),
         )
+
+    def _bucket_lines(self) -> tuple[str, ...]:
+        mirrors = self.watcher.mirrors if self.watcher is not None else None
+        return tuple(found.line() for found in mirrors.costs()) if mirrors is not None else ()
 
     @on(messages.FilterChanged)
     def _filter_changed(self, message: messages.FilterChanged) -> None:

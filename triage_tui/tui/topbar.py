@@ -12,8 +12,17 @@ from triage_tui.core.text import printable
 
 
 def topbar_text(
-    watched: Sequence[Path], *, polled: bool, filter_text: str, news: str | None, poll_interval: float, readonly: bool
+    watched: Sequence[Path],
+    *,
+    polled: bool,
+    filter_text: str,
+    news: str | None,
+    poll_interval: float,
+    readonly: bool,
+    buckets: Sequence[str] = (),
 ) -> Text:
+    """``buckets``: one line a watched bucket prefix (objstore.cost.PrefixCost.line: requests, bytes,
+    how often it is listed when idle, the day's estimate)."""
     text = Text()
     text.append(" triage ", style="bold reverse")
     if not polled:
@@ -29,6 +38,8 @@ def topbar_text(
     text.append(f"  poll {poll_interval:g}s", style="dim")
     if readonly:
         text.append("  read-only", style="bold magenta")
+    for line in buckets:
+        text.append(f"  {printable(line)}", style="dim")
     return text
 
 

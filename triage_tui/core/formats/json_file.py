@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 from triage_tui.core.errors import BadInput
+from triage_tui.core.objstore import deferred
 
 __all__ = ["Streamed", "read_json", "read_json_streaming"]
 
@@ -25,7 +26,9 @@ _STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL
 
 def read_json(path: Path, *, max_bytes: int | None = None, max_depth: int | None = None) -> Any:
     """The parsed document; BadInput when unreadable, larger than ``max_bytes``, not UTF-8, not JSON,
-    or nested deeper than ``max_depth`` (else than the interpreter's recursion allows)."""
+    or nested deeper than ``max_depth`` (else than the interpreter's recursion allows). A mirrored
+    object left unfetched until read (``objstore.deferred``) is fetched first."""
+    deferred.materialize(path)
     try:
         # O_NONBLOCK: a FIFO named like the file must not hang the read; only a regular file is read.
         with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as handle:

@@ -4,7 +4,8 @@ Each object is handled as a policy says, by its key: followed (a growing log or 
 its appended bytes, ``follow``), read whole when its ETag changes (manifests, configs, the small
 files a scan opens; from the cache when it holds that ETag), or left a placeholder (a sparse file
 of the object's size with no byte fetched: weights, which discovery recognises by name and size
-alone and the checks fetch by range, ``sparse``). A pass over an unchanged prefix sends the
+alone and the checks fetch by range, ``sparse``), or left a placeholder fetched whole when a reader
+first opens it (``deferred``: what a layout says no scan reads). A pass over an unchanged prefix sends the
 listing's requests and nothing else. The local files carry the objects' last-modified times, so
 the clock-based flags see the upload times.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,13 +35,13 @@ from pathlib import Path
 from typing import Literal
 
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.objstore import budget, tuning
+from triage_tui.core.objstore import budget, deferred, tuning
 from triage_tui.core.objstore.cache import ObjectCache, default_cache
 from triage_tui.core.objstore.follow import ObjectFollower, read_range
 from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, store_for
 from triage_tui.core.objstore.url import ObjectURL
 
-How = Literal["follow", "whole", "placeholder", "skip"]
+How = Literal["follow", "whole", "deferred", "placeholder", "skip"]
 NAME_MAX = 255  # bytes of one path component (POSIX NAME_MAX on Linux filesystems)
 
 
@@ -70,6 +71,7 @@ def fill_placeholders(root: str | os.PathLike[str]) -> int:
     never whole in memory), so that a reader of whole files (a remap copying a checkpoint) reads
     the object; the bytes fetched. BadInput naming the URL when one cannot be read."""
     base = os.path.abspath(root)
+    deferred.materialize_under(base)  # the small files left for their reader: read whole too
     with _PLACEHOLDERS_LOCK:
         found = [
             (path, entry) for path, entry in _PLACEHOLDERS.items() if path == base or path.startswith(base + os.sep)
@@ -142,6 +144,9 @@ class PrefixMirror:
     # How long ``sync`` waits for its fetches (None: until they end, by the pass's deadline): the TUI
     # waits ``tuning.LIVE_PASS_SECS`` and leaves the rest running, their results taken by a later pass.
     wait_secs: float | None = None
+    # Which of the listed relative paths the policy reads whole are only fetched when a reader opens
+    # them (``objstore.deferred``): a layout's files that no scan reads (runs/remote.py).
+    defer: Callable[[Collection[str]], frozenset[str]] | None = None
     store: Store = field(init=False)
     cache: ObjectCache | None = field(init=False)
     _known: dict[str, _Local] = field(default_factory=dict, init=False)
@@ -183,7 +188,8 @@ class PrefixMirror:
                 url = self.store.url(seen[rel].key)
                 errors.append(SourceError("objstore", url, "an object of the same name as a directory of others"))
             del seen[rel]  # an empty one is a console's folder marker: the directory says it all
-        work = [(rel, meta, how) for rel, meta in seen.items() if (how := self.policy(rel)) != "skip"]
+        later = self.defer(seen.keys()) if self.defer is not None else frozenset()
+        work = [(rel, meta, how) for rel, meta in seen.items() if (how := self._how(rel, later)) != "skip"]
         errors += self._finished(written)  # fetches an earlier pass left running, ended since
         # an idle pass stops here; an object still being fetched by an earlier pass is left to it
         work = [item for item in work if self._changed(*item) and item[0] not in self._running]
@@ -240,6 +246,14 @@ class PrefixMirror:
                     errors.append(error)
         return errors
 
+    def newest_upload(self) -> float | None:
+        """The last-modified time of the newest object the last pass listed (None: none listed)."""
+        return max((known.meta.mtime for known in self._known.values()), default=None)
+
+    def _how(self, rel: str, later: frozenset[str]) -> How:
+        how = self.policy(rel)
+        return "deferred" if how == "whole" and rel in later else how
+
     def _only_object(self) -> Listing:
         """``only_key`` as a listing (one HEAD: object_store lists a key's "directory", not the key)."""
         assert self.only_key is not None
@@ -250,6 +264,8 @@ class PrefixMirror:
 
     def _changed(self, rel: str, meta: ObjectMeta, how: How) -> bool:
         known = self._known.get(rel)
+        if known is not None and (known.how, how) == ("whole", "deferred"):
+            how = "whole"  # fetched already (read before a newer checkpoint came): kept as it is
         if known is None or known.how != how or known.behind or not (self.root / rel).exists():
             return True
         return known.meta.size != meta.size or known.meta.etag != meta.etag or known.meta.mtime != meta.mtime
@@ -275,6 +291,8 @@ class PrefixMirror:
         path.parent.mkdir(parents=True, exist_ok=True)
         if how != "placeholder":
             _set_placeholder(path, None)
+        if how != "deferred":
+            deferred.forget(path)
         if how == "follow":
             follower = known.follower if known is not None and known.follower is not None else None
             wrote, complaint = self._follow(rel, meta, follower or ObjectFollower(self.store, meta.key), path)
@@ -285,6 +303,10 @@ class PrefixMirror:
                 return False, ""
             if how == "whole":
                 self._write_whole(path, meta)
+            elif how == "deferred":
+                with open(path, "wb") as f:
+                    f.truncate(meta.size)
+                deferred.register(path, lambda: self._write_whole(path, meta, keep_mtime=True))
             else:
                 with open(path, "wb") as f:
                     f.truncate(meta.size)
@@ -337,7 +359,7 @@ class PrefixMirror:
                 f.truncate(1)
             os.utime(path, (meta.mtime, meta.mtime))
 
-    def _write_whole(self, path: Path, meta: ObjectMeta) -> None:
+    def _write_whole(self, path: Path, meta: ObjectMeta, *, keep_mtime: bool = False) -> None:
         if meta.size > tuning.MAX_WHOLE_BYTES:
             raise BadInput(
                 self.store.url(meta.key), f"{meta.size} bytes: larger than {tuning.MAX_WHOLE_BYTES} read whole"
@@ -350,12 +372,15 @@ class PrefixMirror:
                 self.cache.put(url, meta.etag, data)
         tmp = path.with_name(path.name + ".triage-tmp")
         tmp.write_bytes(data)
+        if keep_mtime:  # filled when first read: the file keeps the object's upload time
+            os.utime(tmp, (meta.mtime, meta.mtime))
         os.replace(tmp, path)
 
     def _remove(self, rel: str) -> None:
         del self._known[rel]
         path = self.root / rel
         _set_placeholder(path, None)
+        deferred.forget(path)
         path.unlink(missing_ok=True)
         parent = path.parent
         while parent != self.root and parent.is_relative_to(self.root):

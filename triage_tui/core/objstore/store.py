@@ -14,6 +14,8 @@ Credentials come only from each provider's standard chain, never from triage's o
   the standard ``AWS_ENDPOINT_URL`` (read by obstore; plain http allowed only when it says http).
 - GCS: obstore's chain: ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default
   credentials (``~/.config/gcloud/application_default_credentials.json``), the metadata server.
+  An emulator is the standard ``STORAGE_EMULATOR_HOST`` (Google's client libraries' and gcsfs'
+  variable: ``host:port`` or a URL), asked without credentials as those clients ask it.
 - fsspec URLs: whatever the scheme's fsspec package reads (s3fs: botocore; gcsfs: google-auth).
 
 Every call runs under ``tuning.DEADLINE_SECS`` in all (a listing under ``LIST_DEADLINE_SECS``)
@@ -29,6 +31,7 @@ counts requests and bytes of object bodies.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -47,7 +50,7 @@ from triage_tui.core.objstore.url import ObjectURL, parse_url
 if TYPE_CHECKING:
     from obstore import GetOptions
     from obstore import ObjectMeta as ObstoreMeta
-    from obstore.store import ClientConfig, RetryConfig, S3Config, S3Credential
+    from obstore.store import ClientConfig, GCSConfig, RetryConfig, S3Config, S3Credential
 
 T = TypeVar("T")
 
@@ -64,12 +67,19 @@ _TRANSIENT_WORDS = ("timed out", "timeout", "error sending request", "connection
 @dataclass(frozen=True)
 class ObjectMeta:
     """What a listing says of one object: its key (relative to the bucket), size in bytes, ETag
-    (quotes kept; "" where the store gives none) and last-modified time (seconds since the epoch)."""
+    (without its quotes; "" where the store gives none) and last-modified time (seconds since the epoch)."""
 
     key: str
     size: int
     etag: str
     mtime: float
+
+    def __post_init__(self) -> None:
+        # One spelling for one ETag: GCS's XML API quotes it in a GET's or HEAD's answer but not in
+        # a listing's, and S3 quotes it in both; compared as given, a GCS object would look
+        # replaced between its listing and its read. RFC 9110 section 8.8.3: the quotes are syntax.
+        if len(self.etag) >= 2 and self.etag[0] == self.etag[-1] == '"':
+            object.__setattr__(self, "etag", self.etag[1:-1])
 
 
 @dataclass
@@ -185,6 +195,13 @@ def _epoch(value: Any) -> float:
 # --- obstore -------------------------------------------------------------------------------------
 
 
+def gcs_emulator() -> str:
+    """The GCS emulator's base URL from ``STORAGE_EMULATOR_HOST`` ("" when unset); a bare
+    ``host:port`` is plain http, as Google's client libraries read it."""
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    return host if not host or "://" in host else f"http://{host}"
+
+
 def _botocore_provider() -> tuple[Callable[[], S3Credential], str | None] | None:
     """botocore's credential chain as an obstore credential provider, with the profile's region;
     None without botocore or when the chain finds nothing (obstore's own chain then tries)."""
@@ -243,7 +260,23 @@ class _Obstore:
                 credential_provider=provider,
             )
         else:
-            self.store = GCSStore(url.bucket, client_options=client_options, retry_config=retry)
+            emulator = gcs_emulator()
+            gcs_config: GCSConfig = {}
+            if emulator:
+                # object_store's way to an emulator: a service account naming the base URL, no OAuth
+                # (object_store gcp/credential.rs, ServiceAccountKey's gcs_base_url, disable_oauth).
+                account = {
+                    "gcs_base_url": emulator,
+                    "disable_oauth": True,
+                    "client_email": "",
+                    "private_key": "",
+                    "private_key_id": "",
+                }
+                gcs_config["service_account_key"] = json.dumps(account)
+                client_options["allow_http"] = emulator.startswith("http://")
+            self.store = GCSStore(
+                url.bucket, config=gcs_config or None, client_options=client_options, retry_config=retry
+            )
 
     @staticmethod
     def _meta(entry: ObstoreMeta) -> ObjectMeta:
@@ -578,7 +611,8 @@ def store_for(url: ObjectURL | str) -> Store:
     """The one Store of ``url``'s bucket in this process (opened on first use)."""
     parsed = parse_url(url) if isinstance(url, str) else url
     # Stores opened under other settings (a test's endpoint, another native list) are not shared.
-    key = (parsed.scheme, parsed.bucket, (os.environ.get("AWS_ENDPOINT_URL", ""), *tuning.NATIVE_SCHEMES))
+    endpoints = (os.environ.get("AWS_ENDPOINT_URL", ""), os.environ.get("STORAGE_EMULATOR_HOST", ""))
+    key = (parsed.scheme, parsed.bucket, (*endpoints, *tuning.NATIVE_SCHEMES))
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

@@ -71,3 +71,7 @@ MAX_IN_FLIGHT = 32
 # asked again in this pass: the rest of its objects are one error each, at once. Any answer, the
 # next pass's listing included, resets it.
 STALLED_SECS = 15.0
+# A prefix whose newest object was uploaded at least this long ago (seconds) is listed at most this
+# often (seconds), whatever the watcher's rescan: a sweep that ended days ago costs a listing every
+# 15 minutes, not every 5 seconds (objstore/cost.py says so, with what watching it costs).
+IDLE_LISTING_TIERS: tuple[tuple[float, float], ...] = ((30 * 60, 60.0), (6 * 3600, 300.0), (2 * 86_400, 900.0))

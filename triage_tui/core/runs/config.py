@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from triage_tui.core.errors import BadInput
+from triage_tui.core.objstore import deferred
+
 MAX_CONFIG_BYTES = 4 << 20  # a drafter config.json is a few KiB; anything huge is not one
 
 
@@ -25,9 +28,12 @@ def read_config(path: Path | None, problems: list[str] | None = None) -> dict | 
         if size > MAX_CONFIG_BYTES:
             why = f"{size} bytes, over {MAX_CONFIG_BYTES >> 20} MiB: not a drafter config"
         else:
+            deferred.materialize(path)  # a mirrored config left for its reader is fetched now
             document = json.loads(path.read_bytes())
     except OSError as err:
         why = f"cannot read it: {err.strerror or err}"
+    except BadInput as err:  # a mirrored object that could not be fetched
+        why = f"cannot read it: {err.what}"
     except UnicodeDecodeError as err:
         why = f"not valid JSON: not UTF-8 text (byte {err.start})"
     except ValueError as err:

@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import threading
+from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import scratch, tuning
+from triage_tui.core.objstore.cost import PrefixCost
 from triage_tui.core.objstore.mirror import How, MirrorPass, PrefixMirror, fill_placeholders, local_relative
+from triage_tui.core.objstore.polls import PollBook
 from triage_tui.core.objstore.store import store_for
 from triage_tui.core.objstore.url import ObjectURL, is_object_url, parse_url
 from triage_tui.core.runs.names import (
+    HF_CHECKPOINT_DIR,
     HS_SAFETENSORS,
     MAPPING_FILE,
+    SPECFORGE_STEP_DIR,
     is_event_file_name,
     is_wandb_file_name,
 )
@@ -53,11 +60,46 @@ def fetch_policy(relative: str) -> How:
     return "whole"
 
 
+# What a scan reads of an HF Trainer's newest checkpoint-N/ (runs/info.py, source_kinds/trainer_state.py):
+# every other JSON of a checkpoint is fetched when a reader opens it (a check), not by the mirror.
+SCANNED_IN_CHECKPOINT = frozenset({"trainer_state.json", "config.json"})
+# SpecForge classic's checkpoint directories, epoch_{e}_step_{s}/ (as core/best_checkpoint.py names them).
+SPECFORGE_EPOCH_STEP_DIR = re.compile(r"^epoch_\d{1,9}_step_\d{1,18}$")
+
+
+def fetched_when_read(relatives: Collection[str]) -> frozenset[str]:
+    """Which of a listing's ``relatives`` are fetched only when read (``objstore.deferred``): the
+    JSON files of an HF Trainer's ``checkpoint-N/`` but the newest one's that a scan reads (on disk,
+    a scan of 200 checkpoints opens the newest's two; a mirror fetching all would GET 600), and
+    those of SpecForge's checkpoints (``epoch_E_step_S/``, ``<run>-stepN/``: a config and a shard
+    index a check reads, never a scan)."""
+    newest: dict[str, int] = {}  # the directory holding checkpoint-N/ -> the largest N
+    placed: list[tuple[str, str, int, str]] = []  # (relative, holder, N, the path below checkpoint-N/)
+    later: set[str] = set()
+    for rel in relatives:
+        if not rel.endswith(".json"):
+            continue
+        parts = rel.split("/")
+        for depth in range(len(parts) - 2, -1, -1):  # the nearest checkpoint directory above the file
+            match = HF_CHECKPOINT_DIR.match(parts[depth])
+            if match:
+                holder, n = "/".join(parts[:depth]), int(match.group(1))
+                newest[holder] = max(n, newest.get(holder, n))
+                placed.append((rel, holder, n, "/".join(parts[depth + 1 :])))
+                break
+            if SPECFORGE_EPOCH_STEP_DIR.match(parts[depth]) or SPECFORGE_STEP_DIR.match(parts[depth]):
+                later.add(rel)
+                break
+    return frozenset(
+        later | {rel for rel, holder, n, below in placed if n != newest[holder] or below not in SCANNED_IN_CHECKPOINT}
+    )
+
+
 def mirror_runs(url: str, root: Path, stop: threading.Event | None = None) -> PrefixMirror:
-    """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says;
-    ``sync()`` it once per rescan (each pass ends at once when ``stop`` is set). ValueError when
-    ``url`` is not an object-store URL."""
-    return PrefixMirror(parse_url(url), root, fetch_policy, stop=stop)
+    """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says (and
+    ``fetched_when_read``); ``sync()`` it once per rescan (each pass ends at once when ``stop`` is
+    set). ValueError when ``url`` is not an object-store URL."""
+    return PrefixMirror(parse_url(url), root, fetch_policy, stop=stop, defer=fetched_when_read)
 
 
 # --- the command line's URLs, as local trees --------------------------------------------------
@@ -137,7 +179,9 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
         if any(mirror.root.iterdir()):
             return None
         mirror.root.rmdir()  # the empty directory the prefix would have been: the file goes there
-    single = PrefixMirror(parent_url, local_root(parent_url), fetch_policy, only_key=key, stop=mirror.stop)
+    single = PrefixMirror(
+        parent_url, local_root(parent_url), fetch_policy, only_key=key, stop=mirror.stop, defer=fetched_when_read
+    )
     done = single.sync()
     if done.listed == 0:
         if not mirror.root.exists():
@@ -147,14 +191,16 @@ def _single_object(mirror: PrefixMirror) -> tuple[PrefixMirror, MirrorPass] | No
 
 
 class Mirrors:
-    """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date."""
+    """The URLs among a command's PATHs, each a mirror; ``sync()`` brings them all up to date, each
+    prefix as often as ``polls`` says (less often when idle for long), counting what it cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, price_custom_endpoints: bool = False) -> None:
         self.mirrors: list[PrefixMirror] = []
         # Set by ``stop``: every pass of these mirrors ends at once, whatever the store does.
         self.stopping = threading.Event()
         # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget).
         self.behind = False
+        self.polls = PollBook(price_custom=price_custom_endpoints)
 
     def stop(self) -> None:
         """End every pass now (the TUI quits): each request in flight is abandoned, none is sent."""
@@ -190,6 +236,10 @@ class Mirrors:
         errors: list[SourceError] = []
         self.behind = False
         for i, mirror in enumerate(list(self.mirrors)):
+            if not self.polls.due(mirror):  # idle for long: listed less often (objstore/polls.py)
+                errors.extend(self.polls.last_errors(mirror))
+                continue
+            named, before = mirror.url.text, replace(mirror.store.stats)
             # a one-shot command waits for the whole pass; the TUI's passes are short, one after another
             mirror.wait_secs = None if strict else tuning.LIVE_PASS_SECS
             try:
@@ -206,8 +256,13 @@ class Mirrors:
                     raise
                 errors.append(SourceError("objstore", err.path or mirror.url.text, err.what))
                 continue
+            self.polls.record(mirror, before, list(done.errors), named)
             errors.extend(done.errors)
         return errors
+
+    def costs(self) -> tuple[PrefixCost, ...]:
+        """What each prefix named on the command line cost so far, and how often it is listed."""
+        return self.polls.costs()
 
     def mirror_outside(self, paths: list[Path | None]) -> list[SourceError]:
         """Mirror the directories a mirrored run's triage.toml points to out of its own prefix

@@ -1,0 +1,295 @@
+"""A bucket at a cloud provider's latency: every request through a proxy that holds it 30 ms before
+forwarding it, to runs that each hold a sharded checkpoint as real ones do.
+
+moto's S3 server (tests/builders/object_store.py) answers in microseconds where S3 or GCS take tens
+of milliseconds a request; a bucket read at that latency is bound by how many requests it waits on
+one after another, which moto alone hides. ``LatencyProxy`` (builders.object_store.S3Proxy, a
+threaded reverse proxy that counts every request) sleeps --latency-ms before forwarding each one,
+so requests in flight together wait together, as at a provider.
+
+The tree: --runs runs, each bench_scale's run (SpecForge layout: one event file of 10 tags, a
+config.json) plus one checkpoint directory ``epoch_0_step_<N>/`` holding --shards safetensors shards
+(``model-0000k-of-000NN.safetensors``, each a real safetensors file of 4 KiB of float32 written by
+the safetensors package), their ``model.safetensors.index.json`` and a ``config.json``. Uploaded
+with boto3 to moto directly (not through the proxy).
+
+Measured, each through the proxy, whole processes from exec to exit, empty object cache:
+- the whole scan: ``triage scan --json s3://bench/lat`` (the requests it sent, counted at the proxy:
+  listings, object GETs, shard objects read: goal 0);
+- first rows: a Watcher over the URL as the TUI starts it (a child process): seconds from exec to
+  its first update holding a run, then one more poll of the unchanged bucket (the idle poll: its
+  requests and object bytes at the proxy; goal: no object body).
+The same scan of the local tree is timed beside it (no proxy).
+
+    .venv/bin/python benchmarks/bench_bucket_latency.py --runs 200          # the size measured
+    .venv/bin/python benchmarks/bench_bucket_latency.py --runs 4 --repeat 1 --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests"))
+
+import bench_scale  # noqa: E402  (a run's event file and config)
+import bench_sweep  # noqa: E402  (whole-process timing)
+import record  # noqa: E402
+from builders.object_store import DUMMY_ENV, S3Proxy, S3Server, s3_client  # noqa: E402
+
+BUCKET = "bench"
+PREFIX = "lat"
+URL = f"s3://{BUCKET}/{PREFIX}"
+POINTS = 1000  # scalars a run (10 tags x 100 steps)
+
+
+class LatencyProxy(S3Proxy):
+    """S3Proxy holding every request ``delay`` seconds before it forwards it (on the request's own
+    thread: requests in flight together wait together)."""
+
+    def __init__(self, upstream_port: int, delay: float) -> None:
+        self.delay = delay
+        super().__init__(upstream_port)
+
+    def _next_action(self, path: str) -> str:
+        time.sleep(self.delay)
+        return super()._next_action(path)
+
+
+def write_tree(root: Path, runs: int, shards: int) -> int:
+    """The runs (see the module's docstring); the points written."""
+    from safetensors.numpy import save_file
+
+    if (root / ".complete").exists():
+        return int((root / ".complete").read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(252)
+    total = 0
+    for i in range(runs):
+        run = root / f"run_{i:03d}"
+        total += bench_scale.write_run(run, POINTS, rng)
+        checkpoint = run / f"epoch_0_step_{POINTS // len(bench_scale.TAGS)}"
+        checkpoint.mkdir()
+        weight_map = {}
+        for k in range(1, shards + 1):
+            name = f"model-{k:05d}-of-{shards:05d}.safetensors"
+            tensor = f"layers.{k}.weight"
+            save_file({tensor: rng.normal(size=(16, 64)).astype(np.float32)}, str(checkpoint / name))
+            weight_map[tensor] = name
+        index = {"metadata": {"total_size": shards * 16 * 64 * 4}, "weight_map": weight_map}
+        (checkpoint / "model.safetensors.index.json").write_text(json.dumps(index))
+        (checkpoint / "config.json").write_text(json.dumps({"draft_vocab_size": 32000, "vocab_size": 163840}))
+    (root / ".complete").write_text(str(total))
+    return total
+
+
+def upload(client, root: Path, threads: int) -> tuple[int, int]:
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".complete"]
+
+    def put(path: Path) -> int:
+        data = path.read_bytes()
+        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{path.relative_to(root).as_posix()}", Body=data)
+        return len(data)
+
+    with ThreadPoolExecutor(threads) as pool:
+        return len(files), sum(pool.map(put, files))
+
+
+def env_at(endpoint: str, cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_PROFILE"}
+    env.update(DUMMY_ENV, AWS_ENDPOINT_URL=endpoint, PYTHONPATH=str(REPO), XDG_CACHE_HOME=cache)
+    return env
+
+
+def kinds(counts) -> dict[str, int]:
+    """Requests by kind: LIST (a listing page), GET of a shard, GET of another object, HEAD."""
+    found: dict[str, int] = {}
+    for method, path, _ in counts.paths:
+        if method == "GET" and "list-type" in path:
+            kind = "LIST"
+        elif method == "GET":
+            kind = "GET shard" if ".safetensors" in path and "index" not in path else "GET"
+        else:
+            kind = method
+        found[kind] = found.get(kind, 0) + 1
+    return found
+
+
+def kinds_text(found: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {n:,}" for kind, n in sorted(found.items())) or "none"
+
+
+def child_first_rows() -> None:
+    """A Watcher over URL as the TUI starts one: prints seconds (wall clock) at its first update
+    holding a run, waits for a line on stdin, polls once more and prints that poll's seconds."""
+    from triage_tui.core.runs.remote import Mirrors
+    from triage_tui.core.watch import Watcher
+
+    mirrors = Mirrors()
+    watcher = Watcher([mirrors.local(URL)], mirrors=mirrors, use_watchdog=False, rescan_interval=0.0)
+    while True:
+        statuses = watcher.poll_once()
+        if statuses:
+            break
+    print(json.dumps({"first_rows_at": time.time(), "runs": len(statuses)}), flush=True)
+    sys.stdin.readline()
+    t0 = time.perf_counter()
+    statuses = watcher.poll_once()
+    print(json.dumps({"idle_poll_s": time.perf_counter() - t0, "runs": len(statuses)}), flush=True)
+
+
+def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_bucket_latency as b; b.child_first_rows()"
+    with tempfile.TemporaryDirectory() as cache:
+        proxy.reset_counts()
+        started = time.time()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env_at(proxy.endpoint, cache),
+            cwd=REPO,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            first = json.loads(proc.stdout.readline())
+            first_counts = proxy.reset_counts()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            idle = json.loads(proc.stdout.readline())
+            idle_counts = proxy.reset_counts()
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return {
+        "first_rows_s": first["first_rows_at"] - started,
+        "runs": first["runs"],
+        "first_requests": first_counts.total_requests(),
+        "first_kinds": kinds(first_counts),
+        "idle_poll_s": idle["idle_poll_s"],
+        "idle_requests": idle_counts.total_requests(),
+        "idle_kinds": kinds(idle_counts),
+        "idle_object_bytes": idle_counts.get_body_bytes(),
+    }
+
+
+def main() -> None:
+    import as_installed  # benchmarks/: the script's own directory is on sys.path
+
+    as_installed.compile_triage()  # timed processes start as an installed triage does
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--shards", type=int, default=50, help="safetensors shards in each run's checkpoint")
+    parser.add_argument("--latency-ms", type=float, default=30.0, help="added to every request")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds; each figure is the best")
+    parser.add_argument("--threads", type=int, default=16, help="upload threads")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one process may take")
+    parser.add_argument("--note", default="", help="a line for the results file (why this size, ...)")
+    parser.add_argument("--keep", action="store_true", help="keep the tree in benchmarks/.work/ for a rerun")
+    parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing")
+    args = parser.parse_args()
+    run = record.Run("bucket-latency", dry_run=args.dry_run)
+    root = HERE / ".work" / "bucket-latency" / f"{args.runs}x{args.shards}"
+    expected = write_tree(root, args.runs, args.shards)
+    scan_expected = expected * 2 // len(bench_scale.TAGS)  # scan's loss and accuracy series: one tag each
+    server = S3Server()
+    proxy = LatencyProxy(server.port, args.latency_ms / 1000)
+    try:
+        client = s3_client(server.endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        t0 = time.perf_counter()
+        objects, uploaded = upload(client, root, args.threads)
+        upload_s = time.perf_counter() - t0
+        scans: list[float] = []
+        locals_: list[float] = []
+        peaks: list[float] = []
+        rows_at: list[dict] = []
+        scan_counts = None
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as cache:
+                proxy.reset_counts()
+                cmd = [sys.executable, "-m", "triage_tui", "scan", "--json", URL]
+                seconds, _, peak, stdout = bench_sweep.timed(cmd, env_at(proxy.endpoint, cache), args.timeout)
+                scan_counts = proxy.reset_counts()
+            assert bench_sweep.scan_points(stdout) == scan_expected, "the bucket scan read a wrong number of points"
+            scans.append(seconds)
+            peaks.append(peak)
+            cmd = [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)]
+            seconds, _, _, stdout = bench_sweep.timed(cmd, None, args.timeout)
+            assert bench_sweep.scan_points(stdout) == scan_expected
+            locals_.append(seconds)
+            rows_at.append(first_rows(proxy, args.timeout))
+            print(f"scan {scans[-1]:.2f} s, local {locals_[-1]:.2f} s, first rows {rows_at[-1]}", flush=True)
+    finally:
+        proxy.stop()
+        server.stop()
+    assert scan_counts is not None
+    scan_kinds = kinds(scan_counts)
+    best_rows = min(rows_at, key=lambda r: r["first_rows_s"])
+    shard_keys = args.runs * args.shards
+    table = (
+        f"{args.runs} runs, each one event file of {POINTS:,} scalars and a checkpoint of {args.shards} "
+        f"safetensors shards with its index and config ({objects:,} objects, {uploaded / 1e6:.1f} MB, "
+        f"{shard_keys:,} of them shards; uploaded by boto3 in {upload_s:.0f} s) on moto "
+        f"{metadata.version('moto')}'s S3 server behind a proxy holding every request {args.latency_ms:g} ms; "
+        f"{args.repeat} rounds, each figure the best; whole processes from exec, empty object cache.\n\n"
+        "| what | best s | median (min–max) s | peak RSS MiB (max) |\n|---|---|---|---|\n"
+        f"| `triage scan --json {URL}`: the whole scan | {min(scans):.2f} | {record.spread(scans)} "
+        f"| {max(peaks):.0f} |\n"
+        f"| first rows: a Watcher as the TUI starts one, exec to its first update holding a run "
+        f"| {best_rows['first_rows_s']:.2f} | {record.spread([r['first_rows_s'] for r in rows_at])} | |\n"
+        f"| `triage scan --json TREE` (the same runs on local disk, no proxy) | {min(locals_):.2f} "
+        f"| {record.spread(locals_)} | |\n\n"
+        f"Requests of the whole scan, at the proxy: {scan_counts.total_requests():,} ({kinds_text(scan_kinds)}); "
+        f"shard objects read: {scan_kinds.get('GET shard', 0)} of {shard_keys:,}. "
+        f"The idle poll after the first rows (nothing changed): {best_rows['idle_requests']:,} requests "
+        f"({kinds_text(best_rows['idle_kinds'])}), {best_rows['idle_object_bytes']:,} object bytes, "
+        f"{best_rows['idle_poll_s']:.2f} s."
+    )
+    rows = [
+        {
+            "what": f"a bucket at {args.latency_ms:g} ms a request, {args.runs} runs × {args.shards}-shard checkpoints",
+            "runs": args.runs,
+            "shards": args.shards,
+            "latency_ms": args.latency_ms,
+            "objects": objects,
+            "scan_s": min(scans),
+            "scan_rss_mib": max(peaks),
+            "first_rows_s": best_rows["first_rows_s"],
+            "local_scan_s": min(locals_),
+            "scan_requests": scan_counts.total_requests(),
+            "scan_kinds": scan_kinds,
+            "idle_requests": best_rows["idle_requests"],
+            "idle_object_bytes": best_rows["idle_object_bytes"],
+            "triage": {
+                "name": "triage",
+                "label": f"`triage scan --json {URL}` at {args.latency_ms:g} ms a request",
+                "seconds": min(scans),
+                "rss_mib": max(peaks),
+            },
+        }
+    ]
+    run.save(f"A bucket at {args.latency_ms:g} ms a request", table, rows, notes=args.note)
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
