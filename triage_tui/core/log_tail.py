@@ -167,3 +167,44 @@ class LogTail:
             self._skipping, rest = False, b""
             self.dropped += 1
         return [rest.decode("utf-8", "replace")] if rest else []
+
+
+class LogPass:
+    """One pass over a followed file: its lines a chunk at a time, up to the size the file had when
+    the pass began plus ``growth_bytes`` of what was written while it read. A file not written to is
+    read whole, whatever its size; one growing faster than it is parsed cannot keep the pass from
+    returning: the pass stops, ``cut_short`` says so, and the next pass continues where it stopped.
+    A file found replaced or truncated ends the pass too (the next one reads the new file)."""
+
+    def __init__(self, tail: LogTail, growth_bytes: int) -> None:
+        self.tail = tail
+        self.growth = growth_bytes
+        self.end: int | None = None  # the offset the pass reads to, from the size at its first poll
+        self._restarts = tail.restarts
+        self._more = True
+
+    def poll(self, max_bytes: int) -> list[str]:
+        """The next chunk's complete lines, at most ``max_bytes`` and never past the pass's end."""
+        tail = self.tail
+        if self.end is not None:
+            max_bytes = max(1, min(max_bytes, self.end - tail.offset))
+        lines = tail.poll(max_bytes)
+        if self.end is None:
+            self.end = tail.size + self.growth
+        self._more = bool(tail.bytes_read) and tail.offset < self.end and tail.restarts == self._restarts
+        return lines
+
+    @property
+    def more(self) -> bool:
+        """Whether the pass reads on after the last chunk."""
+        return self._more
+
+    def cut_short(self) -> str | None:
+        """One line when the pass stopped at its end with more of the file there, else None."""
+        tail = self.tail
+        if self.end is None or tail.offset < self.end or tail.size <= tail.offset:
+            return None
+        return (
+            f"read up to byte {tail.offset:,} of {tail.size:,}: the file grew faster than it was read; "
+            "the rest is read by the next pass"
+        )
