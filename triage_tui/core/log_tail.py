@@ -180,6 +180,7 @@ class LogPass:
         self.tail = tail
         self.growth = growth_bytes
         self.end: int | None = None  # the offset the pass reads to, from the size at its first poll
+        self.bytes_read = 0  # by the pass so far: 0 means it found nothing new
         self._restarts = tail.restarts
         self._more = True
 
@@ -189,6 +190,7 @@ class LogPass:
         if self.end is not None:
             max_bytes = max(1, min(max_bytes, self.end - tail.offset))
         lines = tail.poll(max_bytes)
+        self.bytes_read += tail.bytes_read
         if self.end is None:
             self.end = tail.size + self.growth
         self._more = bool(tail.bytes_read) and tail.offset < self.end and tail.restarts == self._restarts

@@ -97,7 +97,7 @@ class ConsoleFile:
                 self._line(line, out)
             if not read.more:
                 self.cut_short = read.cut_short()
-                self._settle(out, quiet=not tail.bytes_read or self._written_long_ago())
+                self._settle(out, quiet=not read.bytes_read or self._written_long_ago())
             if out:
                 yield out
             if not read.more:
