@@ -204,9 +204,15 @@ class LogPass:
     def cut_short(self) -> str | None:
         """One line when the pass stopped at its end with more of the file there, else None."""
         tail = self.tail
-        if self.end is None or tail.offset < self.end or tail.size <= tail.offset:
+        if self.end is None or tail.offset < self.end:
+            return None
+        try:
+            size = max(tail.size, os.stat(tail.path).st_size)  # it may have grown since the last chunk's stat
+        except OSError:
+            size = tail.size
+        if size <= tail.offset:
             return None
         return (
-            f"read up to byte {tail.offset:,} of {tail.size:,}: the file grew faster than it was read; "
+            f"read up to byte {tail.offset:,} of {size:,}: the file grew faster than it was read; "
             "the rest is read by the next pass"
         )
