@@ -108,3 +108,60 @@ def test_scan_returns_with_a_prefix_of_a_serving_log_growing_faster_than_it_is_r
     (status,) = json.loads(again.stdout)["runs"]
     assert not [note for note in status["serving"]["notes"] if _READ_UP_TO.search(note)]
     assert status["serving"]["acceptance_length"] == pytest.approx(full_mean, rel=1e-9)
+
+
+CONSOLE_MB_PER_SEC = 10  # several times what the console parser reads a second here
+CONSOLE_BOUND_SECS = 10.0  # one poll returns within this (about 2 s here)
+
+
+def _console_writer(log: Path, rest: str) -> subprocess.Popen:
+    """A child appending SpecForge's step lines (steps 1, 2, ...: ``rest`` is what follows "step N: ")
+    paced to CONSOLE_MB_PER_SEC; prints "started" after its first block."""
+    source = textwrap.dedent(
+        f"""
+        import time
+        rest, step, written = {rest!r}, 1, 0
+        start = time.monotonic()
+        with open({str(log)!r}, "ab", buffering=0) as out:
+            while time.monotonic() - start < {CONSOLE_BOUND_SECS + 20}:
+                written += out.write("".join(f"step {{s}}: {{rest}}" for s in range(step, step + 10000)).encode())
+                if step == 1:
+                    print("started", flush=True)
+                step += 10000
+                time.sleep(max(0.0, written / ({CONSOLE_MB_PER_SEC} * 1e6) - (time.monotonic() - start)))
+        """
+    )
+    return subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_console_growing_faster_than_it_is_read_gives_a_prefix_then_every_step(tmp_path):
+    from triage_tui.core.console.reader import ConsoleLogs
+
+    log = tmp_path / "train.log"
+    rest = specforge_lines([(1, {"loss": 5.25, "acc": 0.5})]).removeprefix("step 1: ")
+    writer = _console_writer(log, rest)
+    logs = ConsoleLogs()
+    logs.set_files([log])
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
+        began = time.monotonic()
+        logs.poll()
+        took = time.monotonic() - began
+        still_writing = writer.poll() is None
+    finally:
+        writer.terminate()
+        writer.wait()
+    assert took < CONSOLE_BOUND_SECS, f"a poll took {took:.1f} s"
+    assert still_writing, "the writer stopped before the poll returned: the log was not growing throughout"
+    steps = logs.scalars.series["loss"].steps.tolist()
+    assert steps == list(range(1, len(steps) + 1))  # a prefix: every step up to the last one read
+    written = [int(m) for m in re.findall(rb"^step (\d+): ", log.read_bytes(), re.M)]
+    assert written == list(range(1, len(written) + 1)) and len(steps) < len(written)
+    (note,) = logs.notes()
+    assert _READ_UP_TO.search(note), note
+
+    # The writer has stopped: the next poll reads the rest, every step written.
+    logs.poll()
+    assert logs.scalars.series["loss"].steps.tolist() == written
+    assert not any(_READ_UP_TO.search(note) for note in logs.notes())
