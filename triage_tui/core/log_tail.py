@@ -3,7 +3,10 @@
 The one follower of text logs: engine logs and JSONL sources (``core/serving/``) and training
 consoles (``core/console/``) read through it. Each poll reads only the bytes appended since the
 last one (at most the caller's bound), returns the complete lines among them and keeps an
-unterminated last line until its terminator arrives.
+unterminated last line until its terminator arrives. ``LogPass`` is one pass of a reader that reads
+on chunk after chunk (a console poll, ``scan``'s read of a serving log): it ends at the size the
+file had when it began plus a growth budget, so a file growing faster than it is parsed cannot
+keep it from returning.
 
 ``split_cr``: a carriage return ends a line as a newline does. Progress bars (tqdm) redraw one
 terminal line with ``\\r`` and write no newline for as long as they run; in a file every redraw
