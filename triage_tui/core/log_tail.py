@@ -3,7 +3,10 @@
 The one follower of text logs: engine logs and JSONL sources (``core/serving/``) and training
 consoles (``core/console/``) read through it. Each poll reads only the bytes appended since the
 last one (at most the caller's bound), returns the complete lines among them and keeps an
-unterminated last line until its terminator arrives.
+unterminated last line until its terminator arrives. ``LogPass`` is one pass of a reader that reads
+on chunk after chunk (a console poll, ``scan``'s read of a serving log): it ends at the size the
+file had when it began plus a growth budget, so a file growing faster than it is parsed cannot
+keep it from returning.
 
 ``split_cr``: a carriage return ends a line as a newline does. Progress bars (tqdm) redraw one
 terminal line with ``\\r`` and write no newline for as long as they run; in a file every redraw
@@ -167,3 +170,52 @@ class LogTail:
             self._skipping, rest = False, b""
             self.dropped += 1
         return [rest.decode("utf-8", "replace")] if rest else []
+
+
+class LogPass:
+    """One pass over a followed file: its lines a chunk at a time, up to the size the file had when
+    the pass began plus ``growth_bytes`` of what was written while it read. A file not written to is
+    read whole, whatever its size; one growing faster than it is parsed cannot keep the pass from
+    returning: the pass stops, ``cut_short`` says so, and the next pass continues where it stopped.
+    A file found replaced or truncated ends the pass too (the next one reads the new file)."""
+
+    def __init__(self, tail: LogTail, growth_bytes: int) -> None:
+        self.tail = tail
+        self.growth = growth_bytes
+        self.end: int | None = None  # the offset the pass reads to, from the size at its first poll
+        self.bytes_read = 0  # by the pass so far: 0 means it found nothing new
+        self._restarts = tail.restarts
+        self._more = True
+
+    def poll(self, max_bytes: int) -> list[str]:
+        """The next chunk's complete lines, at most ``max_bytes`` and never past the pass's end."""
+        tail = self.tail
+        if self.end is not None:
+            max_bytes = max(1, min(max_bytes, self.end - tail.offset))
+        lines = tail.poll(max_bytes)
+        self.bytes_read += tail.bytes_read
+        if self.end is None:
+            self.end = tail.size + self.growth
+        self._more = bool(tail.bytes_read) and tail.offset < self.end and tail.restarts == self._restarts
+        return lines
+
+    @property
+    def more(self) -> bool:
+        """Whether the pass reads on after the last chunk."""
+        return self._more
+
+    def cut_short(self) -> str | None:
+        """One line when the pass stopped at its end with more of the file there, else None."""
+        tail = self.tail
+        if self.end is None or tail.offset < self.end:
+            return None
+        try:
+            size = max(tail.size, os.stat(tail.path).st_size)  # it may have grown since the last chunk's stat
+        except OSError:
+            size = tail.size
+        if size <= tail.offset:
+            return None
+        return (
+            f"read up to byte {tail.offset:,} of {size:,}: the file grew faster than it was read; "
+            "the rest is read by the next pass"
+        )

@@ -42,7 +42,7 @@ from typing import TypeVar
 from triage_tui.core.console import hf_trainer, specforge, speculators, tuning
 from triage_tui.core.console.lines import plain, progress, split_rank, stray_controls
 from triage_tui.core.console.record import SPECFORGE, ConsoleRecord, Damaged
-from triage_tui.core.log_tail import LogTail
+from triage_tui.core.log_tail import LogPass, LogTail
 
 _RANK_LOCAL_PREFIX = "perf/"  # SpecForge's per-rank timings
 _WANDB_DIR = "wandb: Run data is saved locally in "
@@ -60,6 +60,7 @@ class ConsoleFile:
         self.other_rank_lines = 0
         self.rank: int | None = None  # the rank whose lines are read (None: no rank prefixes seen)
         self.wandb_dirs: list[str] = []  # where W&B said it keeps the run, as printed (untrusted)
+        self.cut_short: str | None = None  # the last poll stopped before the file's end: why
         self._damaged = 0
         self._saw_rank0 = False
         self._after_clear = False  # the last non-empty line was a bar's clear (spaces only)
@@ -80,27 +81,26 @@ class ConsoleFile:
     def poll(self) -> Iterator[list[ConsoleRecord]]:
         """The records appended since the last poll, a chunk of at most ``tuning.MAX_READ_BYTES`` at a
         time (the caller places each before the next is read: memory follows the chunk, not the
-        file), up to the file's size when the poll began: a file that grows faster than it is read
-        cannot keep a poll from returning, and one poll reads all that was there.
+        file), up to the file's size when the poll began and at most ``tuning.MAX_PASS_GROWTH_BYTES``
+        of what was written since (``log_tail.LogPass``): a file that grows faster than it is read
+        cannot keep a poll from returning (``cut_short`` says so), and one poll reads all that was there.
 
         A record that waits on what comes after it (an HF dict on the bar drawn after it, a Rich
         record on its wrapped lines) is settled at the end of a poll that found nothing new, or
         whose file has not been written for ``tuning.SETTLED_SECS``: the end of a finished log is
         read by one poll, a live one's waits for its next line."""
         tail = self.tail
-        restarts, end = tail.restarts, None
+        read = LogPass(tail, tuning.MAX_PASS_GROWTH_BYTES)
         while True:
             out: list[ConsoleRecord] = []
-            for line in tail.poll(tuning.MAX_READ_BYTES):
+            for line in read.poll(tuning.MAX_READ_BYTES):
                 self._line(line, out)
-            if end is None:
-                end = tail.size
-            more = bool(tail.bytes_read) and tail.offset < end and tail.restarts == restarts
-            if not more:
-                self._settle(out, quiet=not tail.bytes_read or self._written_long_ago())
+            if not read.more:
+                self.cut_short = read.cut_short()
+                self._settle(out, quiet=not read.bytes_read or self._written_long_ago())
             if out:
                 yield out
-            if not more:
+            if not read.more:
                 return
 
     def _written_long_ago(self) -> bool:

@@ -239,6 +239,8 @@ class ConsoleLogs:
                 parts.append(f"{console.other_rank_lines} line(s) of other ranks skipped")
             if console.unknown_lines:
                 parts.append(f"{console.unknown_lines} line(s) of no known format ignored")
+            if console.cut_short is not None:
+                parts.append(console.cut_short)
             if parts:
                 lines.append(f"{path.name}: " + "; ".join(parts))
         return tuple(lines)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from triage_tui.core import bounds
-from triage_tui.core.log_tail import LogTail
+from triage_tui.core.log_tail import LogPass, LogTail
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
@@ -46,21 +47,29 @@ class JsonLinesSource:
         self.lines = 0
         self.skipped = 0
         self.impossible: str | None = None
+        self.cut_short: str | None = None  # the last one-shot read stopped before the file's end: why
         self._evidence: ServingEvidence | None = None
 
     def poll(self) -> ServingPoll:
         changed = False
+        read = LogPass(self.tail, tuning.MAX_PASS_GROWTH_BYTES)  # a one-shot read: as ServingLog.poll
         while self.impossible is None:
-            lines = self.tail.poll(tuning.MAX_READ_BYTES)
+            lines = read.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:
                 lines += self.tail.flush()
             changed |= self._take(lines)
-            if not self.to_end or not self.tail.bytes_read:
+            if not self.to_end or not read.more:
                 break
+        cut = read.cut_short() if self.to_end else None
+        if cut != self.cut_short:
+            self.cut_short, changed = cut, True
         if self.impossible is not None:
             return ServingPoll(None, (source_error(self.location, self.impossible),))
         if changed and self._has_taken():
-            self._evidence = self._pooled()
+            pooled = self._pooled()
+            if self.cut_short is not None:
+                pooled = replace(pooled, notes=(*pooled.notes, self.cut_short))
+            self._evidence = pooled
         return ServingPoll(self._evidence)
 
     def _take(self, lines: Sequence[str]) -> bool:

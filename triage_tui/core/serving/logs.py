@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from triage_tui.core import bounds
-from triage_tui.core.log_tail import LogTail
+from triage_tui.core.log_tail import LogPass, LogTail
 from triage_tui.core.serving import tuning
 from triage_tui.core.serving.evidence import ServingEvidence, ServingSample
 from triage_tui.core.serving.source import Following, ServingPoll, source_error
@@ -221,26 +221,32 @@ class ServingLog:
         self.lines = 0  # complete lines read so far: the line number of an error
         self.impossible: str | None = None
         self.forced: ForcedAcceptance | None = None  # the first forced-acceptance setting seen
+        self.cut_short: str | None = None  # the last one-shot read stopped before the file's end: why
         self._evidence: ServingEvidence | None = None
 
     def poll(self) -> ServingPoll:
         """The evidence so far: the same object as last time when the log gave nothing new.
 
         One poll reads at most tuning.MAX_READ_BYTES (the TUI catches up over a few polls); a
-        one-shot follower (``scan``, ``check``) reads on to the end of the file.
+        one-shot follower (``scan``, ``check``) reads on to the size the file had when the poll
+        began (``log_tail.LogPass``): a note says when it grew faster than it was read.
         """
         if self.impossible is not None:
             return ServingPoll(None, (source_error(self.location, self.impossible),))
         changed = False
+        read = LogPass(self.tail, tuning.MAX_PASS_GROWTH_BYTES)
         while True:
-            lines = self.tail.poll(tuning.MAX_READ_BYTES)
+            lines = read.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:
                 lines += self.tail.flush()  # the last line of a finished log may lack its newline
             changed |= self._take(lines)
             if self.impossible is not None:
                 return ServingPoll(None, (source_error(self.location, self.impossible),))
-            if not self.to_end or not self.tail.bytes_read:
+            if not self.to_end or not read.more:
                 break
+        cut = read.cut_short() if self.to_end else None
+        if cut != self.cut_short:
+            self.cut_short, changed = cut, True
         if changed or (self._evidence is None and (self.engine or self.forced) is not None):
             self._evidence = self.evidence()
         errors = () if self.path.exists() else (source_error(self.location, "no such file (yet)"),)
@@ -284,6 +290,8 @@ class ServingLog:
         if self.tail.dropped:
             notes.append(f"{self.tail.dropped} line(s) over {self.tail.line_limit >> 10} KiB dropped unread")
         notes.extend(rates_disagree(self.samples))
+        if self.cut_short is not None:
+            notes.append(self.cut_short)
         evidence = pool_samples(engine, self.location, self.samples, notes)
         # A setting for the other engine is another server's: it does not force this log's figures.
         if self.forced is not None and self.forced.engine == engine:
