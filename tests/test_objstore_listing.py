@@ -13,7 +13,6 @@ from builders.object_store import upload_tree
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
 from triage_tui.core.runs.remote import Mirrors
-from triage_tui.core.watch import Watcher
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 
@@ -50,15 +49,15 @@ def _listing_bytes(counts) -> int:
 
 def test_an_idle_poll_lists_no_shard_key_and_sends_requests_independent_of_the_shards(any_bucket, sharded_run):
     mirrors = Mirrors()
+    mirrors.polls.rescan_secs = 0.0  # each sync lists, as a rescan every few seconds does
     root = mirrors.local(sharded_run)
-    watcher = Watcher([root], use_watchdog=False, rescan_interval=0.0, mirrors=mirrors)
     any_bucket.proxy.reset_counts()
-    assert watcher.poll_once()
+    assert mirrors.sync() == []  # a one-shot command's pass: it waits for every fetch
     first = any_bucket.proxy.reset_counts()
-    assert first.total_requests() >= 3  # the checkpoint listed once, whole, with the rest
+    assert _listing_bytes(first) > 100 * 1024  # the checkpoint listed once, whole, with the rest
     assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS
     for _ in range(2):
-        watcher.poll_once()
+        assert mirrors.sync() == []
         idle = any_bucket.proxy.reset_counts()
         # no page names a shard (one that does is ~300 KB): "team/" and "team/run/" listed with a
         # delimiter name the checkpoint, none of its 2 001 keys
@@ -70,16 +69,16 @@ def test_an_idle_poll_lists_no_shard_key_and_sends_requests_independent_of_the_s
 
 def test_what_arrives_beside_a_kept_checkpoint_is_found_by_the_next_poll(any_bucket, sharded_run, tmp_path):
     mirrors = Mirrors()
+    mirrors.polls.rescan_secs = 0.0  # each sync lists, as a rescan every few seconds does
     root = mirrors.local(sharded_run)
-    watcher = Watcher([root], use_watchdog=False, rescan_interval=0.0, mirrors=mirrors)
-    watcher.poll_once()
-    watcher.poll_once()  # walking now
+    mirrors.sync()
+    mirrors.sync()  # walking now
     later = tmp_path / "later"
     (later / "checkpoint-200").mkdir(parents=True)
     (later / "checkpoint-200" / "trainer_state.json").write_text('{"global_step": 200, "log_history": []}')
     write_scalars(later / "other", {"train/loss": [(1, 10.4)]})
     upload_tree(any_bucket.writer, any_bucket.name, "team/run", later)
-    watcher.poll_once()
+    assert mirrors.sync() == []
     assert (root / "run" / "checkpoint-200" / "trainer_state.json").is_file()
     assert any((root / "run" / "other").glob("events.out.tfevents.*"))
     assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS
