@@ -159,7 +159,8 @@ def bucket_latency_section() -> list[str]:
         f"| the same scan on local disk (no proxy) | {seconds(row['local_scan_s'])} |",
         "",
         f"The scan sent {row['scan_requests']:,} requests and read {shards} shard objects; an idle poll sent",
-        f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes.",
+        f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes"
+        + (f", its listings {row['idle_listing_bytes']:,} bytes." if "idle_listing_bytes" in row else "."),
     ]
     return lines
 

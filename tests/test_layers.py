@@ -187,11 +187,13 @@ REMAP = [
 OBJSTORE = [
     ("core.objstore.polls",),
     ("core.objstore.mirror",),
+    ("core.objstore.levels",),
     ("core.objstore.sparse",),
     ("core.objstore.follow", "core.objstore.cache", "core.objstore.cost"),
     ("core.objstore.store",),
     ("core.objstore.budget",),
     ("core.objstore.url", "core.objstore.tuning", "core.objstore.scratch", "core.objstore.deferred"),
+    ("core.objstore.failures",),
 ]
 CONSOLE = [
     ("core.console.reader", "core.console.view"),

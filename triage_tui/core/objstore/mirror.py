@@ -6,7 +6,8 @@ files a scan opens; from the cache when it holds that ETag), or left a placehold
 of the object's size with no byte fetched: weights, which discovery recognises by name and size
 alone and the checks fetch by range, ``sparse``), or left a placeholder fetched whole when a reader
 first opens it (``deferred``: what a layout says no scan reads). A pass over an unchanged prefix sends the
-listing's requests and nothing else. The local files carry the objects' last-modified times, so
+listing's requests and nothing else (the directories a layout says are written once are listed
+once: ``levels``). The local files carry the objects' last-modified times, so
 the clock-based flags see the upload times.
 
 A pass spends within its budget (``objstore.budget``): its listing holds at most
@@ -38,6 +39,7 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.objstore import budget, deferred, tuning
 from triage_tui.core.objstore.cache import ObjectCache, default_cache
 from triage_tui.core.objstore.follow import ObjectFollower, read_range
+from triage_tui.core.objstore.levels import LevelListing
 from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, store_for
 from triage_tui.core.objstore.url import ObjectURL
 
@@ -147,7 +149,11 @@ class PrefixMirror:
     # Which of the listed relative paths the policy reads whole are only fetched when a reader opens
     # them (``objstore.deferred``): a layout's files that no scan reads (runs/remote.py).
     defer: Callable[[Collection[str]], frozenset[str]] | None = None
+    # Which directories (relative paths) a layout says are written once: listed once, then kept
+    # while their parent names them (``objstore.levels``).
+    written_once: Callable[[str], bool] | None = None
     store: Store = field(init=False)
+    _listing: LevelListing = field(init=False)
     cache: ObjectCache | None = field(init=False)
     _known: dict[str, _Local] = field(default_factory=dict, init=False)
     # The fetches under way, by relative path: each object is fetched by one task at a time.
@@ -158,6 +164,7 @@ class PrefixMirror:
         self.store = store_for(self.url)
         self._pool = budget.RequestPool(tuning.FETCH_THREADS)  # daemon threads: never hold an exit
         self.cache = default_cache()
+        self._listing = LevelListing(self.store, self.url.prefix(), self.written_once or (lambda _: False))
         if not self.root.is_file():  # a file's URL mirrored before in this process: its object is there
             self.root.mkdir(parents=True, exist_ok=True)
 
@@ -168,7 +175,7 @@ class PrefixMirror:
         prefix = self.url.prefix()
         # the listing under its own deadline (tuning.LIST_DEADLINE_SECS), the fetches under the pass's
         with budget.spending(budget.PassBudget(math.inf, 0, self.stop)):
-            listing = self.store.listing(prefix) if self.only_key is None else self._only_object()
+            listing = self._listing.listing() if self.only_key is None else self._only_object()
         spending = budget.PassBudget.starting_now(self.stop)
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from triage_tui.core.errors import BadInput
 from triage_tui.core.objstore import budget, tuning
 from triage_tui.core.objstore.budget import KeySink
+from triage_tui.core.objstore.failures import classify, redact
 from triage_tui.core.objstore.url import ObjectURL, parse_url
 
 if TYPE_CHECKING:
@@ -56,12 +56,6 @@ T = TypeVar("T")
 
 # Which extra brings which scheme's client (pyproject.toml [project.optional-dependencies]).
 EXTRA_FOR_SCHEME = {"s3": "s3", "gs": "gcs"}
-_STATUS = re.compile(r"status code: (\d{3})")
-_CODE = re.compile(r"<Code>([A-Za-z0-9]{1,64})</Code>")
-# A try that failed this way is worth another (RFC 9110 section 15.6: 5xx; 429 Too Many Requests;
-# S3's own SlowDown is a 503).
-_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-_TRANSIENT_WORDS = ("timed out", "timeout", "error sending request", "connection", "reset by peer", "broken pipe")
 
 
 @dataclass(frozen=True)
@@ -112,18 +106,6 @@ class _Client(Protocol):
     def put(self, key: str, path: str) -> None: ...
 
 
-class _Failure(Exception):
-    """One try's failure: ``retry`` when another try may succeed, ``missing`` for a 404,
-    ``bad_key`` for a listing page holding a key the client cannot represent."""
-
-    def __init__(
-        self, line: str, *, retry: bool = False, missing: bool = False, bad_key: bool = False, silent: bool = False
-    ) -> None:
-        super().__init__(line)
-        self.line, self.retry, self.missing, self.bad_key = line, retry, missing, bad_key
-        self.silent = silent  # no answer came (a timeout, a dropped connection): the server said nothing
-
-
 class ObjectMissing(BadInput):
     """The object or prefix is not in the bucket (404): a deleted run, not a broken one."""
 
@@ -136,52 +118,6 @@ class Unanswered(BadInput):
 class UnlistableKey(BadInput):
     """A listing page holds a key the client cannot represent (object_store's paths refuse empty,
     "." and ".." segments and control characters): the page fails as a whole."""
-
-
-# A URL's user information (``http://user:password@host``): what an endpoint's credentials look like
-# inside a client's error text, which names the URL it requested.
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
-# Environment variables whose values are secrets (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-# AZURE_STORAGE_ACCOUNT_KEY, a password): never shown, wherever a client's text repeats one.
-_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|_KEY$|^AZURE_STORAGE_SAS")
-_MIN_SECRET_CHARS = 12  # shorter values would blank ordinary words (an AWS secret key has 40)
-
-
-def redact(text: str) -> str:
-    """``text`` without an endpoint's user and password or any secret value of the environment."""
-    text = _USERINFO.sub(r"\1***@", text)
-    for name, value in os.environ.items():
-        if len(value) >= _MIN_SECRET_CHARS and _SECRET_NAME.search(name.upper()) and value in text:
-            text = text.replace(value, "***")
-    return text
-
-
-def _classify(err: BaseException) -> _Failure:
-    """Any client's exception as one line, retryable or not (no client type leaks past here), its
-    credentials taken out (``redact``)."""
-    text = redact(str(err))
-    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    if isinstance(err, FileNotFoundError):
-        return _Failure("not found", missing=True)
-    if "invalid path" in first.lower():  # object_store's InvalidPath, raised while parsing a listing
-        return _Failure(f"a key here cannot be read by the client: {first[:200]}", bad_key=True)
-    if isinstance(err, PermissionError) or type(err).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
-        return _Failure(f"access denied: {first[:200]}")
-    status = _STATUS.search(text)
-    code = _CODE.search(text)
-    if status:
-        n = int(status.group(1))
-        if n == 404:
-            return _Failure("not found", missing=True)
-        return _Failure(f"server answered {n}" + (f" {code.group(1)}" if code else ""), retry=n in _RETRY_STATUS)
-    response = getattr(err, "response", None)
-    if isinstance(response, dict):  # s3fs re-raises some botocore ClientErrors as they are
-        n = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        return _Failure(f"server answered {n}", retry=n in _RETRY_STATUS)
-    lowered = text.lower()
-    if isinstance(err, TimeoutError) or any(word in lowered for word in _TRANSIENT_WORDS):
-        return _Failure(f"no answer: {first[:200]}", retry=True, silent=True)
-    return _Failure(first[:200])
 
 
 def _epoch(value: Any) -> float:
@@ -419,6 +355,8 @@ class Store:
                 raise _missing_extra(url, err) from None
         except ValueError as err:  # an fsspec protocol nobody registered, a malformed bucket
             raise BadInput(url.text, redact(str(err)).splitlines()[0][:200] if str(err) else "cannot open") from None
+        # obstore lists one directory level with a delimiter (``directory``); fsspec's find does not
+        self.lists_by_level = isinstance(self._client, _Obstore)
 
     def url(self, key: str) -> str:
         return f"{self.scheme}://{self.bucket}/{key}"
@@ -455,7 +393,7 @@ class Store:
             try:
                 result = future.result()
             except Exception as err:  # noqa: BLE001 - every client error becomes one line on its URL
-                failure = _classify(err)
+                failure = classify(err)
             else:
                 self._heard(True, sent)
                 return result
@@ -556,7 +494,7 @@ class Store:
             if raw or stopped:
                 return raw, [], stopped
             try:
-                objects, subdirs = self._call(prefix, lambda: self._client.list_dir(prefix))
+                objects, subdirs = self.directory(prefix)
             except UnlistableKey:
                 return [], [(prefix, err.what)], ""
         unreadable: list[tuple[str, str]] = []
@@ -568,6 +506,20 @@ class Store:
                 unreadable += bad
                 stopped = stopped or stopped_below
         return objects, unreadable, stopped
+
+    def directory(self, prefix: str) -> tuple[list[ObjectMeta], list[str]]:
+        """One level of ``prefix`` (ListObjectsV2 with Delimiter "/"): its objects, and the prefixes
+        of the directories below it (each ending in "/"), none of their keys listed."""
+
+        def once() -> tuple[list[ObjectMeta], list[str]]:
+            objects, subdirs = self._client.list_dir(prefix)
+            pages = max(1, -(-(len(objects) + len(subdirs)) // 1000))  # the client pages inside
+            with self._lock:
+                self.stats.requests += pages - 1
+                self.stats.lists += pages
+            return objects, subdirs
+
+        return self._call(prefix, once, deadline_secs=tuning.LIST_DEADLINE_SECS, probe=True)
 
     def head(self, key: str) -> ObjectMeta:
         """The object's metadata (one HEAD); ObjectMissing when it is not there."""

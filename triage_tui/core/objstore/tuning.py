@@ -65,6 +65,9 @@ FOLLOW_MAX_BYTES = 4 << 30
 MAX_LISTED_KEYS = 1_000_000
 # A listing of many pages (one per 1 000 keys) runs under this deadline, not one request's.
 LIST_DEADLINE_SECS = 120.0
+# A checkpoint directory whose newest object is at least this old (seconds) is taken as written:
+# listed no more while its parent names it (objstore/levels.py); a younger one may be mid-upload.
+SETTLED_SECS = 600.0
 # Requests in flight at once, to all buckets together (objstore/budget.py's RequestPool).
 MAX_IN_FLIGHT = 32
 # A store that has answered no request for this long while asked (every try timing out) is not

@@ -95,11 +95,21 @@ def fetched_when_read(relatives: Collection[str]) -> frozenset[str]:
     )
 
 
+def written_once(directory: str) -> bool:
+    """Whether a layout says ``directory`` (relative to the mirrored prefix) is written once and
+    holds only what the mirror leaves to a reader: a checkpoint's (HF ``checkpoint-N/``, SpecForge's
+    ``epoch_E_step_S/`` and ``<run>-stepN/``), listed once then kept (``objstore.levels``)."""
+    name = directory.rsplit("/", 1)[-1]
+    return bool(HF_CHECKPOINT_DIR.match(name) or SPECFORGE_EPOCH_STEP_DIR.match(name) or SPECFORGE_STEP_DIR.match(name))
+
+
 def mirror_runs(url: str, root: Path, stop: threading.Event | None = None) -> PrefixMirror:
     """A mirror of the run tree at ``url`` under ``root``, fetching as ``fetch_policy`` says (and
     ``fetched_when_read``); ``sync()`` it once per rescan (each pass ends at once when ``stop`` is
     set). ValueError when ``url`` is not an object-store URL."""
-    return PrefixMirror(parse_url(url), root, fetch_policy, stop=stop, defer=fetched_when_read)
+    return PrefixMirror(
+        parse_url(url), root, fetch_policy, stop=stop, defer=fetched_when_read, written_once=written_once
+    )
 
 
 # --- the command line's URLs, as local trees --------------------------------------------------

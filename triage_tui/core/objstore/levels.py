@@ -1,0 +1,165 @@
+"""A prefix's listing that lists the directories a layout says are written once (a checkpoint's:
+shards, and files fetched when a check opens them) once, and never again while they are there.
+
+The first pass lists the prefix whole (pages of 1 000 keys: the fewest requests). From what it
+found, the directories a layout names (``written_once``: an HF ``checkpoint-N/``, a SpecForge
+``epoch_E_step_S/``) whose newest object is older than ``tuning.SETTLED_SECS`` (an upload that
+may still be under way is listed again) are kept as listed. A later pass walks down one level
+at a time (a listing with the delimiter "/", ``Store.directory``) through the directories above
+such a directory, takes a kept directory's objects from what it kept while its parent's listing
+still names it, and lists every other directory below whole. An idle pass then lists no key of a
+checkpoint, and sends one request per directory above a checkpoint (a run's) and one per other
+directory below those (an event-file folder), whatever the shards. A walk is taken only when it
+sends no more requests than the whole listing would (a few runs with small checkpoints are
+cheaper listed whole: their keys then come back with the pages).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+from functools import partial
+
+from triage_tui.core.objstore import budget, tuning
+from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, UnlistableKey
+
+PAGE_KEYS = 1000  # keys in one listing page (ListObjectsV2's MaxKeys default; GCS's too)
+
+
+def _parent(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+@dataclass
+class LevelListing:
+    """The listing of ``prefix`` in ``store``; ``written_once(directory)`` (a path relative to
+    ``prefix``, no trailing "/"): whether a layout says that directory is written once."""
+
+    store: Store
+    prefix: str
+    written_once: Callable[[str], bool]
+    # The directories kept as listed (relative to prefix) -> their objects.
+    _kept: dict[str, tuple[ObjectMeta, ...]] = field(default_factory=dict, init=False)
+    _above: frozenset[str] = field(default=frozenset(), init=False)  # the directories above a kept one ("" too)
+    _walk_requests: int = field(default=0, init=False)  # what a walk would send, from the last pass
+    _whole_requests: int = field(default=0, init=False)  # what a whole listing would send
+    _pool: budget.RequestPool = field(init=False)
+    walked: bool = field(default=False, init=False)  # the last pass walked (for the tests and the benchmark)
+
+    def __post_init__(self) -> None:
+        self._pool = budget.RequestPool(tuning.FETCH_THREADS)
+
+    def listing(self) -> Listing:
+        self.walked = bool(self._kept) and self.store.lists_by_level and self._walk_requests <= self._whole_requests
+        found = self._walk() if self.walked else self.store.listing(self.prefix)
+        if not found.stopped and not found.unreadable:
+            self._learn(found.objects)
+        else:  # a partial listing teaches nothing: the next pass lists whole
+            self._kept, self._above = {}, frozenset()
+        return found
+
+    def _rel(self, key: str) -> str:
+        return key[len(self.prefix) :]
+
+    def _learn(self, objects: tuple[ObjectMeta, ...]) -> None:
+        """Which directories to keep, and what a walk and a whole listing would cost next time."""
+        groups: dict[str, list[ObjectMeta]] = {}
+        for meta in objects:
+            parts = self._rel(meta.key).split("/")[:-1]
+            for depth in range(len(parts)):  # the outermost directory a layout says is written once
+                directory = "/".join(parts[: depth + 1])
+                if self.written_once(directory):
+                    groups.setdefault(directory, []).append(meta)
+                    break
+        settled_before = time.time() - tuning.SETTLED_SECS
+        self._kept = {d: tuple(ms) for d, ms in groups.items() if max(m.mtime for m in ms) <= settled_before}
+        above = {""}
+        for directory in self._kept:
+            parts = directory.split("/")
+            above.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        self._above = frozenset(above)
+        whole_below: set[str] = set()  # the directories a walk lists whole
+        for meta in objects:
+            rel = self._rel(meta.key)
+            if self._kept_on_path(rel):
+                continue
+            directory = _parent(rel)
+            while directory not in self._above:
+                child, directory = directory, _parent(directory)
+                if directory in self._above:
+                    whole_below.add(child)
+        self._walk_requests = len(self._above) + len(whole_below)
+        self._whole_requests = max(1, -(-len(objects) // PAGE_KEYS))
+
+    def _kept_on_path(self, rel: str) -> list[str]:
+        parts = rel.split("/")[:-1]
+        return [d for d in ("/".join(parts[: i + 1]) for i in range(len(parts))) if d in self._kept]
+
+    def _key(self, directory: str) -> str:
+        return self.prefix + directory + "/" if directory else self.prefix
+
+    def _walk(self) -> Listing:
+        """The prefix one level at a time through the directories above a kept one (each level's
+        directories listed at once, through the request pool)."""
+        spending = budget.current()
+
+        def under(call: Callable[[], Listing | tuple[list[ObjectMeta], list[str]]]) -> object:
+            with budget.spending(spending):
+                return call()
+
+        objects: list[ObjectMeta] = []
+        unreadable: list[tuple[str, str]] = []
+        stopped = ""
+        level = [""]
+        while level:
+            asked: list[tuple[str, Future[object]]] = [
+                (d, self._pool.submit(partial(under, partial(self._one_level, d)))) for d in level
+            ]
+            wait([f for _, f in asked])
+            whole: list[tuple[str, Future[object]]] = []
+            level = []
+            for directory, future in asked:
+                result = future.result()  # BadInput: the prefix cannot be listed, as a whole listing's
+                if isinstance(result, Listing):  # a key the client cannot parse: listed whole instead
+                    objects += result.objects
+                    unreadable += result.unreadable
+                    stopped = stopped or result.stopped
+                    continue
+                assert isinstance(result, tuple)
+                here, subdirs = result
+                objects += here
+                for subdir in subdirs:
+                    child = self._rel(subdir).rstrip("/")
+                    if not subdir.startswith(self._key(directory)) or child == directory:
+                        continue  # not strictly below (a malformed answer): never a loop
+                    if child in self._kept:
+                        objects += self._kept[child]  # named by its parent still: unchanged
+                    elif child in self._above:
+                        level.append(child)
+                    else:
+                        whole.append((child, self._pool.submit(partial(under, partial(self._whole, child)))))
+            wait([f for _, f in whole])
+            for _, future in whole:
+                result = future.result()
+                assert isinstance(result, Listing)
+                objects += result.objects
+                unreadable += result.unreadable
+                stopped = stopped or result.stopped
+            if len(objects) > tuning.MAX_LISTED_KEYS:
+                del objects[tuning.MAX_LISTED_KEYS :]
+                return Listing(tuple(objects), tuple(unreadable), "listing stopped: the most keys one listing holds")
+        return Listing(tuple(objects), tuple(unreadable), stopped)
+
+    def _one_level(self, directory: str) -> Listing | tuple[list[ObjectMeta], list[str]]:
+        key = self._key(directory)
+        try:
+            return self.store.directory(key)
+        except UnlistableKey:
+            return self.store.listing(key)
+        except ObjectMissing:
+            return self.store.listing(key)  # a bucket gone: said as a whole listing says it
+
+    def _whole(self, directory: str) -> Listing:
+        return self.store.listing(self._key(directory))
