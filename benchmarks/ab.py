@@ -9,7 +9,7 @@ paths give the same answer:
 
 - text: the export's numpy column formatter (core/decimal_text.py) against csv.writer + repr
   and json.dumps (commands/scalars.py PLAIN_TEXT);
-- templates: the decoder's templates (core/events/decode.py) against Event.FromString per record
+- templates: the decoder's templates (core/read/events/decode.py) against Event.FromString per record
   (events/tuning.py TEMPLATES).
 
 The figures, each a whole process from exec to exit unless said: `triage scalars` of a
@@ -48,7 +48,7 @@ KEEP_AT = 1.3
 # would change nothing and the two paths would time the same (a false "delete").
 PLAIN = {
     "text": "import triage_tui.commands.scalars as m; assert hasattr(m, 'PLAIN_TEXT'); m.PLAIN_TEXT = True",
-    "templates": "import triage_tui.core.events.tuning as t; assert hasattr(t, 'TEMPLATES'); t.TEMPLATES = False",
+    "templates": "import triage_tui.core.read.events.tuning as t; assert hasattr(t, 'TEMPLATES'); t.TEMPLATES = False",
 }
 
 # name: (what it is, its plain path, the fast side's own setting, figures, the code it is)
@@ -65,7 +65,7 @@ FAST_PATHS = {
         "Event.FromString (upb) per record",
         "",
         ["scan_sweep", "scan_big", "live_poll"],
-        ["triage_tui/core/events/templates.py", "triage_tui/core/events/columns.py"],
+        ["triage_tui/core/read/events/templates.py", "triage_tui/core/read/events/columns.py"],
     ),
 }
 
@@ -92,7 +92,7 @@ SHIM = (
 
 def live_poll(path: str, rounds: int = 9) -> float:
     """Seconds of one poll that reads 1 000 appended events, median of ``rounds`` (in this process)."""
-    from triage_tui.core.events.reader import RunEvents
+    from triage_tui.core.read.events.reader import RunEvents
 
     events = RunEvents()
     events.set_files([Path(path)])

@@ -152,8 +152,8 @@ def child_polls(port: int, root: str, steps_written: int, flush_steps: int) -> d
     one run grew by one flush. Per poll: wall s, requests and body bytes at the proxy (listings'
     included, and object bodies alone), the mirror's own count of requests, points held."""
     from triage_tui.core.objstore import tuning
-    from triage_tui.core.runs.remote import Mirrors
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.read.runs.remote import Mirrors
+    from triage_tui.core.watch.watcher import Watcher
 
     proxy = S3Proxy(port)
     os.environ.update(s3_env(proxy.endpoint))

@@ -138,8 +138,8 @@ def child_first_rows() -> None:
     """A Watcher over URL as the TUI starts one: prints seconds (wall clock) at its first update
     holding a run, waits for a line on stdin, polls once more and prints that poll's seconds."""
     from triage_tui.core.objstore import tuning
-    from triage_tui.core.runs.remote import Mirrors
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.read.runs.remote import Mirrors
+    from triage_tui.core.watch.watcher import Watcher
 
     # The tree was uploaded seconds ago: its checkpoints are taken as written at once, as a lab's
     # (saved more than tuning.SETTLED_SECS before the watcher looks) are.

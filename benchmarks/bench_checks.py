@@ -172,9 +172,9 @@ def child_diagnose(run: str) -> dict:
     t0 = time.perf_counter()
     import torch
 
-    from triage_tui.core.check_inputs import resolve_run
-    from triage_tui.core.diagnose import diagnose
-    from triage_tui.core.evidence import Evidence
+    from triage_tui.core.diagnose.check_inputs import resolve_run
+    from triage_tui.core.diagnose.diagnosis import diagnose
+    from triage_tui.core.diagnose.evidence import Evidence
 
     torch.set_num_threads(os.cpu_count() or 1)
     imports = time.perf_counter() - t0

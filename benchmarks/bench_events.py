@@ -8,7 +8,7 @@ to read back identically.
 
 Methods, each in its own process (peak RSS: the whole process's /proc VmHWM, imports included, and
 its growth over the RSS after imports), timed from a warm page cache, best of --repeat for the fast ones:
-- triage: ``RunEvents.poll()`` (core/events/reader.py), cold in the process;
+- triage: ``RunEvents.poll()`` (core/read/events/reader.py), cold in the process;
 - upb loop: struct framing + ``Event.FromString`` per record + reading tag/step/value, no CRCs
   (the obvious fast pure-Python reader);
 - EventFileLoader: ``tensorboard.backend.event_processing.event_file_loader.EventFileLoader``
@@ -51,7 +51,7 @@ TAIL_ROUNDS = 9
 
 
 def _frame(payload: bytes) -> bytes:
-    from triage_tui.core.events.crc import masked_crc32c
+    from triage_tui.core.read.events.crc import masked_crc32c
 
     header = struct.pack("<Q", len(payload))
     return header + struct.pack("<I", masked_crc32c(header)) + payload + struct.pack("<I", masked_crc32c(payload))
@@ -97,7 +97,7 @@ def check_against_torch(work: Path, events: int = 3_000) -> str:
     """torch's SummaryWriter, given the same points, writes the same records; both read the same."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from triage_tui.core.events.reader import RunEvents
+    from triage_tui.core.read.events.reader import RunEvents
 
     def read_event_file(path: Path):
         """Every scalar of one event file, through the reader the watcher polls with."""
@@ -152,7 +152,7 @@ def _peak_rss_bytes(pid: int | str = "self") -> int:
 
 def _worker(method: str, path: Path, repeat: int) -> dict:
     if method == "triage":
-        from triage_tui.core.events.reader import RunEvents
+        from triage_tui.core.read.events.reader import RunEvents
 
         def load():
             events = RunEvents()
@@ -213,7 +213,7 @@ def _worker(method: str, path: Path, repeat: int) -> dict:
 
 
 def _tail_worker(path: Path, rounds: int) -> dict:
-    from triage_tui.core.events.reader import RunEvents
+    from triage_tui.core.read.events.reader import RunEvents
 
     events = RunEvents()
     events.set_files([path])

@@ -6,7 +6,7 @@ ended through ``mlflow``), the points inserted as ``SqlAlchemyStore.log_batch`` 
 (columns key, value, timestamp, run_uuid, step, is_nan), in one transaction, for speed of setup.
 
 Methods, same process, page cache warm, best of --repeat:
-- triage: ``mlflow_db.list_runs`` then ``MlflowDbRun.poll()`` for every run (core/trackers/mlflow_db.py);
+- triage: ``mlflow_db.list_runs`` then ``MlflowDbRun.poll()`` for every run (core/read/trackers/mlflow_db.py);
 - MLflow: ``MlflowClient.search_runs`` then ``get_metric_history`` for every run: what a user's
   script calls to get the numbers.
 Every point of both is compared (they must be identical). Then a poll of every run of the
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
 import store_bench  # noqa: E402 - benchmarks/, as record
-from triage_tui.core.trackers import mlflow_db  # noqa: E402 - after the sys.path entry
+from triage_tui.core.read.trackers import mlflow_db  # noqa: E402 - after the sys.path entry
 
 
 def build(store: Path, runs: int, points: int) -> None:

@@ -240,7 +240,7 @@ def mirror_rows(runs: int) -> dict[str, dict[str, tuple[float, float, int, int]]
 
     from triage_tui.core.objstore import tuning
     from triage_tui.core.objstore.store import store_for
-    from triage_tui.core.runs.remote import mirror_runs
+    from triage_tui.core.read.runs.remote import mirror_runs
 
     out: dict[str, dict[str, tuple[float, float, int, int]]] = {}
     grown_key = "sweep/run-0000/runs/events.out.tfevents.1700000000.host.1.0"

@@ -59,8 +59,8 @@ WRAPPER = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from triage_tui.commands.remap import skip_final_collection
-from triage_tui.core.remap.execute import execute_remap
-from triage_tui.core.remap.plan import plan_remap
+from triage_tui.core.fix.remap.execute import execute_remap
+from triage_tui.core.fix.remap.plan import plan_remap
 skip_final_collection()  # as `triage remap` does
 rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t1 = time.perf_counter()
@@ -120,10 +120,10 @@ PARTS = {
     "digest, f = hashlib.sha256(), open(sys.argv[1], 'rb')\n"
     "while block := f.read(8 << 20):\n"
     "    digest.update(block)",
-    "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.remap.digest import file_blake3; "
+    "BLAKE3 of the source (the digest now)": "import sys; from triage_tui.core.fix.remap.digest import file_blake3; "
     "from pathlib import Path; file_blake3(Path(sys.argv[1]))",
     "compare source with a copy (verification, memcmp)": "import os, sys; "
-    "from triage_tui.core import fileio; from triage_tui.core.remap import tuning\n"
+    "from triage_tui.core import fileio; from triage_tui.core.fix.remap import tuning\n"
     "a, b = os.open(sys.argv[1], os.O_RDONLY), os.open(sys.argv[2], os.O_RDONLY)\n"
     "size = os.fstat(a).st_size\n"
     "for at in range(0, size, tuning.WINDOW_BYTES):\n"

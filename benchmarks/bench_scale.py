@@ -232,7 +232,7 @@ def _vm_kb(pid: int | str, field: str) -> int:
 def child_load(root: str, expected: int) -> dict:
     import gc
 
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     gc.collect()
     rss_imports_peak = _rss_kb()
@@ -264,7 +264,7 @@ def child_load(root: str, expected: int) -> dict:
 
 
 def child_idle(root: str, expected: int, seconds: float, use_watchdog: bool) -> dict:
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     watcher = Watcher([root], use_watchdog=use_watchdog, poll_interval=1.0, rescan_interval=5.0)
     updates: list = []

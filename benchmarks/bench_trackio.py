@@ -5,7 +5,7 @@ The project: ``<project>.db`` with --runs runs of --points logged steps each, ev
 its ``trackio.log`` batches into, one call a run), in a temporary ``TRACKIO_DIR``.
 
 Methods, same process, page cache warm, best of --repeat:
-- triage: ``trackio_db.list_runs`` then ``TrackioRun.poll()`` for every run (core/trackers/trackio_db.py);
+- triage: ``trackio_db.list_runs`` then ``TrackioRun.poll()`` for every run (core/read/trackers/trackio_db.py);
 - trackio: ``SQLiteStorage.get_run_records`` then ``SQLiteStorage.get_logs`` for every run (what its
   dashboard and ``trackio`` scripts call; its read cache is on only on Spaces, so every read reads).
 Every point of both is compared (they must be identical). Then a poll of every run of the
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 import record  # noqa: E402 - benchmarks/, found through the sys.path entry above
 import store_bench  # noqa: E402 - benchmarks/, as record
-from triage_tui.core.trackers import trackio_db  # noqa: E402 - after the sys.path entry
+from triage_tui.core.read.trackers import trackio_db  # noqa: E402 - after the sys.path entry
 
 PROJECT = "bench"
 TAGS = ("train/loss", "lr")

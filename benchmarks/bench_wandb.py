@@ -5,7 +5,7 @@ train/lr), written offline by the wandb package itself (a child process, no netw
 holds what a real run holds (history, summary and the records around them).
 
 Methods, each in its own process, page cache warm, best of --repeat:
-- triage: ``WandbHistory.poll()`` (core/wandb/history.py) into scalar series, cold in the process
+- triage: ``WandbHistory.poll()`` (core/read/wandb/history.py) into scalar series, cold in the process
   (the wandb protos imported before the clock starts);
 - W&B's reader: ``wandb leet inspect --json FILE`` (wandb-core's LiveReader: the W&B tool that
   reads a run's .wandb file offline), plus parsing its JSON lines into (step, wall time, value)
@@ -54,8 +54,8 @@ run.finish()
 
 TRIAGE = """
 import json, resource, sys, time
-from triage_tui.core.wandb.history import WandbHistory
-from triage_tui.core.wandb.records import wandb_protos
+from triage_tui.core.read.wandb.history import WandbHistory
+from triage_tui.core.read.wandb.records import wandb_protos
 wandb_protos()
 cpu, wall = time.process_time(), time.perf_counter()
 history = WandbHistory()
@@ -106,8 +106,8 @@ print(json.dumps({"wall": time.perf_counter() - wall, "cpu": after.ru_utime + af
 
 TAIL = """
 import json, statistics, sys, time
-from triage_tui.core.wandb.history import WandbHistory
-from triage_tui.core.wandb.records import wandb_protos
+from triage_tui.core.read.wandb.history import WandbHistory
+from triage_tui.core.read.wandb.records import wandb_protos
 wandb_protos()
 data = open(sys.argv[1], "rb").read()
 cut = int(sys.argv[2])
@@ -147,8 +147,8 @@ def best(code: str, args: list[str], repeat: int) -> dict:
 
 def tail_cut(path: Path, rows: int, tail_rows: int) -> int:
     """File offset where the last `tail_rows` history rows begin (a record boundary)."""
-    from triage_tui.core.wandb.framing import WANDB_HEADER, frame
-    from triage_tui.core.wandb.records import wandb_protos
+    from triage_tui.core.read.wandb.framing import WANDB_HEADER, frame
+    from triage_tui.core.read.wandb.records import wandb_protos
 
     data = path.read_bytes()
     base = len(WANDB_HEADER)

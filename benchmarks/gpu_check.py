@@ -34,12 +34,12 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 import bench_checks  # noqa: E402  (the one builder of the K2-sized world)
-from triage_tui.core.checks.replay import run_replay  # noqa: E402
+from triage_tui.core.diagnose.checks.replay import run_replay  # noqa: E402
+from triage_tui.core.fix.remap.execute import remap_checkpoint  # noqa: E402
 from triage_tui.core.formats.checkpoint import read_checkpoint  # noqa: E402
 from triage_tui.core.formats.hidden_states import read_dumps  # noqa: E402
 from triage_tui.core.formats.mapping import read_mapping  # noqa: E402
 from triage_tui.core.formats.target import read_target  # noqa: E402
-from triage_tui.core.remap.execute import remap_checkpoint  # noqa: E402
 
 TOKENS_PER_DUMP = 344  # a quarter of each dump is prompt (loss_mask 0): 257 scored positions each
 

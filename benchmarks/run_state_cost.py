@@ -24,10 +24,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from triage_tui.core.process_table import ProcessScanner  # noqa: E402
-from triage_tui.core.run_state import run_state  # noqa: E402
-from triage_tui.core.signals.stall import Activity  # noqa: E402
-from triage_tui.core.writers import event_file_pids  # noqa: E402
+from triage_tui.core.watch.process_table import ProcessScanner  # noqa: E402
+from triage_tui.core.watch.run_state import run_state  # noqa: E402
+from triage_tui.core.watch.signals.stall import Activity  # noqa: E402
+from triage_tui.core.watch.writers import event_file_pids  # noqa: E402
 
 WORK = REPO / "benchmarks" / ".work" / "run_state"
 

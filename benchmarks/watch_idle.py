@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO))
 from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
 from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 
-from triage_tui.core.runs.discover import discover_runs  # noqa: E402
-from triage_tui.core.runs.listing import ListingCache  # noqa: E402
-from triage_tui.core.watch import Watcher  # noqa: E402
+from triage_tui.core.read.runs.discover import discover_runs  # noqa: E402
+from triage_tui.core.read.runs.listing import ListingCache  # noqa: E402
+from triage_tui.core.watch.watcher import Watcher  # noqa: E402
 
 WORK = REPO / "benchmarks" / ".work" / "watch_idle"
 

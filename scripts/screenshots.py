@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from triage_tui.core.watch import Watcher  # noqa: E402
+from triage_tui.core.watch.watcher import Watcher  # noqa: E402
 from triage_tui.tui.app import TriageApp  # noqa: E402
 from triage_tui.tui.screens.drilldown import DrillDownScreen  # noqa: E402
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapScreen  # noqa: E402

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from builders.tensorboard import write_scalars
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_MANIFESTS = {
@@ -115,7 +115,7 @@ def test_a_bad_manifest_is_that_runs_warning_and_the_watch_goes_on(tmp_path):
 
 def test_a_reader_that_fails_on_one_run_leaves_the_others_watched(tmp_path, monkeypatch):
     """Whatever a reader raises on one run's files is that run's warning, not the end of the watch."""
-    from triage_tui.core.sources import RunSources
+    from triage_tui.core.read.sources import RunSources
 
     points(tmp_path / "a", range(10))
     points(tmp_path / "b", range(10))
@@ -176,7 +176,7 @@ def specforge_output(run: Path, args: argparse.Namespace) -> Path:
 
 
 def test_training_state_args_naming_no_user_are_a_note(tmp_path):
-    from triage_tui.core.check_inputs import resolve_run
+    from triage_tui.core.diagnose.check_inputs import resolve_run
 
     args = argparse.Namespace(ckpt_dir="~nosuchuser/k2", target_model_path="~nosuchuser/t", cache_dir="~nosuchuser/c")
     specforge_output(tmp_path / "out", args)
@@ -228,7 +228,7 @@ def test_untraversable_root_and_unreadable_training_state_as_nobody(nobody_tree)
 def test_symlinks_are_followed_only_within_the_watched_paths(tmp_path):
     """A link to / or /proc walked the whole machine, listed runs outside the tree, and a malformed
     triage.toml in some process's working directory (/proc/<pid>/cwd) made `scan` exit 2."""
-    from triage_tui.core.runs.discover import discover_runs
+    from triage_tui.core.read.runs.discover import discover_runs
 
     root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
     points(root / "run", range(10))

@@ -1,4 +1,4 @@
-"""The best checkpoint (core.best_checkpoint) on event files the real writers wrote: SpecForge's own
+"""The best checkpoint (core.watch.best_checkpoint) on event files the real writers wrote: SpecForge's own
 tracker (DeepSpec #84's acceptance peaking while the loss falls), torch's SummaryWriter (SpecForge's
 per-position evaluation accuracies, ModelOpt's validate_ar under HF Trainer's checkpoint-N names),
 read back through discovery and the event reader as the watcher reads them."""
@@ -13,10 +13,10 @@ import pytest
 
 from builders.tensorboard import write_drafter_checkpoint, write_scalars
 from builders.trainers import specforge_log
-from triage_tui.core.best_checkpoint import best_checkpoint
-from triage_tui.core.events.reader import RunEvents
 from triage_tui.core.metric_names import match_trainer
-from triage_tui.core.runs.discover import discover_runs
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.read.runs.discover import discover_runs
+from triage_tui.core.watch.best_checkpoint import best_checkpoint
 
 # DeepSpec #84's Eagle3 numbers: accept length 3.28, 3.34, 3.34, 3.24, 3.18 while the loss falls.
 EVAL_STEPS = (2080, 5980, 11960, 19760, 26000)
@@ -212,8 +212,8 @@ def test_a_console_without_its_evaluations_takes_the_best_from_specforges_record
 
 
 def test_a_record_that_disagrees_with_the_curves_is_said(specforge_output, tmp_path):
-    from triage_tui.core.console.reader import ConsoleLogs
     from triage_tui.core.formats.specforge_output import read_best_meta
+    from triage_tui.core.read.console.reader import ConsoleLogs
 
     out = _copy(specforge_output, tmp_path / "output")
     meta_path = out / "k2-eagle3.best_meta.json"
@@ -310,7 +310,7 @@ def test_an_impossible_acceptance_length_is_flagged_and_never_the_best(tmp_path,
 def test_check_ranks_past_the_acceptance_peak_from_the_runs_own_evaluations(tmp_path, capsys):
     """The product's path: `check` hands the run's held-out acceptance history to the hypotheses."""
     from triage_tui import cli
-    from triage_tui.core.hypotheses.curves import W_PAST_PEAK
+    from triage_tui.core.diagnose.hypotheses.curves import W_PAST_PEAK
 
     specforge_eval_run(tmp_path / "out")
     assert cli.main(["check", str(tmp_path / "out"), "--json"]) == 1  # a likely cause: exit 1

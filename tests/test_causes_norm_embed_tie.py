@@ -33,12 +33,12 @@ from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.mappings import TARGET_VOCAB, story_mappings, write_specforge_mapping
 from builders.target import llama_config, write_sharded
 from builders.target_dumps import DRAFT_VOCAB, write_run, write_specforge_dumps, write_target
-from triage_tui.core.checks.dump_target import DumpTargetDetails, check_dump_target
-from triage_tui.core.checks.embed_tokens import DrafterEmbeddingDetails, check_embed_tokens
+from triage_tui.core.diagnose.checks.dump_target import DumpTargetDetails, check_dump_target
+from triage_tui.core.diagnose.checks.embed_tokens import DrafterEmbeddingDetails, check_embed_tokens
+from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
 from triage_tui.core.formats.target import read_target
-from triage_tui.core.hypotheses.rank import rank_hypotheses
 
 POINTS = 30
 HEALTHY_LOSS = 2.0 + 4.0 * np.exp(-np.arange(POINTS) / 8)
@@ -311,11 +311,11 @@ def test_the_chance_line_curve_with_an_untied_target_is_not_this_cause(world, tr
 
 def test_a_failed_mapping_check_explains_the_chance_line_instead(world):
     """The tie is context when the vocab check found the story's mismatch: that alone sends a run to chance."""
-    from triage_tui.core.checks.target_tie import check_target_tie
-    from triage_tui.core.checks.vocab import check_vocab_mapping
-    from triage_tui.core.curve_shapes import RunStart
-    from triage_tui.core.signals.flags import Flag
-    from triage_tui.core.signals.kinds import FlagKind, Severity
+    from triage_tui.core.diagnose.checks.target_tie import check_target_tie
+    from triage_tui.core.diagnose.checks.vocab import check_vocab_mapping
+    from triage_tui.core.watch.curve_shapes import RunStart
+    from triage_tui.core.watch.signals.flags import Flag
+    from triage_tui.core.watch.signals.kinds import FlagKind, Severity
 
     _, targets, _ = world
     checks = {

@@ -31,8 +31,8 @@ from builders.contracts import (
     vocab_mapping_file,
 )
 from builders.samples import copy_samples
-from triage_tui.core.checks.registry import CheckContext, run_checks
-from triage_tui.core.hypotheses.rank import rank_hypotheses
+from triage_tui.core.diagnose.checks.registry import CheckContext, run_checks
+from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
 
 NEW = ("dropped_tensors", "quantized_without_scales", "rope_scaling_dropped")
 LLAMA3 = {
@@ -428,7 +428,7 @@ def test_modelopts_own_export_holds_every_required_tensor(modelopt_exports, tmp_
 
 def test_a_config_asking_for_a_billion_layers_is_read_in_bounds(verifier, tmp_path):
     """num_hidden_layers is the file's number: the names asked for stop at MAX_LAYERS layers."""
-    from triage_tui.core.checks.drafter_tensors import MAX_LAYERS
+    from triage_tui.core.diagnose.checks.drafter_tensors import MAX_LAYERS
 
     drafter = speculators_drafter(tmp_path / "d", verifier, draft_vocab_size=SMALL_DRAFT, **speculators_mapping())
     layer = json.loads((drafter / "config.json").read_text())["transformer_layer_config"]

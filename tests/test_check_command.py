@@ -15,11 +15,11 @@ import torch
 from builders.check_run import build_run, write_drafter, write_events
 from builders.mappings import story_mappings, write_specforge_mapping
 from builders.samples import copy_samples
-from triage_tui.core.check_inputs import resolve_run
-from triage_tui.core.checks.registry import CHECK_NAMES
-from triage_tui.core.diagnose import diagnose
+from triage_tui.core.diagnose.check_inputs import resolve_run
+from triage_tui.core.diagnose.checks.registry import CHECK_NAMES
+from triage_tui.core.diagnose.diagnosis import diagnose
+from triage_tui.core.diagnose.evidence import Evidence
 from triage_tui.core.errors import BadInput
-from triage_tui.core.evidence import Evidence
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +73,10 @@ def test_healthy_run_exits_0_and_text_output_lists_hypotheses_then_checks(runs, 
 def test_the_target_head_is_read_once_for_every_check_and_each_reports_what_its_own_pass_does(runs, monkeypatch):
     """verifier_mask, replay and dump_target each apply the 163 840-row head; a diagnosis reads each
     block of it once for all three, and every number is the one a check's own pass gives."""
-    from triage_tui.core.checks import target_head
-    from triage_tui.core.checks.dump_target import check_dump_target
-    from triage_tui.core.checks.replay import run_replay
-    from triage_tui.core.checks.verifier_mask import check_verifier_mask
+    from triage_tui.core.diagnose.checks import target_head
+    from triage_tui.core.diagnose.checks.dump_target import check_dump_target
+    from triage_tui.core.diagnose.checks.replay import run_replay
+    from triage_tui.core.diagnose.checks.verifier_mask import check_verifier_mask
     from triage_tui.core.formats.checkpoint import read_checkpoint
     from triage_tui.core.formats.hidden_states import read_dumps
     from triage_tui.core.formats.mapping import read_mapping
@@ -241,10 +241,10 @@ def test_the_fix_line_follows_the_vocab_check_as_the_tuis_remap_key_does(tmp_pat
     """One rule for "a remap is called for" (Diagnosis.remap_blocker): the vocab check failed and
     both mapping files are known. A high mapping score with mappings that agree offers no remap."""
     from triage_tui.commands.check import render_text
-    from triage_tui.core.check_inputs import CheckInputs
-    from triage_tui.core.checks.vocab import check_vocab_mapping
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.hypotheses.scoring import Hypothesis
+    from triage_tui.core.diagnose.check_inputs import CheckInputs
+    from triage_tui.core.diagnose.checks.vocab import check_vocab_mapping
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
+    from triage_tui.core.diagnose.hypotheses.scoring import Hypothesis
 
     checkpoint, run = story_mappings()
     inputs = CheckInputs(run=tmp_path, checkpoint=tmp_path / "drafter", mapping=tmp_path / "run.pt")
@@ -313,10 +313,10 @@ def test_check_names_of_any_length_stay_apart_from_their_text(tmp_path):
     the TUI's check list and the drill-down; every check name is followed by a space, in the TUI and
     in `check`'s text, however long the longest name."""
     from triage_tui.commands.check import render_text
-    from triage_tui.core.check_inputs import CheckInputs
-    from triage_tui.core.checks.registry import CHECK_NAMES
-    from triage_tui.core.checks.result import CheckResult
-    from triage_tui.core.diagnose import Diagnosis
+    from triage_tui.core.diagnose.check_inputs import CheckInputs
+    from triage_tui.core.diagnose.checks.registry import CHECK_NAMES
+    from triage_tui.core.diagnose.checks.result import CheckResult
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
     from triage_tui.tui.widgets.checks_progress import check_lines
 
     assert max(map(len, CHECK_NAMES)) >= 15

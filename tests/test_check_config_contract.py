@@ -17,8 +17,8 @@ from builders.contracts import (
     specforge_drafter,
     speculators_drafter,
 )
-from triage_tui.core.checks.aux_layers import engine_default_ids, physical_layers
-from triage_tui.core.checks.config_contract import ConfigContractDetails, check_config_contract
+from triage_tui.core.diagnose.checks.aux_layers import engine_default_ids, physical_layers
+from triage_tui.core.diagnose.checks.config_contract import ConfigContractDetails, check_config_contract
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.target import read_target
 
@@ -274,8 +274,8 @@ def _qwen3_drafter(root, verifier):
 
 
 def test_a_qwen3_layer_drafter_named_for_llama_is_built_as_another_backbone(tmp_path, verifier):
-    from triage_tui.core.hypotheses.rank import rank_hypotheses
-    from triage_tui.core.hypotheses.serving import ONE_ENGINE_UNKNOWN_SERVER, W_BACKBONE_FALLBACK
+    from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.diagnose.hypotheses.serving import ONE_ENGINE_UNKNOWN_SERVER, W_BACKBONE_FALLBACK
 
     root = _qwen3_drafter(tmp_path / "d", verifier)
     details = _details(check_config_contract(read_checkpoint(root), read_target(verifier)))
@@ -298,9 +298,9 @@ def test_a_qwen3_layer_drafter_named_for_llama_is_built_as_another_backbone(tmp_
 
 
 def test_a_target_that_rotates_interleaved(tmp_path, deepseek_target):
-    from triage_tui.core.checks.engine_build import read_rope
-    from triage_tui.core.hypotheses.rank import rank_hypotheses
-    from triage_tui.core.hypotheses.serving import W_ROPE_LAYOUT_INHERITED, W_ROPE_LAYOUT_OWN_CONFIG
+    from triage_tui.core.diagnose.checks.engine_build import read_rope
+    from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
+    from triage_tui.core.diagnose.hypotheses.serving import W_ROPE_LAYOUT_INHERITED, W_ROPE_LAYOUT_OWN_CONFIG
 
     # transformers' DeepseekV3Config saves rope_interleave: true; SpecForge's draft layer rotates NeoX.
     result = check_config_contract(_drafter(tmp_path / "d"), deepseek_target)

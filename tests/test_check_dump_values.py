@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from builders.check_run import details_of
-from triage_tui.core.checks.dump_values import NAME, DumpValuesDetails, check_dump_values, target_dtype
+from triage_tui.core.diagnose.checks.dump_values import NAME, DumpValuesDetails, check_dump_values, target_dtype
 from triage_tui.core.formats.hidden_states import read_dumps
 
 HIDDEN = 16

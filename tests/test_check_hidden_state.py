@@ -14,8 +14,8 @@ from safetensors.torch import save_file
 
 from builders.check_run import details_of
 from builders.target import save_target
-from triage_tui.core.checks.config_contract import ConfigContractDetails, check_config_contract
-from triage_tui.core.checks.hidden_state import HiddenStateDetails, check_hidden_state
+from triage_tui.core.diagnose.checks.config_contract import ConfigContractDetails, check_config_contract
+from triage_tui.core.diagnose.checks.hidden_state import HiddenStateDetails, check_hidden_state
 from triage_tui.core.drafter import DrafterConfig, Eagle3Drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
@@ -168,7 +168,7 @@ def test_aux_layer_ids_off_by_one_between_conventions(world):
 
 
 # The checkpoint against its config and the target has one home, the config contract
-# (core/checks/config_contract.py): the hidden-state check no longer reports these, on the same files.
+# (core/diagnose/checks/config_contract.py): the hidden-state check no longer reports these, on the same files.
 
 
 def _contract_kinds(checkpoint, target):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from builders.check_run import details_of
 from builders.target_dumps import HIDDEN, char_tokenizer, conversations
-from triage_tui.core.checks.loss_mask import MAJORITY, NAME, LossMaskDetails, SampleMask, check_loss_mask
+from triage_tui.core.diagnose.checks.loss_mask import MAJORITY, NAME, LossMaskDetails, SampleMask, check_loss_mask
 from triage_tui.core.formats.hidden_states import read_dumps
 
 

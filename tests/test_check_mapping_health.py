@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from builders.contracts import DRAFT_VOCAB, TARGET_VOCAB, hot_ids, specforge_drafter, strip_mapping, vocab_mapping_file
-from triage_tui.core.checks.mapping_health import MappingHealthDetails, SavedMapping, check_mapping_health
+from triage_tui.core.diagnose.checks.mapping_health import MappingHealthDetails, SavedMapping, check_mapping_health
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps
 from triage_tui.core.formats.mapping import read_mapping

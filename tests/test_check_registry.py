@@ -7,10 +7,10 @@ import pytest
 
 from builders.mappings import story_mappings
 from triage_tui import cli
-from triage_tui.core.checks.registry import CHECK_NAMES, CHECKS, COUNTING_CHECKS, CheckContext, run_checks
-from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.checks.verifier_mask import check_verifier_mask
-from triage_tui.core.checks.vocab import check_vocab_mapping
+from triage_tui.core.diagnose.checks.registry import CHECK_NAMES, CHECKS, COUNTING_CHECKS, CheckContext, run_checks
+from triage_tui.core.diagnose.checks.result import CheckResult
+from triage_tui.core.diagnose.checks.verifier_mask import check_verifier_mask
+from triage_tui.core.diagnose.checks.vocab import check_vocab_mapping
 
 
 def test_each_entry_runs_its_module_under_the_same_name():
@@ -65,9 +65,9 @@ def test_details_render_json_and_plain_drilldown_lines():
 
 
 def test_a_non_finite_number_in_details_is_null_in_the_diagnosis_json(tmp_path):
-    from triage_tui.core.check_inputs import CheckInputs
-    from triage_tui.core.checks.replay import ReplayDetails
-    from triage_tui.core.diagnose import Diagnosis
+    from triage_tui.core.diagnose.check_inputs import CheckInputs
+    from triage_tui.core.diagnose.checks.replay import ReplayDetails
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
 
     nan = float("nan")
     details = ReplayDetails(

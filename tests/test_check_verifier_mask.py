@@ -9,7 +9,7 @@ import torch
 
 from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, TARGET_VOCAB, story_mappings
-from triage_tui.core.checks.verifier_mask import VerifierMaskDetails, check_verifier_mask
+from triage_tui.core.diagnose.checks.verifier_mask import VerifierMaskDetails, check_verifier_mask
 from triage_tui.core.vocab import VocabMapping
 
 

@@ -7,7 +7,12 @@ import pytest
 
 from builders.check_run import details_of
 from builders.mappings import DRAFT_VOCAB, ONLY_IN_CHECKPOINT, OVERLAP, POSITIONAL_MATCH, TARGET_VOCAB, story_mappings
-from triage_tui.core.checks.vocab import MIN_POSITIONAL_MATCH_FRACTION, Mismatch, VocabDetails, check_vocab_mapping
+from triage_tui.core.diagnose.checks.vocab import (
+    MIN_POSITIONAL_MATCH_FRACTION,
+    Mismatch,
+    VocabDetails,
+    check_vocab_mapping,
+)
 from triage_tui.core.vocab import VocabMapping
 
 

@@ -1,4 +1,4 @@
-"""Training consoles read as scalars (core/console/): logs written by the trainers' and launchers' own
+"""Training consoles read as scalars (core/read/console/): logs written by the trainers' and launchers' own
 code (tests/builders/consoles.py), followed as they grow, rotate and are truncated."""
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from builders.consoles import (
     specforge_lines,
     torchrun_tee,
 )
-from triage_tui.core.console import tuning
-from triage_tui.core.console.follow import ConsoleFile
-from triage_tui.core.console.lines import plain, progress, split_rank
-from triage_tui.core.console.literal import LiteralError, number, parse_literal
-from triage_tui.core.console.reader import ConsoleLogs
-from triage_tui.core.console.record import SPECFORGE
-from triage_tui.core.console.steps import INFERRED, PROGRESS_BAR, TRAINER_STATE
 from triage_tui.core.formats.trainer_state import read_trainer_state
+from triage_tui.core.read.console import tuning
+from triage_tui.core.read.console.follow import ConsoleFile
+from triage_tui.core.read.console.lines import plain, progress, split_rank
+from triage_tui.core.read.console.literal import LiteralError, number, parse_literal
+from triage_tui.core.read.console.reader import ConsoleLogs
+from triage_tui.core.read.console.record import SPECFORGE
+from triage_tui.core.read.console.steps import INFERRED, PROGRESS_BAR, TRAINER_STATE
 from triage_tui.core.series import overlay
 
 
@@ -161,7 +161,7 @@ def test_specforge_lines_beside_a_tracker_keep_the_trackers_names():
 
 
 def _one(line: str):
-    from triage_tui.core.console import specforge
+    from triage_tui.core.read.console import specforge
 
     return specforge.parse(line)
 
@@ -425,7 +425,7 @@ def test_several_consoles_of_one_run_merge_without_counting_a_step_twice(tmp_pat
 
 def test_each_console_is_recognised_as_its_trainer_and_its_loss_is_the_per_position_one(runs):
     from triage_tui.core.metric_names import match_trainer
-    from triage_tui.core.signals.tags import comparable_to_chance, pick_metric_tags
+    from triage_tui.core.watch.signals.tags import comparable_to_chance, pick_metric_tags
 
     cases = (
         (runs.specforge.console, "specforge", "ploss_0", "acc_0"),

@@ -21,8 +21,8 @@ import pytest
 from builders.commands import Triage
 from builders.consoles import console_runs, specforge_lines
 from builders.tensorboard import write_drafter_checkpoint
-from triage_tui.core.console.reader import ConsoleLogs
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.console.reader import ConsoleLogs
+from triage_tui.core.watch.watcher import Watcher
 
 BIG_STEPS = 1_100_000
 HOUR = 3600.0

@@ -1,11 +1,11 @@
-"""core.console.view: a console log as the console pane shows it, bounded, followed, untrusted."""
+"""core.read.console.view: a console log as the console pane shows it, bounded, followed, untrusted."""
 
 from __future__ import annotations
 
 import pytest
 
-from triage_tui.core.console import tuning
-from triage_tui.core.console.view import ERROR, TRACEBACK, ConsoleView, last_error_line, newest_console
+from triage_tui.core.read.console import tuning
+from triage_tui.core.read.console.view import ERROR, TRACEBACK, ConsoleView, last_error_line, newest_console
 
 
 def texts(view: ConsoleView) -> list[str]:

@@ -1,4 +1,4 @@
-"""`triage check --json` on runs whose curves show a cause (core.curve_shapes -> core.hypotheses):
+"""`triage check --json` on runs whose curves show a cause (core.watch.curve_shapes -> core.diagnose.hypotheses):
 each run written by the real writers ranks its cause first (exit 1), with its numbers and links, and
 its healthy twin scores it below 0.5."""
 

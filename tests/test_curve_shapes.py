@@ -1,4 +1,4 @@
-"""Curve-shape flags (core.curve_shapes) on runs written by the real writers: SpecForge's
+"""Curve-shape flags (core.watch.curve_shapes) on runs written by the real writers: SpecForge's
 TensorboardTracker, speculators' TensorBoardHandler, torch's and tensorboardX's SummaryWriter,
 read back through the watcher as `triage scan` and the TUI read them."""
 
@@ -17,10 +17,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from builders.tensorboard import write_drafter_checkpoint
 from builders.trainers import specforge_log
-from triage_tui.core import curve_shapes
-from triage_tui.core.curve_shapes import checkpoint_step
-from triage_tui.core.signals.flags import Flag
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch import curve_shapes
+from triage_tui.core.watch.curve_shapes import checkpoint_step
+from triage_tui.core.watch.signals.flags import Flag
+from triage_tui.core.watch.watcher import Watcher
 
 V = 32_000
 

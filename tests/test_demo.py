@@ -23,7 +23,7 @@ import pytest
 from builders.events import read_event_file
 from builders.waiting import wait_for
 from triage_tui import cli
-from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.watch.signals.chance import ChanceLine
 from triage_tui.samples.demo import (
     BATCH_SIZE,
     FLAG_BY_STEP,

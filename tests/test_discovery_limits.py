@@ -15,8 +15,8 @@ from pathlib import Path
 from builders.commands import Triage
 from builders.consoles import specforge_lines
 from builders.tensorboard import write_drafter_checkpoint, write_scalars
-from triage_tui.core.runs import walk
-from triage_tui.core.runs.discover import discover_runs
+from triage_tui.core.read.runs import walk
+from triage_tui.core.read.runs.discover import discover_runs
 
 POINTS = 200
 
@@ -79,7 +79,7 @@ def test_the_directory_budget_stops_the_walk_and_says_where(tmp_path, monkeypatc
     for name in ("a", "b", "c", "d"):
         _deep(tmp_path / name, 3)
     monkeypatch.setattr(walk, "MAX_WALK_DIRECTORIES", 6)
-    from triage_tui.core.runs.listing import ListingCache
+    from triage_tui.core.read.runs.listing import ListingCache
 
     cache = ListingCache()
     assert discover_runs([tmp_path], cache=cache) == []

@@ -23,7 +23,7 @@ from builders.commands import Triage
 from builders.peak_memory import REPO
 from builders.tensorboard import write_scalars
 from triage_tui.core.series import DISPLAY_POINTS, ScalarSeries
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 _FLOOD = """\
 import sys, time

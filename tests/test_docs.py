@@ -143,7 +143,7 @@ def test_the_commands_table_names_every_flag_of_every_command(doc, heading):
 
 def test_every_json_field_the_code_writes_is_in_the_contract():
     """docs/contracts.md names the keys `scan --json` writes for a run (the code's to_json)."""
-    from triage_tui.core import run_status
+    from triage_tui.core.watch import run_status
 
     source = Path(run_status.__file__).read_text()
     body = source[source.index("def to_json") : source.index("return document", source.index("def to_json"))]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from builders.check_run import details_of
 from builders.target_dumps import write_run, write_specforge_dumps, write_target
-from triage_tui.core.checks.dump_target import (
+from triage_tui.core.diagnose.checks.dump_target import (
     MIN_NEXT_TOKEN_AGREEMENT,
     NORM_TOLERANCE,
     DumpTargetDetails,

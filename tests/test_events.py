@@ -29,8 +29,8 @@ from builders.events import (
     tensor_value,
 )
 from builders.rustboard import tensorboard_shows
-from triage_tui.core.events.crc import masked_crc32c
-from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.read.events.crc import masked_crc32c
+from triage_tui.core.read.events.reader import RunEvents
 
 SPECFORGE_TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for i in range(7)] + ["train/lr"]
 
@@ -363,7 +363,7 @@ def test_header_struct_is_little_endian():
 def test_block_and_slice_boundaries_lose_and_duplicate_nothing(tmp_path, monkeypatch, scan_words, group_rows):
     """The header scan works in blocks of words and the decoder in slices of a length group; at
     full size those are 4 MiB and 65 536 records, here tiny so every boundary case occurs."""
-    from triage_tui.core.events import framing, tuning
+    from triage_tui.core.read.events import framing, tuning
 
     _write_torch(tmp_path, range(150), tags=SPECFORGE_TAGS[:4])
     path = _only_file(tmp_path)
@@ -403,7 +403,7 @@ def test_header_scan_of_zero_runs_and_headers_at_every_alignment(tmp_path, monke
     """Zero-filled stretches (preallocated tails, sparse files), records shifted to every offset
     mod 8, bytes that are nearly a header: the scan finds exactly what a byte-by-byte scan finds,
     at any block size."""
-    from triage_tui.core.events import framing, tuning
+    from triage_tui.core.read.events import framing, tuning
 
     rng = np.random.default_rng(seed)
     _write_torch(tmp_path, range(30), tags=SPECFORGE_TAGS[:2])
@@ -432,7 +432,7 @@ def test_header_scan_of_zero_runs_and_headers_at_every_alignment(tmp_path, monke
 def test_read_window_smaller_than_records(tmp_path, monkeypatch, chunk):
     """Reads are capped (64 MiB at full size); records longer than the window, and records cut by
     its end, are read whole all the same, without anything counted as damage."""
-    from triage_tui.core.events import tuning
+    from triage_tui.core.read.events import tuning
 
     with SummaryWriter(log_dir=str(tmp_path)) as writer:
         for step in range(40):

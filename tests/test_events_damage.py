@@ -16,8 +16,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from builders.events import as_points, frame, records, same_points, scalar_event
 from builders.rustboard import tensorboard_shows
-from triage_tui.core.events.crc import masked_crc32c
-from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.read.events.crc import masked_crc32c
+from triage_tui.core.read.events.reader import RunEvents
 
 TAGS = ["train/ploss_0", "train/acc_0", "train/lr"]
 
@@ -245,7 +245,7 @@ def test_a_tail_still_being_written_is_pending_and_only_a_damaged_one_is_said(tm
 @pytest.mark.parametrize("where", [0.2, 0.5, 0.8])
 def test_damage_reads_the_same_in_read_windows_smaller_than_the_file(tmp_path, monkeypatch, torch_bytes, where):
     """A resync past damage that meets a window's end reads on as one window over the whole file does."""
-    from triage_tui.core.events import tuning
+    from triage_tui.core.read.events import tuning
 
     starts = [pos for pos, _ in records(torch_bytes)]
     at = starts[int(len(starts) * where)] + 20

@@ -13,7 +13,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_p
 
 from builders.events import as_points, frame, reference_points, same_points, tensor_value
 from builders.rustboard import tensorboard_shows
-from triage_tui.core.events.reader import RunEvents
+from triage_tui.core.read.events.reader import RunEvents
 
 # dtype -> (numpy dtype of tensor_content, TensorProto *_val field)
 DTYPES = {
@@ -193,9 +193,9 @@ def test_template_data_crcs_are_the_crc32c_of_every_row():
     """data_crcs (the skeleton's CRC updated by table, two adjacent variable bytes a lookup) is the
     masked CRC-32C of each payload, whatever its wall, step and value bytes hold."""
     from builders.events import scalar_event
-    from triage_tui.core.events.crc import masked_crc32c
-    from triage_tui.core.events.templates import LayoutTemplates, Template
-    from triage_tui.core.events.wire import walk
+    from triage_tui.core.read.events.crc import masked_crc32c
+    from triage_tui.core.read.events.templates import LayoutTemplates, Template
+    from triage_tui.core.read.events.wire import walk
 
     rng = np.random.default_rng(252)
     for step in (5, 300, 20_000):  # steps of one, two and three varint bytes
@@ -218,7 +218,7 @@ def test_every_entry_of_a_pair_crc_table():
     `distance` bytes after the first (CRC-32C is affine: crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0))."""
     import crc32c
 
-    from triage_tui.core.events.crc import pair_crc_table
+    from triage_tui.core.read.events.crc import pair_crc_table
 
     distance = 21
     zero = crc32c.crc32c(bytes(distance + 1))
@@ -232,8 +232,8 @@ def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(
     data CRC is wrong."""
     from builders.events import records
     from builders.tensorboard import write_scalars
-    from triage_tui.core.events import decode
-    from triage_tui.core.events.decode import Decoder
+    from triage_tui.core.read.events import decode
+    from triage_tui.core.read.events.decode import Decoder
 
     monkeypatch.setattr(decode, "_VERIFIED", {})
     series = {f"train/ploss_{i}": [(step, 10.0 - step / 100 + i) for step in range(0, 3000, 3)] for i in range(3)}
@@ -276,7 +276,7 @@ def test_the_plain_upb_path_reads_the_same_points(tmp_path, monkeypatch):
     record goes through Event.FromString, and a real writer's file reads back the same."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from triage_tui.core.events import tuning
+    from triage_tui.core.read.events import tuning
 
     with SummaryWriter(log_dir=str(tmp_path)) as writer:
         for step in range(300):

@@ -21,11 +21,11 @@ import pytest
 from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
 from builders.events import find_event_files
 from builders.tensorboard import write_scalars
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.process_table import ProcessScanner
-from triage_tui.core.run_state import RunState, run_state
-from triage_tui.core.signals.stall import Activity
-from triage_tui.core.writers import find_writer
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.watch.process_table import ProcessScanner
+from triage_tui.core.watch.run_state import RunState, run_state
+from triage_tui.core.watch.signals.stall import Activity
+from triage_tui.core.watch.writers import find_writer
 
 FLUSH = 1.0
 HOURS_AGO = 3 * 3600.0

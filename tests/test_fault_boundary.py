@@ -17,8 +17,8 @@ import pytest
 
 from builders.check_run import write_events
 from triage_tui import cli
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.watch.watcher import Watcher
 
 
 def _scan(*paths: Path, json_out: bool = True) -> tuple[int, str]:
@@ -128,7 +128,7 @@ def test_a_serving_source_that_fails_outright_is_an_error_of_that_source_as_a_sc
     serving source and every other run are read as usual. The exception's text is never echoed (it
     may be the file's)."""
     from builders.serving import vllm_line
-    from triage_tui.core.serving.logs import ServingLog
+    from triage_tui.core.watch.serving.logs import ServingLog
 
     good = _healthy(tmp_path / "good")
     expected = _alone(good)
@@ -161,7 +161,7 @@ def test_an_update_that_fails_outright_is_listed_as_an_error(tmp_path, monkeypat
     good = _healthy(tmp_path / "good")
     expected = _alone(good)
     _healthy(tmp_path / "bad")
-    from triage_tui.core.watched_run import WatchedRun
+    from triage_tui.core.watch.watched_run import WatchedRun
 
     recompute = WatchedRun.recompute
 

@@ -27,10 +27,10 @@ from builders.events import records
 from builders.tensorboard import open_writer, write_scalars
 from builders.waiting import load_factor, out_of_patience
 from triage_tui.core import fileio
-from triage_tui.core.events import tuning
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.runs import listing as runs_listing
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.events import tuning
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.read.runs import listing as runs_listing
+from triage_tui.core.watch.watcher import Watcher
 
 TAG = "train/ploss_0"
 

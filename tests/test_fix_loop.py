@@ -9,7 +9,7 @@ import json
 
 from builders.samples import copy_samples
 from triage_tui import cli
-from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 
 
 def _json(capsys) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from triage_tui.core.check_inputs import resolve_run
+from triage_tui.core.diagnose.check_inputs import resolve_run
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.run_yaml import read_run_yaml
 

@@ -136,7 +136,7 @@ def _console_writer(log: Path, rest: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_a_console_growing_faster_than_it_is_read_gives_a_prefix_then_every_step(tmp_path):
-    from triage_tui.core.console.reader import ConsoleLogs
+    from triage_tui.core.read.console.reader import ConsoleLogs
 
     log = tmp_path / "train.log"
     rest = specforge_lines([(1, {"loss": 5.25, "acc": 0.5})]).removeprefix("step 1: ")

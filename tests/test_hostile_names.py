@@ -24,11 +24,11 @@ from torch.utils.tensorboard import SummaryWriter
 
 from triage_tui import cli
 from triage_tui.commands.check import render_text
-from triage_tui.core.check_inputs import CheckInputs
-from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails, ShapeRow
-from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.diagnose import Diagnosis
-from triage_tui.core.hypotheses.scoring import Hypothesis
+from triage_tui.core.diagnose.check_inputs import CheckInputs
+from triage_tui.core.diagnose.checks.hidden_state import HiddenIssue, HiddenStateDetails, ShapeRow
+from triage_tui.core.diagnose.checks.result import CheckResult
+from triage_tui.core.diagnose.diagnosis import Diagnosis
+from triage_tui.core.diagnose.hypotheses.scoring import Hypothesis
 from triage_tui.core.text import printable
 
 # What no text output may hold: C0 controls but the line feeds of our own lines, DEL, C1 controls.

@@ -29,7 +29,7 @@ import pytest
 
 from builders.tensorboard import write_scalars
 from builders.trackers import write_lightning_run, write_torchtune_run
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 # Every byte of this many leading bytes is cut at and flipped: the file's header and first records,
 # the first scalar records included (a test says so for each source).

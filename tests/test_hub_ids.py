@@ -116,7 +116,7 @@ def test_specforge_provenance_references_are_looked_up_at_the_commit_the_run_loa
     from specforge.training.provenance import _compute_model_resume_provenance
     from transformers import AutoConfig
 
-    from triage_tui.core.check_inputs import resolve_run
+    from triage_tui.core.diagnose.check_inputs import resolve_run
     from triage_tui.core.formats.training_state import read_training_state
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub.cache))

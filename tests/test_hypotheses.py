@@ -11,22 +11,22 @@ import numpy as np
 import pytest
 
 from builders.mappings import TARGET_VOCAB, story_mappings
-from triage_tui.core.checks.config_contract import ConfigContractDetails
-from triage_tui.core.checks.config_contract import Finding as ContractFinding
-from triage_tui.core.checks.hidden_state import HiddenIssue, HiddenStateDetails
-from triage_tui.core.checks.replay import ReplayDetails
-from triage_tui.core.checks.result import CheckResult, CheckStatus
-from triage_tui.core.checks.verifier_mask import check_verifier_mask
-from triage_tui.core.checks.vocab import check_vocab_mapping
-from triage_tui.core.curve_shapes import RunStart, StartingCheckpoint
-from triage_tui.core.hypotheses.rank import rank_hypotheses
-from triage_tui.core.hypotheses.scoring import Hypothesis
-from triage_tui.core.serving.compare import ServingComparison, ServingFinding
-from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.signals.flags import Flag
-from triage_tui.core.signals.kinds import FlagKind, Severity
-from triage_tui.core.signals.metrics import MetricSummary, RunMetrics
+from triage_tui.core.diagnose.checks.config_contract import ConfigContractDetails
+from triage_tui.core.diagnose.checks.config_contract import Finding as ContractFinding
+from triage_tui.core.diagnose.checks.hidden_state import HiddenIssue, HiddenStateDetails
+from triage_tui.core.diagnose.checks.replay import ReplayDetails
+from triage_tui.core.diagnose.checks.result import CheckResult, CheckStatus
+from triage_tui.core.diagnose.checks.verifier_mask import check_verifier_mask
+from triage_tui.core.diagnose.checks.vocab import check_vocab_mapping
+from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
+from triage_tui.core.diagnose.hypotheses.scoring import Hypothesis
 from triage_tui.core.vocab import VocabMapping
+from triage_tui.core.watch.curve_shapes import RunStart, StartingCheckpoint
+from triage_tui.core.watch.serving.compare import ServingComparison, ServingFinding
+from triage_tui.core.watch.serving.evidence import ServingEvidence
+from triage_tui.core.watch.signals.flags import Flag
+from triage_tui.core.watch.signals.kinds import FlagKind, Severity
+from triage_tui.core.watch.signals.metrics import MetricSummary, RunMetrics
 
 ALWAYS = {
     "vocab_mapping_mismatch",
@@ -262,7 +262,7 @@ def _curve_flags(tmp_path: Path, losses: list[float]) -> list[Flag]:
     """The watcher's value flags of a loss written by torch's SummaryWriter, one point every 10 steps."""
     from builders.events import read_event_file
     from builders.tensorboard import write_scalars
-    from triage_tui.core.signals.values import value_flags
+    from triage_tui.core.watch.signals.values import value_flags
 
     points = [(10 * i, value) for i, value in enumerate(losses)]
     scalars = read_event_file(write_scalars(tmp_path, {"train/ploss_0": points}))
@@ -316,7 +316,7 @@ def test_the_docs_list_every_hypothesis_with_where_it_is_known_from():
     import re
     from pathlib import Path
 
-    from triage_tui.core.hypotheses import rank as hypotheses
+    from triage_tui.core.diagnose.hypotheses import rank as hypotheses
 
     ids = set()
     for function in hypotheses.HYPOTHESES:
@@ -329,7 +329,7 @@ def test_the_docs_list_every_hypothesis_with_where_it_is_known_from():
     assert rows == ids, f"table rows without a hypothesis: {rows - ids}; hypotheses without a row: {ids - rows}"
 
 
-# ----------------------------------------------------------------- curve shapes (core.curve_shapes)
+# ----------------------------------------------------------------- curve shapes (core.watch.curve_shapes)
 
 COLD = RunStart("train/acc_0", 0, 200, 5, 0.004, None, None)
 WARM = RunStart("train/acc_0", 0, 200, 5, 0.55, None, None)
@@ -425,8 +425,8 @@ def _collapsed_vllm(tmp_path, training: dict[str, float]):
     """vLLM's stats line at acceptance 1.02 (18 + 2 of 1000 drafts at positions 0, 1) beside a run
     whose accuracies predict far more."""
     from builders.serving import vllm_line
-    from triage_tui.core.serving.compare import compare_serving, training_estimate
-    from triage_tui.core.serving.read import read_serving
+    from triage_tui.core.watch.serving.compare import compare_serving, training_estimate
+    from triage_tui.core.watch.serving.read import read_serving
 
     log = tmp_path / "vllm.log"
     log.write_text(vllm_line(1000, [18, 2, 0]) + "\n")
@@ -454,8 +454,8 @@ def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path)
     assert max(order.index(cause) for cause in structural) < order.index("target_mismatch")
     # Without the collapse the same gap keeps its weight: serving at 1.9 against 2.8.
     from builders.serving import vllm_line
-    from triage_tui.core.serving.compare import compare_serving
-    from triage_tui.core.serving.read import read_serving
+    from triage_tui.core.watch.serving.compare import compare_serving
+    from triage_tui.core.watch.serving.read import read_serving
 
     log = tmp_path / "partial.log"
     log.write_text(vllm_line(1000, [600, 250, 50]) + "\n")
@@ -469,7 +469,7 @@ def test_a_collapse_ranks_the_structural_causes_before_target_mismatch(tmp_path)
 
 
 def _history(points, loss=None, checkpoints=()):
-    from triage_tui.core.best_checkpoint import AcceptanceHistory
+    from triage_tui.core.watch.best_checkpoint import AcceptanceHistory
 
     return AcceptanceHistory(
         "eval/simulated_acc_len",

@@ -23,8 +23,8 @@ def test_the_reader_loads_crc32c_without_the_packages_init_and_computes_the_same
     first read): the reader loads its C function alone, and it gives the package's answers."""
     code = (
         "import sys, random\n"
-        "from triage_tui.core.events import reader\n"
-        "from triage_tui.core.events.crc import crc32c\n"
+        "from triage_tui.core.read.events import reader\n"
+        "from triage_tui.core.read.events.crc import crc32c\n"
         "print('crc32c' in sys.modules)\n"
         "import crc32c as package\n"
         "rng = random.Random(252)\n"

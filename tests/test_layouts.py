@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from builders.tensorboard import write_scalars
 from builders.wandb_runs import write_run
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 
 def test_event_files_and_wandb_runs_in_one_output_directory_are_one_run(tmp_path):

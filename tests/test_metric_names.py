@@ -9,7 +9,7 @@ import time
 import pytest
 
 from triage_tui.core.metric_names import TRAINERS, match_trainer, ordered, per_position
-from triage_tui.core.signals.tags import pick_metric_tags
+from triage_tui.core.watch.signals.tags import pick_metric_tags
 
 
 def instances(name: str, count: int = 3) -> list[str]:
@@ -91,7 +91,7 @@ log.close()
 def test_specforge_logging_to_wandb_is_recognised_and_flagged(tmp_path):
     from builders.tensorboard import write_drafter_checkpoint
     from builders.wandb_runs import run_script
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     out = tmp_path / "out"
     write_drafter_checkpoint(out / "epoch_0_step_1000")
@@ -134,7 +134,7 @@ wandb.finish()
 
 def test_speculators_logging_to_wandb_is_recognised(tmp_path):
     from builders.wandb_runs import run_script
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     run_script(SPECULATORS_RUN, str(tmp_path))
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once(now=time.time())
@@ -172,7 +172,7 @@ wandb.finish()
 def test_hf_trainer_logging_to_wandb_is_keyed_by_its_global_step(tmp_path):
     """transformers' own WandbCallback: define_metric("*", step_metric="train/global_step")."""
     from builders.wandb_runs import run_script
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     out = tmp_path / "out"
     run_script(HF_TRAINER_RUN, str(out), timeout=300)

@@ -1,4 +1,4 @@
-"""The node (core.node, `n`): this machine has no NVIDIA driver, so NVML's absence is the real case
+"""The node (core.watch.node, `n`): this machine has no NVIDIA driver, so NVML's absence is the real case
 here (one line, nothing else breaks); CPU, memory and disks are this machine's own, through psutil.
 The pane samples in a thread worker only while it is shown."""
 
@@ -15,7 +15,7 @@ from builders.pilot import SIZE, loaded, make_app, on_screen, screen_as
 from builders.tensorboard import write_scalars
 from builders.tui import node_samples
 from builders.waiting import wait_for
-from triage_tui.core.node import NO_DRIVER, NodeSampler, disks_of
+from triage_tui.core.watch.node import NO_DRIVER, NodeSampler, disks_of
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.main import MainScreen
 from triage_tui.tui.screens.node import NodeScreen, gpu_lines

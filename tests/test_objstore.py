@@ -29,7 +29,7 @@ from triage_tui.core.objstore.follow import ObjectFollower
 from triage_tui.core.objstore.mirror import PrefixMirror, local_relative
 from triage_tui.core.objstore.store import ObjectMissing, Store, store_for
 from triage_tui.core.objstore.url import is_object_url, parse_url
-from triage_tui.core.runs.remote import fetch_policy, mirror_runs
+from triage_tui.core.read.runs.remote import fetch_policy, mirror_runs
 
 # obstore ships wheels for Python 3.11 and later only (the objstore extra); moto and s3fs come with the
 # test extra on every Python and are imported hard through the fixtures.

@@ -26,7 +26,7 @@ from builders.waiting import load_factor
 from triage_tui.core.objstore import tuning
 from triage_tui.core.objstore.mirror import PrefixMirror
 from triage_tui.core.objstore.url import parse_url
-from triage_tui.core.runs.remote import Mirrors, fetch_policy
+from triage_tui.core.read.runs.remote import Mirrors, fetch_policy
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 

@@ -19,8 +19,8 @@ from builders.object_store import upload_tree
 from builders.samples import copy_samples
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
-from triage_tui.core.runs.remote import Mirrors
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.runs.remote import Mirrors
+from triage_tui.core.watch.watcher import Watcher
 
 # obstore ships wheels for Python 3.11 and later only (the objstore extra); moto and s3fs come with the
 # test extra on every Python and are imported hard through the fixtures.
@@ -201,7 +201,7 @@ async def test_the_tui_watches_a_bucket_prefix_and_names_it_by_its_url(bucket, s
     and a prefix that can no longer be listed said in one line while the runs stay."""
     from builders.pilot import make_app, screen_text
     from builders.waiting import wait_for
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     name, client, proxy = bucket
     upload_tree(client, name, "tui/healthy", samples / "healthy")

@@ -21,8 +21,8 @@ from builders.object_store import upload_tree
 from builders.trainers import hf_trainer_run
 from triage_tui.core.formats.json_file import read_json
 from triage_tui.core.objstore import tuning
-from triage_tui.core.runs.remote import Mirrors, mirror_runs
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.runs.remote import Mirrors, mirror_runs
+from triage_tui.core.watch.watcher import Watcher
 
 pytest.importorskip("obstore")
 pytest.importorskip("moto")

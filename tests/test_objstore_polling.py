@@ -15,8 +15,8 @@ import pytest
 from builders.object_store import upload_tree
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
-from triage_tui.core.runs.remote import Mirrors
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.runs.remote import Mirrors
+from triage_tui.core.watch.watcher import Watcher
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 

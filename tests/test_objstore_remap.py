@@ -73,9 +73,9 @@ def test_the_remap_check_suggests_for_a_bucket_run_runs_as_printed(bucket, sampl
 
 def test_the_tuis_fix_commands_name_the_bucket_not_the_mirror_and_run_as_shown(bucket, samples, triage):
     """The TUI's Action tab shows ``Diagnosis.fix_commands()`` of the diagnosis its `c` gathers
-    (core/evidence.py): for a bucket run they name the URLs, never the temporary mirror."""
-    from triage_tui.core.diagnose import diagnose
-    from triage_tui.core.evidence import Overrides, gather_evidence
+    (core/diagnose/evidence.py): for a bucket run they name the URLs, never the temporary mirror."""
+    from triage_tui.core.diagnose.diagnosis import diagnose
+    from triage_tui.core.diagnose.evidence import Overrides, gather_evidence
 
     name, client, _ = bucket
     upload_tree(client, name, "sample_runs", samples)

@@ -24,7 +24,7 @@ from builders.serving import sglang_line, sglang_server_args_line
 from builders.tensorboard import write_drafter_checkpoint
 from builders.trainers import specforge_log
 from builders.waiting import wait_for
-from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList
 from triage_tui.tui.widgets.runs_table import RunsTable
 
@@ -97,8 +97,8 @@ def root(tmp_path_factory) -> Path:
 
 def checked_json(triage, run: Path, monkeypatch) -> dict:
     """`triage check RUN --json`, which must discover the run once and parse its triage.toml once."""
-    from triage_tui.core import watch
-    from triage_tui.core.runs import discover, listing, manifest
+    from triage_tui.core.read.runs import discover, listing, manifest
+    from triage_tui.core.watch import watcher as watch
 
     calls: list[str] = []
     with monkeypatch.context() as scoped:

@@ -34,12 +34,12 @@ from triage_tui import __version__
 from triage_tui.commands import remap as remap_command
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
+from triage_tui.core.fix.remap import rows, staging, tuning, writer
+from triage_tui.core.fix.remap.execute import execute_remap, remap_checkpoint
+from triage_tui.core.fix.remap.job import Cancelled
+from triage_tui.core.fix.remap.keep import keep_checkpoint_mapping
+from triage_tui.core.fix.remap.plan import INIT_STRATEGIES, plan_remap
 from triage_tui.core.formats.mapping import write_mapping_npy, write_mapping_pt
-from triage_tui.core.remap import rows, staging, tuning, writer
-from triage_tui.core.remap.execute import execute_remap, remap_checkpoint
-from triage_tui.core.remap.job import Cancelled
-from triage_tui.core.remap.keep import keep_checkpoint_mapping
-from triage_tui.core.remap.plan import INIT_STRATEGIES, plan_remap
 from triage_tui.core.vocab import VocabMapping
 
 ONLY_IN_CHECKPOINT = DRAFT_VOCAB - OVERLAP
@@ -789,7 +789,7 @@ def test_importing_remap_does_not_import_torch():
     import sys
 
     code = (
-        "import sys, triage_tui.core.remap.execute, triage_tui.core.remap.keep, triage_tui.commands.remap; "
+        "import sys, triage_tui.core.fix.remap.execute, triage_tui.core.fix.remap.keep, triage_tui.commands.remap; "
         "print('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -828,7 +828,7 @@ def test_the_walkthrough_remap_leaves_a_git_checkout_clean(tmp_path, monkeypatch
     git-initialised copy of the checkout: both outputs go under $XDG_DATA_HOME/triage/remapped/,
     the dialog and `remap --json` say where and why, and `git status --porcelain` stays empty."""
     from builders.samples import copy_samples
-    from triage_tui.core.check_inputs import resolve_run
+    from triage_tui.core.diagnose.check_inputs import resolve_run
     from triage_tui.tui.screens.remap import describe_plan
 
     checkout = tmp_path / "checkout"

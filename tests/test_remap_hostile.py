@@ -23,10 +23,10 @@ from builders.drafter import drafter_config, drafter_state, write_drafter
 from builders.remap import run_cli, tree_digest
 from triage_tui.core import fileio
 from triage_tui.core.errors import BadInput
+from triage_tui.core.fix.remap.execute import execute_remap, output_entries
+from triage_tui.core.fix.remap.plan import plan_remap
+from triage_tui.core.fix.remap.staging import PROVENANCE_FILE
 from triage_tui.core.formats.mapping import write_mapping_pt
-from triage_tui.core.remap.execute import execute_remap, output_entries
-from triage_tui.core.remap.plan import plan_remap
-from triage_tui.core.remap.staging import PROVENANCE_FILE
 
 NOBODY = 65534
 

@@ -16,7 +16,7 @@ import pytest
 from builders.check_run import details_of
 from builders.remap import run_cli, tree_digest
 from builders.replay import World, train_drafter, write_specforge_checkpoint, write_specforge_dumps, write_target
-from triage_tui.core.checks.replay import ReplayDetails, replay_accuracy, run_replay
+from triage_tui.core.diagnose.checks.replay import ReplayDetails, replay_accuracy, run_replay
 from triage_tui.core.drafter import load_drafter
 from triage_tui.core.formats.checkpoint import read_checkpoint
 from triage_tui.core.formats.hidden_states import read_dumps

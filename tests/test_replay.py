@@ -32,7 +32,7 @@ from builders.replay import (
     write_speculators_dumps,
     write_target,
 )
-from triage_tui.core.checks.replay import CHUNK_ORDERS, ReplayDetails, replay_accuracy, run_replay
+from triage_tui.core.diagnose.checks.replay import CHUNK_ORDERS, ReplayDetails, replay_accuracy, run_replay
 from triage_tui.core.drafter import (
     Eagle3Drafter,
     load_drafter,

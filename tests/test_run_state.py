@@ -17,11 +17,11 @@ import pytest
 from builders.children import IDLE, REPO, SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
 from builders.events import find_event_files
 from builders.tensorboard import write_scalars
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.process_table import ProcessScanner, ProcessTable, interactive_interpreter
-from triage_tui.core.run_state import console_error, read_console_tail, run_state
-from triage_tui.core.signals.stall import Activity
-from triage_tui.core.writers import find_writer
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.watch.process_table import ProcessScanner, ProcessTable, interactive_interpreter
+from triage_tui.core.watch.run_state import console_error, read_console_tail, run_state
+from triage_tui.core.watch.signals.stall import Activity
+from triage_tui.core.watch.writers import find_writer
 
 FLUSH = 1.0  # the children flush every second: the stall threshold is small
 
@@ -371,7 +371,7 @@ def test_without_a_writer_on_a_network_filesystem_the_state_is_unknown(tmp_path)
 
 def test_the_wandb_exit_record_says_ended_or_crashed(tmp_path):
     from builders.wandb_runs import run_file, run_script, start_script
-    from triage_tui.core.wandb.history import WandbHistory
+    from triage_tui.core.read.wandb.history import WandbHistory
 
     for name, code in (("ok", 0), ("failed", 3)):
         run_script(
@@ -422,7 +422,7 @@ def test_hf_trainers_final_save_ends_the_run_by_its_own_word(tmp_path):
     """transformers.Trainer itself: max_steps=4, a save every 2 steps; checkpoint-4's trainer_state.json
     is the final save, which the watcher reads as the run's end; without it, only the absent writer."""
     from builders.trainers import hf_trainer_run
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     output = hf_trainer_run(tmp_path, steps=4, save_steps=2)
     (status,) = Watcher([tmp_path], use_watchdog=False, strict=True).poll_once()
@@ -438,7 +438,7 @@ def test_hf_trainers_final_save_ends_the_run_by_its_own_word(tmp_path):
 def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every_scan(tmp_path):
     """What a known process holds open is read every REFRESH_SECS (the scanner's clock); that it died
     is seen at the next scan."""
-    from triage_tui.core.process_table import REFRESH_SECS
+    from triage_tui.core.watch.process_table import REFRESH_SECS
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -473,7 +473,7 @@ def test_open_files_are_read_again_after_the_refresh_interval_and_liveness_every
     ],
 )
 def test_event_file_names(name, found):
-    from triage_tui.core.writers import event_file_writer
+    from triage_tui.core.watch.writers import event_file_writer
 
     assert event_file_writer(name) == found
 
@@ -482,7 +482,7 @@ def test_a_live_wandb_run_is_found_by_its_open_files_then_ends_by_its_exit_recor
     """The trainer holds its wandb/<run>/logs/debug.log open, wandb-core its run-<id>.wandb: either
     shows the run is written here; once the run finishes, the exit record says it ended."""
     from builders.wandb_runs import run_file, start_script
-    from triage_tui.core.wandb.history import WandbHistory
+    from triage_tui.core.read.wandb.history import WandbHistory
 
     child = start_script(
         """

@@ -9,10 +9,10 @@ import pytest
 
 from builders.tensorboard import age_tree, write_drafter_checkpoint, write_scalars, write_specforge_output
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs import listing as runs_listing
-from triage_tui.core.runs.discover import discover_runs
-from triage_tui.core.runs.listing import ListingCache
-from triage_tui.core.runs.manifest import load_manifest
+from triage_tui.core.read.runs import listing as runs_listing
+from triage_tui.core.read.runs.discover import discover_runs
+from triage_tui.core.read.runs.listing import ListingCache
+from triage_tui.core.read.runs.manifest import load_manifest
 
 # ----------------------------------------------------------------- layouts
 

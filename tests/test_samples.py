@@ -24,7 +24,7 @@ from builders.events import read_event_file
 from builders.samples import COMMITTED, copy_samples, generated_paths, tracked_sample_files
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
-from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.watch.signals.chance import ChanceLine
 from triage_tui.samples.generate import (
     RUN_NAMES,
     SampleSpec,
@@ -228,7 +228,7 @@ def test_the_code_digest_covers_every_module_the_samples_are_built_with(tmp_path
         assert edited(rel, "\n# an edit\n") != code_digest(), rel
     assert edited("triage_tui/samples/readme.py", "\n# an edit\n") == code_digest()
     assert edited("triage_tui/core/formats/checkpoint.py", "\n# an edit\n") == code_digest()
-    assert edited("triage_tui/core/watch.py", "\n# an edit\n") == code_digest()
+    assert edited("triage_tui/core/watch/watcher.py", "\n# an edit\n") == code_digest()
     # a module the trainer starts to import (inside a function) joins the digest
     (copy / "triage_tui/core/lr_schedule.py").write_text("WARMUP = 10\n")
     trainer = copy / "triage_tui/samples/trainer.py"

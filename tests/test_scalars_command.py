@@ -215,7 +215,7 @@ def test_a_console_only_run_exports_its_console_points(capsys, tmp_path):
 def test_a_reader_that_fails_outright_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch):
     """The fault boundary keeps a reader's failure on its run; `scalars` of that run still says it."""
     from builders.tensorboard import write_scalars
-    from triage_tui.core.events.reader import RunEvents
+    from triage_tui.core.read.events.reader import RunEvents
 
     run = tmp_path / "run"
     write_scalars(run, {"train/loss": [(0, 2.0), (10, 1.5)]})

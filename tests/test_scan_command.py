@@ -88,7 +88,7 @@ def test_human_line_names_the_flags(tmp_path):
 
 def test_scan_writes_status_and_accuracy_as_the_tui_does(tmp_path):
     """One symbol set and one number format: the glyph of the TUI's runs table, accuracy in percent."""
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
     from triage_tui.tui.view_data import RowCache
     from triage_tui.tui.widgets.runs_table import row_cells
 
@@ -263,7 +263,7 @@ def test_scan_says_whether_each_runs_writer_is_alive_here(tmp_path):
 
     from builders.children import SUMMARY_WRITER_LOOP, ended, process_state, start, wait_until
     from builders.events import find_event_files
-    from triage_tui.core.events.reader import RunEvents
+    from triage_tui.core.read.events.reader import RunEvents
 
     def points(run: Path) -> int:
         events = RunEvents()

@@ -1,4 +1,4 @@
-"""Serving evidence (core/serving/) on text in each engine's own format.
+"""Serving evidence (core/watch/serving/) on text in each engine's own format.
 
 vLLM's log line is produced by the computation and format string of ``SpecDecodingLogging.log``
 (vllm/v1/spec_decode/metrics.py) through a ``logging.Formatter`` with vLLM's format; its and
@@ -22,16 +22,16 @@ import pytest
 
 from builders.mappings import story_mappings
 from builders.serving import sglang_line, sglang_metrics, vllm_json_formatter, vllm_line, vllm_metrics
-from triage_tui.core.checks.result import CheckResult
-from triage_tui.core.checks.vocab import check_vocab_mapping
+from triage_tui.core.diagnose.checks.result import CheckResult
+from triage_tui.core.diagnose.checks.vocab import check_vocab_mapping
+from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
 from triage_tui.core.errors import BadInput, SourceError
-from triage_tui.core.hypotheses.rank import rank_hypotheses
 from triage_tui.core.log_tail import LogTail
-from triage_tui.core.serving.compare import compare_serving, training_estimate
-from triage_tui.core.serving.logs import ServingLog, parse_sglang_line, parse_vllm_line
-from triage_tui.core.serving.metrics import MetricsUrl
-from triage_tui.core.serving.read import read_serving
-from triage_tui.core.serving.source import Following
+from triage_tui.core.watch.serving.compare import compare_serving, training_estimate
+from triage_tui.core.watch.serving.logs import ServingLog, parse_sglang_line, parse_vllm_line
+from triage_tui.core.watch.serving.metrics import MetricsUrl
+from triage_tui.core.watch.serving.read import read_serving
+from triage_tui.core.watch.serving.source import Following
 
 # --------------------------------------------------------------------------- writers
 
@@ -235,7 +235,7 @@ def test_log_tail_follows_growth_partial_lines_rotation_and_truncation(tmp_path)
 def test_log_tail_reads_a_huge_line_without_keeping_it(tmp_path):
     path = tmp_path / "x.log"
     path.write_bytes(b"A" * (1 << 17) + b"\n" + vllm_line(10, [5, 1, 0]).encode() + b"\n")
-    from triage_tui.core.serving import tuning
+    from triage_tui.core.watch.serving import tuning
 
     tail = LogTail(path, max_line_bytes=tuning.MAX_LINE_BYTES)
     lines = tail.poll(tuning.MAX_READ_BYTES)
@@ -424,7 +424,7 @@ def test_check_with_serving_on_the_story_run_ranks_the_mapping_first_with_both_p
 
 
 def test_manifest_serving_table(tmp_path):
-    from triage_tui.core.runs.manifest import load_manifest
+    from triage_tui.core.read.runs.manifest import load_manifest
 
     path = tmp_path / "triage.toml"
     path.write_text(
@@ -458,7 +458,7 @@ def test_disagreement_is_judged_over_the_positions_both_sides_have(tmp_path):
 
 def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_stop(tmp_path):
     from builders.check_run import write_events
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     page = _Page(vllm_metrics(100, [60, 20, 4]))
     server, thread = _serve(page)
@@ -491,7 +491,7 @@ def test_the_watcher_scrapes_on_its_own_thread_and_a_dead_url_is_a_line_not_a_st
 
 
 def test_a_long_chunk_without_newline_does_not_end_the_read(tmp_path, monkeypatch):
-    from triage_tui.core.serving import tuning
+    from triage_tui.core.watch.serving import tuning
 
     monkeypatch.setattr(tuning, "MAX_READ_BYTES", 4096)  # one poll's read, made small
     path = tmp_path / "mixed.log"
@@ -502,7 +502,7 @@ def test_a_long_chunk_without_newline_does_not_end_the_read(tmp_path, monkeypatc
 
 
 def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
-    from triage_tui.core.serving.read import ServingWatch
+    from triage_tui.core.watch.serving.read import ServingWatch
 
     watch = ServingWatch([str(tmp_path / "later.log")])
     assert watch.poll() == (None, (SourceError("serving", str(tmp_path / "later.log"), "no such file (yet)"),))
@@ -513,8 +513,8 @@ def test_a_missing_log_is_an_error_line_until_it_appears(tmp_path):
 
 
 def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
-    from triage_tui.core.serving import tuning
-    from triage_tui.core.serving.read import ServingWatch
+    from triage_tui.core.watch.serving import tuning
+    from triage_tui.core.watch.serving.read import ServingWatch
 
     monkeypatch.setattr(tuning, "MAX_READ_BYTES", 1024)  # one poll's read, made small
     path = tmp_path / "long.log"
@@ -530,7 +530,7 @@ def test_one_shot_follow_reads_a_long_log_to_the_end(tmp_path, monkeypatch):
 
 
 def test_several_sources_pool_counts_and_never_mix_engines(tmp_path):
-    from triage_tui.core.serving.read import read_serving_sources
+    from triage_tui.core.watch.serving.read import read_serving_sources
 
     a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
     a.write_text(vllm_line(100, [60, 20, 4]) + "\n")

@@ -23,7 +23,7 @@ from builders.serving import sglang_line, sglang_line_text, vllm_counters_page, 
 from builders.waiting import load_factor
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
-from triage_tui.core.serving.read import ServingWatch, read_serving
+from triage_tui.core.watch.serving.read import ServingWatch, read_serving
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534  # the uid of "nobody": a triage.toml another user owns
@@ -191,8 +191,8 @@ def test_scan_of_a_parent_fetches_nothing_another_users_toml_names(tmp_path, cap
 
 def test_an_untrusted_toml_names_no_path_outside_its_run(tmp_path):
     """The [run] paths of another user's triage.toml are used inside the run only (a symlink out counts as out)."""
-    from triage_tui.core.check_inputs import resolve_run
-    from triage_tui.core.runs.manifest import load_manifest
+    from triage_tui.core.diagnose.check_inputs import resolve_run
+    from triage_tui.core.read.runs.manifest import load_manifest
 
     run = _run(tmp_path, "run")
     (run / "cache").mkdir()
@@ -257,7 +257,7 @@ def test_a_response_body_is_never_echoed(tmp_path, capsys):
 
 def test_a_malformed_float_in_a_serving_log_is_a_counted_line(tmp_path):
     """`accept len: 1.2.3` once raised out of the watcher's poll (the TUI: "watching stopped")."""
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     run = _run(tmp_path, "run", '[serving]\nlogs = ["serve.log"]\n')
     lines = [sglang_line(412, 200), sglang_line_text("1.2.3"), sglang_line(300, 100), sglang_line_text("2.5e")]

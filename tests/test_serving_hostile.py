@@ -43,9 +43,9 @@ from builders.serving import (
 from builders.waiting import load_factor
 from triage_tui import cli
 from triage_tui.core import bounds
-from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.serving.registry import SERVING_SOURCES, source_class
-from triage_tui.core.serving.source import Following, ServingPoll
+from triage_tui.core.watch.serving.evidence import ServingEvidence
+from triage_tui.core.watch.serving.registry import SERVING_SOURCES, source_class
+from triage_tui.core.watch.serving.source import Following, ServingPoll
 
 HOSTILE = "[bold]x[/bold][link=https://e.example]y[/link]\x1b[2J\r\x00"
 # What no output may hold unless the test put it in the source's name: markup and escapes.

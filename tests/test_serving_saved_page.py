@@ -14,7 +14,7 @@ import pytest
 from builders.check_run import write_events
 from builders.serving import sglang_metrics, vllm_counters_page, vllm_metrics
 from triage_tui import cli
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 # The keys `check --json` and `scan --json` both give for a run's serving evidence.
 EVIDENCE_KEYS = ("engine", "source", "acceptance_length", "per_position", "drafts", "accepted", "convention", "notes")

@@ -34,17 +34,17 @@ from builders.serving import (
 )
 from triage_tui import cli
 from triage_tui.commands.check import _serving_lines
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.diagnose.checks.result import CheckResult
+from triage_tui.core.diagnose.evidence import Overrides, gather_evidence
+from triage_tui.core.diagnose.hypotheses.rank import rank_hypotheses
 from triage_tui.core.errors import BadInput
-from triage_tui.core.evidence import Overrides, gather_evidence
-from triage_tui.core.hypotheses.rank import rank_hypotheses
-from triage_tui.core.serving.compare import compare_serving, training_estimate
-from triage_tui.core.serving.meta_info import MetaInfoFile
-from triage_tui.core.serving.per_request import VllmRequestMetrics
-from triage_tui.core.serving.profile import SpeculationProfile
-from triage_tui.core.serving.read import read_serving, read_serving_sources
-from triage_tui.core.serving.registry import source_class
-from triage_tui.core.serving.synthetic import forced_acceptance
+from triage_tui.core.watch.serving.compare import compare_serving, training_estimate
+from triage_tui.core.watch.serving.meta_info import MetaInfoFile
+from triage_tui.core.watch.serving.per_request import VllmRequestMetrics
+from triage_tui.core.watch.serving.profile import SpeculationProfile
+from triage_tui.core.watch.serving.read import read_serving, read_serving_sources
+from triage_tui.core.watch.serving.registry import source_class
+from triage_tui.core.watch.serving.synthetic import forced_acceptance
 from triage_tui.tui.view_data import ServingSeries
 from triage_tui.tui.widgets.serving_chart import title_of
 
@@ -365,7 +365,7 @@ def test_a_launch_script_marks_the_same_engines_figures_synthetic(tmp_path):
         assert (pooled.synthetic is not None) is synthetic
         assert (compare_serving(pooled, None).finding("acceptance_collapsed") is None) is synthetic
     # Followed (the TUI's chart): the pooled evidence keeps the log's intervals, not the script's none.
-    from triage_tui.core.serving.read import ServingWatch
+    from triage_tui.core.watch.serving.read import ServingWatch
 
     launch.write_text("export SGLANG_SIMULATE_ACC_LEN=1.0\n")
     followed, errors = ServingWatch([str(launch), str(log)]).poll()

@@ -1,4 +1,4 @@
-"""Flags on curves written by torch's SummaryWriter and read back by core.events.
+"""Flags on curves written by torch's SummaryWriter and read back by core.read.events.
 
 The story's curve (docs/case.md): ploss 18-20, accuracy 2-7 %, V = 32 000.
 """
@@ -14,11 +14,11 @@ import pytest
 from builders.curves import STEPS, T0, story_series
 from builders.events import read_event_file
 from builders.tensorboard import write_scalars
-from triage_tui.core.derive import RunSettings, derive, flags_at
-from triage_tui.core.runs.manifest import Manifest, load_manifest
-from triage_tui.core.signals.chance import named_drafter_config, resolve_vocab_size
-from triage_tui.core.signals.tags import is_summed_loss, pick_metric_tags
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.runs.manifest import Manifest, load_manifest
+from triage_tui.core.watch.derive import RunSettings, derive, flags_at
+from triage_tui.core.watch.signals.chance import named_drafter_config, resolve_vocab_size
+from triage_tui.core.watch.signals.tags import is_summed_loss, pick_metric_tags
+from triage_tui.core.watch.watcher import Watcher
 
 V = 32_000
 LN_V = math.log(V)  # 10.37
@@ -34,7 +34,7 @@ def curve_file(tmp_path: Path, series: dict[str, np.ndarray], steps: np.ndarray 
 
 
 def flags_for(tmp_path, series, *, steps=STEPS, vocab_size=V, now=None, manifest=None, seen_live=False):
-    """The run's flags as the watcher derives them (core.derive), ``now`` a second after the last point."""
+    """The run's flags as the watcher derives them (core.watch.derive), ``now`` a second after the last point."""
     scalars = read_event_file(curve_file(tmp_path, series, steps))
     derived = derive(scalars, RunSettings(vocab_size=vocab_size, manifest=manifest))
     now = T0 + float(steps[-1]) + 1.0 if now is None else now

@@ -1,4 +1,4 @@
-"""The one registry of scalar source kinds (core/source_kinds/registry.py): `scan --json`, `scalars`
+"""The one registry of scalar source kinds (core/read/source_kinds/registry.py): `scan --json`, `scalars`
 and the TUI's series picker show the same sources and series of a run, with the same points; and a
 kind registered here, in the test, reaches all three without another product file changing."""
 
@@ -18,9 +18,9 @@ from torch.utils.tensorboard import SummaryWriter
 from builders.consoles import console_runs
 from builders.pilot import SIZE, loaded, make_app, on_screen, screen_as
 from triage_tui import cli
+from triage_tui.core.read.source_kinds import registry
+from triage_tui.core.read.source_kinds.kind import ScalarSourceKind, renewed_on_rename
 from triage_tui.core.series import ReadStats, RunScalars
-from triage_tui.core.source_kinds import registry
-from triage_tui.core.source_kinds.kind import ScalarSourceKind, renewed_on_rename
 from triage_tui.tui.screens.metric_picker import MetricPickerScreen
 
 EVENT_STEPS = (50, 100, 150)
@@ -92,7 +92,7 @@ def test_scalars_offers_every_source_and_series_scan_shows_with_their_points(thr
 
 
 def test_the_watcher_the_tui_draws_from_holds_the_same_points_scalars_exports(three_sources):
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     (status,) = Watcher([three_sources], use_watchdog=False).poll_once()
     exported = _scalars(three_sources)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from triage_tui import cli
-from triage_tui.core.trackers.stores import path_segment
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.trackers.stores import path_segment
+from triage_tui.core.watch.watcher import Watcher
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -168,9 +168,9 @@ def test_a_stores_recorded_end_comes_before_a_process_holding_the_store_open(tmp
     """One process writing a store of several runs writes one of them: a run the store records
     FINISHED is ended even while that process holds the store open; without the store's word first
     (a run of its own directory) that process is its writer."""
-    from triage_tui.core.process_table import Process, ProcessTable
-    from triage_tui.core.run_state import run_state
-    from triage_tui.core.signals.stall import Activity
+    from triage_tui.core.watch.process_table import Process, ProcessTable
+    from triage_tui.core.watch.run_state import run_state
+    from triage_tui.core.watch.signals.stall import Activity
 
     store = tmp_path / "mlflow.db"
     store.write_bytes(b"")
@@ -235,7 +235,7 @@ def test_a_trackio_rows_time_is_read_to_the_microsecond_as_python_reads_it(tmp_p
     import random
     from datetime import datetime, timezone
 
-    from triage_tui.core.trackers import trackio_db
+    from triage_tui.core.read.trackers import trackio_db
 
     store = tmp_path / "tiny-lm.db"
     shutil.copy2(FIXTURES / "trackio" / "tiny-lm.db", store)

@@ -1,4 +1,4 @@
-"""The trackers' own records (core/trackers/): every value each one logged, read back exact.
+"""The trackers' own records (core/read/trackers/): every value each one logged, read back exact.
 
 The fixtures under tests/fixtures/trackers/ were written by the trackers' own code
 (scripts/make_tracker_fixtures.py; VERSIONS names the releases): a tiny LM with a 32 000-token
@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triage_tui.core.series import RunScalars
-from triage_tui.core.trackers import (
+from triage_tui.core.read.trackers import (
     csv_metrics,
     mlflow_db,
     mlflow_files,
@@ -28,6 +27,7 @@ from triage_tui.core.trackers import (
     torchtune_log,
     trackio_db,
 )
+from triage_tui.core.series import RunScalars
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -142,7 +142,7 @@ def test_rows_still_in_the_writers_wal_are_read_and_nothing_is_left_beside_the_s
 def test_a_store_locked_by_its_writer_is_read_at_the_next_poll_not_failed(tmp_path, monkeypatch):
     import sqlite3
 
-    from triage_tui.core.trackers import tuning
+    from triage_tui.core.read.trackers import tuning
 
     monkeypatch.setattr(tuning, "BUSY_TIMEOUT_SECONDS", 0.01)
     store = tmp_path / "mlflow.db"
@@ -162,7 +162,7 @@ def test_a_store_locked_poll_after_poll_is_said_on_its_run(tmp_path, monkeypatch
     import sqlite3
 
     from triage_tui.core.errors import BadInput
-    from triage_tui.core.trackers import tuning
+    from triage_tui.core.read.trackers import tuning
 
     monkeypatch.setattr(tuning, "BUSY_TIMEOUT_SECONDS", 0.001)
     monkeypatch.setattr(tuning, "LOCKED_POLLS_SAID", 3)
@@ -179,7 +179,7 @@ def test_a_store_locked_poll_after_poll_is_said_on_its_run(tmp_path, monkeypatch
 
 
 def test_a_run_logged_faster_than_one_poll_reads_is_caught_up_with_over_the_next_polls(tmp_path, monkeypatch):
-    from triage_tui.core.trackers import tuning
+    from triage_tui.core.read.trackers import tuning
 
     monkeypatch.setattr(tuning, "MAX_ROWS_PER_POLL", 7)
     store = FIXTURES / "mlflow-sqlite" / "mlflow.db"
@@ -353,7 +353,7 @@ def test_a_log_appended_while_watched_is_read_from_where_the_last_poll_stopped(t
 
 
 def test_a_store_of_several_runs_read_where_it_lies_names_each_runs_series_and_says_its_status():
-    from triage_tui.core.trackers import stores
+    from triage_tui.core.read.trackers import stores
 
     source = stores.StoreRuns(stores.MLFLOW)
     source.set_files([FIXTURES / "mlflow-sqlite" / "mlflow.db"])
@@ -369,10 +369,10 @@ def test_a_store_of_several_runs_read_where_it_lies_names_each_runs_series_and_s
 
 
 def test_mlflows_recorded_status_gives_the_state_where_no_writer_is_visible(tmp_path):
-    from triage_tui.core.process_table import ProcessTable
-    from triage_tui.core.run_state import run_state
-    from triage_tui.core.signals.stall import Activity
-    from triage_tui.core.trackers import stores
+    from triage_tui.core.read.trackers import stores
+    from triage_tui.core.watch.process_table import ProcessTable
+    from triage_tui.core.watch.run_state import run_state
+    from triage_tui.core.watch.signals.stall import Activity
 
     source = stores.StoreRuns(stores.MLFLOW)
     source.set_files([FIXTURES / "mlflow-sqlite" / "mlflow.db"])

@@ -1,4 +1,4 @@
-"""The trackers' sources (core/trackers/) against damaged, foreign, huge and locked records.
+"""The trackers' sources (core/read/trackers/) against damaged, foreign, huge and locked records.
 
 Every attack starts from a file the tracker's own code wrote (tests/fixtures/trackers/). A source
 meets it with its points, damage counted on the file, or one ``BadInput`` naming the file: never
@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.trackers import csv_metrics, mlflow_db, nanogpt_log, nemo_jsonl, torchtune_log, trackio_db, tuning
+from triage_tui.core.read.trackers import (
+    csv_metrics,
+    mlflow_db,
+    nanogpt_log,
+    nemo_jsonl,
+    torchtune_log,
+    trackio_db,
+    tuning,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
 MLFLOW_DB = FIXTURES / "mlflow-sqlite" / "mlflow.db"

@@ -1,4 +1,4 @@
-"""``scan --json``'s ``trainer``: the framework a run's files and layout say wrote it (core/trackers/frameworks.py).
+"""``scan --json``'s ``trainer``: the framework a run's files and layout say wrote it (core/read/trackers/).
 
 The layouts are the ones the trackers' own code wrote (tests/fixtures/trackers/) and, for the
 scan, a Lightning TensorBoardLogger layout written with torch's SummaryWriter, whose metric names
@@ -16,7 +16,7 @@ import pytest
 
 from builders.tensorboard import write_scalars
 from triage_tui import cli
-from triage_tui.core.trackers.frameworks import framework_of, trainer_of
+from triage_tui.core.read.trackers.frameworks import framework_of, trainer_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
 

@@ -16,7 +16,7 @@ import pytest
 from triage_tui import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
-# A loss at ln 32 000 from the first step on (core/signals): what a run at chance raises.
+# A loss at ln 32 000 from the first step on (core/watch/signals): what a run at chance raises.
 CHANCE_FLAGS = {"chance_from_start", "loss_at_chance", "loss_above_chance"}
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from triage_tui.core.trackers import tuning
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.trackers import tuning
+from triage_tui.core.watch.watcher import Watcher
 
 FIXTURES = Path(__file__).parent / "fixtures" / "trackers"
 TREE = ("mlflow-sqlite", "trackio", "nemo-automodel", "nanogpt", "lightning", "torchtune")

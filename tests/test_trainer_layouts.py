@@ -19,7 +19,7 @@ from builders.trainers import (
     specforge_run,
     vocab_numbers,
 )
-from triage_tui.core.runs.discover import discover_runs
+from triage_tui.core.read.runs.discover import discover_runs
 
 
 @pytest.fixture(scope="session")

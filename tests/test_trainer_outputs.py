@@ -18,8 +18,8 @@ from triage_tui.core.errors import BadInput
 from triage_tui.core.formats import trainer_state
 from triage_tui.core.formats.specforge_output import read_best_meta
 from triage_tui.core.formats.trainer_state import read_trainer_state
-from triage_tui.core.runs.manifest import load_manifest
-from triage_tui.core.runs.names import is_console_log_name, specforge_run_id
+from triage_tui.core.read.runs.manifest import load_manifest
+from triage_tui.core.read.runs.names import is_console_log_name, specforge_run_id
 from triage_tui.core.series import ScalarSeries, overlay
 
 
@@ -124,7 +124,7 @@ def test_specforge_best_meta_and_pointers_as_its_checkpoint_manager_wrote_them(r
     assert metrics["eval/per_position_acc/1"] == raw["metrics"]["eval/per_position_acc"][1]
     assert metrics["eval/simulated_acc_len"] == best.score
     # The best step is the evaluation the console shows highest (best is not the latest here).
-    from triage_tui.core.console.reader import ConsoleLogs
+    from triage_tui.core.read.console.reader import ConsoleLogs
 
     logs = ConsoleLogs()
     logs.set_files([sf.console])

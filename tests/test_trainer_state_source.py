@@ -16,10 +16,10 @@ import pytest
 from builders.check_run import write_events
 from builders.consoles import console_runs
 from triage_tui import cli
-from triage_tui.core.console.steps import INFERRED, TRAINER_STATE
-from triage_tui.core.runs.discover import discover_runs
-from triage_tui.core.source_kinds import trainer_state as trainer_state_kind
-from triage_tui.core.sources import RunSources
+from triage_tui.core.read.console.steps import INFERRED, TRAINER_STATE
+from triage_tui.core.read.runs.discover import discover_runs
+from triage_tui.core.read.source_kinds import trainer_state as trainer_state_kind
+from triage_tui.core.read.sources import RunSources
 
 
 @pytest.fixture(scope="module")

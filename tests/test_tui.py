@@ -31,8 +31,8 @@ from builders.tui import (
     story_run,
 )
 from builders.waiting import wait_for
-from triage_tui.core.checks.replay import ReplayDetails
-from triage_tui.core.checks.vocab import VocabDetails
+from triage_tui.core.diagnose.checks.replay import ReplayDetails
+from triage_tui.core.diagnose.checks.vocab import VocabDetails
 from triage_tui.tui.screens.drilldown import CommandLines, DrillDownScreen, command_text
 from triage_tui.tui.screens.help import HelpScreen
 from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapRefusedScreen, RemapScreen
@@ -194,7 +194,7 @@ def _plain(static) -> str:
 
 
 async def test_remap_dialog_says_what_it_writes_and_n_writes_nothing(fresh_root):
-    from triage_tui.core.remap.plan import plan_remap
+    from triage_tui.core.fix.remap.plan import plan_remap
 
     app = make_app(fresh_root)
     async with app.run_test(size=SIZE) as pilot:
@@ -555,7 +555,7 @@ def test_cli_bad_path_is_one_line_and_exit_2(tmp_path, capsys):
 
 async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_root, monkeypatch):
     """The watcher is held inside its first poll: the UI must paint and take keys anyway."""
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     gate = threading.Event()
     real_poll = Watcher.poll_once
@@ -580,8 +580,8 @@ async def test_first_screen_paints_and_answers_keys_before_the_first_poll(runs_r
 
 async def test_checks_show_a_bar_each_and_cancel_releases_the_ui(runs_root, monkeypatch):
     """The vocab check is held mid-run: its bar shows, x cancels, nothing is recorded as a diagnosis."""
-    from triage_tui.core.checks import vocab
-    from triage_tui.core.checks.registry import CHECK_NAMES
+    from triage_tui.core.diagnose.checks import vocab
+    from triage_tui.core.diagnose.checks.registry import CHECK_NAMES
     from triage_tui.tui.messages import ChecksFinished
     from triage_tui.tui.widgets.checks_progress import CheckBar
 
@@ -644,7 +644,7 @@ def test_long_noisy_loss_is_thinned_with_its_smoothed_curve_aligned(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
     from triage_tui.core.series import ema_smooth
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
     from triage_tui.tui.view_data import SMOOTHING_WEIGHT, chart_series
 
     rng = np.random.default_rng(0)
@@ -994,7 +994,7 @@ def burst(app, keys: str) -> None:
 
 async def test_typed_filter_text_never_reaches_the_keys_and_esc_closes_the_filter_first(runs_root, monkeypatch):
     """ "/vocab" typed fast must not start the checks with its `c`; esc closes the filter before it cancels."""
-    from triage_tui.core.checks import vocab
+    from triage_tui.core.diagnose.checks import vocab
 
     gate = threading.Event()
     real_check = vocab.check_vocab_mapping
@@ -1140,7 +1140,7 @@ async def test_in_log_y_the_chance_line_is_labelled_on_its_own_row(tmp_path, siz
 
 async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_root, monkeypatch):
     """No toast over the evidence column; a user on another run reads the result in the top bar."""
-    from triage_tui.core.checks import vocab
+    from triage_tui.core.diagnose.checks import vocab
 
     gate = threading.Event()
     real_check = vocab.check_vocab_mapping

@@ -14,7 +14,7 @@ from builders.console_pane import OOM, TRAIN_LOG, write_console
 from builders.pilot import SIZE, checked, loaded, make_app, on_screen, screen_as
 from builders.tui import healthy_run, story_run
 from builders.waiting import wait_for
-from triage_tui.core.console.view import ERROR, TRACEBACK
+from triage_tui.core.read.console.view import ERROR, TRACEBACK
 from triage_tui.tui.screens.console import ConsoleLines, ConsoleScreen
 from triage_tui.tui.screens.drilldown import DrillDownScreen
 from triage_tui.tui.screens.main import MainScreen

@@ -34,10 +34,10 @@ from builders.wandb_runs import (
     write_run,
     write_step_metric_run,
 )
-from triage_tui.core.runs.discover import discover_runs
-from triage_tui.core.sources import RunSources
-from triage_tui.core.wandb.history import WandbHistory
-from triage_tui.core.watch import Watcher
+from triage_tui.core.read.runs.discover import discover_runs
+from triage_tui.core.read.sources import RunSources
+from triage_tui.core.read.wandb.history import WandbHistory
+from triage_tui.core.watch.watcher import Watcher
 
 V = 32_000
 LN_V = math.log(V)
@@ -274,8 +274,8 @@ def _descendants(pid: int) -> list[int]:
 
 def _history_offsets(path: Path) -> list[tuple[int, int]]:
     """(start, end) file offsets of each history record of an undamaged run file."""
-    from triage_tui.core.wandb.framing import WANDB_HEADER, frame
-    from triage_tui.core.wandb.records import wandb_protos
+    from triage_tui.core.read.wandb.framing import WANDB_HEADER, frame
+    from triage_tui.core.read.wandb.records import wandb_protos
 
     base = len(WANDB_HEADER)
     framed = frame(path.read_bytes()[base:], base)
@@ -380,7 +380,7 @@ def test_without_the_wandb_package_a_wandb_run_says_why(story_run):
     """The extra absent: the run is listed with a one-line reason, nothing crashes."""
     code = (
         "import sys, json; sys.modules['wandb'] = None\n"
-        "from triage_tui.core.watch import Watcher\n"
+        "from triage_tui.core.watch.watcher import Watcher\n"
         f"(s,) = Watcher([{str(story_run)!r}], use_watchdog=False).poll_once()\n"
         "print(json.dumps(s.to_json()))"
     )
@@ -484,7 +484,7 @@ def test_an_impossible_record_is_damage_never_a_number(kind, step_metric_run, tm
 def test_records_near_the_bounds_are_read(step_metric_run, tmp_path):
     """What a writer can mean stays data: many brackets that nest shallowly, brackets inside a string,
     a key of exactly the bound, the largest int64 step, a fractional step metric (not a step: unkeyed)."""
-    from triage_tui.core.wandb.records import INT64_MAX, MAX_JSON_DEPTH, MAX_KEY_CHARS
+    from triage_tui.core.read.wandb.records import INT64_MAX, MAX_JSON_DEPTH, MAX_KEY_CHARS
 
     healthy = run_file(step_metric_run)
     shallow = "[" + ",".join(["[1, 2]"] * 500) + "]"

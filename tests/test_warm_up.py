@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from builders.tensorboard import write_scalars
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.watcher import Watcher
 
 LN_V = math.log(32_000)
 

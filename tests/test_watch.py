@@ -14,9 +14,9 @@ import pytest
 
 from builders.tensorboard import open_writer, write_drafter_checkpoint, write_scalars
 from builders.waiting import out_of_patience
-from triage_tui.core import fs_wakeups
-from triage_tui.core.process_table import ProcessScanner
-from triage_tui.core.watch import RunStatus, Watcher
+from triage_tui.core.watch import fs_wakeups
+from triage_tui.core.watch.process_table import ProcessScanner
+from triage_tui.core.watch.watcher import RunStatus, Watcher
 
 LN_32000 = math.log(32_000)
 
@@ -172,7 +172,7 @@ def test_an_idle_tree_is_polled_once_per_interval_with_the_observer_on(tmp_path,
 
 def nfs_proc(tmp_path: Path, shared: Path) -> Path:
     """A /proc of no processes whose mounts say ``shared`` is an NFS mount, as the kernel writes it:
-    no writer of a run there can be seen from this node (core.run_state: unknown)."""
+    no writer of a run there can be seen from this node (core.watch.run_state: unknown)."""
     proc = tmp_path / "proc"
     (proc / "self").mkdir(parents=True)
     (proc / "self" / "mounts").write_text(
@@ -183,7 +183,7 @@ def nfs_proc(tmp_path: Path, shared: Path) -> Path:
 
 def test_stall_severity_depends_on_whether_the_run_stopped_while_watched(tmp_path):
     """Where the writer cannot be seen (runs on NFS: its state is unknown), the silence rule of
-    core.signals.stall decides, and its severity depends on whether the run stopped while watched."""
+    core.watch.signals.stall decides, and its severity depends on whether the run stopped while watched."""
     shared = tmp_path / "shared"
     writer = open_writer(shared / "live")
     write_scalars(shared / "old", {"train/ploss_0": [(s, 3.0) for s in range(0, 100, 10)]}, wall_time=1_600_000_000.0)
@@ -292,7 +292,7 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
 
 
 def test_a_long_first_poll_shows_runs_as_they_are_read(tmp_path, monkeypatch):
-    import triage_tui.core.watch as watch
+    import triage_tui.core.watch.watcher as watch
 
     for name in ("a", "b", "c", "d"):
         write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
@@ -316,7 +316,7 @@ def test_progress_reports_come_at_growing_intervals_and_not_just_before_the_end(
     half the interval at that pace, is left to the poll's own statuses."""
     import types
 
-    import triage_tui.core.watch as watch
+    import triage_tui.core.watch.watcher as watch
 
     for index in range(20):
         write_scalars(tmp_path / f"run_{index:02d}", {"train/ploss_0": [(0, 10.4), (50, 9.0)]})
@@ -396,7 +396,7 @@ def test_a_first_poll_begun_early_is_taken_over_by_run(tmp_path, monkeypatch):
     """`triage` begins the first poll before it imports Textual (start_first_poll); run() takes it
     over: what it reported before anyone listened arrives first, then the rest, then the same
     statuses a first poll in run() gives, and the poll is not repeated."""
-    import triage_tui.core.watch as watch
+    import triage_tui.core.watch.watcher as watch
 
     for name in ("a", "b", "c", "d"):
         write_scalars(tmp_path / name, {"train/ploss_0": [(0, 10.4), (50, 9.0)]})

@@ -12,7 +12,7 @@ from torch.utils.tensorboard import SummaryWriter
 from builders.drafter import write_eagle3_drafter
 from builders.mappings import TARGET_VOCAB, story_mappings, write_specforge_mapping
 from builders.target import save_target
-from triage_tui.core.checks.result import CheckResult
+from triage_tui.core.diagnose.checks.result import CheckResult
 
 D = TypeVar("D")
 

@@ -21,9 +21,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.util import tensor_util
 
-from triage_tui.core.events.crc import masked_crc32c
-from triage_tui.core.events.reader import RunEvents
-from triage_tui.core.runs.names import is_event_file_name
+from triage_tui.core.read.events.crc import masked_crc32c
+from triage_tui.core.read.events.reader import RunEvents
+from triage_tui.core.read.runs.names import is_event_file_name
 from triage_tui.core.series import RunScalars
 
 

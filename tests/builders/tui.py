@@ -98,7 +98,7 @@ def chance() -> float:
 def node_samples():
     """Fixed node samples for the node pane's snapshots (the seam: NodeScreen takes its sampler):
     a node without an NVIDIA driver, and one with two H200s, one training, one idle."""
-    from triage_tui.core.node import NO_DRIVER, DiskSample, GpuProcess, GpuSample, NodeSample
+    from triage_tui.core.watch.node import NO_DRIVER, DiskSample, GpuProcess, GpuSample, NodeSample
 
     gib = 1 << 30
     disks = (

@@ -13,16 +13,16 @@ import sys
 import time
 from typing import Any
 
-from triage_tui.core.check_inputs import INPUT_NAMES
-from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
-from triage_tui.core.diagnose import Diagnosis, diagnose
+from triage_tui.core.diagnose.check_inputs import INPUT_NAMES
+from triage_tui.core.diagnose.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES, CHECKS
+from triage_tui.core.diagnose.diagnosis import Diagnosis, diagnose
+from triage_tui.core.diagnose.evidence import Overrides, gather_evidence
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 from triage_tui.core.errors import BadInput
-from triage_tui.core.evidence import Overrides, gather_evidence
-from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.json_numbers import finite_json
-from triage_tui.core.runs.remote import shown_path, shown_text
-from triage_tui.core.signals.chance import ChanceLine
+from triage_tui.core.read.runs.remote import shown_path, shown_text
 from triage_tui.core.text import printable
+from triage_tui.core.watch.signals.chance import ChanceLine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise BadInput(None, "--device cuda: torch sees no GPU on this machine (use --device auto or cpu)")
-    # One evidence path (core/evidence.py): the TUI's `c` and the demo gather the same. Serving
+    # One evidence path (core/diagnose/evidence.py): the TUI's `c` and the demo gather the same. Serving
     # sources are read there, before the checks: a URL that does not answer is bad input (exit 2).
     overrides = Overrides(
         checkpoint=args.checkpoint,

@@ -1,4 +1,4 @@
-"""`triage remap`: write a checkpoint whose lm_head rows follow the run's vocab mapping (core/remap.py)."""
+"""`triage remap`: write a checkpoint whose lm_head rows follow the run's vocab mapping (core/fix/remap.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import tempfile
 import threading
 from typing import Any
 
-from triage_tui.core.runs.remote import shown_text
+from triage_tui.core.read.runs.remote import shown_text
 from triage_tui.core.text import printable
 
-# Same values as triage_tui.core.remap.plan.INIT_STRATEGIES (a test keeps them equal); spelled out here
+# Same values as triage_tui.core.fix.remap.plan.INIT_STRATEGIES (a test keeps them equal); spelled out here
 # so that building the parser does not import torch.
 INIT_CHOICES = ("target", "mean", "zeros")
 
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from triage_tui.core.remap.job import Cancelled
+    from triage_tui.core.fix.remap.job import Cancelled
 
     skip_final_collection()
     with _Stopping() as stopping:
@@ -173,11 +173,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _remap(args: argparse.Namespace, cancel: threading.Event) -> int:
     from triage_tui.core.errors import BadInput
+    from triage_tui.core.fix.remap.execute import remap_checkpoint
+    from triage_tui.core.fix.remap.keep import keep_checkpoint_mapping
     from triage_tui.core.objstore import scratch
     from triage_tui.core.objstore.url import is_object_url, parse_url
-    from triage_tui.core.remap.execute import remap_checkpoint
-    from triage_tui.core.remap.keep import keep_checkpoint_mapping
-    from triage_tui.core.runs.remote import Mirrors, refuse_output_url, upload_output
+    from triage_tui.core.read.runs.remote import Mirrors, refuse_output_url, upload_output
 
     # URLs (s3://, gs://) are read from their buckets: mirrored, the checkpoint's weights whole
     # (a remap copies them); the output is written locally (beside nothing in the bucket).

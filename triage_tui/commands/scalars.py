@@ -3,7 +3,7 @@
 RUN_OR_FILE is one event file or W&B run file (run-<id>.wandb), or a directory: the files of every
 kind of scalar source of the run (or runs) discovery finds there, as `scan` lists them and the TUI
 draws them (of a run that holds the directory, those below it), read together as one run
-(core.sources: W&B series are named ``wandb/<key>`` when the run also has event files,
+(core.read.sources: W&B series are named ``wandb/<key>`` when the run also has event files,
 ``console/...`` and ``trainer_state/...`` likewise). No sampling: every
 point the run logged and TensorBoard would keep (restart preemption and SessionLog.START purges applied).
 
@@ -31,12 +31,12 @@ from pathlib import Path
 
 from triage_tui.core.decimal_text import float_reprs, int_texts, join_rows
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs.discover import discover_runs, file_kind, store_run_at
-from triage_tui.core.runs.info import RunInfo
-from triage_tui.core.runs.remote import Mirrors, shown_path
+from triage_tui.core.read.runs.discover import discover_runs, file_kind, store_run_at
+from triage_tui.core.read.runs.info import RunInfo
+from triage_tui.core.read.runs.remote import Mirrors, shown_path
+from triage_tui.core.read.source_kinds import registry, tensorboard
+from triage_tui.core.read.sources import RunSources
 from triage_tui.core.series import ScalarSeries
-from triage_tui.core.source_kinds import registry, tensorboard
-from triage_tui.core.sources import RunSources
 from triage_tui.core.text import printable
 
 # Once the export is written nothing is left to do: cli.main exits without the interpreter's teardown.

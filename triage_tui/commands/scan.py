@@ -16,16 +16,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from triage_tui.core.run_status import RunStatus
-from triage_tui.core.runs.discover import LOOKED_FOR, skipped_links_note
-from triage_tui.core.runs.manifest import expand_user
-from triage_tui.core.runs.remote import Mirrors, shown_path, shown_text
-from triage_tui.core.runs.tracker_runs import trackio_elsewhere_note
-from triage_tui.core.runs.walk import walk_limits_note
-from triage_tui.core.signals.flags import fmt
-from triage_tui.core.signals.kinds import RunHealth, Severity
+from triage_tui.core.read.runs.discover import LOOKED_FOR, skipped_links_note
+from triage_tui.core.read.runs.manifest import expand_user
+from triage_tui.core.read.runs.remote import Mirrors, shown_path, shown_text
+from triage_tui.core.read.runs.tracker_runs import trackio_elsewhere_note
+from triage_tui.core.read.runs.walk import walk_limits_note
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
-from triage_tui.core.watch import Watcher
+from triage_tui.core.watch.run_status import RunStatus
+from triage_tui.core.watch.signals.flags import fmt
+from triage_tui.core.watch.signals.kinds import RunHealth, Severity
+from triage_tui.core.watch.watcher import Watcher
 
 # Where stdout cannot encode STATUS_GLYPHS.
 ASCII_GLYPHS = {"ok": "ok", "warning": "!", "critical": "X", "warming": "~", "error": "E"}

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
-from triage_tui.core.runs.discover import check_watch_path
-from triage_tui.core.runs.remote import Mirrors
+from triage_tui.core.read.runs.discover import check_watch_path
+from triage_tui.core.read.runs.remote import Mirrors
 
 if TYPE_CHECKING:
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
     from triage_tui.tui.app import TriageApp
 
 
@@ -105,7 +105,7 @@ def start_reading(
     on a thread of its own, so it goes on while Textual is imported and the UI starts
     (benchmarks/bench_sweep.py times the TUI this way)."""
     from triage_tui.core.series import DISPLAY_POINTS
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.watcher import Watcher
 
     watcher = Watcher(
         paths,

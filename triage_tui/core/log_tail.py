@@ -1,7 +1,7 @@
 """A growing text file's complete new lines, across rotation and truncation: ``LogTail``.
 
-The one follower of text logs: engine logs and JSONL sources (``core/serving/``) and training
-consoles (``core/console/``) read through it. Each poll reads only the bytes appended since the
+The one follower of text logs: engine logs and JSONL sources (``core/watch/serving/``) and training
+consoles (``core/read/console/``) read through it. Each poll reads only the bytes appended since the
 last one (at most the caller's bound), returns the complete lines among them and keeps an
 unterminated last line until its terminator arrives. ``LogPass`` is one pass of a reader that reads
 on chunk after chunk (a console poll, ``scan``'s read of a serving log): it ends at the size the

@@ -6,7 +6,7 @@ and per-position (TTT step) accuracies and an evaluation acceptance-length serie
 The same names reach TensorBoard (tag = dict key) and W&B (history key); ``{i}``, ``{j}``, ``{k}``
 stand for a position (TTT step) index.
 
-Which loss is comparable to ln V is decided in core.signals.tags (a per-position cross-entropy is, a
+Which loss is comparable to ln V is decided in core.watch.signals.tags (a per-position cross-entropy is, a
 0.8-weighted sum over positions is not); ``summed_loss`` here only lists the totals each trainer logs.
 """
 

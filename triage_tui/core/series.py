@@ -93,12 +93,12 @@ class ScalarSeries:
         """Steps at which this tag was logged again, went back, or went on in another event file, in the
         order read: where a trainer resumed from a checkpoint (its new process opens a new file and
         repeats or rewinds the step). The points a rewind evicted are gone; the step is what remains
-        of them (core.curve_shapes)."""
+        of them (core.watch.curve_shapes)."""
         return tuple(self._restarts)
 
     def mark_restart(self, step: int) -> None:
         """Note a step where the series was resumed: logged again, gone back, or continued by another
-        event file (core.events)."""
+        event file (core.read.events)."""
         if len(self._restarts) < _MAX_RESTARTS and (not self._restarts or self._restarts[-1] != step):
             self._restarts.append(int(step))
 
@@ -437,7 +437,7 @@ def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[
 
 @dataclass
 class ReadStats:
-    """What one poll of a scalar source (core.source_kinds.kind.ScalarSource) did, or, as a reader's ``totals``,
+    """What one poll of a scalar source (core.read.source_kinds.kind.ScalarSource) did, or, as a reader's ``totals``,
     every poll so far. The counts are the event-file reader's; other sources fill those that apply."""
 
     files: int = 0  # files looked at

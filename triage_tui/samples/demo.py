@@ -28,13 +28,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn, TypeVar
 
-from triage_tui.core.signals.kinds import FlagKind
+from triage_tui.core.watch.signals.kinds import FlagKind
 from triage_tui.samples.demo_layout import DemoLayout
 
 if TYPE_CHECKING:
-    from triage_tui.core.run_status import RunStatus
-    from triage_tui.core.signals.chance import ChanceLine
-    from triage_tui.core.signals.flags import Flag
+    from triage_tui.core.watch.run_status import RunStatus
+    from triage_tui.core.watch.signals.chance import ChanceLine
+    from triage_tui.core.watch.signals.flags import Flag
     from triage_tui.samples.trainer import ComputeDtype
 
 TRAIN_SEQUENCES = 4_000  # the trainer cycles through these; more than any demo needs
@@ -343,7 +343,7 @@ def _loss_points(status: RunStatus) -> list[tuple[int, float]]:
 
 def _chance(status: RunStatus) -> ChanceLine:
     """The run's chance line as the watcher derived it (the one the TUI and `scan` show)."""
-    from triage_tui.core.signals.chance import ChanceLine
+    from triage_tui.core.watch.signals.chance import ChanceLine
 
     return status.chance if status.chance is not None else ChanceLine(status.vocab_size)
 
@@ -356,7 +356,7 @@ class _Story:
     def __init__(
         self, layout: DemoLayout, trainer: TrainerProcess, deadline: float, stamp: Callable[[str], None]
     ) -> None:
-        from triage_tui.core.watch import Watcher
+        from triage_tui.core.watch.watcher import Watcher
 
         self.trainer = trainer
         self.deadline = deadline
@@ -418,10 +418,10 @@ def run_headless(
 
     ``trainer`` must be paced: the story gives it its steps.
     """
-    from triage_tui.core.checks.replay import ReplayDetails
-    from triage_tui.core.diagnose import diagnose
-    from triage_tui.core.evidence import gather_evidence
-    from triage_tui.core.remap.execute import remap_checkpoint
+    from triage_tui.core.diagnose.checks.replay import ReplayDetails
+    from triage_tui.core.diagnose.diagnosis import diagnose
+    from triage_tui.core.diagnose.evidence import gather_evidence
+    from triage_tui.core.fix.remap.execute import remap_checkpoint
 
     started = time.monotonic()
 

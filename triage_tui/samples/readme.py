@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from triage_tui.core.hypotheses.scoring import LIKELY
-from triage_tui.core.signals.chance import ChanceLine, chance_loss
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
+from triage_tui.core.watch.signals.chance import ChanceLine, chance_loss
 from triage_tui.samples.world import WorldSpec
 
 # The hypothesis `triage check` should rank first on each run (None: nothing may score >= LIKELY);

@@ -51,8 +51,8 @@ from triage_tui.tui.watch_flow import PollNotices, watch_runs
 from triage_tui.tui.widgets.fitted_lines import toast_text
 
 if TYPE_CHECKING:
-    from triage_tui.core.run_status import RunStatus
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.run_status import RunStatus
+    from triage_tui.core.watch.watcher import Watcher
 
 
 class TriageApp(App[None]):
@@ -163,7 +163,7 @@ class TriageApp(App[None]):
     # -- watching -----------------------------------------------------------------------
 
     def _watch_runs(self) -> None:
-        from triage_tui.core.watch import Watcher
+        from triage_tui.core.watch.watcher import Watcher
 
         build = partial(
             Watcher,
@@ -333,7 +333,7 @@ class TriageApp(App[None]):
 
     def action_node(self) -> None:
         """`n`: the node's GPUs, CPU, memory and the disks of the watched runs, sampled while shown."""
-        from triage_tui.core.node import NodeSampler
+        from triage_tui.core.watch.node import NodeSampler
 
         sampler = NodeSampler(lambda: [status.info.directory for status in list(self.statuses.values())])
         self.push_screen(NodeScreen(sampler.sample, close=sampler.close))

@@ -1,7 +1,7 @@
 """CheckFlow: the checks of one run from the TUI, `c` to the hypotheses pane.
 
 ChecksRequested starts them: a thread worker gathers the run's evidence as `triage check` does
-(core/evidence.py) and calls core's diagnose(), posting CheckProgress as each check goes and
+(core/diagnose/evidence.py) and calls core's diagnose(), posting CheckProgress as each check goes and
 ChecksFinished at the end (or on failure); the app hands each of those messages here. `x`
 (CancelChecks) cancels the worker, and the UI is released at once (the thread still finishes its
 current batch). The flow holds what the
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.worker import get_current_worker
 
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 from triage_tui.core.errors import BadInput
-from triage_tui.core.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.screens.drilldown import DrillDownScreen
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from textual.worker import Worker
     from textual.worker_manager import WorkerManager
 
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.run_status import RunStatus
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
+    from triage_tui.core.watch.run_status import RunStatus
 
 # The workers' group: one checks worker at a time (exclusive), and the app knows it by this name.
 GROUP = "check"
@@ -124,8 +124,8 @@ class CheckFlow:
 
     def _run(self, path: Path, checkpoint: Path | None) -> None:
         """In the worker's thread: gather the run's evidence as `triage check` does, diagnose, post the answer."""
-        from triage_tui.core.diagnose import diagnose
-        from triage_tui.core.evidence import Overrides, gather_evidence
+        from triage_tui.core.diagnose.diagnosis import diagnose
+        from triage_tui.core.diagnose.evidence import Overrides, gather_evidence
 
         cancel = get_current_worker().cancelled_event
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.remap.plan import RemapPlan
-    from triage_tui.core.run_status import RunStatus
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
+    from triage_tui.core.fix.remap.execute import RemapReport
+    from triage_tui.core.fix.remap.plan import RemapPlan
+    from triage_tui.core.watch.run_status import RunStatus
     from triage_tui.tui.view_data import RunRow
 
 
@@ -23,9 +23,9 @@ class RunsUpdated(Message):
     statuses: list[RunStatus]
     rows: list[RunRow]
     poll: int = 0  # the Watcher's poll count when it was sent (Watcher.updated): tests wait on it
-    skipped_links: str | None = None  # core/runs/discover.py skipped_links_note: symlinks not followed
+    skipped_links: str | None = None  # core/read/runs/discover.py skipped_links_note: symlinks not followed
     unplaced_errors: str | None = None  # Watcher.unplaced_errors, a line each: a bucket prefix not listed
-    walk_limits: str | None = None  # core/runs/walk.py walk_limits_note: where discovery stopped walking
+    walk_limits: str | None = None  # core/read/runs/walk.py walk_limits_note: where discovery stopped walking
 
     def can_replace(self, message: Message) -> bool:
         # A newer poll supersedes an older one still queued: the UI never falls behind.

@@ -30,9 +30,9 @@ from triage_tui.tui.screens.remap import ConfirmRemapScreen, RemapRefusedScreen,
 if TYPE_CHECKING:
     from textual.screen import Screen
 
-    from triage_tui.core.check_inputs import CheckInputs
-    from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.remap.plan import RemapPlan
+    from triage_tui.core.diagnose.check_inputs import CheckInputs
+    from triage_tui.core.fix.remap.execute import RemapReport
+    from triage_tui.core.fix.remap.plan import RemapPlan
 
 # The workers' group: the plan and the write are one at a time (exclusive).
 GROUP = "remap"
@@ -95,7 +95,7 @@ class RemapFlow:
 
     def _plan(self, path: Path, inputs: CheckInputs) -> None:
         """In the worker's thread: the plan, or why there is none."""
-        from triage_tui.core.remap.plan import plan_remap
+        from triage_tui.core.fix.remap.plan import plan_remap
 
         if inputs.checkpoint is None or inputs.mapping is None:  # blocker() let none of these through
             self.app.post_message(messages.RemapPlanned(path, None, error="no checkpoint and mapping to remap"))
@@ -137,8 +137,8 @@ class RemapFlow:
 
     def _write(self, path: Path, inputs: CheckInputs, plan: RemapPlan) -> None:
         """In the worker's thread: execute the plan the user confirmed."""
-        from triage_tui.core.remap.execute import execute_remap
-        from triage_tui.core.remap.job import Cancelled
+        from triage_tui.core.fix.remap.execute import execute_remap
+        from triage_tui.core.fix.remap.job import Cancelled
 
         def progress(fraction: float, text: str) -> None:
             self.app.post_message(messages.RemapProgress(fraction, text))

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from triage_tui.core.runs.remote import shown_path
-from triage_tui.core.signals.kinds import RunHealth
+from triage_tui.core.read.runs.remote import shown_path
 from triage_tui.core.text import printable
+from triage_tui.core.watch.signals.kinds import RunHealth
 from triage_tui.tui.view_data import RunRow, overlay_colour
 from triage_tui.tui.view_state import RunsView
 
 if TYPE_CHECKING:
-    from triage_tui.core.run_status import RunStatus
+    from triage_tui.core.watch.run_status import RunStatus
 
 
 class RunList:

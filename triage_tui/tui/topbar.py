@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from triage_tui.core.runs.remote import shown_path
+from triage_tui.core.read.runs.remote import shown_path
 from triage_tui.core.text import printable
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from triage_tui.core.run_status import RunStatus
 from triage_tui.core.series import RunScalars, ScalarSeries, downsample, ema_smooth
-from triage_tui.core.serving.compare import training_estimate_from_scalars
-from triage_tui.core.serving.evidence import ServingEvidence
-from triage_tui.core.signals.flags import RUN_STATUSES
-from triage_tui.core.signals.kinds import FlagKind, Severity
-from triage_tui.core.signals.metrics import MetricSummary
 from triage_tui.core.text import format_accuracy
+from triage_tui.core.watch.run_status import RunStatus
+from triage_tui.core.watch.serving.compare import training_estimate_from_scalars
+from triage_tui.core.watch.serving.evidence import ServingEvidence
+from triage_tui.core.watch.signals.flags import RUN_STATUSES
+from triage_tui.core.watch.signals.kinds import FlagKind, Severity
+from triage_tui.core.watch.signals.metrics import MetricSummary
 
 # TensorBoard's default smoothing slider value; the smoothed column and curve match TB's.
 SMOOTHING_WEIGHT = 0.6
@@ -35,7 +35,7 @@ def next_smoothing(weight: float, step: int) -> float:
     return SMOOTHING_STEPS[max(0, min(len(SMOOTHING_STEPS) - 1, index + step))]
 
 
-# The colour of each run status and flag severity (core/signals/flags.py orders them, core/text.py
+# The colour of each run status and flag severity (core/watch/signals/flags.py orders them, core/text.py
 # STATUS_GLYPHS draws them).
 SEVERITY_STYLE = {
     "critical": "bold red",
@@ -65,7 +65,7 @@ class RunRow:
     loss_flagged: bool
     version: int
     shown_status: str  # RunStatus.shown_status: what the glyph says ("warming" inside the warm-up)
-    # core.run_state: "live" | "stalled" | "ended" | "crashed" | "unknown"; None where not judged
+    # core.watch.run_state: "live" | "stalled" | "ended" | "crashed" | "unknown"; None where not judged
     state: str | None = None
 
     def sort_key(self) -> tuple[int, str]:
@@ -278,7 +278,7 @@ def log_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return found[::stride]
 
 
-# The colour of each run state's word in the runs table (core.run_state STATES).
+# The colour of each run state's word in the runs table (core.watch.run_state STATES).
 STATE_STYLE = {"live": "green", "stalled": "bold red", "crashed": "bold red", "ended": "dim", "unknown": "dim"}
 
 

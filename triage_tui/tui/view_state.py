@@ -17,10 +17,10 @@ from rich.text import Text
 from triage_tui.tui.view_data import metrics_line, state_line
 
 if TYPE_CHECKING:
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.run_status import RunStatus
-    from triage_tui.core.signals.flags import Flag
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
+    from triage_tui.core.fix.remap.execute import RemapReport
+    from triage_tui.core.watch.run_status import RunStatus
+    from triage_tui.core.watch.signals.flags import Flag
     from triage_tui.tui.view_data import RunRow
 
 
@@ -43,7 +43,7 @@ class FlagsState:
     scanning: bool = True  # before the first poll: "scanning…", not "no flags"
     subtitle: str = ""  # trainer, accuracy by position, acceptance length
     state: tuple[str, str] | None = None  # the run's state and its evidence (view_data.state_line)
-    best: str | None = None  # where the run's acceptance estimate peaked (core.best_checkpoint describe())
+    best: str | None = None  # where the run's acceptance estimate peaked (core.watch.best_checkpoint describe())
 
     @classmethod
     def of(cls, status: RunStatus | None, *, scanning: bool) -> FlagsState:

@@ -14,8 +14,8 @@ from triage_tui.tui.view_data import RowCache
 if TYPE_CHECKING:
     from textual.message import Message
 
-    from triage_tui.core.run_status import RunStatus
-    from triage_tui.core.watch import Watcher
+    from triage_tui.core.watch.run_status import RunStatus
+    from triage_tui.core.watch.watcher import Watcher
 
 
 def watch_runs(
@@ -27,8 +27,8 @@ def watch_runs(
     """In a thread worker: build the watcher (discovery walks directories, the first poll reads whole files,
     so never on the UI thread) unless ``started`` one is given, hand it to ``keep``, and post each poll
     until the worker is cancelled (the app exits)."""
-    from triage_tui.core.runs.discover import skipped_links_note
-    from triage_tui.core.runs.walk import walk_limits_note
+    from triage_tui.core.read.runs.discover import skipped_links_note
+    from triage_tui.core.read.runs.walk import walk_limits_note
 
     stop = get_current_worker().cancelled_event
     rows = RowCache()

@@ -1,8 +1,8 @@
 """The record triage leaves in a checkpoint it wrote by remapping another (``triage-remap.json``,
-core/remap/execute.py): which checkpoint its weights came from and onto which mapping.
+core/fix/remap/execute.py): which checkpoint its weights came from and onto which mapping.
 
 A checked checkpoint that holds one is a repair, not necessarily the drafter a run started from:
-core/check_inputs.py reads it to keep the two apart.
+core/diagnose/check_inputs.py reads it to keep the two apart.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class TargetModel:
     _weights: WeightFiles = field(repr=False)
     tensor_names: dict[str, str | None] = field(default_factory=dict)  # role -> stored name
     # config.json's ``architectures`` (the top level's for a multimodal model): which model file an
-    # engine builds, and with it how it reads a drafter's aux layer ids (core/checks/config_contract.py).
+    # engine builds, and with it how it reads a drafter's aux layer ids (core/diagnose/checks/config_contract.py).
     architectures: tuple[str, ...] = ()
     # config.json's own tie_word_embeddings (None when it says nothing; ``tied`` then follows
     # transformers' default): what a trainer reading the config sees.

@@ -92,7 +92,7 @@ def _provenance_paths(provenance: Any) -> dict[str, str]:
     ``("reference", name)`` for a source that was no local path when the run started, a hub id
     (``model_source_identity``); both are kept, a reference with the commit the run loaded it at
     (``target_revision``/``draft_revision``, the configs' ``_commit_hash``) as ``name@commit``, which
-    core/check_inputs.py looks up in the local Hugging Face cache.
+    core/diagnose/check_inputs.py looks up in the local Hugging Face cache.
     """
     try:
         items = dict(provenance) if provenance is not None else {}

@@ -2,7 +2,7 @@
 
 The newest console file is shown first (most recently modified); `f` goes to the next one when
 the run has several (``train.log`` beside ``slurm-<job>.out``). The screen's own thread worker
-reads the file (core.console.view.ConsoleView: bounded, tqdm redraws collapsed, escapes removed)
+reads the file (core.read.console.view.ConsoleView: bounded, tqdm redraws collapsed, escapes removed)
 every ``interval`` seconds and posts what changed; popping the screen cancels it. The UI thread
 only draws the lines it was handed, as plain Text (never markup): the log is untrusted.
 
@@ -28,7 +28,7 @@ from textual.strip import Strip
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from triage_tui.core.console.view import ERROR, TRACEBACK, ConsoleView, ViewLine, newest_console
+from triage_tui.core.read.console.view import ERROR, TRACEBACK, ConsoleView, ViewLine, newest_console
 from triage_tui.core.text import printable
 from triage_tui.tui.widgets.keys_footer import KeysFooter
 

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static, TabbedContent, TabPane
 
-from triage_tui.core.console.view import last_error_line, newest_console
+from triage_tui.core.read.console.view import last_error_line, newest_console
 from triage_tui.core.text import printable
 from triage_tui.tui import messages
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, check_lines
@@ -25,9 +25,9 @@ from triage_tui.tui.widgets.hypotheses_list import score_bar
 from triage_tui.tui.widgets.keys_footer import KeysFooter
 
 if TYPE_CHECKING:
-    from triage_tui.core.checks.result import CheckResult
-    from triage_tui.core.diagnose import Diagnosis
-    from triage_tui.core.hypotheses.scoring import Hypothesis
+    from triage_tui.core.diagnose.checks.result import CheckResult
+    from triage_tui.core.diagnose.diagnosis import Diagnosis
+    from triage_tui.core.diagnose.hypotheses.scoring import Hypothesis
 
 
 def check_section(result: CheckResult) -> RenderableType:
@@ -165,7 +165,7 @@ class DrillDownScreen(Screen):
             text.append(f"no error line in the tail of {printable(message.file.name)}", style="dim")
         else:
             text.append("last error line ", style="dim")
-            text.append(f"✖ {message.line}", style="bold red")  # printable already (core.console.view)
+            text.append(f"✖ {message.line}", style="bold red")  # printable already (core.read.console.view)
             text.append(f"  ({printable(message.file.name)})", style="dim")
         text.append("\n")
         self.console_line = text

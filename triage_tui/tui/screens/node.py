@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from triage_tui.core.node import SAMPLE_INTERVAL_SECS, GpuSample, NodeSample
+from triage_tui.core.watch.node import SAMPLE_INTERVAL_SECS, GpuSample, NodeSample
 from triage_tui.tui.widgets.keys_footer import KeysFooter
 
 BAR_CELLS = 10
@@ -127,7 +127,7 @@ class NodeScreen(Screen):
         close: Callable[[], None] | None = None,
         interval: float = SAMPLE_INTERVAL_SECS,
     ) -> None:
-        """``sample``: takes one look at the node (core.node.NodeSampler.sample, or a fixed value in
+        """``sample``: takes one look at the node (core.watch.node.NodeSampler.sample, or a fixed value in
         tests); ``close``: called in the worker when sampling stops (NVML's shutdown)."""
         super().__init__()
         self.sample_node = sample

@@ -18,8 +18,8 @@ from triage_tui.core.text import printable
 from triage_tui.tui import messages
 
 if TYPE_CHECKING:
-    from triage_tui.core.remap.execute import RemapReport
-    from triage_tui.core.remap.plan import RemapPlan
+    from triage_tui.core.fix.remap.execute import RemapReport
+    from triage_tui.core.fix.remap.plan import RemapPlan
 
 
 class ConfirmRemapScreen(ModalScreen[bool]):

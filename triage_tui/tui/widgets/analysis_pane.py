@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 from triage_tui.tui.view_state import AnalysisView, CheckProgressView
 from triage_tui.tui.widgets.checks_progress import STATUS_STYLE, ChecksProgress
 from triage_tui.tui.widgets.hypotheses_list import HypothesesList

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, ProgressBar, Static
 
-from triage_tui.core.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES  # one bar per check, in order
+from triage_tui.core.diagnose.checks.registry import CHECK_NAME_WIDTH, CHECK_NAMES  # one bar per check, in order
 from triage_tui.core.text import printable
 
 STATUS_STYLE = {

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
-from triage_tui.core.signals.kinds import FlagKind
 from triage_tui.core.text import STATUS_GLYPHS, printable
+from triage_tui.core.watch.signals.kinds import FlagKind
 from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE
 
 

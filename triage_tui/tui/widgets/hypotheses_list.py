@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from triage_tui.core.hypotheses.scoring import LIKELY
+from triage_tui.core.diagnose.hypotheses.scoring import LIKELY
 from triage_tui.core.text import printable
 
 BAR_CELLS = 10

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.text import Text
 from textual.widgets import DataTable
 
-from triage_tui.core.signals.kinds import RunHealth
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
+from triage_tui.core.watch.signals.kinds import RunHealth
 from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE, RunRow, format_age, format_loss, format_step
 from triage_tui.tui.widgets.fitted_lines import fit_line
 
@@ -30,7 +30,7 @@ COLUMNS = (
     # averages over masked positions too (the chart's label and `scan` say which).
     ("chance", "chance", 6),  # 10.37
     ("acc", "acc", 6),  # 100.0%
-    # Whether the run's writer is alive here (core.run_state) and the time since its last event:
+    # Whether the run's writer is alive here (core.watch.run_state) and the time since its last event:
     # live 4s, ended 3h, stalled 12m, crashed 2d, unknown 365d; the age alone where not judged.
     ("state", "state", 12),
 )

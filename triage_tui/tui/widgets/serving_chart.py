@@ -1,4 +1,4 @@
-"""The selected run's serving acceptance length over time, beside its loss (core/serving/)."""
+"""The selected run's serving acceptance length over time, beside its loss (core/watch/serving/)."""
 
 from __future__ import annotations
 
