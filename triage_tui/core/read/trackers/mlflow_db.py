@@ -152,19 +152,20 @@ class MlflowDbRun:
         self.damaged: dict[Path, int] = {}
         self.status: str | None = None  # the run's status as of the last poll that read the store
         self.end_ms: int | None = None
-        self.rows_read = 0  # rows fetched from the store so far (a poll of an unchanged store adds none)
-        self._last_rowid = 0
-        self._key: sqlite_ro.StoreKey | None = None
-        self._caught_up = False
-        self._locked = sqlite_ro.LockedPolls(store)
+        self._tail = sqlite_ro.RowTail(store)
 
     @property
     def files(self) -> tuple[Path, ...]:
         return (self.store,)
 
+    @property
+    def rows_read(self) -> int:
+        """Rows fetched from the store so far (a poll of an unchanged store adds none)."""
+        return self._tail.rows_read
+
     def poll(self) -> ReadStats:
-        key = sqlite_ro.store_key(self.store)
-        if key == self._key and self._caught_up:
+        key = self._tail.changed()
+        if key is None:
             return ReadStats()
         try:
             with sqlite_ro.reading(self.store) as conn:
@@ -177,20 +178,16 @@ class MlflowDbRun:
                 ).fetchone()
                 rows = conn.execute(
                     _ROWS.format(nan="is_nan" if "metrics.is_nan" in columns else "0"),
-                    (tuning.MAX_NAME_CHARS, self.run_id, self._last_rowid, tuning.MAX_ROWS_PER_POLL),
+                    (tuning.MAX_NAME_CHARS, self.run_id, self._tail.last_row, tuning.MAX_ROWS_PER_POLL),
                 ).fetchall()
         except sqlite_ro.Locked:
-            self._locked.locked()
+            self._tail.locked()
             return ReadStats()
-        self._locked.read()
         if status is None:
             raise BadInput(self.store, f"holds no run {self.run_id!r} (any more)")
         self.status = status[0] if isinstance(status[0], str) else None
         self.end_ms = step_of(status[1])
-        self._key, self._caught_up = key, len(rows) < tuning.MAX_ROWS_PER_POLL
-        if rows:
-            self._last_rowid = rows[-1][0]
-        self.rows_read += len(rows)
+        self._tail.took(key, rows, tuning.MAX_ROWS_PER_POLL)
         batch, bad = _batch(rows)
         if bad:
             self.damaged[self.store] = self.damaged.get(self.store, 0) + bad

@@ -39,21 +39,39 @@ class Locked(Exception):
     """The store's writer held its lock past the busy timeout: read again at the next poll."""
 
 
-class LockedPolls:
-    """How many polls in a row found a store locked by its writer: a lock is waited out quietly (the
-    next poll tries again) until LOCKED_POLLS_SAID polls in a row, then said as an error of the run."""
+class RowTail:
+    """Where an incremental read of one run's rows in a store stands, the same for every store: the
+    store's key when a poll last read it, whether that poll read to the end of the rows, the last
+    row id read, the rows read so far, and how many polls in a row found the store locked (a lock
+    is waited out quietly, the next poll tries again, until LOCKED_POLLS_SAID polls in a row: then
+    it is said as an error of the run)."""
 
     def __init__(self, store: Path) -> None:
         self.store = store
-        self.count = 0
+        self.last_row = 0
+        self.rows_read = 0  # a poll of an unchanged store adds none
+        self._key: StoreKey | None = None
+        self._caught_up = False
+        self._locked_polls = 0
+
+    def changed(self) -> StoreKey | None:
+        """The store's key when a poll should read it; None when it is unchanged since a poll that
+        read to the end of its rows."""
+        key = store_key(self.store)
+        return None if key == self._key and self._caught_up else key
 
     def locked(self) -> None:
-        self.count += 1
-        if self.count >= tuning.LOCKED_POLLS_SAID:
-            raise BadInput(self.store, f"locked by its writer for {self.count} polls in a row")
+        self._locked_polls += 1
+        if self._locked_polls >= tuning.LOCKED_POLLS_SAID:
+            raise BadInput(self.store, f"locked by its writer for {self._locked_polls} polls in a row")
 
-    def read(self) -> None:
-        self.count = 0
+    def took(self, key: StoreKey, rows: list, limit: int) -> None:
+        """A poll at ``key`` read ``rows`` (row id first), at most ``limit``: fewer is the end."""
+        self._locked_polls = 0
+        self._key, self._caught_up = key, len(rows) < limit
+        if rows:
+            self.last_row = rows[-1][0]
+        self.rows_read += len(rows)
 
 
 def store_key(path: Path) -> StoreKey:

@@ -215,19 +215,20 @@ class TrackioRun:
         self.scalars = RunScalars()
         self.problems: dict[Path, str] = {}
         self.damaged: dict[Path, int] = {}
-        self.rows_read = 0
-        self._last_id = 0
-        self._key: sqlite_ro.StoreKey | None = None
-        self._caught_up = False
-        self._locked = sqlite_ro.LockedPolls(store)
+        self._tail = sqlite_ro.RowTail(store)
 
     @property
     def files(self) -> tuple[Path, ...]:
         return (self.store,)
 
+    @property
+    def rows_read(self) -> int:
+        """Rows fetched from the store so far (a poll of an unchanged store adds none)."""
+        return self._tail.rows_read
+
     def poll(self) -> ReadStats:
-        key = sqlite_ro.store_key(self.store)
-        if key == self._key and self._caught_up:
+        key = self._tail.changed()
+        if key is None:
             return ReadStats()
         try:
             with sqlite_ro.reading(self.store) as conn:
@@ -241,21 +242,17 @@ class TrackioRun:
                     {
                         "run": self.run,
                         "project": self.project,
-                        "after": self._last_id,
+                        "after": self._tail.last_row,
                         "rows": tuning.MAX_ROWS_PER_POLL,
                         "longest": tuning.MAX_JSON_CHARS,
                     },
                 ).fetchall()
         except sqlite_ro.Locked:
-            self._locked.locked()
+            self._tail.locked()
             return ReadStats()
-        self._locked.read()
+        self._tail.took(key, rows, tuning.MAX_ROWS_PER_POLL)
         records = len(rows)
         batch, bad = _batch(rows)
-        self._key, self._caught_up = key, records < tuning.MAX_ROWS_PER_POLL
-        if rows:
-            self._last_id = rows[-1][0]
-        self.rows_read += records
         if bad:
             self.damaged[self.store] = self.damaged.get(self.store, 0) + bad
         added = batch.append_to(self.scalars, self.prefix)
