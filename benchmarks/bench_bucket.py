@@ -64,13 +64,13 @@ KEYS = ("bucket", "local", "tensorboard")
 # --------------------------------------------------------------------------- the bucket
 
 
-def upload(client, root: Path, threads: int) -> tuple[int, int]:
-    """Every file of the tree put under PREFIX/ (one file in memory a thread); (objects, bytes)."""
+def upload(client, root: Path, threads: int, prefix: str = PREFIX) -> tuple[int, int]:
+    """Every file of the tree put under ``prefix``/ (one file in memory a thread); (objects, bytes)."""
     files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".complete"]
 
     def put(path: Path) -> int:
         data = path.read_bytes()
-        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{path.relative_to(root).as_posix()}", Body=data)
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(root).as_posix()}", Body=data)
         return len(data)
 
     with ThreadPoolExecutor(threads) as pool:
@@ -98,7 +98,7 @@ def by_kind(counts) -> dict[str, int]:
 
 
 def kinds_text(kinds: dict[str, int]) -> str:
-    return ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items()))
+    return ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items())) or "none"
 
 
 # --------------------------------------------------------------------------- TensorBoard's loader

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -50,7 +48,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import bench_scale  # noqa: E402  (a run's event file and config)
 import bench_sweep  # noqa: E402  (whole-process timing)
 import record  # noqa: E402
-from builders.object_store import DUMMY_ENV, S3Proxy, S3Server, s3_client  # noqa: E402
+from bench_bucket import kinds_text, s3_env, upload  # noqa: E402  (the same upload and environment)
+from builders.object_store import S3Proxy, S3Server, s3_client  # noqa: E402
 
 BUCKET = "bench"
 PREFIX = "lat"
@@ -98,24 +97,6 @@ def write_tree(root: Path, runs: int, shards: int) -> int:
     return total
 
 
-def upload(client, root: Path, threads: int) -> tuple[int, int]:
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".complete"]
-
-    def put(path: Path) -> int:
-        data = path.read_bytes()
-        client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{path.relative_to(root).as_posix()}", Body=data)
-        return len(data)
-
-    with ThreadPoolExecutor(threads) as pool:
-        return len(files), sum(pool.map(put, files))
-
-
-def env_at(endpoint: str, cache: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "AWS_PROFILE"}
-    env.update(DUMMY_ENV, AWS_ENDPOINT_URL=endpoint, PYTHONPATH=str(REPO), XDG_CACHE_HOME=cache)
-    return env
-
-
 def kinds(counts) -> dict[str, int]:
     """Requests by kind: LIST (a listing page), GET of a shard, GET of another object, HEAD."""
     found: dict[str, int] = {}
@@ -128,10 +109,6 @@ def kinds(counts) -> dict[str, int]:
             kind = method
         found[kind] = found.get(kind, 0) + 1
     return found
-
-
-def kinds_text(found: dict[str, int]) -> str:
-    return ", ".join(f"{kind} {n:,}" for kind, n in sorted(found.items())) or "none"
 
 
 def child_first_rows() -> None:
@@ -166,7 +143,7 @@ def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
             [sys.executable, "-c", code],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env_at(proxy.endpoint, cache),
+            env=s3_env(proxy.endpoint, cache),
             cwd=REPO,
             text=True,
         )
@@ -221,7 +198,7 @@ def main() -> None:
         client = s3_client(server.endpoint)
         client.create_bucket(Bucket=BUCKET)
         t0 = time.perf_counter()
-        objects, uploaded = upload(client, root, args.threads)
+        objects, uploaded = upload(client, root, args.threads, PREFIX)
         upload_s = time.perf_counter() - t0
         scans: list[float] = []
         locals_: list[float] = []
@@ -232,7 +209,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as cache:
                 proxy.reset_counts()
                 cmd = [sys.executable, "-m", "triage_tui", "scan", "--json", URL]
-                seconds, _, peak, stdout = bench_sweep.timed(cmd, env_at(proxy.endpoint, cache), args.timeout)
+                seconds, _, peak, stdout = bench_sweep.timed(cmd, s3_env(proxy.endpoint, cache), args.timeout)
                 scan_counts = proxy.reset_counts()
             assert bench_sweep.scan_points(stdout) == scan_expected, "the bucket scan read a wrong number of points"
             scans.append(seconds)
