@@ -22,6 +22,10 @@ from pathlib import Path
 
 _LINE_ENDS = re.compile(b"[\r\n]")
 _SEEN_BYTES = 64  # the last bytes read, kept to notice a file rewritten past the offset
+# What one pass (LogPass) reads of what was written while it read, beyond the size the file had when
+# it began: a log growing faster than it is parsed cannot keep a pass from returning, and a log not
+# written to is read whole, whatever its size. The rest is read by the next pass.
+PASS_GROWTH_BYTES = 1 << 20
 
 
 class LogTail:
@@ -174,12 +178,12 @@ class LogTail:
 
 class LogPass:
     """One pass over a followed file: its lines a chunk at a time, up to the size the file had when
-    the pass began plus ``growth_bytes`` of what was written while it read. A file not written to is
+    the pass began plus ``growth_bytes`` (PASS_GROWTH_BYTES) of what was written while it read. A file not written to is
     read whole, whatever its size; one growing faster than it is parsed cannot keep the pass from
     returning: the pass stops, ``cut_short`` says so, and the next pass continues where it stopped.
     A file found replaced or truncated ends the pass too (the next one reads the new file)."""
 
-    def __init__(self, tail: LogTail, growth_bytes: int) -> None:
+    def __init__(self, tail: LogTail, growth_bytes: int = PASS_GROWTH_BYTES) -> None:
         self.tail = tail
         self.growth = growth_bytes
         self.end: int | None = None  # the offset the pass reads to, from the size at its first poll

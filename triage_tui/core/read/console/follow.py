@@ -81,7 +81,7 @@ class ConsoleFile:
     def poll(self) -> Iterator[list[ConsoleRecord]]:
         """The records appended since the last poll, a chunk of at most ``tuning.MAX_READ_BYTES`` at a
         time (the caller places each before the next is read: memory follows the chunk, not the
-        file), up to the file's size when the poll began and at most ``tuning.MAX_PASS_GROWTH_BYTES``
+        file), up to the file's size when the poll began and at most ``log_tail.PASS_GROWTH_BYTES``
         of what was written since (``log_tail.LogPass``): a file that grows faster than it is read
         cannot keep a poll from returning (``cut_short`` says so), and one poll reads all that was there.
 
@@ -90,7 +90,7 @@ class ConsoleFile:
         whose file has not been written for ``tuning.SETTLED_SECS``: the end of a finished log is
         read by one poll, a live one's waits for its next line."""
         tail = self.tail
-        read = LogPass(tail, tuning.MAX_PASS_GROWTH_BYTES)
+        read = LogPass(tail)
         while True:
             out: list[ConsoleRecord] = []
             for line in read.poll(tuning.MAX_READ_BYTES):

@@ -14,9 +14,6 @@ MAX_LINE_BYTES = 1 << 16
 # A poll reads a console log this much at a time, each chunk's records placed before the next is read
 # (what a poll holds follows this, not the file); it reads on to the size the file had when it began.
 MAX_READ_BYTES = 1 << 20
-# What a poll reads of what was written while it read, beyond the size the file had when it began: a
-# console growing faster than it is parsed is read up to there, the rest by the next poll.
-MAX_PASS_GROWTH_BYTES = 1 << 20
 # A record that waits on the line after it (an HF dict on its bar, a Rich record on its wrapped lines)
 # is settled once the file has not been written for this long: the writer stopped after it.
 SETTLED_SECS = 2.0

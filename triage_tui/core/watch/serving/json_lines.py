@@ -52,7 +52,7 @@ class JsonLinesSource:
 
     def poll(self) -> ServingPoll:
         changed = False
-        read = LogPass(self.tail, tuning.MAX_PASS_GROWTH_BYTES)  # a one-shot read: as ServingLog.poll
+        read = LogPass(self.tail)  # a one-shot read: as ServingLog.poll
         while self.impossible is None:
             lines = read.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:

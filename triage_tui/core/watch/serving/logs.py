@@ -234,7 +234,7 @@ class ServingLog:
         if self.impossible is not None:
             return ServingPoll(None, (source_error(self.location, self.impossible),))
         changed = False
-        read = LogPass(self.tail, tuning.MAX_PASS_GROWTH_BYTES)
+        read = LogPass(self.tail)
         while True:
             lines = read.poll(tuning.MAX_READ_BYTES)
             if self.final and not self.tail.bytes_read:

@@ -19,11 +19,6 @@ MAX_PROFILE_BYTES = 1 << 20
 # One poll reads at most this much of a log, so the first poll of a huge log stays bounded;
 # the next poll continues where it stopped.
 MAX_READ_BYTES = 32 << 20
-# A one-shot read (``scan``, ``check``) reads a log to the size it had when the read began, and at
-# most this much of what was written while it read: a log growing faster than it is parsed cannot
-# keep the read from returning, and a log not written to is read whole, whatever its size. What is
-# left is said in a note and read by the next pass.
-MAX_PASS_GROWTH_BYTES = 1 << 20
 # The first bytes of a file, read to tell the formats apart (serving/registry.py).
 HEAD_BYTES = 1 << 12
 # In the TUI a metrics URL is scraped at most this often (the engines update per interval).
