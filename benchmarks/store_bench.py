@@ -10,7 +10,8 @@ from typing import Any, Protocol
 
 
 class PolledSource(Protocol):
-    rows_read: int
+    @property
+    def rows_read(self) -> int: ...
 
     def poll(self) -> Any: ...
 
