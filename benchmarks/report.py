@@ -65,12 +65,17 @@ def seconds(x: float) -> str:
 
 
 def headline_rows() -> list[tuple[dict, dict]]:
+    """Each figure's latest measurement: a benchmark run at another size (a sweep of 10 000 small runs
+    beside the 100 large ones) adds its rows beside the others' instead of replacing them."""
     rows = []
     for name in [*USER_FACING, *LONG]:
-        rec = latest(name)
-        if rec is None or name in ("ab", "bucket-latency"):  # each has a section of its own
+        if name in ("ab", "bucket-latency"):  # each has a section of its own
             continue
-        rows += [(row, rec) for row in rec["rows"]]
+        seen: set[str] = set()
+        for rec in reversed(record.records(name)):
+            fresh = [(row, rec) for row in rec["rows"] if row["what"] not in seen]
+            seen.update(row["what"] for row, _ in fresh)
+            rows += fresh
     return rows
 
 
