@@ -7,11 +7,13 @@ the suite reads only what they wrote), torch importable beside them:
     /tmp/trk-venv/bin/pip install mlflow trackio omegaconf
     /tmp/trk-venv/bin/pip install --no-deps lightning lightning-utilities torchmetrics torchtune torchao nemo_automodel
     /tmp/trk-venv/bin/python scripts/make_tracker_fixtures.py
+    /tmp/trk-venv/bin/python scripts/make_tracker_fixtures.py --unfinished-only  # those stores alone
 
 A tiny LM (a 32 000-token embedding and head, as a drafter's draft vocab) is trained on the CPU
 twice: on labels drawn uniformly at random (nothing to learn: its loss stays at ln 32 000 ≈ 10.37)
 and on one repeated sequence (its loss falls). Each tracker then logs both runs' values through its
-own logging API: MLflow (a SQLite store and a file store), trackio, Lightning's CSVLogger,
+own logging API: MLflow (a SQLite store and a file store, and two more of runs that did not finish:
+one ended KILLED, one left RUNNING by a writer killed with SIGKILL), trackio, Lightning's CSVLogger,
 torchtune's DiskLogger and NeMo Automodel's MetricLogger. nanoGPT and nanochat are scripts, not
 packages: their consoles are written with their print statements' format strings. ``expected.json``
 holds every value as logged, the oracle of tests/test_trackers.py; ``VERSIONS`` names the writers.
@@ -25,6 +27,8 @@ import json
 import math
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -37,6 +41,7 @@ VOCAB = 32_000
 STEPS = 40
 EVAL_EVERY = 10
 WALL0 = 1_760_000_000.0
+UNFINISHED_STEPS = 10  # the unfinished runs log the healthy run's first steps, then stop
 
 
 def train(seed: int, learnable: bool) -> list[tuple[int, float]]:
@@ -93,7 +98,49 @@ def mlflow_runs(runs: dict[str, dict[str, list[tuple[int, float]]]], uri: str) -
             client.set_terminated(run.info.run_id, status="FAILED")
 
 
+def log_unfinished(uri: str, name: str) -> None:
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("tiny-lm")
+    mlflow.start_run(run_name=name)
+    for step, value in train(1, learnable=True)[:UNFINISHED_STEPS]:
+        mlflow.log_metric("train/loss", value, step=step, timestamp=int((WALL0 + step) * 1000))
+
+
+def mlflow_unfinished_runs(uri: str) -> None:
+    """Two runs that did not finish, in a store of their own: ``killed`` ended by
+    ``mlflow.end_run(status="KILLED")`` (as a cancelled MLflow Project's), ``running`` left RUNNING by
+    a writer killed with SIGKILL (as the OOM killer's): MLflow's atexit hook ends the run of a process
+    that exits any other way, so only such a kill leaves one RUNNING."""
+    import mlflow
+
+    log_unfinished(uri, "killed")
+    mlflow.end_run(status="KILLED")
+    child = subprocess.run([sys.executable, __file__, "--left-running", uri], check=False)
+    assert child.returncode == -signal.SIGKILL, child.returncode
+
+
+def write_mlflow_unfinished() -> None:
+    shutil.rmtree(OUT / "mlflow-sqlite-unfinished", ignore_errors=True)
+    shutil.rmtree(OUT / "mlflow-files-unfinished", ignore_errors=True)
+    (OUT / "mlflow-sqlite-unfinished").mkdir()
+    mlflow_unfinished_runs(f"sqlite:///{OUT / 'mlflow-sqlite-unfinished' / 'mlflow.db'}")
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # 3.x refuses the file store unless asked: old runs have one
+    mlflow_unfinished_runs((OUT / "mlflow-files-unfinished" / "mlruns").as_uri())
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--left-running"]:  # the child of mlflow_unfinished_runs: log, then die
+        log_unfinished(sys.argv[2], "running")
+        os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[1:] == ["--unfinished-only"]:  # every other fixture left as it is
+        import mlflow
+
+        recorded = (OUT / "VERSIONS").read_text()
+        assert f"mlflow=={mlflow.__version__}\n" in recorded, f"VERSIONS names another MLflow than {mlflow.__version__}"
+        write_mlflow_unfinished()
+        return
     chance, healthy = train(0, learnable=False), train(1, learnable=True)
     runs = {
         name: {
@@ -114,6 +161,7 @@ def main() -> None:
     mlflow_runs(runs, f"sqlite:///{OUT / 'mlflow-sqlite' / 'mlflow.db'}")
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # 3.x refuses the file store unless asked: old runs have one
     mlflow_runs(runs, (OUT / "mlflow-files" / "mlruns").as_uri())
+    write_mlflow_unfinished()
     versions["mlflow"] = mlflow.__version__
 
     os.environ["TRACKIO_DIR"] = str(OUT / "trackio")

@@ -264,3 +264,27 @@ def test_without_the_registration_the_toy_run_is_not_a_run(tmp_path):
     _toy_run(tmp_path)
     _, out, _ = _cli("scan", str(tmp_path), "--json", "--poll")
     assert json.loads(out)["runs"] == []
+
+
+def test_a_metric_a_printed_record_and_any_exact_one_both_log_is_shown_once_from_the_exact_one(tmp_path):
+    """Not only HF Trainer's pair: nanoGPT's train.log prints its loss to 4 decimals, and an event
+    file beside it (torch's SummaryWriter) records the same loss as logged. ``loss`` is the event
+    file's; nanoGPT's printed series is kept as its alternative."""
+    fixture = Path(__file__).parent / "fixtures" / "trackers"
+    logged = json.loads((fixture / "expected.json").read_text())["chance"]["train/loss"]
+    out = tmp_path / "out"
+    shutil.copytree(fixture / "nanogpt" / "chance", out)
+    writer = SummaryWriter(log_dir=str(out))
+    for step, value in logged:
+        writer.add_scalar("loss", value, global_step=step)
+    writer.close()
+    code, text, err = _cli("scalars", str(out), "--format", "json")
+    assert code == 0, err
+    document = json.loads(text)
+    tags = document["tags"]
+    assert document["alternatives"] == {"nanogpt/loss": "loss"}
+    assert tags["loss"]["steps"] == [step for step, _ in logged]
+    assert tags["loss"]["values"] == [float(np.float32(value)) for _, value in logged]  # as SummaryWriter stores it
+    assert tags["nanogpt/loss"]["values"] == [round(value, 4) for _, value in logged]  # as nanoGPT printed it
+    run = _scan(out)
+    assert run["metrics"]["loss"]["tag"] == "loss" and run["metrics"]["loss"]["count"] == len(logged)

@@ -274,3 +274,48 @@ def test_a_store_given_alone_is_its_runs(tmp_path):
     assert {run["name"]: Path(run["path"]) for run in runs} == {
         f"tiny-lm/{name}": store / run_id for name, run_id in ids.items()
     }
+
+
+@pytest.mark.parametrize("directory", ["mlflow-sqlite-unfinished", "mlflow-files-unfinished"])
+def test_mlflow_runs_that_did_not_finish_are_said_crashed_and_why(tmp_path, directory):
+    """MLflow's own code wrote two runs that stopped after 10 steps: ``killed`` ended by
+    ``mlflow.end_run(status="KILLED")``, ``running`` left RUNNING by a writer killed with SIGKILL
+    (MLflow ends the run of any process that exits otherwise). Neither finished: each is crashed,
+    its reason says which, and scan exits 1."""
+    shutil.copytree(FIXTURES / directory, tmp_path / directory, copy_function=shutil.copy2)
+    before = _files(tmp_path)
+    code, runs = _scan(tmp_path / directory)
+    by_name = {run["name"]: run for run in runs}
+    assert sorted(by_name) == ["tiny-lm/killed", "tiny-lm/running"] and code == 1
+    for run in runs:
+        assert run["metrics"]["loss"]["count"] == 10 and run["errors"] == []
+        assert run["metrics"]["loss"]["min"] == min(v for _s, v in EXPECTED["healthy"]["train/loss"][:10])
+        assert run["state"] == "crashed" and "crashed" in {flag["kind"] for flag in run["flags"]}
+        assert run["writer"] is None and run["crash_line"] == run["state_reason"]
+    killed = by_name["tiny-lm/killed"]
+    assert killed["state_reason"] == "MLflow recorded tiny-lm/killed KILLED: stopped before it finished"
+    assert by_name["tiny-lm/running"]["state_reason"] == (
+        "MLflow records tiny-lm/running RUNNING, but no process of this node writes it: "
+        "its writer died without ending the run"
+    )
+    assert _files(tmp_path) == before
+
+
+def test_an_mlflow_run_recorded_running_is_its_writers_while_a_process_holds_the_store(tmp_path):
+    """RUNNING is a crash only where nothing writes the store: a process holding it open is the
+    run's writer, and the run's silence since its last point decides (stalled here: its points are old)."""
+    import subprocess
+    import sys
+
+    shutil.copytree(FIXTURES / "mlflow-sqlite-unfinished", tmp_path / "m", copy_function=shutil.copy2)
+    store = tmp_path / "m" / "mlflow.db"
+    hold = "import sys, time; f = open(sys.argv[1], 'r+b'); print(flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, store], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline()  # the store is open
+        _code, runs = _scan(tmp_path / "m")
+    finally:
+        holder.kill()
+        holder.wait()
+    run = next(run for run in runs if run["name"] == "tiny-lm/running")
+    assert run["state"] == "stalled" and run["writer"]["pid"] == holder.pid

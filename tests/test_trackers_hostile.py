@@ -8,6 +8,8 @@ tracker's files changed.
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 import sqlite3
 import tracemalloc
@@ -234,3 +236,51 @@ def test_lines_that_are_no_numbers_or_carry_markup_are_damage_of_their_file(name
     source.poll()  # type: ignore[attr-defined]
     assert source.scalars.points >= 1  # type: ignore[attr-defined]
     assert sum(source.damaged.values()) >= 1  # type: ignore[attr-defined]
+
+
+# Rows of a trackio run rewritten: values of every kind in whole rows, then rows whose JSON is no
+# dict alone (two halves of one, two in one row) beside them, and one with whitespace around.
+_KINDS = {
+    8: '{"train/loss":7}',
+    9: '{"train/loss":"NaN","lr":2.0}',
+    10: '{"train/loss":true}',
+    11: '{"train/loss":{"value":1.0}}',
+    12: '{"lr":3.0}',
+}
+_SPLIT = {
+    3: '{"train/loss":[1',  # ... and the next row's text would close it
+    4: "2]}",
+    5: '{"lr":1.0}\n{"train/loss":2.0}',
+    6: '{"lr":1.0}\x1f{"train/loss":2.0}',
+    13: ' {"train/loss" : 1.25} ',
+}
+
+
+@pytest.mark.parametrize("changed", [_KINDS, {**_KINDS, **_SPLIT}], ids=["whole", "split"])
+def test_a_trackio_row_is_read_alone_whatever_the_rows_beside_it_hold(tmp_path, changed):
+    """A poll reads a run's rows joined into one text; no row's JSON may run into its neighbour's
+    (two halves of one dict, two dicts in one row are damage, each on its own), and a value that is
+    no float (an int, trackio's "NaN", JSON's true, a nested dict, an absent name) is read as in a
+    row alone."""
+    store = tmp_path / "tiny-lm.db"
+    shutil.copy2(TRACKIO_DB, store)
+    run = trackio_db.list_runs(store)[0].run
+    with sqlite3.connect(store) as conn:
+        rows = conn.execute("SELECT id, step, metrics FROM metrics WHERE run_id = ? ORDER BY id", (run,)).fetchall()
+        for index, text in changed.items():
+            conn.execute("UPDATE metrics SET metrics = ? WHERE id = ?", (text, rows[index][0]))
+    source = trackio_db.TrackioRun(store, run)
+    source.poll()
+    step_of = [step for _id, step, _text in rows]
+    damaged = [index for index in (3, 4, 5, 6) if index in changed]
+    assert source.damaged == ({store: len(damaged)} if damaged else {})
+    dropped = {step_of[index] for index in (10, 11, 12, *damaged)}
+    wanted = {step: json.loads(text)["train/loss"] for _id, step, text in rows if step not in dropped}
+    wanted.update({step_of[8]: 7.0, step_of[9]: "NaN"})
+    if 13 in changed:
+        wanted[step_of[13]] = 1.25
+    series = source.scalars.get("train/loss")
+    assert series.steps.tolist() == sorted(wanted)
+    got = dict(zip(series.steps.tolist(), series.values.tolist(), strict=True))
+    assert math.isnan(got[step_of[9]]) and {**got, step_of[9]: "NaN"} == wanted
+    assert source.scalars.get("lr").values.tolist().count(3.0) == 1

@@ -5,9 +5,10 @@ The watcher, `scan`, `check` and `scalars` read every run through ``RunSources``
 treated exactly like a TensorBoard run. A run that has several kinds keeps them all: a kind's
 series are named under its prefix (``wandb/<key>``, ``console/<name>``, ``trainer_state/<key>``)
 when a kind listed before it has files in the run, so two writers' points never merge into one
-series; the first kind a run has keeps its names. One exception: a metric HF Trainer's console
-prints and its ``trainer_state.json`` saves is one series, the exact saved values first, the
-console's own kept as an alternative (``RunScalars.alternatives``).
+series; the first kind a run has keeps its names. One exception: a metric a printed record (a
+console's, rounded to what it prints) and an exact one (HF Trainer's ``trainer_state.json``, an event
+file, a store) both log is one series, the exact values first, the printed series kept as an
+alternative (``RunScalars.alternatives``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.formats.trainer_state import TrainerState
 from triage_tui.core.read.events.reader import RunEvents
 from triage_tui.core.read.runs.config import read_config
-from triage_tui.core.read.source_kinds import console as console_kind
 from triage_tui.core.read.source_kinds import registry
 from triage_tui.core.read.source_kinds.kind import ScalarSource, ScalarSourceKind, merge_scalars, sum_stats
 from triage_tui.core.read.source_kinds.trainer_state import TrainerStateFile
@@ -31,7 +31,6 @@ from triage_tui.core.series import ReadStats, RunScalars, ScalarSeries, overlay
 if TYPE_CHECKING:
     from triage_tui.core.read.console.reader import ConsoleLogs
 
-CONSOLE_PREFIX = console_kind.KIND.prefix  # "console/": an alternative's name
 # How deep in a W&B config (trainer arguments, often nested) to look for the draft vocab size.
 CONFIG_SEARCH_DEPTH = 3
 
@@ -155,31 +154,37 @@ class RunSources:
             else:
                 stats = sum_stats(stats, polled)
         parts = [source.scalars for source in self.sources]
-        self._seen = merge_scalars(self.scalars, parts, self._seen, self._exact_over_console)
+        self._seen = merge_scalars(self.scalars, parts, self._seen, self._exact_over_printed)
         return stats
 
-    def _exact_over_console(self, merged: dict[str, ScalarSeries]) -> dict[str, str]:
-        """Each metric both HF Trainer's console and its ``trainer_state.json`` log, as one series:
-        the saved history's exact values over its steps, the console's after them (logged since the
-        last checkpoint) and before; the console's own series (values printed to 4 significant
-        digits) kept as an alternative, ``console/<key>``. The series is named as the console names
-        it when the console leads the run (``loss``), else as the trainer state does. Returns the
-        alternatives (alternative name -> the name shown)."""
-        console, state = self.readers.get("console"), self.readers.get("trainer_state")
-        if console is None or state is None:
-            return {}
+    def _exact_over_printed(self, merged: dict[str, ScalarSeries]) -> dict[str, str]:
+        """Each metric a printed record (a kind that says it is ``printed``: HF Trainer's console,
+        values to 4 significant digits) and an exact one (any other: ``trainer_state.json``, event
+        files, a store) both log under one name, as one series: the first exact record's values over
+        its steps, the printed one's after them (logged since the exact one was last written: HF
+        Trainer saves its history at checkpoints) and before; the printed series kept as an
+        alternative named under its kind's prefix (``console/loss``). The series is named as the
+        printed record names it when that one leads the run (``loss``), else as the exact one does.
+        Returns the alternatives (alternative name -> the name shown)."""
         alternatives: dict[str, str] = {}
-        for tag, exact in list(state.scalars.series.items()):
-            key = tag.removeprefix(state.prefix)
-            printed = console.scalars.series.get(console.prefix + key)
-            if printed is None or not len(exact):
+        kinds = {kind.name: kind for kind in self._kinds}
+        exact_readers = [reader for name, reader in self.readers.items() if not kinds[name].printed]
+        for name, printed_reader in self.readers.items():  # the registry's order
+            if not kinds[name].printed:
                 continue
-            alternative = CONSOLE_PREFIX + key
-            shown = console.prefix + key if console.prefix + key != alternative else tag
-            merged.pop(tag, None)
-            merged[shown] = overlay(printed, exact, tag=shown)
-            merged[alternative] = overlay(ScalarSeries(alternative), printed, tag=alternative)  # a copy, renamed
-            alternatives[alternative] = shown
+            for exact_reader in exact_readers:
+                for tag, exact in list(exact_reader.scalars.series.items()):
+                    key = tag.removeprefix(exact_reader.prefix)
+                    printed_tag = printed_reader.prefix + key
+                    printed = printed_reader.scalars.series.get(printed_tag)
+                    alternative = kinds[name].prefix + key
+                    if printed is None or not len(exact) or alternative in alternatives:
+                        continue  # the first exact record of a name is the one shown
+                    shown = printed_tag if printed_tag != alternative else tag
+                    merged.pop(tag, None)
+                    merged[shown] = overlay(printed, exact, tag=shown)
+                    merged[alternative] = overlay(ScalarSeries(alternative), printed, tag=alternative)  # a copy
+                    alternatives[alternative] = shown
         return alternatives
 
 

@@ -23,7 +23,7 @@ from triage_tui.core.read.runs.info import RunInfo
 from triage_tui.core.read.runs.remote import shown_path
 from triage_tui.core.read.sources import RunSources, draft_vocab_from_config
 from triage_tui.core.read.trackers.frameworks import framework_of_run, trainer_of
-from triage_tui.core.read.trackers.stores import recorded_end_of
+from triage_tui.core.read.trackers.stores import recorded_end, recorded_running, store_states
 from triage_tui.core.series import RunScalars
 from triage_tui.core.watch.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.watch.process_table import ProcessTable
@@ -234,6 +234,7 @@ class WatchedRun:
         files already read say (the W&B exit record, the newest trainer_state.json, the console's end)."""
         wandb = self.events.wandb
         trainer = self.events.trainer_state
+        recorded = store_states(self.events.sources)
         return run_state(
             self.info.directory,
             processes=processes,
@@ -243,10 +244,11 @@ class WatchedRun:
             wandb_exit_code=wandb.exit_code if wandb is not None else None,
             console_error_of=self._console_error,
             final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
-            recorded_end=recorded_end_of(self.events.sources),
+            recorded_end=recorded_end(recorded),
             # One of a store's runs: a process writing the store may be writing another of its runs,
             # so what the store recorded of this one's end comes first.
             recorded_end_first=self.info.store_run is not None,
+            recorded_running=recorded_running(recorded),
             flush_secs=flush_secs,
         )
 

@@ -40,4 +40,5 @@ KIND = ScalarSourceKind(
     wakes=False,  # written every step; the next poll reads it
     uses="trainer_state",
     prepare=_prepare,
+    printed=True,  # values printed to 4 significant digits
 )

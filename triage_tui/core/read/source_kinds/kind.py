@@ -82,6 +82,9 @@ class ScalarSourceKind:
     directory holding a file it claims is a run (the kinds discovery's own rules place say False).
     ``wakes``: a change to a file it claims wakes the watcher at once (else the next poll reads it).
     ``uses``/``prepare``: the kind whose reader this one is handed before each poll, read first.
+    ``printed``: its values are text a trainer printed, rounded to what it prints (a console's): a
+    name a kind that records values as logged also holds is shown from that one, this one's series
+    kept as its alternative (core/read/sources.py).
     """
 
     name: str
@@ -93,6 +96,7 @@ class ScalarSourceKind:
     wakes: bool = True
     uses: str | None = None
     prepare: Callable[[ScalarSource, ScalarSource | None], None] | None = None
+    printed: bool = False
 
     def files_in(self, run: RunTree) -> tuple[Path, ...]:
         return self.files(run) if self.files is not None else run.claimed(self.claims)

@@ -33,4 +33,5 @@ KIND = ScalarSourceKind(
     reader=renewed_on_rename(_make),
     files=_files,
     wakes=False,  # written every step; the next poll reads it
+    printed=True,  # values printed to 4 decimals
 )

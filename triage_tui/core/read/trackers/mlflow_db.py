@@ -37,7 +37,8 @@ REQUIRED = {
 }
 # MLflow's RunStatus names (mlflow/entities/run_status.py), and what each says of the run.
 ENDED = frozenset({"FINISHED"})
-FAILED = frozenset({"FAILED", "KILLED"})
+FAILED = frozenset({"FAILED", "KILLED"})  # KILLED: stopped before it finished
+RUNNING = frozenset({"RUNNING"})  # no end recorded yet
 
 
 @dataclass(frozen=True)

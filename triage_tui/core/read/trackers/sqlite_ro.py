@@ -67,11 +67,14 @@ class RowTail:
 
     def took(self, key: StoreKey, rows: list, limit: int) -> None:
         """A poll at ``key`` read ``rows`` (row id first), at most ``limit``: fewer is the end."""
+        self.took_through(key, len(rows), rows[-1][0] if rows else self.last_row, limit)
+
+    def took_through(self, key: StoreKey, count: int, last_row: int, limit: int) -> None:
+        """A poll at ``key`` read ``count`` rows, at most ``limit``, up to row id ``last_row``."""
         self._locked_polls = 0
-        self._key, self._caught_up = key, len(rows) < limit
-        if rows:
-            self.last_row = rows[-1][0]
-        self.rows_read += len(rows)
+        self._key, self._caught_up = key, count < limit
+        self.last_row = last_row
+        self.rows_read += count
 
 
 def store_key(path: Path) -> StoreKey:

@@ -198,20 +198,30 @@ class StoreRuns:
 
 def recorded_end(states: dict[str, str | None]) -> tuple[str, str] | None:
     """What a store's statuses say of the run's end, as ``run_state``'s (state, reason): a run FAILED
-    or KILLED crashed, one FINISHED ended (every run of the store finished: ended); RUNNING or
-    unknown says nothing (a writer killed with SIGKILL never sets its end)."""
+    crashed, one KILLED too (stopped before it finished: said so), one FINISHED ended (every run of
+    the store finished: ended); RUNNING (``recorded_running``) or unknown says nothing of an end."""
     known = {label: status for label, status in states.items() if status is not None}
     failed = sorted(label for label, status in known.items() if status in mlflow_db.FAILED)
     if failed:
-        return "crashed", f"MLflow recorded {printable(failed[0])} {known[failed[0]]}"
+        status = known[failed[0]]
+        stopped = ": stopped before it finished" if status == "KILLED" else ""
+        return "crashed", f"MLflow recorded {printable(failed[0])} {status}{stopped}"
     if known and all(status in mlflow_db.ENDED for status in known.values()):
         return "ended", "MLflow recorded the run FINISHED" if len(known) == 1 else "MLflow recorded every run FINISHED"
     return None
 
 
-def recorded_end_of(sources: Iterable[object]) -> tuple[str, str] | None:
-    """``recorded_end`` of the first tracker store among a run's sources, None without one."""
+def recorded_running(states: dict[str, str | None]) -> str | None:
+    """What a store says of a run it records RUNNING (no end yet), for ``run_state`` to weigh where
+    no writer is visible; None where it records no run so."""
+    running = sorted(label for label, status in states.items() if status in mlflow_db.RUNNING)
+    return f"MLflow records {printable(running[0])} RUNNING" if running else None
+
+
+def store_states(sources: Iterable[object]) -> dict[str, str | None]:
+    """The statuses the first tracker store among a run's sources gives its runs (label -> status);
+    empty without one."""
     for source in sources:
         if isinstance(source, StoreRuns):
-            return recorded_end(source.states)
-    return None
+            return source.states
+    return {}
