@@ -192,10 +192,12 @@ class WatchedRun:
             state=state,
         )
         errors += serving_failures
+        notes = self.events.notes
         if (
             not recompute
             and self.status is not None
             and flags == self.status.flags
+            and notes == self.status.source_notes
             and state == self.status.state
             and serving is self.status.serving
             and serving_notices == self.status.serving_notices
@@ -226,6 +228,7 @@ class WatchedRun:
             errors=errors,
             best=derived.best,
             state=state,
+            source_notes=notes,
         )
         return self.status
 
