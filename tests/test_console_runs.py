@@ -16,7 +16,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from builders.check_run import write_events
-from builders.consoles import rank0_traceback_console, specforge_lines
+from builders.consoles import rank0_traceback_console, specforge_lines, torchrun_tee
 from builders.tensorboard import DRAFT_VOCAB, write_drafter_checkpoint, write_scalars
 from triage_tui import cli
 
@@ -161,3 +161,31 @@ def test_a_crash_is_named_by_its_exception_line_not_the_raise_that_quotes_it(tmp
     crash = json.loads(triage("check", out, "--json").stdout)["crash"]
     assert crash["line"] == exception and crash["step"] == 7
     assert abs(crash["time"] - (out / "train.log").stat().st_mtime) < 60
+
+
+def test_scan_and_check_say_what_was_read_of_a_console_holding_two_ranks_lines(tmp_path, triage):
+    # torchrun --tee copied both workers' SpecForge lines into one log; its name holds an escape.
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    ranks = []
+    for rank in (0, 1):
+        path = workers / f"{rank}_stdout.log"
+        path.write_text(specforge_lines([(step, _chance_metrics(step)) for step in STEPS[:10]]))
+        ranks.append((rank, path))
+    out = tmp_path / "out"
+    write_drafter_checkpoint(out / "llama3-eagle3-step300")
+    name = "\x1b[2Jtrain.log"
+    torchrun_tee(out / name, ranks)
+    said = "rank 0's lines; 10 line(s) of other ranks skipped"
+
+    _, (run,) = _scan(out)
+    (note,) = run["source_notes"]
+    assert note.startswith(f"{name}: ") and note.endswith(said)  # JSON carries the name as it is
+    assert run["last_step"] == STEPS[9] and run["metrics"]["loss"]["count"] == 10  # rank 0's only
+
+    document = json.loads(triage("check", out, "--json").stdout)
+    assert document["source_notes"] == [note]
+    text = triage("check", out).stdout
+    (line,) = [line for line in text.splitlines() if line.startswith("  read ")]
+    assert line.startswith("  read       ^[[2Jtrain.log: ") and line.endswith(said)
+    assert "\x1b" not in text  # the file's name cannot clear the user's terminal

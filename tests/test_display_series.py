@@ -107,3 +107,39 @@ def test_the_tui_holds_a_display_series_where_scan_counts_every_point(tmp_path, 
     assert loss.values.min() == np.float32(10.0 - n / n) and loss.values.max() == np.float32(10.0 - 1 / n)
     scanned = triage("scan", tmp_path, "--json", "--poll")
     assert json.loads(scanned.stdout)["runs"][0]["metrics"]["loss"]["count"] == n  # the loss metric: train/loss
+
+
+def test_a_run_inventing_tag_names_keeps_a_bounded_number_of_series_and_says_so(tmp_path, triage, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from triage_tui.core import bounds
+
+    monkeypatch.setattr(bounds, "MAX_DISPLAY_SERIES", 50)
+    run = tmp_path / "out"
+    writer = SummaryWriter(log_dir=str(run / "runs"))
+    for step in range(1, 6):
+        writer.add_scalar("train/loss", 10.0 - step, step)
+    for i in range(120):  # a writer putting a sample id in the tag
+        writer.add_scalar(f"sample/{i:04d}/loss", float(i), i)
+    writer.flush()
+    watcher = Watcher([tmp_path], use_watchdog=False, max_points=MAX_POINTS)
+    (status,) = watcher.poll_once()
+    assert len(status.scalars.series) == 50 and "train/loss" in status.scalars.series
+    said = "more than 50 series in one source: the TUI keeps the first 50 it read"
+    assert [note for note in status.source_notes if note.startswith("more than")] == [
+        f"{said} (triage scan and triage scalars read every one)"
+    ]
+
+    for i in range(120, 400):
+        writer.add_scalar(f"sample/{i:04d}/loss", float(i), i)
+    writer.add_scalar("train/loss", 1.0, 400)
+    writer.close()
+    (status,) = watcher.poll_once()
+    assert len(status.scalars.series) == 50 and status.scalars.series["train/loss"].last()[0] == 400
+    assert sum(note.startswith("more than") for note in status.source_notes) == 1  # said once
+
+    exported = json.loads(triage("scalars", run, "--format", "json").stdout)["tags"]
+    assert len(exported) == 401 and exported["sample/0399/loss"]["steps"] == [399]  # every series, from the files
+    scanned = json.loads(triage("scan", run, "--json").stdout)["runs"][0]
+    assert not any(note.startswith("more than") for note in scanned["source_notes"])
+    assert scanned["last_step"] == status.last_step == 400  # the loss's: kept, the tag logged first

@@ -277,11 +277,13 @@ def test_a_store_given_alone_is_its_runs(tmp_path):
 
 
 @pytest.mark.parametrize("directory", ["mlflow-sqlite-unfinished", "mlflow-files-unfinished"])
-def test_mlflow_runs_that_did_not_finish_are_said_crashed_and_why(tmp_path, directory):
+def test_mlflow_runs_that_did_not_finish_say_so_and_why(tmp_path, directory):
     """MLflow's own code wrote two runs that stopped after 10 steps: ``killed`` ended by
     ``mlflow.end_run(status="KILLED")``, ``running`` left RUNNING by a writer killed with SIGKILL
-    (MLflow ends the run of any process that exits otherwise). Neither finished: each is crashed,
-    its reason says which, and scan exits 1."""
+    (MLflow ends the run of any process that exits otherwise). ``killed`` is crashed and says it was
+    stopped; ``running`` is crashed where the store is a database (its writer holds it open while it
+    lives) and unknown in a file store (a live writer holds no file of it open between points), and
+    scan exits 1."""
     shutil.copytree(FIXTURES / directory, tmp_path / directory, copy_function=shutil.copy2)
     before = _files(tmp_path)
     code, runs = _scan(tmp_path / directory)
@@ -290,14 +292,24 @@ def test_mlflow_runs_that_did_not_finish_are_said_crashed_and_why(tmp_path, dire
     for run in runs:
         assert run["metrics"]["loss"]["count"] == 10 and run["errors"] == []
         assert run["metrics"]["loss"]["min"] == min(v for _s, v in EXPECTED["healthy"]["train/loss"][:10])
-        assert run["state"] == "crashed" and "crashed" in {flag["kind"] for flag in run["flags"]}
-        assert run["writer"] is None and run["crash_line"] == run["state_reason"]
-    killed = by_name["tiny-lm/killed"]
+        assert run["writer"] is None
+    killed, running = by_name["tiny-lm/killed"], by_name["tiny-lm/running"]
+    assert killed["state"] == "crashed" and "crashed" in {flag["kind"] for flag in killed["flags"]}
     assert killed["state_reason"] == "MLflow recorded tiny-lm/killed KILLED: stopped before it finished"
-    assert by_name["tiny-lm/running"]["state_reason"] == (
-        "MLflow records tiny-lm/running RUNNING, but no process of this node writes it: "
-        "its writer died without ending the run"
-    )
+    assert killed["crash_line"] == killed["state_reason"]
+    if directory == "mlflow-sqlite-unfinished":
+        assert running["state"] == "crashed" and running["crash_line"] == running["state_reason"]
+        assert running["state_reason"] == (
+            "MLflow records tiny-lm/running RUNNING, but no process of this node writes it: "
+            "its writer died without ending the run"
+        )
+    else:
+        assert running["state"] == "unknown" and running["crash_line"] is None
+        assert "crashed" not in {flag["kind"] for flag in running["flags"]}
+        assert running["state_reason"] == (
+            "MLflow records tiny-lm/running RUNNING; its file store is open only while a point is appended, "
+            "so its writer is not seen"
+        )
     assert _files(tmp_path) == before
 
 

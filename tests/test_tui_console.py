@@ -11,6 +11,7 @@ import io
 from textual.widgets import Static
 
 from builders.console_pane import OOM, TRAIN_LOG, write_console
+from builders.consoles import specforge_lines, torchrun_tee
 from builders.pilot import SIZE, checked, loaded, make_app, on_screen, screen_as
 from builders.tui import healthy_run, story_run
 from builders.waiting import wait_for
@@ -191,3 +192,25 @@ async def test_the_console_keys_are_in_the_help_and_the_palette_and_f_goes_to_th
         await pilot.press("f")
         await wait_for(pilot, lambda: shown_lines(screen) == ["srun: job 7 queued"], what="the next file")
         assert "slurm-7.out  · 2 of 2" in str(screen.query_one("#console-title", Static).content)
+
+
+async def test_the_flags_pane_says_what_was_read_of_the_runs_console(tmp_path):
+    # torchrun --tee copied two workers' SpecForge lines into one log named with Rich markup.
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    ranks = []
+    for rank in (0, 1):
+        path = workers / f"{rank}_stdout.log"
+        path.write_text(specforge_lines([(step, {"loss": 2.0 - step / 100}) for step in range(1, 6)]))
+        ranks.append((rank, path))
+    run = story_run(tmp_path / "runs")
+    name = "[@click=app.quit][reverse]train.log"
+    torchrun_tee(run / name, ranks)
+    app = make_app(tmp_path / "runs")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert app.statuses[app.rows[0].path].info.console_files == (run / name,)
+        flags = app.main.query_one("#flags")
+        said = f"read  {name}: SpecForge records (5 printed); rank 0's lines; 5 line(s) of other ranks skipped"
+        await wait_for(pilot, lambda: said in _plain(flags), what="the console's note")
+        assert isinstance(app.screen, MainScreen)  # the name's markup was shown, never applied

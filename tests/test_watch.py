@@ -276,7 +276,9 @@ def test_to_json_has_exactly_the_scan_fields(tmp_path):
         "state_reason",
         "writer",
         "crash_line",
+        "source_notes",
     ]
+    assert document["source_notes"] == []  # event files only: nothing read that its points do not say
     assert document["chance_basis"] == "ln V" and document["valid_fraction"] is None  # no dumps: said, not guessed
     assert document["sources"] == ["tensorboard"] and document["trainer"] == "specforge-classic"
     assert document["status"] == "critical" and document["vocab_size_source"] == "default"

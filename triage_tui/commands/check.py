@@ -91,11 +91,13 @@ def run(args: argparse.Namespace) -> int:
         document = {"crash": crash, **diagnosis.to_json()}
         if evidence.chance is not None:
             document["chance"] = finite_json(evidence.chance.to_json())  # the line the flags compared the loss with
+        document["source_notes"] = list(evidence.source_notes)  # what was read of the run's files
         # A run in a bucket: every path read as its URL, not the local mirror's (runs/remote.py).
         json.dump(shown_text(document), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(str(shown_text(render_text(diagnosis, evidence.flags, evidence.chance, crash))))
+        text = render_text(diagnosis, evidence.flags, evidence.chance, crash, evidence.source_notes)
+        sys.stdout.write(str(shown_text(text)))
     return exit_status(diagnosis)
 
 
@@ -125,10 +127,15 @@ def _stderr_progress(fraction: float, message: str) -> None:
 
 
 def render_text(
-    diagnosis: Diagnosis, flags, chance: ChanceLine | None = None, crash: dict[str, Any] | None = None
+    diagnosis: Diagnosis,
+    flags,
+    chance: ChanceLine | None = None,
+    crash: dict[str, Any] | None = None,
+    source_notes: tuple[str, ...] = (),
 ) -> str:
-    """A crashed run's crash first, then ranked hypotheses with their evidence, then one line per
-    check; every line as `cat -v` would show it (paths, tags and notes come from files)."""
+    """A crashed run's crash first, the run's inputs and what was read of its files, then ranked
+    hypotheses with their evidence, then one line per check; every line as `cat -v` would show it
+    (paths, tags and notes come from files)."""
     inputs = diagnosis.inputs
     lines = [_crash_line(crash)] if crash is not None else []
     lines.append(f"run  {inputs.run}")
@@ -141,6 +148,8 @@ def render_text(
         lines.append(f"  {'chance':<10} {chance.label()}  ({chance.convention})")
     for note in inputs.notes:
         lines.append(f"  note: {note}")
+    for note in source_notes:
+        lines.append(f"  {'read':<10} {note}")  # a console's rank read, lines skipped, a read cut short
     for flag in flags:
         lines.append(f"  flag {flag.severity}: {flag.message}")
     lines.append("")

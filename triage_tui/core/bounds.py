@@ -46,6 +46,11 @@ MAX_COUNT = 1 << 53
 MAX_STEP = (1 << 53) - 1
 # Label sets of one metric on a page: engines x models x positions, with room to spare.
 MAX_LABEL_SETS = 4096
+# Series one source of a run keeps in the TUI (core.series.display_series): a trainer logging
+# per-layer statistics of an 80-layer model has hundreds; a writer inventing tag names without end
+# (a step or a sample id in the tag) would otherwise grow the TUI without bound. `scan`, `check` and
+# `scalars` keep every series.
+MAX_DISPLAY_SERIES = 2048
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _HOST = re.compile(r"^[A-Za-z0-9.:\[\]-]{1,255}$")

@@ -8,6 +8,10 @@ float64 values: 24 bytes a point, exactly, for what one read fills; later append
 1.25x (+16), so a series of more than a few hundred points stays under 32 bytes a point.
 float64 values keep `double_val` / DT_DOUBLE / int64 scalars exact, which float32 would not.
 
+The number of series is bounded in the TUI too (``display_series``): a run flooding its files with
+ever-new tag names keeps the series it had, and says so, where `scan`, `check` and `scalars` keep
+every one.
+
 Views handed out are read-only snapshots: appends only write past every view's end, and a
 truncation (restart preemption or purge) moves the series to fresh arrays, so a view taken by the
 UI thread never changes under it while the reader thread polls.
@@ -15,7 +19,10 @@ UI thread never changes under it while the reader thread polls.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -28,6 +35,34 @@ _MAX_RESTARTS = 256
 # Points a series keeps in the TUI (ScalarSeries.thin): 2.4 MB a series, hundreds of times the
 # columns of a chart, and a quarter of them (the newest) exact for the flags' windows.
 DISPLAY_POINTS = 100_000
+
+
+@dataclass
+class SeriesBound:
+    """The bound of ``display_series``: at most ``limit`` series in each RunScalars; ``left_out``
+    turns True when a new tag beyond them was not kept."""
+
+    limit: int
+    left_out: bool = False
+
+
+# The bound of the poll under way on this thread (``display_series``); None: every series is kept.
+# A context variable, not an argument: every reader creates its series through ``series_for``,
+# however deep its own RunScalars lie (a console's per-file ones), and only the TUI's poll sets it.
+_BOUND: contextvars.ContextVar[SeriesBound | None] = contextvars.ContextVar("series_bound", default=None)
+
+
+@contextlib.contextmanager
+def display_series(limit: int) -> Iterator[SeriesBound]:
+    """Within it, each RunScalars keeps at most ``limit`` series: a tag first seen beyond them is
+    not kept (``RunScalars.series_for`` gives None: its points are not stored) and the bound
+    yielded says so. The TUI polls its runs within it; `scan`, `check` and `scalars` do not."""
+    bound = SeriesBound(limit)
+    token = _BOUND.set(bound)
+    try:
+        yield bound
+    finally:
+        _BOUND.reset(token)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -258,10 +293,15 @@ class RunScalars:
     def nbytes(self) -> int:
         return sum(s.nbytes for s in list(self.series.values()))
 
-    def series_for(self, tag: str, plugin: str | None) -> ScalarSeries:
-        """The series of `tag`, created with `plugin` if it is new (first occurrence wins)."""
+    def series_for(self, tag: str, plugin: str | None) -> ScalarSeries | None:
+        """The series of `tag`, created with `plugin` if it is new (first occurrence wins); None for
+        a new tag beyond the display bound of the poll under way (``display_series``)."""
         found = self.series.get(tag)
         if found is None:
+            bound = _BOUND.get()
+            if bound is not None and len(self.series) >= bound.limit:
+                bound.left_out = True
+                return None
             found = self.series[tag] = ScalarSeries(tag, plugin)
         return found
 

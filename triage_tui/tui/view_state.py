@@ -44,6 +44,7 @@ class FlagsState:
     subtitle: str = ""  # trainer, accuracy by position, acceptance length
     state: tuple[str, str] | None = None  # the run's state and its evidence (view_data.state_line)
     best: str | None = None  # where the run's acceptance estimate peaked (core.watch.best_checkpoint describe())
+    notes: tuple[str, ...] = ()  # what was read of the run's files (RunStatus.source_notes), raw text
 
     @classmethod
     def of(cls, status: RunStatus | None, *, scanning: bool) -> FlagsState:
@@ -56,6 +57,7 @@ class FlagsState:
             metrics_line(status) or "",
             state_line(status),
             status.best.describe() if status.best is not None else None,
+            status.source_notes,
         )
 
 

@@ -71,6 +71,8 @@ class Evidence:
     # Objects of a bucket run that could not be mirrored (one line each on stderr; the rest is checked).
     unread: tuple[SourceError, ...] = ()
     crash: Crash | None = None  # a crashed run's crash, which `check` names before any cause
+    # What was read of the run's files where a reader says (RunStatus.source_notes), one line each.
+    source_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def gather_evidence(run: str | Path, overrides: Overrides = Overrides()) -> Evid
         launches=_launches(sources),
         unread=tuple(unread),
         crash=_crash(status),
+        source_notes=status.source_notes if status is not None else (),
     )
 
 

@@ -134,6 +134,14 @@ class RunSources:
         # dict(...) first: the reader's thread may add to them
         return {path: count for source in self.sources for path, count in dict(source.damaged).items()}
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What was read of each file, as of the last poll, where a reader says it (the consoles:
+        formats and where steps came from, the rank read, lines skipped), one line each. Raw text:
+        file names and counts from the run's files, made printable where shown."""
+        console = self.console
+        return console.notes() if console is not None else ()
+
     def poll(self) -> ReadStats:
         """Read what was appended to every source's files since the last poll; refresh ``scalars``.
         Each source fails alone: its failure is kept in ``failures``, the others are read."""

@@ -151,7 +151,7 @@ def run_state(
     final_save: bool = False,
     recorded_end: tuple[str, str] | None = None,
     recorded_end_first: bool = False,
-    recorded_running: str | None = None,
+    recorded_running: tuple[str, str] | None = None,
     flush_secs: float = 120.0,
 ) -> RunState:
     """The run's state at ``now`` (the caller's clock).
@@ -165,9 +165,9 @@ def run_state(
     as (state, reason) (MLflow's FINISHED an end, FAILED or KILLED a crash: core/read/trackers/stores.py),
     taken where no writer is visible, or before the writer with ``recorded_end_first`` (one of a store's
     several runs: the process holding the store open may be writing another of them).
-    ``recorded_running``: a tracker's store records the run RUNNING, no end (its words): where no
-    process of this node writes it, on a local filesystem, its writer died before it could end the
-    run (MLflow ends its run at any exit it lives through: SIGKILL, the OOM killer, a lost node): crashed.
+    ``recorded_running``: a tracker's store records the run RUNNING, no end, as (state, reason), taken
+    where no process of this node writes it on a local filesystem (core/read/trackers/stores.py: a
+    database its writer holds open says crashed, MLflow's file store unknown).
     ``activity``: the run's points' rhythm (core.watch.signals.stall); a live writer silent past
     ``activity.stall_after(flush_secs)`` (the flush interval, 3 median gaps, 1.5 x the longest gap) is stalled.
     """
@@ -247,8 +247,8 @@ def run_state(
             WriterState.UNKNOWN, f"on a {kind} filesystem: its writer may run on another node", None, last, silence
         )
     if recorded_running is not None:
-        reason = f"{recorded_running}, but no process of this node writes it: its writer died without ending the run"
-        return RunState(WriterState.CRASHED, reason, None, last, silence, reason)
+        state, reason = WriterState(recorded_running[0]), recorded_running[1]
+        return RunState(state, reason, None, last, silence, reason if state == "crashed" else None)
     return RunState(WriterState.ENDED, "no process of this node writes it", None, last, silence)
 
 

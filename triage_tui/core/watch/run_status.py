@@ -60,6 +60,9 @@ class RunStatus:
     # Whether the run's writer is alive here (live, stalled, ended, crashed, unknown) and the
     # evidence (core.watch.run_state); None where it was not judged (a run whose update failed).
     state: RunState | None = None
+    # What was read of each of the run's files where its reader says (RunSources.notes: a console's
+    # rank read, lines of other ranks skipped, unknown lines, a read cut short), one line each.
+    source_notes: tuple[str, ...] = ()
 
     @property
     def source_errors(self) -> tuple[str, ...]:
@@ -119,6 +122,7 @@ class RunStatus:
         document["state_reason"] = state.get("state_reason")
         document["writer"] = state.get("writer")
         document["crash_line"] = state.get("crash_line")
+        document["source_notes"] = list(self.source_notes)
         if self.source_errors:
             document["source_errors"] = list(self.source_errors)
         if self.info.manifest_error:

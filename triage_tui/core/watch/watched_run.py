@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triage_tui.core import bounds
 from triage_tui.core.errors import BadInput, SourceError
 from triage_tui.core.read.runs.info import RunInfo
 from triage_tui.core.read.runs.remote import shown_path
 from triage_tui.core.read.sources import RunSources, draft_vocab_from_config
 from triage_tui.core.read.trackers.frameworks import framework_of_run, trainer_of
-from triage_tui.core.read.trackers.stores import recorded_end, recorded_running, store_states
-from triage_tui.core.series import RunScalars
+from triage_tui.core.read.trackers.stores import first_store, recorded_end, recorded_running
+from triage_tui.core.series import RunScalars, display_series
 from triage_tui.core.watch.derive import DEFAULT_FLUSH_SECS, Derived, RunSettings, derive, flags_at, serving_flags_of
 from triage_tui.core.watch.process_table import ProcessTable
 from triage_tui.core.watch.run_state import RunState, console_error, final_step, read_console_tail, run_state
@@ -48,8 +49,9 @@ class WatchSettings:
     # `scan` (True): a [serving] metrics URL is scraped once and waited for; the TUI scrapes on a thread.
     strict: bool = False
     follow_serving: bool = True  # triage.toml [serving] followed with the run (`check` reads it itself)
-    # The TUI: each series held to this many points (ScalarSeries.thin), so memory stays bounded
-    # however long a run logs; None (`scan`): every point, as read.
+    # The TUI: each series held to this many points (ScalarSeries.thin), and each source of a run to
+    # bounds.MAX_DISPLAY_SERIES series (core.series.display_series), so memory stays bounded however
+    # long a run logs and however many tags it invents; None (`scan`): every point and series, as read.
     max_points: int | None = None
     clock: Callable[[], float] = time.time
 
@@ -77,6 +79,7 @@ class WatchedRun:
     # console's read mark it was found at (ConsoleLogs.newest): read again only when that moves.
     console_key: tuple | None = None
     console_error: str | None = None
+    series_left_out: bool = False  # a tag beyond bounds.MAX_DISPLAY_SERIES was not kept (the TUI's bound)
 
     @classmethod
     def of(cls, info: RunInfo) -> WatchedRun:
@@ -154,10 +157,15 @@ class WatchedRun:
         """Read what the run's sources appended and report the run; the same RunStatus object as
         the last poll's when nothing in it changed. ``mirror_errors``: the objects of a bucket
         that failed, by the run (its URL) they belong to."""
-        self.events.poll()  # what fails is on self.events.errors
+        # What fails is on self.events.errors.
+        if watch.max_points is None:
+            self.events.poll()
+        else:
+            with display_series(bounds.MAX_DISPLAY_SERIES) as bound:
+                self.events.poll()
+            self.series_left_out |= bound.left_out
+            self.events.scalars.thin(watch.max_points)
         scalars = self.events.scalars
-        if watch.max_points is not None:
-            scalars.thin(watch.max_points)
         wandb = self.events.wandb
         if wandb is not None and wandb.config_version != self.wandb_config_version:
             self.wandb_config_version = wandb.config_version
@@ -192,10 +200,14 @@ class WatchedRun:
             state=state,
         )
         errors += serving_failures
+        notes = self.events.notes
+        if self.series_left_out:
+            notes += (self._left_out_note(),)
         if (
             not recompute
             and self.status is not None
             and flags == self.status.flags
+            and notes == self.status.source_notes
             and state == self.status.state
             and serving is self.status.serving
             and serving_notices == self.status.serving_notices
@@ -226,15 +238,24 @@ class WatchedRun:
             errors=errors,
             best=derived.best,
             state=state,
+            source_notes=notes,
         )
         return self.status
+
+    @staticmethod
+    def _left_out_note() -> str:
+        limit = bounds.MAX_DISPLAY_SERIES
+        return (
+            f"more than {limit:,} series in one source: the TUI keeps the first {limit:,} it read "
+            "(triage scan and triage scalars read every one)"
+        )
 
     def _run_state(self, derived: Derived, now: float, processes: ProcessTable, flush_secs: float) -> RunState:
         """Whether the run's writer is alive here, from the poll's process table and what the run's
         files already read say (the W&B exit record, the newest trainer_state.json, the console's end)."""
         wandb = self.events.wandb
         trainer = self.events.trainer_state
-        recorded = store_states(self.events.sources)
+        store = first_store(self.events.sources)
         return run_state(
             self.info.directory,
             processes=processes,
@@ -244,11 +265,11 @@ class WatchedRun:
             wandb_exit_code=wandb.exit_code if wandb is not None else None,
             console_error_of=self._console_error,
             final_save=trainer is not None and final_step(trainer.global_step, trainer.max_steps),
-            recorded_end=recorded_end(recorded),
+            recorded_end=recorded_end(store.states) if store is not None else None,
             # One of a store's runs: a process writing the store may be writing another of its runs,
             # so what the store recorded of this one's end comes first.
             recorded_end_first=self.info.store_run is not None,
-            recorded_running=recorded_running(recorded),
+            recorded_running=recorded_running(store),
             flush_secs=flush_secs,
         )
 

@@ -164,7 +164,9 @@ class MainScreen(Screen):
         if not self._ready:
             return
         state = self.flags_state
-        self.query_one(FlagsView).show(state.flags, scanning=state.scanning, state=state.state, best=state.best)
+        self.query_one(FlagsView).show(
+            state.flags, scanning=state.scanning, state=state.state, best=state.best, notes=state.notes
+        )
         # On the pane's border: no line taken from the chart (80x24 has none to spare).
         self.query_one("#flags-pane").border_subtitle = Text(printable(state.subtitle)) if state.subtitle else ""
 

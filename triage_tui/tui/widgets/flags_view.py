@@ -15,7 +15,8 @@ from triage_tui.tui.view_data import SEVERITY_STYLE, STATE_STYLE
 class FlagsView(Static):
     """One line per flag: severity glyph, kind, and the core's message; under them, the run's state
     and its evidence where no flag says it (a live, ended or unknown run), and where the run's
-    acceptance estimate peaked, with the checkpoint saved nearest it."""
+    acceptance estimate peaked, with the checkpoint saved nearest it; last, what was read of the run's
+    files where its reader says (a console's rank read, lines of other ranks skipped, unknown lines)."""
 
     HELP = "Flags the core raised for the selected run (same as `triage scan`), and the run's state."
 
@@ -26,6 +27,7 @@ class FlagsView(Static):
         scanning: bool = False,
         state: tuple[str, str] | None = None,
         best: str | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
         text = Text()
         if not flags:
@@ -47,4 +49,9 @@ class FlagsView(Static):
             text.append("\n  ")
             text.append("acceptance", style="bold")
             text.append(f"  {printable(best)}")
+        for note in notes:
+            # Plain Text, printable: a file named "[bold]x.log" is shown as named, never applied.
+            text.append("\n  ")
+            text.append("read", style="bold")
+            text.append(f"  {printable(note)}", style="dim")
         self.update(text)

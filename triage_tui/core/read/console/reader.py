@@ -71,9 +71,11 @@ class _Placed:
                 if basis == INFERRED:
                     self.inferred[tag] += 1
         for tag, (steps, walls, values) in columns.items():
-            self.scalars.series_for(tag, None).extend(
-                np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64)
-            )
+            series = self.scalars.series_for(tag, None)
+            if series is not None:  # None: a tag beyond the TUI's bound (core.series.display_series)
+                series.extend(
+                    np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64)
+                )
 
 
 class _File:

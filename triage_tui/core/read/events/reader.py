@@ -258,9 +258,13 @@ class RunEvents:
             bounds = [0]
         tags = self._decoder.tags
         segments = []
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        # Each tag in the order the file first logs it (its first record's key): where the TUI keeps a
+        # bounded number of series (core.series.display_series), the tags a writer logs first are kept.
+        for a, b in sorted(zip(bounds[:-1], bounds[1:], strict=True), key=lambda ab: int(keys[ab[0]])):
             tag_id = int(tag_ids[a])
             series = scalars.series_for(state.prefix + tags[tag_id], self._plugins.get(tag_id))
+            if series is None:
+                continue  # a tag beyond the TUI's bound (core.series.display_series): its points are not kept
             if series.tag not in state.series_seen:
                 # This file's first point of a series other files began: a resumed writer's new file.
                 if len(series):

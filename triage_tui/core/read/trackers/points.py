@@ -37,11 +37,15 @@ class PointBatch:
     def append_to(self, scalars: RunScalars, prefix: str) -> int:
         """Extend ``scalars`` in place (a step that goes back is a restart: core.series); the points added."""
         for name, (steps, walls, values) in self._lists.items():
-            scalars.series_for(prefix + name, None).extend(
-                np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64)
-            )
+            series = scalars.series_for(prefix + name, None)
+            if series is not None:  # None: a tag beyond the TUI's bound (core.series.display_series)
+                series.extend(
+                    np.asarray(steps, np.int64), np.asarray(walls, np.float64), np.asarray(values, np.float64)
+                )
         for name, columns in self._arrays.items():
-            scalars.series_for(prefix + name, None).extend(*columns)
+            series = scalars.series_for(prefix + name, None)
+            if series is not None:
+                series.extend(*columns)
         if self.points:
             scalars.version += 1
         added, self._lists, self._arrays, self.points = self.points, {}, {}, 0

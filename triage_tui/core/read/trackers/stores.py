@@ -211,17 +211,27 @@ def recorded_end(states: dict[str, str | None]) -> tuple[str, str] | None:
     return None
 
 
-def recorded_running(states: dict[str, str | None]) -> str | None:
-    """What a store says of a run it records RUNNING (no end yet), for ``run_state`` to weigh where
-    no writer is visible; None where it records no run so."""
-    running = sorted(label for label, status in states.items() if status in mlflow_db.RUNNING)
-    return f"MLflow records {printable(running[0])} RUNNING" if running else None
+def recorded_running(store: StoreRuns | None) -> tuple[str, str] | None:
+    """What a store that records a run RUNNING (no end yet) says of it where no writer is visible, as
+    ``run_state``'s (state, reason); None where it records no run so. A database store is held open
+    by its writer for the writer's whole life (MLflow's SQLAlchemy pool keeps ``mlflow.db`` open:
+    /proc/PID/fd shows it), so with no process holding it the writer died without ending the run
+    (MLflow ends its run at any exit it lives through): crashed. MLflow's file store opens a metric
+    file only while it appends a line, so a live writer is not seen there: unknown, said why."""
+    if store is None:
+        return None
+    running = sorted(label for label, status in store.states.items() if status in mlflow_db.RUNNING)
+    if not running:
+        return None
+    recorded = f"MLflow records {printable(running[0])} RUNNING"
+    if store.files and all(path.name != mlflow_files.META_NAME for path in store.files):
+        return "crashed", f"{recorded}, but no process of this node writes it: its writer died without ending the run"
+    return "unknown", f"{recorded}; its file store is open only while a point is appended, so its writer is not seen"
 
 
-def store_states(sources: Iterable[object]) -> dict[str, str | None]:
-    """The statuses the first tracker store among a run's sources gives its runs (label -> status);
-    empty without one."""
+def first_store(sources: Iterable[object]) -> StoreRuns | None:
+    """The first tracker store among a run's sources, None without one."""
     for source in sources:
         if isinstance(source, StoreRuns):
-            return source.states
-    return {}
+            return source
+    return None

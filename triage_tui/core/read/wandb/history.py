@@ -119,9 +119,9 @@ class WandbHistory:
             for state in self._files.values():
                 self._read(pb, state, stats, rows)
             for tag, (steps, walls, values) in rows.items():
-                self.scalars.series_for(tag, "wandb").extend(
-                    np.array(steps, np.int64), np.array(walls, np.float64), np.array(values, np.float64)
-                )
+                series = self.scalars.series_for(tag, "wandb")
+                if series is not None:  # None: a tag beyond the TUI's bound (core.series.display_series)
+                    series.extend(np.array(steps, np.int64), np.array(walls, np.float64), np.array(values, np.float64))
             if stats.scalars or stats.resets:
                 self.scalars.version += 1
             self.totals.add(stats)
