@@ -12,6 +12,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's code, als
 # as in many container images, every test process would compile torch's modules again: measured on
 # an idle 2-core machine, the suite took 694 CPU-s (7:39) that way and 563 CPU-s (5:59) writing them once.
 unset PYTHONDONTWRITEBYTECODE
+# The property tests draw the same examples on every run of this script (tests/conftest.py), so a
+# red run is a change's, not a draw's; `pytest` alone keeps drawing new ones.
+export TRIAGE_HYPOTHESIS_PROFILE=${TRIAGE_HYPOTHESIS_PROFILE:-repeatable}
 "$PY" -m ruff check triage_tui tests benchmarks scripts
 "$PY" -m ruff format --check triage_tui tests benchmarks scripts
 "$PY" -m mypy

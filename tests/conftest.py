@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+from hypothesis import settings
+
 # One OpenMP thread per test process, and so in every child they start, unless the caller set it.
 # Two xdist workers already fill the 2 cores the suite is sized for: torch's second intra-op
 # thread finds no idle core and spin-waits for the first. Measured on an idle 2-core machine, the
@@ -9,6 +11,11 @@ from pathlib import Path
 # 5:53 with 1 (a drafter the replay tests train: 24 CPU-s on two threads, 6-8 on one). Set before
 # anything imports torch, which reads it once.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# "repeatable" (scripts/check.sh, so CI): every property test draws the same examples on every run,
+# seeded by the test itself; the default profile draws new ones each run, to find what those miss.
+settings.register_profile("repeatable", derandomize=True)
+settings.load_profile(os.environ.get("TRIAGE_HYPOTHESIS_PROFILE", "default"))
 
 # Lets tests import the fixture builders (`from builders.mappings import story_mappings`).
 sys.path.insert(0, str(Path(__file__).parent))
