@@ -284,3 +284,34 @@ def test_a_trackio_row_is_read_alone_whatever_the_rows_beside_it_hold(tmp_path, 
     got = dict(zip(series.steps.tolist(), series.values.tolist(), strict=True))
     assert math.isnan(got[step_of[9]]) and {**got, step_of[9]: "NaN"} == wanted
     assert source.scalars.get("lr").values.tolist().count(3.0) == 1
+
+
+@pytest.mark.parametrize("changed", [{}, _KINDS, {**_KINDS, **_SPLIT}], ids=["as-written", "kinds", "split"])
+def test_a_trackio_poll_joined_or_a_row_at_a_time_gives_the_same_points(tmp_path, monkeypatch, changed):
+    """The joined read (the fast path) and the row-at-a-time read (``JOINED_READ = False``, the plain
+    path) give every run of the project the same series, steps, times, values and damage, on the rows
+    trackio wrote and on the rewritten ones; polled in two windows, so the second poll starts past
+    the first's last row."""
+    store = tmp_path / "tiny-lm.db"
+    shutil.copy2(TRACKIO_DB, store)
+    runs = [ref.run for ref in trackio_db.list_runs(store)]
+    with sqlite3.connect(store) as conn:
+        ids = [row_id for (row_id,) in conn.execute("SELECT id FROM metrics WHERE run_id = ? ORDER BY id", (runs[0],))]
+        for index, text in changed.items():
+            conn.execute("UPDATE metrics SET metrics = ? WHERE id = ?", (text, ids[index]))
+
+    def read(joined: bool) -> list[tuple]:
+        monkeypatch.setattr(trackio_db, "JOINED_READ", joined)
+        monkeypatch.setattr(trackio_db.tuning, "MAX_ROWS_PER_POLL", len(ids) // 2)
+        out = []
+        for run in runs:
+            source = trackio_db.TrackioRun(store, run)
+            source.poll()
+            source.poll()
+            columns = {tag: [c.tolist() for c in series.columns()] for tag, series in source.scalars.series.items()}
+            out.append((run, json.dumps(columns, sort_keys=True), source.damaged))
+        return out
+
+    fast, plain = read(True), read(False)
+    assert fast == plain
+    assert sum(len(json.loads(columns)) for _run, columns, _damaged in plain) >= 2

@@ -123,6 +123,9 @@ _WINDOW = "{where} AND rowid > :after AND rowid <= :last"
 # column short). The texts are joined by a control character, which JSON holds nowhere, not even in
 # a string: a row's JSON cannot run into the next one's.
 _SEPARATOR = "\x1f"
+# The fast path's switch: False reads every poll a row at a time (``_ROWS``, ``_batch``), the plain
+# path the joined read falls back to; tests flip it to check that both give the same points.
+JOINED_READ = True
 _JOINED = """
 SELECT group_concat(rowid), group_concat(step), group_concat({timestamp}, char(31)),
   group_concat(metrics, char(31)),
@@ -341,9 +344,10 @@ class TrackioRun:
         params.update(last=last, longest=tuning.MAX_JSON_CHARS)
         window = _WINDOW.format(where=where)
         timestamp = "timestamp" if "timestamp" in columns else "NULL"
-        joined = conn.execute(_JOINED.format(timestamp=timestamp, window=window), params).fetchone()
-        batch = _joined_batch(joined, count)
-        if batch is not None:
-            return count, last, batch, 0
+        if JOINED_READ:
+            joined = conn.execute(_JOINED.format(timestamp=timestamp, window=window), params).fetchone()
+            batch = _joined_batch(joined, count)
+            if batch is not None:
+                return count, last, batch, 0
         rows = conn.execute(_ROWS.format(timestamp=timestamp, window=window), params).fetchall()
         return count, last, *_batch(rows)
