@@ -57,7 +57,9 @@ LIVE_PASS_SECS = 1.0
 # Bytes of object bodies one pass fetches in all; the objects beyond wait for the next pass.
 PASS_MAX_BYTES = 4 << 30
 # A followed object (event file, console, W&B run file) is read this far and no further, whatever
-# size its listing says (an object listed as 1 TiB is never fetched whole); past it, one error.
+# size its listing says (an object listed as 1 TiB is never fetched whole); past it, one error. A
+# pickled checkpoint (read whole by torch.load; a drafter that saves its embedding holds ~1 GB of
+# it alone) larger than this is refused before any byte of it is fetched.
 FOLLOW_MAX_BYTES = 4 << 30
 # Keys held from one listing: a listing that never ends (IsTruncated forever) stops here with one
 # error, and the runs among the keys listed so far are shown. 10 000 runs with 50-shard checkpoints
