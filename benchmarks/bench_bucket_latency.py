@@ -17,7 +17,8 @@ Measured, each through the proxy, whole processes from exec to exit, empty objec
 - the whole scan: ``triage scan --json s3://bench/lat`` (the requests it sent, counted at the proxy:
   listings, object GETs, shard objects read: goal 0);
 - first rows: a Watcher over the URL as the TUI starts it (a child process): seconds from exec to
-  its first update holding a run, then one more poll of the unchanged bucket (the idle poll: its
+  its first update holding a run, polls until its first listing has ended (caught up), then one
+  more poll of the unchanged bucket (the idle poll: its
   requests, object bytes and bytes of listings at the proxy; goals: no object body, no shard key
   listed).
 The same scan of the local tree is timed beside it (no proxy).
@@ -112,8 +113,9 @@ def kinds(counts) -> dict[str, int]:
 
 
 def child_first_rows() -> None:
-    """A Watcher over URL as the TUI starts one: prints seconds (wall clock) at its first update
-    holding a run, waits for a line on stdin, polls once more and prints that poll's seconds."""
+    """A Watcher over URL as the TUI starts one: prints the time (wall clock) of its first update
+    holding a run and of the poll that caught up, waits for a line on stdin, polls once more and
+    prints that poll's seconds."""
     from triage_tui.core.objstore import tuning
     from triage_tui.core.read.runs.remote import Mirrors
     from triage_tui.core.watch.watcher import Watcher
@@ -128,6 +130,11 @@ def child_first_rows() -> None:
         if statuses:
             break
     print(json.dumps({"first_rows_at": time.time(), "runs": len(statuses)}), flush=True)
+    # The first rows come while the first listing may go on (a live pass leaves it running): the
+    # idle poll is that of a watcher caught up, as a TUI is once its first listing has ended.
+    while mirrors.behind:
+        statuses = watcher.poll_once()
+    print(json.dumps({"caught_up_at": time.time(), "runs": len(statuses)}), flush=True)
     sys.stdin.readline()
     t0 = time.perf_counter()
     statuses = watcher.poll_once()
@@ -150,7 +157,8 @@ def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
         assert proc.stdin is not None and proc.stdout is not None
         try:
             first = json.loads(proc.stdout.readline())
-            first_counts = proxy.reset_counts()
+            caught_up = json.loads(proc.stdout.readline())
+            first_counts = proxy.reset_counts()  # the first pass's, to the end of its listing
             proc.stdin.write("go\n")
             proc.stdin.flush()
             idle = json.loads(proc.stdout.readline())
@@ -163,6 +171,8 @@ def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
     return {
         "first_rows_s": first["first_rows_at"] - started,
         "runs": first["runs"],
+        "caught_up_s": caught_up["caught_up_at"] - started,
+        "caught_up_runs": caught_up["runs"],
         "first_requests": first_counts.total_requests(),
         "first_kinds": kinds(first_counts),
         "idle_poll_s": idle["idle_poll_s"],

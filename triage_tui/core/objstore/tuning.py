@@ -65,6 +65,10 @@ FOLLOW_MAX_BYTES = 4 << 30
 # error, and the runs among the keys listed so far are shown. 10 000 runs with 50-shard checkpoints
 # are ~540 000 keys; a held key costs ~0.5 KB.
 MAX_LISTED_KEYS = 1_000_000
+# Keys the client hands over at a time while listing (obstore gathers them across pages): what a
+# listing still under way holds so far grows by this many (budget.ListingProgress). A page's worth:
+# ListObjectsV2's MaxKeys default, GCS's maxResults default.
+LIST_CHUNK_KEYS = 1000
 # A listing of many pages (one per 1 000 keys) runs under this deadline, not one request's.
 LIST_DEADLINE_SECS = 120.0
 # A checkpoint directory whose newest object is at least this old (seconds) is taken as written:
