@@ -16,7 +16,9 @@ A pass spends within its budget (``objstore.budget``): its listing holds at most
 ``tuning.PASS_MAX_BYTES`` and a followed object is read to ``tuning.FOLLOW_MAX_BYTES`` at most, by
 ranged reads of ``tuning.MAX_POLL_BYTES``. What a pass did not reach is an error of that object
 and the next pass goes on from there. A followed object not fetched yet is there as a one-byte
-hole, so that its run is discovered at once and its error, if any, said on it.
+hole, so that its run is discovered at once and its error, if any, said on it. A pass that waits
+``wait_secs`` (the TUI's) waits so long for its first listing too: the directories listed whole
+by then are mirrored, and the next pass goes on with the pages that came since.
 
 Keys are untrusted: a key that is not a plain relative path (an empty, ``.`` or ``..`` component,
 a NUL, an over-long name) or that collides with another key's directory is not mirrored and is
