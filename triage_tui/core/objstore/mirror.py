@@ -47,6 +47,9 @@ from triage_tui.core.objstore.url import ObjectURL
 
 How = Literal["follow", "whole", "deferred", "placeholder", "skip"]
 NAME_MAX = 255  # bytes of one path component (POSIX NAME_MAX on Linux filesystems)
+# How the objects are handled whose local files are made without a request (their bytes are
+# fetched when a reader asks for them).
+_MADE_HERE = ("placeholder", "deferred")
 
 
 # Every placeholder a mirror in this process wrote, by its local absolute path: a reader handed a
@@ -227,7 +230,7 @@ class PrefixMirror:
         work = [item for item in work if self._changed(*item) and item[0] not in self._running]
         # what a scan reads first, the placeholders (a checkpoint's shards, no request) after: a
         # run's rows do not wait on its 50 shards' files being made
-        work.sort(key=lambda item: item[2] in ("placeholder", "deferred"))
+        work.sort(key=lambda item: item[2] in _MADE_HERE)
         fetched = {rel for rel, _, _ in work} | set(self._running)
         for rel in seen:  # an object read short and unchanged since: said again, as long as it is so
             known = self._known.get(rel)
@@ -245,8 +248,10 @@ class PrefixMirror:
 
         for item in work:
             self._running[item[0]] = self._pool.submit(partial(update, item))
-        if work:
-            wait(list(self._running.values()), timeout=self.wait_secs)
+        if work and self.wait_secs is None:
+            wait(list(self._running.values()))
+        elif work:  # a live pass waits for what a scan reads, not for the placeholders made after it
+            wait([self._running[rel] for rel, _, how in work if how not in _MADE_HERE], timeout=self.wait_secs)
         errors += self._finished(written)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
         # what lies under a prefix that could not be listed, past where a listing stopped or not
