@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Collection
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
@@ -203,7 +204,7 @@ class PrefixMirror:
         BadInput when the prefix itself cannot be listed."""
         requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
         prefix = self.url.prefix()
-        listing, pending = self._list()
+        listing, pending, fetch_wait = self._list()
         spending = budget.PassBudget.starting_now(self.stop)
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
@@ -251,7 +252,7 @@ class PrefixMirror:
         if work and self.wait_secs is None:
             wait(list(self._running.values()))
         elif work:  # a live pass waits for what a scan reads, not for the placeholders made after it
-            wait([self._running[rel] for rel, _, how in work if how not in _MADE_HERE], timeout=self.wait_secs)
+            wait([self._running[rel] for rel, _, how in work if how not in _MADE_HERE], timeout=fetch_wait)
         errors += self._finished(written)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
         # what lies under a prefix that could not be listed, past where a listing stopped or not
@@ -274,26 +275,28 @@ class PrefixMirror:
             partial=pending,
         )
 
-    def _list(self) -> tuple[Listing, bool]:
-        """This pass's listing, and whether it is only part of one still under way. A pass that
-        waits ``wait_secs`` (the TUI's) waits so long for its first listing too, and leaves it
-        running: a prefix of thousands of runs is pages of 1 000 keys, one after another, and the
-        runs of the first pages are shown while the rest is listed (the next pass goes on)."""
+    def _list(self) -> tuple[Listing, bool, float | None]:
+        """This pass's listing, whether it is part of one still under way, and how long the pass
+        may wait for its fetches. A pass that waits ``wait_secs`` (the TUI's) waits no longer for
+        its first listing and fetches together, and leaves the listing running: the runs of its
+        first pages (of 1 000 keys, one after another) are shown while the rest is listed."""
         if self._first_listing is None and (self.wait_secs is None or self._listed or self.only_key is not None):
             listing = self._whole_listing(None)
             self._listed = True
-            return listing, False
+            return listing, False, self.wait_secs
         if self._first_listing is None:
             progress = budget.ListingProgress()
             self._first_listing = (self._pool.submit(partial(self._whole_listing, progress)), progress)
         future, progress = self._first_listing
+        deadline = time.monotonic() + (self.wait_secs or 0.0)  # None: a scan after a live pass, waits
         wait([future], timeout=self.wait_secs)
+        left = None if self.wait_secs is None else max(0.0, deadline - time.monotonic())
         if not future.done():
-            return Listing(listed_whole(progress.keys_so_far())), True
+            return Listing(listed_whole(progress.keys_so_far())), True, left
         self._first_listing = None
         listing = future.result()  # BadInput: the prefix cannot be listed (the next pass lists again)
         self._listed = True
-        return listing, False
+        return listing, False, left
 
     def _whole_listing(self, progress: budget.ListingProgress | None) -> Listing:
         """The prefix listed (under its own deadline, ``tuning.LIST_DEADLINE_SECS``, not the pass's)."""
