@@ -53,8 +53,8 @@ CACHE_CHECKPOINTS = False
 PASS_DEADLINE_SECS = 60.0
 # The TUI's passes wait this long for their fetches, and leave the slower ones running (a later
 # pass takes their results): no run waits on the slowest, the first screen included. The first
-# pass waits as long for its listing too: a listing of many pages goes on while the runs of the
-# directories listed whole so far are shown (objstore/mirror.py, PrefixMirror._list).
+# pass waits as long for its listing and fetches together: a listing of many pages goes on while
+# the runs of the directories listed whole so far are shown (objstore/mirror.py, PrefixMirror._list).
 LIVE_PASS_SECS = 1.0
 # Bytes of object bodies one pass fetches in all; the objects beyond wait for the next pass.
 PASS_MAX_BYTES = 4 << 30
