@@ -5,6 +5,8 @@ builders/object_store.py)."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from builders.object_store import upload_tree
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
 from triage_tui.core.read.runs.remote import Mirrors
+from triage_tui.core.watch.watcher import Watcher
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 
@@ -82,3 +85,48 @@ def test_what_arrives_beside_a_kept_checkpoint_is_found_by_the_next_poll(any_buc
     assert (root / "run" / "checkpoint-200" / "trainer_state.json").is_file()
     assert any((root / "run" / "other").glob("events.out.tfevents.*"))
     assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS
+
+
+def test_the_first_rows_come_while_the_listing_goes_on(bucket, tmp_path, monkeypatch):
+    """A listing of many pages (here of two keys each, as a bucket of thousands of runs is of
+    1 000), its second page held unanswered: a watcher as the TUI runs one shows the run of the
+    first page with its points while the rest is listed, and the other runs once it answers."""
+    name, client, proxy = bucket
+    for run in ("a", "b", "c"):
+        write_scalars(tmp_path / "sweep" / run, {"train/loss": [(1, 10.4), (2, 5.0)]})
+    upload_tree(client, name, "sweep", tmp_path / "sweep")
+    monkeypatch.setattr(tuning, "REQUEST_TIMEOUT_SECS", 60.0)  # the held page is not given up on
+    mirrors = Mirrors()
+    watcher = Watcher([mirrors.local(f"s3://{name}/sweep")], use_watchdog=False, poll_interval=0.1, mirrors=mirrors)
+    stop = threading.Event()
+    updates: list[dict[str, int | None]] = []
+    thread = threading.Thread(
+        target=watcher.run,
+        args=(lambda statuses: updates.append({s.to_json()["path"]: s.last_step for s in statuses}), stop),
+        daemon=True,
+    )
+    proxy.page_keys(2)
+    monkeypatch.setattr(tuning, "LIST_CHUNK_KEYS", 2)  # and the client hands them over a page at a time
+    proxy.stall_paths("continuation-token")  # every page after the first
+    started = time.monotonic()
+    try:
+        thread.start()
+        _wait_for(lambda: any(update.get(f"s3://{name}/sweep/a") == 2 for update in updates), started)
+        # run b's directory may hold keys still to come (the last listed is its): not shown yet
+        assert all(set(update) <= {f"s3://{name}/sweep/a"} for update in updates), updates
+        assert proxy.held == 1  # the second page is still unanswered
+        proxy.stall_paths()
+        proxy.release()
+        _wait_for(lambda: updates[-1] == {f"s3://{name}/sweep/{run}": 2 for run in "abc"}, time.monotonic())
+    finally:
+        stop.set()
+        proxy.page_keys(None)
+        proxy.stall_paths()
+        proxy.release()
+        thread.join(timeout=10)
+
+
+def _wait_for(condition, started: float, seconds: float = 15.0) -> None:
+    while not condition():
+        assert time.monotonic() - started < seconds, "timed out"
+        time.sleep(0.05)

@@ -154,7 +154,10 @@ class S3Proxy:
 
     ``fail_next(n)``: the next n requests are answered 503 SlowDown without being forwarded;
     ``fail_paths(...)``: so is every request for those paths.
-    ``stall_next(n)``: the next n requests are held unanswered until ``release()`` (or stop).
+    ``stall_next(n)``: the next n requests are held unanswered until ``release()`` (or stop);
+    ``stall_paths(...)``: so is every request whose path holds one of those.
+    ``page_keys(n)``: every listing is asked for pages of n keys (S3's ``max-keys``), as if the
+    bucket held thousands of keys a page.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -164,6 +167,9 @@ class S3Proxy:
         self._fail = 0
         self._stall = 0
         self._fail_paths: tuple[str, ...] = ()
+        self._stall_paths: tuple[str, ...] = ()
+        self._page_keys: int | None = None
+        self.held = 0  # requests held unanswered now
         self._released = threading.Event()
         proxy = self
 
@@ -178,9 +184,14 @@ class S3Proxy:
                 body = self.rfile.read(length) if length else None
                 action = proxy._next_action(self.path)
                 if action == "stall":
+                    with proxy._lock:
+                        proxy.held += 1
                     proxy._released.wait()
+                    with proxy._lock:
+                        proxy.held -= 1
                     self.close_connection = True
                     return
+                path = proxy._paged(self.command, self.path)
                 if action == "fail":
                     payload = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
                     self.send_response(503)
@@ -191,7 +202,7 @@ class S3Proxy:
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
-                upstream.request(self.command, self.path, body=body, headers=headers)
+                upstream.request(self.command, path, body=body, headers=headers)
                 answer = upstream.getresponse()
                 data = answer.read()
                 upstream.close()
@@ -227,6 +238,8 @@ class S3Proxy:
             if self._fail:
                 self._fail -= 1
                 return "fail"
+            if any(part in path for part in self._stall_paths):
+                return "stall"
             if self._stall:
                 self._stall -= 1
                 return "stall"
@@ -254,6 +267,27 @@ class S3Proxy:
         """Every request whose path holds one of ``parts`` is answered 503 (until called with none)."""
         with self._lock:
             self._fail_paths = parts
+
+    def _paged(self, method: str, path: str) -> str:
+        """``path``, a listing's asking for pages of ``page_keys`` keys (moto checks no signature)."""
+        with self._lock:
+            keys = self._page_keys
+        if keys is None or method != "GET" or "list-type=2" not in path:
+            return path
+        base, _, query = path.partition("?")
+        params = [p for p in query.split("&") if p and not p.startswith("max-keys=")]
+        return f"{base}?{'&'.join([*params, f'max-keys={keys}'])}"
+
+    def page_keys(self, n: int | None) -> None:
+        with self._lock:
+            self._page_keys = n
+
+    def stall_paths(self, *parts: str) -> None:
+        """Every request whose path holds one of ``parts`` is held until ``release()`` (none: no more)."""
+        with self._lock:
+            self._stall_paths = parts
+            if parts:
+                self._released.clear()
 
     def stall_next(self, n: int) -> None:
         with self._lock:

@@ -109,11 +109,15 @@ _OPENED_LOCK = threading.Lock()
 T = TypeVar("T")
 
 
+def _shared_key(path: str | os.PathLike[str], meta: ObjectMeta) -> tuple[str, str]:
+    return (os.path.abspath(path), meta.etag)
+
+
 def _shared(
     opened: dict[tuple[str, str], T], path: str | os.PathLike[str], meta: ObjectMeta, make: Callable[[], T]
 ) -> T:
     """The reader ``opened`` keeps for ``path`` at ``meta``'s ETag, made by ``make`` the first time."""
-    key = (os.path.abspath(path), meta.etag)
+    key = _shared_key(path, meta)
     with _OPENED_LOCK:
         found = opened.get(key)
         if found is None:
@@ -133,13 +137,30 @@ def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
 
 def readable_path(path: Path) -> Path:
     """``path``, or where a mirror's placeholder of a whole-file format (a pickled ``.bin``/``.pth``,
-    which ``torch.load`` maps as a whole) holds the object's bytes, fetched whole first."""
+    which ``torch.load`` maps as a whole) holds the object's bytes, fetched whole first.
+
+    BadInput (naming the URL) for an object larger than ``tuning.FOLLOW_MAX_BYTES``, the most of
+    one object fetched to a local file, before any byte or temporary file; and when the fetch
+    fails, whose partial file is removed then (the next call fetches it again)."""
     found = placeholder_of(path)
     if found is None:
         return path
     store, meta = found
+    if meta.size > tuning.FOLLOW_MAX_BYTES:
+        raise BadInput(
+            store.url(meta.key),
+            f"a pickled checkpoint of {meta.size} bytes, more than the {tuning.FOLLOW_MAX_BYTES} fetched "
+            "of one object: not fetched (a safetensors checkpoint is read by range instead)",
+        )
     sparse = _shared(_WHOLE, path, meta, lambda: open_sparse(store, meta.key, meta=meta))
-    sparse.ensure([(0, meta.size)])
+    try:
+        sparse.ensure([(0, meta.size)])
+    except BaseException:
+        with _OPENED_LOCK:
+            if _WHOLE.get(_shared_key(path, meta)) is sparse:
+                del _WHOLE[_shared_key(path, meta)]
+        sparse.close()
+        raise
     return sparse.path
 
 

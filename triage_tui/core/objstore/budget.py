@@ -91,6 +91,18 @@ class KeySink:
         return True
 
 
+class ListingProgress:
+    """What a listing still under way holds so far: the keys of its current try, in the order
+    listed (a try after a failed one lists again from the start)."""
+
+    def __init__(self) -> None:
+        self.sink: KeySink | None = None
+
+    def keys_so_far(self) -> list[Any]:
+        sink = self.sink
+        return list(sink.found) if sink is not None else []
+
+
 _CURRENT = threading.local()
 
 

@@ -51,9 +51,10 @@ class LevelListing:
     def __post_init__(self) -> None:
         self._pool = budget.RequestPool(tuning.FETCH_THREADS)
 
-    def listing(self) -> Listing:
+    def listing(self, progress: budget.ListingProgress | None = None) -> Listing:
+        """This pass's listing; ``progress`` holds a whole listing's keys so far while its pages come."""
         self.walked = bool(self._kept) and self.store.lists_by_level and self._walk_requests <= self._whole_requests
-        found = self._walk() if self.walked else self.store.listing(self.prefix)
+        found = self._walk() if self.walked else self.store.listing(self.prefix, progress)
         if not found.stopped and not found.unreadable:
             self._learn(found.objects)
         else:  # a partial listing teaches nothing: the next pass lists whole

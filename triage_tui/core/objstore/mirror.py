@@ -16,7 +16,9 @@ A pass spends within its budget (``objstore.budget``): its listing holds at most
 ``tuning.PASS_MAX_BYTES`` and a followed object is read to ``tuning.FOLLOW_MAX_BYTES`` at most, by
 ranged reads of ``tuning.MAX_POLL_BYTES``. What a pass did not reach is an error of that object
 and the next pass goes on from there. A followed object not fetched yet is there as a one-byte
-hole, so that its run is discovered at once and its error, if any, said on it.
+hole, so that its run is discovered at once and its error, if any, said on it. A pass that waits
+``wait_secs`` (the TUI's) waits so long for its first listing too: the directories listed whole
+by then are mirrored, and the next pass goes on with the pages that came since.
 
 Keys are untrusted: a key that is not a plain relative path (an empty, ``.`` or ``..`` component,
 a NUL, an over-long name) or that collides with another key's directory is not mirrored and is
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Collection
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
@@ -45,6 +48,9 @@ from triage_tui.core.objstore.url import ObjectURL
 
 How = Literal["follow", "whole", "deferred", "placeholder", "skip"]
 NAME_MAX = 255  # bytes of one path component (POSIX NAME_MAX on Linux filesystems)
+# How the objects are handled whose local files are made without a request (their bytes are
+# fetched when a reader asks for them).
+_MADE_HERE = ("placeholder", "deferred")
 
 
 # Every placeholder a mirror in this process wrote, by its local absolute path: a reader handed a
@@ -110,6 +116,9 @@ class MirrorPass:
     errors: tuple[SourceError, ...]
     cut_short: bool = False  # it ran into its deadline or byte budget: objects are left for the next
     running: int = 0  # fetches still under way when it returned (the TUI's passes do not wait for them)
+    # Its listing was still under way when it returned (a TUI's first listing, of many pages): it
+    # mirrored the directories listed whole so far, removed nothing, and the next pass goes on.
+    partial: bool = False
 
 
 def local_relative(key: str) -> str | None:
@@ -120,6 +129,25 @@ def local_relative(key: str) -> str | None:
     if any(p in ("", ".", "..") or len(p.encode(errors="surrogateescape")) > NAME_MAX for p in parts):
         return None
     return key
+
+
+def listed_whole(objects: list[ObjectMeta]) -> tuple[ObjectMeta, ...]:
+    """Of the objects a listing still under way has listed (in key order, as S3's and GCS's
+    listings give them), those whose directory it has passed: each directory's keys come
+    together, so one whose last key came before the last listed is whole. An object in the
+    directory of the last key listed, or in one above it, may have siblings still to come."""
+    if not objects:
+        return ()
+    last = objects[-1].key.split("/")
+    kept = []
+    for meta in objects:
+        parts = meta.key.split("/")
+        same = 0
+        while same < len(parts) - 1 and same < len(last) and parts[same] == last[same]:
+            same += 1
+        if same < len(parts) - 1:  # it parts from the last key at a directory of its own: listed whole
+            kept.append(meta)
+    return tuple(kept)
 
 
 @dataclass
@@ -159,6 +187,9 @@ class PrefixMirror:
     # The fetches under way, by relative path: each object is fetched by one task at a time.
     _running: dict[str, Future[tuple[str, bool, SourceError | None]]] = field(default_factory=dict, init=False)
     _pool: budget.RequestPool = field(init=False)
+    # A first listing still under way, left running by a pass that did not wait for it (``_list``).
+    _first_listing: tuple[Future[Listing], budget.ListingProgress] | None = field(default=None, init=False)
+    _listed: bool = field(default=False, init=False)  # a listing has ended: passes wait for theirs
 
     def __post_init__(self) -> None:
         self.store = store_for(self.url)
@@ -173,9 +204,7 @@ class PrefixMirror:
         BadInput when the prefix itself cannot be listed."""
         requests0, bytes0 = self.store.stats.requests, self.store.stats.body_bytes
         prefix = self.url.prefix()
-        # the listing under its own deadline (tuning.LIST_DEADLINE_SECS), the fetches under the pass's
-        with budget.spending(budget.PassBudget(math.inf, 0, self.stop)):
-            listing = self._listing.listing() if self.only_key is None else self._only_object()
+        listing, pending, fetch_wait = self._list()
         spending = budget.PassBudget.starting_now(self.stop)
         seen: dict[str, ObjectMeta] = {}
         errors = [SourceError("objstore", self.store.url(where), why) for where, why in listing.unreadable]
@@ -200,6 +229,9 @@ class PrefixMirror:
         errors += self._finished(written)  # fetches an earlier pass left running, ended since
         # an idle pass stops here; an object still being fetched by an earlier pass is left to it
         work = [item for item in work if self._changed(*item) and item[0] not in self._running]
+        # what a scan reads first, the placeholders (a checkpoint's shards, no request) after: a
+        # run's rows do not wait on its 50 shards' files being made
+        work.sort(key=lambda item: item[2] in _MADE_HERE)
         fetched = {rel for rel, _, _ in work} | set(self._running)
         for rel in seen:  # an object read short and unchanged since: said again, as long as it is so
             known = self._known.get(rel)
@@ -217,14 +249,17 @@ class PrefixMirror:
 
         for item in work:
             self._running[item[0]] = self._pool.submit(partial(update, item))
-        if work:
-            wait(list(self._running.values()), timeout=self.wait_secs)
+        if work and self.wait_secs is None:
+            wait(list(self._running.values()))
+        elif work:  # a live pass waits for what a scan reads, not for the placeholders made after it
+            wait([self._running[rel] for rel, _, how in work if how not in _MADE_HERE], timeout=fetch_wait)
         errors += self._finished(written)
         hidden = tuple(where[len(prefix) :] for where, _ in listing.unreadable)
-        # what lies under a prefix that could not be listed, or past where a listing stopped, is
-        # unknown now, not gone: kept (and what is being fetched, until its fetch ends)
+        # what lies under a prefix that could not be listed, past where a listing stopped or not
+        # listed yet, is unknown now, not gone: kept (and what is being fetched, until its fetch ends)
         known_now = list(self._known)
-        unlisted = [] if listing.stopped else [rel for rel in known_now if rel not in seen and rel not in self._running]
+        kept = listing.stopped or pending
+        unlisted = [] if kept else [rel for rel in known_now if rel not in seen and rel not in self._running]
         removed = [rel for rel in unlisted if not rel.startswith(hidden)]
         for rel in removed:
             self._remove(rel)
@@ -237,7 +272,36 @@ class PrefixMirror:
             errors=tuple(errors),
             cut_short=spending.cut_short(),
             running=len(self._running),
+            partial=pending,
         )
+
+    def _list(self) -> tuple[Listing, bool, float | None]:
+        """This pass's listing, whether it is part of one still under way, and how long the pass
+        may wait for its fetches. A pass that waits ``wait_secs`` (the TUI's) waits no longer for
+        its first listing and fetches together, and leaves the listing running: the runs of its
+        first pages (of 1 000 keys, one after another) are shown while the rest is listed."""
+        if self._first_listing is None and (self.wait_secs is None or self._listed or self.only_key is not None):
+            listing = self._whole_listing(None)
+            self._listed = True
+            return listing, False, self.wait_secs
+        if self._first_listing is None:
+            progress = budget.ListingProgress()
+            self._first_listing = (self._pool.submit(partial(self._whole_listing, progress)), progress)
+        future, progress = self._first_listing
+        deadline = time.monotonic() + (self.wait_secs or 0.0)  # None: a scan after a live pass, waits
+        wait([future], timeout=self.wait_secs)
+        left = None if self.wait_secs is None else max(0.0, deadline - time.monotonic())
+        if not future.done():
+            return Listing(listed_whole(progress.keys_so_far())), True, left
+        self._first_listing = None
+        listing = future.result()  # BadInput: the prefix cannot be listed (the next pass lists again)
+        self._listed = True
+        return listing, False, left
+
+    def _whole_listing(self, progress: budget.ListingProgress | None) -> Listing:
+        """The prefix listed (under its own deadline, ``tuning.LIST_DEADLINE_SECS``, not the pass's)."""
+        with budget.spending(budget.PassBudget(math.inf, 0, self.stop)):
+            return self._listing.listing(progress) if self.only_key is None else self._only_object()
 
     def _finished(self, written: list[str]) -> list[SourceError]:
         """The fetches that ended since the last look, taken off ``_running``: the paths they wrote

@@ -71,10 +71,19 @@ class PollBook:
         if entry is not None:
             self._entries[id(new)] = entry
 
-    def record(self, mirror: PrefixMirror, before: StoreStats, errors: list[SourceError], url: str) -> None:
+    def record(
+        self,
+        mirror: PrefixMirror,
+        before: StoreStats,
+        errors: list[SourceError],
+        url: str,
+        *,
+        listing_pending: bool = False,
+    ) -> None:
         """One pass of ``mirror``, begun when its store's counts were ``before``, and the objects
         that failed in it, under the URL the user named. What the store sent since the last pass
-        (files fetched when a reader opened them) is counted too."""
+        (files fetched when a reader opened them) is counted too. ``listing_pending``: the pass
+        returned while its listing went on, so the next pass is due at once, however idle."""
         entry = self._entries.get(id(mirror))
         if entry is None:
             entry = self._entries[id(mirror)] = _Entry(url, mirror.url.scheme, mark=before)
@@ -89,7 +98,7 @@ class PollBook:
         entry.newest_upload = mirror.newest_upload()
         entry.errors = list(errors)
         entry.listed_every = cost.listing_interval(self._idle(entry), self.rescan_secs)
-        entry.next_listing = time.monotonic() + entry.listed_every
+        entry.next_listing = time.monotonic() + (0.0 if listing_pending else entry.listed_every)
 
     @staticmethod
     def _idle(entry: _Entry) -> float | None:

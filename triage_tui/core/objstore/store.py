@@ -220,7 +220,7 @@ class _Obstore:
         return ObjectMeta(str(entry["path"]), int(entry["size"]), etag, _epoch(entry.get("last_modified")))
 
     def list_all(self, prefix: str, sink: KeySink) -> None:
-        for chunk in self._obs.list(self.store, prefix or None, chunk_size=1000):
+        for chunk in self._obs.list(self.store, prefix or None, chunk_size=tuning.LIST_CHUNK_KEYS):
             if not sink.add([self._meta(e) for e in chunk]):
                 return  # the next page is never asked for
 
@@ -432,7 +432,7 @@ class Store:
             elif self._silent_since is None or sent < self._silent_since:
                 self._silent_since = sent
 
-    def listing(self, prefix: str) -> Listing:
+    def listing(self, prefix: str, progress: budget.ListingProgress | None = None) -> Listing:
         """Every object whose key starts with ``prefix`` (a "directory": "" or ending in "/"), in
         one listing pass (ListObjectsV2 pages of 1 000 keys); none when there is none.
 
@@ -444,11 +444,14 @@ class Store:
         segment) fails its whole page; on S3 the pass is then asked again through botocore, which
         lists every key as it is (the mirror reports those it cannot hold); elsewhere it is repeated
         one directory level at a time below ``prefix`` so that only the directory holding that key
-        is lost (``Listing.unreadable``), the other runs listed as usual."""
-        objects, unreadable, stopped = self._list_isolating(prefix)
+        is lost (``Listing.unreadable``), the other runs listed as usual. ``progress`` holds the
+        keys listed so far while the pages come."""
+        objects, unreadable, stopped = self._list_isolating(prefix, progress)
         return Listing(tuple(m for m in objects if m.key.startswith(prefix)), tuple(unreadable), stopped)
 
-    def _list_capped(self, prefix: str, lister: Callable[[str, KeySink], object]) -> tuple[list[ObjectMeta], str]:
+    def _list_capped(
+        self, prefix: str, lister: Callable[[str, KeySink], object], progress: budget.ListingProgress | None = None
+    ) -> tuple[list[ObjectMeta], str]:
         """``lister``'s keys, at most ``tuning.MAX_LISTED_KEYS`` of them, by the listing's deadline;
         with why it stopped early ("" when it did not)."""
         sinks: list[KeySink] = []
@@ -456,6 +459,8 @@ class Store:
         def once() -> KeySink:
             sink = KeySink()
             sinks.append(sink)
+            if progress is not None:
+                progress.sink = sink
             answered = lister(prefix, sink)
             if answered is False:
                 sink.abandoned = True  # this client has no such listing
@@ -481,9 +486,11 @@ class Store:
             )
         return sink.found, ""
 
-    def _list_isolating(self, prefix: str) -> tuple[list[ObjectMeta], list[tuple[str, str]], str]:
+    def _list_isolating(
+        self, prefix: str, progress: budget.ListingProgress | None = None
+    ) -> tuple[list[ObjectMeta], list[tuple[str, str]], str]:
         try:
-            objects, stopped = self._list_capped(prefix, self._client.list_all)
+            objects, stopped = self._list_capped(prefix, self._client.list_all, progress)
             return objects, [], stopped
         except ObjectMissing:
             # A prefix with no object under it lists empty; a listing answered "not found" is the

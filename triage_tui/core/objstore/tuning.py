@@ -52,17 +52,25 @@ CACHE_CHECKPOINTS = False
 # a `scan` this long at most, and `STALLED_SECS` sooner where nothing answers at all.
 PASS_DEADLINE_SECS = 60.0
 # The TUI's passes wait this long for their fetches, and leave the slower ones running (a later
-# pass takes their results): no run waits on the slowest, the first screen included.
+# pass takes their results): no run waits on the slowest, the first screen included. The first
+# pass waits as long for its listing and fetches together: a listing of many pages goes on while
+# the runs of the directories listed whole so far are shown (objstore/mirror.py, PrefixMirror._list).
 LIVE_PASS_SECS = 1.0
 # Bytes of object bodies one pass fetches in all; the objects beyond wait for the next pass.
 PASS_MAX_BYTES = 4 << 30
 # A followed object (event file, console, W&B run file) is read this far and no further, whatever
-# size its listing says (an object listed as 1 TiB is never fetched whole); past it, one error.
+# size its listing says (an object listed as 1 TiB is never fetched whole); past it, one error. A
+# pickled checkpoint (read whole by torch.load; a drafter that saves its embedding holds ~1 GB of
+# it alone) larger than this is refused before any byte of it is fetched.
 FOLLOW_MAX_BYTES = 4 << 30
 # Keys held from one listing: a listing that never ends (IsTruncated forever) stops here with one
 # error, and the runs among the keys listed so far are shown. 10 000 runs with 50-shard checkpoints
 # are ~540 000 keys; a held key costs ~0.5 KB.
 MAX_LISTED_KEYS = 1_000_000
+# Keys the client hands over at a time while listing (obstore gathers them across pages): what a
+# listing still under way holds so far grows by this many (budget.ListingProgress). A page's worth:
+# ListObjectsV2's MaxKeys default, GCS's maxResults default.
+LIST_CHUNK_KEYS = 1000
 # A listing of many pages (one per 1 000 keys) runs under this deadline, not one request's.
 LIST_DEADLINE_SECS = 120.0
 # A checkpoint directory whose newest object is at least this old (seconds) is taken as written:

@@ -208,7 +208,8 @@ class Mirrors:
         self.mirrors: list[PrefixMirror] = []
         # Set by ``stop``: every pass of these mirrors ends at once, whatever the store does.
         self.stopping = threading.Event()
-        # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget).
+        # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget,
+        # or returned while its listing was still under way).
         self.behind = False
         self.polls = PollBook(price_custom=price_custom_endpoints)
 
@@ -254,19 +255,21 @@ class Mirrors:
             mirror.wait_secs = None if strict else tuning.LIVE_PASS_SECS
             try:
                 done: MirrorPass = mirror.sync()
-                if done.listed == 0 and mirror.only_key is None and mirror.url.key.strip("/"):
+                # a listing still under way (the TUI's first, of many pages) has not found nothing yet
+                if done.listed == 0 and not done.partial and mirror.only_key is None and mirror.url.key.strip("/"):
                     single = _single_object(mirror)
                     if single is not None:
                         self.mirrors[i], (mirror, done) = single[0], single
-                if done.listed == 0 and not done.errors:  # a listing that failed in part is said as such
+                # a listing that failed in part is said as such
+                if done.listed == 0 and not done.errors and not done.partial:
                     raise BadInput(mirror.url.text, NOTHING_FOUND)
-                self.behind = self.behind or done.cut_short
+                self.behind = self.behind or done.cut_short or done.partial
             except BadInput as err:
                 if strict:
                     raise
                 errors.append(SourceError("objstore", err.path or mirror.url.text, err.what))
                 continue
-            self.polls.record(mirror, before, list(done.errors), named)
+            self.polls.record(mirror, before, list(done.errors), named, listing_pending=done.partial)
             errors.extend(done.errors)
         return errors
 
