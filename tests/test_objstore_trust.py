@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -16,8 +17,8 @@ from builders.object_store import upload_tree
 from builders.samples import copy_samples
 from triage_tui.core.objstore import tuning
 
-pytest.importorskip("obstore")
-pytest.importorskip("moto")
+# obstore installs on Python 3.11 and later (the test extra); every other package here is imported hard.
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
 
 # vLLM's /metrics, enough for a serving source to read an acceptance from it.
 _PAGE = b"vllm:spec_decode_num_drafts_total 100\nvllm:spec_decode_num_accepted_tokens_total 150\n"

