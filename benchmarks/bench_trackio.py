@@ -6,6 +6,8 @@ its ``trackio.log`` batches into, one call a run), in a temporary ``TRACKIO_DIR`
 
 Methods, same process, page cache warm, best of --repeat:
 - triage: ``trackio_db.list_runs`` then ``TrackioRun.poll()`` for every run (core/read/trackers/trackio_db.py);
+- triage's plain path: the same with ``trackio_db.JOINED_READ = False`` (a row at a time), the
+  fast path's gain on it;
 - trackio: ``SQLiteStorage.get_run_records`` then ``SQLiteStorage.get_logs`` for every run (what its
   dashboard and ``trackio`` scripts call; its read cache is on only on Spaces, so every read reads).
 Every point of both is compared (they must be identical). Then a poll of every run of the
@@ -94,6 +96,10 @@ def main() -> None:
         ours_s, ours = store_bench.best(lambda: read_triage(store), args.repeat)
         theirs_s, theirs = store_bench.best(read_trackio, args.repeat)
         assert ours == theirs, "triage and trackio read different points"
+        trackio_db.JOINED_READ = False  # the plain path the joined read (the fast path) stands beside
+        plain_s, plain = store_bench.best(lambda: read_triage(store), args.repeat)
+        trackio_db.JOINED_READ = True
+        assert plain == ours, "the joined read and the row-at-a-time read give different points"
         sources = [trackio_db.TrackioRun(store, ref.run) for ref in trackio_db.list_runs(store)]
         idle = store_bench.idle_poll(sources)
     what = f"first read of a trackio project, {args.runs} runs x {args.points:,} steps x {len(TAGS)} metrics"
@@ -104,6 +110,11 @@ def main() -> None:
         theirs=(f"trackio {trackio.__version__}", "`SQLiteStorage.get_run_records` + `get_logs`", theirs_s),
         idle=idle,
         unchanged="project",
+    )
+    rows[0]["plain_path"] = {"label": "a row at a time (`trackio_db.JOINED_READ = False`)", "seconds": plain_s}
+    table += (
+        f"\n\ntriage's plain path, a row at a time (`trackio_db.JOINED_READ = False`): {plain_s:.2f} s; "
+        f"the joined read gains {plain_s / ours_s:.2f}x on it (the fast-path rule: 1.3x)."
     )
     run.save("trackio project", table, rows, args.note)
 
