@@ -25,16 +25,10 @@ from builders.samples import COMMITTED, copy_samples, generated_paths, tracked_s
 from triage_tui import cli
 from triage_tui.core.errors import BadInput
 from triage_tui.core.watch.signals.chance import ChanceLine
-from triage_tui.samples.generate import (
-    RUN_NAMES,
-    SampleSpec,
-    code_digest,
-    expected_files,
-    generate,
-    generator_sources,
-    written_files,
-)
+from triage_tui.samples.generate import expected_files, generate, written_files
+from triage_tui.samples.provenance import code_digest, generator_sources
 from triage_tui.samples.readme import EXPECTED_CAUSE, readme_text
+from triage_tui.samples.spec import RUN_NAMES, SampleSpec
 from triage_tui.samples.trainer import (
     DrafterTrainer,
     RunData,
@@ -202,6 +196,9 @@ def test_the_code_digest_covers_every_module_the_samples_are_built_with(tmp_path
     sources = {p.relative_to(PACKAGE_ROOT).as_posix() for p in generator_sources()}
     assert {
         "triage_tui/samples/generate.py",
+        "triage_tui/samples/spec.py",
+        "triage_tui/samples/recipes.py",
+        "triage_tui/samples/provenance.py",
         "triage_tui/samples/trainer.py",
         "triage_tui/samples/world.py",
         "triage_tui/core/drafter.py",  # imported by the trainer, and lazily by load_saved_drafter

@@ -12,7 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from triage_tui.samples.generate import EVENT_FILE_PATTERN, SampleSpec, expected_files
+from triage_tui.samples.generate import EVENT_FILE_PATTERN, expected_files
+from triage_tui.samples.spec import SampleSpec
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "sample_runs"

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from triage_tui.samples.generate import SampleSpec, generate
+    from triage_tui.samples.generate import generate
+    from triage_tui.samples.spec import SampleSpec
 
     started = time.monotonic()
 

@@ -127,7 +127,7 @@ def train_live(root: Path, *, parent: int, max_steps: int, step_delay: float, pa
     import torch
 
     from triage_tui.core.formats.mapping import read_mapping
-    from triage_tui.samples.generate import SampleSpec
+    from triage_tui.samples.spec import SampleSpec
     from triage_tui.samples.trainer import DrafterTrainer, RunData, TrainConfig, load_saved_drafter
     from triage_tui.samples.world import generate_corpus, load_target
 

@@ -55,7 +55,8 @@ class DemoLayout:
 
 def _samples_match(samples: Path) -> bool:
     """``samples`` holds the files the demo copies, written by this generator from its default spec."""
-    from triage_tui.samples.generate import SampleSpec, built_by_this_generator
+    from triage_tui.samples.provenance import built_by_this_generator
+    from triage_tui.samples.spec import SampleSpec
 
     try:
         recorded = json.loads((samples / "GENERATED.json").read_text())
@@ -72,7 +73,8 @@ def prepare_demo(
     The live run's inputs are exactly ``sample_runs/vocab-mismatch``'s (domain B's mapping under
     the same cache name, the same dumps), so with a matching sample_runs/ nothing is computed.
     """
-    from triage_tui.samples.generate import SampleSpec, mapping_cache_name, write_manifest
+    from triage_tui.samples.recipes import mapping_cache_name, write_manifest
+    from triage_tui.samples.spec import SampleSpec
 
     spec = SampleSpec()
     layout = DemoLayout(root)
@@ -109,7 +111,7 @@ def _build_inputs(layout: DemoLayout, spec, cache: Path) -> None:
     import torch
 
     from triage_tui.core.formats.mapping import write_mapping_pt
-    from triage_tui.samples.generate import build_world, pretrain_drafter, write_dumps
+    from triage_tui.samples.recipes import build_world, pretrain_drafter, write_dumps
     from triage_tui.samples.world import save_target
 
     torch.set_num_threads(1)
