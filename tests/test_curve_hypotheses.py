@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import shutil
 import types
 from pathlib import Path
@@ -78,7 +79,10 @@ def test_a_fine_tune_that_starts_near_zero_from_a_good_drafter_is_warm_start_bro
     top = document["hypotheses"][0]
     assert top["id"] == "warm_start_broken" and top["score"] >= 0.5, scores(document)
     assert "https://github.com/sgl-project/SpecForge/issues/300" in top["links"]
-    assert any("starts at 0.6 %" in line and "65.8%" in line for line in top["evidence"]), top["evidence"]
+    # The replay's top-1 of the starting checkpoint, as the line names it: a good drafter's (the
+    # committed samples give about 66 %, the figure moving a few tenths from one CPU's build to another's).
+    replayed = [re.search(r"at (\d+\.\d)% top-1", line) for line in top["evidence"] if "starts at 0.6 %" in line]
+    assert replayed and replayed[0] and float(replayed[0].group(1)) >= 50, top["evidence"]
     code, output, _ = check(samples / "ft-cold", triage, text=True)
     lines = output["text"].splitlines()
     first = lines.index("hypotheses (best first)") + 1

