@@ -58,7 +58,12 @@ def _triage(temp: Path, *argv: str) -> subprocess.CompletedProcess:
 
 
 def _left(temp: Path) -> list[str]:
-    return sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
+    # os.walk, not rglob: the guard may be removing the tree while it is listed, and a directory
+    # gone between its listing and its scan is simply not there (rglob raises FileNotFoundError).
+    left = []
+    for parent, dirs, files in os.walk(temp):
+        left += [str((Path(parent) / name).relative_to(temp)) for name in dirs + files]
+    return sorted(left)
 
 
 def _empty_soon(temp: Path, seconds: float = 10.0) -> list[str]:
