@@ -34,6 +34,9 @@ COLUMNS = (
     # live 4s, ended 3h, stalled 12m, crashed 2d, unknown 365d; the age alone where not judged.
     ("state", "state", 12),
 )
+# More rows gone at once than this (a filter typed), the table is rebuilt: DataTable.remove_row
+# renumbers every row after the one it removes.
+_REMOVED_ONE_BY_ONE = 32
 FIXED_WIDTH = sum(width for _, _, width in COLUMNS if width is not None)
 
 
@@ -124,7 +127,8 @@ class RunsTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._order: list[Path] = []
         self._rows: dict[Path, RunRow] = {}
-        self._cells: dict[Path, tuple[Text, ...]] = {}
+        self._cells: dict[Path, tuple[Text, ...]] = {}  # the cells the table holds, by run
+        self._made: dict[Path, tuple[RunRow, tuple]] = {}  # what each run's cells were made from
         self._moved: dict[Path, Path] = {}
         self._marks: dict[Path, str] = {}
         self._pinned: frozenset[Path] = frozenset()
@@ -172,43 +176,81 @@ class RunsTable(DataTable):
         marks: dict[Path, str] | None = None,
         pinned: frozenset[Path] | None = None,
     ) -> None:
-        """Show rows in their given order, touching only cells that changed; the name column's label
+        """Show rows in their given order, touching only what changed; the name column's label
         counts them (of ``total`` found, when a filter hides some). ``marks`` and ``pinned``, when
-        given, replace the runs marked (with their colours) and pinned."""
+        given, replace the runs marked (with their colours) and pinned.
+
+        A run whose row is unchanged keeps its cells (only its age is redone), a new run is added,
+        a gone one removed and the rows are sorted into the new order: the table measures only new
+        cells. Rebuilt whole (every cell made and measured again) only on ``redraw`` or when most
+        rows go at once (a filter): each removal is linear in the rows.
+        """
         self._now = now
         if total is not None:
             self._show_count(count_label(rows, total))
         self._marks = self._marks if marks is None else marks
         self._pinned = self._pinned if pinned is None else pinned
         order = [row.path for row in rows]
-        cells = {
-            row.path: _marked(
-                row_cells(row, now, self._name_width),
-                row,
-                self._name_width,
-                self._marks.get(row.path),
-                row.path in self._pinned,
-            )
-            for row in rows
-        }
-        if redraw or order != self._order:
-            selected = self.selected_path
-            selected = self._moved.pop(selected, selected) if selected is not None else None
-            self._moved.clear()
+        cells = {row.path: self._cells_of(row, now, redraw) for row in rows}
+        selected = self.selected_path
+        selected = self._moved.pop(selected, selected) if selected is not None else None
+        self._moved.clear()
+        gone = [path for path in self._order if path not in cells]
+        if redraw or len(gone) > _REMOVED_ONE_BY_ONE:
             self.clear()
             for path in order:
                 self.add_row(*cells[path], key=str(path))
             self._order = order
-            if selected in order:
-                self.move_cursor(row=order.index(selected), animate=False)
         else:
-            for path in order:
-                old = self._cells.get(path)
-                for index, (_, key, _) in enumerate(COLUMNS):
-                    if old is None or not _same(cells[path][index], old[index]):
-                        self.update_cell(str(path), key, cells[path][index])
+            self._change_rows(order, cells, gone)
         self._cells = cells
         self._rows = {row.path: row for row in rows}
+        self._made = {row.path: (row, self._made_with(row)) for row in rows}
+        if selected in cells and self.selected_path != selected:
+            self.move_cursor(row=order.index(selected), animate=False)
+
+    def _made_with(self, row: RunRow) -> tuple:
+        """What a row's cells are made from besides the clock: the row, its mark, its pin, the name width."""
+        return (self._marks.get(row.path), row.path in self._pinned, self._name_width)
+
+    def _cells_of(self, row: RunRow, now: float, redraw: bool) -> tuple[Text, ...]:
+        made = self._made.get(row.path)
+        old = self._cells.get(row.path)
+        if not redraw and made is not None and old is not None and made == (row, self._made_with(row)):
+            return (*old[:-1], _state_cell(row, now))  # the state column holds the age: the clock moved
+        return _marked(
+            row_cells(row, now, self._name_width),
+            row,
+            self._name_width,
+            self._marks.get(row.path),
+            row.path in self._pinned,
+        )
+
+    def _change_rows(self, order: list[Path], cells: dict[Path, tuple[Text, ...]], gone: list[Path]) -> None:
+        """Remove the gone rows, add the new, update the changed cells, then sort into ``order``."""
+        for path in gone:
+            self.remove_row(str(path))
+        shown = [path for path in self._order if path in cells]
+        for path in order:
+            old = self._cells.get(path)
+            if old is None:
+                self.add_row(*cells[path], key=str(path))
+                shown.append(path)
+                continue
+            kept = []
+            for index, (_, key, _) in enumerate(COLUMNS):
+                if cells[path][index] is old[index] or _same(cells[path][index], old[index]):
+                    kept.append(old[index])  # the table's own object: sort below finds rows by it
+                else:
+                    self.update_cell(str(path), key, cells[path][index])
+                    kept.append(cells[path][index])
+            cells[path] = tuple(kept)
+        if shown != order:
+            # DataTable.sort hands the key a row's cells, not its key: the name cell objects, which
+            # are the ones this table holds (kept above), say which run a row is.
+            position = {id(cells[path][1]): index for index, path in enumerate(order)}
+            self.sort("name", key=lambda name: position[id(name)])
+        self._order = order
 
     def _show_count(self, label: Text) -> None:
         column = self.columns.get(self._column_key("name"))
