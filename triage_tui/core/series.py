@@ -431,7 +431,8 @@ def _iir(x: np.ndarray, s: float) -> np.ndarray:
     length keeps s**-i far from overflow.
     """
     n = x.size
-    block = int(max(1, min(4096, 600.0 / -math.log(s))))
+    # Never longer than the series: a short run's powers are not computed a thousand points ahead.
+    block = int(max(1, min(4096, 600.0 / -math.log(s), n)))
     powers = s ** np.arange(block, dtype=np.float64)
     inverse = 1.0 / powers
     out = np.empty(n, np.float64)

@@ -293,10 +293,13 @@ def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
     directory of the run above them (several of them, such as HF Trainer's
     ``runs/<date_host>/`` after a restart, are one run's continuations: their tags merge).
     """
-    directories = {Path(f).parent for f in files}
+    files = [Path(f) for f in files]
+    directories = {f.parent for f in files}
+    if len(directories) == 1:  # the usual run: one log directory, nothing above or below it
+        return dict.fromkeys(files, "")
     prefixes = {}
     for file in files:
-        directory = Path(file).parent
+        directory = file.parent
         root = next((a for a in reversed(directory.parents) if a in directories), directory)
-        prefixes[Path(file)] = "" if root == directory else directory.relative_to(root).as_posix() + "/"
+        prefixes[file] = "" if root == directory else directory.relative_to(root).as_posix() + "/"
     return prefixes
