@@ -448,6 +448,25 @@ def test_committed_sample_runs_check_names_each_cause_first(pristine, triage):
     assert_diagnoses(pristine, triage)
 
 
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``, from /proc (field 4 of /proc/PID/stat)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while listed
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _sigint_blocked_or_ignored(pid: int) -> bool:
+    """Whether SIGINT (signal 2: bit 1) is in /proc/PID/status's SigBlk or SigIgn mask."""
+    masks = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return any(int(masks[name], 16) & (1 << (2 - 1)) for name in ("SigBlk", "SigIgn"))
+
+
 def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
     """An interrupted `triage samples --out DIR` leaves DIR as it was: no worker tracebacks, exit 130.
 
@@ -486,6 +505,11 @@ def test_one_ctrl_c_stops_samples_quietly_and_keeps_the_old_runs(tmp_path):
             break
     assert list(tmp_path.glob(".triage-samples-sample_runs-*")), "the new tree is built beside, hidden"
     assert written_files(out) == before, "nothing replaced while building"
+    # The workers are still starting (importing torch) when the line is printed: a Ctrl-C now must
+    # not reach them, whose interpreters have no handler yet. The kernel says what each one holds.
+    workers = _children(process.pid)
+    assert workers, "the workers are started before the line"
+    assert all(_sigint_blocked_or_ignored(pid) for pid in workers), workers
     os.killpg(process.pid, signal.SIGINT)
     rest = process.stderr.read()
     assert process.wait(timeout=60) == 130

@@ -22,6 +22,7 @@ samples/provenance.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -29,6 +30,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
@@ -97,9 +99,20 @@ def _move_in(built: Path, out: Path) -> None:
         os.replace(built / name, out / name)
 
 
-def _ignore_sigint() -> None:
-    # Ctrl-C reaches the whole process group; the parent alone decides, so workers stay quiet.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT back from this thread while the workers start; they keep it held for life.
+
+    Ctrl-C reaches the whole process group, and the parent alone decides. A worker that took it
+    while its interpreter started, before any handler of its own could run, would die printing
+    "Fatal Python error: init_import_site". A blocked signal stays blocked across fork and exec,
+    so each worker is born deaf to it; the parent's own Ctrl-C waits and arrives when this ends.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
@@ -121,9 +134,10 @@ def _build(out: Path, spec: SampleSpec, jobs: int, progress: Progress) -> dict:
             collect(chain, run_chain(out, spec, chain))
     else:
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context)
         try:
-            futures = {pool.submit(run_chain, out, spec, chain): chain for chain in CHAINS}
+            with _ctrl_c_held():  # a spawn pool starts its workers on submit
+                futures = {pool.submit(run_chain, out, spec, chain): chain for chain in CHAINS}
             progress(
                 f"training {len(CHAINS)} chains in {jobs} processes: "
                 + "; ".join(" -> ".join(chain) for chain in CHAINS)
