@@ -373,6 +373,35 @@ def test_the_cache_is_bounded(tmp_path):
     assert cache.get("s3://b/5", "other etag") is None
 
 
+def _disk_usage(root) -> int:
+    """Bytes the cache's entries hold on disk, as du counts them."""
+    return sum(entry.stat().st_blocks * 512 for entry in root.iterdir() if entry.name.endswith(".data"))
+
+
+def test_a_cache_full_of_entries_is_listed_once_a_sixteenth_of_its_bound_not_once_a_put(tmp_path):
+    """A first scan puts thousands of small objects into a cache that may hold tens of thousands:
+    listing the whole cache after each put made that scan quadratic. The bound still holds, passed
+    by at most a sixteenth between trims."""
+    listed = []
+
+    class Counted(ObjectCache):
+        def trim(self) -> None:
+            listed.append(len(list(self.root.iterdir())))
+            super().trim()
+
+    bound = 64 * 4096
+    cache = Counted(tmp_path / "c", max_bytes=bound)
+    for n in range(2000):
+        cache.put(f"s3://b/{n}", "etag", bytes(range(256)) * 16)  # 4 KiB, one filesystem block each
+        assert _disk_usage(tmp_path / "c") <= bound + bound // 16 + 4096, n
+    # 2 000 puts of 4 KiB: the first put trims, then one put in four (a sixteenth of 256 KiB).
+    assert len(listed) <= 2000 // 4 + 1
+    assert _disk_usage(tmp_path / "c") <= bound + bound // 16
+    newest = [n for n in range(1990, 2000) if cache.get(f"s3://b/{n}", "etag") is not None]
+    assert newest == list(range(1990, 2000))  # the newest kept, the oldest went
+    assert cache.get("s3://b/0", "etag") is None
+
+
 def _union_bytes(ranges: list[tuple[int, int]]) -> int:
     covered: set[int] = set()
     for a, b in ranges:

@@ -5,6 +5,13 @@ ETag to every upload, so a rewritten object is never served from here. Least rec
 entries go first once the entries' disk usage (sparse files count only their filled blocks)
 passes ``tuning.CACHE_MAX_BYTES``. Entries are written to a temporary name and renamed into
 place, so two triage processes sharing the directory never read half an entry.
+
+A trim lists and stats every entry, so a process trims on its first put and then once a sixteenth
+of the bound has been put since its last trim, not on every put: a first scan of a sweep puts
+thousands of small objects into a cache that may hold tens of thousands, and trimming after each
+made that scan's cost grow with the square of the objects (benchmarks/RESULTS-bucket.md). Between
+trims the cache may pass its bound by that sixteenth (32 MiB of 512), and by what other processes
+put meanwhile.
 """
 
 from __future__ import annotations
@@ -16,12 +23,11 @@ from pathlib import Path
 
 from triage_tui.core.objstore import tuning
 
+# A trim comes once this fraction of the bound has been put since the last one (module doc).
+TRIM_EVERY_FRACTION = 16
 
-def _disk_bytes(path: Path) -> int:
-    try:
-        st = path.stat()
-    except OSError:
-        return 0
+
+def _disk_bytes(st: os.stat_result) -> int:
     return min(st.st_size, st.st_blocks * 512) if hasattr(st, "st_blocks") else st.st_size
 
 
@@ -33,6 +39,7 @@ class ObjectCache:
         self.root = root
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._put_since_trim: int | None = None  # bytes put since this process's last trim; None: none yet
 
     @staticmethod
     def name(url: str, etag: str) -> str:
@@ -66,24 +73,38 @@ class ObjectCache:
         except OSError:
             tmp.unlink(missing_ok=True)
             return
-        self.trim()
+        with self._lock:
+            since = self._put_since_trim
+            due = since is None or since + len(data) >= self.max_bytes // TRIM_EVERY_FRACTION
+            self._put_since_trim = 0 if due else (since or 0) + len(data)
+        if due:
+            self.trim()
 
     def trim(self) -> None:
         """Least recently used entries removed until the rest fit in ``max_bytes``."""
         with self._lock:
+            aged: list[tuple[float, int, str]] = []  # (last used, bytes on disk, path) of each entry
             try:
-                entries = [p for p in self.root.iterdir() if p.suffix in (".data", ".sparse")]
+                with os.scandir(self.root) as listing:
+                    for entry in listing:
+                        if not entry.name.endswith((".data", ".sparse")):
+                            continue
+                        try:
+                            st = entry.stat()
+                        except OSError:
+                            continue  # removed meanwhile (another process trimming)
+                        aged.append((st.st_mtime, _disk_bytes(st), entry.path))
             except OSError:
                 return
-            aged = sorted(((p.stat().st_mtime, p) for p in entries if p.exists()), key=lambda t: t[0])
-            total = sum(_disk_bytes(p) for _, p in aged)
-            for _, path in aged:
+            aged.sort()
+            total = sum(size for _, size, _ in aged)
+            for _, size, path in aged:
                 if total <= self.max_bytes:
                     break
-                total -= _disk_bytes(path)
-                path.unlink(missing_ok=True)
-                if path.suffix == ".sparse":
-                    path.with_name(path.name + ".ranges").unlink(missing_ok=True)
+                total -= size
+                Path(path).unlink(missing_ok=True)
+                if path.endswith(".sparse"):
+                    Path(path + ".ranges").unlink(missing_ok=True)
 
 
 def default_cache() -> ObjectCache | None:
