@@ -73,10 +73,15 @@ def headline_rows() -> list[tuple[dict, dict]]:
             continue
         seen: set[str] = set()
         for rec in reversed(record.records(name)):
-            fresh = [(row, rec) for row in rec["rows"] if row["what"] not in seen]
-            seen.update(row["what"] for row, _ in fresh)
+            fresh = [(row, rec) for row in rec["rows"] if _figure(row) not in seen]
+            seen.update(_figure(row) for row, _ in fresh)
             rows += fresh
     return rows
+
+
+def _figure(row: dict) -> str:
+    """Which figure a row measures: its words, whether its numbers were written 1000 or 1,000."""
+    return row["what"].replace(",", "")
 
 
 def side(cell: dict | None) -> str:
