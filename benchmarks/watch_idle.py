@@ -5,14 +5,18 @@ Each run dir holds what a SpecForge output dir holds beside its event file: runs
 and a hidden-state dump dir of 50 files, so the rescans every few seconds walk a realistic tree
 (bench_scale.py measures the same at 100 000 points per run). Written to
 benchmarks/.work/watch_idle/ and deleted at the end. Watcher.run (poll 1 s, rescan 5 s) runs for
-DURATION seconds after the first poll, once polling only (--poll) and once with the watchdog
-observer on (the TUI's default); reports process CPU time / wall time.
+DURATION seconds after the first poll has ended, once polling only (--poll) and once with the
+watchdog observer on (the TUI's default); reports process CPU time / wall time. The files are last
+modified --idle-for seconds before (a minute: a sweep just written; days: one that ended, whose runs
+are read less often, core/watch/read_schedule.py); --tree watches a tree already written instead
+(bench_sweep's 10 000 runs).
 
-    .venv/bin/python benchmarks/watch_idle.py [N=200] [DURATION=30]
+    .venv/bin/python benchmarks/watch_idle.py [N=200] [DURATION=30] [--idle-for SECS] [--tree PATH]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -70,9 +74,11 @@ def idle_percent(root: Path, duration: float, use_watchdog: bool) -> tuple[float
     watcher.poll_once = counted  # type: ignore[method-assign]  # counting polls on this one instance
     thread = threading.Thread(target=watcher.run, args=(updates.append, stop))
     thread.start()
-    while not updates:
+    # The first poll's end (a long one reports the runs read so far before it ends: a first update
+    # is not yet idle), then the observer, started after it.
+    while watcher.polls < 1:
         time.sleep(0.05)
-    time.sleep(2.0)  # the observer starts after the first update
+    time.sleep(2.0)
     polls_before = polls
     cpu0, wall0 = time.process_time(), time.perf_counter()
     time.sleep(duration)
@@ -84,37 +90,49 @@ def idle_percent(root: Path, duration: float, use_watchdog: bool) -> tuple[float
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    duration = float(sys.argv[2]) if len(sys.argv) > 2 else 30.0
-    shutil.rmtree(WORK, ignore_errors=True)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", type=int, nargs="?", default=200)
+    parser.add_argument("seconds", type=float, nargs="?", default=30.0, help="idle seconds measured")
+    parser.add_argument(
+        "--idle-for", type=float, default=60.0, help="every file and directory last modified this many seconds ago"
+    )
+    parser.add_argument("--tree", type=Path, help="watch this tree (kept as it is) instead of writing one")
+    args = parser.parse_args()
+    n, duration = args.runs, args.seconds
+    root = args.tree if args.tree is not None else WORK
+    if args.tree is None:
+        shutil.rmtree(WORK, ignore_errors=True)
     rng = np.random.default_rng(0)
     try:
-        for i in range(n):
-            write_run(WORK / f"run_{i:03d}", rng)
-        past = time.time() - 60
-        for d, _, _ in os.walk(WORK):
-            os.utime(d, (past, past))
+        if args.tree is None:
+            for i in range(n):
+                write_run(WORK / f"run_{i:03d}", rng)
+            past = time.time() - args.idle_for
+            for d, _, files in os.walk(WORK):
+                for name in [*files, ""]:
+                    os.utime(os.path.join(d, name), (past, past))
 
         cache = ListingCache()
         t = time.perf_counter()
-        discover_runs([WORK], cache=cache)
+        n = len(discover_runs([root], cache=cache))
         cold = time.perf_counter() - t
         t = time.perf_counter()
-        discover_runs([WORK], cache=cache)
+        discover_runs([root], cache=cache)
         warm = time.perf_counter() - t
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(
             f"discovery of {n} runs: cold {cold * 1000:.1f} ms ({cache.scandirs} scandirs), cached {warm * 1000:.1f} ms"
         )
         for use_watchdog in (False, True):
-            percent, polls = idle_percent(WORK, duration, use_watchdog)
+            percent, polls = idle_percent(root, duration, use_watchdog)
             mode = "watchdog on" if use_watchdog else "--poll"
             print(
                 f"idle watching {n} runs, {mode}: {percent:.2f} % of a core over {duration:.0f} s "
                 f"({polls} polls; poll 1 s, rescan 5 s)"
             )
     finally:
-        shutil.rmtree(WORK, ignore_errors=True)
+        if args.tree is None:
+            shutil.rmtree(WORK, ignore_errors=True)
 
 
 if __name__ == "__main__":

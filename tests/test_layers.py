@@ -19,7 +19,8 @@ layers below its own, never from a sibling room of its own layer (siblings are i
     diagnose.evidence                 everything a diagnosis weighs about one run, gathered once
     diagnose.hypotheses | diagnose.check_inputs   rank causes / resolve a run's inputs
     diagnose.checks | watch.watcher   one verdict each / the live monitor over runs
-    watch.watched_run                 one watched run: its settings from its files, its update into a RunStatus
+    watch.watched_run | watch.read_schedule   one watched run: its settings from its files, its update
+                                      into a RunStatus / when each run is read next (idle ones less often)
     watch.run_status | watch.derive   scan --json's object / the one derivation of a run's flags and metrics
     read.sources | watch.best_checkpoint | watch.setting_files   the readers of a run / the acceptance peak
     read.runs.discover                run discovery: which directory is a run, its files of each source kind
@@ -76,7 +77,7 @@ CORE = [
     ("core.diagnose.evidence",),
     ("core.diagnose.hypotheses", "core.diagnose.check_inputs"),
     ("core.diagnose.checks", "core.watch.watcher"),
-    ("core.watch.watched_run", "core.watch.fs_wakeups"),
+    ("core.watch.watched_run", "core.watch.fs_wakeups", "core.watch.read_schedule"),
     ("core.watch.run_status", "core.watch.derive"),
     ("core.read.sources", "core.watch.best_checkpoint", "core.watch.setting_files"),
     ("core.read.runs.discover",),

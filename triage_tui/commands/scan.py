@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         use_watchdog=not args.poll,
         strict=True,
         mirrors=mirrors if mirrors.mirrors else None,
+        tier_idle_reads=False,  # one poll: every run read, nothing scheduled
     )
     statuses = watcher.poll_once()
     for error in watcher.unplaced_errors:  # an object of a bucket under no run: said, not lost

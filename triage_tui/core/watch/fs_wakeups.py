@@ -12,26 +12,44 @@ from triage_tui.core.read.runs.names import CONFIG_NAME, MANIFEST_NAME
 from triage_tui.core.read.source_kinds import registry
 
 
-def start_observer(paths: Sequence[Path], wake: Callable[[bool], None]) -> Any | None:
-    """A started watchdog Observer calling ``wake(rescan)`` for the events worth it, or None where it
-    cannot run (watchdog missing, inotify's watch or instance limits: polling alone still works)."""
+def start_observer(paths: Sequence[Path], wake: Callable[[bool, Path], None]) -> Any | None:
+    """A started watchdog Observer calling ``wake(rescan, path)`` for the events worth it (``path``:
+    what changed), or None where it cannot run (watchdog missing, inotify's watch or instance limits:
+    polling alone still works)."""
     try:
-        from watchdog.events import FileSystemEventHandler
+        from watchdog import events
         from watchdog.observers import Observer
     except ImportError:
         return None
 
-    class _Hint(FileSystemEventHandler):
+    class _Hint(events.FileSystemEventHandler):
         def on_any_event(self, event) -> None:  # runs on the observer's thread
             rescan = wake_for(event)
             if rescan is not None:
-                wake(rescan)
+                wake(rescan, Path(os.fsdecode(event.src_path)))
 
+    # Writes, creations, moves and deletions only: not the opens and closes of files read, the
+    # watcher's own polls among them (at 10 000 runs they overflowed inotify's queue, 16 384 events
+    # by default, and watchdog then walked the whole tree again to reconcile its watches).
+    wanted = [
+        events.FileCreatedEvent,
+        events.DirCreatedEvent,
+        events.FileModifiedEvent,
+        events.DirModifiedEvent,
+        events.FileMovedEvent,
+        events.DirMovedEvent,
+        events.FileDeletedEvent,
+        events.DirDeletedEvent,
+        events.FileClosedEvent,
+    ]
     observer = Observer()
     try:
         for path in paths:
             if path.is_dir():
-                observer.schedule(_Hint(), str(path), recursive=True)
+                try:
+                    observer.schedule(_Hint(), str(path), recursive=True, event_filter=wanted)
+                except TypeError:  # a watchdog without event filters: every event, wake_for sorts them
+                    observer.schedule(_Hint(), str(path), recursive=True)
         observer.start()
     except (OSError, RuntimeError):  # ENOSPC / EMFILE
         return None

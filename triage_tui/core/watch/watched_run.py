@@ -152,11 +152,17 @@ class WatchedRun:
     # ------------------------------------------------------------------ each poll
 
     def update(
-        self, watch: WatchSettings, now: float, processes: ProcessTable, mirror_errors: Mapping[str, tuple] = {}
+        self,
+        watch: WatchSettings,
+        now: float,
+        processes: ProcessTable,
+        mirror_errors: Mapping[str, tuple] = {},
+        read_note: str | None = None,
     ) -> RunStatus:
         """Read what the run's sources appended and report the run; the same RunStatus object as
         the last poll's when nothing in it changed. ``mirror_errors``: the objects of a bucket
-        that failed, by the run (its URL) they belong to."""
+        that failed, by the run (its URL) they belong to; ``read_note``: how often the watcher
+        reads the run, when less often than every poll (core.watch.read_schedule)."""
         # What fails is on self.events.errors.
         if watch.max_points is None:
             self.events.poll()
@@ -200,7 +206,7 @@ class WatchedRun:
             state=state,
         )
         errors += serving_failures
-        notes = self.events.notes
+        notes = self.events.notes + ((read_note,) if read_note else ())
         if self.series_left_out:
             notes += (self._left_out_note(),)
         if (

@@ -35,6 +35,7 @@ from triage_tui.core.read.runs.remote import Mirrors, shown_path
 from triage_tui.core.watch.derive import DEFAULT_FLUSH_SECS
 from triage_tui.core.watch.fs_wakeups import start_observer
 from triage_tui.core.watch.process_table import ProcessScanner, ProcessTable
+from triage_tui.core.watch.read_schedule import ReadSchedule
 from triage_tui.core.watch.run_status import RunStatus, failed_status
 from triage_tui.core.watch.watched_run import WatchedRun, WatchSettings
 from triage_tui.core.watch.writers import event_file_pids
@@ -47,6 +48,10 @@ STOP_CHECK_SECS = 0.25
 # How often a long first poll reports the runs read so far (a few redraws a second at most).
 PROGRESS_SECS = 0.25
 PROGRESS_MAX_SECS = 2.0  # the interval doubles after each report, up to this
+# A rescan walks every watched directory: the next one comes no sooner than this many times the
+# last one's duration after it (10 000 runs: ~1.2 s a rescan, one every 12 s rather than every 5 s),
+# so discovery takes at most about a tenth of the watcher's thread. A watchdog event asks for one at once.
+RESCAN_COST_FACTOR = 10.0
 
 
 class _FirstPoll:
@@ -151,6 +156,7 @@ class Watcher:
         mirrors: Mirrors | None = None,
         scanner: ProcessScanner | None = None,
         max_points: int | None = None,
+        tier_idle_reads: bool = True,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
         # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
@@ -182,6 +188,9 @@ class Watcher:
         self.walk_limits: dict[str, str] = {}  # where discovery stopped walking (its bounds): path -> why
         self._cache = ListingCache()
         self._runs: dict[Path, WatchedRun] = {}
+        # Runs whose files are idle for long are read less often (core.watch.read_schedule); `scan`,
+        # one poll, reads every run once and says nothing of it (tier_idle_reads=False).
+        self._schedule = ReadSchedule(poll_interval, tiered=tier_idle_reads)
         self._next_rescan = 0.0  # time.monotonic() deadline; 0 = at the first poll
         self._rescan_requested = threading.Event()
         self._wake = threading.Event()
@@ -196,8 +205,11 @@ class Watcher:
 
     # ------------------------------------------------------------------ public
 
-    def wake(self, *, rescan: bool = False) -> None:
-        """Poll now instead of at the next interval (a watchdog hint; never required)."""
+    def wake(self, *, rescan: bool = False, path: Path | None = None) -> None:
+        """Poll now instead of at the next interval (a watchdog hint; never required); ``path``: the
+        file or directory that changed, whose run is read at that poll however idle."""
+        if path is not None:
+            self._schedule.touched(path)
         if rescan:
             self._rescan_requested.set()
         self._wake.set()
@@ -223,12 +235,21 @@ class Watcher:
             done = 0
             reports = 0
 
+            self._schedule.take_touched(tracked.info for tracked in self._runs.values())
+
             def update(i: int) -> None:
                 nonlocal reported, interval, done, reports
+                tracked = runs[i]
+                if tracked.status is not None and not self._schedule.due(tracked.info.path):
+                    statuses[i] = tracked.status  # idle for long, read at its own interval: its last report
+                    done += 1
+                    return
                 try:
-                    statuses[i] = self._update(runs[i], now, processes)
+                    note = self._schedule.plan(tracked.info, tracked.status)
+                    statuses[i] = status = self._update(tracked, now, processes, note)
+                    self._schedule.read(tracked.info, status)
                 except Exception as err:  # noqa: BLE001 - the fault boundary: one run's failure stays on it
-                    statuses[i] = failed_status(runs[i].info, self.settings.vocab_size, err)
+                    statuses[i] = failed_status(tracked.info, self.settings.vocab_size, err)
                 done += 1
                 clock = time.monotonic()
                 if on_progress is None or clock - reported < interval:
@@ -262,8 +283,12 @@ class Watcher:
     def _rescan_if_due(self) -> None:
         if self._rescan_requested.is_set() or time.monotonic() >= self._next_rescan:
             self._rescan_requested.clear()
+            started = time.monotonic()
             self._rescan()
-            self._next_rescan = time.monotonic() + self.rescan_interval
+            took = time.monotonic() - started
+            # rescan_interval 0 (tests, the benchmarks): at every poll, whatever it costs.
+            wait = max(self.rescan_interval, RESCAN_COST_FACTOR * took) if self.rescan_interval > 0 else 0.0
+            self._next_rescan = time.monotonic() + wait
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
         """Poll until `stop` is set; call `on_update` whenever any run's status changed."""
@@ -313,6 +338,8 @@ class Watcher:
 
     def _rescan(self) -> None:
         mirror_errors = self.mirrors.sync(strict=self.strict) if self.mirrors is not None else []
+        if self.mirrors is not None:  # the runs whose objects the pass fetched are read at this poll
+            self._schedule.touched(*self.mirrors.written)
         if self.mirrors is not None and self.mirrors.behind:
             self._rescan_requested.set()  # what a short pass left is fetched by the next poll's
         found: dict[Path, RunInfo] = {}
@@ -342,17 +369,25 @@ class Watcher:
             tracked = self._runs.get(path)
             if tracked is None:
                 tracked = self._moved_run(info, vanished)
+            before = tracked.info if tracked is not None else None
             if tracked is None:
                 tracked = self._runs[path] = WatchedRun.of(info)
             else:
                 tracked.rediscovered(info)
             tracked.refresh_settings()
+            if tracked.info is not before or tracked.settings_changed:
+                self._schedule.mark_due(path)  # its files or settings changed: read at this poll
         # New runs keep discovery order; the dict preserves insertion order.
         self._runs = {path: self._runs[path] for path in found}
         self._place_mirror_errors(mirror_errors)
+        self._schedule.keep_only(self._runs.keys())
 
     def _place_mirror_errors(self, errors: list[SourceError]) -> None:
         placed, self.unplaced_errors = place_mirror_errors(errors, [shown_path(path) for path in self._runs])
+        if placed != self._mirror_errors:
+            for path in self._runs:  # a run whose bucket objects failed, or fail no more: read at this poll
+                if placed.get(shown_path(path)) != self._mirror_errors.get(shown_path(path)):
+                    self._schedule.mark_due(path)
         self._mirror_errors = placed
 
     def _moved_run(self, info: RunInfo, vanished: dict[Path, WatchedRun]) -> WatchedRun | None:
@@ -379,9 +414,9 @@ class Watcher:
         """One scan of /proc for every run (core.watch.run_state), on this thread, never the UI's."""
         return _scan_processes(self.scanner, self.paths, runs)
 
-    def _update(self, tracked: WatchedRun, now: float, processes: ProcessTable) -> RunStatus:
+    def _update(self, tracked: WatchedRun, now: float, processes: ProcessTable, note: str | None) -> RunStatus:
         """One run's poll (core.watch.watched_run): its own fault boundary is poll_once's."""
-        return tracked.update(self.settings, now, processes, self._mirror_errors)
+        return tracked.update(self.settings, now, processes, self._mirror_errors, note)
 
     # ------------------------------------------------------------------ waiting
 
@@ -398,7 +433,7 @@ class Watcher:
 
     def _start_observer(self):
         """A watchdog Observer on the watched paths (core.watch.fs_wakeups), or None where it cannot run."""
-        observer = start_observer(self.paths, lambda rescan: self.wake(rescan=rescan))
+        observer = start_observer(self.paths, lambda rescan, path: self.wake(rescan=rescan, path=path))
         self.watchdog_active = observer is not None
         return observer
 

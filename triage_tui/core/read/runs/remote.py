@@ -211,6 +211,8 @@ class Mirrors:
         # The last ``sync`` left objects for the next (a pass ran into its deadline or byte budget,
         # or returned while its listing was still under way).
         self.behind = False
+        # The local files the last ``sync`` wrote (appended, rewritten, created): their runs have news.
+        self.written: list[Path] = []
         self.polls = PollBook(price_custom=price_custom_endpoints)
 
     def stop(self) -> None:
@@ -246,6 +248,7 @@ class Mirrors:
         command), else one more error (the TUI goes on, and sees objects that arrive later)."""
         errors: list[SourceError] = []
         self.behind = False
+        self.written = []
         for i, mirror in enumerate(list(self.mirrors)):
             if not self.polls.due(mirror):  # idle for long: listed less often (objstore/polls.py)
                 errors.extend(self.polls.last_errors(mirror))
@@ -264,6 +267,7 @@ class Mirrors:
                 if done.listed == 0 and not done.errors and not done.partial:
                     raise BadInput(mirror.url.text, NOTHING_FOUND)
                 self.behind = self.behind or done.cut_short or done.partial
+                self.written += [mirror.root / rel for rel in done.written]
             except BadInput as err:
                 if strict:
                     raise
