@@ -67,6 +67,7 @@ class WatchedRun:
     valid: Any = None  # formats.hidden_states.LossMaskFraction of the run's dumps, or None
     version: int | None = None  # scalars.version the value flags were computed for
     settings_changed: bool = True  # manifest, config or vocab flag changed: recompute
+    settings_read: bool = False  # its setting files were read once (at the first update, or a rescan's)
     wandb_config_version: int = -1  # the W&B config the settings were computed from
     seen_live: bool = False  # new data arrived after the first read, in this session
     derived: Derived | None = None  # core.watch.derive of the scalars at `version` and the settings
@@ -107,6 +108,7 @@ class WatchedRun:
 
     def refresh_settings(self) -> None:
         """Re-read each file the run's settings come from, where it changed."""
+        self.settings_read = True
         if self.files.refresh(self.info):
             self.settings_changed = True
 
@@ -163,6 +165,8 @@ class WatchedRun:
         the last poll's when nothing in it changed. ``mirror_errors``: the objects of a bucket
         that failed, by the run (its URL) they belong to; ``read_note``: how often the watcher
         reads the run, when less often than every poll (core.watch.read_schedule)."""
+        if not self.settings_read:
+            self.refresh_settings()
         # What fails is on self.events.errors.
         if watch.max_points is None:
             self.events.poll()

@@ -3,11 +3,12 @@
 Polling is what guarantees correctness: inotify never fires for writes made by another NFS
 client, and NFS attribute caching delays size changes (gorakhargosh/watchdog issue #504),
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
-(core.read.sources.RunSources: every kind core/read/source_kinds/registry.py lists), and every ``rescan_interval`` the
-given paths are walked again for new runs and files (core.read.runs, cheap thanks to its listing
-cache). A watchdog Observer, where it works, only calls ``wake()`` so a local write shows up
-at once instead of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling
-alone.
+(core.read.sources.RunSources: every kind core/read/source_kinds/registry.py lists; a run whose
+files are idle for long less often, core.watch.read_schedule), and every ``rescan_interval`` (or
+ten times the last walk's duration, when longer) the given paths are walked again for new runs and
+files (core.read.runs, cheap thanks to its listing cache). A watchdog Observer, where it works,
+only calls ``wake()`` so a local write shows up at once instead of within a poll interval;
+``use_watchdog=False`` (``--poll``) leaves polling alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread. Each run's
 own state, the files its settings come from and its update into a RunStatus are core.watch.watched_run's;
@@ -22,9 +23,11 @@ read again only every ``REFRESH_SECS``) plus a few lookups per run: what depends
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
@@ -284,7 +287,8 @@ class Watcher:
         if self._rescan_requested.is_set() or time.monotonic() >= self._next_rescan:
             self._rescan_requested.clear()
             started = time.monotonic()
-            self._rescan()
+            with _no_cyclic_gc():
+                self._rescan()
             took = time.monotonic() - started
             # rescan_interval 0 (tests, the benchmarks): at every poll, whatever it costs.
             wait = max(self.rescan_interval, RESCAN_COST_FACTOR * took) if self.rescan_interval > 0 else 0.0
@@ -370,11 +374,11 @@ class Watcher:
             if tracked is None:
                 tracked = self._moved_run(info, vanished)
             before = tracked.info if tracked is not None else None
-            if tracked is None:
+            if tracked is None:  # its settings are read at its first update, not before the first rows
                 tracked = self._runs[path] = WatchedRun.of(info)
             else:
                 tracked.rediscovered(info)
-            tracked.refresh_settings()
+                tracked.refresh_settings()
             if tracked.info is not before or tracked.settings_changed:
                 self._schedule.mark_due(path)  # its files or settings changed: read at this poll
         # New runs keep discovery order; the dict preserves insertion order.
@@ -438,6 +442,19 @@ class Watcher:
         return observer
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic collector paused: a rescan builds objects that stay (10 000 runs' readers and
+    settings), and the collections their allocations set off walked all of them again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _scan_processes(scanner: ProcessScanner, roots: Sequence[Path], runs: list[WatchedRun]) -> ProcessTable:
     """One scan of /proc for the runs under ``roots`` (core.watch.run_state)."""
     if not runs:
@@ -454,8 +471,7 @@ def scan_run(info: RunInfo, *, clock: Callable[[], float] = time.time) -> RunSta
     first poll, without the walk); its [serving] is not followed: `check` reads its serving
     sources itself (core/diagnose/evidence.py). The fault boundary is a poll's: a failure is the run's error."""
     settings = WatchSettings(strict=True, follow_serving=False, clock=clock)
-    tracked = WatchedRun.of(info)
-    tracked.refresh_settings()
+    tracked = WatchedRun.of(info)  # its settings are read by its update, inside the fault boundary
     processes = _scan_processes(ProcessScanner(), [info.path], [tracked])
     try:
         return tracked.update(settings, clock(), processes)
