@@ -130,3 +130,45 @@ def _wait_for(condition, started: float, seconds: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() - started < seconds, "timed out"
         time.sleep(0.05)
+
+
+class _Clock:
+    """levels' clocks moved on by ``ahead`` seconds: objects look that much older, tiers end that much sooner."""
+
+    ahead = 0.0
+
+    @classmethod
+    def time(cls) -> float:
+        return time.time() + cls.ahead
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return time.monotonic() + cls.ahead
+
+
+def test_a_run_idle_for_long_is_not_listed_again_before_its_tier(any_bucket, sharded_run, tmp_path, monkeypatch):
+    """Idle for an hour or more (to levels' clock), the run's directory is kept whole: an idle pass is the
+    prefix's own level alone, and what is uploaded into the run meanwhile is fetched once its tier has passed."""
+    from triage_tui.core.objstore import levels
+
+    monkeypatch.setattr(tuning, "IDLE_LISTING_TIERS", ((3600.0, 3600.0),))
+    monkeypatch.setattr(levels, "time", _Clock)
+    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0)
+    mirrors = Mirrors()
+    root = mirrors.local(sharded_run)
+    (mirror,) = mirrors.mirrors
+    mirror.sync()  # whole: learns the run is idle
+    any_bucket.proxy.reset_counts()
+    mirror.sync()
+    idle = any_bucket.proxy.reset_counts()
+    assert idle.total_requests() == 1, idle.paths  # "team/" with a delimiter; "team/run/" not listed
+    assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS  # nothing removed
+    later = tmp_path / "later"
+    write_scalars(later / "other", {"train/loss": [(1, 10.4)]})
+    upload_tree(any_bucket.writer, any_bucket.name, "team/run", later)
+    mirror.sync()
+    assert not (root / "run" / "other").exists()  # within its tier: not listed, not fetched
+    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0 + 3601.0)  # the tier has passed
+    mirror.sync()
+    assert any((root / "run" / "other").glob("events.out.tfevents.*"))
+    assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS

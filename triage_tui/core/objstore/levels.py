@@ -12,6 +12,11 @@ checkpoint, and sends one request per directory above a checkpoint (a run's) and
 directory below those (an event-file folder), whatever the shards. A walk is taken only when it
 sends no more requests than the whole listing would (a few runs with small checkpoints are
 cheaper listed whole: their keys then come back with the pages).
+
+A directory right below the prefix (a sweep's run) whose newest object is as old as the first of
+``tuning.IDLE_LISTING_TIERS`` is kept too, whole, and listed again only at its tier (idle 30 min:
+every minute; 6 h: 5 min; 2 d: 15 min): a bucket of many finished runs and a few live ones is then
+walked through the live ones alone, not listed whole at every rescan because one run is written.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from functools import partial
 
-from triage_tui.core.objstore import budget, tuning
+from triage_tui.core.objstore import budget, cost, tuning
 from triage_tui.core.objstore.store import Listing, ObjectMeta, ObjectMissing, Store, UnlistableKey
 
 PAGE_KEYS = 1000  # keys in one listing page (ListObjectsV2's MaxKeys default; GCS's too)
@@ -42,6 +47,9 @@ class LevelListing:
     written_once: Callable[[str], bool]
     # The directories kept as listed (relative to prefix) -> their objects.
     _kept: dict[str, tuple[ObjectMeta, ...]] = field(default_factory=dict, init=False)
+    # The idle directories right below the prefix -> (their objects, time.monotonic() they are listed again).
+    _idle: dict[str, tuple[tuple[ObjectMeta, ...], float]] = field(default_factory=dict, init=False)
+    _reused: set[str] = field(default_factory=set, init=False)  # the idle ones this pass did not list
     _above: frozenset[str] = field(default=frozenset(), init=False)  # the directories above a kept one ("" too)
     _walk_requests: int = field(default=0, init=False)  # what a walk would send, from the last pass
     _whole_requests: int = field(default=0, init=False)  # what a whole listing would send
@@ -53,12 +61,14 @@ class LevelListing:
 
     def listing(self, progress: budget.ListingProgress | None = None) -> Listing:
         """This pass's listing; ``progress`` holds a whole listing's keys so far while its pages come."""
-        self.walked = bool(self._kept) and self.store.lists_by_level and self._walk_requests <= self._whole_requests
+        kept = self._kept or self._idle
+        self.walked = bool(kept) and self.store.lists_by_level and self._walk_requests <= self._whole_requests
+        self._reused = set()
         found = self._walk() if self.walked else self.store.listing(self.prefix, progress)
         if not found.stopped and not found.unreadable:
             self._learn(found.objects)
         else:  # a partial listing teaches nothing: the next pass lists whole
-            self._kept, self._above = {}, frozenset()
+            self._kept, self._above, self._idle = {}, frozenset(), {}
         return found
 
     def _rel(self, key: str) -> str:
@@ -91,8 +101,29 @@ class LevelListing:
                 child, directory = directory, _parent(directory)
                 if directory in self._above:
                     whole_below.add(child)
-        self._walk_requests = len(self._above) + len(whole_below)
+        self._learn_idle(objects)
+        # What a walk sends: a request per directory it lists, none below an idle one not yet due.
+        listed = [d for d in (*self._above, *whole_below) if d == "" or d.split("/")[0] not in self._idle]
+        self._walk_requests = len(listed)
         self._whole_requests = max(1, -(-len(objects) // PAGE_KEYS))
+
+    def _learn_idle(self, objects: tuple[ObjectMeta, ...]) -> None:
+        """The directories right below the prefix idle for long, kept until their tier's listing."""
+        below: dict[str, list[ObjectMeta]] = {}
+        for meta in objects:
+            rel = self._rel(meta.key)
+            if "/" in rel:
+                below.setdefault(rel.split("/", 1)[0], []).append(meta)
+        now, clock = time.time(), time.monotonic()
+        idle: dict[str, tuple[tuple[ObjectMeta, ...], float]] = {}
+        for directory, metas in below.items():
+            quiet = now - max(m.mtime for m in metas)
+            if quiet < tuning.IDLE_LISTING_TIERS[0][0]:
+                continue
+            # one not listed this pass keeps its time; one listed now is listed again a tier later
+            due = self._idle[directory][1] if directory in self._reused else clock + cost.listing_interval(quiet, 0.0)
+            idle[directory] = (tuple(metas), due)
+        self._idle = idle
 
     def _kept_on_path(self, rel: str) -> list[str]:
         parts = rel.split("/")[:-1]
@@ -135,7 +166,10 @@ class LevelListing:
                     child = self._rel(subdir).rstrip("/")
                     if not subdir.startswith(self._key(directory)) or child == directory:
                         continue  # not strictly below (a malformed answer): never a loop
-                    if child in self._kept:
+                    if child in self._idle and time.monotonic() < self._idle[child][1]:
+                        objects += self._idle[child][0]  # idle for long, named still: not listed before its tier
+                        self._reused.add(child)
+                    elif child in self._kept:
                         objects += self._kept[child]  # named by its parent still: unchanged
                     elif child in self._above:
                         level.append(child)
