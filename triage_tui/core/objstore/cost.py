@@ -25,17 +25,20 @@ GET_USD_PER_1000 = {"s3": 0.0004, "gs": 0.0004}
 SECONDS_A_DAY = 86_400.0
 
 
+def idle_tier(idle_secs: float | None) -> tuple[float, float] | None:
+    """The longest of ``tuning.IDLE_LISTING_TIERS`` that ``idle_secs`` reaches, as (idle at least,
+    listed every); None below the first (or None: nothing known yet)."""
+    if idle_secs is None:
+        return None
+    return max((tier for tier in tuning.IDLE_LISTING_TIERS if idle_secs >= tier[0]), default=None)
+
+
 def listing_interval(idle_secs: float | None, rescan_secs: float) -> float:
     """Seconds between two listings of a prefix whose newest object was uploaded ``idle_secs`` ago
     (None: nothing listed yet): the watcher's rescan while it is active, longer the longer it is
-    idle (``tuning.IDLE_LISTING_TIERS``)."""
-    every = rescan_secs
-    if idle_secs is None:
-        return every
-    for idle_at_least, listed_every in tuning.IDLE_LISTING_TIERS:
-        if idle_secs >= idle_at_least:
-            every = max(every, listed_every)
-    return every
+    idle (``idle_tier``)."""
+    tier = idle_tier(idle_secs)
+    return rescan_secs if tier is None else max(rescan_secs, tier[1])
 
 
 def usd_per_day(scheme: str, lists_per_poll: int, gets_per_poll: int, listed_every_secs: float) -> float | None:
@@ -77,7 +80,7 @@ class PrefixCost:
         """One line for the TUI and the scan's text: ``s3://b/p: 12 requests, 3.4 MB; idle 3 d:
         listed every 15 min; ~$0.0288/day (list prices)``."""
         parts = [f"{self.url}: {self.requests} requests, {_size(self.body_bytes)}"]
-        if self.idle_secs is not None and self.idle_secs >= tuning.IDLE_LISTING_TIERS[0][0]:
+        if self.idle_secs is not None and idle_tier(self.idle_secs) is not None:
             parts.append(f"idle {_duration(self.idle_secs)}: listed every {_duration(self.listed_every_secs)}")
         if self.usd_per_day is not None:
             parts.append(f"~${self.usd_per_day:.4f}/day (list prices)")

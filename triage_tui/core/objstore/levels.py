@@ -61,8 +61,8 @@ class LevelListing:
 
     def listing(self, progress: budget.ListingProgress | None = None) -> Listing:
         """This pass's listing; ``progress`` holds a whole listing's keys so far while its pages come."""
-        kept = self._kept or self._idle
-        self.walked = bool(kept) and self.store.lists_by_level and self._walk_requests <= self._whole_requests
+        kept = bool(self._kept or self._idle)  # a walk has something to pass by
+        self.walked = kept and self.store.lists_by_level and self._walk_requests <= self._whole_requests
         self._reused = set()
         found = self._walk() if self.walked else self.store.listing(self.prefix, progress)
         if not found.stopped and not found.unreadable:
@@ -118,7 +118,7 @@ class LevelListing:
         idle: dict[str, tuple[tuple[ObjectMeta, ...], float]] = {}
         for directory, metas in below.items():
             quiet = now - max(m.mtime for m in metas)
-            if quiet < tuning.IDLE_LISTING_TIERS[0][0]:
+            if cost.idle_tier(quiet) is None:
                 continue
             # one not listed this pass keeps its time; one listed now is listed again a tier later
             due = self._idle[directory][1] if directory in self._reused else clock + cost.listing_interval(quiet, 0.0)

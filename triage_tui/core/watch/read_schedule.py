@@ -5,7 +5,7 @@ file, the run's state from /proc, its flags: ~90 µs a run, 0.9 s a poll). A run
 poll while it may be written: it has no file yet, a writer of it is alive here, it has a [serving]
 source (an engine is scraped whatever the training does), or its newest file was modified less than
 the first idle tier ago. Past that it is read at the tiers a bucket's listings use
-(``objstore.cost.listing_interval``: idle 30 min, every 60 s; 6 h, 5 min; 2 d, 15 min), and the
+(``objstore.cost.idle_tier``: idle 30 min, every 60 s; 6 h, 5 min; 2 d, 15 min), and the
 watcher hands on its last report in between. A file event under the run (the watchdog, where it
 runs), a bucket's pass that fetched one of its objects, a rescan that found its files or settings
 changed, or an object of its bucket failing makes it due at once. Idleness is the files'
@@ -20,7 +20,7 @@ import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from triage_tui.core.objstore import cost, tuning
+from triage_tui.core.objstore import cost
 from triage_tui.core.read.runs.info import RunInfo
 from triage_tui.core.watch.run_state import WriterState
 from triage_tui.core.watch.run_status import RunStatus
@@ -105,12 +105,12 @@ class ReadSchedule:
         if not serving and not _live(previous):
             newest = newest_mtime(info)
             idle = None if newest is None else max(0.0, time.time() - newest)
-        every = cost.listing_interval(idle, self.poll_secs)
-        if idle is None or every <= self.poll_secs:
+        tier = cost.idle_tier(idle)
+        if tier is None or tier[1] <= self.poll_secs:
             self._next_read.pop(info.path, None)  # read at every poll, however soon it comes
             return None
+        over, every = tier
         self._next_read[info.path] = time.monotonic() + every
-        over = max((at_least for at_least, _ in tuning.IDLE_LISTING_TIERS if idle >= at_least), default=0.0)
         return (
             f"its files unmodified for over {fmt_duration(over)}: read every {fmt_duration(every)}, "
             "and at once on a change the watchdog sees or a rescan finds"

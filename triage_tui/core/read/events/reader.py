@@ -82,7 +82,7 @@ class RunEvents:
             # Paths kept as given (discovery's, their hashes cached): a new Path of each costs its
             # parsing and its hash again, ~25 µs a run of the 2.7 s first rescan of 10 000 runs.
             given = {p if isinstance(p, Path) else Path(p) for p in paths}
-            wanted = sorted(given, key=lambda p: (natural_key(p.name), str(p))) if len(given) > 1 else list(given)
+            wanted = sorted(given, key=lambda p: (natural_key(p.name), str(p)))
             prefixes = series_prefixes(wanted)
             files = {}
             renamed = False
@@ -297,10 +297,8 @@ def series_prefixes(files: Iterable[Path]) -> dict[Path, str]:
     ``runs/<date_host>/`` after a restart, are one run's continuations: their tags merge).
     """
     files = [f if isinstance(f, Path) else Path(f) for f in files]
-    if len(files) < 2:  # the usual run: one event file
-        return dict.fromkeys(files, "")
     directories = {f.parent for f in files}
-    if len(directories) == 1:  # one log directory, nothing above or below it
+    if len(directories) == 1:  # the usual run: one log directory, nothing above or below it
         return dict.fromkeys(files, "")
     prefixes = {}
     for file in files:
