@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from triage_tui.core.read.runs import listing as runs_listing
 from triage_tui.core.read.runs.discover import discover_runs
 from triage_tui.core.read.runs.listing import ListingCache
 from triage_tui.core.read.runs.manifest import load_manifest
+from triage_tui.core.read.source_kinds import registry
 
 # ----------------------------------------------------------------- layouts
 
@@ -164,6 +166,44 @@ def test_unchanged_tree_is_not_listed_again(tmp_path):
 
     write_scalars(tmp_path / "d", {"loss": [(0, 1.0)]})  # a new run appears
     assert [r.name for r in discover_runs([tmp_path], cache=cache)] == ["a", "b", "c", "d"]
+
+
+def test_an_unchanged_directory_is_not_judged_again(tmp_path, monkeypatch):
+    """A rescan asks the kinds of scalar source about a directory's names only when it was listed
+    again; an unchanged run is the same RunInfo, a changed one is found anew with its new file."""
+    for name in ("a", "b", "c"):
+        write_specforge_output(tmp_path / name)
+    age_tree(tmp_path)
+    asked: list[str] = []
+
+    def counted(kind):
+        def claims(name):
+            asked.append(name)
+            return kind.claims(name)
+
+        def files(tree):
+            asked.append(str(tree.path))
+            return kind.files(tree)
+
+        return dataclasses.replace(kind, claims=claims, files=files if kind.files is not None else None)
+
+    monkeypatch.setattr(registry, "SCALAR_SOURCES", [counted(kind) for kind in registry.SCALAR_SOURCES])
+    cache = ListingCache()
+    first = {info.name: info for info in discover_runs([tmp_path], cache=cache)}
+    assert asked
+
+    asked.clear()
+    again = {info.name: info for info in discover_runs([tmp_path], cache=cache)}
+    assert asked == []
+    assert all(again[name] is first[name] for name in ("a", "b", "c"))
+
+    console = tmp_path / "b" / "train.log"
+    console.write_text("step 1 loss 10.4\n")
+    after = {info.name: info for info in discover_runs([tmp_path], cache=cache)}
+    under_b = {name for _, _, files in os.walk(tmp_path / "b") for name in files}
+    assert asked and set(asked) <= under_b | {str(tmp_path / "b"), *(str(d) for d in (tmp_path / "b").rglob("*"))}
+    assert after["a"] is first["a"] and after["c"] is first["c"]
+    assert console in after["b"].console_files and console not in first["b"].console_files
 
 
 # ----------------------------------------------------------------- manifest

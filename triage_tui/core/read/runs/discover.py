@@ -205,7 +205,7 @@ def _assign(tree: Node, runs: list[_RunBuilder], cache: ListingCache) -> None:
             or node.wandb_files
             or _holds_trainer_state(node)
             or _promotes_parent(node)
-            or _holds_claimed_files(node)
+            or _holds_claimed_files(node, cache)
         )
         own[id(node)] = strong or (not below[id(node)] and _console_run(node, cache))
     owner: dict[int, _RunBuilder | None] = {id(tree): None}
@@ -231,11 +231,17 @@ def _console_run(node: Node, cache: ListingCache) -> bool:
     return _holds_output(node) or any(cache.holds_trainer_lines(path) for path in node.console_files)
 
 
-def _holds_claimed_files(node: Node) -> bool:
+def _holds_claimed_files(node: Node, cache: ListingCache) -> bool:
     """A file of a kind of scalar source that makes a run (core/read/source_kinds/registry.py) is here,
-    by the kind's own rule (its ``files``: trackio's database beside its lock, MLflow's run directory)."""
+    by the kind's own rule (its ``files``: trackio's database beside its lock, MLflow's run directory).
+    The kinds judge names alone: asked again only when the directory was listed again."""
+    cached = cache.claims.get(node.path)
+    if cached is not None and cached[0] is node.listing:
+        return cached[1]
     here = RunTree(Path(node.path), ((node.path, node.listing.files),), subdirs=node.listing.dirs)
-    return any(kind.files_in(here) for kind in registry.SCALAR_SOURCES if kind.makes_run)
+    claimed = any(kind.files_in(here) for kind in registry.SCALAR_SOURCES if kind.makes_run)
+    cache.claims[node.path] = (node.listing, claimed)
+    return claimed
 
 
 def _start_dir(root: Path, cache: ListingCache) -> Path:
@@ -443,6 +449,12 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     if builder.node.listing.has_manifest:
         manifest, manifest_error = _load_run_manifest(run_dir / MANIFEST_NAME, cache, strict)
     artifacts = _artifacts(builder, cache)
+    # Everything below is a function of these (names, never contents): the same RunInfo while they
+    # are the same, which also lets the watcher see an unchanged run at a glance.
+    key = (tuple((node.path, node.listing) for node in builder.nodes), manifest, manifest_error, artifacts)
+    cached = cache.run_infos.get((builder.node.path, root))
+    if cached is not None and cached[0] == key:
+        return cached[1]
     tree = RunTree(
         path=run_dir,
         dirs=tuple((node.path, node.listing.files) for node in builder.nodes),
@@ -452,7 +464,7 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
         trainer_state=artifacts.trainer_state,
         subdirs=builder.node.listing.dirs,
     )
-    return RunInfo(
+    info = RunInfo(
         path=run_dir,
         name=_run_name(builder.node.path, root),
         event_files=tree.event_files,
@@ -463,6 +475,8 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
         console_files=tree.console_files,
         scalar_files=_scalar_files(tree),
     )
+    cache.run_infos[(builder.node.path, root)] = (key, info)
+    return info
 
 
 def _scalar_files(tree: RunTree) -> tuple[tuple[str, tuple[Path, ...]], ...]:
