@@ -23,7 +23,6 @@ from triage_tui.cli import main
 from triage_tui.core.objstore import tuning
 from triage_tui.core.read.runs.remote import Mirrors
 from triage_tui.core.watch import read_schedule
-from triage_tui.core.watch import watcher as watcher_module
 from triage_tui.core.watch.fs_wakeups import start_observer
 from triage_tui.core.watch.watcher import Watcher
 
@@ -177,9 +176,12 @@ def test_the_watchers_own_loop_shows_an_appended_idle_run_through_the_watchdog(t
         thread.join(timeout=10)
 
 
-def test_a_costly_rescan_spaces_out_the_next_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("observed", [False, True])
+def test_a_costly_rescan_spaces_out_the_next_one(tmp_path, monkeypatch, observed):
+    """Ten times its cost; forty while the observer asks for a rescan whenever a file comes or goes."""
     _run(tmp_path, "run", range(1, 11))
     watcher = Watcher([tmp_path], use_watchdog=False, rescan_interval=0.01)
+    watcher.watchdog_active = observed
     real = watcher._rescan
 
     def slow() -> None:
@@ -189,7 +191,7 @@ def test_a_costly_rescan_spaces_out_the_next_one(tmp_path, monkeypatch):
     monkeypatch.setattr(watcher, "_rescan", slow)
     watcher.poll_once()
     wait = watcher._next_rescan - time.monotonic()
-    assert wait >= watcher_module.RESCAN_COST_FACTOR * 0.05 - 0.1
+    assert wait >= (2.0 if observed else 0.5) - 0.1
 
 
 class _ThreeDaysOn:

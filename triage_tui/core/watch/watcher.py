@@ -52,9 +52,12 @@ STOP_CHECK_SECS = 0.25
 PROGRESS_SECS = 0.25
 PROGRESS_MAX_SECS = 2.0  # the interval doubles after each report, up to this
 # A rescan walks every watched directory: the next one comes no sooner than this many times the
-# last one's duration after it (10 000 runs: ~1.2 s a rescan, one every 12 s rather than every 5 s),
-# so discovery takes at most about a tenth of the watcher's thread. A watchdog event asks for one at once.
+# last one's duration after it (10 000 runs: ~0.5 s a rescan, one every 5 s at most), so discovery
+# takes at most about a tenth of the watcher's thread. A watchdog event asks for one at once, so
+# while the observer runs the walk is only the net for what inotify cannot see (a write from
+# another host of a network filesystem, a lost event): a fortieth (10 000 runs: one every 20 s).
 RESCAN_COST_FACTOR = 10.0
+RESCAN_COST_FACTOR_OBSERVED = 40.0
 
 
 class _FirstPoll:
@@ -291,7 +294,8 @@ class Watcher:
                 self._rescan()
             took = time.monotonic() - started
             # rescan_interval 0 (tests, the benchmarks): at every poll, whatever it costs.
-            wait = max(self.rescan_interval, RESCAN_COST_FACTOR * took) if self.rescan_interval > 0 else 0.0
+            factor = RESCAN_COST_FACTOR_OBSERVED if self.watchdog_active else RESCAN_COST_FACTOR
+            wait = max(self.rescan_interval, factor * took) if self.rescan_interval > 0 else 0.0
             self._next_rescan = time.monotonic() + wait
 
     def run(self, on_update: Callable[[list[RunStatus]], None], stop: threading.Event) -> None:
