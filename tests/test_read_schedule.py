@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -202,6 +203,37 @@ class _ThreeDaysOn:
     @staticmethod
     def time() -> float:
         return time.time() + DAYS
+
+
+def test_idle_runs_found_together_are_read_a_few_at_each_poll_not_all_in_one(tmp_path, monkeypatch):
+    """Forty runs idle for three days, read every 4 s: each is read again within its 4 s, and
+    no poll reads them all (a 10 000-run node would spend 0.9 s of the watcher's thread on it)."""
+    monkeypatch.setattr(tuning, "IDLE_LISTING_TIERS", ((3600.0, 4.0),))
+    monkeypatch.setattr(read_schedule, "time", _ThreeDaysOn)
+    written = _run(tmp_path / "src", "run", range(1, 11))
+    for i in range(40):
+        (tmp_path / "runs" / f"run_{i:02d}").mkdir(parents=True)
+        shutil.copy(written, tmp_path / "runs" / f"run_{i:02d}" / written.name)
+    watcher = Watcher([tmp_path / "runs"], use_watchdog=False, rescan_interval=3600.0)
+    read: list[str] = []
+    real_update = watcher._update
+
+    def counted(tracked, *args):
+        read.append(tracked.info.name)
+        return real_update(tracked, *args)
+
+    monkeypatch.setattr(watcher, "_update", counted)
+    first = watcher.poll_once()
+    assert len(read) == 40 and "read every 4 s" in first[0].source_notes[0]
+    read_per_poll = []
+    started = time.monotonic()
+    while time.monotonic() - started < 4.5:
+        time.sleep(0.25)
+        read.clear()
+        watcher.poll_once()
+        read_per_poll.append(len(read))
+    assert sum(read_per_poll) >= 40  # every run read again within its tier
+    assert max(read_per_poll) <= 20, read_per_poll
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore needs Python 3.11")
