@@ -206,6 +206,21 @@ def test_an_unchanged_directory_is_not_judged_again(tmp_path, monkeypatch):
     assert console in after["b"].console_files and console not in first["b"].console_files
 
 
+def test_an_event_file_empty_when_listed_joins_its_run_once_written(tmp_path):
+    """A writer creates its event file before its first record: the directory is listed once, the
+    file's size is looked at on every walk, and the run's files follow it."""
+    first = write_scalars(tmp_path / "run" / "runs", {"loss": [(0, 1.0)]})
+    second = tmp_path / "run" / "runs" / "events.out.tfevents.1750000001.node.2.0"
+    second.touch()
+    age_tree(tmp_path)
+    cache = ListingCache()
+    (before,) = discover_runs([tmp_path / "run"], cache=cache)
+    assert before.event_files == (first,)
+    second.write_bytes(write_scalars(tmp_path / "donor", {"loss": [(1, 2.0)]}).read_bytes())
+    (after,) = discover_runs([tmp_path / "run"], cache=cache)
+    assert set(after.event_files) == {first, second}
+
+
 # ----------------------------------------------------------------- manifest
 
 

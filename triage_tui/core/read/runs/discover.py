@@ -449,9 +449,10 @@ def _run_info(builder: _RunBuilder, root: str, cache: ListingCache, strict: bool
     if builder.node.listing.has_manifest:
         manifest, manifest_error = _load_run_manifest(run_dir / MANIFEST_NAME, cache, strict)
     artifacts = _artifacts(builder, cache)
-    # Everything below is a function of these (names, never contents): the same RunInfo while they
-    # are the same, which also lets the watcher see an unchanged run at a glance.
-    key = (tuple((node.path, node.listing) for node in builder.nodes), manifest, manifest_error, artifacts)
+    # Everything below is a function of these (names, and which event files are not empty): the same
+    # RunInfo while they are the same, which also lets the watcher see an unchanged run at a glance.
+    nodes = tuple((node.path, node.listing, node.event_files) for node in builder.nodes)
+    key = (nodes, manifest, manifest_error, artifacts)
     cached = cache.run_infos.get((builder.node.path, root))
     if cached is not None and cached[0] == key:
         return cached[1]
