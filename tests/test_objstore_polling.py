@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -76,3 +77,32 @@ def test_an_active_prefix_is_listed_at_every_rescan(any_bucket, one_run, monkeyp
     assert [(counts.total_requests(), counts.get_body_bytes()) for counts in rest] == [(1, 0), (1, 0)]
     (cost,) = mirrors.costs()
     assert "listed every" not in cost.line()
+
+
+def test_what_a_pass_records_is_read_while_the_fetches_it_left_running_add_objects(any_bucket, tmp_path):
+    """The TUI's passes return after a moment and leave their fetches running on the pool's
+    threads, which add each fetched object to the mirror's book; the pass's record of the prefix
+    (its newest upload, which sets how often it is listed) reads that book meanwhile. Found at
+    10 000 runs: "dictionary changed size during iteration" ended the watcher."""
+    client = any_bucket.writer
+    for i in range(300):
+        client.put_object(Bucket=any_bucket.name, Key=f"team/run_{i:03d}/train.log", Body=b"step 1 loss 10.4\n")
+    mirrors = Mirrors()
+    mirrors.local(f"{any_bucket.base}/team")
+    (mirror,) = mirrors.mirrors
+    mirror.wait_secs = 0.0  # return at once: every fetch left running
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the GIL changes hands between any two bytecodes, as under load
+    fetched = []
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 60:
+            done = mirror.sync()
+            for _ in range(100):  # while the fetches go on
+                mirror.newest_upload()
+            fetched = list(mirror.root.rglob("train.log"))
+            if not done.partial and done.running == 0 and len(fetched) == 300:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(fetched) == 300 and mirror.newest_upload() is not None

@@ -319,7 +319,10 @@ class PrefixMirror:
 
     def newest_upload(self) -> float | None:
         """The last-modified time of the newest object the last pass listed (None: none listed)."""
-        return max((known.meta.mtime for known in self._known.values()), default=None)
+        # Fetches a live pass left running add to the book from the pool's threads: read from a copy
+        # taken in one step (list() of a dict holds the GIL throughout), never iterated as it grows.
+        known = list(self._known.values())
+        return max((entry.meta.mtime for entry in known), default=None)
 
     def _how(self, rel: str, later: frozenset[str]) -> How:
         how = self.policy(rel)
