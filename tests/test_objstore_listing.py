@@ -172,3 +172,34 @@ def test_a_run_idle_for_long_is_not_listed_again_before_its_tier(any_bucket, sha
     mirror.sync()
     assert any((root / "run" / "other").glob("events.out.tfevents.*"))
     assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS
+
+
+def test_runs_gone_idle_together_cost_no_more_than_a_whole_listing_when_their_tier_comes(
+    any_bucket, tmp_path, monkeypatch
+):
+    """Forty runs idle for two hours come due at once: the pass lists the prefix whole (one page)
+    instead of each run's directory (forty requests), and then passes them by until their next tier."""
+    from triage_tui.core.objstore import levels
+
+    monkeypatch.setattr(tuning, "IDLE_LISTING_TIERS", ((1800.0, 60.0),))
+    monkeypatch.setattr(levels, "time", _Clock)
+    monkeypatch.setattr(_Clock, "ahead", 0.0)
+    written = write_scalars(tmp_path / "src" / "runs", {"train/loss": [(1, 10.4)]})
+    for i in range(40):
+        (tmp_path / "tree" / f"run_{i:02d}" / "runs").mkdir(parents=True)
+        (tmp_path / "tree" / f"run_{i:02d}" / "runs" / written.name).write_bytes(written.read_bytes())
+    upload_tree(any_bucket.writer, any_bucket.name, "team", tmp_path / "tree")
+    mirrors = Mirrors()
+    root = mirrors.local(f"{any_bucket.base}/team")
+    (mirror,) = mirrors.mirrors
+    mirror.sync()
+    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0)
+    mirror.sync()  # learns that every run is idle: each is listed again a minute later
+    any_bucket.proxy.reset_counts()
+    mirror.sync()  # within the minute: the prefix's level alone
+    assert any_bucket.proxy.reset_counts().total_requests() == 1
+    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0 + 61.0)
+    mirror.sync()  # every run's minute has come
+    due = any_bucket.proxy.reset_counts()
+    assert due.total_requests() == 1, due.paths
+    assert len(list(root.glob("run_*/runs/events.out.tfevents.*"))) == 40

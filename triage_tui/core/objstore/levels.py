@@ -17,6 +17,8 @@ A directory right below the prefix (a sweep's run) whose newest object is as old
 ``tuning.IDLE_LISTING_TIERS`` is kept too, whole, and listed again only at its tier (idle 30 min:
 every minute; 6 h: 5 min; 2 d: 15 min): a bucket of many finished runs and a few live ones is then
 walked through the live ones alone, not listed whole at every rescan because one run is written.
+A walk's cost counts each such directory whose tier has come and the prefix's own level a page per
+1 000 runs: runs that went idle together come due together, and are then cheaper listed whole.
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ class LevelListing:
     def listing(self, progress: budget.ListingProgress | None = None) -> Listing:
         """This pass's listing; ``progress`` holds a whole listing's keys so far while its pages come."""
         kept = bool(self._kept or self._idle)  # a walk has something to pass by
-        self.walked = kept and self.store.lists_by_level and self._walk_requests <= self._whole_requests
+        # An idle directory whose tier has come is listed by the walk: one request at least each (10 000
+        # runs gone idle together come due together, and were 10 000 requests where the whole listing is 20)
+        clock = time.monotonic()
+        due = sum(1 for _, listed_again in self._idle.values() if clock >= listed_again)
+        walk = self._walk_requests + due
+        self.walked = kept and self.store.lists_by_level and walk <= self._whole_requests
         self._reused = set()
         found = self._walk() if self.walked else self.store.listing(self.prefix, progress)
         if not found.stopped and not found.unreadable:
@@ -102,9 +109,11 @@ class LevelListing:
                 if directory in self._above:
                     whole_below.add(child)
         self._learn_idle(objects)
-        # What a walk sends: a request per directory it lists, none below an idle one not yet due.
+        # What a walk sends: a request per directory it lists, none below an idle one not yet due, and
+        # the prefix's own level a page per 1 000 of its entries (a sweep's runs).
         listed = [d for d in (*self._above, *whole_below) if d == "" or d.split("/")[0] not in self._idle]
-        self._walk_requests = len(listed)
+        entries = {self._rel(meta.key).split("/", 1)[0] for meta in objects}
+        self._walk_requests = len(listed) + max(0, -(-len(entries) // PAGE_KEYS) - 1)
         self._whole_requests = max(1, -(-len(objects) // PAGE_KEYS))
 
     def _learn_idle(self, objects: tuple[ObjectMeta, ...]) -> None:
