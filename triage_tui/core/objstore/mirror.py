@@ -159,6 +159,18 @@ class _Local:
     complaint: str = ""  # why it was read short: said again by each pass until it changes
 
 
+def _stand_in(path: Path, meta: ObjectMeta) -> None:
+    """A followed object not fetched yet as a file of one zero byte, a hole: its run is found
+    (discovery passes over an empty event file) and its error said on it; the readers take a
+    zero tail for bytes still to land, and the first fetch writes over it."""
+    # an object listed empty is not stood in for; a file the first poll created before it failed is
+    if meta.size and (not path.exists() or path.stat().st_size == 0):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(1)
+        os.utime(path, (meta.mtime, meta.mtime))
+
+
 @dataclass
 class PrefixMirror:
     """``url`` (a prefix) mirrored under ``root``; ``sync()`` brings the local tree up to date."""
@@ -239,7 +251,7 @@ class PrefixMirror:
                 errors.append(SourceError("objstore", self.store.url(known.meta.key), known.complaint))
         for rel, meta, how in work:
             if how == "follow":
-                self._stand_in(rel, meta)  # its run is found now, however long its fetch takes
+                _stand_in(self.root / rel, meta)  # its run is found now, however long its fetch takes
 
         # The first pass of a sweep is thousands of small GETs: a pool keeps that many in flight
         # (the clients release the GIL while they wait); each object is one task's.
@@ -351,7 +363,7 @@ class PrefixMirror:
             return rel, wrote, SourceError("objstore", self.store.url(meta.key), complaint) if complaint else None
         except BadInput as err:
             if how == "follow":
-                self._stand_in(rel, meta)
+                _stand_in(self.root / rel, meta)
             return rel, False, SourceError("objstore", err.path or self.store.url(meta.key), err.what)
         except OSError as err:
             return rel, False, SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}")
@@ -420,18 +432,6 @@ class PrefixMirror:
             complaint = f"read to byte {step.size} of {meta.size}: this pass's byte budget is spent, the next reads on"
         self._known[rel] = _Local(meta, "follow", follower, behind, complaint)
         return wrote, complaint
-
-    def _stand_in(self, rel: str, meta: ObjectMeta) -> None:
-        """A followed object not fetched yet as a file of one zero byte, a hole: its run is found
-        (discovery passes over an empty event file) and its error said on it; the readers take a
-        zero tail for bytes still to land, and the first fetch writes over it."""
-        path = self.root / rel
-        # an object listed empty is not stood in for; a file the first poll created before it failed is
-        if meta.size and (not path.exists() or path.stat().st_size == 0):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as f:
-                f.truncate(1)
-            os.utime(path, (meta.mtime, meta.mtime))
 
     def _write_whole(self, path: Path, meta: ObjectMeta, *, keep_mtime: bool = False) -> None:
         if meta.size > tuning.MAX_WHOLE_BYTES:
