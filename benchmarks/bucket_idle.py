@@ -29,21 +29,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import bench_bucket  # noqa: E402  (the upload, the environment, requests by kind)
 import bench_sweep  # noqa: E402  (the tree)
-from builders.object_store import S3Proxy, S3Server, s3_client  # noqa: E402
-
-
-class _Clock:
-    """The real clocks moved on by ``ahead`` seconds: objects look that much older, tiers end sooner."""
-
-    ahead = 0.0
-
-    @classmethod
-    def time(cls) -> float:
-        return time.time() + cls.ahead
-
-    @classmethod
-    def monotonic(cls) -> float:
-        return time.monotonic() + cls.ahead
+from builders.object_store import MovedClock, S3Proxy, S3Server, s3_client  # noqa: E402
 
 
 def main() -> None:
@@ -67,7 +53,7 @@ def main() -> None:
         from triage_tui.core.watch.watcher import Watcher
 
         for module in (levels, polls, read_schedule):
-            setattr(module, "time", _Clock)  # noqa: B010  (mypy: a module's attribute, set by name)
+            setattr(module, "time", MovedClock)  # noqa: B010  (mypy: a module's attribute, set by name)
         tuning.CACHE_DIR = Path(tempfile.mkdtemp())
         mirrors = Mirrors()
         watcher = Watcher(
@@ -94,13 +80,13 @@ def main() -> None:
                 raise SystemExit("not every point was read in 30 min")
         print(f"every point read after {time.perf_counter() - started:.1f} s", flush=True)
         poll("idle poll, objects uploaded just now")
-        _Clock.ahead = 7200.0
+        MovedClock.ahead = 7200.0
         poll("2 h on: every tier's time has come")
         poll("idle poll")
-        _Clock.ahead += 61.0
+        MovedClock.ahead += 61.0
         poll("61 s later: the prefix's and every run's 1 min tier")
         poll("idle poll")
-        _Clock.ahead += 301.0
+        MovedClock.ahead += 301.0
         poll("5 min later")
         print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
         proxy.stop()

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from builders.object_store import upload_tree
+from builders.object_store import MovedClock, upload_tree
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
 from triage_tui.core.read.runs.remote import Mirrors
@@ -132,28 +132,14 @@ def _wait_for(condition, started: float, seconds: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-class _Clock:
-    """levels' clocks moved on by ``ahead`` seconds: objects look that much older, tiers end that much sooner."""
-
-    ahead = 0.0
-
-    @classmethod
-    def time(cls) -> float:
-        return time.time() + cls.ahead
-
-    @classmethod
-    def monotonic(cls) -> float:
-        return time.monotonic() + cls.ahead
-
-
 def test_a_run_idle_for_long_is_not_listed_again_before_its_tier(any_bucket, sharded_run, tmp_path, monkeypatch):
     """Idle for an hour or more (to levels' clock), the run's directory is kept whole: an idle pass is the
     prefix's own level alone, and what is uploaded into the run meanwhile is fetched once its tier has passed."""
     from triage_tui.core.objstore import levels
 
     monkeypatch.setattr(tuning, "IDLE_LISTING_TIERS", ((3600.0, 3600.0),))
-    monkeypatch.setattr(levels, "time", _Clock)
-    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0)
+    monkeypatch.setattr(levels, "time", MovedClock)
+    monkeypatch.setattr(MovedClock, "ahead", 2 * 3600.0)
     mirrors = Mirrors()
     root = mirrors.local(sharded_run)
     (mirror,) = mirrors.mirrors
@@ -168,7 +154,7 @@ def test_a_run_idle_for_long_is_not_listed_again_before_its_tier(any_bucket, sha
     upload_tree(any_bucket.writer, any_bucket.name, "team/run", later)
     mirror.sync()
     assert not (root / "run" / "other").exists()  # within its tier: not listed, not fetched
-    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0 + 3601.0)  # the tier has passed
+    monkeypatch.setattr(MovedClock, "ahead", 2 * 3600.0 + 3601.0)  # the tier has passed
     mirror.sync()
     assert any((root / "run" / "other").glob("events.out.tfevents.*"))
     assert len(list((root / "run" / "checkpoint-100").glob("*.safetensors"))) == SHARDS
@@ -182,8 +168,8 @@ def test_runs_gone_idle_together_cost_no_more_than_a_whole_listing_when_their_ti
     from triage_tui.core.objstore import levels
 
     monkeypatch.setattr(tuning, "IDLE_LISTING_TIERS", ((1800.0, 60.0),))
-    monkeypatch.setattr(levels, "time", _Clock)
-    monkeypatch.setattr(_Clock, "ahead", 0.0)
+    monkeypatch.setattr(levels, "time", MovedClock)
+    monkeypatch.setattr(MovedClock, "ahead", 0.0)
     written = write_scalars(tmp_path / "src" / "runs", {"train/loss": [(1, 10.4)]})
     for i in range(40):
         (tmp_path / "tree" / f"run_{i:02d}" / "runs").mkdir(parents=True)
@@ -193,12 +179,12 @@ def test_runs_gone_idle_together_cost_no_more_than_a_whole_listing_when_their_ti
     root = mirrors.local(f"{any_bucket.base}/team")
     (mirror,) = mirrors.mirrors
     mirror.sync()
-    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0)
+    monkeypatch.setattr(MovedClock, "ahead", 2 * 3600.0)
     mirror.sync()  # learns that every run is idle: each is listed again a minute later
     any_bucket.proxy.reset_counts()
     mirror.sync()  # within the minute: the prefix's level alone
     assert any_bucket.proxy.reset_counts().total_requests() == 1
-    monkeypatch.setattr(_Clock, "ahead", 2 * 3600.0 + 61.0)
+    monkeypatch.setattr(MovedClock, "ahead", 2 * 3600.0 + 61.0)
     mirror.sync()  # every run's minute has come
     due = any_bucket.proxy.reset_counts()
     assert due.total_requests() == 1, due.paths

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +50,21 @@ DUMMY_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
+
+
+class MovedClock:
+    """The real clocks moved on by ``ahead`` seconds, for a module's ``time`` (objstore.levels',
+    objstore.polls', the read schedule's): objects look that much older, tiers end that much sooner."""
+
+    ahead = 0.0
+
+    @classmethod
+    def time(cls) -> float:
+        return time.time() + cls.ahead
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return time.monotonic() + cls.ahead
 
 
 class S3Server:

@@ -5,10 +5,10 @@ client, and NFS attribute caching delays size changes (gorakhargosh/watchdog iss
 so every ``poll_interval`` each known event file is stat'ed and its appended bytes read
 (core.read.sources.RunSources: every kind core/read/source_kinds/registry.py lists; a run whose
 files are idle for long less often, core.watch.read_schedule), and every ``rescan_interval`` (or
-ten times the last walk's duration, when longer) the given paths are walked again for new runs and
-files (core.read.runs, cheap thanks to its listing cache). A watchdog Observer, where it works,
-only calls ``wake()`` so a local write shows up at once instead of within a poll interval;
-``use_watchdog=False`` (``--poll``) leaves polling alone.
+ten times the last walk's duration, forty while the observer runs, when longer) the given paths
+are walked again for new runs and files (core.read.runs, cheap thanks to its listing cache). A
+watchdog Observer, where it works, only calls ``wake()`` so a local write shows up at once instead
+of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling alone.
 
 ``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread. Each run's
 own state, the files its settings come from and its update into a RunStatus are core.watch.watched_run's;
