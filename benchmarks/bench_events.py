@@ -39,6 +39,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+import record  # noqa: E402  (a running process's CPU)
 
 TAGS = [f"train/ploss_{i}" for i in range(7)] + [f"train/acc_{i}" for i in range(7)] + ["train/lr"]
 WALL0 = 1_700_000_000.0
@@ -280,9 +283,7 @@ def rustboard(logdir: Path, repeat: int) -> dict:
             for line in proc.stderr:
                 if "Finished load cycle" in line:
                     walls.append(time.perf_counter() - t0)
-                    with open(f"/proc/{proc.pid}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    cpus.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+                    cpus.append(record.process_cpu(proc.pid))
                     peaks.append(_peak_rss_bytes(proc.pid))
                     reported.append(line.rsplit("(", 1)[-1].rstrip(")\n"))
                     break

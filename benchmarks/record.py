@@ -124,6 +124,13 @@ def spread(xs: list[float], digits: int = 2) -> str:
     return f"{statistics.median(xs):.{digits}f} ({min(xs):.{digits}f}–{max(xs):.{digits}f})"
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def whole_process_peak_mib(usage) -> float:
     """Peak RSS of a process waited for with os.wait4: the largest of it and the children it waited for
     (Linux: ru_maxrss in KiB). The same figure for every tool: its whole process, not growth after imports."""
