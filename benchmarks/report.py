@@ -175,9 +175,10 @@ def bucket_latency_section() -> list[str]:
         return [*lines, "Not measured yet: `.venv/bin/python benchmarks/bench_bucket_latency.py`."]
     row = rec["rows"][0]
     shards = row["scan_kinds"].get("GET shard", 0)
+    server = row.get("server", "moto's S3 server")
     lines += [
         f"Measured {measured(rec)} by `{rec['command']}`: {row['runs']} runs, each an event file and a",
-        f"checkpoint of {row['shards']} safetensors shards ({row['objects']:,} objects), on moto's S3 server behind a",
+        f"checkpoint of {row['shards']} safetensors shards ({row['objects']:,} objects), on {server} behind a",
         f"proxy holding every request {row['latency_ms']:g} ms. Best of the rounds, from exec, empty object cache:",
         "",
         "| what | seconds |",
@@ -190,6 +191,19 @@ def bucket_latency_section() -> list[str]:
         f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes"
         + (f", its listings {row['idle_listing_bytes']:,} bytes." if "idle_listing_bytes" in row else "."),
     ]
+    later = row.get("idle_for_long") or {}
+    if later:
+        lines += [
+            "",
+            "Once every run has been idle for long (the listing tiers' clocks moved on), the same watcher's polls:",
+            "",
+            "| poll | requests | object bytes | shard keys listed |",
+            "|---|---|---|---|",
+            *(
+                f"| {name} | {p['requests']:,} | {p['object_bytes']:,} | {p['shard_keys_listed']:,} |"
+                for name, p in later.items()
+            ),
+        ]
     return lines
 
 
