@@ -17,7 +17,8 @@ Measured, each through the proxy, whole processes from exec to exit, empty objec
 - the whole scan: ``triage scan --json s3://bench/lat`` (the requests it sent, counted at the proxy:
   listings, object GETs, shard objects read: goal 0);
 - first rows: a Watcher over the URL as the TUI starts it (a child process): seconds from exec to
-  its first update holding a run, polls until its first listing has ended (caught up), then one
+  its first update holding a run, polls until its first listing has ended and every point is
+  held (caught up), then one
   more poll of the unchanged bucket (the idle poll: its
   requests, object bytes and bytes of listings at the proxy; goals: no object body, no shard key
   listed).
@@ -132,10 +133,11 @@ def kinds(counts) -> dict[str, int]:
     return found
 
 
-def child_first_rows(url: str) -> None:
+def child_first_rows(url: str, points: int) -> None:
     """A Watcher over ``url`` as the TUI starts one: prints the time (wall clock) of its first update
-    holding a run and of the poll that caught up; then, for each line on stdin (a number of hours),
-    moves the listing tiers' clocks that far on, polls once more and prints that poll's seconds."""
+    holding a run and of the poll that caught up (its first listing ended, all ``points`` held);
+    then, for each line on stdin (a number of hours), moves the listing tiers' clocks that far on,
+    polls once more and prints that poll's seconds."""
     from triage_tui.core.objstore import levels, polls, tuning
     from triage_tui.core.read.runs.remote import Mirrors
     from triage_tui.core.watch import read_schedule
@@ -154,9 +156,9 @@ def child_first_rows(url: str) -> None:
         if statuses:
             break
     print(json.dumps({"first_rows_at": time.time(), "runs": len(statuses)}), flush=True)
-    # The first rows come while the first listing may go on (a live pass leaves it running): the
-    # idle poll is that of a watcher caught up, as a TUI is once its first listing has ended.
-    while mirrors.behind:
+    # The first rows come while the first listing and fetches may go on (a live pass leaves them
+    # running): the idle poll is that of a watcher caught up, every object listed and read.
+    while mirrors.behind or sum(status.scalars.points for status in statuses) < points:
         statuses = watcher.poll_once()
     print(json.dumps({"caught_up_at": time.time(), "runs": len(statuses)}), flush=True)
     for line in sys.stdin:
@@ -167,9 +169,12 @@ def child_first_rows(url: str) -> None:
         print(json.dumps({"idle_poll_s": time.perf_counter() - t0, "runs": len(statuses), "rss_mib": peak}), flush=True)
 
 
-def first_rows(proxy: LatencyProxy, url: str, env: dict[str, str], timeout: float, idle_hours: float) -> dict:
+def first_rows(
+    proxy: LatencyProxy, url: str, points: int, env: dict[str, str], timeout: float, idle_hours: float
+) -> dict:
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_bucket_latency as b; b.child_first_rows({url!r})"
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_bucket_latency as b; "
+        f"b.child_first_rows({url!r}, {points})"
     )
     later: dict[str, dict] = {}
     proxy.reset_counts()
@@ -291,7 +296,7 @@ def main() -> None:
             assert bench_sweep.scan_points(stdout) == scan_expected
             locals_.append(seconds)
             with tempfile.TemporaryDirectory() as cache:
-                rows_at.append(first_rows(proxy, url, env_for(cache), args.timeout, args.idle_hours))
+                rows_at.append(first_rows(proxy, url, expected, env_for(cache), args.timeout, args.idle_hours))
             assert rows_at[-1]["caught_up_runs"] == args.runs, "the watcher caught up without every run"
             print(f"scan {scans[-1]:.2f} s, local {locals_[-1]:.2f} s, first rows {rows_at[-1]}", flush=True)
     finally:
@@ -312,7 +317,7 @@ def main() -> None:
         f"| {max(peaks):.0f} |\n"
         f"| first rows: a Watcher as the TUI starts one, exec to its first update holding a run "
         f"| {best_rows['first_rows_s']:.2f} | {record.spread([r['first_rows_s'] for r in rows_at])} | |\n"
-        f"| caught up: the same Watcher, exec to the poll that ends its first listing, every run listed "
+        f"| caught up: the same Watcher, exec to the poll that holds every point, its first listing ended "
         f"| {min(caught_up):.2f} | {record.spread(caught_up)} | |\n"
         f"| `triage scan --json TREE` (the same runs on local disk, no proxy) | {min(locals_):.2f} "
         f"| {record.spread(locals_)} | |\n\n"
