@@ -191,6 +191,8 @@ def bucket_latency_section() -> list[str]:
         f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes"
         + (f", its listings {row['idle_listing_bytes']:,} bytes." if "idle_listing_bytes" in row else "."),
     ]
+    if "fake-gcs" in server:
+        lines += ["fake-gcs-server answers a listing in one page whatever its size; S3 sends 1 000 keys a page."]
     later = row.get("idle_for_long") or {}
     if later:
         lines += [
