@@ -162,7 +162,7 @@ def run_state(
     at most once and only where the line can matter (no live writer here, a stalled one, a W&B exit
     code), so a live run's console is never read for it. ``final_save``: the trainer saved its last
     checkpoint (its own marker). ``recorded_end``: what a tracker's store recorded of the run's end,
-    as (state, reason) (MLflow's FINISHED an end, FAILED or KILLED a crash: core/read/trackers/stores.py),
+    as (state, reason) (MLflow's FINISHED or KILLED an end, FAILED a crash: core/read/trackers/stores.py),
     taken where no writer is visible, or before the writer with ``recorded_end_first`` (one of a store's
     several runs: the process holding the store open may be writing another of them).
     ``recorded_running``: a tracker's store records the run RUNNING, no end, as (state, reason), taken

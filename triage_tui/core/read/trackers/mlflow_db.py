@@ -37,7 +37,11 @@ REQUIRED = {
 }
 # MLflow's RunStatus names (mlflow/entities/run_status.py), and what each says of the run.
 ENDED = frozenset({"FINISHED"})
-FAILED = frozenset({"FAILED", "KILLED"})  # KILLED: stopped before it finished
+FAILED = frozenset({"FAILED"})
+# KILLED is set on purpose, never by a crash: a cancelled project or job run (mlflow-skinny 3.18.0,
+# mlflow/projects/kubernetes.py ``cancel``), ``MlflowClient.set_terminated(status="KILLED")``, and
+# every trial an Optuna study prunes (mlflow/optuna/storage.py maps TrialState.PRUNED to KILLED).
+STOPPED = frozenset({"KILLED"})
 RUNNING = frozenset({"RUNNING"})  # no end recorded yet
 
 

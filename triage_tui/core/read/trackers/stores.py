@@ -198,15 +198,20 @@ class StoreRuns:
 
 def recorded_end(states: dict[str, str | None]) -> tuple[str, str] | None:
     """What a store's statuses say of the run's end, as ``run_state``'s (state, reason): a run FAILED
-    crashed, one KILLED too (stopped before it finished: said so), one FINISHED ended (every run of
-    the store finished: ended); RUNNING (``recorded_running``) or unknown says nothing of an end."""
+    crashed; one FINISHED ended, and one KILLED too (stopped on purpose: a cancel, a pruned trial;
+    said so), where every run of the store ended; RUNNING (``recorded_running``) or unknown says
+    nothing of an end."""
     known = {label: status for label, status in states.items() if status is not None}
     failed = sorted(label for label, status in known.items() if status in mlflow_db.FAILED)
     if failed:
-        status = known[failed[0]]
-        stopped = ": stopped before it finished" if status == "KILLED" else ""
-        return "crashed", f"MLflow recorded {printable(failed[0])} {status}{stopped}"
-    if known and all(status in mlflow_db.ENDED for status in known.values()):
+        return "crashed", f"MLflow recorded {printable(failed[0])} {known[failed[0]]}"
+    if known and all(status in mlflow_db.ENDED | mlflow_db.STOPPED for status in known.values()):
+        stopped = sorted(label for label, status in known.items() if status in mlflow_db.STOPPED)
+        if stopped:
+            return "ended", (
+                f"MLflow recorded {printable(stopped[0])} KILLED: stopped on purpose before it finished "
+                "(a cancelled run or a pruned trial), not a crash"
+            )
         return "ended", "MLflow recorded the run FINISHED" if len(known) == 1 else "MLflow recorded every run FINISHED"
     return None
 
