@@ -343,12 +343,16 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in KEYS}
         cpus: dict[str, list[float]] = {k: [] for k in KEYS}
         peaks: dict[str, list[float]] = {k: [] for k in KEYS}
+        server_cpu: list[float] = []  # moto's, during each of triage's bucket scans
         for turn in range(args.repeat):
             for key in KEYS if turn % 2 == 0 else KEYS[::-1]:
+                before = record.process_cpu(server.process.pid)
                 with tempfile.TemporaryDirectory() as cache:
                     seconds, cpu, peak, stdout = bench_sweep.timed(
                         cmds[key], s3_env(server.endpoint, cache), args.timeout
                     )
+                if key == "bucket":
+                    server_cpu.append(record.process_cpu(server.process.pid) - before)
                 if key == "tensorboard":
                     got = json.loads(stdout.strip().splitlines()[-1])
                     assert got == {"runs": args.runs, "points": expected}, got
@@ -400,7 +404,8 @@ def main() -> None:
         f"{written_s:.0f} s; {objects:,} objects, {uploaded / 1e6:.1f} MB, uploaded by boto3 on {args.threads} "
         f"threads in {upload_s:.1f} s) on moto {metadata.version('moto')}'s S3 server (a Python server in a child "
         f"process, slower than S3); {args.repeat} rounds in alternating order, each figure the best; whole "
-        "processes from exec to exit.\n\n"
+        "processes from exec to exit. moto's own CPU during each of triage's bucket scans: "
+        f"{record.spread(server_cpu)} s.\n\n"
         "| what | best s | median (min–max) s | CPU s (best), process and helpers | peak RSS, whole process, "
         "MiB (max) |\n|---|---|---|---|---|\n" + "\n".join(rows_md) + "\n\n"
         "| ratio (best wall times) | |\n|---|---|\n"
@@ -454,6 +459,7 @@ def main() -> None:
                 for name in ("idle poll", "poll after one run grew")
             },
             "appended_bytes": polls["appended_bytes"],
+            "server_cpu": server_cpu,
         }
     ]
     run.save("A sweep in a bucket against the local tree and TensorBoard", table, rows, notes=args.note)
