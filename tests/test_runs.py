@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,27 @@ def test_malformed_manifest_is_bad_input_naming_the_file(tmp_path, text, complai
         discover_runs([tmp_path])
     (lenient,) = discover_runs([tmp_path], strict=False)
     assert lenient.manifest is None and complaint in lenient.manifest_error
+
+
+def test_what_is_kept_of_deleted_runs_is_dropped_and_what_lives_is_kept(tmp_path):
+    """A node's runs come and go for weeks under one watcher: once most of the listings kept are of
+    directories gone, a discovery drops them (and the RunInfos and artifacts of their runs), while
+    every directory still there stays cached: the next discovery lists nothing again."""
+    event_file = write_scalars(tmp_path / "src", {"train/loss": [(0, 10.4), (1, 9.0)]})
+    root = tmp_path / "sweep"
+    for i in range(300):
+        (root / f"run_{i:03d}" / "runs").mkdir(parents=True)
+        shutil.copy(event_file, root / f"run_{i:03d}" / "runs" / event_file.name)
+    age_tree(root)
+    cache = ListingCache()
+    assert len(discover_runs([root], cache=cache)) == 300
+    assert len(cache.listings) > 600 and len(cache.run_infos) == 300
+    for i in range(10, 300):
+        shutil.rmtree(root / f"run_{i:03d}")
+    age_tree(root)
+    names = sorted(info.name for info in discover_runs([root], cache=cache))
+    assert names == [f"run_{i:03d}/runs" for i in range(10)]
+    assert len(cache.listings) <= 21 and len(cache.run_infos) == 10 and len(cache.artifacts) <= 10
+    scandirs = cache.scandirs
+    assert sorted(info.name for info in discover_runs([root], cache=cache)) == names
+    assert cache.scandirs == scandirs

@@ -390,6 +390,7 @@ def discover_runs(
     cache = cache if cache is not None else ListingCache()
     cache.skipped_links = {}
     cache.walk_limits = {}
+    cache.listed = 0
     found: dict[str, RunInfo] = {}
     roots = [Path(os.path.abspath(expand_user(raw))) for raw in (*paths, *watched)]
     within = tuple(os.path.realpath(root) for root in roots)
@@ -415,6 +416,7 @@ def discover_runs(
                 # A tracker's store of several runs: one run each (core/read/runs/tracker_runs.py).
                 for info in store_runs(_run_info(builder, str(root), cache, manifests_strict), str(root), cache):
                     found.setdefault(str(info.path), info)
+    cache.forget_gone()
     return list(found.values())
 
 

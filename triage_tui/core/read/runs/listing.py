@@ -131,8 +131,10 @@ class ListingCache:
     # every kind about every file name of the tree again: 60 % of a cached rescan.
     claims: dict[str, tuple[Listing, bool]] = field(default_factory=dict)
     run_infos: dict[tuple[str, str], tuple[tuple, Any]] = field(default_factory=dict)
+    listed: int = 0  # listings the walk under way asked for, cached or not (discover_runs sets it to 0)
 
     def listing(self, path: str, stat: os.stat_result) -> Listing | None:
+        self.listed += 1
         key = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
         cached = self.listings.get(path)
         if cached is not None and cached.key == key and cached.trusted:
@@ -165,6 +167,31 @@ class ListingCache:
         listing = Listing.of(key, trusted, os.path.basename(path), tuple(files), tuple(dirs), frozenset(linked_dirs))
         self.listings[path] = listing
         return listing
+
+    def forget_gone(self) -> int:
+        """Drop what is kept of paths that no longer exist, once the listings kept are more than
+        twice those the last walk asked for (and 256 more): on a node where runs come and go for
+        weeks, each deleted run's listings, RunInfo, artifacts and manifest were otherwise held
+        until exit. Each cache here is only a cache: a path dropped is read again if it comes back.
+        Returns how many entries went."""
+        if len(self.listings) <= 2 * self.listed + 256:
+            return 0
+        gone: dict[str, bool] = {}
+
+        def exists(path: str) -> bool:
+            if path not in gone:
+                gone[path] = not os.path.lexists(path)
+            return not gone[path]
+
+        dropped = 0
+        for cache in (self.listings, self.manifests, self.artifacts, self.trainer_lines, self.store_runs, self.claims):
+            for path in [path for path in cache if not exists(path)]:
+                del cache[path]
+                dropped += 1
+        for run_key in [run_key for run_key in self.run_infos if not exists(run_key[0])]:
+            del self.run_infos[run_key]
+            dropped += 1
+        return dropped
 
     def holds_trainer_lines(self, path: str) -> bool:
         """Whether a console file's first or last ``CONSOLE_SNIFF_BYTES`` hold a trainer's metrics
