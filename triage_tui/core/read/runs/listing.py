@@ -176,12 +176,12 @@ class ListingCache:
         Returns how many entries went."""
         if len(self.listings) <= 2 * self.listed + 256:
             return 0
-        gone: dict[str, bool] = {}
+        seen: dict[str, bool] = {}  # path -> whether it exists (a run's directory is asked of by several caches)
 
         def exists(path: str) -> bool:
-            if path not in gone:
-                gone[path] = not os.path.lexists(path)
-            return not gone[path]
+            if path not in seen:
+                seen[path] = os.path.lexists(path)
+            return seen[path]
 
         dropped = 0
         for cache in (self.listings, self.manifests, self.artifacts, self.trainer_lines, self.store_runs, self.claims):
