@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -66,9 +68,26 @@ def points(run_dir: Path) -> int:
 
 
 def background(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """A process with nothing on its standard streams."""
+    """A process with nothing on its standard streams, in a session of its own (``ended_all`` ends
+    it with everything it started)."""
     devnull = subprocess.DEVNULL
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=devnull, stdout=devnull, stderr=devnull)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=devnull, stdout=devnull, stderr=devnull, start_new_session=True
+    )
+
+
+@contextmanager
+def ended_all(child: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """``background``'s child, killed with every process of its session when the block ends: a
+    wrapper killed alone leaves what it started running (``time tail -f`` for ever)."""
+    with ended(child):
+        try:
+            yield child
+        finally:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the session's processes are gone already
 
 
 def scan_json(argv: list[str], run_dir: Path, cwd: Path | None = None) -> tuple[int, dict]:
@@ -162,14 +181,15 @@ def test_wrappers_shells_editors_and_a_parent_directory_are_not_writers(tmp_path
         ["watch", "-n", "600", "ls", str(run_a)],
         ["vim", "-u", "NONE", "-n", "-es", "-c", "sleep 600", str(run_a / "notes.txt")],
     ]
-    bystanders = [
+    wrappers = [
         background(["timeout", "600", "tail", "-f", str(run_a / "train.log")]),
         *(background([found, *argv[1:]]) for argv in optional if (found := shutil.which(argv[0]))),
         background(["bash", str(script), str(run_a)]),
         background([str(script), str(run_a)]),  # by its shebang: comm "wait.sh"
         background(["sleep", "600"], cwd=tmp_path),  # beside the runs, above them
-        start(IDLE, "--logdir", str(runs)),  # names runs/, the directory above every run
     ]
+    idle_above = start(IDLE, "--logdir", str(runs))  # names runs/, the directory above every run
+    bystanders = [*wrappers, idle_above]
     writer_of_c = start(IDLE, "--output-dir", str(run_c))  # a trainer's command line: the run itself
     try:
         wait_until(
@@ -182,7 +202,10 @@ def test_wrappers_shells_editors_and_a_parent_directory_are_not_writers(tmp_path
         writer, _ = find_writer(run_c, table)
         assert writer is not None and writer.pid == writer_of_c.pid and writer.evidence == "command line"
     finally:
-        for child in [*bystanders, writer_of_c]:
+        for child in wrappers:
+            with ended_all(child):
+                pass
+        for child in [idle_above, writer_of_c]:
             with ended(child):
                 pass
 
@@ -193,7 +216,7 @@ def test_a_process_seen_only_by_its_command_line_or_directory_never_stalls_a_run
     stalled, no bell. The same run with its writer holding a file open is stalled."""
     run_dir = tmp_path / "run"
     finished_run(run_dir)
-    with ended(background(["sleep", "600"], cwd=run_dir)) as sleeper:
+    with ended_all(background(["sleep", "600"], cwd=run_dir)) as sleeper:
         state = judge(run_dir, after=0.5)
         assert state.state == "live" and state.writer is not None and state.writer.pid == sleeper.pid
         assert state.writer.evidence == "working directory"
@@ -280,7 +303,7 @@ def test_an_event_file_written_in_another_pid_namespace_names_no_writer_here(tmp
     loop = textwrap.dedent(SUMMARY_WRITER_LOOP)
     first = tmp_path / "first"
     container = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    with ended(background([*container, sys.executable, "-c", loop, str(first)], env=env)) as trainer:
+    with ended_all(background([*container, sys.executable, "-c", loop, str(first)], env=env)) as trainer:
         wait_until(lambda: points(first) >= 5, "the contained trainer's first points")
         (inside,) = (int(pid) for pid in Path(f"/proc/{trainer.pid}/task/{trainer.pid}/children").read_text().split())
         (event_file,) = find_event_files(first)
@@ -298,7 +321,7 @@ def test_an_event_file_written_in_another_pid_namespace_names_no_writer_here(tmp
         shell = f'echo {bystander.pid - 1} > /proc/sys/kernel/ns_last_pid; "$0" -c "$1" "$2" & wait'
         argv = [*container, "sh", "-c", shell, sys.executable, loop, str(second)]
         contained = background(argv, env=env)
-        with ended(contained):
+        with ended_all(contained):
             wait_until(lambda: points(second) >= 5, "the second contained trainer's first points")
             (event_file,) = find_event_files(second)
             assert event_file.name.split(".")[-2] == str(bystander.pid)
