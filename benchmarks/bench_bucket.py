@@ -45,7 +45,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 
@@ -65,7 +68,6 @@ from builders.object_store import DUMMY_ENV, S3Proxy, S3Server, s3_client  # noq
 BUCKET = "bench"
 PREFIX = "sweep"
 URL = f"s3://{BUCKET}/{PREFIX}"
-KEYS = ("bucket", "local", "tensorboard")
 
 
 # --------------------------------------------------------------------------- the bucket
@@ -112,39 +114,71 @@ def gcs_server(root: Path, prefix: str = PREFIX) -> GcsServer:
     return GcsServer.preloaded(root, BUCKET, prefix, port, f"127.0.0.1:{port}")
 
 
+@dataclass
+class Rounds:
+    """Each command's wall seconds, CPU seconds and peak RSS (MiB) by round; the server's CPU
+    seconds during each of triage's bucket scans."""
+
+    times: dict[str, list[float]]
+    cpus: dict[str, list[float]]
+    peaks: dict[str, list[float]]
+    server_cpu: list[float]
+
+
+def timed_rounds(
+    cmds: dict[str, list[str]],
+    env_for: Callable[[str], dict[str, str]],
+    server_pid: int,
+    args: argparse.Namespace,
+    check: Callable[[str, str], None],
+) -> Rounds:
+    """``args.repeat`` rounds of every command in ``cmds``, in alternating order, each as a whole
+    process with an empty object cache (``env_for(cache)``); ``check(key, stdout)`` asserts what it read."""
+    keys = list(cmds)
+    rounds = Rounds({k: [] for k in keys}, {k: [] for k in keys}, {k: [] for k in keys}, [])
+    for turn in range(args.repeat):
+        for key in keys if turn % 2 == 0 else keys[::-1]:
+            before = record.process_cpu(server_pid)
+            with tempfile.TemporaryDirectory() as cache:
+                seconds, cpu, peak, stdout = bench_sweep.timed(cmds[key], env_for(cache), args.timeout)
+            if key == "bucket":
+                rounds.server_cpu.append(record.process_cpu(server_pid) - before)
+            check(key, stdout)
+            rounds.times[key].append(seconds)
+            rounds.cpus[key].append(cpu)
+            rounds.peaks[key].append(peak)
+            print(f"{key}: {seconds:.2f} s, CPU {cpu:.2f} s, {peak:.0f} MiB", flush=True)
+    return rounds
+
+
+def rounds_rows(rounds: Rounds, labels: dict[str, str]) -> str:
+    """The table rows of ``rounds``: best wall seconds, their spread, CPU and peak RSS."""
+    return "\n".join(
+        f"| {labels[k]} | {min(v):.2f} | {record.spread(v)} | {min(rounds.cpus[k]):.2f} | {max(rounds.peaks[k]):.0f} |"
+        for k, v in rounds.times.items()
+    )
+
+
 def scans_on_gcs(args: argparse.Namespace, run: record.Run, root: Path, expected: int, written_s: float) -> None:
     """The bucket's first scan beside the local one, on fake-gcs-server (see the module's docstring)."""
     url = f"gs://{BUCKET}/{PREFIX}"
     t0 = time.perf_counter()
     server = gcs_server(root)
     load_s = time.perf_counter() - t0
-    keys = ("bucket", "local")
     cmds = {
         "bucket": [sys.executable, "-m", "triage_tui", "scan", "--json", url],
         "local": [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)],
     }
     scan_expected = expected * 2 // len(bench_scale.TAGS)
-    times: dict[str, list[float]] = {k: [] for k in keys}
-    cpus: dict[str, list[float]] = {k: [] for k in keys}
-    peaks: dict[str, list[float]] = {k: [] for k in keys}
-    server_cpu: list[float] = []
+
+    def check(key: str, stdout: str) -> None:
+        assert bench_sweep.scan_points(stdout) == scan_expected, f"{key}: a wrong number of points"
+
     try:
-        for turn in range(args.repeat):
-            for key in keys if turn % 2 == 0 else keys[::-1]:
-                before = record.process_cpu(server.process.pid)
-                with tempfile.TemporaryDirectory() as cache:
-                    seconds, cpu, peak, stdout = bench_sweep.timed(
-                        cmds[key], gcs_env(server.endpoint, cache), args.timeout
-                    )
-                if key == "bucket":
-                    server_cpu.append(record.process_cpu(server.process.pid) - before)
-                assert bench_sweep.scan_points(stdout) == scan_expected, f"{key}: a wrong number of points"
-                times[key].append(seconds)
-                cpus[key].append(cpu)
-                peaks[key].append(peak)
-                print(f"{key}: {seconds:.2f} s, CPU {cpu:.2f} s, {peak:.0f} MiB", flush=True)
+        rounds = timed_rounds(cmds, partial(gcs_env, server.endpoint), server.process.pid, args, check)
     finally:
         server.stop()
+    times, cpus, server_cpu = rounds.times, rounds.cpus, rounds.server_cpu
     best = {k: min(v) for k, v in times.items()}
     labels = {
         "bucket": f"`triage scan --json {url}` (first scan: empty object cache)",
@@ -159,10 +193,7 @@ def scans_on_gcs(args: argparse.Namespace, run: record.Run, root: Path, expected
         f"The server's own CPU during each bucket scan: {record.spread(server_cpu)} s.\n\n"
         "| what | best s | median (min–max) s | CPU s (best), process and helpers | peak RSS, whole process, "
         "MiB (max) |\n|---|---|---|---|---|\n"
-        + "\n".join(
-            f"| {labels[k]} | {best[k]:.2f} | {record.spread(times[k])} | {min(cpus[k]):.2f} | {max(peaks[k]):.0f} |"
-            for k in keys
-        )
+        + rounds_rows(rounds, labels)
         + f"\n\n| ratio (best wall times) | |\n|---|---|\n| bucket ÷ local (what the bucket costs triage) "
         f"| **{best['bucket'] / best['local']:.2f}** |"
     )
@@ -340,28 +371,16 @@ def main() -> None:
             "local": [sys.executable, "-m", "triage_tui", "scan", "--json", str(root)],
             "tensorboard": tensorboard_cmd(URL),
         }
-        times: dict[str, list[float]] = {k: [] for k in KEYS}
-        cpus: dict[str, list[float]] = {k: [] for k in KEYS}
-        peaks: dict[str, list[float]] = {k: [] for k in KEYS}
-        server_cpu: list[float] = []  # moto's, during each of triage's bucket scans
-        for turn in range(args.repeat):
-            for key in KEYS if turn % 2 == 0 else KEYS[::-1]:
-                before = record.process_cpu(server.process.pid)
-                with tempfile.TemporaryDirectory() as cache:
-                    seconds, cpu, peak, stdout = bench_sweep.timed(
-                        cmds[key], s3_env(server.endpoint, cache), args.timeout
-                    )
-                if key == "bucket":
-                    server_cpu.append(record.process_cpu(server.process.pid) - before)
-                if key == "tensorboard":
-                    got = json.loads(stdout.strip().splitlines()[-1])
-                    assert got == {"runs": args.runs, "points": expected}, got
-                else:
-                    assert bench_sweep.scan_points(stdout) == scan_expected, f"{key}: a wrong number of points"
-                times[key].append(seconds)
-                cpus[key].append(cpu)
-                peaks[key].append(peak)
-                print(f"{key}: {seconds:.2f} s, CPU {cpu:.2f} s, {peak:.0f} MiB", flush=True)
+
+        def check(key: str, stdout: str) -> None:
+            if key == "tensorboard":
+                got = json.loads(stdout.strip().splitlines()[-1])
+                assert got == {"runs": args.runs, "points": expected}, got
+            else:
+                assert bench_sweep.scan_points(stdout) == scan_expected, f"{key}: a wrong number of points"
+
+        rounds = timed_rounds(cmds, partial(s3_env, server.endpoint), server.process.pid, args, check)
+        times, cpus, peaks, server_cpu = rounds.times, rounds.cpus, rounds.peaks, rounds.server_cpu
         # The first scan once more, untimed, through a counting proxy: what it fetched.
         proxy = S3Proxy(server.port)
         with tempfile.TemporaryDirectory() as cache:
@@ -394,10 +413,6 @@ def main() -> None:
             "(AddRunsFromDirectory + Reload, every scalar kept)"
         ),
     }
-    rows_md = [
-        f"| {labels[k]} | {best[k]:.2f} | {record.spread(times[k])} | {min(cpus[k]):.2f} | {max(peaks[k]):.0f} |"
-        for k in KEYS
-    ]
     n_mb = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
     table = (
         f"{args.runs} runs × {args.points:,} scalars ({expected:,} points, {n_mb} of event files, written in "
@@ -407,7 +422,7 @@ def main() -> None:
         "processes from exec to exit. moto's own CPU during each of triage's bucket scans: "
         f"{record.spread(server_cpu)} s.\n\n"
         "| what | best s | median (min–max) s | CPU s (best), process and helpers | peak RSS, whole process, "
-        "MiB (max) |\n|---|---|---|---|---|\n" + "\n".join(rows_md) + "\n\n"
+        "MiB (max) |\n|---|---|---|---|---|\n" + rounds_rows(rounds, labels) + "\n\n"
         "| ratio (best wall times) | |\n|---|---|\n"
         f"| bucket ÷ local (what the bucket costs triage) | **{best['bucket'] / best['local']:.2f}** |\n"
         f"| TensorBoard on the bucket ÷ triage on the bucket | **{best['tensorboard'] / best['bucket']:.2f}** |\n\n"

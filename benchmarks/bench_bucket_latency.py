@@ -194,11 +194,13 @@ def first_rows(
     try:
         first = json.loads(proc.stdout.readline())
         caught_up = json.loads(proc.stdout.readline())
-        first_counts = proxy.reset_counts()  # the first pass's, to the end of its listing
+        first_counts = proxy.reset_counts()  # the first pass's, until every point is held
         idle, idle_counts = poll(0.0)
+        last = idle
         if idle_hours:
             for name, hours in ((f"{idle_hours:g} h on: every tier's time has come", idle_hours), ("then idle", 0.0)):
                 answer, counts = poll(hours)
+                last = answer
                 later[name] = {
                     "seconds": answer["idle_poll_s"],
                     "requests": counts.total_requests(),
@@ -220,7 +222,7 @@ def first_rows(
         "first_requests": first_counts.total_requests(),
         "first_kinds": kinds(first_counts),
         "idle_poll_s": idle["idle_poll_s"],
-        "rss_mib": idle["rss_mib"],
+        "rss_mib": last["rss_mib"],  # the peak of the watcher's whole life (ru_maxrss only grows)
         "idle_requests": idle_counts.total_requests(),
         "idle_kinds": kinds(idle_counts),
         "idle_object_bytes": idle_counts.get_body_bytes(),

@@ -7,11 +7,11 @@ source (an engine is scraped whatever the training does), or its newest file was
 the first idle tier ago. Past that it is read at the tiers a bucket's listings use
 (``objstore.cost.idle_tier``: idle 30 min, every 60 s; 6 h, 5 min; 2 d, 15 min), and the
 watcher hands on its last report in between; a run's first wait at a tier is between half of it
-and all of it, set by its path, so runs that went idle together are read a few at each poll. A file event under the run
-(the watchdog, where it runs), a bucket's pass that fetched one of its objects, a rescan that found
-its files or settings changed, or an object of its bucket failing makes it due at once. Idleness is
-the files' modification time against the real clock, not the times the run logged (another host's
-clock) nor the watcher's clock (a test's).
+and all of it, set by its path, so runs that went idle together are read a few at each poll. A
+file event under the run (the watchdog, where it runs), a bucket's pass that fetched one of its
+objects, a rescan that found its files or settings changed, or an object of its bucket failing
+makes it due at once. Idleness is the files' modification time against the real clock, not the
+times the run logged (another host's clock) nor the watcher's clock (a test's).
 """
 
 from __future__ import annotations
