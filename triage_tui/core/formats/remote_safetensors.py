@@ -15,9 +15,10 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.safe_torch import (
@@ -102,27 +103,7 @@ class RemoteSafetensors:
 # One RemoteSafetensors per placeholder and ETag, shared by every reader in the process: a check
 # reads a checkpoint's header several times, and each ranged fetch is kept in its sparse file.
 _OPENED: dict[tuple[str, str], RemoteSafetensors] = {}
-_WHOLE: dict[tuple[str, str], SparseObject] = {}
 _OPENED_LOCK = threading.Lock()
-
-
-T = TypeVar("T")
-
-
-def _shared_key(path: str | os.PathLike[str], meta: ObjectMeta) -> tuple[str, str]:
-    return (os.path.abspath(path), meta.etag)
-
-
-def _shared(
-    opened: dict[tuple[str, str], T], path: str | os.PathLike[str], meta: ObjectMeta, make: Callable[[], T]
-) -> T:
-    """The reader ``opened`` keeps for ``path`` at ``meta``'s ETag, made by ``make`` the first time."""
-    key = _shared_key(path, meta)
-    with _OPENED_LOCK:
-        found = opened.get(key)
-        if found is None:
-            found = opened[key] = make()
-        return found
 
 
 def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
@@ -132,19 +113,28 @@ def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
     if found is None:
         return None
     store, meta = found
-    return _shared(_OPENED, path, meta, lambda: RemoteSafetensors(store.url(meta.key), meta=meta))
+    key = (os.path.abspath(path), meta.etag)
+    with _OPENED_LOCK:
+        opened = _OPENED.get(key)
+        if opened is None:
+            opened = _OPENED[key] = RemoteSafetensors(store.url(meta.key), meta=meta)
+        return opened
 
 
-def readable_path(path: Path) -> Path:
+@contextmanager
+def fetched_whole(path: Path) -> Iterator[Path]:
     """``path``, or where a mirror's placeholder of a whole-file format (a pickled ``.bin``/``.pth``,
     which ``torch.load`` maps as a whole) holds the object's bytes, fetched whole first.
 
-    BadInput (naming the URL) for an object larger than ``tuning.FOLLOW_MAX_BYTES``, the most of
-    one object fetched to a local file, before any byte or temporary file; and when the fetch
-    fails, whose partial file is removed then (the next call fetches it again)."""
+    The fetched file lives only inside the ``with``: a load has mapped or read it by then (a mapping
+    outlives the file's name), so a TUI that checks run after run holds no pickle it fetched once
+    (up to ``tuning.FOLLOW_MAX_BYTES`` each, in the temp dir, often RAM) until it exits; checking the
+    run again fetches it again. BadInput (naming the URL) for an object larger than
+    ``tuning.FOLLOW_MAX_BYTES``, before any byte or temporary file, and when the fetch fails."""
     found = placeholder_of(path)
     if found is None:
-        return path
+        yield path
+        return
     store, meta = found
     if meta.size > tuning.FOLLOW_MAX_BYTES:
         raise BadInput(
@@ -152,16 +142,12 @@ def readable_path(path: Path) -> Path:
             f"a pickled checkpoint of {meta.size} bytes, more than the {tuning.FOLLOW_MAX_BYTES} fetched "
             "of one object: not fetched (a safetensors checkpoint is read by range instead)",
         )
-    sparse = _shared(_WHOLE, path, meta, lambda: open_sparse(store, meta.key, meta=meta))
+    sparse = open_sparse(store, meta.key, meta=meta)
     try:
         sparse.ensure([(0, meta.size)])
-    except BaseException:
-        with _OPENED_LOCK:
-            if _WHOLE.get(_shared_key(path, meta)) is sparse:
-                del _WHOLE[_shared_key(path, meta)]
+        yield sparse.path
+    finally:
         sparse.close()
-        raise
-    return sparse.path
 
 
 def object_sha256(path: str | os.PathLike[str]) -> str | None:
@@ -184,5 +170,3 @@ def _close_opened() -> None:
     with _OPENED_LOCK:
         for remote in _OPENED.values():
             remote.close()
-        for sparse in _WHOLE.values():
-            sparse.close()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
-from triage_tui.core.formats.remote_safetensors import for_placeholder, readable_path
+from triage_tui.core.formats.remote_safetensors import fetched_whole, for_placeholder
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_array,
@@ -135,7 +135,8 @@ class WeightFiles:
 def _load_bin_state(file: Path) -> dict[str, torch.Tensor]:
     import torch
 
-    state = safe_torch_load(readable_path(file))
+    with fetched_whole(file) as readable:
+        state = safe_torch_load(readable)
     if not isinstance(state, dict):
         raise BadInput(file, f"holds a {type(state).__name__}, not a state dict of tensors")
     if file.name == TRAINING_STATE:
