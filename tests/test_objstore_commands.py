@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from builders.object_store import upload_tree
+from builders.object_store import upload_tree, without_roots
 from builders.samples import copy_samples
 from builders.tensorboard import write_scalars
 from triage_tui.core.objstore import tuning
@@ -42,13 +42,6 @@ def _run(triage, *argv: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def _without_paths(document: dict, *roots: str) -> str:
-    text = json.dumps(document, sort_keys=True)
-    for root in roots:
-        text = text.replace(root.rstrip("/"), "ROOT")
-    return text
-
-
 def test_scan_of_a_bucket_equals_scan_of_the_tree(any_bucket, samples, triage):
     name, client, proxy = any_bucket.name, any_bucket.writer, any_bucket.proxy
     upload_tree(client, name, "team/sample_runs", samples)
@@ -67,7 +60,7 @@ def test_scan_of_a_bucket_equals_scan_of_the_tree(any_bucket, samples, triage):
     for run in local["runs"]:
         run.pop("last_update_age", None)
     # The whole document but for paths: the same runs, flags, numbers and errors.
-    assert _without_paths(remote, url) == _without_paths(local, str(samples))
+    assert without_roots(remote, url) == without_roots(local, str(samples))
     assert (remote_code, remote_err) == (code, err)
 
 
@@ -127,12 +120,12 @@ def test_check_reads_the_checkpoints_by_range_and_ranks_the_same_causes(any_buck
     # The same causes in the same order with the same numbers; the checkpoint's and target's
     # paths differ (a mirror's), their numbers do not.
     strip = str(samples), f"{any_bucket.base}/sample_runs"
-    assert _without_paths(remote_doc["hypotheses"], *strip) == _without_paths(local_doc["hypotheses"], *strip)
+    assert without_roots(remote_doc["hypotheses"], *strip) == without_roots(local_doc["hypotheses"], *strip)
     assert [(h["id"], h["score"]) for h in remote_doc["hypotheses"]] == [(i, s) for i, s, _ in ranked]
     assert ranked[0][1] >= 0.5
     # Every check's numbers and digests are those of the run on disk (the mapping's SHA-256 is of
     # the checkpoint's bytes in the bucket, not of a placeholder's zeros).
-    assert _without_paths(remote_doc["checks"], *strip) == _without_paths(local_doc["checks"], *strip)
+    assert without_roots(remote_doc["checks"], *strip) == without_roots(local_doc["checks"], *strip)
     # The weights were read from the bucket (by range, into sparse files), not as a placeholder's zeros.
     assert sum(n for method, path, n in counts.paths if method == "GET" and ".safetensors" in unquote(path)) > 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import http.client
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -130,6 +131,15 @@ def upload_tree(client, bucket: str, prefix: str, root: Path) -> list[str]:
             client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
             keys.append(key)
     return keys
+
+
+def without_roots(document: object, *roots: str) -> str:
+    """``document`` as sorted JSON with each root (a local tree, a bucket URL) written ROOT: a
+    bucket run's output compared with the same run's on disk."""
+    text = json.dumps(document, sort_keys=True)
+    for root in roots:
+        text = text.replace(root.rstrip("/"), "ROOT")
+    return text
 
 
 @contextmanager

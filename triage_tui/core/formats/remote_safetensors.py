@@ -101,24 +101,52 @@ class RemoteSafetensors:
 
 
 # One RemoteSafetensors per placeholder and ETag, shared by every reader in the process: a check
-# reads a checkpoint's header several times, and each ranged fetch is kept in its sparse file.
-_OPENED: dict[tuple[str, str], RemoteSafetensors] = {}
+# reads a checkpoint's header several times, and each ranged fetch is kept in its sparse file. Least
+# recently used first, those no reader holds are closed (their sparse files removed) once the ranges
+# kept pass tuning.KEPT_RANGES_BYTES: a TUI checking run after run would otherwise keep every
+# drafter's lm_head it fetched (~260 MB at 32 000 x 4 096 in bf16) in the temp dir until it exits.
+_OPENED: dict[tuple[str, str], RemoteSafetensors] = {}  # in order of last use, oldest first
+_READERS: dict[tuple[str, str], int] = {}  # readers inside ``opened_placeholder``, by key
 _OPENED_LOCK = threading.Lock()
 
 
-def for_placeholder(path: str | os.PathLike[str]) -> RemoteSafetensors | None:
-    """The safetensors object a mirror left ``path`` a placeholder of, its header read by range;
-    None when ``path`` is a file of its own. BadInput (naming the URL) when the object cannot be read."""
+@contextmanager
+def opened_placeholder(path: str | os.PathLike[str]) -> Iterator[RemoteSafetensors | None]:
+    """The safetensors object a mirror left ``path`` a placeholder of, its header read by range,
+    for the reads inside the ``with`` (it is not closed under them); None when ``path`` is a file of
+    its own. BadInput (naming the URL) when the object cannot be read."""
     found = placeholder_of(path)
     if found is None:
-        return None
+        yield None
+        return
     store, meta = found
     key = (os.path.abspath(path), meta.etag)
     with _OPENED_LOCK:
-        opened = _OPENED.get(key)
+        opened = _OPENED.pop(key, None)
         if opened is None:
-            opened = _OPENED[key] = RemoteSafetensors(store.url(meta.key), meta=meta)
-        return opened
+            opened = RemoteSafetensors(store.url(meta.key), meta=meta)
+        _OPENED[key] = opened  # the most recently used last
+        _READERS[key] = _READERS.get(key, 0) + 1
+    try:
+        yield opened
+    finally:
+        with _OPENED_LOCK:
+            _READERS[key] -= 1
+            if not _READERS[key]:
+                del _READERS[key]
+            _close_over_budget()
+
+
+def _close_over_budget() -> None:
+    """Close the least recently used checkpoints no reader holds until the ranges kept fit the budget."""
+    kept = sum(remote.sparse.fetched_bytes() for remote in _OPENED.values())
+    for key in list(_OPENED):
+        if kept <= tuning.KEPT_RANGES_BYTES:
+            return
+        if key not in _READERS:
+            remote = _OPENED.pop(key)
+            kept -= remote.sparse.fetched_bytes()
+            remote.close()
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
-from triage_tui.core.formats.remote_safetensors import fetched_whole, for_placeholder
+from triage_tui.core.formats.remote_safetensors import fetched_whole, opened_placeholder
 from triage_tui.core.formats.safe_torch import (
     TensorInfo,
     load_safetensors_array,
@@ -52,13 +52,15 @@ class WeightFiles:
 
     def _file_tensors(self, file: Path) -> Mapping[str, TensorInfo]:
         if file not in self._headers:
-            remote = for_placeholder(file) if self.kind == "safetensors" else None
-            if remote is not None:
-                # A mirrored checkpoint (runs/remote.py): its header by range; ``file`` stays the
-                # name shown, and each tensor is fetched by range when it is read (below).
-                self._headers[file] = {name: replace(info, file=file) for name, info in remote.tensors.items()}
-            elif self.kind == "safetensors":
-                self._headers[file] = read_safetensors_header(file)
+            if self.kind == "safetensors":
+                with opened_placeholder(file) as remote:
+                    # A mirrored checkpoint (runs/remote.py): its header by range; ``file`` stays the
+                    # name shown, and each tensor is fetched by range when it is read (below).
+                    self._headers[file] = (
+                        {name: replace(info, file=file) for name, info in remote.tensors.items()}
+                        if remote is not None
+                        else read_safetensors_header(file)
+                    )
             else:
                 state = _load_bin_state(file)
                 self._bin_states[file] = state
@@ -101,8 +103,8 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
-            remote = for_placeholder(found.file)
-            return remote.tensor(name) if remote is not None else load_safetensors_tensor(found.file, name)
+            with opened_placeholder(found.file) as remote:
+                return remote.tensor(name) if remote is not None else load_safetensors_tensor(found.file, name)
         return self._bin_states[found.file][name]
 
     def load_array(self, name: str) -> np.ndarray | torch.Tensor:
@@ -111,10 +113,10 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
-            remote = for_placeholder(found.file)
-            if remote is not None:
-                remote.ensure([name])
-                return load_safetensors_array(remote.path, name)
+            with opened_placeholder(found.file) as remote:
+                if remote is not None:
+                    remote.ensure([name])
+                    return load_safetensors_array(remote.path, name)
             return load_safetensors_array(found.file, name)
         return self._bin_states[found.file][name]
 
@@ -124,9 +126,9 @@ class WeightFiles:
         if found is None:
             raise BadInput(self.root, f"no tensor {name!r} in the weights")
         if self.kind == "safetensors":
-            remote = for_placeholder(found.file)
-            if remote is not None:
-                return remote.rows(name, spans)
+            with opened_placeholder(found.file) as remote:
+                if remote is not None:
+                    return remote.rows(name, spans)
             return load_safetensors_rows(found.file, name, spans)
         tensor = self._bin_states[found.file][name]  # memory-mapped: a slice reads only its rows
         return [tensor[start:stop].clone() for start, stop in spans]

@@ -118,6 +118,10 @@ class SparseObject:
                 self._ranges_file.write_text(json.dumps(self.filled))
         return fetched
 
+    def fetched_bytes(self) -> int:
+        """Bytes of the object fetched into the file so far."""
+        return sum(b - a for a, b in self.filled)
+
     def close(self) -> None:
         """Remove the temporary file (a cached one stays, for the cache to evict)."""
         if self._tempdir is not None:

@@ -45,6 +45,10 @@ CACHE_DIR: Path | None = None  # None: $XDG_CACHE_HOME/triage/objects (~/.cache/
 CACHE_ENABLED = True
 CACHE_MAX_BYTES = 512 << 20
 CACHE_CHECKPOINTS = False
+# Ranges of safetensors checkpoints fetched in one process and kept for its later reads (the same
+# check's, the next check of the run): past this, the least recently read checkpoints' are dropped
+# (formats/remote_safetensors.py), to be fetched again if read again.
+KEPT_RANGES_BYTES = 1 << 30
 
 # --- budgets (objstore/budget.py): what one pass over a bucket may spend, whatever the server does ---
 # One mirror pass (its listing and every fetch) ends by this deadline; what it did not reach is

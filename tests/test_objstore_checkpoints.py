@@ -1,9 +1,13 @@
-"""A pickled checkpoint (``pytorch_model.bin``, EAGLE's and SpecForge's ``torch.save``) in a bucket:
-``torch.load`` maps it as a whole, so it is fetched whole, and only up to the most fetched of one
-object (``tuning.FOLLOW_MAX_BYTES``). Against moto's real S3 server (builders/object_store.py),
-`triage check` run in this process: what it left in this process's scratch directory (where a
-bucket's fetched objects live while it runs) is looked at after it returns. A fetched pickle lives
-only while it is loaded: ``torch.load`` has mapped it by then.
+"""The checkpoints of a bucket's run, as a check reads them in a process that goes on (the TUI).
+
+A pickled one (``pytorch_model.bin``, EAGLE's and SpecForge's ``torch.save``): ``torch.load`` maps it
+as a whole, so it is fetched whole, only up to the most fetched of one object
+(``tuning.FOLLOW_MAX_BYTES``), and lives only while it is loaded. A safetensors one is read by range
+into a sparse file kept for the process's later reads, up to ``tuning.KEPT_RANGES_BYTES`` of ranges
+in all; past that the least recently read ones no reader holds are removed, to be fetched again if
+read again. Against moto's real S3 server (builders/object_store.py), `triage check` run in this
+process: what it left in this process's scratch directory (where a bucket's fetched objects live
+while it runs) is looked at after it returns.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from builders.object_store import upload_tree
+from builders.object_store import upload_tree, without_roots
 from builders.samples import copy_samples
 from triage_tui.core.objstore import scratch, tuning
 
@@ -22,6 +26,7 @@ pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="obstore need
 
 RUN = "vocab-mismatch"
 DRAFTER = "_drafters/drafter-bin"
+SAFETENSORS = "_drafters/drafter-a"
 
 
 @pytest.fixture(autouse=True)
@@ -44,32 +49,21 @@ def samples(tmp_path_factory) -> Path:
     return root
 
 
-def _check(triage, runs: str) -> tuple[int, dict | None, str]:
-    done = triage(
-        "check",
-        "--json",
-        "--device",
-        "cpu",
-        "--checkpoint",
-        f"{runs}/{DRAFTER}",
-        "--target",
-        f"{runs}/_target",
-        f"{runs}/{RUN}",
-    )
+def _check(triage, runs: str, drafter: str = DRAFTER) -> tuple[int, dict | None, str]:
+    inputs = ["--checkpoint", f"{runs}/{drafter}", "--target", f"{runs}/_target"]
+    done = triage("check", "--json", "--device", "cpu", *inputs, f"{runs}/{RUN}")
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
-
-
-def _without(document: object, *roots: str) -> str:
-    text = json.dumps(document, sort_keys=True)
-    for root in roots:
-        text = text.replace(root.rstrip("/"), "ROOT")
-    return text
 
 
 def _fetched_checkpoints() -> list[Path]:
     """The pickled checkpoints fetched into this process's scratch directory (sparse files of
     objects live in its ``object-*`` directories; the mirror's placeholders are elsewhere in it)."""
     return sorted(p for p in scratch.scratch_dir().glob("object-*/*") if p.name == "pytorch_model.bin")
+
+
+def _sparse_checkpoints() -> list[Path]:
+    """The safetensors checkpoints fetched by range into this process's scratch directory."""
+    return sorted(p for p in scratch.scratch_dir().glob("object-*/*") if p.name.endswith(".safetensors"))
 
 
 def test_a_pickled_checkpoint_in_a_bucket_is_checked_as_on_disk(bucket, samples, triage):
@@ -88,7 +82,7 @@ def test_a_pickled_checkpoint_in_a_bucket_is_checked_as_on_disk(bucket, samples,
     # Every check's numbers and digests, and the causes in the same order with the same scores, the
     # first one's evidence word for word. (The run's triage.toml names drafter-a outside the prefix:
     # a bucket's run does not follow it, so the notes on where the run started differ.)
-    assert _without(remote["checks"], *roots) == _without(local["checks"], *roots)
+    assert without_roots(remote["checks"], *roots) == without_roots(local["checks"], *roots)
     ranked = [(h["id"], h["score"]) for h in local["hypotheses"]]
     assert [(h["id"], h["score"]) for h in remote["hypotheses"]] == ranked
     assert ranked[0][0] == "vocab_mapping_mismatch" and ranked[0][1] >= 0.5
@@ -123,3 +117,32 @@ def test_a_pickled_checkpoint_whose_fetch_fails_leaves_nothing(bucket, samples, 
         proxy.fail_paths()
     assert code == 2 and err.count("\n") == 1 and "pytorch_model.bin" in err, err
     assert _fetched_checkpoints() == before
+
+
+def test_past_the_budget_a_checks_fetched_ranges_are_removed_and_its_numbers_stay(bucket, samples, triage, monkeypatch):
+    name, client, _ = bucket
+    upload_tree(client, name, "sample_runs", samples)
+    code, local, err = _check(triage, str(samples), SAFETENSORS)
+    assert local is not None and code == 1, err  # the mismatch is found in the weights read
+    monkeypatch.setattr(tuning, "KEPT_RANGES_BYTES", 0)  # nothing kept once no reader holds it
+    before = _sparse_checkpoints()
+    remote_code, remote, remote_err = _check(triage, f"s3://{name}/sample_runs", SAFETENSORS)
+    assert remote is not None and remote_code == code, remote_err
+    # The drafter's and the target's sparse files (kept until exit before the budget) are gone (and
+    # any an earlier check of this process kept: nothing is kept at this budget)...
+    assert [p for p in _sparse_checkpoints() if p not in before] == []
+    # ...and the check, which read the header again wherever it had been dropped, is the disk's.
+    roots = str(samples), f"s3://{name}/sample_runs"
+    assert without_roots(remote["checks"], *roots) == without_roots(local["checks"], *roots)
+    assert [(h["id"], h["score"]) for h in remote["hypotheses"]] == [(h["id"], h["score"]) for h in local["hypotheses"]]
+
+
+def test_within_the_budget_a_checks_fetched_ranges_are_kept_for_its_next_reads(bucket, samples, triage):
+    name, client, _ = bucket
+    upload_tree(client, name, "sample_runs", samples)
+    before = _sparse_checkpoints()
+    code, remote, err = _check(triage, f"s3://{name}/sample_runs", SAFETENSORS)
+    assert remote is not None and code == 1, err
+    kept = sorted(set(_sparse_checkpoints()) - set(before))
+    assert {p.name for p in kept} == {"model.safetensors"} and len(kept) == 2  # the drafter's and the target's
+    assert all(p.stat().st_blocks > 0 for p in kept)  # what was fetched of each is there for a next read
