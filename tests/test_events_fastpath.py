@@ -4,6 +4,7 @@ arbitrary mixes of scalar encodings, step/wall edge values and non-scalar record
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -226,18 +227,17 @@ def test_every_entry_of_a_pair_crc_table():
     assert pair_crc_table(distance).tolist() == expected
 
 
-def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(tmp_path, monkeypatch):
-    """A sweep's runs log the same tags: the second run read in this process takes the templates
-    the first one's cross-check verified, reads the same points, and still drops a record whose
-    data CRC is wrong."""
-    from builders.events import records
+def _two_runs_of_a_sweep(tmp_path) -> tuple[dict, list[Path]]:
     from builders.tensorboard import write_scalars
-    from triage_tui.core.read.events import decode
+
+    series = {f"train/ploss_{i}": [(step, 10.0 - step / 100 + i) for step in range(0, 3000, 3)] for i in range(3)}
+    return series, [write_scalars(tmp_path / name, series, wall_time=1.7e9) for name in ("a", "b")]
+
+
+def _counting_learning(monkeypatch) -> list[str]:
+    """The tags of the templates decoders learn from now on (each walked and cross-checked with upb)."""
     from triage_tui.core.read.events.decode import Decoder
 
-    monkeypatch.setattr(decode, "_VERIFIED", {})
-    series = {f"train/ploss_{i}": [(step, 10.0 - step / 100 + i) for step in range(0, 3000, 3)] for i in range(3)}
-    paths = [write_scalars(tmp_path / name, series, wall_time=1.7e9) for name in ("a", "b")]
     checked: list[str] = []
     real_agrees = Decoder._agrees
 
@@ -246,18 +246,33 @@ def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(
         return real_agrees(payload, walked, tag)
 
     monkeypatch.setattr(Decoder, "_agrees", staticmethod(agrees))
+    return checked
 
-    def read(path):
-        events = RunEvents()
-        events.set_files([path])
-        stats = events.poll()
-        return events, stats
 
-    first, first_stats = read(paths[0])
+def _read(path: Path):
+    events = RunEvents()
+    events.set_files([path])
+    return events, events.poll()
+
+
+def test_a_run_read_after_another_takes_the_templates_it_learned(tmp_path, monkeypatch):
+    """A sweep's runs log the same tags: the second run read in this process takes the templates the
+    first one's decoder learned, with no discovery, reads the same points, and still drops a record
+    whose data CRC is wrong."""
+    from builders.events import records
+    from triage_tui.core.read.events import decode
+
+    monkeypatch.setattr(decode, "_KNOWN", decode.KnownTemplates())
+    series, paths = _two_runs_of_a_sweep(tmp_path)
+    checked = _counting_learning(monkeypatch)
+    first, first_stats = _read(paths[0])
     assert sorted(set(checked)) == sorted(series)
     checked.clear()
-    second, stats = read(paths[1])
-    assert checked == [] and as_points(second.scalars) == as_points(first.scalars)
+    discoveries: list[int] = []
+    real_discover = decode.Decoder._discover
+    monkeypatch.setattr(decode.Decoder, "_discover", lambda *a: discoveries.append(1) or real_discover(*a))
+    second, stats = _read(paths[1])
+    assert checked == [] and discoveries == [] and as_points(second.scalars) == as_points(first.scalars)
     assert stats.corrupt_records == 0 and stats.slow_records == first_stats.slow_records  # the same path
     # A flipped value byte in the second file's first ploss_1 record: dropped, as without the shortcut.
     data = bytearray(paths[1].read_bytes())
@@ -266,9 +281,26 @@ def test_a_skeleton_upb_agreed_with_once_is_taken_again_without_the_cross_check(
     damaged = tmp_path / "c" / paths[1].name
     damaged.parent.mkdir()
     damaged.write_bytes(bytes(data))
-    third, stats = read(damaged)
+    third, stats = _read(damaged)
     assert checked == [] and stats.corrupt_records == 1
     assert sum(len(s) for s in third.scalars.series.values()) == sum(len(v) for v in series.values()) - 1
+
+
+def test_once_the_shared_templates_are_full_a_new_run_learns_its_own_again(tmp_path, monkeypatch):
+    """The templates shared by a process's decoders are bounded: past the bound a run read next
+    starts a new set (learning its templates again) and reads the same points."""
+    from triage_tui.core.read.events import decode
+
+    monkeypatch.setattr(decode, "_KNOWN", decode.KnownTemplates())
+    monkeypatch.setattr(decode, "_MAX_SHARED_TEMPLATES", 3)  # the first run's tags fill it
+    series, paths = _two_runs_of_a_sweep(tmp_path)
+    checked = _counting_learning(monkeypatch)
+    first, _ = _read(paths[0])
+    checked.clear()
+    second, _ = _read(paths[1])
+    assert sorted(set(checked)) == sorted(series)  # learned again, in a set of its own
+    assert as_points(second.scalars) == as_points(first.scalars)
+    assert decode._KNOWN is second._decoder.known is not first._decoder.known
 
 
 def test_the_plain_upb_path_reads_the_same_points(tmp_path, monkeypatch):
