@@ -186,6 +186,8 @@ class S3Proxy:
     ``stall_paths(...)``: so is every request whose path holds one of those.
     ``page_keys(n)``: every listing is asked for pages of n keys (S3's ``max-keys``), as if the
     bucket held thousands of keys a page.
+    ``partial_as_206``: a GET answered 200 with a Content-Range is passed on as 206, as S3 answers a
+    range (rclone's S3 server answers every range 200, which object_store refuses).
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -197,6 +199,7 @@ class S3Proxy:
         self._fail_paths: tuple[str, ...] = ()
         self._stall_paths: tuple[str, ...] = ()
         self._page_keys: int | None = None
+        self.partial_as_206 = False
         self.held = 0  # requests held unanswered now
         self._released = threading.Event()
         proxy = self
@@ -240,7 +243,8 @@ class S3Proxy:
                 proxy._count(self.command, self.path, body_bytes, self.headers.get("Authorization", ""))
                 if self.command == "GET" and "list-type" in self.path and answer.status == 200:
                     proxy._listed(data)
-                self.send_response(answer.status)
+                partial = proxy.partial_as_206 and answer.status == 200 and answer.getheader("Content-Range")
+                self.send_response(206 if partial else answer.status)
                 skipped = ("connection", "keep-alive", "transfer-encoding", "server", "date")
                 for k, v in answer.getheaders():
                     # a HEAD's Content-Length is the object's size: passed on as the server said it
