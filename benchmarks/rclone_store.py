@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from builders.object_store import DUMMY_ENV
+from builders.object_store import DUMMY_ENV, stop_child
 
 
 def _free_port() -> int:
@@ -71,11 +71,5 @@ class RcloneS3Server:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
         shutil.rmtree(self._served, ignore_errors=True)

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from builders.object_store import stop_child
+
 
 class GcsServer:
     """fake-gcs-server in a child process on ``port``, answering its XML API at ``public_host``.
@@ -69,13 +71,7 @@ class GcsServer:
             return cls(port, public_host, data=Path(data), start_timeout=1800.0)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
 
 
 class GcsWriter:

@@ -105,6 +105,17 @@ class S3Server:
         self.stop()
 
 
+def stop_child(process: subprocess.Popen) -> None:
+    """A server's child process ended: asked to (SIGTERM), then killed after 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def s3_client(endpoint: str):
     """A boto3 S3 client for the writer's side (uploads, deletes) of a test."""
     import boto3
