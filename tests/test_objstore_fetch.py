@@ -15,10 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
+import numpy as np
 import pytest
 
 from builders.object_store import upload_tree
 from builders.trainers import hf_trainer_run
+from triage_tui.core.errors import BadInput
 from triage_tui.core.formats.json_file import read_json
 from triage_tui.core.objstore import tuning
 from triage_tui.core.read.runs.remote import Mirrors, mirror_runs
@@ -208,3 +210,59 @@ def test_a_sharded_checkpoint_beside_a_run_costs_no_get(any_bucket, tmp_path, tr
     triage("scan", "--json", f"{any_bucket.base}/sweep")
     fetched = _object_gets(any_bucket.proxy.reset_counts(), "sweep/")
     assert sorted(fetched) == sorted(opened_on_disk), (fetched, opened_on_disk)
+
+
+def _specforge_run(root: Path, draft_vocab: int, checkpoint_draft_vocab: int) -> Path:
+    """A SpecForge run: its config.json, an event file, and a checkpoint ``epoch_0_step_100/`` with
+    a config.json of its own (which a check reads, never a scan) and its weights."""
+    from safetensors.numpy import save_file
+
+    from builders.tensorboard import write_scalars
+
+    run = root / "run-a"
+    write_scalars(run / "runs", {"train/ploss_0": [(step, 10.0 - step / 50) for step in range(100)]})
+    (run / "config.json").write_text(json.dumps({"draft_vocab_size": draft_vocab, "vocab_size": 163840}))
+    checkpoint = run / "epoch_0_step_100"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"draft_vocab_size": checkpoint_draft_vocab}))
+    save_file({"lm_head.weight": np.zeros((4, 8), np.float32)}, checkpoint / "model.safetensors")
+    return run
+
+
+def test_a_config_the_pass_could_not_fetch_is_said_and_no_other_config_is_read_for_it(
+    bucket, tmp_path, triage, monkeypatch
+):
+    """The server fails the run's config.json: the run is the one on disk (its config.json still
+    marks its root), says its config was not read, and takes its chance line from no other file;
+    no GET is sent for the checkpoint's config.json. (Without the run's config.json a scan fell back
+    to the checkpoint's, one GET after another past the pass's deadline on a bucket of 10 000 runs,
+    and judged the run by a vocab its trainer does not use.) The next pass fetches the config."""
+    name, client, proxy = bucket
+    monkeypatch.setattr(tuning, "MAX_RETRIES", 0)
+    run = _specforge_run(tmp_path / "tree", draft_vocab=32000, checkpoint_draft_vocab=16000)
+    upload_tree(client, name, "sf", tmp_path / "tree")
+    (local,) = json.loads(triage("scan", "--json", str(tmp_path / "tree")).stdout)["runs"]
+    assert (local["name"], local["vocab_size"]) == ("run-a", 32000)
+    proxy.fail_paths("run-a/config.json")  # the run's own, not the checkpoint's (another path)
+    try:
+        proxy.reset_counts()
+        (remote,) = json.loads(triage("scan", "--json", f"s3://{name}/sf").stdout)["runs"]
+        fetched = _object_gets(proxy.reset_counts(), "sf/")
+    finally:
+        proxy.fail_paths()
+    assert remote["name"] == "run-a" and remote["vocab_size"] != 16000
+    assert "run-a/epoch_0_step_100/config.json" not in fetched, fetched
+    assert any("run-a/config.json" in error["path"] for error in remote["errors"]), remote["errors"]
+    # The mirror's next pass fetches it; until then its reader is told why, with no request.
+    proxy.fail_paths("run-a/config.json")
+    mirror = mirror_runs(f"s3://{name}/sf", tmp_path / "mirror")
+    try:
+        mirror.sync()
+        proxy.reset_counts()
+        with pytest.raises(BadInput, match="run-a/config.json"):
+            read_json(mirror.root / "run-a" / "config.json")
+        assert _object_gets(proxy.reset_counts(), "sf/") == []
+    finally:
+        proxy.fail_paths()
+    mirror.sync()
+    assert read_json(mirror.root / "run-a" / "config.json") == json.loads((run / "config.json").read_text())

@@ -171,6 +171,26 @@ def _stand_in(path: Path, meta: ObjectMeta) -> None:
         os.utime(path, (meta.mtime, meta.mtime))
 
 
+def _unfetched_stand_in(path: Path, meta: ObjectMeta, url: str, failed: BadInput) -> bool:
+    """A JSON object a pass could not fetch (its deadline passed, the server failed) as a
+    placeholder whose reader is told why at once, with no request (``deferred``); whether it was
+    made (what an earlier pass fetched stays until a fetch replaces it). The run's files are then
+    the bucket's, so discovery takes the same config.json as on disk, where its absence had a scan
+    fall back to a checkpoint's config.json and fetch that, one GET after another, past the pass's
+    deadline."""
+    if path.exists():
+        return False
+
+    def unfetched() -> None:
+        raise BadInput(url, failed.what)
+
+    with open(path, "wb") as f:
+        f.truncate(meta.size)
+    os.utime(path, (meta.mtime, meta.mtime))
+    deferred.register(path, unfetched)
+    return True
+
+
 @dataclass
 class PrefixMirror:
     """``url`` (a prefix) mirrored under ``root``; ``sync()`` brings the local tree up to date."""
@@ -362,9 +382,12 @@ class PrefixMirror:
             wrote, complaint = self._update(rel, meta, how)
             return rel, wrote, SourceError("objstore", self.store.url(meta.key), complaint) if complaint else None
         except BadInput as err:
+            where = err.path or self.store.url(meta.key)
             if how == "follow":
                 _stand_in(self.root / rel, meta)
-            return rel, False, SourceError("objstore", err.path or self.store.url(meta.key), err.what)
+            elif how == "whole" and rel.endswith(".json") and _unfetched_stand_in(self.root / rel, meta, where, err):
+                self._known[rel] = _Local(meta, "deferred", behind=True)  # the next pass fetches it again
+            return rel, False, SourceError("objstore", where, err.what)
         except OSError as err:
             return rel, False, SourceError("objstore", str(self.root / rel), f"cannot write: {err.strerror or err}")
 
