@@ -88,8 +88,10 @@ def children_cpu() -> float:
 
 
 def scan_points(stdout: str) -> int:
+    """The points of the loss and accuracy series of every run `scan --json` printed (0 for a run
+    none of whose points were read)."""
     runs = json.loads(stdout)["runs"]
-    return sum(run["metrics"]["loss"]["count"] + run["metrics"]["accuracy"]["count"] for run in runs)
+    return sum((run["metrics"][name] or {}).get("count", 0) for run in runs for name in ("loss", "accuracy"))
 
 
 def child_tui(root: str, runs: int, exec_wall: float) -> dict:

@@ -187,6 +187,14 @@ def bucket_latency_section() -> list[str]:
         f"| first rows (a Watcher as the TUI starts one) | **{seconds(row['first_rows_s'])}** |",
         f"| the same scan on local disk (no proxy) | {seconds(row['local_scan_s'])} |",
         "",
+        *(
+            [
+                f"That scan read {row['scan_points']:,} of the {row['scan_points_expected']:,} points: the rest lay",
+                "past its pass's deadline (each such run an error).",
+            ]
+            if row.get("scan_points", row.get("scan_points_expected")) != row.get("scan_points_expected")
+            else []
+        ),
         f"The scan sent {row['scan_requests']:,} requests and read {shards} shard objects; an idle poll sent",
         f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes"
         + (f", its listings {row['idle_listing_bytes']:,} bytes." if "idle_listing_bytes" in row else "."),
