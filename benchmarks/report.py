@@ -198,6 +198,11 @@ def bucket_latency_section() -> list[str]:
         f"The scan sent {row['scan_requests']:,} requests and read {shards} shard objects; an idle poll sent",
         f"{row['idle_requests']:,} request(s) and {row['idle_object_bytes']:,} object bytes"
         + (f", its listings {row['idle_listing_bytes']:,} bytes." if "idle_listing_bytes" in row else "."),
+        *(
+            [f"The watcher's peak RSS (whole process): {row['watcher_rss_mib']:,.0f} MiB."]
+            if "watcher_rss_mib" in row
+            else []
+        ),
     ]
     if "fake-gcs" in server:
         lines += ["fake-gcs-server answers a listing in one page whatever its size; S3 sends 1 000 keys a page."]
