@@ -55,15 +55,14 @@ def _check(triage, runs: str, drafter: str = DRAFTER) -> tuple[int, dict | None,
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
 
 
-def _fetched_checkpoints() -> list[Path]:
-    """The pickled checkpoints fetched into this process's scratch directory (sparse files of
-    objects live in its ``object-*`` directories; the mirror's placeholders are elsewhere in it)."""
-    return sorted(p for p in scratch.scratch_dir().glob("object-*/*") if p.name == "pytorch_model.bin")
+def _fetched(suffix: str) -> list[Path]:
+    """The checkpoint files ending in ``suffix`` fetched into this process's scratch directory
+    (sparse files of objects live in its ``object-*`` directories; the mirror's placeholders are
+    elsewhere in it)."""
+    return sorted(p for p in scratch.scratch_dir().glob("object-*/*") if p.name.endswith(suffix))
 
 
-def _sparse_checkpoints() -> list[Path]:
-    """The safetensors checkpoints fetched by range into this process's scratch directory."""
-    return sorted(p for p in scratch.scratch_dir().glob("object-*/*") if p.name.endswith(".safetensors"))
+PICKLED, SPARSE = "pytorch_model.bin", ".safetensors"
 
 
 def test_a_pickled_checkpoint_in_a_bucket_is_checked_as_on_disk(bucket, samples, triage):
@@ -72,12 +71,12 @@ def test_a_pickled_checkpoint_in_a_bucket_is_checked_as_on_disk(bucket, samples,
     upload_tree(client, name, "sample_runs", samples)
     code, local, err = _check(triage, str(samples))
     assert local is not None and code == 1, err  # the mismatch is found in the weights read
-    before = _fetched_checkpoints()
+    before = _fetched(PICKLED)
     remote_code, remote, remote_err = _check(triage, f"s3://{name}/sample_runs")
     assert remote is not None and remote_code == code, remote_err
     # The fetched pickle is gone once the check has loaded it (a TUI checking run after run would
     # otherwise keep each in the temp dir until it exits); its tensors, read after, still agree below.
-    assert _fetched_checkpoints() == before
+    assert _fetched(PICKLED) == before
     roots = str(samples), f"s3://{name}/sample_runs"
     # Every check's numbers and digests, and the causes in the same order with the same scores, the
     # first one's evidence word for word. (The run's triage.toml names drafter-a outside the prefix:
@@ -95,28 +94,28 @@ def test_a_pickled_checkpoint_over_the_bound_is_refused_unfetched(bucket, sample
     upload_tree(client, name, "sample_runs", samples)
     size = (samples / DRAFTER / "pytorch_model.bin").stat().st_size
     monkeypatch.setattr(tuning, "FOLLOW_MAX_BYTES", size - 1)
-    before = _fetched_checkpoints()
+    before = _fetched(PICKLED)
     proxy.reset_counts()
     code, _, err = _check(triage, f"s3://{name}/sample_runs")
     gets = [path for method, path, _ in proxy.reset_counts().paths if method == "GET" and "pytorch_model" in path]
     assert code == 2, err
     assert err.count("\n") == 1 and f"s3://{name}/{key}" in err and f"{size} bytes" in err, err
     assert gets == []  # not one byte of it asked for
-    assert _fetched_checkpoints() == before
+    assert _fetched(PICKLED) == before
 
 
 def test_a_pickled_checkpoint_whose_fetch_fails_leaves_nothing(bucket, samples, triage, monkeypatch):
     name, client, proxy = bucket
     upload_tree(client, name, "sample_runs", samples)
     monkeypatch.setattr(tuning, "MAX_RETRIES", 0)
-    before = _fetched_checkpoints()
+    before = _fetched(PICKLED)
     proxy.fail_paths(f"{DRAFTER}/pytorch_model.bin")  # its file made, then its GET answered 503
     try:
         code, _, err = _check(triage, f"s3://{name}/sample_runs")
     finally:
         proxy.fail_paths()
     assert code == 2 and err.count("\n") == 1 and "pytorch_model.bin" in err, err
-    assert _fetched_checkpoints() == before
+    assert _fetched(PICKLED) == before
 
 
 def test_past_the_budget_a_checks_fetched_ranges_are_removed_and_its_numbers_stay(bucket, samples, triage, monkeypatch):
@@ -125,12 +124,12 @@ def test_past_the_budget_a_checks_fetched_ranges_are_removed_and_its_numbers_sta
     code, local, err = _check(triage, str(samples), SAFETENSORS)
     assert local is not None and code == 1, err  # the mismatch is found in the weights read
     monkeypatch.setattr(tuning, "KEPT_RANGES_BYTES", 0)  # nothing kept once no reader holds it
-    before = _sparse_checkpoints()
+    before = _fetched(SPARSE)
     remote_code, remote, remote_err = _check(triage, f"s3://{name}/sample_runs", SAFETENSORS)
     assert remote is not None and remote_code == code, remote_err
     # The drafter's and the target's sparse files (kept until exit before the budget) are gone (and
     # any an earlier check of this process kept: nothing is kept at this budget)...
-    assert [p for p in _sparse_checkpoints() if p not in before] == []
+    assert [p for p in _fetched(SPARSE) if p not in before] == []
     # ...and the check, which read the header again wherever it had been dropped, is the disk's.
     roots = str(samples), f"s3://{name}/sample_runs"
     assert without_roots(remote["checks"], *roots) == without_roots(local["checks"], *roots)
@@ -140,9 +139,9 @@ def test_past_the_budget_a_checks_fetched_ranges_are_removed_and_its_numbers_sta
 def test_within_the_budget_a_checks_fetched_ranges_are_kept_for_its_next_reads(bucket, samples, triage):
     name, client, _ = bucket
     upload_tree(client, name, "sample_runs", samples)
-    before = _sparse_checkpoints()
+    before = _fetched(SPARSE)
     code, remote, err = _check(triage, f"s3://{name}/sample_runs", SAFETENSORS)
     assert remote is not None and code == 1, err
-    kept = sorted(set(_sparse_checkpoints()) - set(before))
+    kept = sorted(set(_fetched(SPARSE)) - set(before))
     assert {p.name for p in kept} == {"model.safetensors"} and len(kept) == 2  # the drafter's and the target's
     assert all(p.stat().st_blocks > 0 for p in kept)  # what was fetched of each is there for a next read

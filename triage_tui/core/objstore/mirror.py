@@ -171,6 +171,12 @@ def _stand_in(path: Path, meta: ObjectMeta) -> None:
         os.utime(path, (meta.mtime, meta.mtime))
 
 
+def _hole_of_size(path: Path, size: int) -> None:
+    """``path`` as a file of ``size`` bytes, all a hole: nothing fetched, no block written."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
 def _unfetched_stand_in(path: Path, meta: ObjectMeta, url: str, failed: BadInput) -> bool:
     """A JSON object a pass could not fetch (its deadline passed, the server failed) as a
     placeholder whose reader is told why at once, with no request (``deferred``); whether it was
@@ -184,8 +190,7 @@ def _unfetched_stand_in(path: Path, meta: ObjectMeta, url: str, failed: BadInput
     def unfetched() -> None:
         raise BadInput(url, failed.what)
 
-    with open(path, "wb") as f:
-        f.truncate(meta.size)
+    _hole_of_size(path, meta.size)
     os.utime(path, (meta.mtime, meta.mtime))
     deferred.register(path, unfetched)
     return True
@@ -413,12 +418,10 @@ class PrefixMirror:
             if how == "whole":
                 self._write_whole(path, meta)
             elif how == "deferred":
-                with open(path, "wb") as f:
-                    f.truncate(meta.size)
+                _hole_of_size(path, meta.size)
                 deferred.register(path, lambda: self._write_whole(path, meta, keep_mtime=True))
             else:
-                with open(path, "wb") as f:
-                    f.truncate(meta.size)
+                _hole_of_size(path, meta.size)
                 _set_placeholder(path, (self.store, meta))
             self._known[rel] = _Local(meta, how)
             complaint = ""
