@@ -36,9 +36,9 @@ objects 23 s, 27 000 88 s, 54 000 375 s) and lists a page in time growing with t
 a page at 54 000); moto does both in Python, slower still. With ``--server rclone`` the bucket is
 the tree on disk served by ``rclone serve s3`` (benchmarks/rclone_store.py): nothing to load, S3's
 paging, about 0.2 s a page of 1 000 keys (it hashes each file for its ETag): 10 000 runs × 50
-shards are measured there. A scan is one pass: after its listing (541 pages), its fetches end at
-the pass's deadline (tuning.PASS_DEADLINE_SECS, 60 s), which on two cores shared with the server
-and this proxy reaches about half the runs' event files; the table gives the points it read.
+shards are measured there. A scan is one pass: its listing (541 pages), then its fetches, which end
+once the server has answered none for tuning.PASS_DEADLINE_SECS (60 s) and by tuning.PASS_MAX_SECS
+(15 min) whatever; the table gives the points it read.
 
     .venv/bin/python benchmarks/bench_bucket_latency.py --runs 200          # the size measured
     .venv/bin/python benchmarks/bench_bucket_latency.py --server gcs --runs 200 --repeat 2 --idle-hours 50

@@ -11,6 +11,7 @@ was asked, from the server's side.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 import time
@@ -170,6 +171,59 @@ def test_a_listing_answered_while_gets_never_are_reports_every_run_within_the_de
     # the first requests wait out their deadline; once the store has answered nothing for
     # STALLED_SECS the rest are not sent: 128 objects cost about one deadline, not 128 of them
     assert took < patience * 1.5 + 5 * load_factor(), took
+
+
+ANSWER_EVERY_SECS = 0.1  # the slow server's pace: one GET answered at a time, this far apart
+
+
+def _slow_sweep(event_file: bytes, quiet: float) -> dict[str, UnrulyObject]:
+    """Runs enough for three of the pass's quiet deadlines at the slow server's pace: each an event
+    file (200 points) and a config.json."""
+    config = b'{"draft_vocab_size": 32000}'
+    objects: dict[str, UnrulyObject] = {}
+    for n in range(math.ceil(3 * quiet / ANSWER_EVERY_SECS / 2)):
+        objects[f"sweep/run-{n:02d}/runs/events.out.tfevents.{n}"] = UnrulyObject(len(event_file), event_file)
+        objects[f"sweep/run-{n:02d}/config.json"] = UnrulyObject(len(config), config)
+    return objects
+
+
+def test_a_slow_server_that_keeps_answering_is_read_to_the_end_past_the_quiet_deadline(event_file, triage, monkeypatch):
+    """The pass's deadline is a silence's: each answer moves it on. A server that answers one GET
+    every 0.1 s, for objects enough for three deadlines, has every run read, none in error (a fixed
+    deadline left two thirds of them an error each: a 10 000-run bucket's scan read half its runs)."""
+    quiet = 1.0 * load_factor()
+    monkeypatch.setattr(tuning, "PASS_DEADLINE_SECS", quiet)
+    objects = _slow_sweep(event_file, quiet)
+    runs = len(objects) // 2
+    with _serve(objects, one_at_a_time_secs=ANSWER_EVERY_SECS) as server, s3_environment(server.endpoint):
+        started = time.monotonic()
+        code, out, err = _scan(triage, f"s3://{server.bucket}/sweep")
+        took = time.monotonic() - started
+    lines = out.splitlines()
+    assert [line.split()[1] for line in lines] == [f"run-{n:02d}" for n in range(runs)]
+    assert all("step 199" in line and "error" not in line for line in lines), out
+    assert err == "", err
+    assert took > 2 * quiet, took  # the objects did take longer than the deadline
+
+
+def test_a_pass_ends_by_its_bound_however_its_server_answers(event_file, triage, monkeypatch):
+    """However steadily a server answers, a pass ends ``PASS_MAX_SECS`` after it began: the objects
+    it did not reach are one error each, the runs it reached are read."""
+    quiet = 1.0 * load_factor()
+    monkeypatch.setattr(tuning, "PASS_DEADLINE_SECS", quiet)
+    monkeypatch.setattr(tuning, "PASS_MAX_SECS", 1.5 * quiet)
+    objects = _slow_sweep(event_file, quiet)
+    with _serve(objects, one_at_a_time_secs=ANSWER_EVERY_SECS) as server, s3_environment(server.endpoint):
+        started = time.monotonic()
+        code, out, err = _scan(triage, f"s3://{server.bucket}/sweep")
+        took = time.monotonic() - started
+    lines = out.splitlines()
+    assert len(lines) == len(objects) // 2, out
+    assert any("step 199" in line and "error" not in line for line in lines), out  # reached: read
+    assert any("no scalars yet" in line and "(the pass's deadline)" in line for line in lines), out
+    assert all("step 199" in line or "(the pass's deadline)" in line for line in lines), out
+    assert code == 1
+    assert took < 1.5 * quiet + 5 * load_factor(), took
 
 
 def test_quitting_ends_a_pass_that_waits_on_a_silent_store_at_once(tmp_path):

@@ -13,7 +13,9 @@ The misbehaviours a test turns on:
 - ``endless_listing``: every page after the objects says IsTruncated with a new continuation token
   and 1 000 more made-up keys, forever;
 - ``hang_gets``: every GET and HEAD of an object is held unanswered until the server stops (the
-  listing is answered as usual); ``hang_keys``: only those of the keys holding one of these.
+  listing is answered as usual); ``hang_keys``: only those of the keys holding one of these;
+- ``one_at_a_time_secs``: a slow server that keeps answering: the GETs and HEADs of objects are
+  answered one after another, each this many seconds after the one before.
 It counts what it answered (``gets``, ``get_bytes``, ``list_pages``), the server's view of the cost.
 """
 
@@ -58,12 +60,15 @@ class UnrulyS3:
         endless_listing: bool = False,
         hang_gets: bool = False,
         hang_keys: tuple[str, ...] = (),
+        one_at_a_time_secs: float = 0.0,
     ) -> None:
         self.bucket = bucket
         self.objects = dict(sorted(objects.items()))
         self.endless_listing = endless_listing
         self.hang_gets = hang_gets
         self.hang_keys = hang_keys
+        self.one_at_a_time_secs = one_at_a_time_secs
+        self._one_at_a_time = threading.Lock()
         self.gets = 0
         self.whole_gets = 0  # GETs of an object without a Range: a client asking it whole
         self.get_bytes = 0
@@ -117,6 +122,9 @@ class UnrulyS3:
                 self.held -= 1
             handler.close_connection = True
             return
+        if self.one_at_a_time_secs:
+            with self._one_at_a_time:
+                self._stopping.wait(self.one_at_a_time_secs)
         found = self.objects.get(key)
         if found is None:
             self._send(handler, 404, b"<Error><Code>NoSuchKey</Code></Error>", {}, with_body)

@@ -1,6 +1,9 @@
 """What one pass over a bucket may spend, and the pool that sends every request under a cap.
 
 A ``PassBudget`` is a pass's deadline, its byte budget and a stop signal (the TUI quitting). The
+deadline is a silence's: each answer of the pass moves it on, up to the pass's bound, so that a pass
+over a big prefix on a slow server ends when the server stops answering, not half-way through its
+fetches (a 10 000-run bucket at ~180 GETs a second needs about two minutes of them). The
 code that runs a pass says so with ``spending(budget)`` on each thread that works for it; every
 store call made on that thread then ends by the pass's deadline and at once when it is stopped,
 however the server behaves (``store.Store._call`` reads ``current()``). No function signature
@@ -15,6 +18,7 @@ server that never answers would hold ``q`` for as long).
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -32,19 +36,37 @@ T = TypeVar("T")
 @dataclass
 class PassBudget:
     """One pass's limits: ``deadline`` (``time.monotonic()`` seconds), ``max_bytes`` of object
-    bodies, ``stop`` (set: every call of the pass ends now). Shared by the pass's threads."""
+    bodies, ``stop`` (set: every call of the pass ends now). Shared by the pass's threads.
+    ``answered()`` moves the deadline to ``quiet_secs`` after the answer, never past ``ends_by``."""
 
     deadline: float
     max_bytes: int
     stop: threading.Event | None = None
     spent_bytes: int = 0
+    quiet_secs: float = 0.0  # 0: the deadline never moves
+    ends_by: float = math.inf
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def starting_now(cls, stop: threading.Event | None = None, secs: float | None = None) -> PassBudget:
-        """A pass beginning now, of ``secs`` (``tuning.PASS_DEADLINE_SECS``) and ``tuning.PASS_MAX_BYTES``."""
-        secs = tuning.PASS_DEADLINE_SECS if secs is None else secs
-        return cls(time.monotonic() + secs, tuning.PASS_MAX_BYTES, stop)
+    def starting_now(cls, stop: threading.Event | None = None) -> PassBudget:
+        """A pass beginning now: it ends ``tuning.PASS_DEADLINE_SECS`` after its last answer (or its
+        start), by ``tuning.PASS_MAX_SECS`` at the latest, and fetches ``tuning.PASS_MAX_BYTES``."""
+        now = time.monotonic()
+        return cls(
+            now + tuning.PASS_DEADLINE_SECS,
+            tuning.PASS_MAX_BYTES,
+            stop,
+            quiet_secs=tuning.PASS_DEADLINE_SECS,
+            ends_by=now + tuning.PASS_MAX_SECS,
+        )
+
+    def answered(self) -> None:
+        """A request of the pass was answered: the pass goes on at least ``quiet_secs`` from now."""
+        if self.quiet_secs <= 0:
+            return
+        moved = min(self.ends_by, time.monotonic() + self.quiet_secs)
+        with self._lock:
+            self.deadline = max(self.deadline, moved)
 
     def cut_short(self) -> bool:
         """Whether the pass ran into its deadline, its byte budget or its stop."""
@@ -123,10 +145,10 @@ def current() -> PassBudget | None:
 
 
 def answered_by(future: Future[Any], limit: float, spending: PassBudget | None) -> bool:
-    """Whether ``future`` is done by ``limit`` (``time.monotonic()``), looking at the pass's stop
-    every 0.1 s; a request not sent by then is never sent."""
+    """Whether ``future`` is done by ``limit`` (``time.monotonic()``) and by the pass's deadline as
+    it moves, looking at the pass's stop every 0.1 s; a request not sent by then is never sent."""
     while True:
-        left = limit - time.monotonic()
+        left = (limit if spending is None else min(limit, spending.deadline)) - time.monotonic()
         if left <= 0 or (spending is not None and spending.stopped()):
             future.cancel()
             return future.done() and not future.cancelled()

@@ -369,9 +369,6 @@ class Store:
         started = time.monotonic()
         spending = budget.current()
         limit = started + (tuning.DEADLINE_SECS if deadline_secs is None else deadline_secs)
-        by_pass = spending is not None and spending.deadline < limit
-        if spending is not None and by_pass:
-            limit = spending.deadline
         backoff = tuning.BACKOFF_FIRST_SECS
         tries = 0
         while True:
@@ -388,14 +385,18 @@ class Store:
                 after = f" ({tries} tries)" if tries > 1 else ""
                 if spending is not None and spending.stopped():
                     raise Unanswered(self.url(key), "stopped before it was answered") from None
+                by_pass = spending is not None and spending.deadline < limit
+                ended = spending.deadline if spending is not None and by_pass else limit
                 which = " (the pass's deadline)" if by_pass else ""
-                raise Unanswered(self.url(key), f"no answer within {limit - started:.1f} s{which}{after}") from None
+                raise Unanswered(self.url(key), f"no answer within {ended - started:.1f} s{which}{after}") from None
             try:
                 result = future.result()
             except Exception as err:  # noqa: BLE001 - every client error becomes one line on its URL
                 failure = classify(err)
             else:
                 self._heard(True, sent)
+                if spending is not None:
+                    spending.answered()
                 return result
             self._heard(not failure.silent, sent)
             spent = time.monotonic() - started
@@ -403,7 +404,8 @@ class Store:
                 raise ObjectMissing(self.url(key), "not found") from None
             if failure.bad_key:
                 raise UnlistableKey(self.url(key), failure.line) from None
-            if not failure.retry or tries > tuning.MAX_RETRIES or started + spent + backoff >= limit:
+            ends = limit if spending is None else min(limit, spending.deadline)
+            if not failure.retry or tries > tuning.MAX_RETRIES or started + spent + backoff >= ends:
                 after = f" after {tries} tries in {spent:.1f} s" if tries > 1 else ""
                 raise BadInput(self.url(key), failure.line + after) from None
             if spending is not None and spending.stop is not None:

@@ -51,10 +51,14 @@ CACHE_CHECKPOINTS = False
 KEPT_RANGES_BYTES = 1 << 30
 
 # --- budgets (objstore/budget.py): what one pass over a bucket may spend, whatever the server does ---
-# One mirror pass (its listing and every fetch) ends by this deadline; what it did not reach is
-# one error of that object, fetched by a later pass (the TUI's next rescan). A hanging server costs
-# a `scan` this long at most, and `STALLED_SECS` sooner where nothing answers at all.
+# One mirror pass's fetches end once none of its requests has been answered for this long (from its
+# start, then from each answer), and by PASS_MAX_SECS whatever; what it did not reach is one error
+# of that object, fetched by a later pass (the TUI's next rescan). A hanging server costs a `scan`
+# this long at most, and `STALLED_SECS` sooner where nothing answers at all; a slow one that
+# answers goes on being read (a 10 000-run bucket is ~12 000 GETs: at ~180 a second, more than a
+# minute).
 PASS_DEADLINE_SECS = 60.0
+PASS_MAX_SECS = 900.0
 # The TUI's passes wait this long for their fetches, and leave the slower ones running (a later
 # pass takes their results): no run waits on the slowest, the first screen included. The first
 # pass waits as long for its listing and fetches together: a listing of many pages goes on while
