@@ -6,7 +6,8 @@ round runs, one after another so they see the same machine, as whole processes:
 - rustboard: tensorboard's Rust data server ``--reload once --samples-per-plugin scalars=all``,
   exec to its "Finished load cycle" log line (bench_scale.rustboard_load; it reads runs on
   several threads);
-- ``triage scan TREE`` from exec to exit;
+- ``triage scan TREE`` from exec to exit, its runs read in one process per core (its default), and
+  ``triage scan TREE --jobs 1``, all in one process: what the processes gain;
 - the TUI (``TriageApp`` under ``App.run_test``, headless, its first poll begun before Textual is
   imported, as ``triage`` does: commands/tui.py ``start_reading``): from exec to the first rows on
   screen and to every run's row with every point loaded.
@@ -38,6 +39,8 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402  (the tree writer and rustboard's timing are bench_scale's)
 import record  # noqa: E402
+
+from triage_tui.core.watch.fanout import default_workers  # noqa: E402  (how many processes `scan` starts)
 
 
 def write_tree(root: Path, runs: int, points: int) -> int:
@@ -145,7 +148,7 @@ def main() -> None:
     written = time.perf_counter() - t0
     size = bench_scale.tree_bytes(root)
     scan = [sys.executable, "-m", "triage_tui", "scan", str(root), "--json"]
-    keys = ("rustboard", "scan", "tui first rows", "tui all rows")
+    keys = ("rustboard", "scan", "scan one process", "tui first rows", "tui all rows")
     times: dict[str, list[float]] = {k: [] for k in keys}
     cpus: dict[str, list[float]] = {k: [] for k in keys}
     peaks: dict[str, list[float]] = {k: [] for k in keys}
@@ -155,11 +158,12 @@ def main() -> None:
         cpus["rustboard"].append(children_cpu() - cpu0)
         times["rustboard"].append(rust["load_s"])
         peaks["rustboard"].append(rust["rss_peak_kb"] / 1024)
-        seconds, cpu, peak, stdout = timed(scan)
-        assert scan_points(stdout) == expected * 2 // len(bench_scale.TAGS), "scan read a wrong number of points"
-        times["scan"].append(seconds)
-        cpus["scan"].append(cpu)
-        peaks["scan"].append(peak)
+        for key, command in (("scan", scan), ("scan one process", [*scan, "--jobs", "1"])):
+            seconds, cpu, peak, stdout = timed(command)
+            assert scan_points(stdout) == expected * 2 // len(bench_scale.TAGS), "scan read a wrong number of points"
+            times[key].append(seconds)
+            cpus[key].append(cpu)
+            peaks[key].append(peak)
         shown, cpu, peak = tui(root, args.runs)
         assert shown["points"] == expected, shown
         times["tui first rows"].append(shown["first_rows_s"])
@@ -169,7 +173,8 @@ def main() -> None:
             peaks[key].append(peak)
     labels = {
         "rustboard": "rustboard 0.7.2 load cycle (tensorboard's Rust data server)",
-        "scan": "`triage scan TREE`",
+        "scan": f"`triage scan TREE` ({default_workers()} processes)",
+        "scan one process": "`triage scan TREE --jobs 1`",
         "tui first rows": "`triage TREE` (headless): first rows on screen",
         "tui all rows": "`triage TREE` (headless): every run loaded",
     }
@@ -181,8 +186,8 @@ def main() -> None:
     ]
     table = (
         f"{args.runs} runs × {args.points:,} scalars ({expected:,} points, {size / 1e6:.0f} MB of event files, "
-        f"written in {written:.0f} s); {args.rounds} rounds, each: rustboard, scan, the TUI; whole processes from "
-        "exec, page cache warm.\n\n"
+        f"written in {written:.0f} s); {args.rounds} rounds, each: rustboard, scan, scan --jobs 1, the TUI; "
+        "whole processes from exec, page cache warm.\n\n"
         "| what | seconds from exec, median (min–max) | ÷ rustboard (medians) | CPU s, process and helpers "
         "| peak RSS, whole process, MiB |\n|---|---|---|---|---|\n" + "\n".join(lines)
     )
@@ -199,6 +204,7 @@ def main() -> None:
     what = f"a sweep's first load, {args.runs} runs × {args.points:,} points"
     rows = [
         {"what": f"{what}: `triage scan`", "triage": side("scan"), "other": side("rustboard")},
+        {"what": f"{what}: `triage scan --jobs 1`", "triage": side("scan one process"), "other": side("rustboard")},
         {"what": f"{what}: the TUI's first rows", "triage": side("tui first rows"), "other": side("rustboard")},
         {"what": f"{what}: the TUI, every run loaded", "triage": side("tui all rows"), "other": side("rustboard")},
     ]

@@ -93,7 +93,7 @@ CORE = [
         "core.read.trackers",
     ),
     ("core.read.runs",),
-    ("core.formats", "core.watch.node", "core.watch.process_table"),
+    ("core.formats", "core.watch.node", "core.watch.process_table", "core.watch.fanout"),
     ("core.objstore",),
     (
         "core.series",

@@ -1,4 +1,4 @@
-"""`triage scan [PATH ...] [--json] [--vocab-size N] [--poll]`: one pass over the runs.
+"""`triage scan [PATH ...] [--json] [--vocab-size N] [--jobs N] [--poll]`: one pass over the runs.
 
 Exit status (docs/contracts.md, the fault boundary): 2 for a bad command line or a PATH that does
 not exist, cannot be listed or holds no run (one line on stderr says what was looked for: a
@@ -22,6 +22,7 @@ from triage_tui.core.read.runs.remote import Mirrors, shown_path, shown_text
 from triage_tui.core.read.runs.tracker_runs import trackio_elsewhere_note
 from triage_tui.core.read.runs.walk import walk_limits_note
 from triage_tui.core.text import STATUS_GLYPHS, format_accuracy, printable
+from triage_tui.core.watch.fanout import default_workers
 from triage_tui.core.watch.run_status import RunStatus
 from triage_tui.core.watch.signals.flags import fmt
 from triage_tui.core.watch.signals.kinds import RunHealth, Severity
@@ -54,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST), where it is off by default",
     )
     parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help="read local runs in N processes (default: one per CPU this process may use, at most 16; 1: in this one)",
+    )
+    parser.add_argument(
         "--poll",
         action="store_true",
         help="polling only, no inotify (a single pass never uses it; accepted for symmetry with the TUI)",
@@ -67,6 +75,13 @@ def _vocab_size(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     mirrors = Mirrors(price_custom_endpoints=args.bucket_cost)
     paths = [mirrors.local(text) for text in args.paths or ["."]]
@@ -77,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         strict=True,
         mirrors=mirrors if mirrors.mirrors else None,
         tier_idle_reads=False,  # one poll: every run read, nothing scheduled
+        processes=args.jobs or default_workers(),
     )
     statuses = watcher.poll_once()
     for error in watcher.unplaced_errors:  # an object of a bucket under no run: said, not lost

@@ -10,7 +10,8 @@ are walked again for new runs and files (core.read.runs, cheap thanks to its lis
 watchdog Observer, where it works, only calls ``wake()`` so a local write shows up at once instead
 of within a poll interval; ``use_watchdog=False`` (``--poll``) leaves polling alone.
 
-``triage scan`` is one ``poll_once``; the TUI runs ``Watcher.run`` in a worker thread. Each run's
+``triage scan`` is one ``poll_once`` (its runs read in forked processes on a node's cores,
+core.watch.fanout); the TUI runs ``Watcher.run`` in a worker thread. Each run's
 own state, the files its settings come from and its update into a RunStatus are core.watch.watched_run's;
 here are the runs found, the processes scanned once a poll, and the loop.
 An idle ``poll_once`` (nothing appended) costs one stat per event file, one scan of /proc for
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from triage_tui.core.errors import BadInput, SourceError
@@ -35,7 +37,9 @@ from triage_tui.core.read.runs.discover import discover_runs
 from triage_tui.core.read.runs.info import RunInfo
 from triage_tui.core.read.runs.listing import ListingCache
 from triage_tui.core.read.runs.remote import Mirrors, shown_path
+from triage_tui.core.series import RunScalars
 from triage_tui.core.watch.derive import DEFAULT_FLUSH_SECS
+from triage_tui.core.watch.fanout import done_everywhere
 from triage_tui.core.watch.fs_wakeups import start_observer
 from triage_tui.core.watch.process_table import ProcessScanner, ProcessTable
 from triage_tui.core.watch.read_schedule import ReadSchedule
@@ -163,8 +167,12 @@ class Watcher:
         scanner: ProcessScanner | None = None,
         max_points: int | None = None,
         tier_idle_reads: bool = True,
+        processes: int = 1,
     ) -> None:
         self.paths = [Path(p) for p in (paths or ["."])]
+        # `scan`, one poll of local runs: read in up to this many forked processes (core.watch.fanout),
+        # the statuses sent back without their series (RunStatus.scalars empty); 1: all read here.
+        self.processes = processes
         # The URLs among the PATHs, mirrored into local trees (runs/remote.py): synced once per
         # rescan, on the thread that polls, before discovery walks their trees.
         self.mirrors = mirrors
@@ -269,8 +277,16 @@ class Watcher:
                 # at once, then less and less often, so a long load is not spent redrawing.
                 interval = min(2 * interval, PROGRESS_MAX_SECS)
 
-            for i in range(len(runs)):
+            workers = self.processes if self.mirrors is None and on_progress is None else 1
+
+            def read(i: int) -> RunStatus:
                 update(i)
+                status = statuses[i]
+                assert status is not None
+                return status if workers == 1 else replace(status, scalars=RunScalars())  # its series stay there
+
+            for i, status in done_everywhere(len(runs), read, workers):
+                statuses[i] = status
             self.polls += 1
             return [status for status in statuses if status is not None]
 
@@ -376,7 +392,9 @@ class Watcher:
         for path, info in found.items():
             tracked = self._runs.get(path)
             if tracked is None:
-                tracked = self._moved_run(info, vanished)
+                tracked = _moved_run(info, vanished)
+                if tracked is not None:
+                    self._runs[path] = tracked
             before = tracked.info if tracked is not None else None
             if tracked is None:  # its settings are read at its first update, not before the first rows
                 tracked = self._runs[path] = WatchedRun.of(info)
@@ -397,24 +415,6 @@ class Watcher:
                 if placed.get(shown_path(path)) != self._mirror_errors.get(shown_path(path)):
                     self._schedule.mark_due(path)
         self._mirror_errors = placed
-
-    def _moved_run(self, info: RunInfo, vanished: dict[Path, WatchedRun]) -> WatchedRun | None:
-        """The vanished run whose event or W&B files now belong to the run at ``info.path``, carried over.
-
-        Files appear in whatever order a trainer and its user write them: ``out/runs/`` with its
-        first events can land before ``out/triage.toml`` (or the first checkpoint), so the run is
-        ``out/runs`` for a moment and then ``out``. It is one run: its points are kept (not read
-        again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
-        nothing. Returns None when no vanished run shares a file.
-        """
-        files = info.scalar_file_set()
-        for old_path, old in vanished.items():
-            if not files.isdisjoint(old.info.scalar_file_set()):
-                del vanished[old_path]
-                old.moved_to(info)
-                self._runs[info.path] = old
-                return old
-        return None
 
     # ------------------------------------------------------------------ per-run update
 
@@ -444,6 +444,24 @@ class Watcher:
         observer = start_observer(self.paths, lambda rescan, path: self.wake(rescan=rescan, path=path))
         self.watchdog_active = observer is not None
         return observer
+
+
+def _moved_run(info: RunInfo, vanished: dict[Path, WatchedRun]) -> WatchedRun | None:
+    """The vanished run whose event or W&B files now belong to the run at ``info.path``, carried over.
+
+    Files appear in whatever order a trainer and its user write them: ``out/runs/`` with its
+    first events can land before ``out/triage.toml`` (or the first checkpoint), so the run is
+    ``out/runs`` for a moment and then ``out``. It is one run: its points are kept (not read
+    again) and it keeps what it had seen, so the TUI neither rings twice nor redraws it from
+    nothing. Returns None when no vanished run shares a file.
+    """
+    files = info.scalar_file_set()
+    for old_path, old in vanished.items():
+        if not files.isdisjoint(old.info.scalar_file_set()):
+            del vanished[old_path]
+            old.moved_to(info)
+            return old
+    return None
 
 
 @contextmanager
