@@ -39,7 +39,6 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402  (the tree writer and rustboard's timing are bench_scale's)
 import record  # noqa: E402
-
 from triage_tui.core.watch.fanout import default_workers  # noqa: E402  (how many processes `scan` starts)
 
 
