@@ -67,8 +67,9 @@ class ReadSchedule:
         self._next_read.pop(path, None)
 
     def touched(self, *paths: Path) -> None:
-        """``paths`` changed (the watchdog saw them, a bucket's pass fetched them): their runs are
-        read at the next poll, however idle. Safe from another thread."""
+        """``paths`` (files, or the directories they are in) changed (the watchdog saw them, a
+        bucket's pass fetched them): their runs are read at the next poll, however idle. Safe from
+        another thread."""
         self._touched.extend(paths)
 
     def take_touched(self, runs: Iterable[RunInfo]) -> None:
