@@ -159,12 +159,13 @@ def test_a_listing_answered_while_gets_never_are_reports_every_run_within_the_de
         took = time.monotonic() - started
     lines = out.splitlines()
     # Each run as on disk (its config.json, never fetched, still marks the run's root), its config
-    # unread for the pass's reason, said by the chance line's reader and by the pass, and its event file.
+    # unread for the pass's reason, said once (by the chance line's reader, not again by the pass),
+    # and its event file.
     assert [line.split()[1] for line in lines] == [f"run-{n:02d}" for n in range(64)]
     assert all(
         f"no scalars yet  error: s3://{server.bucket}/sweep/run-" in line
         and ("/config.json: cannot read it: no answer within" in line or "not asked: the store has answered" in line)
-        and "(+2 more)" in line
+        and "(+1 more)" in line
         for line in lines
     )
     assert err == "" and code == 1

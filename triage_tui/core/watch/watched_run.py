@@ -187,16 +187,12 @@ class WatchedRun:
             self.recompute(scalars, watch.vocab_size)
         derived = self.derived
         assert derived is not None  # set by the first recompute, which every run's first poll does
-        errors = tuple(
-            e
-            for e in (
-                manifest_error(self.info),
-                *self.files.problems,
-                *self.events.errors,
-                *(mirror_errors.get(shown_path(self.info.path), ()) if mirror_errors else ()),
-            )
-            if e is not None
-        )
+        own = tuple(e for e in (manifest_error(self.info), *self.files.problems, *self.events.errors) if e is not None)
+        # A bucket object the pass could not fetch and a reader of the run then could not read is
+        # one error, the reader's: it says the pass's reason and what the run does without it.
+        read = {shown_path(e.path) for e in own}
+        fetched = mirror_errors.get(shown_path(self.info.path), ()) if mirror_errors else ()
+        errors = own + tuple(e for e in fetched if e.path not in read)
         serving, serving_notices, serving_failures = self._poll_serving(watch)
         state = self._run_state(derived, now, processes, watch.flush_secs)
         flags = flags_at(
