@@ -111,6 +111,18 @@ def test_items_a_dead_worker_held_are_done_by_the_parent():
     assert out == "True True True True"
 
 
+def test_items_are_done_here_when_no_worker_can_be_forked():
+    out = _fanout_in_own_process(
+        "import errno\n"
+        "def refused():\n"
+        "    raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')  # fork(2) under a pid limit\n"
+        "os.fork = refused\n"
+        "got = sorted(done_everywhere(200, lambda i: (i * i, os.getpid()), 2))\n"
+        "print([i for i, _ in got] == list(range(200)), {pid for _, (_, pid) in got} == {os.getpid()})\n"
+    )
+    assert out == "True True"
+
+
 def test_a_process_with_threads_is_never_forked():
     out = _fanout_in_own_process(
         "held = threading.Event()\n"

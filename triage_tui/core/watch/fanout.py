@@ -11,7 +11,8 @@ Forking is only safe from a process with one thread (a thread holding a lock at 
 that lock held for ever in the child), and only done on Linux, where `fork` is the usual start
 method. Elsewhere, with one CPU, or for few items, the items are done here, one after another: the
 plain path, which the parallel one must equal (tests/test_scan_processes.py). A worker that dies
-(killed, out of memory) costs nothing but time: what it had not sent back is done here.
+(killed, out of memory) or cannot be started (a fork refused) costs nothing but time: what was not
+sent back is done here.
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ def done_everywhere(items: int, work: Callable[[int], Any], workers: int) -> Ite
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=context, initializer=_in_worker)
     try:
-        tasks: list[tuple[tuple[int, int], Future[list[Any]]]] = [
-            (chunk, pool.submit(_do_chunk, *chunk)) for chunk in chunks
-        ]
+        tasks: list[tuple[tuple[int, int], Future[list[Any]]]] = []
+        for chunk in chunks:
+            try:
+                tasks.append((chunk, pool.submit(_do_chunk, *chunk)))  # the first forks the workers
+            except Exception:  # noqa: BLE001 - no worker could start (a fork refused under a pid limit)
+                missing.append(chunk)
         for chunk, task in tasks:
             try:
                 results = task.result()
