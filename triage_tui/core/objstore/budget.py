@@ -144,11 +144,17 @@ def current() -> PassBudget | None:
     return getattr(_CURRENT, "budget", None)
 
 
+def ends_at(limit: float, spending: PassBudget | None) -> float:
+    """The earlier of a call's own ``limit`` and its pass's deadline as it stands now (it moves on
+    with each answer of the pass)."""
+    return limit if spending is None else min(limit, spending.deadline)
+
+
 def answered_by(future: Future[Any], limit: float, spending: PassBudget | None) -> bool:
     """Whether ``future`` is done by ``limit`` (``time.monotonic()``) and by the pass's deadline as
     it moves, looking at the pass's stop every 0.1 s; a request not sent by then is never sent."""
     while True:
-        left = (limit if spending is None else min(limit, spending.deadline)) - time.monotonic()
+        left = ends_at(limit, spending) - time.monotonic()
         if left <= 0 or (spending is not None and spending.stopped()):
             future.cancel()
             return future.done() and not future.cancelled()

@@ -385,8 +385,8 @@ class Store:
                 after = f" ({tries} tries)" if tries > 1 else ""
                 if spending is not None and spending.stopped():
                     raise Unanswered(self.url(key), "stopped before it was answered") from None
-                by_pass = spending is not None and spending.deadline < limit
-                ended = spending.deadline if spending is not None and by_pass else limit
+                ended = budget.ends_at(limit, spending)
+                by_pass = ended < limit
                 which = " (the pass's deadline)" if by_pass else ""
                 raise Unanswered(self.url(key), f"no answer within {ended - started:.1f} s{which}{after}") from None
             try:
@@ -404,8 +404,8 @@ class Store:
                 raise ObjectMissing(self.url(key), "not found") from None
             if failure.bad_key:
                 raise UnlistableKey(self.url(key), failure.line) from None
-            ends = limit if spending is None else min(limit, spending.deadline)
-            if not failure.retry or tries > tuning.MAX_RETRIES or started + spent + backoff >= ends:
+            out_of_time = started + spent + backoff >= budget.ends_at(limit, spending)
+            if not failure.retry or tries > tuning.MAX_RETRIES or out_of_time:
                 after = f" after {tries} tries in {spent:.1f} s" if tries > 1 else ""
                 raise BadInput(self.url(key), failure.line + after) from None
             if spending is not None and spending.stop is not None:

@@ -33,14 +33,12 @@ MIN_ITEMS = 64
 # trip (~1 ms) is small beside its ~2 ms an item.
 CHUNKS_PER_WORKER = 8
 MIN_CHUNK = 16
-
-# The work of the fan-out under way, set before the pool forks: the workers inherit it.
-_WORK: Callable[[int], Any] | None = None
-
-
 # The most workers a fan-out starts by default: past this, the serial part (discovery, ~0.4 ms a
 # run) is most of a scan, and a node's cores are its trainer's.
 DEFAULT_MAX_WORKERS = 16
+
+# The work of the fan-out under way, set before the pool forks: the workers inherit it.
+_WORK: Callable[[int], Any] | None = None
 
 
 def default_workers() -> int:
